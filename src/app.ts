@@ -1,0 +1,49 @@
+import { bodyLimit } from 'hono/body-limit';
+import type { OpenAPIHono } from '@hono/zod-openapi';
+import type { Keel } from './keel.js';
+import type { AppEnv } from './app-env.js';
+import { createRouter, mountDocs } from './platform/http/openapi.js';
+import { apiHeaders, jsonOnly, requestContext } from './platform/http/middleware.js';
+import { AppError, errorResponse, handleError } from './platform/http/errors.js';
+import { mountHealth } from './platform/http/health.js';
+import { moduleRoutes } from './modules/index.js';
+
+export const API_BASE = '/api/v1';
+
+/** The HTTP application: platform middleware, /health, and each module's routes under /api/v1. */
+export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
+  const app = createRouter<AppEnv>();
+  const trusted = new Set((keel.config.TRUST_PROXY ?? '').split(',').map((s) => s.trim()).filter(Boolean));
+
+  app.use('*', requestContext(keel.log, trusted));
+  app.onError((err, c) => handleError(err, c, keel.log));
+  app.notFound((c) => errorResponse(c, new AppError(404, 'not_found', `No route for ${c.req.method} ${c.req.path}`)));
+
+  mountHealth(app, keel.config.serviceVersion, keel.database);
+
+  app.use(`${API_BASE}/*`, apiHeaders);
+  app.use(
+    `${API_BASE}/*`,
+    bodyLimit({
+      maxSize: keel.config.BODY_LIMIT_BYTES,
+      onError: (c) => {
+        // The rest of the body is never read: tell the client not to reuse this connection.
+        c.header('Connection', 'close');
+        return errorResponse(c, new AppError(413, 'payload_too_large', 'The request body is too large'));
+      },
+    }),
+  );
+  app.use(`${API_BASE}/*`, jsonOnly());
+
+  const api = createRouter<AppEnv>();
+  for (const mount of moduleRoutes) mount(api, keel);
+  app.route(API_BASE, api);
+
+  app.doc31(`${API_BASE}/openapi.json`, {
+    openapi: '3.1.0',
+    info: { title: 'Keel API', version: keel.config.serviceVersion, description: 'Identity, SSO, webhooks and agent updates' },
+    servers: [{ url: keel.config.publicUrl }],
+  });
+  mountDocs(app as unknown as OpenAPIHono<never>, `${API_BASE}/docs`, `${API_BASE}/openapi.json`);
+  return app;
+}

@@ -1,0 +1,156 @@
+import { z } from 'zod';
+import { readFileSync } from 'node:fs';
+
+/**
+ * Every environment variable Keel reads, parsed once. A bad value stops start-up with one line naming
+ * the variable (ConfigError). Secrets that development may generate (APP_ENCRYPTION_KEY, JWT_SECRET)
+ * are resolved later by `resolveSecrets` in platform/keys.ts, because that needs DATA_DIR.
+ */
+
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+const bool = (def: boolean) =>
+  z
+    .enum(['true', 'false', '1', '0', 'yes', 'no'], { error: 'must be true or false' })
+    .optional()
+    .transform((v) => (v === undefined ? def : v === 'true' || v === '1' || v === 'yes'));
+
+const int = (def: number, min: number, max: number) =>
+  z
+    .string()
+    .optional()
+    .transform((v, ctx) => {
+      if (v === undefined || v === '') return def;
+      const n = Number(v);
+      if (!Number.isInteger(n) || n < min || n > max) {
+        ctx.addIssue({ code: 'custom', message: `must be a whole number from ${min} to ${max}` });
+        return z.NEVER;
+      }
+      return n;
+    });
+
+const optionalString = z
+  .string()
+  .optional()
+  .transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim()));
+
+const url = (protocols: string[]) =>
+  optionalString.refine(
+    (v) => {
+      if (v === undefined) return true;
+      try {
+        return protocols.includes(new URL(v).protocol);
+      } catch {
+        return false;
+      }
+    },
+    { message: `must be a URL (${protocols.join(' or ')})` },
+  );
+
+const envSchema = z.object({
+  NODE_ENV: z.enum(['development', 'production', 'test']).default('development'),
+  PORT: int(3000, 0, 65535),
+  HOST: z.string().min(1).default('127.0.0.1'),
+  DATA_DIR: z.string().min(1).default('./data'),
+  DATABASE_URL: url(['postgres:', 'postgresql:']),
+  REDIS_URL: url(['redis:', 'rediss:']),
+  APP_ENCRYPTION_KEY: optionalString,
+  SECRET_ENCRYPTION_KEY: optionalString,
+  APP_ENCRYPTION_KEYS_PREVIOUS: optionalString,
+  JWT_SECRET: optionalString,
+  JWT_SECRETS_PREVIOUS: optionalString,
+  PUBLIC_URL: url(['http:', 'https:']),
+  PUBLIC_APP_URL: url(['http:', 'https:']),
+  DASHBOARD_URL: url(['http:', 'https:']),
+  ENABLE_REGISTRATION: bool(false),
+  ENABLE_2FA: bool(true),
+  AUTO_MIGRATE: bool(true),
+  SERVICE_VERSION: optionalString,
+  ADMIN_EMAIL: optionalString.refine((v) => v === undefined || z.email().safeParse(v).success, {
+    message: 'must be an email address',
+  }),
+  ADMIN_PASSWORD: optionalString,
+  SMTP_URL: url(['smtp:', 'smtps:']),
+  MAIL_FROM: z.string().default('Keel <no-reply@keel.local>'),
+  SMS_PROVIDER: z.enum(['log', 'twilio']).default('log'),
+  TWILIO_ACCOUNT_SID: optionalString,
+  TWILIO_AUTH_TOKEN: optionalString,
+  TWILIO_FROM: optionalString,
+  TWILIO_BASE_URL: url(['http:', 'https:']),
+  BINARY_SOURCE: z.enum(['remote', 'local']).default('remote'),
+  AGENT_RELEASE_URL: url(['http:', 'https:']),
+  AGENT_AUTO_PROMOTE: bool(true),
+  ALLOW_INSECURE_TARGETS: bool(false),
+  WORKER: z.enum(['inline', 'off']).default('inline'),
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  TRUST_PROXY: optionalString,
+  WEBAUTHN_RP_ID: optionalString,
+  WEBAUTHN_ORIGIN: url(['http:', 'https:']),
+  // Limits (DECISIONS "More details"); each can be set by environment.
+  LOGIN_LIMIT: int(10, 1, 100000),
+  LOGIN_WINDOW_SECONDS: int(900, 1, 86400),
+  LOCKOUT_THRESHOLD: int(10, 1, 100000),
+  LOCKOUT_SECONDS: int(900, 1, 86400),
+  MFA_VERIFY_LIMIT: int(5, 1, 100000),
+  MFA_VERIFY_WINDOW_SECONDS: int(300, 1, 86400),
+  FORGOT_PASSWORD_LIMIT: int(5, 1, 100000),
+  REGISTER_LIMIT: int(5, 1, 100000),
+  REGISTER_PARTNER_LIMIT: int(3, 1, 100000),
+  SSO_EXCHANGE_LIMIT: int(30, 1, 100000),
+  PASSWORD_REENTRY_LIMIT: int(5, 1, 100000),
+  SMS_PER_TEMP_TOKEN_LIMIT: int(3, 1, 1000),
+  SMS_PER_PHONE_HOURLY_LIMIT: int(5, 1, 100000),
+  PHONE_VERIFY_HOURLY_LIMIT: int(5, 1, 100000),
+  BODY_LIMIT_BYTES: int(1024 * 1024, 1024, 1024 * 1024 * 1024),
+});
+
+export type Env = z.infer<typeof envSchema>;
+
+export interface Config extends Omit<Env, 'PUBLIC_URL' | 'PUBLIC_APP_URL' | 'DASHBOARD_URL' | 'SERVICE_VERSION'> {
+  production: boolean;
+  /** PUBLIC_URL, else PUBLIC_APP_URL, else DASHBOARD_URL, else http://localhost:3000; no trailing slash. */
+  publicUrl: string;
+  serviceVersion: string;
+}
+
+function packageVersion(): string {
+  try {
+    const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version?: string };
+    return pkg.version ?? '0.0.0';
+  } catch {
+    return '0.0.0';
+  }
+}
+
+/** Parses the environment. Throws ConfigError with one line naming the first bad variable. */
+export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
+  const parsed = envSchema.safeParse(env);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    const name = issue ? String(issue.path[0] ?? 'environment') : 'environment';
+    const value = env[name];
+    const message = issue?.message ?? 'invalid';
+    throw new ConfigError(
+      `Invalid configuration: ${name} ${message}${value !== undefined && !/SECRET|KEY|PASSWORD|TOKEN/.test(name) ? ` (got "${value}")` : ''}`,
+    );
+  }
+  const e = parsed.data;
+  const production = e.NODE_ENV === 'production';
+  if (production && e.ALLOW_INSECURE_TARGETS) {
+    throw new ConfigError('Invalid configuration: ALLOW_INSECURE_TARGETS=true is refused when NODE_ENV=production');
+  }
+  if (production && !(e.APP_ENCRYPTION_KEY ?? e.SECRET_ENCRYPTION_KEY)) {
+    throw new ConfigError('Invalid configuration: APP_ENCRYPTION_KEY (or SECRET_ENCRYPTION_KEY) is required when NODE_ENV=production');
+  }
+  if (production && !e.JWT_SECRET) {
+    throw new ConfigError('Invalid configuration: JWT_SECRET is required when NODE_ENV=production');
+  }
+  if (e.SMS_PROVIDER === 'twilio' && !(e.TWILIO_ACCOUNT_SID && e.TWILIO_AUTH_TOKEN && e.TWILIO_FROM)) {
+    throw new ConfigError('Invalid configuration: SMS_PROVIDER=twilio needs TWILIO_ACCOUNT_SID, TWILIO_AUTH_TOKEN and TWILIO_FROM');
+  }
+  const publicUrl = (e.PUBLIC_URL ?? e.PUBLIC_APP_URL ?? e.DASHBOARD_URL ?? 'http://localhost:3000').replace(/\/+$/, '');
+  const { PUBLIC_URL: _a, PUBLIC_APP_URL: _b, DASHBOARD_URL: _c, SERVICE_VERSION, ...rest } = e;
+  return { ...rest, production, publicUrl, serviceVersion: SERVICE_VERSION ?? packageVersion() };
+}

@@ -1,0 +1,68 @@
+import { newId } from './platform/db/columns.js';
+import { clock } from './platform/clock.js';
+import type { Tx } from './platform/db/transaction.js';
+
+/** Event types a webhook can subscribe to (SPEC 6.1). */
+export const EVENT_TYPES = [
+  'device.enrolled', 'device.online', 'device.offline', 'device.updated', 'device.decommissioned',
+  'alert.triggered', 'alert.acknowledged', 'alert.resolved', 'alert.escalated',
+  'script.started', 'script.completed', 'script.failed',
+  'automation.started', 'automation.completed', 'automation.failed',
+  'policy.evaluated', 'policy.violation', 'policy.compliant',
+  'patch.available', 'patch.approved', 'patch.installed', 'patch.failed', 'patch.rollback',
+  'security.score_changed', 'remote.session.started', 'remote.session.ended', 'remote.file.transferred',
+  'user.login', 'user.logout', 'session.login', 'session.logout',
+  'webhook.test',
+] as const;
+
+export type EventType = (typeof EVENT_TYPES)[number];
+
+export function isEventType(value: string): value is EventType {
+  return (EVENT_TYPES as readonly string[]).includes(value);
+}
+
+/** Typed `data` for the events Keel itself emits; other types carry an open object. */
+export interface KnownEventData {
+  'user.login': { userId: string; email: string; sessionId: string; method: 'password' | 'mfa' | 'sso' };
+  'user.logout': { userId: string; email: string; sessionId: string | null };
+}
+
+export type EventData<T extends EventType> = T extends keyof KnownEventData ? KnownEventData[T] : Record<string, unknown>;
+
+export interface KeelEvent<T extends EventType = EventType> {
+  id: string;
+  type: T;
+  timestamp: string;
+  /** Events without an organisation are not routed to webhooks (DECISIONS). */
+  orgId: string | null;
+  data: EventData<T>;
+}
+
+export type EventHandler = (tx: Tx, event: KeelEvent) => Promise<void>;
+
+/**
+ * The in-process event bus. `publish` runs every subscriber inside the publisher's transaction, so a
+ * subscriber's writes (the webhooks module's delivery rows) commit or roll back with the change that
+ * caused them (an outbox). Subscribers schedule side effects with `tx.afterCommit`.
+ */
+export class EventBus {
+  readonly #handlers = new Map<EventType | '*', EventHandler[]>();
+
+  subscribe(type: EventType | '*', handler: EventHandler): () => void {
+    const list = this.#handlers.get(type) ?? [];
+    list.push(handler);
+    this.#handlers.set(type, list);
+    return () => {
+      const l = this.#handlers.get(type);
+      if (l) this.#handlers.set(type, l.filter((h) => h !== handler));
+    };
+  }
+
+  async publish<T extends EventType>(tx: Tx, type: T, orgId: string | null, data: EventData<T>): Promise<KeelEvent<T>> {
+    const event: KeelEvent<T> = { id: newId(), type, timestamp: clock.now().toISOString(), orgId, data };
+    for (const handler of [...(this.#handlers.get(type) ?? []), ...(this.#handlers.get('*') ?? [])]) {
+      await handler(tx, event);
+    }
+    return event;
+  }
+}

@@ -1,0 +1,81 @@
+import { loadConfig, type Config } from './config.js';
+import { createLogger, type Logger } from './platform/logger.js';
+import { resolveSecrets, type Secrets } from './platform/keys.js';
+import { openDatabase, pgliteDirFor, type Database, type Db } from './platform/db/client.js';
+import { migrate, pendingMigrations, MigrationError } from './platform/db/migrator.js';
+import { connectRedis, type Redis } from './platform/redis.js';
+import { RateLimits } from './platform/rate-limit.js';
+import { createMailer, type Mailer } from './platform/mail.js';
+import { Invalidation } from './platform/invalidation.js';
+import { EventBus } from './events.js';
+import { seedAccess } from './modules/access/seed.js';
+import { bootstrapAdmin } from './modules/identity/bootstrap.js';
+
+/** Everything a module needs, built once per process and handed to each module's routes and services. */
+export interface Keel {
+  config: Config;
+  log: Logger;
+  database: Database;
+  db: Db;
+  secrets: Secrets;
+  redis: Redis | null;
+  limits: RateLimits;
+  mailer: Mailer;
+  events: EventBus;
+  invalidation: Invalidation;
+  close(): Promise<void>;
+}
+
+export interface KeelOptions {
+  config?: Config;
+  log?: Logger;
+  /** An already open database (tests share one); otherwise opened from the config. */
+  database?: Database;
+  /** Skip migrations and seed (the caller already did them). */
+  skipMigrate?: boolean;
+}
+
+export async function createKeel(opts: KeelOptions = {}): Promise<Keel> {
+  const config = opts.config ?? loadConfig();
+  const log = opts.log ?? createLogger(config.LOG_LEVEL);
+  const secrets = resolveSecrets(config, log);
+  const ownsDatabase = !opts.database;
+  const database = opts.database ?? (await openDatabase({ url: config.DATABASE_URL, pgliteDir: pgliteDirFor(config.DATA_DIR) }));
+  try {
+    if (!opts.skipMigrate) {
+      if (config.AUTO_MIGRATE) {
+        const { applied } = await migrate(database);
+        if (applied.length > 0) log.info({ applied }, 'migrations applied');
+      } else {
+        const pending = await pendingMigrations(database);
+        if (pending.length > 0) throw new MigrationError(`Pending migrations (${pending.join(', ')}) and AUTO_MIGRATE=false: run \`keel migrate\``);
+      }
+      await seedAccess(database.db);
+    }
+    await bootstrapAdmin(database.db, log, config.ADMIN_EMAIL, config.ADMIN_PASSWORD);
+  } catch (err) {
+    if (ownsDatabase) await database.close();
+    throw err;
+  }
+  const redis = config.REDIS_URL ? connectRedis(config.REDIS_URL) : null;
+  const invalidation = new Invalidation({ database, redisUrl: config.REDIS_URL, redis }, log);
+  await invalidation.start();
+  const keel: Keel = {
+    config,
+    log,
+    database,
+    db: database.db,
+    secrets,
+    redis,
+    limits: new RateLimits(redis),
+    mailer: createMailer({ smtpUrl: config.SMTP_URL, from: config.MAIL_FROM, production: config.production, log }),
+    events: new EventBus(),
+    invalidation,
+    async close() {
+      await invalidation.stop();
+      redis?.disconnect();
+      if (ownsDatabase) await database.close();
+    },
+  };
+  return keel;
+}

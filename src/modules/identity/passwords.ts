@@ -1,0 +1,53 @@
+import { hash, verify } from '@node-rs/argon2';
+import { ZxcvbnFactory } from '@zxcvbn-ts/core';
+import * as common from '@zxcvbn-ts/language-common';
+import * as en from '@zxcvbn-ts/language-en';
+import { validationError } from '../../platform/http/errors.js';
+
+// Argon2id with the library's defaults: OWASP's 19 MiB, t=2, p=1.
+export function hashPassword(password: string): Promise<string> {
+  return hash(password);
+}
+
+export async function verifyPassword(passwordHash: string, password: string): Promise<boolean> {
+  try {
+    return await verify(passwordHash, password);
+  } catch {
+    return false;
+  }
+}
+
+let dummyHash: Promise<string> | null = null;
+/** Spends the same time as a real verify, so an unknown email is not told apart by timing. */
+export async function dummyVerify(password: string): Promise<void> {
+  dummyHash ??= hash('keel-dummy-password-for-timing');
+  await verifyPassword(await dummyHash, password);
+}
+
+let zxcvbn: ZxcvbnFactory | null = null;
+function strength(): ZxcvbnFactory {
+  zxcvbn ??= new ZxcvbnFactory({
+    dictionary: { ...common.dictionary, ...en.dictionary },
+    graphs: common.adjacencyGraphs,
+    translations: en.translations,
+  });
+  return zxcvbn;
+}
+
+export const PASSWORD_MIN = 8;
+export const PASSWORD_MAX = 128;
+
+/**
+ * Password policy: 8 to 128 characters and a zxcvbn score of at least 3, with the user's email and
+ * name as inputs. Throws a 400 whose field message says why.
+ */
+export async function assertStrongPassword(password: string, userInputs: (string | undefined | null)[], field = 'password'): Promise<void> {
+  if (password.length < PASSWORD_MIN) throw validationError([{ path: field, message: `must be at least ${PASSWORD_MIN} characters` }]);
+  if (password.length > PASSWORD_MAX) throw validationError([{ path: field, message: `must be at most ${PASSWORD_MAX} characters` }]);
+  const inputs = userInputs.filter((s): s is string => !!s).flatMap((s) => [s, ...s.split(/[@.\s]+/)]);
+  const result = await strength().checkAsync(password, inputs);
+  if (result.score < 3) {
+    const hint = result.feedback.warning ?? result.feedback.suggestions[0] ?? 'add more words or characters';
+    throw validationError([{ path: field, message: `is too weak: ${hint}`.replace(/\.$/, '') }]);
+  }
+}

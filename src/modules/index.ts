@@ -1,0 +1,8 @@
+import type { OpenAPIHono } from '@hono/zod-openapi';
+import type { AppEnv } from '../app-env.js';
+import type { Keel } from '../keel.js';
+
+/** Each module contributes one function that mounts its routes on the /api/v1 router. */
+export type MountRoutes = (api: OpenAPIHono<AppEnv>, keel: Keel) => void;
+
+export const moduleRoutes: MountRoutes[] = [];

@@ -1,0 +1,61 @@
+import { index, jsonb, pgTable, uuid, varchar } from 'drizzle-orm/pg-core';
+import { createdAt, idColumn, updatedAt } from '../../platform/db/columns.js';
+
+/** `settings.security`: { requireMfa, allowedMfaMethods: { totp, sms, passkey } } (DECISIONS). */
+export interface TenantSettings {
+  security?: {
+    requireMfa?: boolean;
+    allowedMfaMethods?: { totp?: boolean; sms?: boolean; passkey?: boolean };
+  };
+  [key: string]: unknown;
+}
+
+export const partners = pgTable('partners', {
+  id: idColumn(),
+  name: varchar('name', { length: 255 }).notNull(),
+  settings: jsonb('settings').$type<TenantSettings>().notNull().default({}),
+  createdAt: createdAt(),
+  updatedAt: updatedAt(),
+});
+
+export const organizations = pgTable(
+  'organizations',
+  {
+    id: idColumn(),
+    partnerId: uuid('partner_id').references(() => partners.id, { onDelete: 'restrict' }),
+    name: varchar('name', { length: 255 }).notNull(),
+    settings: jsonb('settings').$type<TenantSettings>().notNull().default({}),
+    createdAt: createdAt(),
+    updatedAt: updatedAt(),
+  },
+  (t) => [index('organizations_partner_idx').on(t.partnerId)],
+);
+
+export const sites = pgTable(
+  'sites',
+  {
+    id: idColumn(),
+    orgId: uuid('org_id')
+      .notNull()
+      .references(() => organizations.id, { onDelete: 'cascade' }),
+    name: varchar('name', { length: 255 }).notNull(),
+    createdAt: createdAt(),
+    updatedAt: updatedAt(),
+  },
+  (t) => [index('sites_org_idx').on(t.orgId)],
+);
+
+export const deviceGroups = pgTable(
+  'device_groups',
+  {
+    id: idColumn(),
+    orgId: uuid('org_id')
+      .notNull()
+      .references(() => organizations.id, { onDelete: 'cascade' }),
+    siteId: uuid('site_id').references(() => sites.id, { onDelete: 'set null' }),
+    name: varchar('name', { length: 255 }).notNull(),
+    createdAt: createdAt(),
+    updatedAt: updatedAt(),
+  },
+  (t) => [index('device_groups_org_idx').on(t.orgId)],
+);

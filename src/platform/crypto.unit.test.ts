@@ -1,0 +1,58 @@
+import { describe, expect, it } from 'vitest';
+import { randomBytes } from 'node:crypto';
+import { constantTimeEqual, DecryptionError, parseKey, randomToken, Sealer, sealingKey, sha256Hex } from './crypto.js';
+
+describe('crypto', () => {
+  const key = sealingKey(randomBytes(32));
+
+  it('round-trips AES-256-GCM and never shows the plaintext', () => {
+    const s = new Sealer(key);
+    const sealed = s.seal('JBSWY3DPEHPK3PXP', 'users.mfa_secret:1');
+    expect(sealed).not.toContain('JBSWY3DPEHPK3PXP');
+    expect(sealed.startsWith(`v1.${key.id}.`)).toBe(true);
+    expect(s.open(sealed, 'users.mfa_secret:1')).toBe('JBSWY3DPEHPK3PXP');
+    expect(s.seal('same')).not.toBe(s.seal('same'));
+  });
+
+  it('rejects a tampered ciphertext, tag, or context', () => {
+    const s = new Sealer(key);
+    const sealed = s.seal('secret value', 'ctx');
+    const parts = sealed.split('.');
+    const ct = Buffer.from(parts[3]!, 'base64url');
+    ct[0] = (ct[0] ?? 0) ^ 1;
+    const tampered = [...parts.slice(0, 3), ct.toString('base64url'), parts[4]].join('.');
+    expect(() => s.open(tampered, 'ctx')).toThrow(DecryptionError);
+    const tag = Buffer.from(parts[4]!, 'base64url');
+    tag[0] = (tag[0] ?? 0) ^ 1;
+    expect(() => s.open([...parts.slice(0, 4), tag.toString('base64url')].join('.'), 'ctx')).toThrow(DecryptionError);
+    expect(() => s.open(sealed, 'other-ctx')).toThrow(DecryptionError);
+    expect(() => s.open('garbage', 'ctx')).toThrow(DecryptionError);
+  });
+
+  it('opens values sealed with a previous key after rotation, and only with it', () => {
+    const old = new Sealer(key);
+    const sealed = old.seal('rotate me');
+    const next = sealingKey(randomBytes(32));
+    const rotated = new Sealer(next, [key]);
+    expect(rotated.open(sealed)).toBe('rotate me');
+    expect(rotated.needsReseal(sealed)).toBe(true);
+    expect(rotated.needsReseal(rotated.seal('x'))).toBe(false);
+    expect(() => new Sealer(next).open(sealed)).toThrow(DecryptionError);
+  });
+
+  it('parses 32-byte keys as hex or base64 and refuses other lengths', () => {
+    const raw = randomBytes(32);
+    expect(parseKey(raw.toString('hex'))?.equals(raw)).toBe(true);
+    expect(parseKey(raw.toString('base64'))?.equals(raw)).toBe(true);
+    expect(parseKey(raw.toString('base64url'))?.equals(raw)).toBe(true);
+    expect(parseKey('abc')).toBeNull();
+  });
+
+  it('compares in constant time and makes unguessable tokens', () => {
+    expect(constantTimeEqual('abc', 'abc')).toBe(true);
+    expect(constantTimeEqual('abc', 'abd')).toBe(false);
+    expect(constantTimeEqual('abc', 'abcd')).toBe(false);
+    expect(randomToken()).toMatch(/^[\w-]{43}$/);
+    expect(sha256Hex('abc')).toBe('ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad');
+  });
+});

@@ -1,0 +1,111 @@
+import { mkdirSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { PGlite } from '@electric-sql/pglite';
+import pg from 'pg';
+import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
+import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
+import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
+
+/** The query builder every module uses; a transaction (`db.transaction(tx => …)`) has the same type. */
+export type Db = PgDatabase<PgQueryResultHKT>;
+
+export interface Database {
+  kind: 'pglite' | 'postgres';
+  db: Db;
+  /** Runs one SQL statement with parameters and returns its rows (used by the migrator and probes). */
+  query<T extends Record<string, unknown>>(text: string, params?: unknown[]): Promise<T[]>;
+  /** LISTEN on a channel; returns a function that stops listening. */
+  listen(channel: string, onPayload: (payload: string) => void): Promise<() => Promise<void>>;
+  notify(channel: string, payload: string): Promise<void>;
+  close(): Promise<void>;
+  /** PGlite only: the whole data dir as a tarball (test templates, backups). */
+  dump?: () => Promise<Blob>;
+}
+
+export interface DatabaseOptions {
+  /** postgres:// URL; unset: embedded PGlite. */
+  url?: string | undefined;
+  /** Folder for PGlite's files; `memory://` keeps it in memory (tests). */
+  pgliteDir?: string;
+  /** A PGlite data-dir dump to start from (tests clone a migrated template instead of running initdb). */
+  pgliteLoad?: Blob;
+  poolSize?: number;
+}
+
+export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
+  if (opts.url) return openPostgres(opts.url, opts.poolSize ?? 20);
+  return openPglite(opts.pgliteDir ?? 'memory://', opts.pgliteLoad);
+}
+
+export function pgliteDirFor(dataDir: string): string {
+  return join(resolve(dataDir), 'pglite');
+}
+
+async function openPglite(dir: string, load?: Blob): Promise<Database> {
+  if (!dir.startsWith('memory://')) mkdirSync(dir, { recursive: true });
+  const client = await PGlite.create({ dataDir: dir, ...(load ? { loadDataDir: load } : {}) });
+  const db = drizzlePglite(client) as unknown as Db;
+  return {
+    kind: 'pglite',
+    db,
+    async query<T extends Record<string, unknown>>(text: string, params: unknown[] = []) {
+      const r = await client.query<T>(text, params);
+      return r.rows;
+    },
+    async listen(channel, onPayload) {
+      const unsub = await client.listen(channel, onPayload);
+      return async () => {
+        await unsub();
+      };
+    },
+    async notify(channel, payload) {
+      await client.query('select pg_notify($1, $2)', [channel, payload]);
+    },
+    async close() {
+      await client.close();
+    },
+    dump: () => client.dumpDataDir('none'),
+  };
+}
+
+function openPostgres(url: string, max: number): Database {
+  const pool = new pg.Pool({ connectionString: url, max, idleTimeoutMillis: 30_000 });
+  // An idle client's error (server restart) must not crash the process; the next query reconnects.
+  pool.on('error', () => undefined);
+  const db = drizzlePg(pool) as unknown as Db;
+  const listeners = new Set<pg.Client>();
+  return {
+    kind: 'postgres',
+    db,
+    async query<T extends Record<string, unknown>>(text: string, params: unknown[] = []) {
+      const r = await pool.query<T>(text, params);
+      return r.rows;
+    },
+    async listen(channel, onPayload) {
+      const client = new pg.Client({ connectionString: url });
+      client.on('error', () => undefined);
+      await client.connect();
+      client.on('notification', (n) => {
+        if (n.channel === channel && n.payload !== undefined) onPayload(n.payload);
+      });
+      await client.query(`LISTEN "${channel.replace(/"/g, '')}"`);
+      listeners.add(client);
+      return async () => {
+        listeners.delete(client);
+        await client.end().catch(() => undefined);
+      };
+    },
+    async notify(channel, payload) {
+      await pool.query('select pg_notify($1, $2)', [channel, payload]);
+    },
+    async close() {
+      await Promise.all([...listeners].map((c) => c.end().catch(() => undefined)));
+      await pool.end();
+    },
+  };
+}
+
+/** Rows of a `db.execute(sql...)` result (both drivers answer `{ rows }`). */
+export function rowsOf<T>(result: unknown): T[] {
+  return (result as { rows: T[] }).rows;
+}

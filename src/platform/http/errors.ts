@@ -1,0 +1,79 @@
+import type { Context } from 'hono';
+import { HTTPException } from 'hono/http-exception';
+import type { ContentfulStatusCode } from 'hono/utils/http-status';
+import { z } from 'zod';
+import type { Logger } from '../logger.js';
+
+/** The one error envelope: `{ error, code, details? }` (DECISIONS "API conventions"). */
+export interface ErrorBody {
+  error: string;
+  code: string;
+  details?: Record<string, unknown>;
+  retryAfter?: number;
+}
+
+export class AppError extends Error {
+  override name = 'AppError';
+  constructor(
+    readonly status: ContentfulStatusCode,
+    readonly code: string,
+    message: string,
+    readonly details?: Record<string, unknown>,
+    readonly headers?: Record<string, string>,
+  ) {
+    super(message);
+  }
+}
+
+export const badRequest = (code: string, message: string, details?: Record<string, unknown>) =>
+  new AppError(400, code, message, details);
+export const unauthorized = (message = 'Authentication required', code = 'unauthorized') => new AppError(401, code, message);
+export const forbidden = (message = 'You do not have permission to do this', code = 'forbidden') =>
+  new AppError(403, code, message);
+export const notFound = (what = 'Resource') => new AppError(404, 'not_found', `${what} not found`);
+export const conflict = (code: string, message: string, details?: Record<string, unknown>) =>
+  new AppError(409, code, message, details);
+export const tooManyRequests = (retryAfterSeconds: number, message = 'Too many requests; try again later') =>
+  new AppError(429, 'rate_limited', message, undefined, { 'Retry-After': String(retryAfterSeconds) });
+
+export interface FieldIssue {
+  path: string;
+  message: string;
+}
+
+export function validationError(fields: FieldIssue[]): AppError {
+  return new AppError(400, 'validation_failed', 'The request is not valid', { fields });
+}
+
+export function zodFields(error: z.ZodError, prefix?: string): FieldIssue[] {
+  return error.issues.map((i) => ({
+    path: [...(prefix ? [prefix] : []), ...i.path.map(String)].join('.') || '(body)',
+    message: i.message,
+  }));
+}
+
+export function errorResponse(c: Context, err: AppError): Response {
+  const body: ErrorBody = { error: err.message, code: err.code };
+  if (err.details) body.details = err.details;
+  if (err.status === 429) body.retryAfter = Number(err.headers?.['Retry-After'] ?? 1);
+  return c.json(body, err.status, err.headers);
+}
+
+/** Maps anything thrown to the envelope. Unknown errors are bugs: logged with their stack, answered generically. */
+export function handleError(err: unknown, c: Context, log: Logger): Response {
+  if (err instanceof AppError) return errorResponse(c, err);
+  if (err instanceof z.ZodError) return errorResponse(c, validationError(zodFields(err)));
+  if (err instanceof HTTPException) {
+    const status = err.status;
+    if (status === 413) return errorResponse(c, new AppError(413, 'payload_too_large', 'The request body is too large'));
+    if (status === 400 && /json/i.test(err.message)) {
+      return errorResponse(c, new AppError(400, 'invalid_json', 'The request body is not valid JSON'));
+    }
+    if (status >= 400 && status < 500) {
+      return errorResponse(c, new AppError(status, 'bad_request', 'The request could not be processed'));
+    }
+  }
+  const reqLog = (c.get('log') as Logger | undefined) ?? log;
+  reqLog.error({ err }, 'unhandled error');
+  return c.json({ error: 'Internal server error', code: 'internal_error' } satisfies ErrorBody, 500);
+}

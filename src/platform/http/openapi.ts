@@ -1,0 +1,45 @@
+import { OpenAPIHono } from '@hono/zod-openapi';
+import type { Env } from 'hono';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { createRequire } from 'node:module';
+import { validationError, zodFields } from './errors.js';
+
+/**
+ * A router whose zod validation failures become the 400 `validation_failed` envelope. Every module
+ * builds its routes with this, so every request and response schema lands in the OpenAPI document.
+ */
+export function createRouter<E extends Env>(): OpenAPIHono<E> {
+  return new OpenAPIHono<E>({
+    defaultHook: (result) => {
+      if (!result.success) {
+        throw validationError(zodFields(result.error, result.target === 'json' ? undefined : result.target));
+      }
+    },
+  });
+}
+
+const require = createRequire(import.meta.url);
+const swaggerDir = (require('swagger-ui-dist') as { getAbsoluteFSPath(): string }).getAbsoluteFSPath();
+const ASSETS: Record<string, string> = {
+  'swagger-ui.css': 'text/css; charset=utf-8',
+  'swagger-ui-bundle.js': 'text/javascript; charset=utf-8',
+  'swagger-ui-standalone-preset.js': 'text/javascript; charset=utf-8',
+};
+
+/** The docs page and its assets, served from the swagger-ui-dist package (no CDN). */
+export function mountDocs(app: OpenAPIHono<never>, base: string, specPath: string): void {
+  const html = `<!doctype html><html><head><meta charset="utf-8"><title>Keel API</title>
+<link rel="stylesheet" href="${base}/assets/swagger-ui.css"></head><body><div id="ui"></div>
+<script src="${base}/assets/swagger-ui-bundle.js"></script>
+<script src="${base}/assets/init.js"></script></body></html>`;
+  const init = `window.ui = SwaggerUIBundle({ url: ${JSON.stringify(specPath)}, dom_id: '#ui' });`;
+  app.get(base, (c) => c.html(html));
+  app.get(`${base}/assets/init.js`, (c) => c.body(init, 200, { 'Content-Type': 'text/javascript; charset=utf-8' }));
+  app.get(`${base}/assets/:file`, (c) => {
+    const file = c.req.param('file');
+    const type = ASSETS[file];
+    if (!type) return c.json({ error: 'Not found', code: 'not_found' }, 404);
+    return c.body(readFileSync(join(swaggerDir, file)), 200, { 'Content-Type': type, 'Cache-Control': 'public, max-age=86400' });
+  });
+}

@@ -1,0 +1,41 @@
+import nodemailer from 'nodemailer';
+import type { Logger } from './logger.js';
+
+export interface Mail {
+  to: string;
+  subject: string;
+  text: string;
+}
+
+export interface Mailer {
+  /** True when a real SMTP server is configured (or the development log sink may show the content). */
+  readonly delivers: boolean;
+  send(mail: Mail): Promise<void>;
+}
+
+/**
+ * SMTP through nodemailer when SMTP_URL is set. Otherwise, in development, the whole message is
+ * written to the log (clearly marked, links included); under production nothing secret is printed.
+ */
+export function createMailer(opts: { smtpUrl: string | undefined; from: string; production: boolean; log: Logger }): Mailer {
+  if (opts.smtpUrl) {
+    const transport = nodemailer.createTransport(opts.smtpUrl);
+    return {
+      delivers: true,
+      async send(mail) {
+        await transport.sendMail({ from: opts.from, to: mail.to, subject: mail.subject, text: mail.text });
+      },
+    };
+  }
+  return {
+    delivers: !opts.production,
+    send(mail) {
+      if (opts.production) {
+        opts.log.warn({ subject: mail.subject }, 'no email service configured (SMTP_URL): email not sent');
+      } else {
+        opts.log.warn({ devEmailSink: true, to: mail.to, subject: mail.subject, body: mail.text }, 'DEVELOPMENT EMAIL (not sent; set SMTP_URL)');
+      }
+      return Promise.resolve();
+    },
+  };
+}

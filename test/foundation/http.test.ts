@@ -1,0 +1,55 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
+
+describe.skipIf(!backendAvailable())('HTTP foundation', () => {
+  let app: TestApp;
+  beforeAll(async () => {
+    app = await startTestApp({ env: { SERVICE_VERSION: '9.9.9-rc.1' } });
+  });
+  afterAll(async () => app?.close());
+
+  it('reports health with the version and database reachability', async () => {
+    const res = await app.request('GET', '/health');
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ status: 'ok', version: '9.9.9-rc.1', database: { status: 'ok' } });
+    expect(res.headers.get('x-request-id')).toBeTruthy();
+  });
+
+  it('answers unknown routes with the 404 envelope', async () => {
+    const res = await app.api('GET', '/no/such/route');
+    expect(res.status).toBe(404);
+    expect(res.body).toMatchObject({ code: 'not_found' });
+    expect(typeof res.body.error).toBe('string');
+  });
+
+  it('refuses a non-JSON body with 415', async () => {
+    const res = await app.api('POST', '/auth/login', { raw: 'email=a', headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+    expect(res.status).toBe(415);
+    expect(res.body).toMatchObject({ code: 'unsupported_media_type' });
+  });
+
+  it('refuses an oversize body with 413', async () => {
+    const res = await app.api('POST', '/auth/login', { raw: JSON.stringify({ email: 'x'.repeat(1024 * 1024 + 10) }), headers: { 'content-type': 'application/json' } });
+    expect(res.status).toBe(413);
+    expect(res.body).toMatchObject({ code: 'payload_too_large' });
+  });
+
+  it('publishes the OpenAPI 3.1 document and a docs page served without a CDN', async () => {
+    const spec = await app.api('GET', '/openapi.json');
+    expect(spec.status).toBe(200);
+    expect(spec.body.openapi).toBe('3.1.0');
+    expect(Object.keys(spec.body.paths)).toContain('/health');
+    const docs = await app.api('GET', '/docs');
+    expect(docs.status).toBe(200);
+    expect(docs.body).toContain('/api/v1/docs/assets/swagger-ui-bundle.js');
+    expect(docs.body).not.toMatch(/https?:\/\/(cdn|unpkg)/);
+    const bundle = await app.api('GET', '/docs/assets/swagger-ui-bundle.js');
+    expect(bundle.status).toBe(200);
+    expect((bundle.body as string).length).toBeGreaterThan(100_000);
+  });
+
+  it('is reachable on the embedded or the real backend this project runs', async () => {
+    const res = await app.request('GET', '/health');
+    expect(res.body.database.kind).toBe(process.env.KEEL_TEST_DB === 'postgres' ? 'postgres' : 'pglite');
+  });
+});

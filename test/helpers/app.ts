@@ -1,0 +1,143 @@
+import { existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createHash, randomBytes } from 'node:crypto';
+import { loadConfig } from '../../src/config.js';
+import { startServer, type RunningServer } from '../../src/server.js';
+import { openDatabase, type Database } from '../../src/platform/db/client.js';
+import { migrate, MIGRATIONS_DIR } from '../../src/platform/db/migrator.js';
+import { createLogger } from '../../src/platform/logger.js';
+import { clock } from '../../src/platform/clock.js';
+import { createPgDatabase, realBackendsAvailable, redisUrl } from './backends.js';
+
+export type Backend = 'pglite' | 'postgres';
+
+/** The backend of this vitest project (KEEL_TEST_DB): pglite, or the real PostgreSQL + Redis servers. */
+export const backend: Backend = process.env.KEEL_TEST_DB === 'postgres' ? 'postgres' : 'pglite';
+
+/** True when this project's backend can run here (the postgres project needs the Debian servers). */
+export function backendAvailable(): boolean {
+  return backend === 'pglite' || realBackendsAvailable();
+}
+
+/**
+ * A fresh in-memory PGlite with every migration applied. PGlite's initdb costs about 2.5 s, so the
+ * first test file of a run migrates one and leaves its dump in the temp dir (keyed by the migration
+ * files); later files load that dump (about 0.5 s).
+ */
+export async function openTemplatePglite(): Promise<Database> {
+  const hash = createHash('sha256');
+  for (const f of readdirSync(MIGRATIONS_DIR).filter((n) => n.endsWith('.sql')).sort()) hash.update(f).update(readFileSync(join(MIGRATIONS_DIR, f)));
+  const file = join(tmpdir(), `keel-pglite-template-${hash.digest('hex').slice(0, 16)}.tar`);
+  if (existsSync(file)) {
+    return openDatabase({ pgliteDir: 'memory://', pgliteLoad: new Blob([readFileSync(file)]) });
+  }
+  const db = await openDatabase({ pgliteDir: 'memory://' });
+  await migrate(db);
+  const dump = await db.dump!();
+  const partial = `${file}.${process.pid}.${randomBytes(4).toString('hex')}`;
+  writeFileSync(partial, Buffer.from(await dump.arrayBuffer()));
+  renameSync(partial, file);
+  return db;
+}
+
+export interface ApiResponse<T = any> {
+  status: number;
+  body: T;
+  headers: Headers;
+  /** Set-Cookie values, one per cookie. */
+  cookies: string[];
+}
+
+export interface RequestOptions {
+  body?: unknown;
+  /** Bearer token (access token or API key). */
+  token?: string | undefined;
+  headers?: Record<string, string>;
+  /** Raw body (string) sent as is, with `headers` deciding the content type. */
+  raw?: string;
+}
+
+export interface TestApp {
+  server: RunningServer;
+  url: string;
+  /** The client IP this app's requests claim (X-Forwarded-For through the trusted loopback proxy). */
+  ip: string;
+  request<T = any>(method: string, path: string, opts?: RequestOptions): Promise<ApiResponse<T>>;
+  /** Like request but under /api/v1. */
+  api<T = any>(method: string, path: string, opts?: RequestOptions): Promise<ApiResponse<T>>;
+  close(): Promise<void>;
+}
+
+export interface TestAppOptions {
+  env?: Record<string, string>;
+}
+
+/**
+ * Starts Keel on a random loopback port against this project's backend: a fresh in-memory PGlite, or a
+ * fresh database on the real PostgreSQL server plus the real Redis. Each app claims its own client
+ * IP (through TRUST_PROXY) so per-IP limits of parallel test files never meet in the shared Redis.
+ */
+export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> {
+  clock.reset();
+  const dataDir = mkdtempSync(join(tmpdir(), 'keel-test-'));
+  const ip = `10.${randomBytes(1)[0]}.${randomBytes(1)[0]}.${1 + (randomBytes(1)[0] ?? 0) % 250}`;
+  let dropDb: (() => Promise<void>) | null = null;
+  const env: Record<string, string> = {
+    NODE_ENV: 'test',
+    DATA_DIR: dataDir,
+    LOG_LEVEL: process.env.KEEL_TEST_LOG ?? 'silent',
+    APP_ENCRYPTION_KEY: randomBytes(32).toString('hex'),
+    JWT_SECRET: randomBytes(48).toString('base64url'),
+    TRUST_PROXY: '127.0.0.1',
+    HOST: '127.0.0.1',
+    ALLOW_INSECURE_TARGETS: 'true',
+  };
+  if (backend === 'postgres') {
+    const pg = await createPgDatabase();
+    env.DATABASE_URL = pg.url;
+    env.REDIS_URL = redisUrl();
+    dropDb = () => pg.drop();
+  }
+  Object.assign(env, opts.env ?? {});
+  const config = loadConfig(env);
+  const log = createLogger(config.LOG_LEVEL);
+  const database = config.DATABASE_URL ? await openDatabase({ url: config.DATABASE_URL, poolSize: 10 }) : await openTemplatePglite();
+  let server: RunningServer;
+  try {
+    server = await startServer({ config, log, database, port: 0, host: '127.0.0.1' });
+  } catch (err) {
+    await database.close();
+    await dropDb?.();
+    throw err;
+  }
+  const request = async <T>(method: string, path: string, o: RequestOptions = {}): Promise<ApiResponse<T>> => {
+    const headers: Record<string, string> = { 'x-forwarded-for': ip, ...(o.headers ?? {}) };
+    if (o.token) headers.authorization = `Bearer ${o.token}`;
+    let body: string | undefined;
+    if (o.raw !== undefined) body = o.raw;
+    else if (o.body !== undefined) {
+      body = JSON.stringify(o.body);
+      headers['content-type'] ??= 'application/json';
+    }
+    const res = await fetch(`${server.url}${path}`, { method, headers, redirect: 'manual', ...(body !== undefined ? { body } : {}) });
+    const text = await res.text();
+    let parsed: unknown = text;
+    if ((res.headers.get('content-type') ?? '').includes('json') && text) parsed = JSON.parse(text);
+    return { status: res.status, body: parsed as T, headers: res.headers, cookies: res.headers.getSetCookie() };
+  };
+  return {
+    server,
+    url: server.url,
+    ip,
+    request,
+    api: (method, path, o) => request(method, `/api/v1${path}`, o),
+    async close() {
+      await server.close();
+      await database.close();
+      await dropDb?.();
+      rmSync(dataDir, { recursive: true, force: true });
+      clock.reset();
+    },
+  };
+}
