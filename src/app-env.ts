@@ -1,10 +1,13 @@
 import type { PlatformVariables } from './platform/http/middleware.js';
 import type { Principal } from './modules/identity/principal.js';
+import type { AccessContext } from './modules/access/scope.js';
 
 /** Per-request values every route can read with `c.get(...)`. */
 export interface AppVariables extends PlatformVariables {
   /** Set by the authenticate middleware on protected routes. */
   principal: Principal;
+  /** Set by the access module's requireScope middleware: scope, acting organisation, effective permissions. */
+  access: AccessContext;
 }
 
 export interface AppEnv {

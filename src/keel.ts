@@ -8,6 +8,7 @@ import { RateLimits } from './platform/rate-limit.js';
 import { createMailer, type Mailer } from './platform/mail.js';
 import { Invalidation } from './platform/invalidation.js';
 import { EventBus } from './events.js';
+import { SingleUseStore } from './platform/single-use.js';
 import { seedAccess } from './modules/access/seed.js';
 import { bootstrapAdmin } from './modules/identity/bootstrap.js';
 
@@ -23,6 +24,7 @@ export interface Keel {
   mailer: Mailer;
   events: EventBus;
   invalidation: Invalidation;
+  singleUse: SingleUseStore;
   close(): Promise<void>;
 }
 
@@ -71,6 +73,7 @@ export async function createKeel(opts: KeelOptions = {}): Promise<Keel> {
     mailer: createMailer({ smtpUrl: config.SMTP_URL, from: config.MAIL_FROM, production: config.production, log }),
     events: new EventBus(),
     invalidation,
+    singleUse: new SingleUseStore(secrets.sealer),
     async close() {
       await invalidation.stop();
       redis?.disconnect();

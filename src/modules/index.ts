@@ -1,8 +1,9 @@
 import type { OpenAPIHono } from '@hono/zod-openapi';
 import type { AppEnv } from '../app-env.js';
 import type { Keel } from '../keel.js';
+import { mountIdentityRoutes } from './identity/routes.js';
 
 /** Each module contributes one function that mounts its routes on the /api/v1 router. */
 export type MountRoutes = (api: OpenAPIHono<AppEnv>, keel: Keel) => void;
 
-export const moduleRoutes: MountRoutes[] = [];
+export const moduleRoutes: MountRoutes[] = [mountIdentityRoutes];

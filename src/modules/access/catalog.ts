@@ -24,7 +24,7 @@ const NAMED: [string, string, string][] = [
   ['events', 'publish', 'Publish events from other components'],
 ];
 
-const CANONICAL_ACTIONS = ['read', 'write', 'delete', 'execute'] as const;
+export const CANONICAL_ACTIONS = ['read', 'write', 'delete', 'execute'] as const;
 
 export interface CatalogEntry extends PermissionPair {
   description: string;
@@ -39,10 +39,18 @@ export const PERMISSION_CATALOG: CatalogEntry[] = (() => {
     }
   }
   for (const [resource, action, description] of NAMED) out.set(`${resource}:${action}`, { resource, action, description });
+  // `*` on either side (DECISIONS): every action on one resource, or one canonical action on every resource.
+  const resources = [...new Set([...out.values()].map((p) => p.resource))];
+  for (const resource of resources) out.set(`${resource}:*`, { resource, action: '*', description: `Every action on ${resource}` });
+  for (const action of CANONICAL_ACTIONS) {
+    out.set(`*:${action}`, { resource: '*', action, description: action === 'read' ? 'Read everything' : `${action[0]?.toUpperCase()}${action.slice(1)} everything` });
+  }
   out.set('*:*', { resource: '*', action: '*', description: 'Full administrative access' });
-  out.set('*:read', { resource: '*', action: 'read', description: 'Read everything' });
   return [...out.values()];
 })();
+
+/** Every concrete resource of the catalog: the role builder's plus those of named permissions. */
+export const CATALOG_RESOURCES: readonly string[] = [...new Set(PERMISSION_CATALOG.map((p) => p.resource).filter((r) => r !== '*'))];
 
 const PARTNER_TECH: PermissionPair[] = [
   ...['read', 'write', 'execute'].map((action) => ({ resource: 'devices', action })),

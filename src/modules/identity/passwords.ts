@@ -1,7 +1,5 @@
 import { hash, verify } from '@node-rs/argon2';
-import { ZxcvbnFactory } from '@zxcvbn-ts/core';
-import * as common from '@zxcvbn-ts/language-common';
-import * as en from '@zxcvbn-ts/language-en';
+import type { ZxcvbnFactory } from '@zxcvbn-ts/core';
 import { validationError } from '../../platform/http/errors.js';
 
 // Argon2id with the library's defaults: OWASP's 19 MiB, t=2, p=1.
@@ -24,12 +22,23 @@ export async function dummyVerify(password: string): Promise<void> {
   await verifyPassword(await dummyHash, password);
 }
 
-let zxcvbn: ZxcvbnFactory | null = null;
-function strength(): ZxcvbnFactory {
-  zxcvbn ??= new ZxcvbnFactory({
-    dictionary: { ...common.dictionary, ...en.dictionary },
-    graphs: common.adjacencyGraphs,
-    translations: en.translations,
+// The dictionaries are loaded on the first password check, not at start-up (they cost ~100 ms to import).
+let zxcvbn: Promise<ZxcvbnFactory> | null = null;
+function strength(): Promise<ZxcvbnFactory> {
+  zxcvbn ??= (async () => {
+    const [{ ZxcvbnFactory }, common, en] = await Promise.all([
+      import('@zxcvbn-ts/core'),
+      import('@zxcvbn-ts/language-common'),
+      import('@zxcvbn-ts/language-en'),
+    ]);
+    return new ZxcvbnFactory({
+      dictionary: { ...common.dictionary, ...en.dictionary },
+      graphs: common.adjacencyGraphs,
+      translations: en.translations,
+    });
+  })();
+  zxcvbn.catch(() => {
+    zxcvbn = null;
   });
   return zxcvbn;
 }
@@ -45,7 +54,7 @@ export async function assertStrongPassword(password: string, userInputs: (string
   if (password.length < PASSWORD_MIN) throw validationError([{ path: field, message: `must be at least ${PASSWORD_MIN} characters` }]);
   if (password.length > PASSWORD_MAX) throw validationError([{ path: field, message: `must be at most ${PASSWORD_MAX} characters` }]);
   const inputs = userInputs.filter((s): s is string => !!s).flatMap((s) => [s, ...s.split(/[@.\s]+/)]);
-  const result = await strength().checkAsync(password, inputs);
+  const result = await (await strength()).checkAsync(password, inputs);
   if (result.score < 3) {
     const hint = result.feedback.warning ?? result.feedback.suggestions[0] ?? 'add more words or characters';
     throw validationError([{ path: field, message: `is too weak: ${hint}`.replace(/\.$/, '') }]);

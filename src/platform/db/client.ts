@@ -1,10 +1,7 @@
 import { mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { PGlite } from '@electric-sql/pglite';
-import pg from 'pg';
+import type pg from 'pg';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
-import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
-import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
 
 /** The query builder every module uses; a transaction (`db.transaction(tx => …)`) has the same type. */
 export type Db = PgDatabase<PgQueryResultHKT>;
@@ -32,6 +29,10 @@ export interface DatabaseOptions {
   poolSize?: number;
 }
 
+/**
+ * Opens PGlite or a PostgreSQL pool. Each driver is imported only when it is used, so a process on
+ * one backend never pays start-up time for the other.
+ */
 export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
   if (opts.url) return openPostgres(opts.url, opts.poolSize ?? 20);
   return openPglite(opts.pgliteDir ?? 'memory://', opts.pgliteLoad);
@@ -43,6 +44,7 @@ export function pgliteDirFor(dataDir: string): string {
 
 async function openPglite(dir: string, load?: Blob): Promise<Database> {
   if (!dir.startsWith('memory://')) mkdirSync(dir, { recursive: true });
+  const [{ PGlite }, { drizzle: drizzlePglite }] = await Promise.all([import('@electric-sql/pglite'), import('drizzle-orm/pglite')]);
   const client = await PGlite.create({ dataDir: dir, ...(load ? { loadDataDir: load } : {}) });
   const db = drizzlePglite(client) as unknown as Db;
   return {
@@ -68,7 +70,8 @@ async function openPglite(dir: string, load?: Blob): Promise<Database> {
   };
 }
 
-function openPostgres(url: string, max: number): Database {
+async function openPostgres(url: string, max: number): Promise<Database> {
+  const [{ default: pg }, { drizzle: drizzlePg }] = await Promise.all([import('pg'), import('drizzle-orm/node-postgres')]);
   const pool = new pg.Pool({ connectionString: url, max, idleTimeoutMillis: 30_000 });
   // An idle client's error (server restart) must not crash the process; the next query reconnects.
   pool.on('error', () => undefined);

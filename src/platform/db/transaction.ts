@@ -7,7 +7,7 @@ import type { Db } from './client.js';
  */
 export interface Tx {
   db: Db;
-  afterCommit(fn: () => void | Promise<void>): void;
+  afterCommit: (fn: () => void | Promise<void>) => void;
 }
 
 export async function transaction<T>(db: Db, work: (tx: Tx) => Promise<T>, onAfterCommitError?: (err: unknown) => void): Promise<T> {

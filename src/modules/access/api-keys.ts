@@ -1,0 +1,216 @@
+import { and, count, desc, eq, isNull } from 'drizzle-orm';
+import type { Keel } from '../../keel.js';
+import { clock } from '../../platform/clock.js';
+import { randomToken, sha256Hex } from '../../platform/crypto.js';
+import { transaction } from '../../platform/db/transaction.js';
+import { AppError, badRequest, forbidden, notFound, validationError } from '../../platform/http/errors.js';
+import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
+import type { Principal } from '../identity/principal.js';
+import { users } from '../identity/schema.js';
+import { canonicalize, intersect, permissionKey, sortPairs, type PermissionPair } from './permissions.js';
+import { apiKeys } from './schema.js';
+import { getAccessSummary, type AccessSummary } from './service.js';
+import type { AccessContext } from './scope.js';
+
+/** Every API key starts with this; the bearer middleware sends such tokens here instead of to the JWT check. */
+export const API_KEY_PREFIX = 'kk_';
+
+/** lastUsedAt is written at most this often per key, so a busy key does not write on every request. */
+const LAST_USED_RESOLUTION_MS = 60_000;
+
+type ApiKeyRow = typeof apiKeys.$inferSelect;
+
+interface KeyGrant {
+  key: ApiKeyRow;
+  creator: AccessSummary;
+}
+
+/** The key and creator facts found while authenticating, kept for the rest of the request. */
+const grants = new WeakMap<Principal, KeyGrant>();
+
+function sameTenant(creator: AccessSummary, key: ApiKeyRow): boolean {
+  return creator.scope === key.scope && creator.partnerId === key.partnerId && creator.orgId === key.orgId;
+}
+
+async function loadGrant(keel: Keel, where: { hash: string } | { id: string }): Promise<(KeyGrant & { user: { email: string; isPlatformAdmin: boolean } }) | null> {
+  const [row] = await keel.db
+    .select({ key: apiKeys, email: users.email, status: users.status, isPlatformAdmin: users.isPlatformAdmin })
+    .from(apiKeys)
+    .innerJoin(users, eq(users.id, apiKeys.createdBy))
+    .where('hash' in where ? eq(apiKeys.keyHash, where.hash) : eq(apiKeys.id, where.id));
+  if (!row) return null;
+  const { key } = row;
+  if (key.revokedAt || (key.expiresAt && key.expiresAt.getTime() <= clock.nowMs())) return null;
+  // A key lives only while its creator is active and still where it was when the key was made.
+  if (row.status !== 'active') return null;
+  const creator = await getAccessSummary(keel.db, { id: key.createdBy, isPlatformAdmin: row.isPlatformAdmin });
+  if (creator.scope === null || !sameTenant(creator, key)) return null;
+  return { key, creator, user: { email: row.email, isPlatformAdmin: row.isPlatformAdmin } };
+}
+
+/**
+ * Resolves a bearer API key (`kk_...`) to a principal acting for its creator, or null (401): unknown,
+ * revoked or expired key, creator disabled or no longer associated as when the key was made. Checked
+ * on every request against the tables, so a revocation works at once on every process.
+ */
+export async function authenticateApiKey(keel: Keel, token: string): Promise<Principal | null> {
+  if (!token.startsWith(API_KEY_PREFIX) || token.length > 200) return null;
+  const found = await loadGrant(keel, { hash: sha256Hex(token) });
+  if (!found) return null;
+  const { key } = found;
+  const now = clock.now();
+  if (!key.lastUsedAt || now.getTime() - key.lastUsedAt.getTime() >= LAST_USED_RESOLUTION_MS) {
+    await keel.db.update(apiKeys).set({ lastUsedAt: now }).where(eq(apiKeys.id, key.id));
+  }
+  const principal: Principal = {
+    kind: 'api_key',
+    userId: key.createdBy,
+    email: found.user.email,
+    sessionId: null,
+    // Keys never satisfy step-up (DECISIONS).
+    mfa: false,
+    isPlatformAdmin: found.user.isPlatformAdmin,
+    apiKeyId: key.id,
+  };
+  grants.set(principal, { key, creator: found.creator });
+  return principal;
+}
+
+/**
+ * What an API key may do: its creator's current association, with permissions narrowed to the key's
+ * list ∩ the creator's current effective permissions; never subject to Force MFA. Null: the key is dead.
+ */
+export async function apiKeyAccessSummary(keel: Keel, principal: Principal): Promise<AccessSummary | null> {
+  if (principal.kind !== 'api_key' || !principal.apiKeyId) return null;
+  let grant = grants.get(principal) ?? null;
+  if (!grant) grant = await loadGrant(keel, { id: principal.apiKeyId });
+  if (!grant) return null;
+  return { ...grant.creator, permissions: intersect(grant.key.permissions, grant.creator.permissions), forceMfa: false };
+}
+
+export interface ApiKeyView {
+  id: string;
+  name: string;
+  keyPrefix: string;
+  permissions: PermissionPair[];
+  scope: 'system' | 'partner' | 'organization';
+  partnerId: string | null;
+  orgId: string | null;
+  expiresAt: string | null;
+  lastUsedAt: string | null;
+  createdAt: string;
+}
+
+function view(k: ApiKeyRow): ApiKeyView {
+  return {
+    id: k.id,
+    name: k.name,
+    keyPrefix: k.keyPrefix,
+    permissions: sortPairs(k.permissions),
+    scope: k.scope,
+    partnerId: k.partnerId,
+    orgId: k.orgId,
+    expiresAt: k.expiresAt?.toISOString() ?? null,
+    lastUsedAt: k.lastUsedAt?.toISOString() ?? null,
+    createdAt: k.createdAt.toISOString(),
+  };
+}
+
+function userOnly(access: AccessContext): void {
+  if (access.principal.kind !== 'user') throw forbidden('API keys cannot manage API keys', 'api_key_forbidden');
+}
+
+/** Canonical pairs of a permission list in either vocabulary; unknown pairs are a 400 naming each. */
+export function canonicalList(input: PermissionPair[], field = 'permissions'): PermissionPair[] {
+  const out = new Map<string, PermissionPair>();
+  const bad: { path: string; message: string }[] = [];
+  input.forEach((p, i) => {
+    const r = canonicalize(p);
+    if (r.ok) out.set(permissionKey(r.pair), r.pair);
+    else bad.push({ path: `${field}.${i}`, message: r.message });
+  });
+  if (bad.length > 0) throw validationError(bad);
+  return [...out.values()];
+}
+
+export const privilegeEscalation = (missing: PermissionPair[]) =>
+  new AppError(403, 'privilege_escalation', 'You cannot grant permissions you do not have', { permissions: missing.map(permissionKey) });
+
+/** Creates a key for the calling user. The plaintext key is in the answer only; the table keeps its SHA-256. */
+export async function createApiKey(
+  keel: Keel,
+  access: AccessContext,
+  input: { name: string; permissions: PermissionPair[]; expiresAt?: string | null | undefined },
+  info: AuditRequestInfo,
+): Promise<ApiKeyView & { key: string }> {
+  userOnly(access);
+  const perms = canonicalList(input.permissions);
+  if (perms.length === 0) throw validationError([{ path: 'permissions', message: 'must name at least one permission' }]);
+  const missing = access.permissions.missing(perms);
+  if (missing.length > 0) throw privilegeEscalation(missing);
+  let expiresAt: Date | null = null;
+  if (input.expiresAt) {
+    expiresAt = new Date(input.expiresAt);
+    if (expiresAt.getTime() <= clock.nowMs()) throw badRequest('invalid_expiry', 'expiresAt must be in the future');
+  }
+  const key = `${API_KEY_PREFIX}${randomToken(32)}`;
+  const home = {
+    scope: access.scope,
+    partnerId: access.scope === 'partner' ? access.partnerId : null,
+    orgId: access.scope === 'organization' ? access.homeOrgId : null,
+  };
+  const row = await transaction(keel.db, async (tx) => {
+    const [inserted] = await tx.db
+      .insert(apiKeys)
+      .values({
+        name: input.name,
+        keyPrefix: key.slice(0, 11),
+        keyHash: sha256Hex(key),
+        createdBy: access.principal.userId,
+        ...home,
+        permissions: perms,
+        expiresAt,
+        createdAt: clock.now(),
+      })
+      .returning();
+    if (!inserted) throw new Error('api key insert returned nothing');
+    await writeAudit(tx.db, info, {
+      action: 'api_key.create',
+      partnerId: home.partnerId,
+      orgId: home.orgId,
+      target: { type: 'api_key', id: inserted.id },
+      details: { name: input.name, permissions: perms.map(permissionKey), expires: expiresAt?.toISOString() ?? null },
+    });
+    return inserted;
+  });
+  return { ...view(row), key };
+}
+
+/** The calling user's live keys (not revoked), newest first. */
+export async function listApiKeys(keel: Keel, access: AccessContext, q: { page: number; limit: number }): Promise<{ data: ApiKeyView[]; total: number }> {
+  userOnly(access);
+  const where = and(eq(apiKeys.createdBy, access.principal.userId), isNull(apiKeys.revokedAt));
+  const [rows, [total]] = await Promise.all([
+    keel.db.select().from(apiKeys).where(where).orderBy(desc(apiKeys.createdAt), desc(apiKeys.id)).limit(q.limit).offset((q.page - 1) * q.limit),
+    keel.db.select({ n: count() }).from(apiKeys).where(where),
+  ]);
+  return { data: rows.map(view), total: Number(total?.n ?? 0) };
+}
+
+/** Revokes one of the caller's keys; it stops authenticating with the next request. Others' keys: 404. */
+export async function revokeApiKey(keel: Keel, access: AccessContext, id: string, info: AuditRequestInfo): Promise<void> {
+  userOnly(access);
+  await transaction(keel.db, async (tx) => {
+    const [row] = await tx.db
+      .update(apiKeys)
+      .set({ revokedAt: clock.now() })
+      .where(and(eq(apiKeys.id, id), eq(apiKeys.createdBy, access.principal.userId), isNull(apiKeys.revokedAt)))
+      .returning({ id: apiKeys.id, partnerId: apiKeys.partnerId, orgId: apiKeys.orgId, name: apiKeys.name });
+    if (!row) throw notFound('API key');
+    await writeAudit(tx.db, info, {
+      action: 'api_key.revoke', partnerId: row.partnerId, orgId: row.orgId, target: { type: 'api_key', id: row.id }, details: { name: row.name },
+    });
+  });
+}
+
+

@@ -1,0 +1,135 @@
+import { and, count, eq, ne } from 'drizzle-orm';
+import type { Db } from '../../platform/db/client.js';
+import { conflict } from '../../platform/http/errors.js';
+import { organizationUsers, partnerUsers } from './schema.js';
+import type { PermissionPair } from './permissions.js';
+import { loadRoleChain, resolveRole } from './role-cache.js';
+
+export type Scope = 'system' | 'partner' | 'organization';
+export type OrgAccess = 'all' | 'selected' | 'none';
+
+/** A user's association and effective permissions, as /auth/me and the access checks see them. */
+export interface AccessSummary {
+  scope: Scope | null;
+  partnerId: string | null;
+  orgId: string | null;
+  roleId: string | null;
+  orgAccess: OrgAccess | null;
+  orgIds: string[];
+  /** null: all sites / device groups. */
+  siteIds: string[] | null;
+  deviceGroupIds: string[] | null;
+  /** Own role's permissions plus all ancestors'; platform admins: `*:*`. */
+  permissions: PermissionPair[];
+  /** The role or one of its ancestors has Force MFA on. */
+  forceMfa: boolean;
+}
+
+export const NO_ACCESS: AccessSummary = {
+  scope: null, partnerId: null, orgId: null, roleId: null, orgAccess: null, orgIds: [], siteIds: null, deviceGroupIds: null,
+  permissions: [], forceMfa: false,
+};
+
+/** Effective permissions of a role: its own and every ancestor's (single-parent chain). Reads the tables. */
+export async function roleChainPermissions(db: Db, roleId: string): Promise<{ permissions: PermissionPair[]; forceMfa: boolean }> {
+  const resolved = await loadRoleChain(db, roleId);
+  return resolved ? { permissions: [...resolved.permissions.pairs], forceMfa: resolved.forceMfa } : { permissions: [], forceMfa: false };
+}
+
+export type Membership =
+  | { kind: 'partner'; partnerId: string; roleId: string; orgAccess: OrgAccess; orgIds: string[] }
+  | { kind: 'organization'; orgId: string; roleId: string; siteIds: string[] | null; deviceGroupIds: string[] | null };
+
+/** The user's one association (a partner or one organisation), or null. Never cached: always current. */
+export async function getMembership(db: Db, userId: string): Promise<Membership | null> {
+  const [pu] = await db
+    .select({ partnerId: partnerUsers.partnerId, roleId: partnerUsers.roleId, orgAccess: partnerUsers.orgAccess, orgIds: partnerUsers.orgIds })
+    .from(partnerUsers)
+    .where(eq(partnerUsers.userId, userId));
+  if (pu) return { kind: 'partner', ...pu };
+  const [ou] = await db
+    .select({ orgId: organizationUsers.orgId, roleId: organizationUsers.roleId, siteIds: organizationUsers.siteIds, deviceGroupIds: organizationUsers.deviceGroupIds })
+    .from(organizationUsers)
+    .where(eq(organizationUsers.userId, userId));
+  return ou ? { kind: 'organization', ...ou } : null;
+}
+
+/**
+ * The user's association and effective permissions, inheritance applied. The association is read on
+ * every call; the role chain comes from the per-process role cache when `db` is the process's main
+ * handle (invalidated on every role change, across processes).
+ */
+export async function getAccessSummary(db: Db, user: { id: string; isPlatformAdmin: boolean }): Promise<AccessSummary> {
+  if (user.isPlatformAdmin) {
+    return { ...NO_ACCESS, scope: 'system', permissions: [{ resource: '*', action: '*' }] };
+  }
+  const m = await getMembership(db, user.id);
+  if (!m) return NO_ACCESS;
+  const role = await resolveRole(db, m.roleId);
+  const chain = { permissions: role ? [...role.permissions.pairs] : [], forceMfa: role?.forceMfa ?? false };
+  if (m.kind === 'partner') {
+    return { ...NO_ACCESS, scope: 'partner', partnerId: m.partnerId, roleId: m.roleId, orgAccess: m.orgAccess, orgIds: m.orgIds, ...chain };
+  }
+  return { ...NO_ACCESS, scope: 'organization', orgId: m.orgId, roleId: m.roleId, siteIds: m.siteIds, deviceGroupIds: m.deviceGroupIds, ...chain };
+}
+
+/** Makes a user a member of a partner (register-partner, invitations). Runs in the caller's transaction. */
+export async function addPartnerMember(
+  db: Db,
+  input: { partnerId: string; userId: string; roleId: string; orgAccess?: OrgAccess; orgIds?: string[] },
+): Promise<void> {
+  await db.insert(partnerUsers).values({
+    partnerId: input.partnerId, userId: input.userId, roleId: input.roleId, orgAccess: input.orgAccess ?? 'all', orgIds: input.orgIds ?? [],
+  });
+}
+
+/** Makes a user a member of an organisation. Runs in the caller's transaction. */
+export async function addOrganizationMember(
+  db: Db,
+  input: { orgId: string; userId: string; roleId: string; siteIds?: string[] | null; deviceGroupIds?: string[] | null },
+): Promise<void> {
+  await db.insert(organizationUsers).values({
+    orgId: input.orgId, userId: input.userId, roleId: input.roleId, siteIds: input.siteIds ?? null, deviceGroupIds: input.deviceGroupIds ?? null,
+  });
+}
+
+export type Tenant = { partnerId: string } | { orgId: string };
+
+/** True when the role grants `*:*` (directly or through an ancestor). */
+export async function isFullAdminRole(db: Db, roleId: string): Promise<boolean> {
+  const role = await resolveRole(db, roleId);
+  return role?.permissions.has('*', '*') ?? false;
+}
+
+/** Members of a partner or organisation whose role grants `*:*`, optionally leaving one user out. */
+export async function countFullAdmins(db: Db, tenant: Tenant, excludeUserId?: string): Promise<number> {
+  const rows =
+    'partnerId' in tenant
+      ? await db
+          .select({ roleId: partnerUsers.roleId, n: count() })
+          .from(partnerUsers)
+          .where(and(eq(partnerUsers.partnerId, tenant.partnerId), excludeUserId ? ne(partnerUsers.userId, excludeUserId) : undefined))
+          .groupBy(partnerUsers.roleId)
+      : await db
+          .select({ roleId: organizationUsers.roleId, n: count() })
+          .from(organizationUsers)
+          .where(and(eq(organizationUsers.orgId, tenant.orgId), excludeUserId ? ne(organizationUsers.userId, excludeUserId) : undefined))
+          .groupBy(organizationUsers.roleId);
+  let total = 0;
+  for (const r of rows) if (await isFullAdminRole(db, r.roleId)) total += Number(r.n);
+  return total;
+}
+
+/**
+ * Removing a member or giving them `newRoleId` (null: removal) must leave the partner or organisation
+ * with at least one `*:*` holder: otherwise 409 `last_admin` (DECISIONS "More details"). For the users
+ * module; call it inside the transaction that makes the change, after locking the tenant's members.
+ */
+export async function assertNotLastFullAdmin(db: Db, tenant: Tenant, userId: string, newRoleId: string | null): Promise<void> {
+  const m = await getMembership(db, userId);
+  if (!m || !(await isFullAdminRole(db, m.roleId))) return;
+  if (newRoleId && (await isFullAdminRole(db, newRoleId))) return;
+  if ((await countFullAdmins(db, tenant, userId)) === 0) {
+    throw conflict('last_admin', 'This would leave no user with full administrative access (*:*) in this scope');
+  }
+}

@@ -1,0 +1,69 @@
+import { z } from '@hono/zod-openapi';
+import { count, eq } from 'drizzle-orm';
+import type { Db } from '../../platform/db/client.js';
+import { notFound } from '../../platform/http/errors.js';
+import { getAccessSummary } from '../access/service.js';
+import { passkeys } from '../mfa/schema.js';
+import { users } from './schema.js';
+
+export const PermissionPairSchema = z.object({ resource: z.string(), action: z.string() });
+
+/** The self-profile of `GET /auth/me`, `GET /users/me` and the `user` of every token answer (DECISIONS). */
+export const SelfProfileSchema = z
+  .object({
+    id: z.uuid(),
+    email: z.string(),
+    name: z.string(),
+    avatarUrl: z.string().nullable(),
+    status: z.enum(['active', 'invited', 'disabled']),
+    isPlatformAdmin: z.boolean(),
+    mfaEnabled: z.boolean(),
+    mfaMethod: z.enum(['totp', 'sms', 'passkey']).nullable(),
+    passkeyCount: z.number().int(),
+    phoneNumberMasked: z.string().nullable(),
+    phoneVerified: z.boolean(),
+    lastLoginAt: z.string().nullable(),
+    createdAt: z.string(),
+    scope: z.enum(['system', 'partner', 'organization']).nullable(),
+    partnerId: z.uuid().nullable(),
+    orgId: z.uuid().nullable(),
+    roleId: z.uuid().nullable(),
+    permissions: z.array(PermissionPairSchema),
+  })
+  .openapi('SelfProfile');
+
+export type SelfProfile = z.infer<typeof SelfProfileSchema>;
+
+/** `+14155550123` → `+1•••••••23`: enough to recognise, not enough to use. */
+export function maskPhone(phone: string | null): string | null {
+  if (!phone) return null;
+  const keep = phone.startsWith('+') ? 2 : 1;
+  return `${phone.slice(0, keep)}${'•'.repeat(Math.max(0, phone.length - keep - 2))}${phone.slice(-2)}`;
+}
+
+export async function selfProfile(db: Db, userId: string): Promise<SelfProfile> {
+  const [user] = await db.select().from(users).where(eq(users.id, userId));
+  if (!user) throw notFound('User');
+  const [pk] = await db.select({ n: count() }).from(passkeys).where(eq(passkeys.userId, userId));
+  const access = await getAccessSummary(db, user);
+  return {
+    id: user.id,
+    email: user.email,
+    name: user.name,
+    avatarUrl: user.avatarUrl,
+    status: user.status,
+    isPlatformAdmin: user.isPlatformAdmin,
+    mfaEnabled: user.mfaEnabled,
+    mfaMethod: user.mfaMethod,
+    passkeyCount: pk?.n ?? 0,
+    phoneNumberMasked: maskPhone(user.phoneNumber),
+    phoneVerified: user.phoneVerified,
+    lastLoginAt: user.lastLoginAt?.toISOString() ?? null,
+    createdAt: user.createdAt.toISOString(),
+    scope: access.scope,
+    partnerId: access.partnerId,
+    orgId: access.orgId,
+    roleId: access.roleId,
+    permissions: access.permissions,
+  };
+}

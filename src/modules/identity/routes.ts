@@ -1,0 +1,245 @@
+import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
+import type { AppEnv } from '../../app-env.js';
+import type { Keel } from '../../keel.js';
+import { AppError, forbidden, unauthorized } from '../../platform/http/errors.js';
+import { errors, json, jsonBody, MessageSchema, page, PageQuery, paginated } from '../../platform/http/schemas.js';
+import { authenticate } from './middleware.js';
+import {
+  changePassword,
+  checkPassword,
+  forgotPassword,
+  listSessions,
+  logout,
+  refresh,
+  register,
+  registerPartner,
+  resetPassword,
+  revokeOwnSession,
+  signIn,
+  updateProfile,
+} from './service.js';
+import { SelfProfileSchema, selfProfile } from './profile.js';
+import { clearSessionCookies, principalOf, refreshTokenFromCookie, requestInfo, tokenResponse, TokenAnswerSchema } from './http.js';
+import { loginSecondFactor, MfaChallengeSchema } from '../mfa/login.js';
+
+const Email = z.email().max(255).openapi({ example: 'ada@example.com' });
+const Password = z.string().min(1).max(1024);
+
+const LoginBody = z.object({ email: Email, password: Password }).openapi('LoginRequest');
+const RegisterBody = z.object({ email: Email, password: Password, name: z.string().trim().min(1).max(255) }).openapi('RegisterRequest');
+const RegisterPartnerBody = RegisterBody.extend({ partnerName: z.string().trim().min(1).max(255) }).openapi('RegisterPartnerRequest');
+const RefreshBody = z.object({ refreshToken: z.string().min(1).max(200).optional() }).openapi('RefreshRequest');
+const ForgotBody = z.object({ email: z.string().max(255) }).openapi('ForgotPasswordRequest');
+const ResetBody = z.object({ token: z.string().min(1).max(200), password: Password }).openapi('ResetPasswordRequest');
+const ChangeBody = z.object({ currentPassword: Password, newPassword: Password }).openapi('ChangePasswordRequest');
+const ProfilePatch = z
+  .object({
+    name: z.string().trim().min(1).max(255).optional(),
+    avatarUrl: z
+      .url({ protocol: /^https$/, error: 'must be an https URL' })
+      .max(2000)
+      .nullable()
+      .optional(),
+  })
+  .strict()
+  .openapi('ProfileUpdate');
+const SessionSchema = z
+  .object({
+    id: z.uuid(),
+    ipAddress: z.string().nullable(),
+    userAgent: z.string().nullable(),
+    mfa: z.boolean(),
+    current: z.boolean(),
+    createdAt: z.string(),
+    lastUsedAt: z.string(),
+    expiresAt: z.string(),
+  })
+  .openapi('Session');
+const PartnerSchema = z.object({ id: z.uuid(), name: z.string(), createdAt: z.string() });
+
+const tag = ['auth'];
+
+export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
+  const auth = authenticate(keel);
+  const registrationOpen = () => {
+    if (!keel.config.ENABLE_REGISTRATION) throw new AppError(404, 'not_found', 'Registration is not enabled');
+  };
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/auth/register', tags: tag, summary: 'Create a standalone account (ENABLE_REGISTRATION)',
+      request: { body: jsonBody(RegisterBody) },
+      responses: { 201: json(TokenAnswerSchema, 'Registered and signed in'), ...errors(400, 404, 409, 429) },
+    }),
+    async (c) => {
+      registrationOpen();
+      const answer = await register(keel, c.req.valid('json'), requestInfo(c));
+      return c.json(tokenResponse(c, keel, answer), 201);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/auth/register-partner', tags: tag, summary: 'Create a partner, its admin user and sign in (ENABLE_REGISTRATION)',
+      request: { body: jsonBody(RegisterPartnerBody) },
+      responses: { 201: json(TokenAnswerSchema.extend({ partner: PartnerSchema }), 'Registered'), ...errors(400, 404, 409, 429) },
+    }),
+    async (c) => {
+      registrationOpen();
+      const answer = await registerPartner(keel, c.req.valid('json'), requestInfo(c));
+      tokenResponse(c, keel, answer);
+      return c.json(answer, 201);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/auth/login', tags: tag, summary: 'Sign in with email and password',
+      request: { body: jsonBody(LoginBody) },
+      responses: {
+        200: json(z.union([TokenAnswerSchema, MfaChallengeSchema]), 'Tokens, or a second-factor challenge'),
+        ...errors(400, 401, 403, 429),
+      },
+    }),
+    async (c) => {
+      const { email, password } = c.req.valid('json');
+      const info = requestInfo(c);
+      const user = await checkPassword(keel, email, password, info.ip ?? 'unknown');
+      const challenge = await loginSecondFactor(keel, user);
+      if (challenge) return c.json(challenge, 200);
+      const answer = await signIn(keel, user, { ...info, actor: { type: 'user', id: user.id, email: user.email } }, { mfa: false, method: 'password' });
+      return c.json(tokenResponse(c, keel, answer), 200);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/auth/refresh', tags: tag,
+      summary: 'Rotate the refresh token (cookie + x-service-csrf header, or refreshToken in the body)',
+      request: { body: { required: false, content: { 'application/json': { schema: RefreshBody } } } },
+      responses: { 200: json(TokenAnswerSchema, 'A new pair'), ...errors(401, 403, 409) },
+    }),
+    async (c) => {
+      let token: string | undefined;
+      if ((c.req.header('content-length') ?? '0') !== '0') token = c.req.valid('json').refreshToken;
+      if (!token) {
+        const fromCookie = refreshTokenFromCookie(c);
+        if (!fromCookie) throw unauthorized('No refresh token', 'invalid_refresh_token');
+        if (!fromCookie.csrfOk) throw forbidden('The x-service-csrf header must match the service_csrf cookie', 'csrf_failed');
+        token = fromCookie.token;
+      }
+      const outcome = await refresh(keel, token);
+      if (outcome.kind === 'raced') {
+        throw new AppError(409, 'refresh_raced', 'This refresh token was just rotated by another request; use the newer pair');
+      }
+      if (outcome.kind === 'invalid') {
+        clearSessionCookies(c, keel);
+        throw unauthorized('The refresh token is invalid, expired or revoked', 'invalid_refresh_token');
+      }
+      return c.json(tokenResponse(c, keel, outcome.answer), 200);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/auth/logout', tags: tag, summary: 'Revoke every session and token of the user',
+      middleware: [auth] as const,
+      responses: { 200: json(MessageSchema), ...errors(401) },
+    }),
+    async (c) => {
+      const p = c.var.principal;
+      await logout(keel, p.userId, p.sessionId, requestInfo(c));
+      clearSessionCookies(c, keel);
+      return c.json({ message: 'Signed out' }, 200);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/auth/forgot-password', tags: tag, summary: 'Email a reset link (always 200)',
+      request: { body: jsonBody(ForgotBody) },
+      responses: { 200: json(MessageSchema), ...errors(400, 429) },
+    }),
+    async (c) => {
+      await forgotPassword(keel, c.req.valid('json').email, requestInfo(c));
+      return c.json({ message: 'If that email belongs to an account, a reset link is on its way' }, 200);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/auth/reset-password', tags: tag, summary: 'Set a new password with a reset token; ends every session',
+      request: { body: jsonBody(ResetBody) },
+      responses: { 200: json(MessageSchema), ...errors(400) },
+    }),
+    async (c) => {
+      const { token, password } = c.req.valid('json');
+      await resetPassword(keel, token, password, requestInfo(c));
+      return c.json({ message: 'Password changed; sign in with the new password' }, 200);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/auth/change-password', tags: tag, summary: 'Change the password; ends every session',
+      middleware: [auth] as const,
+      request: { body: jsonBody(ChangeBody) },
+      responses: { 200: json(MessageSchema), ...errors(400, 401) },
+    }),
+    async (c) => {
+      const { currentPassword, newPassword } = c.req.valid('json');
+      await changePassword(keel, c.var.principal.userId, currentPassword, newPassword, requestInfo(c));
+      clearSessionCookies(c, keel);
+      return c.json({ message: 'Password changed; sign in again' }, 200);
+    },
+  );
+
+  for (const path of ['/auth/me', '/users/me'] as const) {
+    api.openapi(
+      createRoute({
+        method: 'get', path, tags: path === '/auth/me' ? tag : ['users'], summary: 'The signed-in user, with MFA, phone and access',
+        middleware: [auth] as const,
+        responses: { 200: json(SelfProfileSchema), ...errors(401) },
+      }),
+      async (c) => c.json(await selfProfile(keel.db, c.var.principal.userId), 200),
+    );
+  }
+
+  api.openapi(
+    createRoute({
+      method: 'patch', path: '/users/me', tags: ['users'], summary: 'Update own name and avatar',
+      middleware: [auth] as const,
+      request: { body: jsonBody(ProfilePatch) },
+      responses: { 200: json(SelfProfileSchema), ...errors(400, 401) },
+    }),
+    async (c) => c.json(await updateProfile(keel, c.var.principal.userId, c.req.valid('json'), requestInfo(c)), 200),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/auth/sessions', tags: tag, summary: 'Own live sessions',
+      middleware: [auth] as const,
+      request: { query: PageQuery },
+      responses: { 200: json(paginated(SessionSchema)), ...errors(400, 401) },
+    }),
+    async (c) => {
+      const q = c.req.valid('query');
+      const p = principalOf(c);
+      const { data, total } = await listSessions(keel, c.var.principal.userId, p?.sessionId ?? null, q.page, q.limit);
+      return c.json(page(data, q, total), 200);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'delete', path: '/auth/sessions/{id}', tags: tag, summary: 'End one of own sessions',
+      middleware: [auth] as const,
+      request: { params: z.object({ id: z.uuid() }) },
+      responses: { 204: { description: 'Ended' }, ...errors(401, 404) },
+    }),
+    async (c) => {
+      await revokeOwnSession(keel, c.var.principal.userId, c.req.valid('param').id, requestInfo(c));
+      return c.body(null, 204);
+    },
+  );
+}

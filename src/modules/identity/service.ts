@@ -1,0 +1,386 @@
+import { and, desc, count, eq, gt, isNull, sql } from 'drizzle-orm';
+import type { Keel } from '../../keel.js';
+import type { Db } from '../../platform/db/client.js';
+import { transaction, type Tx } from '../../platform/db/transaction.js';
+import { clock } from '../../platform/clock.js';
+import { AppError, conflict, notFound, unauthorized } from '../../platform/http/errors.js';
+import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
+import { addPartnerMember, getAccessSummary } from '../access/service.js';
+import { SYSTEM_ROLES } from '../access/catalog.js';
+import { createPartner } from '../tenancy/service.js';
+import { identityOf } from './context.js';
+import { assertStrongPassword, dummyVerify, hashPassword, verifyPassword } from './passwords.js';
+import { selfProfile, type SelfProfile } from './profile.js';
+import { sessions, users } from './schema.js';
+import { ACCESS_TOKEN_SECONDS } from './tokens.js';
+
+export const PASSWORD_RESET_PURPOSE = 'password_reset';
+export const PASSWORD_RESET_TTL_MS = 3600_000;
+
+export type User = typeof users.$inferSelect;
+
+/** Who is asking, from where: the request facts services need for sessions and audit entries. */
+export interface RequestInfo extends AuditRequestInfo {
+  ip: string | null;
+  userAgent: string | null;
+}
+
+export interface TokenAnswer {
+  accessToken: string;
+  refreshToken: string;
+  tokenType: 'Bearer';
+  expiresIn: number;
+  user: SelfProfile;
+}
+
+export const invalidCredentials = () => unauthorized('Invalid email or password', 'invalid_credentials');
+
+export function findUserByEmail(db: Db, email: string): Promise<User | undefined> {
+  return db
+    .select()
+    .from(users)
+    .where(sql`lower(${users.email}) = lower(${email.trim()})`)
+    .then((rows) => rows[0]);
+}
+
+/** Signs an access token for a session, with the user's current scope as informational claims. */
+export async function accessTokenFor(keel: Keel, user: Pick<User, 'id' | 'isPlatformAdmin'>, sessionId: string, mfa: boolean): Promise<string> {
+  const access = await getAccessSummary(keel.db, user);
+  return identityOf(keel).tokens.sign({
+    sub: user.id,
+    sid: sessionId,
+    scope: access.scope,
+    mfa,
+    ...(access.partnerId ? { partnerId: access.partnerId } : {}),
+    ...(access.orgId ? { orgId: access.orgId } : {}),
+  });
+}
+
+/**
+ * Starts a session for a user who has proven who they are (password, second factor, SSO, invitation)
+ * and answers with the flat token shape. Records the login and publishes `user.login`.
+ */
+export async function signIn(
+  keel: Keel,
+  user: User,
+  info: RequestInfo,
+  opts: { mfa: boolean; method: 'password' | 'mfa' | 'sso' | 'registration' },
+): Promise<TokenAnswer> {
+  const identity = identityOf(keel);
+  const access = await getAccessSummary(keel.db, user);
+  const started = await transaction(keel.db, async (tx) => {
+    const s = await identity.sessions.create(tx.db, { userId: user.id, ip: info.ip, userAgent: info.userAgent, mfa: opts.mfa });
+    await tx.db.update(users).set({ lastLoginAt: clock.now(), failedLoginCount: 0, lockedUntil: null }).where(eq(users.id, user.id));
+    await writeAudit(
+      tx.db,
+      { ...info, actor: { type: 'user', id: user.id, email: user.email } },
+      {
+        action: 'user.login',
+        partnerId: access.partnerId,
+        orgId: access.orgId,
+        target: { type: 'user', id: user.id },
+        details: { method: opts.method, mfa: opts.mfa, sessionId: s.sessionId },
+      },
+    );
+    await keel.events.publish(tx, 'user.login', access.orgId, {
+      userId: user.id,
+      email: user.email,
+      sessionId: s.sessionId,
+      method: opts.method === 'registration' ? 'password' : opts.method,
+    });
+    return s;
+  });
+  return {
+    accessToken: await accessTokenFor(keel, user, started.sessionId, opts.mfa),
+    refreshToken: started.refreshToken,
+    tokenType: 'Bearer',
+    expiresIn: ACCESS_TOKEN_SECONDS,
+    user: await selfProfile(keel.db, user.id),
+  };
+}
+
+/**
+ * Records a failed password for an account and locks it after LOCKOUT_THRESHOLD consecutive failures.
+ * One atomic UPDATE, so parallel failures count exactly. A lock that has run out starts a new count.
+ */
+async function recordFailure(keel: Keel, userId: string): Promise<void> {
+  const now = clock.now();
+  const lockUntil = new Date(now.getTime() + keel.config.LOCKOUT_SECONDS * 1000);
+  const expired = sql`(${users.lockedUntil} is not null and ${users.lockedUntil} <= ${now.toISOString()}::timestamptz)`;
+  const nextCount = sql`(case when ${expired} then 1 else ${users.failedLoginCount} + 1 end)`;
+  await keel.db
+    .update(users)
+    .set({
+      failedLoginCount: nextCount,
+      lockedUntil: sql`case when ${nextCount} >= ${keel.config.LOCKOUT_THRESHOLD} then ${lockUntil.toISOString()}::timestamptz
+        when ${expired} then null else ${users.lockedUntil} end`,
+    })
+    .where(eq(users.id, userId));
+}
+
+export interface PasswordCheck {
+  user: User;
+}
+
+/**
+ * Checks email and password under the IP+email limit and the account lockout. Every failure (unknown
+ * email, wrong password, locked, invited or disabled account) answers the same 401 after the same
+ * Argon2 work, so nothing tells accounts apart.
+ */
+export async function checkPassword(keel: Keel, email: string, password: string, ip: string): Promise<User> {
+  await identityOf(keel).limits.login.consume(`${ip}|${email.trim().toLowerCase()}`);
+  const user = await findUserByEmail(keel.db, email);
+  if (!user?.passwordHash) {
+    await dummyVerify(password);
+    throw invalidCredentials();
+  }
+  const locked = user.lockedUntil !== null && user.lockedUntil.getTime() > clock.nowMs();
+  const ok = await verifyPassword(user.passwordHash, password);
+  if (locked) throw invalidCredentials();
+  if (!ok) {
+    await recordFailure(keel, user.id);
+    throw invalidCredentials();
+  }
+  if (user.status !== 'active') throw invalidCredentials();
+  return user;
+}
+
+/** Creates a standalone user (no association: scope null). */
+export async function register(keel: Keel, input: { email: string; password: string; name: string }, info: RequestInfo): Promise<TokenAnswer> {
+  await identityOf(keel).limits.register.consume(info.ip ?? 'unknown');
+  await assertStrongPassword(input.password, [input.email, input.name]);
+  const passwordHash = await hashPassword(input.password);
+  const user = await transaction(keel.db, async (tx) => {
+    const created = await insertUser(tx, { email: input.email, name: input.name, passwordHash });
+    await writeAudit(tx.db, { ...info, actor: { type: 'user', id: created.id, email: created.email } }, {
+      action: 'user.register',
+      target: { type: 'user', id: created.id },
+    });
+    return created;
+  });
+  return signIn(keel, user, info, { mfa: false, method: 'registration' });
+}
+
+/** Creates a partner, its first user and that user's Partner Admin membership in one transaction. */
+export async function registerPartner(
+  keel: Keel,
+  input: { partnerName: string; email: string; password: string; name: string },
+  info: RequestInfo,
+): Promise<TokenAnswer & { partner: { id: string; name: string; createdAt: string } }> {
+  await identityOf(keel).limits.registerPartner.consume(info.ip ?? 'unknown');
+  await assertStrongPassword(input.password, [input.email, input.name, input.partnerName]);
+  const passwordHash = await hashPassword(input.password);
+  const { user, partner } = await transaction(keel.db, async (tx) => {
+    const created = await insertUser(tx, { email: input.email, name: input.name, passwordHash });
+    const p = await createPartner(tx.db, { name: input.partnerName });
+    await addPartnerMember(tx.db, { partnerId: p.id, userId: created.id, roleId: SYSTEM_ROLES.partnerAdmin.id, orgAccess: 'all' });
+    await writeAudit(tx.db, { ...info, actor: { type: 'user', id: created.id, email: created.email } }, {
+      action: 'partner.register',
+      partnerId: p.id,
+      target: { type: 'partner', id: p.id },
+    });
+    return { user: created, partner: p };
+  });
+  const tokens = await signIn(keel, user, info, { mfa: false, method: 'registration' });
+  return { ...tokens, partner: { id: partner.id, name: partner.name, createdAt: partner.createdAt.toISOString() } };
+}
+
+async function insertUser(tx: Tx, input: { email: string; name: string; passwordHash: string }): Promise<User> {
+  const email = input.email.trim();
+  const existing = await findUserByEmail(tx.db, email);
+  if (existing) throw conflict('email_taken', 'An account with this email already exists');
+  const now = clock.now();
+  const rows = await tx.db
+    .insert(users)
+    .values({ email, name: input.name.trim(), passwordHash: input.passwordHash, status: 'active', passwordChangedAt: now })
+    .onConflictDoNothing()
+    .returning();
+  const user = rows[0];
+  if (!user) throw conflict('email_taken', 'An account with this email already exists');
+  return user;
+}
+
+export type RefreshOutcome = { kind: 'ok'; answer: TokenAnswer } | { kind: 'raced' } | { kind: 'invalid' };
+
+/** Rotates a refresh token into a new pair; the session keeps its `mfa` flag. */
+export async function refresh(keel: Keel, refreshToken: string): Promise<RefreshOutcome> {
+  const result = await identityOf(keel).sessions.rotate(refreshToken);
+  if (result.kind === 'raced') return { kind: 'raced' };
+  if (result.kind !== 'ok') return { kind: 'invalid' };
+  const [user] = await keel.db.select().from(users).where(eq(users.id, result.userId));
+  if (!user || user.status !== 'active') {
+    await identityOf(keel).sessions.revoke(keel.db, result.sessionId, 'user_inactive');
+    return { kind: 'invalid' };
+  }
+  return {
+    kind: 'ok',
+    answer: {
+      accessToken: await accessTokenFor(keel, user, result.sessionId, result.mfa),
+      refreshToken: result.refreshToken,
+      tokenType: 'Bearer',
+      expiresIn: ACCESS_TOKEN_SECONDS,
+      user: await selfProfile(keel.db, user.id),
+    },
+  };
+}
+
+/** Revokes every session of the user (SPEC: logout revokes all active tokens) and records it. */
+export async function logout(keel: Keel, userId: string, sessionId: string | null, info: RequestInfo): Promise<void> {
+  const [user] = await keel.db.select().from(users).where(eq(users.id, userId));
+  if (!user) return;
+  const access = await getAccessSummary(keel.db, user);
+  await transaction(keel.db, async (tx) => {
+    await identityOf(keel).sessions.revokeAllForUser(tx.db, userId, 'logout', tx.afterCommit);
+    await writeAudit(tx.db, info, { action: 'user.logout', partnerId: access.partnerId, orgId: access.orgId, target: { type: 'user', id: userId } });
+    await keel.events.publish(tx, 'user.logout', access.orgId, { userId, email: user.email, sessionId });
+  });
+}
+
+/** Sends a reset link when the email names an active account; answers the same either way. */
+export async function forgotPassword(keel: Keel, email: string, info: RequestInfo): Promise<void> {
+  await identityOf(keel).limits.forgotPassword.consume(info.ip ?? 'unknown');
+  const user = await findUserByEmail(keel.db, email);
+  if (user?.status !== 'active') return;
+  const { token } = await keel.singleUse.create(keel.db, {
+    purpose: PASSWORD_RESET_PURPOSE,
+    subjectId: user.id,
+    ttlMs: PASSWORD_RESET_TTL_MS,
+    replaceForSubject: true,
+  });
+  const link = `${keel.config.publicUrl}/reset-password?token=${encodeURIComponent(token)}`;
+  try {
+    await keel.mailer.send({
+      to: user.email,
+      subject: 'Reset your Keel password',
+      text: `Someone asked to reset the password of your Keel account.\n\nTo choose a new password, open this link within one hour:\n${link}\n\nIf it was not you, ignore this email; your password stays as it is.\n`,
+    });
+  } catch (err) {
+    keel.log.error({ err: err instanceof Error ? err.message : String(err) }, 'password reset email could not be sent');
+  }
+}
+
+/** Sets a new password with a reset token (single use, 1 hour) and revokes every session of the user. */
+export async function resetPassword(keel: Keel, token: string, password: string, info: RequestInfo): Promise<void> {
+  const invalid = () => new AppError(400, 'invalid_token', 'The reset link is invalid or has expired');
+  const pending = await keel.singleUse.peek(keel.db, PASSWORD_RESET_PURPOSE, token);
+  if (!pending?.subjectId) throw invalid();
+  const [user] = await keel.db.select().from(users).where(eq(users.id, pending.subjectId));
+  if (!user) throw invalid();
+  // Check strength before consuming, so a weak choice does not burn the link.
+  await assertStrongPassword(password, [user.email, user.name]);
+  const passwordHash = await hashPassword(password);
+  await transaction(keel.db, async (tx) => {
+    const record = await keel.singleUse.consume(tx.db, PASSWORD_RESET_PURPOSE, token);
+    if (record?.subjectId !== user.id) throw invalid();
+    await tx.db
+      .update(users)
+      .set({ passwordHash, passwordChangedAt: clock.now(), failedLoginCount: 0, lockedUntil: null, updatedAt: clock.now() })
+      .where(eq(users.id, user.id));
+    await identityOf(keel).sessions.revokeAllForUser(tx.db, user.id, 'password_reset', tx.afterCommit);
+    await writeAudit(tx.db, { ...info, actor: { type: 'user', id: user.id, email: user.email } }, {
+      action: 'user.password.reset',
+      target: { type: 'user', id: user.id },
+    });
+  });
+}
+
+/** Changes the password after checking the current one; every session of the user ends. */
+export async function changePassword(keel: Keel, userId: string, current: string, next: string, info: RequestInfo): Promise<void> {
+  const [user] = await keel.db.select().from(users).where(eq(users.id, userId));
+  if (!user) throw unauthorized();
+  if (!user.passwordHash || !(await verifyPassword(user.passwordHash, current))) {
+    throw new AppError(400, 'invalid_current_password', 'The current password is not correct');
+  }
+  await assertStrongPassword(next, [user.email, user.name], 'newPassword');
+  const passwordHash = await hashPassword(next);
+  await transaction(keel.db, async (tx) => {
+    await tx.db.update(users).set({ passwordHash, passwordChangedAt: clock.now(), updatedAt: clock.now() }).where(eq(users.id, userId));
+    await identityOf(keel).sessions.revokeAllForUser(tx.db, userId, 'password_change', tx.afterCommit);
+    await writeAudit(tx.db, info, { action: 'user.password.change', target: { type: 'user', id: userId } });
+  });
+}
+
+/** `PATCH /users/me`: name and avatarUrl; audited with the changed field names. */
+export async function updateProfile(
+  keel: Keel,
+  userId: string,
+  patch: { name?: string | undefined; avatarUrl?: string | null | undefined },
+  info: RequestInfo,
+): Promise<SelfProfile> {
+  const [user] = await keel.db.select().from(users).where(eq(users.id, userId));
+  if (!user) throw notFound('User');
+  const set: Partial<Pick<User, 'name' | 'avatarUrl'>> = {};
+  if (patch.name !== undefined && patch.name.trim() !== user.name) set.name = patch.name.trim();
+  if (patch.avatarUrl !== undefined && patch.avatarUrl !== user.avatarUrl) set.avatarUrl = patch.avatarUrl;
+  const changes = Object.keys(set);
+  if (changes.length > 0) {
+    const access = await getAccessSummary(keel.db, user);
+    await transaction(keel.db, async (tx) => {
+      await tx.db.update(users).set({ ...set, updatedAt: clock.now() }).where(eq(users.id, userId));
+      await writeAudit(tx.db, info, {
+        action: 'user.profile.update',
+        partnerId: access.partnerId,
+        orgId: access.orgId,
+        target: { type: 'user', id: userId },
+        changes,
+      });
+    });
+  }
+  return selfProfile(keel.db, userId);
+}
+
+export interface SessionView {
+  id: string;
+  ipAddress: string | null;
+  userAgent: string | null;
+  mfa: boolean;
+  current: boolean;
+  createdAt: string;
+  lastUsedAt: string;
+  expiresAt: string;
+}
+
+/** The user's live sessions, newest first. */
+export async function listSessions(
+  keel: Keel,
+  userId: string,
+  currentSessionId: string | null,
+  page: number,
+  limit: number,
+): Promise<{ data: SessionView[]; total: number }> {
+  const live = and(eq(sessions.userId, userId), isNull(sessions.revokedAt), gt(sessions.expiresAt, clock.now()));
+  const [total] = await keel.db.select({ n: count() }).from(sessions).where(live);
+  const rows = await keel.db
+    .select()
+    .from(sessions)
+    .where(live)
+    .orderBy(desc(sessions.createdAt))
+    .limit(limit)
+    .offset((page - 1) * limit);
+  return {
+    total: total?.n ?? 0,
+    data: rows.map((s) => ({
+      id: s.id,
+      ipAddress: s.ipAddress,
+      userAgent: s.userAgent,
+      mfa: s.mfa,
+      current: s.id === currentSessionId,
+      createdAt: s.createdAt.toISOString(),
+      lastUsedAt: s.lastUsedAt.toISOString(),
+      expiresAt: s.expiresAt.toISOString(),
+    })),
+  };
+}
+
+/** Ends one of the user's own sessions; another user's session is 404. */
+export async function revokeOwnSession(keel: Keel, userId: string, sessionId: string, info: RequestInfo): Promise<void> {
+  const [row] = await keel.db
+    .select({ id: sessions.id })
+    .from(sessions)
+    .where(and(eq(sessions.id, sessionId), eq(sessions.userId, userId), isNull(sessions.revokedAt)));
+  if (!row) throw notFound('Session');
+  await transaction(keel.db, async (tx) => {
+    await identityOf(keel).sessions.revoke(tx.db, sessionId, 'user_revoked', tx.afterCommit);
+    await writeAudit(tx.db, info, { action: 'user.session.revoke', target: { type: 'session', id: sessionId } });
+  });
+}

@@ -1,0 +1,178 @@
+import { and, eq, gt, isNull, sql } from 'drizzle-orm';
+import type { Keel } from '../../keel.js';
+import type { Db } from '../../platform/db/client.js';
+import { transaction } from '../../platform/db/transaction.js';
+import { clock } from '../../platform/clock.js';
+import { randomToken, sha256Hex } from '../../platform/crypto.js';
+import { sessionRefreshTokens, sessions, users } from './schema.js';
+
+export const REFRESH_IDLE_MS = 7 * 24 * 3600_000;
+export const REFRESH_ABSOLUTE_MS = 30 * 24 * 3600_000;
+/** A rotated refresh token presented again within this window is a client race, not theft. */
+export const REFRESH_GRACE_MS = 10_000;
+
+const SESSION_TOPIC = 'session';
+const USER_TOPIC = 'user';
+const CACHE_MAX = 50_000;
+
+/** What a request needs to know about its session and user; cached per process. */
+export interface LiveSession {
+  id: string;
+  userId: string;
+  email: string;
+  isPlatformAdmin: boolean;
+  mfa: boolean;
+  absoluteExpiresAt: number;
+}
+
+export type RotateResult =
+  | { kind: 'ok'; sessionId: string; userId: string; mfa: boolean; refreshToken: string }
+  | { kind: 'raced' }
+  | { kind: 'reused' }
+  | { kind: 'invalid' };
+
+/**
+ * Sessions are refresh-token families in PostgreSQL. Live sessions are cached per process; any
+ * revocation publishes an invalidation that clears the entry here at once and on every other process
+ * (DECISIONS "Caches"), so a revoked session's access tokens fail on the very next request.
+ */
+export class SessionService {
+  readonly #cache = new Map<string, LiveSession>();
+  /** Bumped on every invalidation: a lookup that raced an invalidation does not fill the cache. */
+  #epoch = 0;
+
+  constructor(private readonly keel: Keel) {
+    keel.invalidation.on(SESSION_TOPIC, (sid) => {
+      this.#epoch++;
+      this.#cache.delete(sid);
+    });
+    keel.invalidation.on(USER_TOPIC, (userId) => {
+      this.#epoch++;
+      for (const [sid, s] of this.#cache) if (s.userId === userId) this.#cache.delete(sid);
+    });
+  }
+
+  /** Starts a session; returns its id and the refresh token (shown once, stored as a hash). */
+  async create(db: Db, input: { userId: string; ip: string | null; userAgent: string | null; mfa: boolean }): Promise<{ sessionId: string; refreshToken: string }> {
+    const refreshToken = randomToken(32);
+    const now = clock.nowMs();
+    const [row] = await db
+      .insert(sessions)
+      .values({
+        userId: input.userId,
+        tokenHash: sha256Hex(refreshToken),
+        ipAddress: input.ip?.slice(0, 45) ?? null,
+        userAgent: input.userAgent?.slice(0, 1000) ?? null,
+        mfa: input.mfa,
+        expiresAt: new Date(now + REFRESH_IDLE_MS),
+        absoluteExpiresAt: new Date(now + REFRESH_ABSOLUTE_MS),
+        lastUsedAt: new Date(now),
+        createdAt: new Date(now),
+      })
+      .returning({ id: sessions.id });
+    if (!row) throw new Error('session insert returned nothing');
+    return { sessionId: row.id, refreshToken };
+  }
+
+  /**
+   * Rotates a refresh token: one conditional UPDATE swaps the family's current hash, so of parallel
+   * refreshes of one token exactly one wins. A token already rotated out is a race within the grace
+   * window, and reuse after it: the whole family is revoked.
+   */
+  async rotate(refreshToken: string): Promise<RotateResult> {
+    const oldHash = sha256Hex(refreshToken);
+    const next = randomToken(32);
+    const now = clock.now();
+    const idleUntil = new Date(now.getTime() + REFRESH_IDLE_MS);
+    const won = await transaction(this.keel.db, async (tx) => {
+      const [row] = await tx.db
+        .update(sessions)
+        .set({
+          tokenHash: sha256Hex(next),
+          lastUsedAt: now,
+          expiresAt: sql`least(${idleUntil.toISOString()}::timestamptz, ${sessions.absoluteExpiresAt})`,
+        })
+        .where(and(eq(sessions.tokenHash, oldHash), isNull(sessions.revokedAt), gt(sessions.expiresAt, now), gt(sessions.absoluteExpiresAt, now)))
+        .returning({ id: sessions.id, userId: sessions.userId, mfa: sessions.mfa });
+      if (!row) return null;
+      await tx.db.insert(sessionRefreshTokens).values({ tokenHash: oldHash, sessionId: row.id, rotatedAt: now });
+      return row;
+    });
+    if (won) return { kind: 'ok', sessionId: won.id, userId: won.userId, mfa: won.mfa, refreshToken: next };
+    const [old] = await this.keel.db.select().from(sessionRefreshTokens).where(eq(sessionRefreshTokens.tokenHash, oldHash));
+    if (!old) return { kind: 'invalid' };
+    if (now.getTime() - old.rotatedAt.getTime() <= REFRESH_GRACE_MS) return { kind: 'raced' };
+    await this.revoke(this.keel.db, old.sessionId, 'refresh_token_reuse');
+    return { kind: 'reused' };
+  }
+
+  /** Revokes one session. Takes effect on every process when the caller's transaction commits. */
+  async revoke(db: Db, sessionId: string, reason: string, afterCommit?: (fn: () => Promise<void>) => void): Promise<boolean> {
+    const rows = await db
+      .update(sessions)
+      .set({ revokedAt: clock.now(), revokedReason: reason })
+      .where(and(eq(sessions.id, sessionId), isNull(sessions.revokedAt)))
+      .returning({ id: sessions.id });
+    const publish = () => this.keel.invalidation.publish(SESSION_TOPIC, sessionId);
+    if (afterCommit) afterCommit(publish);
+    else await publish();
+    return rows.length > 0;
+  }
+
+  /** Revokes every session of a user (logout, password change/reset, disable). */
+  async revokeAllForUser(db: Db, userId: string, reason: string, afterCommit?: (fn: () => Promise<void>) => void): Promise<number> {
+    const rows = await db
+      .update(sessions)
+      .set({ revokedAt: clock.now(), revokedReason: reason })
+      .where(and(eq(sessions.userId, userId), isNull(sessions.revokedAt)))
+      .returning({ id: sessions.id });
+    const publish = () => this.keel.invalidation.publish(USER_TOPIC, userId);
+    if (afterCommit) afterCommit(publish);
+    else await publish();
+    return rows.length;
+  }
+
+  /** Drops cached knowledge of a user everywhere (status, admin flag or email changed). */
+  async userChanged(userId: string): Promise<void> {
+    await this.keel.invalidation.publish(USER_TOPIC, userId);
+  }
+
+  /** The live session for an access token's `sid`, or null when revoked, expired or its user inactive. */
+  async lookup(sessionId: string): Promise<LiveSession | null> {
+    const cached = this.#cache.get(sessionId);
+    const now = clock.nowMs();
+    if (cached) return cached.absoluteExpiresAt > now ? cached : null;
+    const epoch = this.#epoch;
+    const [row] = await this.keel.db
+      .select({
+        id: sessions.id,
+        userId: sessions.userId,
+        mfa: sessions.mfa,
+        absoluteExpiresAt: sessions.absoluteExpiresAt,
+        revokedAt: sessions.revokedAt,
+        email: users.email,
+        isPlatformAdmin: users.isPlatformAdmin,
+        status: users.status,
+      })
+      .from(sessions)
+      .innerJoin(users, eq(users.id, sessions.userId))
+      .where(eq(sessions.id, sessionId));
+    if (!row || row.revokedAt || row.status !== 'active' || row.absoluteExpiresAt.getTime() <= now) return null;
+    const live: LiveSession = {
+      id: row.id,
+      userId: row.userId,
+      email: row.email,
+      isPlatformAdmin: row.isPlatformAdmin,
+      mfa: row.mfa,
+      absoluteExpiresAt: row.absoluteExpiresAt.getTime(),
+    };
+    if (epoch === this.#epoch) {
+      if (this.#cache.size >= CACHE_MAX) {
+        const oldest = this.#cache.keys().next().value;
+        if (oldest !== undefined) this.#cache.delete(oldest);
+      }
+      this.#cache.set(sessionId, live);
+    }
+    return live;
+  }
+}

@@ -1,0 +1,48 @@
+import { z } from '@hono/zod-openapi';
+import { count, eq } from 'drizzle-orm';
+import type { Keel } from '../../keel.js';
+import type { users } from '../identity/schema.js';
+import { passkeys } from './schema.js';
+
+export const MFA_LOGIN_PURPOSE = 'mfa_login';
+export const MFA_TEMP_TOKEN_TTL_MS = 5 * 60_000;
+
+export const MfaChallengeSchema = z
+  .object({
+    mfaRequired: z.literal(true),
+    mfaMethod: z.enum(['totp', 'sms', 'passkey']),
+    tempToken: z.string(),
+    availableMethods: z.array(z.enum(['totp', 'sms', 'passkey'])),
+  })
+  .openapi('MfaChallenge');
+
+export type MfaChallenge = z.infer<typeof MfaChallengeSchema>;
+type Method = MfaChallenge['mfaMethod'];
+
+/** The second factors a user has enrolled, primary first. */
+export async function enrolledMethods(keel: Keel, user: typeof users.$inferSelect): Promise<Method[]> {
+  const methods: Method[] = [];
+  if (user.mfaEnabled && user.mfaSecret) methods.push('totp');
+  if (user.mfaEnabled && user.phoneVerified && user.phoneNumber && user.mfaMethod === 'sms') methods.push('sms');
+  const [pk] = await keel.db.select({ n: count() }).from(passkeys).where(eq(passkeys.userId, user.id));
+  if ((pk?.n ?? 0) > 0) methods.push('passkey');
+  const primary = user.mfaMethod && methods.includes(user.mfaMethod) ? user.mfaMethod : methods[0];
+  return primary ? [primary, ...methods.filter((m) => m !== primary)] : [];
+}
+
+/**
+ * The login seam for a second factor: after the password is proven, a user with MFA gets a 5-minute
+ * single-use temp token instead of tokens. Null when MFA is off (ENABLE_2FA=false) or not enrolled.
+ */
+export async function loginSecondFactor(keel: Keel, user: typeof users.$inferSelect): Promise<MfaChallenge | null> {
+  if (!keel.config.ENABLE_2FA) return null;
+  const methods = await enrolledMethods(keel, user);
+  const primary = methods[0];
+  if (!primary) return null;
+  const { token } = await keel.singleUse.create(keel.db, {
+    purpose: MFA_LOGIN_PURPOSE,
+    subjectId: user.id,
+    ttlMs: MFA_TEMP_TOKEN_TTL_MS,
+  });
+  return { mfaRequired: true, mfaMethod: primary, tempToken: token, availableMethods: methods };
+}

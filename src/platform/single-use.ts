@@ -1,0 +1,144 @@
+import { and, eq, gt, lte, sql } from 'drizzle-orm';
+import type { Db } from './db/client.js';
+import { singleUseRecords } from './db/schema.js';
+import { clock } from './clock.js';
+import { randomToken, sha256Hex, type Sealer } from './crypto.js';
+
+export interface SingleUseRecord {
+  id: string;
+  purpose: string;
+  subjectId: string | null;
+  data: Record<string, unknown>;
+  /** The unsealed secret payload, when one was stored. */
+  secret: string | null;
+  attempts: number;
+  expiresAt: Date;
+  createdAt: Date;
+}
+
+export interface CreateOptions {
+  purpose: string;
+  ttlMs: number;
+  subjectId?: string | null;
+  /** Non-secret fields, stored as JSON. */
+  data?: Record<string, unknown>;
+  /** A secret payload (a TOTP secret, PKCE verifier), stored AES-256-GCM sealed. */
+  secret?: string;
+  /** Use this token instead of a random one (e.g. a short code bound to a subject). */
+  token?: string;
+  /** Delete the subject's other records of this purpose first (a new link replaces the old). */
+  replaceForSubject?: boolean;
+}
+
+/**
+ * The one store for single-use, short-lived records. Only the SHA-256 of a token is kept; a record
+ * is consumed by one `DELETE … RETURNING`, so of any number of parallel callers exactly one gets it,
+ * on any instance. Expired records are never returned and are swept in the background.
+ */
+export class SingleUseStore {
+  constructor(private readonly sealer: Sealer) {}
+
+  /** Stores a record; returns the token to hand out (shown once, never stored). */
+  async create(db: Db, opts: CreateOptions): Promise<{ token: string; id: string; expiresAt: Date }> {
+    const token = opts.token ?? randomToken();
+    const tokenHash = this.#hash(opts.purpose, token);
+    const expiresAt = new Date(clock.nowMs() + opts.ttlMs);
+    if (opts.replaceForSubject && opts.subjectId) await this.deleteForSubject(db, opts.purpose, opts.subjectId);
+    const [row] = await db
+      .insert(singleUseRecords)
+      .values({
+        purpose: opts.purpose,
+        tokenHash,
+        subjectId: opts.subjectId ?? null,
+        data: opts.data ?? {},
+        sealed: opts.secret === undefined ? null : this.sealer.seal(opts.secret, `single-use:${opts.purpose}:${tokenHash}`),
+        expiresAt,
+        createdAt: clock.now(),
+      })
+      .returning({ id: singleUseRecords.id });
+    if (!row) throw new Error('single-use insert returned nothing');
+    return { token, id: row.id, expiresAt };
+  }
+
+  /** Consumes the record for `token` atomically: the first caller gets it, every other gets null. */
+  async consume(db: Db, purpose: string, token: string): Promise<SingleUseRecord | null> {
+    const tokenHash = this.#hash(purpose, token);
+    const rows = await db
+      .delete(singleUseRecords)
+      .where(and(eq(singleUseRecords.purpose, purpose), eq(singleUseRecords.tokenHash, tokenHash), gt(singleUseRecords.expiresAt, clock.now())))
+      .returning();
+    return rows[0] ? this.#toRecord(rows[0]) : null;
+  }
+
+  /** Reads without consuming (to check a token before a costly step); never trust it for single use. */
+  async peek(db: Db, purpose: string, token: string): Promise<SingleUseRecord | null> {
+    const tokenHash = this.#hash(purpose, token);
+    const rows = await db
+      .select()
+      .from(singleUseRecords)
+      .where(and(eq(singleUseRecords.purpose, purpose), eq(singleUseRecords.tokenHash, tokenHash), gt(singleUseRecords.expiresAt, clock.now())));
+    return rows[0] ? this.#toRecord(rows[0]) : null;
+  }
+
+  /** The newest live record of a purpose for a subject (e.g. a pending TOTP setup). */
+  async findForSubject(db: Db, purpose: string, subjectId: string): Promise<SingleUseRecord | null> {
+    const rows = await db
+      .select()
+      .from(singleUseRecords)
+      .where(and(eq(singleUseRecords.purpose, purpose), eq(singleUseRecords.subjectId, subjectId), gt(singleUseRecords.expiresAt, clock.now())))
+      .orderBy(sql`${singleUseRecords.createdAt} desc`)
+      .limit(1);
+    return rows[0] ? this.#toRecord(rows[0]) : null;
+  }
+
+  /** Consumes a subject's record of a purpose by id (the record found by findForSubject), once. */
+  async consumeById(db: Db, id: string): Promise<SingleUseRecord | null> {
+    const rows = await db
+      .delete(singleUseRecords)
+      .where(and(eq(singleUseRecords.id, id), gt(singleUseRecords.expiresAt, clock.now())))
+      .returning();
+    return rows[0] ? this.#toRecord(rows[0]) : null;
+  }
+
+  /**
+   * Counts one attempt against a record (codes allow a few tries). Returns the attempts made, or null
+   * when the record is gone or expired. Deletes the record when `maxAttempts` is reached.
+   */
+  async recordAttempt(db: Db, id: string, maxAttempts: number): Promise<number | null> {
+    const rows = await db
+      .update(singleUseRecords)
+      .set({ attempts: sql`${singleUseRecords.attempts} + 1` })
+      .where(and(eq(singleUseRecords.id, id), gt(singleUseRecords.expiresAt, clock.now())))
+      .returning({ attempts: singleUseRecords.attempts });
+    const attempts = rows[0]?.attempts ?? null;
+    if (attempts !== null && attempts >= maxAttempts) await db.delete(singleUseRecords).where(eq(singleUseRecords.id, id));
+    return attempts;
+  }
+
+  async deleteForSubject(db: Db, purpose: string, subjectId: string): Promise<void> {
+    await db.delete(singleUseRecords).where(and(eq(singleUseRecords.purpose, purpose), eq(singleUseRecords.subjectId, subjectId)));
+  }
+
+  /** Removes expired records; returns how many. */
+  async sweep(db: Db): Promise<number> {
+    const rows = await db.delete(singleUseRecords).where(lte(singleUseRecords.expiresAt, clock.now())).returning({ id: singleUseRecords.id });
+    return rows.length;
+  }
+
+  #hash(purpose: string, token: string): string {
+    return sha256Hex(`${purpose}:${token}`);
+  }
+
+  #toRecord(row: typeof singleUseRecords.$inferSelect): SingleUseRecord {
+    return {
+      id: row.id,
+      purpose: row.purpose,
+      subjectId: row.subjectId,
+      data: row.data,
+      secret: row.sealed === null ? null : this.sealer.open(row.sealed, `single-use:${row.purpose}:${row.tokenHash}`),
+      attempts: row.attempts,
+      expiresAt: row.expiresAt,
+      createdAt: row.createdAt,
+    };
+  }
+}

@@ -1,0 +1,124 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { eq } from 'drizzle-orm';
+import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
+import { startSmtpServer, type SmtpTestServer } from '../helpers/smtp.js';
+import { createUser, login, uniqueEmail } from '../helpers/fixtures.js';
+import { clock } from '../../src/platform/clock.js';
+import { auditLogs } from '../../src/modules/audit/schema.js';
+import { singleUseRecords } from '../../src/platform/db/schema.js';
+
+const NEW_PASSWORD = 'a-brand-new-passphrase-for-2026';
+
+describe.skipIf(!backendAvailable())('passwords: forgot, reset, change; profile', () => {
+  let app: TestApp;
+  let smtp: SmtpTestServer;
+  beforeAll(async () => {
+    smtp = await startSmtpServer();
+    app = await startTestApp({ env: { SMTP_URL: smtp.url, LOGIN_LIMIT: '1000', FORGOT_PASSWORD_LIMIT: '1000', PUBLIC_URL: 'https://keel.example.com' } });
+  });
+  afterAll(async () => {
+    await app?.close();
+    await smtp?.close();
+  });
+
+  async function resetLink(email: string): Promise<string> {
+    const res = await app.api('POST', '/auth/forgot-password', { body: { email } });
+    expect(res.status).toBe(200);
+    const mail = await smtp.waitFor((m) => m.to.includes(email));
+    const url = mail.urls.find((u) => u.includes('/reset-password?token='));
+    expect(url).toBeDefined();
+    expect(url!.startsWith('https://keel.example.com/reset-password?token=')).toBe(true);
+    return new URL(url!).searchParams.get('token')!;
+  }
+
+  it('emails a reset link that works once, ends every session, and is stored only hashed', async () => {
+    const user = await createUser(app);
+    const before = await login(app, user);
+    const token = await resetLink(user.email);
+    const stored = await app.server.keel.db.select().from(singleUseRecords).where(eq(singleUseRecords.subjectId, user.id));
+    expect(JSON.stringify(stored)).not.toContain(token);
+
+    const weak = await app.api('POST', '/auth/reset-password', { body: { token, password: 'password' } });
+    expect(weak.status).toBe(400);
+    expect(weak.body.code).toBe('validation_failed');
+
+    const ok = await app.api('POST', '/auth/reset-password', { body: { token, password: NEW_PASSWORD } });
+    expect(ok.status).toBe(200);
+    expect((await app.api('GET', '/auth/me', { token: before.accessToken })).status).toBe(401);
+    expect((await app.api('POST', '/auth/refresh', { body: { refreshToken: before.refreshToken } })).status).toBe(401);
+    const again = await app.api('POST', '/auth/reset-password', { body: { token, password: `${NEW_PASSWORD}-2` } });
+    expect(again.status).toBe(400);
+    expect(again.body.code).toBe('invalid_token');
+    expect((await app.api('POST', '/auth/login', { body: { email: user.email, password: user.password } })).status).toBe(401);
+    await login(app, { email: user.email, password: NEW_PASSWORD });
+    const actions = (await app.server.keel.db.select().from(auditLogs).where(eq(auditLogs.targetId, user.id))).map((a) => a.action);
+    expect(actions).toContain('user.password.reset');
+  });
+
+  it('expires a reset link after one hour, and a newer link replaces the older', async () => {
+    const user = await createUser(app);
+    const old = await resetLink(user.email);
+    const fresh = await resetLink(user.email);
+    expect((await app.api('POST', '/auth/reset-password', { body: { token: old, password: NEW_PASSWORD } })).status).toBe(400);
+    clock.advance(3600_000 + 1000);
+    const late = await app.api('POST', '/auth/reset-password', { body: { token: fresh, password: NEW_PASSWORD } });
+    expect(late.status).toBe(400);
+    expect(late.body.code).toBe('invalid_token');
+    clock.reset();
+  });
+
+  it('answers 200 for an unknown email and sends nothing', async () => {
+    const count = smtp.messages.length;
+    const email = uniqueEmail('nobody');
+    const res = await app.api('POST', '/auth/forgot-password', { body: { email } });
+    expect(res.status).toBe(200);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(smtp.messages.length).toBe(count);
+  });
+
+  it('limits forgot-password per IP', async () => {
+    const limited = await startTestApp({ env: { FORGOT_PASSWORD_LIMIT: '2' } });
+    try {
+      for (let i = 0; i < 2; i++) expect((await limited.api('POST', '/auth/forgot-password', { body: { email: uniqueEmail() } })).status).toBe(200);
+      const third = await limited.api('POST', '/auth/forgot-password', { body: { email: uniqueEmail() } });
+      expect(third.status).toBe(429);
+      expect(third.body.retryAfter).toBeGreaterThan(0);
+    } finally {
+      await limited.close();
+    }
+  });
+
+  it('changes the password only with the current one, and ends every session', async () => {
+    const user = await createUser(app);
+    const a = await login(app, user);
+    const wrong = await app.api('POST', '/auth/change-password', { token: a.accessToken, body: { currentPassword: 'not-the-password', newPassword: NEW_PASSWORD } });
+    expect(wrong.status).toBe(400);
+    expect(wrong.body.code).toBe('invalid_current_password');
+    const weak = await app.api('POST', '/auth/change-password', { token: a.accessToken, body: { currentPassword: user.password, newPassword: 'short' } });
+    expect(weak.status).toBe(400);
+    expect(weak.body.details.fields[0].path).toBe('newPassword');
+    const ok = await app.api('POST', '/auth/change-password', { token: a.accessToken, body: { currentPassword: user.password, newPassword: NEW_PASSWORD } });
+    expect(ok.status).toBe(200);
+    expect((await app.api('GET', '/auth/me', { token: a.accessToken })).status).toBe(401);
+    await login(app, { email: user.email, password: NEW_PASSWORD });
+  });
+
+  it('updates own name and avatar (https only) and audits the changed field names', async () => {
+    const user = await createUser(app);
+    const { accessToken } = await login(app, user);
+    const http = await app.api('PATCH', '/users/me', { token: accessToken, body: { avatarUrl: 'http://example.com/a.png' } });
+    expect(http.status).toBe(400);
+    expect(http.body.details.fields[0].path).toBe('avatarUrl');
+    const extra = await app.api('PATCH', '/users/me', { token: accessToken, body: { email: 'x@example.com' } });
+    expect(extra.status).toBe(400);
+    const res = await app.api('PATCH', '/users/me', { token: accessToken, body: { name: 'Grace Hopper', avatarUrl: 'https://cdn.example.com/g.png' } });
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ name: 'Grace Hopper', avatarUrl: 'https://cdn.example.com/g.png' });
+    const me = await app.api('GET', '/users/me', { token: accessToken });
+    expect(me.body).toEqual(res.body);
+    const entry = (await app.server.keel.db.select().from(auditLogs).where(eq(auditLogs.targetId, user.id))).find((e) => e.action === 'user.profile.update');
+    expect(entry?.changes?.sort()).toEqual(['avatarUrl', 'name']);
+    const cleared = await app.api('PATCH', '/users/me', { token: accessToken, body: { avatarUrl: null } });
+    expect(cleared.body.avatarUrl).toBeNull();
+  });
+});
