@@ -2,8 +2,12 @@ import type { OpenAPIHono } from '@hono/zod-openapi';
 import type { AppEnv } from '../app-env.js';
 import type { Keel } from '../keel.js';
 import { mountIdentityRoutes } from './identity/routes.js';
+import { mountAccessRoutes } from './access/routes.js';
+import { mountTenancyRoutes } from './tenancy/routes.js';
+import { mountMfaRoutes } from './mfa/routes.js';
 
 /** Each module contributes one function that mounts its routes on the /api/v1 router. */
 export type MountRoutes = (api: OpenAPIHono<AppEnv>, keel: Keel) => void;
 
-export const moduleRoutes: MountRoutes[] = [mountIdentityRoutes];
+export const moduleRoutes: MountRoutes[] = [mountIdentityRoutes, mountMfaRoutes];
+moduleRoutes.push(mountAccessRoutes, mountTenancyRoutes);

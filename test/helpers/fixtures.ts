@@ -96,3 +96,35 @@ export function cookie(setCookies: string[], name: string): { value: string; att
   const [pair = '', ...attrs] = line.split(';');
   return { value: decodeURIComponent(pair.slice(name.length + 1)), attributes: attrs.map((a) => a.trim()).join('; ') };
 }
+
+/** A TOTP code as an authenticator app would show it at Keel's (controllable) clock. */
+export async function totpCode(secret: string, offsetSeconds = 0): Promise<string> {
+  const { generate } = await import('otplib');
+  const { clock } = await import('../../src/platform/clock.js');
+  return generate({ secret, epoch: clock.nowSeconds() + offsetSeconds });
+}
+
+/** Moves Keel's clock to the next 30-second TOTP step, so the next code is a fresh one. */
+export async function nextTotpStep(): Promise<void> {
+  const { clock } = await import('../../src/platform/clock.js');
+  clock.advance(30_000);
+}
+
+/**
+ * Enrols an authenticator app for the signed-in user (setup + enable) and returns the secret, the
+ * recovery codes and the upgraded tokens. Use it for Force-MFA users (Partner Admins) before
+ * calling protected routes.
+ */
+export async function enrollTotp(app: TestApp, accessToken: string): Promise<{ secret: string; recoveryCodes: string[]; accessToken: string; refreshToken: string }> {
+  const setup = await app.api('POST', '/auth/mfa/setup', { token: accessToken });
+  if (setup.status !== 200) throw new Error(`mfa setup failed: ${setup.status} ${JSON.stringify(setup.body)}`);
+  const secret = setup.body.secret as string;
+  const enable = await app.api('POST', '/auth/mfa/enable', { token: accessToken, body: { code: await totpCode(secret) } });
+  if (enable.status !== 200) throw new Error(`mfa enable failed: ${enable.status} ${JSON.stringify(enable.body)}`);
+  return { secret, recoveryCodes: enable.body.recoveryCodes, accessToken: enable.body.accessToken, refreshToken: enable.body.refreshToken };
+}
+
+/** The claims of a JWT, unverified (tests read `mfa`, `sid`). */
+export function jwtClaims(token: string): Record<string, unknown> {
+  return JSON.parse(Buffer.from(token.split('.')[1] ?? '', 'base64url').toString()) as Record<string, unknown>;
+}

@@ -4,38 +4,72 @@ import type { Keel } from '../../keel.js';
 import { unauthorized } from '../../platform/http/errors.js';
 import { authenticateApiKey, API_KEY_PREFIX } from '../access/api-keys.js';
 import { identityOf } from './context.js';
+import type { LiveSession } from './sessions.js';
 import type { Principal } from './principal.js';
+import { getAccessSummary } from '../access/service.js';
+import { forceMfaSatisfied, mfaEnrollmentRequired } from '../mfa/policy.js';
 
-/** Resolves an access token to its principal: a valid signature, a live session, an active user. */
-export async function principalFromAccessToken(keel: Keel, token: string): Promise<Principal | null> {
+/** Resolves an access token to its principal and live session: a valid signature, a live session, an active user. */
+export async function sessionFromAccessToken(keel: Keel, token: string): Promise<{ principal: Principal; session: LiveSession } | null> {
   const identity = identityOf(keel);
   const claims = await identity.tokens.verify(token);
   if (!claims) return null;
   const session = await identity.sessions.lookup(claims.sid);
   if (!session || session.userId !== claims.sub) return null;
   return {
-    kind: 'user',
-    userId: session.userId,
-    email: session.email,
-    sessionId: session.id,
-    mfa: session.mfa,
-    isPlatformAdmin: session.isPlatformAdmin,
-    apiKeyId: null,
+    session,
+    principal: {
+      kind: 'user',
+      userId: session.userId,
+      email: session.email,
+      sessionId: session.id,
+      mfa: session.mfa,
+      isPlatformAdmin: session.isPlatformAdmin,
+      apiKeyId: null,
+    },
   };
+}
+
+export interface AuthenticateOptions {
+  /**
+   * Skip the Force MFA gate (428): only for the routes a user needs to enrol a factor (DECISIONS:
+   * `/auth/me`, `/users/me`, logout, refresh, MFA, phone and passkey enrolment).
+   */
+  allowUnenrolled?: boolean;
 }
 
 /**
  * Requires `Authorization: Bearer <access token | API key>` and sets `principal`. Anything else is 401
- * with one answer, whatever was wrong with the token.
+ * with one answer, whatever was wrong with the token. Then the Force MFA gate: a user whose role
+ * forces MFA and who has no acceptable factor enrolled gets 428 (API keys are not gated).
  */
-export function authenticate(keel: Keel): MiddlewareHandler<AppEnv> {
+export function authenticate(keel: Keel, opts: AuthenticateOptions = {}): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
     const match = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header('authorization') ?? '');
     const token = match?.[1];
     if (!token) throw unauthorized();
-    const principal = token.startsWith(API_KEY_PREFIX) ? await authenticateApiKey(keel, token) : await principalFromAccessToken(keel, token);
-    if (!principal) throw unauthorized('The access token is invalid or expired', 'invalid_token');
-    c.set('principal', principal);
+    if (token.startsWith(API_KEY_PREFIX)) {
+      const principal = await authenticateApiKey(keel, token);
+      if (!principal) throw unauthorized('The access token is invalid or expired', 'invalid_token');
+      c.set('principal', principal);
+      return next();
+    }
+    const found = await sessionFromAccessToken(keel, token);
+    if (!found) throw unauthorized('The access token is invalid or expired', 'invalid_token');
+    c.set('principal', found.principal);
+    if (!opts.allowUnenrolled && keel.config.ENABLE_2FA && !found.session.enrolled.includes('totp')) {
+      const summary = await getAccessSummary(keel.db, { id: found.principal.userId, isPlatformAdmin: found.principal.isPlatformAdmin });
+      if (!(await forceMfaSatisfied(keel, summary, found.session.enrolled))) throw mfaEnrollmentRequired();
+    }
     await next();
   };
+}
+
+/** For routes that are public or authenticated depending on the body: the bearer's principal, or 401. */
+export async function requireUserPrincipal(keel: Keel, authorization: string | undefined): Promise<Principal> {
+  const token = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '')?.[1];
+  if (!token || token.startsWith(API_KEY_PREFIX)) throw unauthorized();
+  const found = await sessionFromAccessToken(keel, token);
+  if (!found) throw unauthorized('The access token is invalid or expired', 'invalid_token');
+  return found.principal;
 }

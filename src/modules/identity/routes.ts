@@ -61,6 +61,8 @@ const tag = ['auth'];
 
 export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   const auth = authenticate(keel);
+  // Reachable before a Force-MFA user has enrolled a factor (no 428).
+  const authExempt = authenticate(keel, { allowUnenrolled: true });
   const registrationOpen = () => {
     if (!keel.config.ENABLE_REGISTRATION) throw new AppError(404, 'not_found', 'Registration is not enabled');
   };
@@ -143,7 +145,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
   api.openapi(
     createRoute({
       method: 'post', path: '/auth/logout', tags: tag, summary: 'Revoke every session and token of the user',
-      middleware: [auth] as const,
+      middleware: [authExempt] as const,
       responses: { 200: json(MessageSchema), ...errors(401) },
     }),
     async (c) => {
@@ -198,7 +200,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
     api.openapi(
       createRoute({
         method: 'get', path, tags: path === '/auth/me' ? tag : ['users'], summary: 'The signed-in user, with MFA, phone and access',
-        middleware: [auth] as const,
+        middleware: [authExempt] as const,
         responses: { 200: json(SelfProfileSchema), ...errors(401) },
       }),
       async (c) => c.json(await selfProfile(keel.db, c.var.principal.userId), 200),
@@ -208,7 +210,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
   api.openapi(
     createRoute({
       method: 'patch', path: '/users/me', tags: ['users'], summary: 'Update own name and avatar',
-      middleware: [auth] as const,
+      middleware: [authExempt] as const,
       request: { body: jsonBody(ProfilePatch) },
       responses: { 200: json(SelfProfileSchema), ...errors(400, 401) },
     }),

@@ -57,6 +57,29 @@ export async function accessTokenFor(keel: Keel, user: Pick<User, 'id' | 'isPlat
 }
 
 /**
+ * Upgrades the caller's session to `mfa: true` after a second factor was just proven (enrolling TOTP
+ * or SMS) and answers a fresh pair for it. Without a live session, a new MFA session is started.
+ */
+export async function upgradeSession(keel: Keel, user: User, currentSessionId: string | null, info: RequestInfo): Promise<TokenAnswer> {
+  const identity = identityOf(keel);
+  let sessionId = currentSessionId;
+  let refreshToken = sessionId ? await identity.sessions.upgradeToMfa(sessionId, user.id) : null;
+  if (!sessionId || !refreshToken) {
+    const s = await identity.sessions.create(keel.db, { userId: user.id, ip: info.ip, userAgent: info.userAgent, mfa: true });
+    sessionId = s.sessionId;
+    refreshToken = s.refreshToken;
+  }
+  await identity.sessions.userChanged(user.id);
+  return {
+    accessToken: await accessTokenFor(keel, user, sessionId, true),
+    refreshToken,
+    tokenType: 'Bearer',
+    expiresIn: ACCESS_TOKEN_SECONDS,
+    user: await selfProfile(keel.db, user.id),
+  };
+}
+
+/**
  * Starts a session for a user who has proven who they are (password, second factor, SSO, invitation)
  * and answers with the flat token shape. Records the login and publishes `user.login`.
  */

@@ -5,6 +5,7 @@ import { transaction } from '../../platform/db/transaction.js';
 import { clock } from '../../platform/clock.js';
 import { randomToken, sha256Hex } from '../../platform/crypto.js';
 import { sessionRefreshTokens, sessions, users } from './schema.js';
+import { enrolledMethods, type MfaMethodName } from '../mfa/login.js';
 
 export const REFRESH_IDLE_MS = 7 * 24 * 3600_000;
 export const REFRESH_ABSOLUTE_MS = 30 * 24 * 3600_000;
@@ -23,6 +24,8 @@ export interface LiveSession {
   isPlatformAdmin: boolean;
   mfa: boolean;
   absoluteExpiresAt: number;
+  /** Second factors the user has enrolled now (invalidated with the user on any MFA change). */
+  enrolled: MfaMethodName[];
 }
 
 export type RotateResult =
@@ -106,6 +109,29 @@ export class SessionService {
     return { kind: 'reused' };
   }
 
+  /**
+   * Marks a live session as proven with a second factor and rotates its refresh token (the old one
+   * joins the family's history). Access tokens of the session keep working and now count as MFA.
+   */
+  async upgradeToMfa(sessionId: string, userId: string): Promise<string | null> {
+    const next = randomToken(32);
+    const now = clock.now();
+    const done = await transaction(this.keel.db, async (tx) => {
+      const [old] = await tx.db
+        .select({ tokenHash: sessions.tokenHash })
+        .from(sessions)
+        .where(and(eq(sessions.id, sessionId), eq(sessions.userId, userId), isNull(sessions.revokedAt)))
+        .for('update');
+      if (!old) return false;
+      await tx.db.update(sessions).set({ mfa: true, tokenHash: sha256Hex(next), lastUsedAt: now }).where(eq(sessions.id, sessionId));
+      await tx.db.insert(sessionRefreshTokens).values({ tokenHash: old.tokenHash, sessionId, rotatedAt: now });
+      return true;
+    });
+    if (!done) return null;
+    await this.keel.invalidation.publish(SESSION_TOPIC, sessionId);
+    return next;
+  }
+
   /** Revokes one session. Takes effect on every process when the caller's transaction commits. */
   async revoke(db: Db, sessionId: string, reason: string, afterCommit?: (fn: () => Promise<void>) => void): Promise<boolean> {
     const rows = await db
@@ -144,27 +170,19 @@ export class SessionService {
     if (cached) return cached.absoluteExpiresAt > now ? cached : null;
     const epoch = this.#epoch;
     const [row] = await this.keel.db
-      .select({
-        id: sessions.id,
-        userId: sessions.userId,
-        mfa: sessions.mfa,
-        absoluteExpiresAt: sessions.absoluteExpiresAt,
-        revokedAt: sessions.revokedAt,
-        email: users.email,
-        isPlatformAdmin: users.isPlatformAdmin,
-        status: users.status,
-      })
+      .select({ session: sessions, user: users })
       .from(sessions)
       .innerJoin(users, eq(users.id, sessions.userId))
       .where(eq(sessions.id, sessionId));
-    if (!row || row.revokedAt || row.status !== 'active' || row.absoluteExpiresAt.getTime() <= now) return null;
+    if (!row || row.session.revokedAt || row.user.status !== 'active' || row.session.absoluteExpiresAt.getTime() <= now) return null;
     const live: LiveSession = {
-      id: row.id,
-      userId: row.userId,
-      email: row.email,
-      isPlatformAdmin: row.isPlatformAdmin,
-      mfa: row.mfa,
-      absoluteExpiresAt: row.absoluteExpiresAt.getTime(),
+      id: row.session.id,
+      userId: row.user.id,
+      email: row.user.email,
+      isPlatformAdmin: row.user.isPlatformAdmin,
+      mfa: row.session.mfa,
+      absoluteExpiresAt: row.session.absoluteExpiresAt.getTime(),
+      enrolled: await enrolledMethods(this.keel, row.user),
     };
     if (epoch === this.#epoch) {
       if (this.#cache.size >= CACHE_MAX) {

@@ -17,13 +17,15 @@ export const MfaChallengeSchema = z
   .openapi('MfaChallenge');
 
 export type MfaChallenge = z.infer<typeof MfaChallengeSchema>;
-type Method = MfaChallenge['mfaMethod'];
+export type MfaMethodName = MfaChallenge['mfaMethod'];
+type Method = MfaMethodName;
 
 /** The second factors a user has enrolled, primary first. */
 export async function enrolledMethods(keel: Keel, user: typeof users.$inferSelect): Promise<Method[]> {
   const methods: Method[] = [];
   if (user.mfaEnabled && user.mfaSecret) methods.push('totp');
   if (user.mfaEnabled && user.phoneVerified && user.phoneNumber && user.mfaMethod === 'sms') methods.push('sms');
+  // Passkeys are an alternate factor beside TOTP/SMS (SPEC 2.1).
   const [pk] = await keel.db.select({ n: count() }).from(passkeys).where(eq(passkeys.userId, user.id));
   if ((pk?.n ?? 0) > 0) methods.push('passkey');
   const primary = user.mfaMethod && methods.includes(user.mfaMethod) ? user.mfaMethod : methods[0];

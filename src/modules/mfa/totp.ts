@@ -1,0 +1,46 @@
+import { generateSecret, generateURI, verify } from 'otplib';
+import QRCode from 'qrcode';
+import { and, eq, isNull, lt, or } from 'drizzle-orm';
+import type { Db } from '../../platform/db/client.js';
+import { clock } from '../../platform/clock.js';
+import { users } from '../identity/schema.js';
+
+export const TOTP_PERIOD = 30;
+export const TOTP_ISSUER = 'Keel';
+
+export function newTotpSecret(): string {
+  return generateSecret();
+}
+
+export function otpAuthUrl(secret: string, email: string): string {
+  return generateURI({ issuer: TOTP_ISSUER, label: email, secret });
+}
+
+export function qrCodeDataUrl(url: string): Promise<string> {
+  return QRCode.toDataURL(url, { errorCorrectionLevel: 'M', margin: 1, width: 240 });
+}
+
+/**
+ * Checks a 6-digit code against a secret at Keel's clock, allowing one period of drift either way.
+ * Returns the RFC 6238 time-step the code belongs to, or null.
+ */
+export async function totpStep(secret: string, code: string): Promise<number | null> {
+  if (!/^\d{6}$/.test(code)) return null;
+  const now = clock.nowSeconds();
+  const result = await verify({ secret, token: code, epoch: now, epochTolerance: TOTP_PERIOD });
+  if (!result.valid) return null;
+  return Math.floor(now / TOTP_PERIOD) + result.delta;
+}
+
+/**
+ * Marks a time-step as used for the user: one conditional UPDATE, so a code (and any code of an
+ * earlier step) is accepted once, also under parallel requests. False when it was already used.
+ */
+export async function claimTotpStep(db: Db, userId: string, step: number): Promise<boolean> {
+  const rows = await db
+    .update(users)
+    .set({ totpLastStep: step })
+    .where(and(eq(users.id, userId), or(isNull(users.totpLastStep), lt(users.totpLastStep, step))))
+    .returning({ id: users.id });
+  return rows.length > 0;
+}
