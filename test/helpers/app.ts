@@ -123,7 +123,7 @@ export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> 
     const res = await fetch(`${server.url}${path}`, { method, headers, redirect: 'manual', ...(body !== undefined ? { body } : {}) });
     const text = await res.text();
     let parsed: unknown = text;
-    if ((res.headers.get('content-type') ?? '').includes('json') && text) parsed = JSON.parse(text);
+    if (/^application\/([\w.-]+\+)?json\b/.test(res.headers.get('content-type') ?? '') && text) parsed = JSON.parse(text);
     return { status: res.status, body: parsed as T, headers: res.headers, cookies: res.headers.getSetCookie() };
   };
   return {

@@ -1,0 +1,157 @@
+import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
+import { stream } from 'hono/streaming';
+import { and, count, desc, eq, gte, inArray, lt, lte, or, sql, type SQL } from 'drizzle-orm';
+import type { AppEnv } from '../../app-env.js';
+import type { Keel } from '../../keel.js';
+import type { Db } from '../../platform/db/client.js';
+import { errors, json, page, PageQuery, paginated } from '../../platform/http/schemas.js';
+import { authenticate } from '../identity/middleware.js';
+import { ScopeQuery } from '../access/http.js';
+import { accessOf, guard, type AccessContext } from '../access/scope.js';
+import { organizations } from '../tenancy/schema.js';
+import { auditLogs } from './schema.js';
+
+const EntrySchema = z
+  .object({
+    id: z.uuid(),
+    createdAt: z.string(),
+    action: z.string(),
+    actorType: z.string(),
+    actorId: z.string().nullable(),
+    actorEmail: z.string().nullable(),
+    partnerId: z.string().nullable(),
+    orgId: z.string().nullable(),
+    targetType: z.string().nullable(),
+    targetId: z.string().nullable(),
+    changes: z.array(z.string()).nullable(),
+    details: z.record(z.string(), z.unknown()).nullable(),
+    result: z.string(),
+    ipAddress: z.string().nullable(),
+    userAgent: z.string().nullable(),
+    requestId: z.string().nullable(),
+  })
+  .openapi('AuditEntry');
+
+const Filters = z.object({
+  action: z.string().max(100).optional(),
+  actorId: z.uuid().optional(),
+  targetType: z.string().max(50).optional(),
+  targetId: z.string().max(100).optional(),
+  from: z.iso.datetime({ offset: true }).optional(),
+  to: z.iso.datetime({ offset: true }).optional(),
+});
+
+type Row = typeof auditLogs.$inferSelect;
+type Entry = z.infer<typeof EntrySchema>;
+
+const entry = (r: Row): Entry => ({ ...r, createdAt: r.createdAt.toISOString() });
+
+/**
+ * The entries a caller may read: its organisation's; a partner's own and those of the organisations
+ * its `orgAccess` reaches; for a system caller, what it named, or everything. Never another tenant's.
+ */
+function tenantFilter(access: AccessContext): SQL | undefined {
+  if (access.orgId) return eq(auditLogs.orgId, access.orgId);
+  if (access.partnerId) {
+    const partnerOrgs = sql`(select ${organizations.id} from ${organizations} where ${organizations.partnerId} = ${access.partnerId})`;
+    const own = eq(auditLogs.partnerId, access.partnerId);
+    if (access.scope === 'partner' && access.orgAccess === 'none') return own;
+    if (access.scope === 'partner' && access.orgAccess === 'selected') {
+      return access.orgIds.length > 0 ? or(own, and(inArray(auditLogs.orgId, access.orgIds), sql`${auditLogs.orgId} in ${partnerOrgs}`)) : own;
+    }
+    return or(own, sql`${auditLogs.orgId} in ${partnerOrgs}`);
+  }
+  return access.scope === 'system' ? undefined : sql`false`;
+}
+
+function whereOf(access: AccessContext, f: z.infer<typeof Filters>): SQL | undefined {
+  return and(
+    tenantFilter(access),
+    f.action ? eq(auditLogs.action, f.action) : undefined,
+    f.actorId ? eq(auditLogs.actorId, f.actorId) : undefined,
+    f.targetType ? eq(auditLogs.targetType, f.targetType) : undefined,
+    f.targetId ? eq(auditLogs.targetId, f.targetId) : undefined,
+    f.from ? gte(auditLogs.createdAt, new Date(f.from)) : undefined,
+    f.to ? lte(auditLogs.createdAt, new Date(f.to)) : undefined,
+  );
+}
+
+/** Newest first, keyset-paged by (created_at, id) so an export never holds the whole log in memory. */
+async function* allEntries(db: Db, where: SQL | undefined, batch = 500): AsyncGenerator<Entry> {
+  let cursor: { createdAt: Date; id: string } | null = null;
+  for (;;) {
+    const after: SQL | undefined = cursor
+      ? or(lt(auditLogs.createdAt, cursor.createdAt), and(eq(auditLogs.createdAt, cursor.createdAt), lt(auditLogs.id, cursor.id)))
+      : undefined;
+    const rows: Row[] = await db.select().from(auditLogs).where(and(where, after)).orderBy(desc(auditLogs.createdAt), desc(auditLogs.id)).limit(batch);
+    for (const r of rows) yield entry(r);
+    const last = rows[rows.length - 1];
+    if (!last || rows.length < batch) return;
+    cursor = { createdAt: last.createdAt, id: last.id };
+  }
+}
+
+const CSV_COLUMNS = ['id', 'createdAt', 'action', 'actorType', 'actorId', 'actorEmail', 'partnerId', 'orgId', 'targetType', 'targetId', 'changes', 'details', 'result', 'ipAddress', 'userAgent', 'requestId'] as const;
+
+function csvCell(value: unknown): string {
+  if (value === null || value === undefined) return '';
+  let text = typeof value === 'string' ? value : JSON.stringify(value);
+  // Cells a spreadsheet would run as a formula are prefixed (CSV injection).
+  if (/^[=+\-@\t\r]/.test(text)) text = `'${text}`;
+  return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
+}
+
+export function mountAuditRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
+  const auth = authenticate(keel);
+  const tag = ['audit'];
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/audit-logs', tags: tag, summary: 'Audit entries of the scope, newest first',
+      middleware: [auth, ...guard(keel, { permission: ['audit', 'read'] })],
+      request: { query: PageQuery.extend(ScopeQuery.shape).extend(Filters.shape) },
+      responses: { 200: json(paginated(EntrySchema)), ...errors(400, 401, 403, 404, 428) },
+    }),
+    async (c) => {
+      const q = c.req.valid('query');
+      const where = whereOf(accessOf(c), q);
+      const [total] = await keel.db.select({ n: count() }).from(auditLogs).where(where);
+      const rows = await keel.db
+        .select()
+        .from(auditLogs)
+        .where(where)
+        .orderBy(desc(auditLogs.createdAt), desc(auditLogs.id))
+        .limit(q.limit)
+        .offset((q.page - 1) * q.limit);
+      return c.json(page(rows.map(entry), q, total?.n ?? 0), 200);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/audit-logs/export', tags: tag, summary: 'Export the audit entries of the scope (streamed JSON lines or CSV)',
+      middleware: [auth, ...guard(keel, { permission: ['audit', 'export'] })],
+      request: { query: ScopeQuery.extend(Filters.shape).extend({ format: z.enum(['jsonl', 'csv']).default('jsonl') }) },
+      responses: {
+        200: {
+          description: 'The entries, newest first',
+          content: { 'application/x-ndjson': { schema: z.string() }, 'text/csv': { schema: z.string() } },
+        },
+        ...errors(400, 401, 403, 404, 428),
+      },
+    }),
+    (c) => {
+      const q = c.req.valid('query');
+      const where = whereOf(accessOf(c), q);
+      const csv = q.format === 'csv';
+      c.header('Content-Type', csv ? 'text/csv; charset=utf-8' : 'application/x-ndjson; charset=utf-8');
+      c.header('Content-Disposition', `attachment; filename="audit-log.${q.format}"`);
+      return stream(c, async (out) => {
+        if (csv) await out.write(`${CSV_COLUMNS.join(',')}\n`);
+        for await (const e of allEntries(keel.db, where)) {
+          await out.write(csv ? `${CSV_COLUMNS.map((k) => csvCell(e[k])).join(',')}\n` : `${JSON.stringify(e)}\n`);
+        }
+      });
+    },
+  );
+}

@@ -1,0 +1,259 @@
+import { and, count, desc, eq, ilike, inArray, or, sql, type SQL } from 'drizzle-orm';
+import type { Keel } from '../../keel.js';
+import type { Db } from '../../platform/db/client.js';
+import { transaction } from '../../platform/db/transaction.js';
+import { clock } from '../../platform/clock.js';
+import { AppError, conflict, forbidden, notFound } from '../../platform/http/errors.js';
+import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
+import { organizationUsers, partnerUsers } from '../access/schema.js';
+import type { AccessContext } from '../access/scope.js';
+import { assertNotLastFullAdmin, getMembership, type Membership, type Tenant } from '../access/service.js';
+import { assignableRole } from '../access/roles.js';
+import { resolveRole } from '../access/role-cache.js';
+import { users } from '../identity/schema.js';
+import { identityOf } from '../identity/context.js';
+import { organizations } from '../tenancy/schema.js';
+
+export interface UserView {
+  id: string;
+  email: string;
+  name: string;
+  status: 'active' | 'invited' | 'disabled';
+  avatarUrl: string | null;
+  isPlatformAdmin: boolean;
+  scope: 'system' | 'partner' | 'organization' | null;
+  partnerId: string | null;
+  orgId: string | null;
+  roleId: string | null;
+  orgAccess: 'all' | 'selected' | 'none' | null;
+  orgIds: string[];
+  siteIds: string[] | null;
+  deviceGroupIds: string[] | null;
+  mfaEnabled: boolean;
+  mfaMethod: 'totp' | 'sms' | 'passkey' | null;
+  lastLoginAt: string | null;
+  createdAt: string;
+}
+
+const selection = {
+  user: users,
+  pu: {
+    partnerId: partnerUsers.partnerId,
+    roleId: partnerUsers.roleId,
+    orgAccess: partnerUsers.orgAccess,
+    orgIds: partnerUsers.orgIds,
+  },
+  ou: {
+    orgId: organizationUsers.orgId,
+    roleId: organizationUsers.roleId,
+    siteIds: organizationUsers.siteIds,
+    deviceGroupIds: organizationUsers.deviceGroupIds,
+  },
+};
+
+type Row = {
+  user: typeof users.$inferSelect;
+  pu: { partnerId: string; roleId: string; orgAccess: 'all' | 'selected' | 'none'; orgIds: string[] } | null;
+  ou: { orgId: string; roleId: string; siteIds: string[] | null; deviceGroupIds: string[] | null } | null;
+};
+
+function view(r: Row): UserView {
+  const u = r.user;
+  return {
+    id: u.id,
+    email: u.email,
+    name: u.name,
+    status: u.status,
+    avatarUrl: u.avatarUrl,
+    isPlatformAdmin: u.isPlatformAdmin,
+    scope: u.isPlatformAdmin ? 'system' : r.pu ? 'partner' : r.ou ? 'organization' : null,
+    partnerId: r.pu?.partnerId ?? null,
+    orgId: r.ou?.orgId ?? null,
+    roleId: r.pu?.roleId ?? r.ou?.roleId ?? null,
+    orgAccess: r.pu?.orgAccess ?? null,
+    orgIds: r.pu?.orgIds ?? [],
+    siteIds: r.ou?.siteIds ?? null,
+    deviceGroupIds: r.ou?.deviceGroupIds ?? null,
+    mfaEnabled: u.mfaEnabled,
+    mfaMethod: u.mfaMethod,
+    lastLoginAt: u.lastLoginAt?.toISOString() ?? null,
+    createdAt: u.createdAt.toISOString(),
+  };
+}
+
+/**
+ * The users a caller can see (SPEC 4.2 "users in the current scope"): the named or own organisation's
+ * members; for a partner caller without an organisation, the partner's members and the members of
+ * the organisations its `orgAccess` reaches; for a system caller, everything it named, or everyone.
+ */
+function visibleTo(access: AccessContext): SQL | undefined {
+  if (access.orgId) return eq(organizationUsers.orgId, access.orgId);
+  const partnerId = access.partnerId;
+  if (access.scope === 'partner' && partnerId) {
+    const own = eq(partnerUsers.partnerId, partnerId);
+    if (access.orgAccess === 'none') return own;
+    const orgs =
+      access.orgAccess === 'selected'
+        ? access.orgIds.length > 0
+          ? and(eq(organizations.partnerId, partnerId), inArray(organizationUsers.orgId, access.orgIds))
+          : undefined
+        : eq(organizations.partnerId, partnerId);
+    return orgs ? or(own, orgs) : own;
+  }
+  if (access.scope === 'system') {
+    return partnerId ? or(eq(partnerUsers.partnerId, partnerId), eq(organizations.partnerId, partnerId)) : undefined;
+  }
+  return sql`false`;
+}
+
+function baseQuery(db: Db) {
+  return db
+    .select(selection)
+    .from(users)
+    .leftJoin(partnerUsers, eq(partnerUsers.userId, users.id))
+    .leftJoin(organizationUsers, eq(organizationUsers.userId, users.id))
+    .leftJoin(organizations, eq(organizations.id, organizationUsers.orgId));
+}
+
+export interface UserFilters {
+  page: number;
+  limit: number;
+  status?: 'active' | 'invited' | 'disabled' | undefined;
+  roleId?: string | undefined;
+  search?: string | undefined;
+}
+
+export async function listUsers(db: Db, access: AccessContext, q: UserFilters): Promise<{ data: UserView[]; total: number }> {
+  const where = and(
+    visibleTo(access),
+    q.status ? eq(users.status, q.status) : undefined,
+    q.roleId ? or(eq(partnerUsers.roleId, q.roleId), eq(organizationUsers.roleId, q.roleId)) : undefined,
+    q.search ? or(ilike(users.email, `%${escapeLike(q.search)}%`), ilike(users.name, `%${escapeLike(q.search)}%`)) : undefined,
+  );
+  const [total] = await db
+    .select({ n: count() })
+    .from(users)
+    .leftJoin(partnerUsers, eq(partnerUsers.userId, users.id))
+    .leftJoin(organizationUsers, eq(organizationUsers.userId, users.id))
+    .leftJoin(organizations, eq(organizations.id, organizationUsers.orgId))
+    .where(where);
+  const rows = (await baseQuery(db)
+    .where(where)
+    .orderBy(desc(users.createdAt), desc(users.id))
+    .limit(q.limit)
+    .offset((q.page - 1) * q.limit)) as Row[];
+  return { data: rows.map(view), total: total?.n ?? 0 };
+}
+
+function escapeLike(s: string): string {
+  return s.replace(/[\\%_]/g, (c) => `\\${c}`);
+}
+
+/** One user the caller can see, or 404 (another tenant's users are never revealed). */
+export async function getVisibleUser(db: Db, access: AccessContext, id: string): Promise<UserView> {
+  const [row] = (await baseQuery(db).where(and(eq(users.id, id), visibleTo(access)))) as Row[];
+  if (!row) throw notFound('User');
+  return view(row);
+}
+
+export function tenantOf(m: Membership): Tenant {
+  return m.kind === 'partner' ? { partnerId: m.partnerId } : { orgId: m.orgId };
+}
+
+/** A role may only be given by a caller who holds every permission it grants (DECISIONS caps). */
+export async function assertRoleWithinCaller(db: Db, access: AccessContext, roleId: string): Promise<void> {
+  const role = await resolveRole(db, roleId);
+  if (!role) throw notFound('Role');
+  const missing = access.permissions.missing(role.permissions.pairs);
+  if (missing.length > 0) {
+    throw new AppError(403, 'privilege_escalation', 'You cannot give a role with permissions you do not hold', {
+      missing: missing.map((p) => `${p.resource}:${p.action}`),
+    });
+  }
+}
+
+async function targetForChange(db: Db, access: AccessContext, id: string): Promise<{ target: UserView; membership: Membership | null }> {
+  const target = await getVisibleUser(db, access, id);
+  if (target.id === access.principal.userId) throw forbidden('You cannot change your own membership, role or status here', 'self_change_forbidden');
+  if (target.isPlatformAdmin && access.scope !== 'system') throw notFound('User');
+  return { target, membership: await getMembership(db, id) };
+}
+
+const changes = (o: Record<string, unknown>) => Object.keys(o).filter((k) => o[k] !== undefined);
+
+/** `PATCH /users/:id`: name and status. Disabling ends the user's sessions and API keys at once. */
+export async function updateUser(
+  keel: Keel,
+  access: AccessContext,
+  id: string,
+  patch: { name?: string | undefined; status?: 'active' | 'disabled' | undefined },
+  info: AuditRequestInfo,
+): Promise<UserView> {
+  const { target, membership } = await targetForChange(keel.db, access, id);
+  if (patch.status === 'active' && target.status === 'invited') {
+    throw conflict('invitation_pending', 'An invited user becomes active by accepting the invitation');
+  }
+  const set: { name?: string; status?: 'active' | 'disabled' } = {};
+  if (patch.name !== undefined && patch.name !== target.name) set.name = patch.name;
+  if (patch.status !== undefined && patch.status !== target.status) set.status = patch.status;
+  if (Object.keys(set).length === 0) return target;
+  await transaction(keel.db, async (tx) => {
+    if (set.status === 'disabled' && membership) await assertNotLastFullAdmin(tx.db, tenantOf(membership), id, null);
+    await tx.db.update(users).set({ ...set, updatedAt: clock.now() }).where(eq(users.id, id));
+    if (set.status === 'disabled') await identityOf(keel).sessions.revokeAllForUser(tx.db, id, 'user_disabled', tx.afterCommit);
+    else tx.afterCommit(() => identityOf(keel).sessions.userChanged(id));
+    await writeAudit(tx.db, info, {
+      action: 'user.update',
+      partnerId: membership?.kind === 'partner' ? membership.partnerId : access.partnerId,
+      orgId: membership?.kind === 'organization' ? membership.orgId : access.orgId,
+      target: { type: 'user', id },
+      changes: changes(set),
+      ...(set.status ? { details: { status: set.status } } : {}),
+    });
+  });
+  return getVisibleUser(keel.db, access, id);
+}
+
+/** `DELETE /users/:id`: removes the association; the account stays and can be invited again. */
+export async function removeUser(keel: Keel, access: AccessContext, id: string, info: AuditRequestInfo): Promise<void> {
+  const { membership } = await targetForChange(keel.db, access, id);
+  if (!membership) throw notFound('User');
+  await transaction(keel.db, async (tx) => {
+    await assertNotLastFullAdmin(tx.db, tenantOf(membership), id, null);
+    if (membership.kind === 'partner') await tx.db.delete(partnerUsers).where(eq(partnerUsers.userId, id));
+    else await tx.db.delete(organizationUsers).where(eq(organizationUsers.userId, id));
+    await identityOf(keel).sessions.revokeAllForUser(tx.db, id, 'user_removed', tx.afterCommit);
+    await keel.singleUse.deleteForSubject(tx.db, 'invite', id);
+    await writeAudit(tx.db, info, {
+      action: 'user.remove',
+      partnerId: membership.kind === 'partner' ? membership.partnerId : access.partnerId,
+      orgId: membership.kind === 'organization' ? membership.orgId : access.orgId,
+      target: { type: 'user', id },
+    });
+  });
+}
+
+/** `POST /users/:id/role`: a role assignable in the user's tenant, within the caller's permissions. */
+export async function assignRole(keel: Keel, access: AccessContext, id: string, roleId: string, info: AuditRequestInfo): Promise<UserView> {
+  const { membership } = await targetForChange(keel.db, access, id);
+  if (!membership) throw notFound('User');
+  const tenant = tenantOf(membership);
+  const role = await assignableRole(keel.db, roleId, tenant);
+  if (!role) throw new AppError(400, 'invalid_role', 'That role cannot be given to a member of this scope', { fields: [{ path: 'roleId', message: 'is not assignable here' }] });
+  await assertRoleWithinCaller(keel.db, access, roleId);
+  await transaction(keel.db, async (tx) => {
+    await assertNotLastFullAdmin(tx.db, tenant, id, roleId);
+    if (membership.kind === 'partner') await tx.db.update(partnerUsers).set({ roleId }).where(eq(partnerUsers.userId, id));
+    else await tx.db.update(organizationUsers).set({ roleId }).where(eq(organizationUsers.userId, id));
+    tx.afterCommit(() => identityOf(keel).sessions.userChanged(id));
+    await writeAudit(tx.db, info, {
+      action: 'user.role.assign',
+      partnerId: membership.kind === 'partner' ? membership.partnerId : access.partnerId,
+      orgId: membership.kind === 'organization' ? membership.orgId : access.orgId,
+      target: { type: 'user', id },
+      changes: ['roleId'],
+      details: { roleId, previousRoleId: membership.roleId },
+    });
+  });
+  return getVisibleUser(keel.db, access, id);
+}

@@ -1,0 +1,108 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
+import { createTenant, createUser, login, STRONG_PASSWORD, uniqueEmail, type Tenant } from '../helpers/fixtures.js';
+import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
+
+describe.skipIf(!backendAvailable())('audit log: read and export', () => {
+  let app: TestApp;
+  let tenant: Tenant;
+  let adminToken: string;
+  const secrets: string[] = [];
+
+  beforeAll(async () => {
+    app = await startTestApp({ env: { LOGIN_LIMIT: '1000' } });
+    tenant = await createTenant(app);
+    const admin = await login(app, tenant.orgAdmin);
+    adminToken = admin.accessToken;
+    secrets.push(tenant.orgAdmin.password, admin.accessToken, admin.refreshToken);
+
+    // Accounts: login (above), profile update, logout of another user.
+    expect((await app.api('PATCH', '/users/me', { token: adminToken, body: { name: 'Audited Admin' } })).status).toBe(200);
+    const tech = await login(app, tenant.orgTechnician);
+    secrets.push(tech.accessToken, tech.refreshToken);
+    expect((await app.api('POST', '/auth/logout', { token: tech.accessToken })).status).toBe(200);
+
+    // Roles: create, update, clone, delete.
+    const role = await app.api('POST', '/roles', { token: adminToken, body: { name: 'Auditors', permissions: [{ resource: 'audit', action: 'read' }] } });
+    expect(role.status).toBe(201);
+    expect((await app.api('PATCH', `/roles/${role.body.id}`, { token: adminToken, body: { description: 'Read the log' } })).status).toBe(200);
+    const clone = await app.api('POST', `/roles/${role.body.id}/clone`, { token: adminToken, body: { name: 'Auditors 2' } });
+    expect(clone.status).toBe(201);
+    expect((await app.api('DELETE', `/roles/${clone.body.id}`, { token: adminToken })).status).toBe(204);
+
+    // Users: invite, resend, update, role assign, remove.
+    const invited = await app.api('POST', '/users/invite', { token: adminToken, body: { email: uniqueEmail('audit'), name: 'Ann', roleId: SYSTEM_ROLES.orgReadOnly.id } });
+    expect(invited.status).toBe(201);
+    expect((await app.api('POST', '/users/resend-invite', { token: adminToken, body: { userId: invited.body.id } })).status).toBe(200);
+    const member = await createUser(app, { org: { orgId: tenant.orgId, roleId: SYSTEM_ROLES.orgReadOnly.id } });
+    expect((await app.api('PATCH', `/users/${member.id}`, { token: adminToken, body: { name: 'Renamed' } })).status).toBe(200);
+    expect((await app.api('POST', `/users/${member.id}/role`, { token: adminToken, body: { roleId: SYSTEM_ROLES.orgTechnician.id } })).status).toBe(200);
+    expect((await app.api('DELETE', `/users/${member.id}`, { token: adminToken })).status).toBe(204);
+
+    // Another tenant's activity, which must never show.
+    const other = await createUser(app, { name: 'Other Org Admin', org: { orgId: tenant.otherOrgId, roleId: SYSTEM_ROLES.orgAdmin.id } });
+    const otherToken = (await login(app, other)).accessToken;
+    expect((await app.api('POST', '/roles', { token: otherToken, body: { name: 'Secret B role', permissions: [{ resource: 'devices', action: 'read' }] } })).status).toBe(201);
+  });
+  afterAll(async () => app?.close());
+
+  const EXPECTED = [
+    'user.login', 'user.logout', 'user.profile.update',
+    'role.create', 'role.update', 'role.clone', 'role.delete',
+    'user.invite', 'user.invite.resend', 'user.update', 'user.role.assign', 'user.remove',
+  ];
+
+  it('lists every audited action of the scope, newest first, with filters and pagination', async () => {
+    const res = await app.api('GET', '/audit-logs?limit=100', { token: adminToken });
+    expect(res.status).toBe(200);
+    const actions = res.body.data.map((e: { action: string }) => e.action);
+    expect(actions).toEqual(expect.arrayContaining(EXPECTED));
+    for (const e of res.body.data) expect(e.orgId).toBe(tenant.orgId);
+    const times = res.body.data.map((e: { createdAt: string }) => Date.parse(e.createdAt));
+    expect([...times].sort((a, b) => b - a)).toEqual(times);
+
+    const only = await app.api('GET', '/audit-logs?action=role.create', { token: adminToken });
+    expect(only.body.data.map((e: { action: string }) => e.action)).toEqual(['role.create']);
+    const byActor = await app.api('GET', `/audit-logs?actorId=${tenant.orgTechnician.id}`, { token: adminToken });
+    expect(byActor.body.data.map((e: { action: string }) => e.action).sort()).toEqual(['user.login', 'user.logout']);
+    const paged = await app.api('GET', '/audit-logs?limit=2&page=2', { token: adminToken });
+    expect(paged.body.data).toHaveLength(2);
+    expect(paged.body.pagination).toMatchObject({ page: 2, limit: 2, total: res.body.pagination.total });
+    const future = await app.api('GET', `/audit-logs?from=${encodeURIComponent(new Date(Date.now() + 3600_000).toISOString())}`, { token: adminToken });
+    expect(future.body.data).toEqual([]);
+    expect((await app.api('GET', '/audit-logs?from=yesterday', { token: adminToken })).status).toBe(400);
+  });
+
+  it('never shows another tenant’s entries and needs audit:read', async () => {
+    const res = await app.api('GET', '/audit-logs?limit=100', { token: adminToken });
+    expect(JSON.stringify(res.body)).not.toContain('Secret B role');
+    expect(JSON.stringify(res.body)).not.toContain(tenant.otherOrgId);
+    expect((await app.api('GET', `/audit-logs?orgId=${tenant.otherOrgId}`, { token: adminToken })).status).toBe(404);
+    const tech = await login(app, tenant.orgTechnician);
+    expect((await app.api('GET', '/audit-logs', { token: tech.accessToken })).status).toBe(403);
+  });
+
+  it('exports the same entries as JSON lines and CSV, streamed, without any secret', async () => {
+    const jsonl = await app.api('GET', '/audit-logs/export?format=jsonl', { token: adminToken });
+    expect(jsonl.status).toBe(200);
+    expect(jsonl.headers.get('content-type')).toContain('application/x-ndjson');
+    const lines = (jsonl.body as string).trim().split('\n').map((l) => JSON.parse(l) as { action: string; orgId: string });
+    expect(lines.map((l) => l.action)).toEqual(expect.arrayContaining(EXPECTED));
+    expect(lines.every((l) => l.orgId === tenant.orgId)).toBe(true);
+
+    const csv = await app.api('GET', '/audit-logs/export?format=csv', { token: adminToken });
+    expect(csv.status).toBe(200);
+    expect(csv.headers.get('content-type')).toContain('text/csv');
+    const rows = (csv.body as string).trim().split('\n');
+    expect(rows[0]).toBe('id,createdAt,action,actorType,actorId,actorEmail,partnerId,orgId,targetType,targetId,changes,details,result,ipAddress,userAgent,requestId');
+    expect(rows.length - 1).toBe(lines.length);
+    for (const action of EXPECTED) expect(csv.body).toContain(`,${action},`);
+
+    for (const text of [jsonl.body as string, csv.body as string]) {
+      for (const s of [...secrets, STRONG_PASSWORD]) expect(text).not.toContain(s);
+      expect(text).not.toContain('Secret B role');
+    }
+    const tech = await login(app, tenant.orgTechnician);
+    expect((await app.api('GET', '/audit-logs/export', { token: tech.accessToken })).status).toBe(403);
+  });
+});

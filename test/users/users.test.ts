@@ -1,0 +1,194 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
+import { startSmtpServer, type SmtpTestServer } from '../helpers/smtp.js';
+import { createTenant, createUser, enrollTotp, login, STRONG_PASSWORD, uniqueEmail, type Tenant } from '../helpers/fixtures.js';
+import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
+import { createOrganization } from '../../src/modules/tenancy/service.js';
+
+describe.skipIf(!backendAvailable())('users and invitations', () => {
+  let app: TestApp;
+  let smtp: SmtpTestServer;
+  let tenant: Tenant;
+  let adminToken: string;
+  let soloOrgId = '';
+  let soloAdminId = '';
+  beforeAll(async () => {
+    smtp = await startSmtpServer();
+    app = await startTestApp({ env: { SMTP_URL: smtp.url, LOGIN_LIMIT: '1000', PUBLIC_URL: 'https://keel.example.com' } });
+    tenant = await createTenant(app);
+    adminToken = (await login(app, tenant.orgAdmin)).accessToken;
+  });
+  afterAll(async () => {
+    await app?.close();
+    await smtp?.close();
+  });
+
+  async function inviteLink(email: string): Promise<string> {
+    const mail = await smtp.waitFor((m) => m.to.includes(email) && m.subject.includes('invited'));
+    smtp.messages.splice(smtp.messages.indexOf(mail), 1);
+    const url = mail.urls.find((u) => u.includes('/accept-invite?token='));
+    expect(url?.startsWith('https://keel.example.com/accept-invite?token=')).toBe(true);
+    return new URL(url!).searchParams.get('token')!;
+  }
+
+  const invite = (token: string, body: Record<string, unknown>) => app.api('POST', '/users/invite', { token, body });
+
+  it('invites by email, and the invited user accepts, signs in and acts with the given role', async () => {
+    const email = uniqueEmail('invitee');
+    const res = await invite(adminToken, { email, name: 'Ivy', roleId: SYSTEM_ROLES.orgReadOnly.id });
+    expect(res.status).toBe(201);
+    expect(res.body).toMatchObject({ email, status: 'invited', scope: 'organization', orgId: tenant.orgId, roleId: SYSTEM_ROLES.orgReadOnly.id, siteIds: null });
+    const token = await inviteLink(email);
+    expect((await app.api('POST', '/auth/login', { body: { email, password: STRONG_PASSWORD } })).status).toBe(401);
+
+    const weak = await app.api('POST', '/auth/accept-invite', { body: { token, password: 'weak' } });
+    expect(weak.status).toBe(400);
+    const accepted = await app.api('POST', '/auth/accept-invite', { body: { token, password: STRONG_PASSWORD, name: 'Ivy Reader' } });
+    expect(accepted.status).toBe(200);
+    expect(accepted.body.user).toMatchObject({ email, name: 'Ivy Reader', status: 'active', roleId: SYSTEM_ROLES.orgReadOnly.id });
+    expect((await app.api('POST', '/auth/accept-invite', { body: { token, password: STRONG_PASSWORD } })).status).toBe(400);
+
+    const { accessToken } = await login(app, { email, password: STRONG_PASSWORD });
+    const list = await app.api('GET', '/users', { token: accessToken });
+    expect(list.status).toBe(200);
+    expect((await invite(accessToken, { email: uniqueEmail(), name: 'X', roleId: SYSTEM_ROLES.orgReadOnly.id })).status).toBe(403);
+  });
+
+  it('refuses to invite someone already in the scope (409) or associated elsewhere (409)', async () => {
+    const again = await invite(adminToken, { email: tenant.orgTechnician.email, name: 'Dup', roleId: SYSTEM_ROLES.orgReadOnly.id });
+    expect(again.status).toBe(409);
+    expect(again.body.error).toBe('User already exists in this scope');
+    const elsewhere = await invite(adminToken, { email: tenant.partnerTechnician.email, name: 'Else', roleId: SYSTEM_ROLES.orgReadOnly.id });
+    expect(elsewhere.status).toBe(409);
+  });
+
+  it('validates the invitation body: empty site lists, foreign roles, partner fields in an org invite', async () => {
+    const empty = await invite(adminToken, { email: uniqueEmail(), name: 'E', roleId: SYSTEM_ROLES.orgReadOnly.id, siteIds: [] });
+    expect(empty.status).toBe(400);
+    expect(empty.body.details.fields[0].path).toBe('siteIds');
+    const partnerRole = await invite(adminToken, { email: uniqueEmail(), name: 'P', roleId: SYSTEM_ROLES.partnerAdmin.id });
+    expect(partnerRole.status).toBe(400);
+    const mixed = await invite(adminToken, { email: uniqueEmail(), name: 'M', roleId: SYSTEM_ROLES.orgReadOnly.id, orgAccess: 'all' });
+    expect(mixed.status).toBe(400);
+  });
+
+  it('resends an invitation with a new link that replaces the old; only for invited users', async () => {
+    const email = uniqueEmail('resend');
+    const res = await invite(adminToken, { email, name: 'Rae', roleId: SYSTEM_ROLES.orgTechnician.id });
+    const first = await inviteLink(email);
+    const resend = await app.api('POST', '/users/resend-invite', { token: adminToken, body: { userId: res.body.id } });
+    expect(resend.status).toBe(200);
+    const second = await inviteLink(email);
+    expect(second).not.toBe(first);
+    expect((await app.api('POST', '/auth/accept-invite', { body: { token: first, password: STRONG_PASSWORD } })).status).toBe(400);
+    expect((await app.api('POST', '/auth/accept-invite', { body: { token: second, password: STRONG_PASSWORD } })).status).toBe(200);
+    const notInvited = await app.api('POST', '/users/resend-invite', { token: adminToken, body: { userId: res.body.id } });
+    expect(notInvited.status).toBe(409);
+  });
+
+  it("disabling a user stops their access token and API keys on the next request", async () => {
+    const user = await createUser(app, { org: { orgId: tenant.orgId, roleId: SYSTEM_ROLES.orgTechnician.id } });
+    const { accessToken } = await login(app, user);
+    const key = await app.api('POST', '/api-keys', { token: accessToken, body: { name: 'ci', permissions: [{ resource: 'devices', action: 'read' }] } });
+    expect(key.status).toBe(201);
+    expect((await app.api('GET', '/auth/sessions', { token: key.body.key })).status).not.toBe(401);
+    const disabled = await app.api('PATCH', `/users/${user.id}`, { token: adminToken, body: { status: 'disabled' } });
+    expect(disabled.status).toBe(200);
+    expect(disabled.body.status).toBe('disabled');
+    expect((await app.api('GET', '/auth/me', { token: accessToken })).status).toBe(401);
+    expect((await app.api('GET', '/roles', { token: key.body.key })).status).toBe(401);
+    expect((await app.api('POST', '/auth/login', { body: { email: user.email, password: user.password } })).status).toBe(401);
+    const enabled = await app.api('PATCH', `/users/${user.id}`, { token: adminToken, body: { status: 'active' } });
+    expect(enabled.body.status).toBe('active');
+    await login(app, user);
+  });
+
+  it('removes a user from the scope, keeps the account, and lets it be invited again', async () => {
+    const user = await createUser(app, { org: { orgId: tenant.orgId, roleId: SYSTEM_ROLES.orgTechnician.id } });
+    const before = await login(app, user);
+    expect((await app.api('DELETE', `/users/${user.id}`, { token: adminToken })).status).toBe(204);
+    expect((await app.api('GET', `/users/${user.id}`, { token: adminToken })).status).toBe(404);
+    expect((await app.api('GET', '/auth/me', { token: before.accessToken })).status).toBe(401);
+    const solo = await login(app, user);
+    expect(solo.body.user.scope).toBeNull();
+    expect((await app.api('GET', '/users', { token: solo.accessToken })).status).toBe(403);
+
+    const again = await invite(adminToken, { email: user.email, name: 'Back', roleId: SYSTEM_ROLES.orgReadOnly.id });
+    expect(again.status).toBe(201);
+    const token = await inviteLink(user.email);
+    expect((await app.api('POST', '/auth/accept-invite', { body: { token, password: 'not-their-password-at-all' } })).status).toBe(401);
+    const ok = await app.api('POST', '/auth/accept-invite', { body: { token, password: user.password } });
+    expect(ok.status).toBe(200);
+    expect(ok.body.user).toMatchObject({ scope: 'organization', orgId: tenant.orgId, roleId: SYSTEM_ROLES.orgReadOnly.id });
+  });
+
+  it('assigns roles within the caller’s own permissions; nobody changes their own role; the last admin stays', async () => {
+    const user = await createUser(app, { org: { orgId: tenant.orgId, roleId: SYSTEM_ROLES.orgReadOnly.id } });
+    const res = await app.api('POST', `/users/${user.id}/role`, { token: adminToken, body: { roleId: SYSTEM_ROLES.orgTechnician.id } });
+    expect(res.status).toBe(200);
+    expect(res.body.roleId).toBe(SYSTEM_ROLES.orgTechnician.id);
+    expect((await app.api('POST', `/users/${tenant.orgAdmin.id}/role`, { token: adminToken, body: { roleId: SYSTEM_ROLES.orgReadOnly.id } })).status).toBe(403);
+
+    const soloOrg = await createOrganization(app.server.keel.db, { name: 'Solo', partnerId: tenant.partnerId });
+    const onlyAdmin = await createUser(app, { org: { orgId: soloOrg.id, roleId: SYSTEM_ROLES.orgAdmin.id } });
+    const helper = await createUser(app, { org: { orgId: soloOrg.id, roleId: SYSTEM_ROLES.orgAdmin.id } });
+    const helperToken = (await login(app, helper)).accessToken;
+    expect((await app.api('DELETE', `/users/${onlyAdmin.id}`, { token: helperToken })).status).toBe(204);
+    // The helper is now the only *:* holder of that organisation; see the partner admin test for the 409.
+    soloOrgId = soloOrg.id;
+    soloAdminId = helper.id;
+
+    const techToken = (await login(app, tenant.orgTechnician)).accessToken;
+    const denied = await app.api('GET', '/users', { token: techToken });
+    expect(denied.status).toBe(403);
+  });
+
+  it('hides other organisations’ users (404) and scopes partner users by orgAccess', async () => {
+    const bUser = await createUser(app, { org: { orgId: tenant.otherOrgId, roleId: SYSTEM_ROLES.orgReadOnly.id } });
+    expect((await app.api('GET', `/users/${bUser.id}`, { token: adminToken })).status).toBe(404);
+    expect((await app.api('GET', `/users?orgId=${tenant.otherOrgId}`, { token: adminToken })).status).toBe(404);
+    const list = await app.api('GET', '/users?limit=100', { token: adminToken });
+    expect(list.body.data.every((u: { orgId: string }) => u.orgId === tenant.orgId)).toBe(true);
+
+    const selected = await createUser(app, {
+      partner: { partnerId: tenant.partnerId, roleId: SYSTEM_ROLES.partnerReadOnly.id, orgAccess: 'selected', orgIds: [tenant.orgId] },
+    });
+    const sToken = (await login(app, selected)).accessToken;
+    const seen = await app.api('GET', '/users?limit=100', { token: sToken });
+    expect(seen.status).toBe(200);
+    const orgIds = new Set(seen.body.data.map((u: { orgId: string | null }) => u.orgId).filter(Boolean));
+    expect([...orgIds]).toEqual([tenant.orgId]);
+    expect(seen.body.data.some((u: { id: string }) => u.id === bUser.id)).toBe(false);
+    expect((await app.api('GET', `/users?orgId=${tenant.otherOrgId}`, { token: sToken })).status).toBe(404);
+    const administer = await app.api('POST', `/users/invite?orgId=${tenant.orgId}`, { token: sToken, body: { email: uniqueEmail(), name: 'N', roleId: SYSTEM_ROLES.orgReadOnly.id } });
+    expect(administer.status).toBe(403);
+    expect(administer.body.error).toMatch(/full partner organization access is required/i);
+  });
+
+  it('lets a partner admin (after enrolling MFA) invite into a named organisation and at partner level', async () => {
+    const first = await login(app, tenant.partnerAdmin);
+    expect((await app.api('GET', '/users', { token: first.accessToken })).status).toBe(428);
+    const { accessToken } = await enrollTotp(app, first.accessToken);
+    const orgInvite = await invite(accessToken, { email: uniqueEmail(), name: 'O', roleId: SYSTEM_ROLES.orgTechnician.id, orgId: tenant.otherOrgId });
+    expect(orgInvite.status).toBe(201);
+    expect(orgInvite.body.orgId).toBe(tenant.otherOrgId);
+    const noAccess = await invite(accessToken, { email: uniqueEmail(), name: 'P', roleId: SYSTEM_ROLES.partnerTechnician.id });
+    expect(noAccess.status).toBe(400);
+    expect(noAccess.body.details.fields[0].path).toBe('orgAccess');
+    const partnerInvite = await invite(accessToken, { email: uniqueEmail(), name: 'P', roleId: SYSTEM_ROLES.partnerTechnician.id, orgAccess: 'selected', orgIds: [tenant.orgId] });
+    expect(partnerInvite.status).toBe(201);
+    expect(partnerInvite.body).toMatchObject({ scope: 'partner', partnerId: tenant.partnerId, orgAccess: 'selected', orgIds: [tenant.orgId] });
+
+    // The last *:* holder of an organisation can be neither demoted, disabled nor removed.
+    expect(soloAdminId).not.toBe('');
+    for (const [method, path, body] of [
+      ['POST', `/users/${soloAdminId}/role?orgId=${soloOrgId}`, { roleId: SYSTEM_ROLES.orgReadOnly.id }],
+      ['PATCH', `/users/${soloAdminId}?orgId=${soloOrgId}`, { status: 'disabled' }],
+      ['DELETE', `/users/${soloAdminId}?orgId=${soloOrgId}`, undefined],
+    ] as const) {
+      const res = await app.api(method, path, { token: accessToken, ...(body ? { body } : {}) });
+      expect(res.status).toBe(409);
+      expect(res.body.code).toBe('last_admin');
+    }
+  });
+});
