@@ -2,7 +2,7 @@ import { z } from '@hono/zod-openapi';
 import { count, eq } from 'drizzle-orm';
 import type { Db } from '../../platform/db/client.js';
 import { notFound } from '../../platform/http/errors.js';
-import { getAccessSummary } from '../access/service.js';
+import { getAccessSummary, type AccessSummary } from '../access/service.js';
 import { passkeys } from '../mfa/schema.js';
 import { users } from './schema.js';
 
@@ -41,11 +41,12 @@ export function maskPhone(phone: string | null): string | null {
   return `${phone.slice(0, keep)}${'•'.repeat(Math.max(0, phone.length - keep - 2))}${phone.slice(-2)}`;
 }
 
-export async function selfProfile(db: Db, userId: string): Promise<SelfProfile> {
+/** The self-profile; pass the access summary when the caller already has it. */
+export async function selfProfile(db: Db, userId: string, known?: { access?: AccessSummary }): Promise<SelfProfile> {
   const [user] = await db.select().from(users).where(eq(users.id, userId));
   if (!user) throw notFound('User');
   const [pk] = await db.select({ n: count() }).from(passkeys).where(eq(passkeys.userId, userId));
-  const access = await getAccessSummary(db, user);
+  const access = known?.access ?? (await getAccessSummary(db, user));
   return {
     id: user.id,
     email: user.email,

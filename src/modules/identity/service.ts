@@ -5,7 +5,7 @@ import { transaction, type Tx } from '../../platform/db/transaction.js';
 import { clock } from '../../platform/clock.js';
 import { AppError, conflict, notFound, unauthorized } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
-import { addPartnerMember, getAccessSummary } from '../access/service.js';
+import { addPartnerMember, getAccessSummary, type AccessSummary } from '../access/service.js';
 import { SYSTEM_ROLES } from '../access/catalog.js';
 import { createPartner } from '../tenancy/service.js';
 import { identityOf } from './context.js';
@@ -43,17 +43,32 @@ export function findUserByEmail(db: Db, email: string): Promise<User | undefined
     .then((rows) => rows[0]);
 }
 
-/** Signs an access token for a session, with the user's current scope as informational claims. */
-export async function accessTokenFor(keel: Keel, user: Pick<User, 'id' | 'isPlatformAdmin'>, sessionId: string, mfa: boolean): Promise<string> {
-  const access = await getAccessSummary(keel.db, user);
-  return identityOf(keel).tokens.sign({
+/**
+ * The flat token answer for a session: an access token whose informational claims carry the user's
+ * current scope, the refresh token, and the self-profile (one access summary serves both).
+ */
+async function tokenAnswer(
+  keel: Keel,
+  user: Pick<User, 'id' | 'isPlatformAdmin'>,
+  session: { id: string; refreshToken: string; mfa: boolean },
+  known?: AccessSummary,
+): Promise<TokenAnswer> {
+  const access = known ?? (await getAccessSummary(keel.db, user));
+  const accessToken = await identityOf(keel).tokens.sign({
     sub: user.id,
-    sid: sessionId,
+    sid: session.id,
     scope: access.scope,
-    mfa,
+    mfa: session.mfa,
     ...(access.partnerId ? { partnerId: access.partnerId } : {}),
     ...(access.orgId ? { orgId: access.orgId } : {}),
   });
+  return {
+    accessToken,
+    refreshToken: session.refreshToken,
+    tokenType: 'Bearer',
+    expiresIn: ACCESS_TOKEN_SECONDS,
+    user: await selfProfile(keel.db, user.id, { access }),
+  };
 }
 
 /**
@@ -70,13 +85,7 @@ export async function upgradeSession(keel: Keel, user: User, currentSessionId: s
     refreshToken = s.refreshToken;
   }
   await identity.sessions.userChanged(user.id);
-  return {
-    accessToken: await accessTokenFor(keel, user, sessionId, true),
-    refreshToken,
-    tokenType: 'Bearer',
-    expiresIn: ACCESS_TOKEN_SECONDS,
-    user: await selfProfile(keel.db, user.id),
-  };
+  return tokenAnswer(keel, user, { id: sessionId, refreshToken, mfa: true });
 }
 
 /**
@@ -113,13 +122,7 @@ export async function signIn(
     });
     return s;
   });
-  return {
-    accessToken: await accessTokenFor(keel, user, started.sessionId, opts.mfa),
-    refreshToken: started.refreshToken,
-    tokenType: 'Bearer',
-    expiresIn: ACCESS_TOKEN_SECONDS,
-    user: await selfProfile(keel.db, user.id),
-  };
+  return tokenAnswer(keel, user, { id: started.sessionId, refreshToken: started.refreshToken, mfa: opts.mfa }, access);
 }
 
 /**
@@ -235,16 +238,7 @@ export async function refresh(keel: Keel, refreshToken: string): Promise<Refresh
     await identityOf(keel).sessions.revoke(keel.db, result.sessionId, 'user_inactive');
     return { kind: 'invalid' };
   }
-  return {
-    kind: 'ok',
-    answer: {
-      accessToken: await accessTokenFor(keel, user, result.sessionId, result.mfa),
-      refreshToken: result.refreshToken,
-      tokenType: 'Bearer',
-      expiresIn: ACCESS_TOKEN_SECONDS,
-      user: await selfProfile(keel.db, user.id),
-    },
-  };
+  return { kind: 'ok', answer: await tokenAnswer(keel, user, { id: result.sessionId, refreshToken: result.refreshToken, mfa: result.mfa }) };
 }
 
 /** Revokes every session of the user (SPEC: logout revokes all active tokens) and records it. */
