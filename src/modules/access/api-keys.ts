@@ -194,7 +194,7 @@ export async function listApiKeys(keel: Keel, access: AccessContext, q: { page: 
     keel.db.select().from(apiKeys).where(where).orderBy(desc(apiKeys.createdAt), desc(apiKeys.id)).limit(q.limit).offset((q.page - 1) * q.limit),
     keel.db.select({ n: count() }).from(apiKeys).where(where),
   ]);
-  return { data: rows.map(view), total: Number(total?.n ?? 0) };
+  return { data: rows.map(view), total: total?.n ?? 0 };
 }
 
 /** Revokes one of the caller's keys; it stops authenticating with the next request. Others' keys: 404. */

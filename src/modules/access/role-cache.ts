@@ -35,7 +35,7 @@ interface ChainRow {
   parent_role_id: string | null;
   force_mfa: boolean;
   is_system: boolean;
-  depth: number;
+  depth: number | string;
   resource: string | null;
   action: string | null;
 }
@@ -146,7 +146,7 @@ export function resolveRole(db: Db, roleId: string): Promise<ResolvedRole | null
   return cache ? cache.resolve(roleId) : loadRoleChain(db, roleId);
 }
 
-/** Tells every process (this one at once) that a role changed. Call after the change committed. */
-export async function publishRoleChange(keel: Keel, roleId: string | '*'): Promise<void> {
+/** Tells every process (this one at once) that a role changed (`*`: any role). Call after the change committed. */
+export async function publishRoleChange(keel: Keel, roleId: string): Promise<void> {
   await keel.invalidation.publish(ROLES_TOPIC, roleId);
 }

@@ -122,7 +122,7 @@ async function userCount(db: Db, role: RoleRow, access: AccessContext): Promise<
     h.table === 'partner'
       ? await db.select({ n: count() }).from(partnerUsers).where(h.where)
       : await db.select({ n: count() }).from(organizationUsers).where(h.where);
-  return Number(row?.n ?? 0);
+  return row?.n ?? 0;
 }
 
 async function toViews(db: Db, rows: RoleRow[], access: AccessContext): Promise<RoleView[]> {
@@ -168,7 +168,7 @@ export async function listRoles(db: Db, access: AccessContext, q: { page: number
     db.select().from(roles).where(where).orderBy(desc(roles.isSystem), asc(roles.name), asc(roles.id)).limit(q.limit).offset((q.page - 1) * q.limit),
     db.select({ n: count() }).from(roles).where(where),
   ]);
-  return { data: await toViews(db, rows, access), total: Number(total?.n ?? 0) };
+  return { data: await toViews(db, rows, access), total: total?.n ?? 0 };
 }
 
 export async function getRole(db: Db, access: AccessContext, id: string): Promise<RoleView> {
@@ -328,12 +328,11 @@ function isForeignKeyViolation(err: unknown): boolean {
 }
 
 async function blockers(db: Db, roleId: string): Promise<{ users: number; childRoles: number }> {
-  const [[p], [o], [ch]] = await Promise.all([
-    db.select({ n: count() }).from(partnerUsers).where(eq(partnerUsers.roleId, roleId)),
-    db.select({ n: count() }).from(organizationUsers).where(eq(organizationUsers.roleId, roleId)),
-    db.select({ n: count() }).from(roles).where(eq(roles.parentRoleId, roleId)),
-  ]);
-  return { users: Number(p?.n ?? 0) + Number(o?.n ?? 0), childRoles: Number(ch?.n ?? 0) };
+  // One after another: inside a transaction there is one connection.
+  const [p] = await db.select({ n: count() }).from(partnerUsers).where(eq(partnerUsers.roleId, roleId));
+  const [o] = await db.select({ n: count() }).from(organizationUsers).where(eq(organizationUsers.roleId, roleId));
+  const [ch] = await db.select({ n: count() }).from(roles).where(eq(roles.parentRoleId, roleId));
+  return { users: (p?.n ?? 0) + (o?.n ?? 0), childRoles: ch?.n ?? 0 };
 }
 
 const roleInUse = (b: { users: number; childRoles: number }) =>
@@ -476,7 +475,7 @@ export async function roleUsers(keel: Keel, access: AccessContext, id: string, q
     return {
       data: rows.map(({ m, ...u }) =>
         userView(u, { scope: 'partner', partnerId: m.partnerId, orgId: null, roleId: m.roleId, orgAccess: m.orgAccess, orgIds: m.orgIds, siteIds: null, deviceGroupIds: null })),
-      total: Number(total?.n ?? 0),
+      total: total?.n ?? 0,
     };
   }
   const [rows, [total]] = await Promise.all([
@@ -487,7 +486,7 @@ export async function roleUsers(keel: Keel, access: AccessContext, id: string, q
   return {
     data: rows.map(({ m, ...u }) =>
       userView(u, { scope: 'organization', partnerId: null, orgId: m.orgId, roleId: m.roleId, orgAccess: null, orgIds: [], siteIds: m.siteIds, deviceGroupIds: m.deviceGroupIds })),
-    total: Number(total?.n ?? 0),
+    total: total?.n ?? 0,
   };
 }
 

@@ -84,7 +84,12 @@ export const partnerUsers = pgTable(
     orgIds: uuid('org_ids').array().notNull().default(sql`'{}'::uuid[]`),
     createdAt: createdAt(),
   },
-  (t) => [uniqueIndex('partner_users_user_idx').on(t.userId), index('partner_users_partner_idx').on(t.partnerId)],
+  (t) => [
+    uniqueIndex('partner_users_user_idx').on(t.userId),
+    index('partner_users_partner_idx').on(t.partnerId),
+    // Role holders: user counts, role delete checks and the RESTRICT foreign key.
+    index('partner_users_role_idx').on(t.roleId),
+  ],
 );
 
 export const organizationUsers = pgTable(
@@ -105,7 +110,11 @@ export const organizationUsers = pgTable(
     deviceGroupIds: uuid('device_group_ids').array(),
     createdAt: createdAt(),
   },
-  (t) => [uniqueIndex('organization_users_user_idx').on(t.userId), index('organization_users_org_idx').on(t.orgId)],
+  (t) => [
+    uniqueIndex('organization_users_user_idx').on(t.userId),
+    index('organization_users_org_idx').on(t.orgId),
+    index('organization_users_role_idx').on(t.roleId),
+  ],
 );
 
 export interface PermissionPair {

@@ -72,25 +72,23 @@ async function bodyField(c: Context, field: string): Promise<unknown> {
 async function namedId(c: Context, field: string, param?: string): Promise<string | null> {
   const values = new Set<string>();
   const fromQuery = c.req.query(field);
-  if (fromQuery !== undefined && fromQuery !== '') values.add(fromQuery);
+  if (fromQuery !== undefined && fromQuery !== '') values.add(fromQuery.toLowerCase());
   const fromBody = await bodyField(c, field);
   if (fromBody !== undefined && fromBody !== null) {
     if (typeof fromBody !== 'string') throw validationError([{ path: field, message: 'must be a UUID' }]);
-    values.add(fromBody);
+    values.add(fromBody.toLowerCase());
   }
-  if (param) {
-    const fromParam = c.req.param(param);
-    if (fromParam) values.add(fromParam);
-  }
+  const fromParam = param ? c.req.param(param) : undefined;
+  if (fromParam) values.add(fromParam.toLowerCase());
   if (values.size === 0) return null;
   if (values.size > 1) throw badRequest(`${field}_mismatch`, `The ${field} given in the query, body and path must agree`);
   const value = [...values][0] ?? '';
   if (!UUID.test(value)) {
     // A malformed path id reads as "not found", like any id that names nothing.
-    if (param && value === c.req.param(param)) throw notFound('Organization');
+    if (fromParam) throw notFound('Organization');
     throw validationError([{ path: field, message: 'must be a UUID' }]);
   }
-  return value.toLowerCase();
+  return value;
 }
 
 function buildContext(principal: Principal, s: AccessSummary & { scope: Scope }): AccessContext {
@@ -162,7 +160,8 @@ export function requireScope(keel: Keel, opts: ScopeOptions = {}): MiddlewareHan
   return async (c, next) => {
     const principal = c.var.principal as Principal | undefined;
     if (!principal) throw unauthorized();
-    const summary = await summaryFor(keel, principal);
+    const early = principal.kind === 'user' ? c.var.accessSummary : undefined;
+    const summary = early ?? (await summaryFor(keel, principal));
     if (summary.scope === null) throw contextRequired();
     const access = buildContext(principal, { ...summary, scope: summary.scope });
     if (opts.scopes && !opts.scopes.includes(access.scope)) throw forbidden('This operation is not available in your scope', 'scope_forbidden');

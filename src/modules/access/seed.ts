@@ -24,7 +24,7 @@ async function seedUpToDate(db: Db): Promise<boolean> {
   for (const role of Object.values(SYSTEM_ROLES)) {
     const row = roleById.get(role.id);
     if (row?.name !== role.name || row.forceMfa !== role.forceMfa || !row.isSystem) return false;
-    const wanted = new Set(role.permissions.map((p) => idOf.get(`${p.resource}:${p.action}`)));
+    const wanted = new Set(role.permissions.map((p) => idOf.get(`${p.resource}:${p.action}`)).filter((id): id is string => !!id));
     const current = grants.filter((g) => g.roleId === role.id).map((g) => g.permissionId);
     if (current.length !== wanted.size || current.some((id) => !wanted.has(id))) return false;
   }

@@ -1,5 +1,5 @@
-import { and, count, eq, ne } from 'drizzle-orm';
-import type { Db } from '../../platform/db/client.js';
+import { and, count, eq, ne, sql } from 'drizzle-orm';
+import { rowsOf, type Db } from '../../platform/db/client.js';
 import { conflict } from '../../platform/http/errors.js';
 import { organizationUsers, partnerUsers } from './schema.js';
 import type { PermissionPair } from './permissions.js';
@@ -40,18 +40,35 @@ export type Membership =
   | { kind: 'partner'; partnerId: string; roleId: string; orgAccess: OrgAccess; orgIds: string[] }
   | { kind: 'organization'; orgId: string; roleId: string; siteIds: string[] | null; deviceGroupIds: string[] | null };
 
-/** The user's one association (a partner or one organisation), or null. Never cached: always current. */
+interface MembershipRow {
+  kind: 'partner' | 'organization';
+  partner_id: string | null;
+  org_id: string | null;
+  role_id: string;
+  org_access: OrgAccess | null;
+  org_ids: string[] | null;
+  site_ids: string[] | null;
+  device_group_ids: string[] | null;
+}
+
+/** The user's one association (a partner or one organisation), or null. One query; never cached: always current. */
 export async function getMembership(db: Db, userId: string): Promise<Membership | null> {
-  const [pu] = await db
-    .select({ partnerId: partnerUsers.partnerId, roleId: partnerUsers.roleId, orgAccess: partnerUsers.orgAccess, orgIds: partnerUsers.orgIds })
-    .from(partnerUsers)
-    .where(eq(partnerUsers.userId, userId));
-  if (pu) return { kind: 'partner', ...pu };
-  const [ou] = await db
-    .select({ orgId: organizationUsers.orgId, roleId: organizationUsers.roleId, siteIds: organizationUsers.siteIds, deviceGroupIds: organizationUsers.deviceGroupIds })
-    .from(organizationUsers)
-    .where(eq(organizationUsers.userId, userId));
-  return ou ? { kind: 'organization', ...ou } : null;
+  // Arrays travel as JSON so both drivers hand back plain arrays.
+  const result = await db.execute(sql`
+    select 'partner' as kind, partner_id, null::uuid as org_id, role_id, org_access::text as org_access,
+           to_jsonb(org_ids) as org_ids, null::jsonb as site_ids, null::jsonb as device_group_ids
+    from partner_users where user_id = ${userId}
+    union all
+    select 'organization', null, org_id, role_id, null, null, to_jsonb(site_ids), to_jsonb(device_group_ids)
+    from organization_users where user_id = ${userId}
+    limit 1`);
+  const row = rowsOf<MembershipRow>(result)[0];
+  if (!row) return null;
+  if (row.kind === 'partner' && row.partner_id) {
+    return { kind: 'partner', partnerId: row.partner_id, roleId: row.role_id, orgAccess: row.org_access ?? 'none', orgIds: row.org_ids ?? [] };
+  }
+  if (row.org_id) return { kind: 'organization', orgId: row.org_id, roleId: row.role_id, siteIds: row.site_ids, deviceGroupIds: row.device_group_ids };
+  return null;
 }
 
 /**
@@ -116,7 +133,7 @@ export async function countFullAdmins(db: Db, tenant: Tenant, excludeUserId?: st
           .where(and(eq(organizationUsers.orgId, tenant.orgId), excludeUserId ? ne(organizationUsers.userId, excludeUserId) : undefined))
           .groupBy(organizationUsers.roleId);
   let total = 0;
-  for (const r of rows) if (await isFullAdminRole(db, r.roleId)) total += Number(r.n);
+  for (const r of rows) if (await isFullAdminRole(db, r.roleId)) total += r.n;
   return total;
 }
 

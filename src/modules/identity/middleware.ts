@@ -60,6 +60,8 @@ export function authenticate(keel: Keel, opts: AuthenticateOptions = {}): Middle
     if (!opts.allowUnenrolled && keel.config.ENABLE_2FA && !found.session.enrolled.includes('totp')) {
       const summary = await getAccessSummary(keel.db, { id: found.principal.userId, isPlatformAdmin: found.principal.isPlatformAdmin });
       if (!(await forceMfaSatisfied(keel, summary, found.session.enrolled))) throw mfaEnrollmentRequired();
+      // requireScope reuses it instead of reading the membership again.
+      c.set('accessSummary', summary);
     }
     await next();
   };

@@ -4,9 +4,9 @@ import { createdAt, idColumn, updatedAt } from '../../platform/db/columns.js';
 /** `settings.security`: { requireMfa, allowedMfaMethods: { totp, sms, passkey } } (DECISIONS). */
 export interface TenantSettings {
   security?: {
-    requireMfa?: boolean;
-    allowedMfaMethods?: { totp?: boolean; sms?: boolean; passkey?: boolean };
-  };
+    requireMfa?: boolean | undefined;
+    allowedMfaMethods?: { totp?: boolean | undefined; sms?: boolean | undefined; passkey?: boolean | undefined } | undefined;
+  } | undefined;
   [key: string]: unknown;
 }
 

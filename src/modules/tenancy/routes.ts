@@ -1,0 +1,275 @@
+import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
+import type { AppEnv } from '../../app-env.js';
+import type { Keel } from '../../keel.js';
+import { errors, json, jsonBody, page, PageQuery, paginated } from '../../platform/http/schemas.js';
+import { authenticate } from '../identity/middleware.js';
+import { auditInfo, IdParam, OrgIdParam, ScopeQuery } from '../access/http.js';
+import { accessOf, guard } from '../access/scope.js';
+import {
+  createGroup,
+  createOrg,
+  createPartnerAudited,
+  createSite,
+  deleteGroup,
+  deleteOrg,
+  deleteSite,
+  getOrg,
+  getPartner,
+  listGroups,
+  listOrgs,
+  listPartners,
+  listSites,
+  updateGroup,
+  updateOrg,
+  updatePartner,
+  updateSite,
+} from './service.js';
+
+/** `settings.security` (DECISIONS); unknown keys are a 400. */
+const Settings = z
+  .object({
+    security: z
+      .object({
+        requireMfa: z.boolean().optional(),
+        allowedMfaMethods: z.object({ totp: z.boolean().optional(), sms: z.boolean().optional(), passkey: z.boolean().optional() }).strict().optional(),
+      })
+      .strict()
+      .optional(),
+  })
+  .strict()
+  .openapi('TenantSettings');
+
+const SettingsOut = z.record(z.string(), z.unknown());
+const Name = z.string().trim().min(1).max(255);
+
+const Partner = z.object({ id: z.uuid(), name: z.string(), settings: SettingsOut, createdAt: z.string(), updatedAt: z.string() }).openapi('Partner');
+const Org = z
+  .object({ id: z.uuid(), partnerId: z.uuid().nullable(), name: z.string(), settings: SettingsOut, createdAt: z.string(), updatedAt: z.string() })
+  .openapi('Organization');
+const Site = z.object({ id: z.uuid(), orgId: z.uuid(), name: z.string(), createdAt: z.string(), updatedAt: z.string() }).openapi('Site');
+const Group = z
+  .object({ id: z.uuid(), orgId: z.uuid(), siteId: z.uuid().nullable(), name: z.string(), createdAt: z.string(), updatedAt: z.string() })
+  .openapi('DeviceGroup');
+
+const PartnerCreate = z.object({ name: Name, settings: Settings.optional() }).openapi('PartnerCreate');
+const PartnerPatch = z.object({ name: Name.optional(), settings: Settings.optional() }).openapi('PartnerUpdate');
+const OrgCreate = z.object({ name: Name, partnerId: z.uuid().optional(), settings: Settings.optional() }).openapi('OrganizationCreate');
+const OrgPatch = z.object({ name: Name.optional(), settings: Settings.optional() }).openapi('OrganizationUpdate');
+const SiteCreate = z.object({ name: Name }).openapi('SiteCreate');
+const SitePatch = z.object({ name: Name.optional() }).openapi('SiteUpdate');
+const GroupCreate = z.object({ name: Name, siteId: z.uuid().nullable().optional() }).openapi('DeviceGroupCreate');
+const GroupPatch = z.object({ name: Name.optional(), siteId: z.uuid().nullable().optional() }).openapi('DeviceGroupUpdate');
+
+const ListQuery = PageQuery.extend(ScopeQuery.shape);
+const noContent = { 204: { description: 'Done' } } as const;
+
+type Action = 'read' | 'write' | 'delete';
+
+/**
+ * Tenancy endpoints of DECISIONS "Endpoints Keel adds". Partners and organisations are behind
+ * `organizations:*`, sites behind `sites:*`, device groups behind `devices:*` (docs/decisions.md).
+ */
+export function mountTenancyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
+  const auth = authenticate(keel);
+  const orgs = (action: Action, extra: Parameters<typeof guard>[1] = {}) => [auth, ...guard(keel, { ...extra, permission: ['organizations', action] })];
+  const inOrg = (resource: 'sites' | 'devices', action: Action) => [auth, ...guard(keel, { orgIdParam: 'orgId', permission: [resource, action] })];
+  const scoped = (resource: 'sites' | 'devices', action: Action) => [auth, ...guard(keel, { permission: [resource, action] })];
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/partners', tags: ['partners'], summary: 'All partners (platform administrators)',
+      middleware: orgs('read', { scopes: ['system'] }),
+      request: { query: PageQuery },
+      responses: { 200: json(paginated(Partner), 'Partners'), ...errors(400, 401, 403) },
+    }),
+    async (c) => {
+      const q = c.req.valid('query');
+      const { data, total } = await listPartners(keel.db, q);
+      return c.json(page(data, q, total), 200);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/partners', tags: ['partners'], summary: 'Create a partner (platform administrators)',
+      middleware: orgs('write', { scopes: ['system'] }),
+      request: { body: jsonBody(PartnerCreate) },
+      responses: { 201: json(Partner, 'Created'), ...errors(400, 401, 403) },
+    }),
+    async (c) => c.json(await createPartnerAudited(keel, c.req.valid('json'), auditInfo(c)), 201),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/partners/{id}', tags: ['partners'], summary: 'A partner (its own for partner users)',
+      middleware: orgs('read'),
+      request: { params: IdParam },
+      responses: { 200: json(Partner, 'Partner'), ...errors(400, 401, 403, 404) },
+    }),
+    async (c) => c.json(await getPartner(keel.db, accessOf(c), c.req.valid('param').id), 200),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'patch', path: '/partners/{id}', tags: ['partners'], summary: 'Rename a partner or change its settings.security',
+      middleware: orgs('write', { scopes: ['system', 'partner'] }),
+      request: { params: IdParam, body: jsonBody(PartnerPatch) },
+      responses: { 200: json(Partner, 'Updated'), ...errors(400, 401, 403, 404) },
+    }),
+    async (c) => c.json(await updatePartner(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json'), auditInfo(c)), 200),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/orgs', tags: ['organizations'], summary: 'Organisations the caller reaches',
+      middleware: orgs('read'),
+      request: { query: ListQuery },
+      responses: { 200: json(paginated(Org), 'Organisations'), ...errors(400, 401, 403, 404) },
+    }),
+    async (c) => {
+      const q = c.req.valid('query');
+      const { data, total } = await listOrgs(keel.db, accessOf(c), q);
+      return c.json(page(data, q, total), 200);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/orgs', tags: ['organizations'], summary: "Create an organisation (under the caller's partner, or a named one)",
+      middleware: orgs('write', { scopes: ['system', 'partner'] }),
+      request: { body: jsonBody(OrgCreate) },
+      responses: { 201: json(Org, 'Created'), ...errors(400, 401, 403, 404) },
+    }),
+    async (c) => {
+      const { name, settings } = c.req.valid('json');
+      return c.json(await createOrg(keel, accessOf(c), { name, settings }, auditInfo(c)), 201);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/orgs/{id}', tags: ['organizations'], summary: 'An organisation',
+      middleware: orgs('read'),
+      request: { params: IdParam },
+      responses: { 200: json(Org, 'Organisation'), ...errors(400, 401, 403, 404) },
+    }),
+    async (c) => c.json(await getOrg(keel.db, accessOf(c), c.req.valid('param').id), 200),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'patch', path: '/orgs/{id}', tags: ['organizations'], summary: 'Rename an organisation or change its settings.security',
+      middleware: orgs('write'),
+      request: { params: IdParam, body: jsonBody(OrgPatch) },
+      responses: { 200: json(Org, 'Updated'), ...errors(400, 401, 403, 404) },
+    }),
+    async (c) => c.json(await updateOrg(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json'), auditInfo(c)), 200),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'delete', path: '/orgs/{id}', tags: ['organizations'], summary: 'Delete an organisation and what it owns',
+      middleware: orgs('delete'),
+      request: { params: IdParam },
+      responses: { ...noContent, ...errors(400, 401, 403, 404) },
+    }),
+    async (c) => {
+      await deleteOrg(keel, accessOf(c), c.req.valid('param').id, auditInfo(c));
+      return c.body(null, 204);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/orgs/{orgId}/sites', tags: ['sites'], summary: 'Sites of an organisation (within the caller’s site restriction)',
+      middleware: inOrg('sites', 'read'),
+      request: { params: OrgIdParam, query: PageQuery },
+      responses: { 200: json(paginated(Site), 'Sites'), ...errors(400, 401, 403, 404) },
+    }),
+    async (c) => {
+      const q = c.req.valid('query');
+      const { data, total } = await listSites(keel.db, accessOf(c), c.req.valid('param').orgId, q);
+      return c.json(page(data, q, total), 200);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/orgs/{orgId}/sites', tags: ['sites'], summary: 'Create a site',
+      middleware: inOrg('sites', 'write'),
+      request: { params: OrgIdParam, body: jsonBody(SiteCreate) },
+      responses: { 201: json(Site, 'Created'), ...errors(400, 401, 403, 404) },
+    }),
+    async (c) => c.json(await createSite(keel, accessOf(c), c.req.valid('param').orgId, c.req.valid('json'), auditInfo(c)), 201),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'patch', path: '/sites/{id}', tags: ['sites'], summary: 'Rename a site',
+      middleware: scoped('sites', 'write'),
+      request: { params: IdParam, body: jsonBody(SitePatch) },
+      responses: { 200: json(Site, 'Updated'), ...errors(400, 401, 403, 404) },
+    }),
+    async (c) => c.json(await updateSite(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json'), auditInfo(c)), 200),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'delete', path: '/sites/{id}', tags: ['sites'], summary: 'Delete a site (its devices and groups stay, without a site)',
+      middleware: scoped('sites', 'delete'),
+      request: { params: IdParam },
+      responses: { ...noContent, ...errors(400, 401, 403, 404) },
+    }),
+    async (c) => {
+      await deleteSite(keel, accessOf(c), c.req.valid('param').id, auditInfo(c));
+      return c.body(null, 204);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/orgs/{orgId}/device-groups', tags: ['device-groups'], summary: 'Device groups of an organisation (within the caller’s restrictions)',
+      middleware: inOrg('devices', 'read'),
+      request: { params: OrgIdParam, query: PageQuery },
+      responses: { 200: json(paginated(Group), 'Device groups'), ...errors(400, 401, 403, 404) },
+    }),
+    async (c) => {
+      const q = c.req.valid('query');
+      const { data, total } = await listGroups(keel.db, accessOf(c), c.req.valid('param').orgId, q);
+      return c.json(page(data, q, total), 200);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/orgs/{orgId}/device-groups', tags: ['device-groups'], summary: 'Create a device group',
+      middleware: inOrg('devices', 'write'),
+      request: { params: OrgIdParam, body: jsonBody(GroupCreate) },
+      responses: { 201: json(Group, 'Created'), ...errors(400, 401, 403, 404) },
+    }),
+    async (c) => c.json(await createGroup(keel, accessOf(c), c.req.valid('param').orgId, c.req.valid('json'), auditInfo(c)), 201),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'patch', path: '/device-groups/{id}', tags: ['device-groups'], summary: 'Rename a device group or move it to another site',
+      middleware: scoped('devices', 'write'),
+      request: { params: IdParam, body: jsonBody(GroupPatch) },
+      responses: { 200: json(Group, 'Updated'), ...errors(400, 401, 403, 404) },
+    }),
+    async (c) => c.json(await updateGroup(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json'), auditInfo(c)), 200),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'delete', path: '/device-groups/{id}', tags: ['device-groups'], summary: 'Delete a device group (its devices stay, ungrouped)',
+      middleware: scoped('devices', 'delete'),
+      request: { params: IdParam },
+      responses: { ...noContent, ...errors(400, 401, 403, 404) },
+    }),
+    async (c) => {
+      await deleteGroup(keel, accessOf(c), c.req.valid('param').id, auditInfo(c));
+      return c.body(null, 204);
+    },
+  );
+}

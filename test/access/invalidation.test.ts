@@ -1,0 +1,112 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
+import { createTenant, createUser, login, type Tenant } from '../helpers/fixtures.js';
+import { startServer, type RunningServer } from '../../src/server.js';
+import { openDatabase, type Database } from '../../src/platform/db/client.js';
+import { createLogger } from '../../src/platform/logger.js';
+import { roleCacheFor } from '../../src/modules/access/role-cache.js';
+import { insertRole, ROLE, within } from './helpers.js';
+
+/**
+ * Two Keel processes (two servers with their own pools, caches and invalidation listeners) on one
+ * PostgreSQL: a role change made through one must stop granting on the other within a second. Run
+ * with Redis pub/sub (REDIS_URL set) and with PostgreSQL LISTEN/NOTIFY (no Redis).
+ */
+describe.skipIf(backend !== 'postgres' || !backendAvailable()).each([
+  { transport: 'Redis pub/sub', env: {} },
+  { transport: 'PostgreSQL NOTIFY', env: { REDIS_URL: '' } },
+])('role cache invalidation across processes ($transport)', ({ env }) => {
+  let a: TestApp;
+  let b: RunningServer;
+  let bDatabase: Database;
+  let t: Tenant;
+  let adminToken: string;
+
+  beforeAll(async () => {
+    a = await startTestApp({ env: { LOGIN_LIMIT: '1000', ...env } });
+    const config = a.server.keel.config;
+    bDatabase = await openDatabase({ url: config.DATABASE_URL, poolSize: 5 });
+    b = await startServer({ config, log: createLogger('silent'), database: bDatabase, port: 0, host: '127.0.0.1', skipMigrate: true });
+    t = await createTenant(a);
+    adminToken = (await login(a, t.orgAdmin)).accessToken;
+  });
+  afterAll(async () => {
+    await b?.close();
+    await bDatabase?.close();
+    await a?.close();
+  });
+
+  const onB = async (path: string, token: string) => (await fetch(`${b.url}/api/v1${path}`, { headers: { authorization: `Bearer ${token}` } })).status;
+
+  it('a parent that loses a permission stops granting it on the other process within a second', async () => {
+    const parent = await insertRole(a, { scope: 'organization', orgId: t.orgId, name: 'Parent', perms: ['users:read'] });
+    const child = await insertRole(a, { scope: 'organization', orgId: t.orgId, name: 'Child', perms: ['devices:read'], parentRoleId: parent });
+    const user = await createUser(a, { org: { orgId: t.orgId, roleId: child } });
+    const token = (await login(a, user)).accessToken;
+
+    // Process B resolves (and caches) the chain: users:read comes only from the parent.
+    expect(await onB('/users', token)).toBe(200);
+    expect(await onB('/roles', token)).toBe(200);
+    expect(roleCacheFor(b.keel).size).toBeGreaterThan(0);
+
+    const res = await a.api('PATCH', `/roles/${parent}`, { token: adminToken, body: { permissions: [{ resource: 'devices', action: 'read' }] } });
+    expect(res.status).toBe(200);
+    const ms = await within(1000, async () => (await onB('/users', token)) === 403);
+    expect(ms).toBeLessThan(1000);
+    expect(await onB('/roles', token)).toBe(403);
+
+    // And back: a grant on the parent reaches B as fast.
+    await a.api('PATCH', `/roles/${parent}`, { token: adminToken, body: { permissions: [{ resource: 'users', action: 'read' }] } });
+    expect(await within(1000, async () => (await onB('/roles', token)) === 200)).toBeLessThan(1000);
+  });
+
+  it('a re-parented role loses the old parent’s grants on the other process', async () => {
+    const child = await insertRole(a, { scope: 'organization', orgId: t.orgId, name: 'Kid', perms: [], parentRoleId: ROLE.orgReadOnly });
+    const user = await createUser(a, { org: { orgId: t.orgId, roleId: child } });
+    const token = (await login(a, user)).accessToken;
+    expect(await onB('/roles', token)).toBe(200);
+    await a.api('PATCH', `/roles/${child}`, { token: adminToken, body: { parentRoleId: null } });
+    expect(await within(1000, async () => (await onB('/roles', token)) === 403)).toBeLessThan(1000);
+  });
+});
+
+describe.skipIf(backend !== 'postgres' || !backendAvailable())('concurrent role changes (postgres)', () => {
+  let app: TestApp;
+  let t: Tenant;
+  let token: string;
+  beforeAll(async () => {
+    app = await startTestApp({ env: { LOGIN_LIMIT: '1000' } });
+    t = await createTenant(app);
+    token = (await login(app, t.orgAdmin)).accessToken;
+  });
+  afterAll(async () => app?.close());
+
+  it('two PATCHes racing to close a cycle: exactly one wins', async () => {
+    for (let round = 0; round < 5; round++) {
+      const x = await insertRole(app, { scope: 'organization', orgId: t.orgId, name: `X${round}` });
+      const y = await insertRole(app, { scope: 'organization', orgId: t.orgId, name: `Y${round}` });
+      const [r1, r2] = await Promise.all([
+        app.api('PATCH', `/roles/${x}`, { token, body: { parentRoleId: y } }),
+        app.api('PATCH', `/roles/${y}`, { token, body: { parentRoleId: x } }),
+      ]);
+      expect([r1.status, r2.status].sort()).toEqual([200, 400]);
+      expect([r1, r2].find((r) => r.status === 400)?.body.code).toBe('circular_inheritance');
+    }
+  });
+
+  it('a delete racing with an assignment never leaves a member without a role', async () => {
+    const role = await insertRole(app, { scope: 'organization', orgId: t.orgId, name: 'Racy', perms: ['devices:read'] });
+    const [del, user] = await Promise.allSettled([
+      app.api('DELETE', `/roles/${role}`, { token }),
+      createUser(app, { org: { orgId: t.orgId, roleId: role } }),
+    ]);
+    if (del.status !== 'fulfilled') throw new Error('delete request failed');
+    if (user.status === 'fulfilled') {
+      // The member exists, so the delete must have been refused.
+      expect(del.value.status).toBe(400);
+      expect(del.value.body.code).toBe('role_in_use');
+    } else {
+      expect(del.value.status).toBe(204);
+    }
+  });
+});
