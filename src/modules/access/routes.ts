@@ -5,7 +5,8 @@ import { errors, json, jsonBody, page, PageQuery, paginated } from '../../platfo
 import { authenticate } from '../identity/middleware.js';
 import { createApiKey, listApiKeys, revokeApiKey } from './api-keys.js';
 import { BUILDER_ACTION_MAP, BUILDER_RESOURCES, CANONICAL_ACTIONS, CATALOG_RESOURCES, PERMISSION_CATALOG } from './catalog.js';
-import { auditInfo, IdParam, ScopeQuery } from './http.js';
+import { IdParam, ScopeQuery } from './http.js';
+import { requestInfo } from '../identity/http.js';
 import { roleCacheFor } from './role-cache.js';
 import { cloneRole, createRole, deleteRole, effectivePermissions, getRole, listRoles, roleUsers, updateRole } from './roles.js';
 import { accessOf, guard } from './scope.js';
@@ -193,7 +194,7 @@ export function mountAccessRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     }),
     async (c) => {
       const { orgId: _o, partnerId: _p, ...input } = c.req.valid('json');
-      return c.json(await createRole(keel, accessOf(c), input, auditInfo(c)), 201);
+      return c.json(await createRole(keel, accessOf(c), input, requestInfo(c)), 201);
     },
   );
 
@@ -216,7 +217,7 @@ export function mountAccessRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     }),
     async (c) => {
       const { orgId: _o, partnerId: _p, ...input } = c.req.valid('json');
-      return c.json(await updateRole(keel, accessOf(c), c.req.valid('param').id, input, auditInfo(c)), 200);
+      return c.json(await updateRole(keel, accessOf(c), c.req.valid('param').id, input, requestInfo(c)), 200);
     },
   );
 
@@ -228,7 +229,7 @@ export function mountAccessRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       responses: { ...noContent, ...errors(400, 401, 403, 404) },
     }),
     async (c) => {
-      await deleteRole(keel, accessOf(c), c.req.valid('param').id, auditInfo(c));
+      await deleteRole(keel, accessOf(c), c.req.valid('param').id, requestInfo(c));
       return c.body(null, 204);
     },
   );
@@ -242,7 +243,7 @@ export function mountAccessRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     }),
     async (c) => {
       const { name } = c.req.valid('json');
-      return c.json(await cloneRole(keel, accessOf(c), c.req.valid('param').id, { name }, auditInfo(c)), 201);
+      return c.json(await cloneRole(keel, accessOf(c), c.req.valid('param').id, { name }, requestInfo(c)), 201);
     },
   );
 
@@ -296,7 +297,7 @@ export function mountAccessRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       request: { body: jsonBody(ApiKeyCreate) },
       responses: { 201: json(ApiKeyCreated, 'Created: the key is shown once'), ...errors(400, 401, 403) },
     }),
-    async (c) => c.json(await createApiKey(keel, accessOf(c), c.req.valid('json'), auditInfo(c)), 201),
+    async (c) => c.json(await createApiKey(keel, accessOf(c), c.req.valid('json'), requestInfo(c)), 201),
   );
 
   api.openapi(
@@ -307,7 +308,7 @@ export function mountAccessRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       responses: { ...noContent, ...errors(400, 401, 403, 404) },
     }),
     async (c) => {
-      await revokeApiKey(keel, accessOf(c), c.req.valid('param').id, auditInfo(c));
+      await revokeApiKey(keel, accessOf(c), c.req.valid('param').id, requestInfo(c));
       return c.body(null, 204);
     },
   );

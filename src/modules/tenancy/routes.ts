@@ -3,7 +3,8 @@ import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import { errors, json, jsonBody, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { authenticate } from '../identity/middleware.js';
-import { auditInfo, IdParam, OrgIdParam, ScopeQuery } from '../access/http.js';
+import { IdParam, OrgIdParam, ScopeQuery } from '../access/http.js';
+import { requestInfo } from '../identity/http.js';
 import { accessOf, guard } from '../access/scope.js';
 import {
   createGroup,
@@ -96,7 +97,7 @@ export function mountTenancyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       request: { body: jsonBody(PartnerCreate) },
       responses: { 201: json(Partner, 'Created'), ...errors(400, 401, 403) },
     }),
-    async (c) => c.json(await createPartnerAudited(keel, c.req.valid('json'), auditInfo(c)), 201),
+    async (c) => c.json(await createPartnerAudited(keel, c.req.valid('json'), requestInfo(c)), 201),
   );
 
   api.openapi(
@@ -116,7 +117,7 @@ export function mountTenancyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       request: { params: IdParam, body: jsonBody(PartnerPatch) },
       responses: { 200: json(Partner, 'Updated'), ...errors(400, 401, 403, 404) },
     }),
-    async (c) => c.json(await updatePartner(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json'), auditInfo(c)), 200),
+    async (c) => c.json(await updatePartner(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json'), requestInfo(c)), 200),
   );
 
   api.openapi(
@@ -142,7 +143,7 @@ export function mountTenancyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     }),
     async (c) => {
       const { name, settings } = c.req.valid('json');
-      return c.json(await createOrg(keel, accessOf(c), { name, settings }, auditInfo(c)), 201);
+      return c.json(await createOrg(keel, accessOf(c), { name, settings }, requestInfo(c)), 201);
     },
   );
 
@@ -163,7 +164,7 @@ export function mountTenancyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       request: { params: IdParam, body: jsonBody(OrgPatch) },
       responses: { 200: json(Org, 'Updated'), ...errors(400, 401, 403, 404) },
     }),
-    async (c) => c.json(await updateOrg(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json'), auditInfo(c)), 200),
+    async (c) => c.json(await updateOrg(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json'), requestInfo(c)), 200),
   );
 
   api.openapi(
@@ -174,7 +175,7 @@ export function mountTenancyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       responses: { ...noContent, ...errors(400, 401, 403, 404) },
     }),
     async (c) => {
-      await deleteOrg(keel, accessOf(c), c.req.valid('param').id, auditInfo(c));
+      await deleteOrg(keel, accessOf(c), c.req.valid('param').id, requestInfo(c));
       return c.body(null, 204);
     },
   );
@@ -200,7 +201,7 @@ export function mountTenancyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       request: { params: OrgIdParam, body: jsonBody(SiteCreate) },
       responses: { 201: json(Site, 'Created'), ...errors(400, 401, 403, 404) },
     }),
-    async (c) => c.json(await createSite(keel, accessOf(c), c.req.valid('param').orgId, c.req.valid('json'), auditInfo(c)), 201),
+    async (c) => c.json(await createSite(keel, accessOf(c), c.req.valid('param').orgId, c.req.valid('json'), requestInfo(c)), 201),
   );
 
   api.openapi(
@@ -210,7 +211,7 @@ export function mountTenancyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       request: { params: IdParam, body: jsonBody(SitePatch) },
       responses: { 200: json(Site, 'Updated'), ...errors(400, 401, 403, 404) },
     }),
-    async (c) => c.json(await updateSite(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json'), auditInfo(c)), 200),
+    async (c) => c.json(await updateSite(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json'), requestInfo(c)), 200),
   );
 
   api.openapi(
@@ -221,7 +222,7 @@ export function mountTenancyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       responses: { ...noContent, ...errors(400, 401, 403, 404) },
     }),
     async (c) => {
-      await deleteSite(keel, accessOf(c), c.req.valid('param').id, auditInfo(c));
+      await deleteSite(keel, accessOf(c), c.req.valid('param').id, requestInfo(c));
       return c.body(null, 204);
     },
   );
@@ -247,7 +248,7 @@ export function mountTenancyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       request: { params: OrgIdParam, body: jsonBody(GroupCreate) },
       responses: { 201: json(Group, 'Created'), ...errors(400, 401, 403, 404) },
     }),
-    async (c) => c.json(await createGroup(keel, accessOf(c), c.req.valid('param').orgId, c.req.valid('json'), auditInfo(c)), 201),
+    async (c) => c.json(await createGroup(keel, accessOf(c), c.req.valid('param').orgId, c.req.valid('json'), requestInfo(c)), 201),
   );
 
   api.openapi(
@@ -257,7 +258,7 @@ export function mountTenancyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       request: { params: IdParam, body: jsonBody(GroupPatch) },
       responses: { 200: json(Group, 'Updated'), ...errors(400, 401, 403, 404) },
     }),
-    async (c) => c.json(await updateGroup(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json'), auditInfo(c)), 200),
+    async (c) => c.json(await updateGroup(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json'), requestInfo(c)), 200),
   );
 
   api.openapi(
@@ -268,7 +269,7 @@ export function mountTenancyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       responses: { ...noContent, ...errors(400, 401, 403, 404) },
     }),
     async (c) => {
-      await deleteGroup(keel, accessOf(c), c.req.valid('param').id, auditInfo(c));
+      await deleteGroup(keel, accessOf(c), c.req.valid('param').id, requestInfo(c));
       return c.body(null, 204);
     },
   );
