@@ -6,6 +6,7 @@ import { migrate, pendingMigrations, MigrationError } from './platform/db/migrat
 import { connectRedis, type Redis } from './platform/redis.js';
 import { RateLimits } from './platform/rate-limit.js';
 import { createMailer, type Mailer } from './platform/mail.js';
+import { createSmsGateway, type SmsGateway } from './platform/sms.js';
 import { Invalidation } from './platform/invalidation.js';
 import { EventBus } from './events.js';
 import { SingleUseStore } from './platform/single-use.js';
@@ -22,6 +23,8 @@ export interface Keel {
   redis: Redis | null;
   limits: RateLimits;
   mailer: Mailer;
+  /** SMS gateway: the development log sink or Twilio (SMS_PROVIDER). */
+  sms: SmsGateway;
   events: EventBus;
   invalidation: Invalidation;
   singleUse: SingleUseStore;
@@ -41,6 +44,12 @@ export async function createKeel(opts: KeelOptions = {}): Promise<Keel> {
   const config = opts.config ?? loadConfig();
   const log = opts.log ?? createLogger(config.LOG_LEVEL);
   const secrets = resolveSecrets(config, log);
+  const sms = createSmsGateway({
+    provider: config.SMS_PROVIDER,
+    production: config.production,
+    log,
+    twilio: { accountSid: config.TWILIO_ACCOUNT_SID, authToken: config.TWILIO_AUTH_TOKEN, from: config.TWILIO_FROM, baseUrl: config.TWILIO_BASE_URL },
+  });
   const ownsDatabase = !opts.database;
   const database = opts.database ?? (await openDatabase({ url: config.DATABASE_URL, pgliteDir: pgliteDirFor(config.DATA_DIR) }));
   try {
@@ -71,6 +80,7 @@ export async function createKeel(opts: KeelOptions = {}): Promise<Keel> {
     redis,
     limits: new RateLimits(redis),
     mailer: createMailer({ smtpUrl: config.SMTP_URL, from: config.MAIL_FROM, production: config.production, log }),
+    sms,
     events: new EventBus(),
     invalidation,
     singleUse: new SingleUseStore(secrets.sealer),

@@ -2,6 +2,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync,
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createHash, randomBytes } from 'node:crypto';
+import { createServer as createNetServer, type AddressInfo } from 'node:net';
 import { loadConfig } from '../../src/config.js';
 import { startServer, type RunningServer } from '../../src/server.js';
 import { openDatabase, type Database } from '../../src/platform/db/client.js';
@@ -61,6 +62,8 @@ export interface RequestOptions {
 export interface TestApp {
   server: RunningServer;
   url: string;
+  /** Keel's PUBLIC_URL (http://localhost:<port> with publicUrlFromPort). */
+  publicUrl: string;
   /** The client IP this app's requests claim (X-Forwarded-For through the trusted loopback proxy). */
   ip: string;
   request<T = any>(method: string, path: string, opts?: RequestOptions): Promise<ApiResponse<T>>;
@@ -71,6 +74,23 @@ export interface TestApp {
 
 export interface TestAppOptions {
   env?: Record<string, string>;
+  /**
+   * Listen on a free port picked first and set PUBLIC_URL to http://localhost:<that port>, so a
+   * browser page on Keel's own origin works with WebAuthn (which refuses IP addresses as RP ID).
+   */
+  publicUrlFromPort?: boolean;
+}
+
+/** A free loopback port (the OS picks it; released at once for the caller to listen on). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createNetServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const port = (srv.address() as AddressInfo).port;
+      srv.close(() => resolve(port));
+    });
+  });
 }
 
 /**
@@ -99,13 +119,15 @@ export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> 
     env.REDIS_URL = redisUrl();
     dropDb = () => pg.drop();
   }
+  const port = opts.publicUrlFromPort ? await freePort() : 0;
+  if (opts.publicUrlFromPort) env.PUBLIC_URL = `http://localhost:${port}`;
   Object.assign(env, opts.env ?? {});
   const config = loadConfig(env);
   const log = createLogger(config.LOG_LEVEL);
   const database = config.DATABASE_URL ? await openDatabase({ url: config.DATABASE_URL, poolSize: 10 }) : await openTemplatePglite();
   let server: RunningServer;
   try {
-    server = await startServer({ config, log, database, port: 0, host: '127.0.0.1' });
+    server = await startServer({ config, log, database, port, host: '127.0.0.1' });
   } catch (err) {
     await database.close();
     await dropDb?.();
@@ -129,6 +151,7 @@ export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> 
   return {
     server,
     url: server.url,
+    publicUrl: config.publicUrl,
     ip,
     request,
     api: (method, path, o) => request(method, `/api/v1${path}`, o),

@@ -28,7 +28,13 @@ export async function forceMfaSatisfied(keel: Keel, access: AccessSummary, enrol
   if (!keel.config.ENABLE_2FA || !access.forceMfa) return true;
   if (enrolled.includes('totp')) return true;
   if (enrolled.length === 0) return false;
-  const policy = await securityPolicy(keel, access);
+  return forceMfaSatisfiedUnder(keel, access, await securityPolicy(keel, access), enrolled);
+}
+
+/** forceMfaSatisfied with the policy already read (for decisions taken inside a transaction). */
+export function forceMfaSatisfiedUnder(keel: Keel, access: AccessSummary, policy: SecurityPolicy, enrolled: readonly MfaMethod[]): boolean {
+  if (!keel.config.ENABLE_2FA || !access.forceMfa) return true;
+  if (enrolled.includes('totp')) return true;
   return enrolled.some((m) => policy.allowedMfaMethods[m]);
 }
 

@@ -2,7 +2,7 @@ import { eq } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import { transaction } from '../../platform/db/transaction.js';
 import { clock } from '../../platform/clock.js';
-import { AppError, conflict, forbidden, unauthorized } from '../../platform/http/errors.js';
+import { AppError, conflict, forbidden } from '../../platform/http/errors.js';
 import type { Limit } from '../../platform/rate-limit.js';
 import { writeAudit } from '../audit/service.js';
 import { getAccessSummary } from '../access/service.js';
@@ -14,28 +14,15 @@ import { MFA_LOGIN_PURPOSE } from './login.js';
 import { claimTotpStep, newTotpSecret, otpAuthUrl, qrCodeDataUrl, totpStep } from './totp.js';
 import { consumeRecoveryCode, hashRecoveryCode, newRecoveryCodes, RECOVERY_CODE_PATTERN } from './recovery.js';
 import { securityPolicy } from './policy.js';
+import { invalidCode, invalidTempToken, loadUser, mfaDisabled, mfaLimits } from './common.js';
+import { checkSmsCode, smsEnrolled } from './sms.js';
 
 export const TOTP_SETUP_PURPOSE = 'totp_setup';
 export const TOTP_SETUP_TTL_MS = 10 * 60_000;
 
-const limits = new WeakMap<Keel, Limit>();
 /** MFA verification attempts per user, separate from the login limit. */
 function verifyLimit(keel: Keel): Limit {
-  let l = limits.get(keel);
-  if (!l) {
-    l = keel.limits.define('mfa-verify', keel.config.MFA_VERIFY_LIMIT, keel.config.MFA_VERIFY_WINDOW_SECONDS);
-    limits.set(keel, l);
-  }
-  return l;
-}
-
-const mfaDisabled = () => new AppError(404, 'not_found', 'Multi-factor authentication is not enabled on this server');
-const invalidCode = (status: 400 | 401) => new AppError(status, 'invalid_code', 'The code is not valid');
-
-async function loadUser(keel: Keel, userId: string): Promise<User> {
-  const [user] = await keel.db.select().from(users).where(eq(users.id, userId));
-  if (!user) throw unauthorized();
-  return user;
+  return mfaLimits(keel).verify;
 }
 
 function totpSecretOf(keel: Keel, user: User): string | null {
@@ -116,16 +103,21 @@ export async function confirmTotp(
 }
 
 /**
- * Checks a second-factor code for a user: a TOTP code (each time-step once) or a recovery code (each
- * once). SMS codes join here with the SMS capability. True when accepted.
+ * Checks a second-factor code for a user: a 6-digit code is tried as TOTP (each time-step once) when
+ * the user has an authenticator, then as the pending SMS code (each code once, a few guesses) when
+ * SMS is the user's method; a recovery code is used once. True when accepted. Throws 403 when the
+ * code would be an SMS code and the organisation does not allow SMS MFA.
  */
 export async function checkSecondFactor(keel: Keel, user: User, code: string): Promise<boolean> {
   const trimmed = code.trim();
   if (/^\d{6}$/.test(trimmed)) {
     const secret = totpSecretOf(keel, user);
-    if (!secret) return false;
-    const step = await totpStep(secret, trimmed);
-    return step !== null && (await claimTotpStep(keel.db, user.id, step));
+    if (secret) {
+      const step = await totpStep(secret, trimmed);
+      if (step !== null && (await claimTotpStep(keel.db, user.id, step))) return true;
+    }
+    if (smsEnrolled(user)) return checkSmsCode(keel, user, trimmed);
+    return false;
   }
   if (RECOVERY_CODE_PATTERN.test(trimmed.toUpperCase())) {
     return consumeRecoveryCode(keel.db, keel.secrets.encryptionKey, user.id, trimmed);
@@ -136,7 +128,7 @@ export async function checkSecondFactor(keel: Keel, user: User, code: string): P
 /** Second step of login: temp token + code → full tokens with `mfa: true`. The temp token is single use. */
 export async function verifyLoginCode(keel: Keel, tempToken: string, code: string, info: RequestInfo): Promise<TokenAnswer> {
   if (!keel.config.ENABLE_2FA) throw mfaDisabled();
-  const expired = () => unauthorized('The sign-in attempt expired: sign in again', 'invalid_temp_token');
+  const expired = invalidTempToken;
   const pending = await keel.singleUse.peek(keel.db, MFA_LOGIN_PURPOSE, tempToken);
   if (!pending?.subjectId) throw expired();
   await verifyLimit(keel).consume(pending.subjectId);

@@ -1,0 +1,408 @@
+import { and, asc, count, eq, lt } from 'drizzle-orm';
+import {
+  generateAuthenticationOptions,
+  generateRegistrationOptions,
+  verifyAuthenticationResponse,
+  verifyRegistrationResponse,
+  type AuthenticationResponseJSON,
+  type PublicKeyCredentialCreationOptionsJSON,
+  type PublicKeyCredentialRequestOptionsJSON,
+  type RegistrationResponseJSON,
+} from '@simplewebauthn/server';
+import type { Keel } from '../../keel.js';
+import { clock } from '../../platform/clock.js';
+import { sha256Hex } from '../../platform/crypto.js';
+import { transaction } from '../../platform/db/transaction.js';
+import { AppError, conflict, forbidden, notFound, unauthorized } from '../../platform/http/errors.js';
+import { writeAudit } from '../audit/service.js';
+import { getAccessSummary } from '../access/service.js';
+import { identityOf } from '../identity/context.js';
+import { users } from '../identity/schema.js';
+import { signIn, type RequestInfo, type TokenAnswer, type User } from '../identity/service.js';
+import { invalidTempToken, loadUser, mfaDisabled, mfaLimits, passkeyNotAllowed, reenterPassword } from './common.js';
+import { MFA_LOGIN_PURPOSE } from './login.js';
+import { forceMfaSatisfiedUnder, securityPolicy, type MfaMethod } from './policy.js';
+import { hashRecoveryCode, newRecoveryCodes } from './recovery.js';
+import { passkeys } from './schema.js';
+import { smsEnrolled } from './sms.js';
+import { requireRelyingParty } from './webauthn.js';
+
+export const WEBAUTHN_REGISTER_PURPOSE = 'webauthn_register';
+export const WEBAUTHN_LOGIN_PURPOSE = 'webauthn_login';
+/** WebAuthn challenges are held 5 minutes and consumed atomically on use (SPEC 5.4, 8). */
+export const WEBAUTHN_CHALLENGE_TTL_MS = 5 * 60_000;
+
+type PasskeyRow = typeof passkeys.$inferSelect;
+
+export interface PasskeyView {
+  id: string;
+  name: string;
+  credentialId: string;
+  transports: string[];
+  aaguid: string | null;
+  backupEligible: boolean;
+  backupState: boolean;
+  createdAt: string;
+  lastUsedAt: string | null;
+}
+
+export function passkeyView(p: PasskeyRow): PasskeyView {
+  return {
+    id: p.id,
+    name: p.name,
+    credentialId: p.credentialId,
+    transports: p.transports,
+    aaguid: p.aaguid,
+    backupEligible: p.backupEligible,
+    backupState: p.backupState,
+    createdAt: p.createdAt.toISOString(),
+    lastUsedAt: p.lastUsedAt?.toISOString() ?? null,
+  };
+}
+
+const challengeExpired = (status: 400 | 401) =>
+  new AppError(status, 'challenge_expired', 'The passkey challenge is invalid, expired or already used: start again');
+const invalidPasskey = (status: 400 | 401) => new AppError(status, 'invalid_passkey', 'The passkey could not be verified');
+
+/** The challenge a browser signed, read from the credential's clientDataJSON (null when malformed). */
+function challengeOf(credential: { response: { clientDataJSON: string } }): string | null {
+  try {
+    const parsed = JSON.parse(Buffer.from(credential.response.clientDataJSON, 'base64url').toString('utf8')) as { challenge?: unknown };
+    return typeof parsed.challenge === 'string' && parsed.challenge.length > 0 && parsed.challenge.length <= 512 ? parsed.challenge : null;
+  } catch {
+    return null;
+  }
+}
+
+function userHandle(userId: string): Uint8Array<ArrayBuffer> {
+  return new Uint8Array(Buffer.from(userId.replaceAll('-', ''), 'hex'));
+}
+
+function decodeKey(publicKey: string): Uint8Array<ArrayBuffer> {
+  return new Uint8Array(Buffer.from(publicKey, 'base64url'));
+}
+
+function hasTotp(user: User): boolean {
+  return user.mfaEnabled && !!user.mfaSecret;
+}
+
+async function assertPasskeysAllowed(keel: Keel, user: User): Promise<void> {
+  const policy = await securityPolicy(keel, await getAccessSummary(keel.db, user));
+  if (!policy.allowedMfaMethods.passkey) throw passkeyNotAllowed();
+}
+
+function userPasskeys(keel: Keel, userId: string): Promise<PasskeyRow[]> {
+  return keel.db.select().from(passkeys).where(eq(passkeys.userId, userId)).orderBy(asc(passkeys.createdAt));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Registration
+
+/**
+ * `POST /auth/passkeys/register/options {currentPassword, name}`: after password re-entry, the
+ * WebAuthn creation options. The challenge is held 5 minutes (it is the single-use record's token)
+ * together with the chosen name.
+ */
+export async function passkeyRegistrationOptions(
+  keel: Keel,
+  userId: string,
+  currentPassword: string,
+  name: string,
+): Promise<PublicKeyCredentialCreationOptionsJSON> {
+  if (!keel.config.ENABLE_2FA) throw mfaDisabled();
+  const rp = requireRelyingParty(keel);
+  const user = await loadUser(keel, userId);
+  await assertPasskeysAllowed(keel, user);
+  await reenterPassword(keel, user, currentPassword);
+  const existing = await userPasskeys(keel, user.id);
+  const options = await generateRegistrationOptions({
+    rpName: rp.rpName,
+    rpID: rp.rpId,
+    userName: user.email,
+    userID: userHandle(user.id),
+    userDisplayName: user.name,
+    timeout: WEBAUTHN_CHALLENGE_TTL_MS,
+    attestationType: 'none',
+    excludeCredentials: existing.map((p) => ({ id: p.credentialId, transports: p.transports })),
+    authenticatorSelection: { residentKey: 'preferred', userVerification: 'preferred' },
+  });
+  await keel.singleUse.create(keel.db, {
+    purpose: WEBAUTHN_REGISTER_PURPOSE,
+    subjectId: user.id,
+    ttlMs: WEBAUTHN_CHALLENGE_TTL_MS,
+    token: options.challenge,
+    data: { name: name.trim() },
+  });
+  return options;
+}
+
+/**
+ * `POST /auth/passkeys/register/verify {credential}`: consumes the challenge (once), verifies the
+ * attestation against RP ID and origin, and stores the passkey. MFA becomes active; the first
+ * passkey becomes the primary method only when no TOTP or SMS factor exists. A user with no
+ * recovery codes gets fresh ones (shown once) so a lost passkey does not lock the account.
+ */
+export async function registerPasskey(
+  keel: Keel,
+  userId: string,
+  credential: RegistrationResponseJSON,
+  info: RequestInfo,
+): Promise<PasskeyView & { recoveryCodes?: string[] }> {
+  if (!keel.config.ENABLE_2FA) throw mfaDisabled();
+  const rp = requireRelyingParty(keel);
+  const challenge = challengeOf(credential);
+  if (!challenge) throw invalidPasskey(400);
+  const record = await keel.singleUse.consume(keel.db, WEBAUTHN_REGISTER_PURPOSE, challenge);
+  if (record?.subjectId !== userId) throw challengeExpired(400);
+  let verification: Awaited<ReturnType<typeof verifyRegistrationResponse>>;
+  try {
+    verification = await verifyRegistrationResponse({
+      response: credential,
+      expectedChallenge: challenge,
+      expectedOrigin: rp.origin,
+      expectedRPID: rp.rpId,
+      requireUserVerification: false,
+    });
+  } catch (err) {
+    keel.log.info({ err: err instanceof Error ? err.message : String(err) }, 'passkey registration refused');
+    throw invalidPasskey(400);
+  }
+  if (!verification.verified) throw invalidPasskey(400);
+  const reg = verification.registrationInfo;
+  const name = typeof record.data.name === 'string' && record.data.name ? record.data.name : 'Passkey';
+  const user = await loadUser(keel, userId);
+  const access = await getAccessSummary(keel.db, user);
+  const recoveryCodes = user.mfaRecoveryCodes && user.mfaRecoveryCodes.length > 0 ? null : newRecoveryCodes();
+  const row = await transaction(keel.db, async (tx) => {
+    const [locked] = await tx.db.select().from(users).where(eq(users.id, userId)).for('update');
+    if (!locked) throw unauthorized();
+    const [inserted] = await tx.db
+      .insert(passkeys)
+      .values({
+        userId,
+        credentialId: reg.credential.id,
+        publicKey: Buffer.from(reg.credential.publicKey).toString('base64url'),
+        counter: reg.credential.counter,
+        transports: reg.credential.transports ?? credential.response.transports ?? [],
+        aaguid: reg.aaguid,
+        backupEligible: reg.credentialDeviceType === 'multiDevice',
+        backupState: reg.credentialBackedUp,
+        name,
+        createdAt: clock.now(),
+      })
+      .onConflictDoNothing()
+      .returning();
+    if (!inserted) throw conflict('passkey_exists', 'This passkey is already registered');
+    const primaryElsewhere = hasTotp(locked) || smsEnrolled(locked);
+    await tx.db
+      .update(users)
+      .set({
+        mfaEnabled: true,
+        ...(primaryElsewhere || locked.mfaMethod === 'passkey' ? {} : { mfaMethod: 'passkey' as const }),
+        ...(recoveryCodes ? { mfaRecoveryCodes: recoveryCodes.map((c) => hashRecoveryCode(keel.secrets.encryptionKey, c)) } : {}),
+        updatedAt: clock.now(),
+      })
+      .where(eq(users.id, userId));
+    await writeAudit(tx.db, info, {
+      action: 'auth.mfa.passkey.register',
+      partnerId: access.partnerId,
+      orgId: access.orgId,
+      target: { type: 'user', id: userId },
+      details: { credential: { id: inserted.id, name: inserted.name, aaguid: inserted.aaguid }, primary: !primaryElsewhere },
+    });
+    tx.afterCommit(() => identityOf(keel).sessions.userChanged(userId));
+    return inserted;
+  });
+  return { ...passkeyView(row), ...(recoveryCodes ? { recoveryCodes } : {}) };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Management
+
+export async function listPasskeys(keel: Keel, userId: string, page: number, limit: number): Promise<{ data: PasskeyView[]; total: number }> {
+  if (!keel.config.ENABLE_2FA) throw mfaDisabled();
+  const [total] = await keel.db.select({ n: count() }).from(passkeys).where(eq(passkeys.userId, userId));
+  const rows = await keel.db
+    .select()
+    .from(passkeys)
+    .where(eq(passkeys.userId, userId))
+    .orderBy(asc(passkeys.createdAt), asc(passkeys.id))
+    .limit(limit)
+    .offset((page - 1) * limit);
+  return { data: rows.map(passkeyView), total: total?.n ?? 0 };
+}
+
+/** Renames one of the user's own passkeys; another user's passkey is 404. */
+export async function renamePasskey(keel: Keel, userId: string, passkeyId: string, name: string): Promise<PasskeyView> {
+  if (!keel.config.ENABLE_2FA) throw mfaDisabled();
+  const [row] = await keel.db
+    .update(passkeys)
+    .set({ name: name.trim() })
+    .where(and(eq(passkeys.id, passkeyId), eq(passkeys.userId, userId)))
+    .returning();
+  if (!row) throw notFound('Passkey');
+  return passkeyView(row);
+}
+
+/**
+ * Deletes one of the user's passkeys after password re-entry. Refused with 409 when it would leave
+ * a Force-MFA user without an acceptable factor, and with 403 when it would leave no factor while
+ * the organisation requires MFA. Decided under a lock on the user row, so two parallel deletions
+ * cannot both remove "the other" last passkey.
+ */
+export async function deletePasskey(keel: Keel, userId: string, passkeyId: string, currentPassword: string, info: RequestInfo): Promise<void> {
+  if (!keel.config.ENABLE_2FA) throw mfaDisabled();
+  const user = await loadUser(keel, userId);
+  await reenterPassword(keel, user, currentPassword);
+  const access = await getAccessSummary(keel.db, user);
+  const policy = await securityPolicy(keel, access);
+  await transaction(keel.db, async (tx) => {
+    const [locked] = await tx.db.select().from(users).where(eq(users.id, userId)).for('update');
+    if (!locked) throw unauthorized();
+    const keys = await tx.db.select({ id: passkeys.id, name: passkeys.name }).from(passkeys).where(eq(passkeys.userId, userId));
+    const target = keys.find((k) => k.id === passkeyId);
+    if (!target) throw notFound('Passkey');
+    const others = keys.length - 1;
+    const remaining: MfaMethod[] = [];
+    if (hasTotp(locked)) remaining.push('totp');
+    if (smsEnrolled(locked)) remaining.push('sms');
+    if (others > 0) remaining.push('passkey');
+    if (!forceMfaSatisfiedUnder(keel, access, policy, remaining)) {
+      throw conflict('last_mfa_factor', 'This passkey is your last second factor and your role requires MFA: enrol another factor before removing it');
+    }
+    if (remaining.length === 0 && keel.config.ENABLE_2FA && policy.requireMfa) {
+      throw forbidden('Your organization requires MFA; your last second factor cannot be removed', 'mfa_required_by_organization');
+    }
+    await tx.db.delete(passkeys).where(and(eq(passkeys.id, passkeyId), eq(passkeys.userId, userId)));
+    if (others === 0) {
+      const fallback = hasTotp(locked) ? 'totp' : smsEnrolled(locked) ? 'sms' : null;
+      await tx.db
+        .update(users)
+        .set({
+          mfaEnabled: fallback !== null,
+          mfaMethod: locked.mfaMethod === 'passkey' ? fallback : locked.mfaMethod,
+          ...(fallback === null ? { mfaRecoveryCodes: null } : {}),
+          updatedAt: clock.now(),
+        })
+        .where(eq(users.id, userId));
+    }
+    await writeAudit(tx.db, info, {
+      action: 'auth.mfa.passkey.delete',
+      partnerId: access.partnerId,
+      orgId: access.orgId,
+      target: { type: 'user', id: userId },
+      details: { credential: { id: target.id, name: target.name }, remaining: others },
+    });
+    tx.afterCommit(() => identityOf(keel).sessions.userChanged(userId));
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Login
+
+/**
+ * `POST /auth/mfa/passkey/options {tempToken}`: WebAuthn request options for the user's passkeys.
+ * The challenge is held 5 minutes, bound to this user and this temp token.
+ */
+export async function passkeyLoginOptions(keel: Keel, tempToken: string): Promise<PublicKeyCredentialRequestOptionsJSON> {
+  if (!keel.config.ENABLE_2FA) throw mfaDisabled();
+  const rp = requireRelyingParty(keel);
+  const pending = await keel.singleUse.peek(keel.db, MFA_LOGIN_PURPOSE, tempToken);
+  if (!pending?.subjectId) throw invalidTempToken();
+  const user = await loadUser(keel, pending.subjectId);
+  if (user.status !== 'active') throw invalidTempToken();
+  await assertPasskeysAllowed(keel, user);
+  const keys = await userPasskeys(keel, user.id);
+  if (keys.length === 0) throw conflict('passkey_not_enrolled', 'This account has no passkey');
+  const options = await generateAuthenticationOptions({
+    rpID: rp.rpId,
+    allowCredentials: keys.map((p) => ({ id: p.credentialId, transports: p.transports })),
+    userVerification: 'preferred',
+    timeout: WEBAUTHN_CHALLENGE_TTL_MS,
+  });
+  await keel.singleUse.create(keel.db, {
+    purpose: WEBAUTHN_LOGIN_PURPOSE,
+    subjectId: user.id,
+    ttlMs: WEBAUTHN_CHALLENGE_TTL_MS,
+    token: options.challenge,
+    data: { tempTokenHash: sha256Hex(tempToken) },
+  });
+  return options;
+}
+
+/**
+ * `POST /auth/mfa/passkey/verify {tempToken, credential}`: consumes the challenge (a replayed
+ * assertion finds it gone), verifies the assertion, checks the signature counter, and issues full
+ * tokens with `mfa: true`. A counter that does not move forward (when either side is non-zero) is
+ * refused and audited as a possibly cloned authenticator.
+ */
+export async function verifyPasskeyLogin(keel: Keel, tempToken: string, credential: AuthenticationResponseJSON, info: RequestInfo): Promise<TokenAnswer> {
+  if (!keel.config.ENABLE_2FA) throw mfaDisabled();
+  const rp = requireRelyingParty(keel);
+  const pending = await keel.singleUse.peek(keel.db, MFA_LOGIN_PURPOSE, tempToken);
+  if (!pending?.subjectId) throw invalidTempToken();
+  await mfaLimits(keel).verify.consume(pending.subjectId);
+  const user = await loadUser(keel, pending.subjectId);
+  if (user.status !== 'active') throw invalidTempToken();
+  const actorInfo: RequestInfo = { ...info, actor: { type: 'user', id: user.id, email: user.email } };
+
+  const challenge = challengeOf(credential);
+  if (!challenge) throw invalidPasskey(401);
+  const record = await keel.singleUse.consume(keel.db, WEBAUTHN_LOGIN_PURPOSE, challenge);
+  if (record?.subjectId !== user.id || record.data.tempTokenHash !== sha256Hex(tempToken)) throw challengeExpired(401);
+
+  const [key] = await keel.db
+    .select()
+    .from(passkeys)
+    .where(and(eq(passkeys.userId, user.id), eq(passkeys.credentialId, credential.id)));
+  if (!key) throw invalidPasskey(401);
+
+  let verification: Awaited<ReturnType<typeof verifyAuthenticationResponse>>;
+  try {
+    verification = await verifyAuthenticationResponse({
+      response: credential,
+      expectedChallenge: challenge,
+      expectedOrigin: rp.origin,
+      expectedRPID: rp.rpId,
+      // The counter is checked below, after the signature, so a regression is only reported for a
+      // genuine signature of this key (i.e. a real clone), never for garbage.
+      credential: { id: key.credentialId, publicKey: decodeKey(key.publicKey), counter: 0, transports: key.transports },
+      requireUserVerification: false,
+    });
+  } catch (err) {
+    keel.log.info({ err: err instanceof Error ? err.message : String(err) }, 'passkey assertion refused');
+    throw invalidPasskey(401);
+  }
+  if (!verification.verified) throw invalidPasskey(401);
+
+  const received = verification.authenticationInfo.newCounter;
+  const moved = received === 0 ? key.counter === 0 : key.counter < received;
+  const updated = moved
+    ? await keel.db
+        .update(passkeys)
+        .set({ counter: received, lastUsedAt: clock.now(), backupState: verification.authenticationInfo.credentialBackedUp })
+        .where(and(eq(passkeys.id, key.id), received === 0 ? eq(passkeys.counter, 0) : lt(passkeys.counter, received)))
+        .returning({ id: passkeys.id })
+    : [];
+  if (updated.length === 0) {
+    const access = await getAccessSummary(keel.db, user);
+    await writeAudit(keel.db, actorInfo, {
+      action: 'auth.mfa.passkey.counter_regression',
+      partnerId: access.partnerId,
+      orgId: access.orgId,
+      target: { type: 'user', id: user.id },
+      details: { credential: { id: key.id, name: key.name }, storedCounter: key.counter, receivedCounter: received },
+      result: 'failure',
+    });
+    keel.log.warn({ userId: user.id, passkey: key.id, storedCounter: key.counter, receivedCounter: received }, 'passkey signature counter went backwards: possible cloned authenticator');
+    throw new AppError(
+      401,
+      'passkey_counter_regression',
+      "This passkey's signature counter went backwards, so it may have been copied: sign in with another factor and remove it",
+    );
+  }
+
+  const consumed = await keel.singleUse.consume(keel.db, MFA_LOGIN_PURPOSE, tempToken);
+  if (consumed?.subjectId !== user.id) throw invalidTempToken();
+  return signIn(keel, user, actorInfo, { mfa: true, method: 'mfa' });
+}

@@ -1,0 +1,250 @@
+import { randomInt } from 'node:crypto';
+import { and, eq } from 'drizzle-orm';
+import { parsePhoneNumberFromString } from 'libphonenumber-js';
+import type { Keel } from '../../keel.js';
+import { clock } from '../../platform/clock.js';
+import { constantTimeEqual, hmacSha256Hex, sha256Hex } from '../../platform/crypto.js';
+import { transaction } from '../../platform/db/transaction.js';
+import { AppError, conflict, forbidden, validationError } from '../../platform/http/errors.js';
+import { SmsSendError } from '../../platform/sms.js';
+import { writeAudit } from '../audit/service.js';
+import { getAccessSummary } from '../access/service.js';
+import { identityOf } from '../identity/context.js';
+import { maskPhone } from '../identity/profile.js';
+import { users } from '../identity/schema.js';
+import { upgradeSession, type RequestInfo, type TokenAnswer, type User } from '../identity/service.js';
+import { invalidTempToken, loadUser, mfaDisabled, mfaLimits, smsNotAllowed } from './common.js';
+import { MFA_LOGIN_PURPOSE } from './login.js';
+import { securityPolicy } from './policy.js';
+import { hashRecoveryCode, newRecoveryCodes } from './recovery.js';
+
+/** A phone verification code (POST /auth/phone/verify → /auth/phone/confirm). */
+export const PHONE_VERIFY_PURPOSE = 'phone_verify';
+/** A login (or re-authentication) code sent to the verified phone of an SMS user. */
+export const SMS_CODE_PURPOSE = 'sms_code';
+export const SMS_CODE_TTL_MS = 10 * 60_000;
+/** Guesses allowed per code; the code is gone after the last one, right or wrong. */
+export const SMS_CODE_MAX_ATTEMPTS = 5;
+export const SMS_CODE_PATTERN = /^\d{6}$/;
+
+export const smsUnavailable = () =>
+  new AppError(503, 'sms_unavailable', 'SMS is not available on this server: no SMS gateway is configured');
+const smsSendFailed = () => new AppError(502, 'sms_send_failed', 'The SMS could not be sent; try again later');
+const smsNotEnabled = () => conflict('sms_not_enabled', 'SMS is not a second factor of this account');
+
+/** True when SMS is the user's active second factor (how SMS enrolment is represented: mfa_method sms on a verified phone). */
+export function smsEnrolled(user: User): boolean {
+  return user.mfaEnabled && user.mfaMethod === 'sms' && user.phoneVerified && !!user.phoneNumber;
+}
+
+/** Parses a phone number given in international form (`+` and country code) into E.164; null when not a valid number. */
+export function normalizePhone(input: string): string | null {
+  const text = input.trim();
+  if (!text.startsWith('+')) return null;
+  const parsed = parsePhoneNumberFromString(text);
+  return parsed?.isValid() ? parsed.number : null;
+}
+
+function newCode(): string {
+  return String(randomInt(0, 1_000_000)).padStart(6, '0');
+}
+
+/** Codes are kept as a keyed hash bound to purpose and user: a copy of the database cannot be brute-forced. */
+function codeHash(keel: Keel, purpose: string, userId: string, code: string): string {
+  return hmacSha256Hex(keel.secrets.encryptionKey, `sms:${purpose}:${userId}:${code}`);
+}
+
+async function assertSmsAllowed(keel: Keel, user: User): Promise<void> {
+  const policy = await securityPolicy(keel, await getAccessSummary(keel.db, user));
+  if (!policy.allowedMfaMethods.sms) throw smsNotAllowed();
+}
+
+function assertGateway(keel: Keel): void {
+  if (!keel.sms.available) throw smsUnavailable();
+}
+
+export interface CodeSent {
+  message: string;
+  phoneNumberMasked: string | null;
+  expiresAt: string;
+}
+
+/**
+ * Stores a fresh code (replacing the subject's previous one of that purpose) and texts it. If the
+ * gateway refuses, the code is withdrawn and the caller gets 502.
+ */
+async function issueCode(keel: Keel, purpose: string, user: User, phone: string, text: (code: string) => string): Promise<CodeSent> {
+  const code = newCode();
+  const { id, expiresAt } = await keel.singleUse.create(keel.db, {
+    purpose,
+    subjectId: user.id,
+    ttlMs: SMS_CODE_TTL_MS,
+    data: { phoneNumber: phone, codeHash: codeHash(keel, purpose, user.id, code) },
+    replaceForSubject: true,
+  });
+  try {
+    await keel.sms.send({ to: phone, body: text(code) });
+  } catch (err) {
+    await keel.singleUse.consumeById(keel.db, id);
+    const e = err instanceof SmsSendError ? err : null;
+    keel.log.warn(
+      { smsProvider: keel.sms.provider, status: e?.status ?? null, providerCode: e?.providerCode ?? null, err: err instanceof Error ? err.message : String(err) },
+      'SMS could not be sent',
+    );
+    throw smsSendFailed();
+  }
+  return { message: 'Code sent', phoneNumberMasked: maskPhone(phone), expiresAt: expiresAt.toISOString() };
+}
+
+type CodeOutcome = { ok: true; data: Record<string, unknown> } | { ok: false; reason: 'wrong' | 'expired' };
+
+/**
+ * Checks a code against the subject's live code of a purpose. The attempt is counted before the
+ * comparison, so parallel guesses cannot exceed SMS_CODE_MAX_ATTEMPTS; a right code is consumed
+ * atomically (one winner), and the last wrong guess deletes the code.
+ */
+async function checkCode(keel: Keel, purpose: string, userId: string, code: string): Promise<CodeOutcome> {
+  const record = await keel.singleUse.findForSubject(keel.db, purpose, userId);
+  if (!record) return { ok: false, reason: 'expired' };
+  const attempts = await keel.singleUse.recordAttempt(keel.db, record.id, SMS_CODE_MAX_ATTEMPTS + 1);
+  if (attempts === null || attempts > SMS_CODE_MAX_ATTEMPTS) return { ok: false, reason: 'expired' };
+  const expected = typeof record.data.codeHash === 'string' ? record.data.codeHash : '';
+  const given = SMS_CODE_PATTERN.test(code) ? codeHash(keel, purpose, userId, code) : '';
+  if (!given || !constantTimeEqual(given, expected)) {
+    if (attempts >= SMS_CODE_MAX_ATTEMPTS) await keel.singleUse.consumeById(keel.db, record.id);
+    return { ok: false, reason: 'wrong' };
+  }
+  const won = await keel.singleUse.consumeById(keel.db, record.id);
+  return won ? { ok: true, data: won.data } : { ok: false, reason: 'expired' };
+}
+
+/**
+ * `POST /auth/phone/verify`: texts a 6-digit code to the number (E.164). Limited per user and per
+ * number. Changing the phone of an active SMS factor needs a session verified with a second factor.
+ */
+export async function startPhoneVerification(
+  keel: Keel,
+  caller: { userId: string; sessionMfa: boolean },
+  phoneNumber: string,
+): Promise<CodeSent> {
+  if (!keel.config.ENABLE_2FA) throw mfaDisabled();
+  const user = await loadUser(keel, caller.userId);
+  await assertSmsAllowed(keel, user);
+  assertGateway(keel);
+  const phone = normalizePhone(phoneNumber);
+  if (!phone) throw validationError([{ path: 'phoneNumber', message: 'must be a valid phone number in international (E.164) form, e.g. +14155550123' }]);
+  if (smsEnrolled(user) && !caller.sessionMfa) {
+    throw forbidden('Changing the phone of your SMS factor needs a session verified with a second factor: sign in again with MFA', 'mfa_required');
+  }
+  const limits = mfaLimits(keel);
+  await limits.phoneVerifyUser.consume(user.id);
+  await limits.smsPerPhone.consume(sha256Hex(phone));
+  return issueCode(keel, PHONE_VERIFY_PURPOSE, user, phone, (code) => `Your Keel verification code is ${code}. It expires in 10 minutes. Do not share it.`);
+}
+
+/** `POST /auth/phone/confirm {code}`: the number the code was sent to becomes the user's verified phone. */
+export async function confirmPhone(keel: Keel, userId: string, code: string, info: RequestInfo): Promise<{ phoneNumberMasked: string | null; phoneVerified: true }> {
+  if (!keel.config.ENABLE_2FA) throw mfaDisabled();
+  const user = await loadUser(keel, userId);
+  const outcome = await checkCode(keel, PHONE_VERIFY_PURPOSE, user.id, code.trim());
+  if (!outcome.ok) {
+    if (outcome.reason === 'wrong') throw new AppError(400, 'invalid_code', 'The code is not valid');
+    throw new AppError(400, 'code_expired', 'The code has expired or was tried too many times: request a new one with /auth/phone/verify');
+  }
+  const phone = typeof outcome.data.phoneNumber === 'string' ? outcome.data.phoneNumber : null;
+  if (!phone) throw new AppError(400, 'code_expired', 'The code has expired: request a new one with /auth/phone/verify');
+  const access = await getAccessSummary(keel.db, user);
+  await transaction(keel.db, async (tx) => {
+    await tx.db.update(users).set({ phoneNumber: phone, phoneVerified: true, updatedAt: clock.now() }).where(eq(users.id, user.id));
+    await writeAudit(tx.db, info, {
+      action: 'auth.phone.verify',
+      partnerId: access.partnerId,
+      orgId: access.orgId,
+      target: { type: 'user', id: user.id },
+      details: { phoneNumberMasked: maskPhone(phone), changed: phone !== user.phoneNumber },
+    });
+    tx.afterCommit(() => identityOf(keel).sessions.userChanged(user.id));
+  });
+  return { phoneNumberMasked: maskPhone(phone), phoneVerified: true };
+}
+
+/**
+ * `POST /auth/mfa/sms/enable`: SMS on the verified phone becomes the primary second factor. New
+ * recovery codes replace any old ones; the caller's session is upgraded to `mfa: true`.
+ */
+export async function enableSms(
+  keel: Keel,
+  userId: string,
+  sessionId: string | null,
+  info: RequestInfo,
+): Promise<TokenAnswer & { recoveryCodes: string[] }> {
+  if (!keel.config.ENABLE_2FA) throw mfaDisabled();
+  const user = await loadUser(keel, userId);
+  await assertSmsAllowed(keel, user);
+  assertGateway(keel);
+  if (!user.phoneVerified || !user.phoneNumber) {
+    throw conflict('phone_not_verified', 'Verify a phone number first: /auth/phone/verify, then /auth/phone/confirm');
+  }
+  if (smsEnrolled(user)) throw conflict('sms_already_enabled', 'SMS is already your second factor');
+  const recoveryCodes = newRecoveryCodes();
+  const access = await getAccessSummary(keel.db, user);
+  await transaction(keel.db, async (tx) => {
+    const rows = await tx.db
+      .update(users)
+      .set({
+        mfaEnabled: true,
+        mfaMethod: 'sms',
+        mfaRecoveryCodes: recoveryCodes.map((c) => hashRecoveryCode(keel.secrets.encryptionKey, c)),
+        updatedAt: clock.now(),
+      })
+      .where(and(eq(users.id, userId), eq(users.phoneVerified, true)))
+      .returning({ id: users.id });
+    if (rows.length === 0) throw conflict('phone_not_verified', 'Verify a phone number first: /auth/phone/verify, then /auth/phone/confirm');
+    await writeAudit(tx.db, info, {
+      action: 'auth.mfa.setup',
+      partnerId: access.partnerId,
+      orgId: access.orgId,
+      target: { type: 'user', id: userId },
+      details: { method: 'sms' },
+    });
+  });
+  const tokens = await upgradeSession(keel, await loadUser(keel, userId), sessionId, info);
+  return { ...tokens, recoveryCodes };
+}
+
+async function sendCodeTo(keel: Keel, user: User, limitKey: string): Promise<CodeSent> {
+  if (!smsEnrolled(user) || !user.phoneNumber) throw smsNotEnabled();
+  await assertSmsAllowed(keel, user);
+  assertGateway(keel);
+  const limits = mfaLimits(keel);
+  await limits.smsPerLogin.consume(limitKey);
+  await limits.smsPerPhone.consume(sha256Hex(user.phoneNumber));
+  return issueCode(keel, SMS_CODE_PURPOSE, user, user.phoneNumber, (code) => `Your Keel sign-in code is ${code}. It expires in 10 minutes. Do not share it.`);
+}
+
+/** `POST /auth/mfa/sms/send {tempToken}`: texts the login code of a pending sign-in (limited per temp token and per number). */
+export async function sendLoginSms(keel: Keel, tempToken: string): Promise<CodeSent> {
+  if (!keel.config.ENABLE_2FA) throw mfaDisabled();
+  const pending = await keel.singleUse.peek(keel.db, MFA_LOGIN_PURPOSE, tempToken);
+  if (!pending?.subjectId) throw invalidTempToken();
+  const user = await loadUser(keel, pending.subjectId);
+  if (user.status !== 'active') throw invalidTempToken();
+  return sendCodeTo(keel, user, `t:${sha256Hex(tempToken)}`);
+}
+
+/** `POST /auth/mfa/sms/send` by a signed-in SMS user: a code for disable or recovery-code rotation. */
+export async function sendSmsToSelf(keel: Keel, userId: string): Promise<CodeSent> {
+  if (!keel.config.ENABLE_2FA) throw mfaDisabled();
+  return sendCodeTo(keel, await loadUser(keel, userId), `u:${userId}`);
+}
+
+/**
+ * The SMS half of checkSecondFactor: the user's pending SMS code. Refused with 403 when the
+ * organisation does not allow SMS MFA.
+ */
+export async function checkSmsCode(keel: Keel, user: User, code: string): Promise<boolean> {
+  if (!smsEnrolled(user)) return false;
+  await assertSmsAllowed(keel, user);
+  const outcome = await checkCode(keel, SMS_CODE_PURPOSE, user.id, code);
+  return outcome.ok;
+}
