@@ -1,12 +1,11 @@
 import { createInterface } from 'node:readline';
 import { ConfigError, loadConfig } from './config.js';
 import { createLogger } from './platform/logger.js';
-import { MigrationError, migrate } from './platform/db/migrator.js';
 import { openDatabase, pgliteDirFor } from './platform/db/client.js';
-import { startServer } from './server.js';
-import { AdminExistsError, createPlatformAdmin } from './modules/identity/bootstrap.js';
-import { seedAccess } from './modules/access/seed.js';
-import { AppError } from './platform/http/errors.js';
+import type { AppError } from './platform/http/errors.js';
+
+// Start-up time: only light modules are imported statically. Each command imports what it needs,
+// and `serve` opens the database while the HTTP app's modules load (bench/startup.ts measures it).
 
 const USAGE = `Usage: keel <command>
   serve                 HTTP API (and the worker in-process unless WORKER=off)
@@ -42,11 +41,25 @@ async function main(argv: string[]): Promise<number> {
   const log = createLogger(config.LOG_LEVEL);
   switch (command) {
     case 'serve': {
-      const server = await startServer({ config, log });
-      log.info({ url: server.url, version: config.serviceVersion, database: server.keel.database.kind }, 'Keel is listening');
+      // PGlite's start (WASM instantiation, file reads) overlaps the import of the app's modules.
+      const opening = openDatabase({ url: config.DATABASE_URL, pgliteDir: pgliteDirFor(config.DATA_DIR) });
+      opening.catch(() => undefined); // awaited below; this only keeps an early failure from going unhandled
+      const { startServer } = await import('./server.js');
+      const database = await opening;
+      let server: Awaited<ReturnType<typeof startServer>>;
+      try {
+        server = await startServer({ config, log, database });
+      } catch (err) {
+        await database.close();
+        throw err;
+      }
+      log.info({ url: server.url, version: config.serviceVersion, database: database.kind }, 'Keel is listening');
       const stop = () => {
         log.info('shutting down');
-        void server.close().then(() => process.exit(0));
+        void server
+          .close()
+          .then(() => database.close())
+          .then(() => process.exit(0));
       };
       process.once('SIGINT', stop);
       process.once('SIGTERM', stop);
@@ -57,6 +70,7 @@ async function main(argv: string[]): Promise<number> {
       return 0;
     }
     case 'migrate': {
+      const [{ migrate }, { seedAccess }] = await Promise.all([import('./platform/db/migrator.js'), import('./modules/access/seed.js')]);
       const database = await openDatabase({ url: config.DATABASE_URL, pgliteDir: pgliteDirFor(config.DATA_DIR) });
       try {
         const { applied } = await migrate(database);
@@ -75,6 +89,11 @@ async function main(argv: string[]): Promise<number> {
         return 2;
       }
       const password = await readPassword();
+      const [{ migrate }, { seedAccess }, { createPlatformAdmin }] = await Promise.all([
+        import('./platform/db/migrator.js'),
+        import('./modules/access/seed.js'),
+        import('./modules/identity/bootstrap.js'),
+      ]);
       const database = await openDatabase({ url: config.DATABASE_URL, pgliteDir: pgliteDirFor(config.DATA_DIR) });
       try {
         await migrate(database);
@@ -98,11 +117,14 @@ main(process.argv.slice(2)).then(
     if (code >= 0) process.exit(code);
   },
   (err: unknown) => {
-    if (err instanceof ConfigError || err instanceof MigrationError || err instanceof AdminExistsError) {
-      process.stderr.write(`keel: ${err.message}\n`);
-    } else if (err instanceof AppError) {
-      const fields = (err.details?.fields as { path: string; message: string }[] | undefined) ?? [];
-      process.stderr.write(`keel: ${err.message}${fields.map((f) => `; ${f.path} ${f.message}`).join('')}\n`);
+    // By name: the classes live in modules this file imports only when a command needs them.
+    const name = err instanceof Error ? err.name : '';
+    if (err instanceof ConfigError || name === 'MigrationError' || name === 'AdminExistsError') {
+      process.stderr.write(`keel: ${(err as Error).message}\n`);
+    } else if (name === 'AppError') {
+      const appError = err as AppError;
+      const fields = (appError.details?.fields as { path: string; message: string }[] | undefined) ?? [];
+      process.stderr.write(`keel: ${appError.message}${fields.map((f) => `; ${f.path} ${f.message}`).join('')}\n`);
     } else {
       process.stderr.write(`keel: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
     }

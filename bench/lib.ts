@@ -1,0 +1,376 @@
+/**
+ * Shared pieces of the benchmarks: child processes in their own process group (so a stop reaches
+ * npm, its shell and node alike), /health polling, free loopback ports, a throwaway PostgreSQL
+ * server, autocannon and a small table printer. Benchmarks print figures; they assert nothing.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { request } from 'node:http';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import autocannon, { type Options, type Result } from 'autocannon';
+
+export const ROOT = fileURLToPath(new URL('..', import.meta.url));
+
+/** True when `moduleUrl` is the script node was started with (a bench run on its own). */
+export function isMain(moduleUrl: string): boolean {
+  const entry = process.argv[1];
+  return entry !== undefined && moduleUrl === pathToFileURL(entry).href;
+}
+
+export const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const addr = srv.address();
+      const port = typeof addr === 'object' && addr ? addr.port : 0;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+export function tempDir(prefix: string): string {
+  return mkdtempSync(join(tmpdir(), prefix));
+}
+
+// ---------------------------------------------------------------------------------------------
+// child processes
+
+export interface Proc {
+  child: ChildProcess;
+  /** The last few KB of its stdout and stderr, for error messages. */
+  output(): string;
+  exited(): boolean;
+  /** SIGTERM to the whole process group, SIGKILL after `graceMs`; resolves when the group is gone. */
+  stop(graceMs?: number): Promise<void>;
+}
+
+const running = new Set<Proc>();
+let cleanupInstalled = false;
+
+function installCleanup(): void {
+  if (cleanupInstalled) return;
+  cleanupInstalled = true;
+  const killAll = (): void => {
+    for (const p of running) {
+      if (p.child.pid !== undefined) {
+        try {
+          process.kill(-p.child.pid, 'SIGKILL');
+        } catch {
+          // already gone
+        }
+      }
+    }
+  };
+  process.on('exit', killAll);
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      killAll();
+      process.exit(130);
+    });
+  }
+}
+
+function groupAlive(pid: number): boolean {
+  try {
+    process.kill(-pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Spawns a command in its own process group with the given environment (over ours; undefined unsets). */
+export function spawnGroup(command: string, args: string[], env: Record<string, string | undefined>, cwd = ROOT): Proc {
+  installCleanup();
+  const merged: Record<string, string | undefined> = { ...process.env, ...env };
+  const childEnv = Object.fromEntries(Object.entries(merged).filter((e): e is [string, string] => e[1] !== undefined));
+  const child = spawn(command, args, { cwd, env: childEnv, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  const keep = (chunk: Buffer): void => {
+    out = (out + chunk.toString('utf8')).slice(-8192);
+  };
+  child.stdout?.on('data', keep);
+  child.stderr?.on('data', keep);
+  child.on('error', (err) => keep(Buffer.from(`spawn error: ${err.message}\n`)));
+  let done = false;
+  const exitPromise = new Promise<void>((resolve) => child.once('exit', () => {
+    done = true;
+    resolve();
+  }));
+  const proc: Proc = {
+    child,
+    output: () => out,
+    exited: () => done,
+    async stop(graceMs = 10_000) {
+      const pid = child.pid;
+      if (pid === undefined) return;
+      try {
+        process.kill(-pid, 'SIGTERM');
+      } catch {
+        // already gone
+      }
+      const deadline = Date.now() + graceMs;
+      while (groupAlive(pid) && Date.now() < deadline) await sleep(25);
+      if (groupAlive(pid)) {
+        try {
+          process.kill(-pid, 'SIGKILL');
+        } catch {
+          // raced with its exit
+        }
+      }
+      await Promise.race([exitPromise, sleep(2_000)]);
+      while (groupAlive(pid)) await sleep(25);
+      running.delete(proc);
+    },
+  };
+  running.add(proc);
+  return proc;
+}
+
+/** One GET with node:http (no fetch warm-up in the measurement); resolves to status and body. */
+export function httpGet(url: string, timeoutMs = 1_000): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { method: 'GET', agent: false, timeout: timeoutMs }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    req.on('timeout', () => req.destroy(new Error('timeout')));
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/** Polls `url` every `intervalMs` until it answers 200; throws when `proc` exits or time runs out. */
+export async function waitForHealthy(url: string, proc: Proc, timeoutMs = 60_000, intervalMs = 20): Promise<string> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (proc.exited()) throw new Error(`process exited before ${url} answered:\n${proc.output()}`);
+    try {
+      const res = await httpGet(url, 500);
+      if (res.status === 200) return res.body;
+    } catch {
+      // not listening yet
+    }
+    await sleep(intervalMs);
+  }
+  throw new Error(`${url} did not answer 200 within ${timeoutMs} ms:\n${proc.output()}`);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Keel and the bare baseline server, each in a child process (the load generator keeps its own loop)
+
+export interface RunningKeel {
+  url: string;
+  dataDir: string;
+  proc: Proc;
+  stop(): Promise<void>;
+}
+
+/** Environment for benchmark runs: registration on, limits out of the way, no log output. */
+export function benchEnv(extra: Record<string, string> = {}): Record<string, string> {
+  return {
+    NODE_ENV: 'development',
+    LOG_LEVEL: 'silent',
+    HOST: '127.0.0.1',
+    APP_ENCRYPTION_KEY: randomBytes(32).toString('hex'),
+    JWT_SECRET: randomBytes(48).toString('base64url'),
+    ENABLE_REGISTRATION: 'true',
+    // config.ts caps these at 100000; far beyond what a 10 s run reaches.
+    LOGIN_LIMIT: '100000',
+    REGISTER_LIMIT: '100000',
+    LOCKOUT_THRESHOLD: '100000',
+    ...extra,
+  };
+}
+
+/** Starts `node --import tsx src/main.ts serve` on a free port and waits for /health. */
+export async function startKeel(env: Record<string, string>): Promise<RunningKeel> {
+  const port = await freePort();
+  const dataDir = env.DATA_DIR ?? tempDir('keel-bench-');
+  const proc = spawnGroup(process.execPath, ['--import', 'tsx', 'src/main.ts', 'serve'], { ...env, DATA_DIR: dataDir, PORT: String(port) });
+  const url = `http://127.0.0.1:${port}`;
+  try {
+    await waitForHealthy(`${url}/health`, proc, 120_000, 50);
+  } catch (err) {
+    await proc.stop();
+    throw err;
+  }
+  return {
+    url,
+    dataDir,
+    proc,
+    async stop() {
+      await proc.stop();
+      if (!env.DATA_DIR) rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** The bare hono + @hono/node-server baseline (bench/bare-server.ts) in a child process. */
+export async function startBare(): Promise<{ url: string; stop(): Promise<void> }> {
+  const port = await freePort();
+  const proc = spawnGroup(process.execPath, ['--import', 'tsx', 'bench/bare-server.ts'], { PORT: String(port) });
+  const url = `http://127.0.0.1:${port}`;
+  await waitForHealthy(`${url}/health`, proc, 30_000, 50);
+  return { url, stop: () => proc.stop() };
+}
+
+// ---------------------------------------------------------------------------------------------
+// PostgreSQL: the test harness's throwaway server (test/setup/real-backends.ts), started on loopback
+
+export interface BenchPostgres {
+  /** A fresh empty database on the server; `drop` removes it. */
+  createDatabase(): Promise<{ url: string; drop(): Promise<void> }>;
+  stop(): Promise<void>;
+}
+
+/** True when Debian's PostgreSQL binaries are installed (/usr/lib/postgresql/<v>/bin). */
+export function postgresInstalled(): boolean {
+  const root = '/usr/lib/postgresql';
+  return existsSync(root) && readdirSync(root).some((v) => existsSync(join(root, v, 'bin', 'postgres')));
+}
+
+/**
+ * Starts the same throwaway PostgreSQL (and Redis) the `postgres` test project uses, by calling
+ * that globalSetup with a stand-in for vitest's project. Returns null when it cannot run here.
+ */
+export async function startPostgres(): Promise<BenchPostgres | null> {
+  if (!postgresInstalled()) return null;
+  const { default: setup } = await import('../test/setup/real-backends.js');
+  const provided: Record<string, string> = {};
+  const project = { provide: (key: string, value: string) => (provided[key] = value) };
+  const teardown = await setup(project as unknown as Parameters<typeof setup>[0]);
+  const adminUrl = provided.pgUrl ?? '';
+  if (adminUrl === '') {
+    await teardown();
+    return null;
+  }
+  const { default: pg } = await import('pg');
+  const admin = async (sql: string): Promise<void> => {
+    const client = new pg.Client({ connectionString: adminUrl });
+    client.on('error', () => undefined);
+    await client.connect();
+    try {
+      await client.query(sql);
+    } finally {
+      await client.end().catch(() => undefined);
+    }
+  };
+  return {
+    async createDatabase() {
+      const name = `keel_bench_${randomBytes(6).toString('hex')}`;
+      await admin(`CREATE DATABASE ${name}`);
+      const url = new URL(adminUrl);
+      url.pathname = `/${name}`;
+      return { url: url.toString(), drop: () => admin(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`) };
+    },
+    stop: () => teardown(),
+  };
+}
+
+/** The backends a benchmark runs on: the embedded default, and PostgreSQL when installed. */
+export interface BenchBackend {
+  name: 'pglite' | 'postgres';
+  /** Starts Keel on this backend (a fresh database each time). */
+  startKeel(extraEnv?: Record<string, string>): Promise<RunningKeel>;
+}
+
+export function pgliteBackend(): BenchBackend {
+  return { name: 'pglite', startKeel: (extra) => startKeel(benchEnv(extra)) };
+}
+
+export function postgresBackend(server: BenchPostgres): BenchBackend {
+  return {
+    name: 'postgres',
+    async startKeel(extra) {
+      const db = await server.createDatabase();
+      const keel = await startKeel(benchEnv({ DATABASE_URL: db.url, ...extra }));
+      return {
+        ...keel,
+        async stop() {
+          await keel.stop();
+          await db.drop();
+        },
+      };
+    },
+  };
+}
+
+/** Runs `fn` on PGlite and, when the binaries exist, on a PostgreSQL server started for the run. */
+export async function withBackends<T>(fn: (backend: BenchBackend) => Promise<T>, only?: 'pglite' | 'postgres'): Promise<T[]> {
+  const out: T[] = [];
+  if (only !== 'postgres') out.push(await fn(pgliteBackend()));
+  if (only === 'pglite') return out;
+  const server = await startPostgres();
+  if (!server) {
+    process.stderr.write('PostgreSQL binaries not found (/usr/lib/postgresql/*/bin): PostgreSQL figures skipped\n');
+    return out;
+  }
+  try {
+    out.push(await fn(postgresBackend(server)));
+  } finally {
+    await server.stop();
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP helpers, load and printing
+
+export async function postJson(url: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: any }> {
+  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+  const text = await res.text();
+  let parsed: unknown = text;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    // not JSON; keep the text
+  }
+  return { status: res.status, body: parsed };
+}
+
+/** Runs `items` through `fn` with at most `concurrency` in flight. */
+export async function pool<T, R>(items: T[], concurrency: number, fn: (item: T, index: number) => Promise<R>): Promise<R[]> {
+  const out: R[] = new Array<R>(items.length);
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < items.length) {
+      const i = next++;
+      out[i] = await fn(items[i]!, i);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(concurrency, items.length) }, worker));
+  return out;
+}
+
+export function load(opts: Options): Promise<Result> {
+  return new Promise((resolve, reject) => {
+    autocannon(opts, (err, result) => (err ? reject(err) : resolve(result)));
+  });
+}
+
+/** Requests per second over the whole run: completed 2xx responses divided by the duration. */
+export function okPerSecond(r: Result): number {
+  return r['2xx'] / r.duration;
+}
+
+export const BENCH_SECONDS = Number(process.env.BENCH_SECONDS ?? '10');
+
+export function fmt(n: number, digits = 0): string {
+  return Number.isFinite(n) ? n.toFixed(digits) : '-';
+}
+
+export function printTable(title: string, header: string[], rows: string[][]): void {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = (cells: string[]): string => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
+  process.stdout.write(`\n${title}\n${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('  ')}\n${rows.map(line).join('\n')}\n`);
+}

@@ -1,0 +1,139 @@
+/**
+ * Logins per second against the physical limit of a login: one Argon2id verify.
+ *
+ * Keel runs in a child process (`node --import tsx src/main.ts serve`) with registration on and the
+ * login limits raised out of the way. N users register through the API, then autocannon signs them
+ * in round-robin at concurrency 8 for BENCH_SECONDS; every answer must be 200 with an accessToken.
+ * With Keel stopped, bench/argon2-verify.ts measures bare verifies at the same concurrency in its
+ * own process. Goal printed: login/s ÷ verify/s >= 0.9.
+ *
+ *   npm run bench -- login             (both backends; or: tsx bench/login.ts [pglite|postgres])
+ */
+import { randomBytes } from 'node:crypto';
+import {
+  BENCH_SECONDS,
+  fmt,
+  isMain,
+  load,
+  pool,
+  postJson,
+  printTable,
+  spawnGroup,
+  withBackends,
+  type BenchBackend,
+} from './lib.js';
+
+export const LOGIN_GOAL = 0.9;
+const USERS = Number(process.env.BENCH_USERS ?? '200');
+const CONCURRENCY = 8;
+
+export interface LoginResult {
+  backend: string;
+  users: number;
+  concurrency: number;
+  loginsPerSecond: number;
+  loginP50: number;
+  loginP99: number;
+  failures: number;
+  argon2PerSecond: number;
+  ratio: number;
+}
+
+/** Bare Argon2id verifies per second in a separate process. */
+export async function argon2Baseline(concurrency = CONCURRENCY, seconds = BENCH_SECONDS): Promise<number> {
+  const proc = spawnGroup(process.execPath, ['--import', 'tsx', 'bench/argon2-verify.ts'], {
+    BENCH_CONCURRENCY: String(concurrency),
+    BENCH_SECONDS: String(seconds),
+  });
+  await new Promise<void>((resolve) => {
+    if (proc.exited()) resolve();
+    else proc.child.once('exit', () => resolve());
+  });
+  const line = proc.output().trim().split('\n').pop() ?? '';
+  await proc.stop();
+  try {
+    const parsed = JSON.parse(line) as { perSecond: number };
+    return parsed.perSecond;
+  } catch {
+    throw new Error(`argon2 baseline printed no result:\n${proc.output()}`);
+  }
+}
+
+export async function benchLogin(backend: BenchBackend): Promise<LoginResult> {
+  const keel = await backend.startKeel();
+  let keelRunning = true;
+  try {
+    const run = randomBytes(3).toString('hex');
+    const users = Array.from({ length: USERS }, (_, i) => ({
+      email: `bench-${run}-${i}@example.com`,
+      password: `correct-horse-battery-${i}-staple`,
+      name: `Bench User ${i}`,
+    }));
+    process.stderr.write(`[login/${backend.name}] registering ${USERS} users...\n`);
+    await pool(users, 4, async (u) => {
+      const res = await postJson(`${keel.url}/api/v1/auth/register`, u);
+      if (res.status !== 201) throw new Error(`register ${u.email}: ${res.status} ${JSON.stringify(res.body)}`);
+    });
+    const probe = await postJson(`${keel.url}/api/v1/auth/login`, { email: users[0]!.email, password: users[0]!.password });
+    if (probe.status !== 200 || !probe.body.accessToken) throw new Error(`login probe: ${probe.status} ${JSON.stringify(probe.body)}`);
+
+    let next = 0;
+    const requests = [
+      {
+        method: 'POST',
+        path: '/api/v1/auth/login',
+        headers: { 'content-type': 'application/json' },
+        setupRequest: (req: { body?: string | Buffer }) => {
+          const u = users[next++ % users.length]!;
+          return { ...req, body: JSON.stringify({ email: u.email, password: u.password }) };
+        },
+      },
+    ];
+    const opts = { url: keel.url, connections: CONCURRENCY, requests, verifyBody: (body: string) => body.includes('"accessToken"') };
+    process.stderr.write(`[login/${backend.name}] warm-up 2 s, then ${BENCH_SECONDS} s of logins at concurrency ${CONCURRENCY}...\n`);
+    await load({ ...opts, duration: 2 });
+    const result = await load({ ...opts, duration: BENCH_SECONDS });
+    await keel.stop();
+    keelRunning = false;
+
+    process.stderr.write(`[login/${backend.name}] bare Argon2id verifies, ${BENCH_SECONDS} s at concurrency ${CONCURRENCY}...\n`);
+    const argon2PerSecond = await argon2Baseline();
+    // A mismatch is a 2xx without an access token; count it out of the logins.
+    const loginsPerSecond = (result['2xx'] - result.mismatches) / result.duration;
+    return {
+      backend: backend.name,
+      users: USERS,
+      concurrency: CONCURRENCY,
+      loginsPerSecond,
+      loginP50: result.latency.p50,
+      loginP99: result.latency.p99,
+      failures: result.non2xx + result.errors + result.timeouts + result.mismatches,
+      argon2PerSecond,
+      ratio: loginsPerSecond / argon2PerSecond,
+    };
+  } finally {
+    if (keelRunning) await keel.stop();
+  }
+}
+
+export function printLogin(results: LoginResult[]): void {
+  printTable(
+    `Logins (POST /auth/login, ${USERS} users round-robin, concurrency ${CONCURRENCY}, ${BENCH_SECONDS} s) vs bare Argon2id verify (goal: ratio >= ${LOGIN_GOAL})`,
+    ['backend', 'login/s', 'p50 ms', 'p99 ms', 'failed', 'argon2 verify/s', 'ratio', 'goal'],
+    results.map((r) => [
+      r.backend,
+      fmt(r.loginsPerSecond, 1),
+      fmt(r.loginP50),
+      fmt(r.loginP99),
+      String(r.failures),
+      fmt(r.argon2PerSecond, 1),
+      fmt(r.ratio, 2),
+      r.ratio >= LOGIN_GOAL ? 'met' : 'NOT met',
+    ]),
+  );
+}
+
+if (isMain(import.meta.url)) {
+  const only = process.argv[2] as 'pglite' | 'postgres' | undefined;
+  printLogin(await withBackends(benchLogin, only));
+}

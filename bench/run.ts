@@ -1,0 +1,87 @@
+/**
+ * `npm run bench`: start-up, logins and authenticated reads in one run, each next to its physical
+ * limit measured in the same run (bare Argon2id verifies, bare hono), on the embedded PGlite and,
+ * when /usr/lib/postgresql/<v>/bin exists, on a PostgreSQL server started here on loopback.
+ *
+ *   npm run bench                          everything
+ *   npm run bench -- login authed-read     some of: startup, login, authed-read
+ *   npm run bench -- --pglite              only the embedded backend
+ *   BENCH_SECONDS=10 BENCH_USERS=200 STARTUP_RUNS=3
+ *
+ * Benchmarks print figures and whether a goal was met; they never fail on time.
+ * The machine's other load shows in every figure: the ratios are the comparable part.
+ */
+import { cpus, loadavg } from 'node:os';
+import { benchStartup, printStartup, type StartupResult } from './startup.js';
+import { benchLogin, LOGIN_GOAL, printLogin, type LoginResult } from './login.js';
+import { benchAuthedRead, printAuthedRead, READ_P99_GOAL_MS, READ_RATIO_GOAL, type AuthedReadResult } from './authed-read.js';
+import { fmt, pgliteBackend, postgresBackend, printTable, startPostgres, type BenchBackend } from './lib.js';
+
+const args = process.argv.slice(2);
+const names = args.filter((a) => !a.startsWith('--'));
+const want = (name: string): boolean => names.length === 0 || names.includes(name);
+const pgliteOnly = args.includes('--pglite');
+
+process.stdout.write(
+  `Keel benchmarks: node ${process.version}, ${cpus().length} cores (${cpus()[0]?.model ?? '?'}), load average ${loadavg().map((l) => l.toFixed(2)).join(' ')}\n`,
+);
+
+let startup: StartupResult | null = null;
+const logins: LoginResult[] = [];
+const reads: AuthedReadResult[] = [];
+
+if (want('startup')) {
+  process.stderr.write('[startup] npm start on a temp DATA_DIR: first start, then restarts...\n');
+  startup = await benchStartup();
+  printStartup(startup);
+}
+
+async function onBackend(backend: BenchBackend): Promise<void> {
+  if (want('login')) {
+    logins.push(await benchLogin(backend));
+    printLogin(logins.slice(-1));
+  }
+  if (want('authed-read')) {
+    reads.push(await benchAuthedRead(backend));
+    printAuthedRead(reads.slice(-1));
+  }
+}
+
+if (want('login') || want('authed-read')) {
+  await onBackend(pgliteBackend());
+  if (!pgliteOnly) {
+    const server = await startPostgres();
+    if (server) {
+      try {
+        await onBackend(postgresBackend(server));
+      } finally {
+        await server.stop();
+      }
+    } else {
+      process.stdout.write('\nPostgreSQL binaries not found (/usr/lib/postgresql/*/bin): PostgreSQL figures skipped\n');
+    }
+  }
+}
+
+const goal = (met: boolean): string => (met ? 'met' : 'NOT met');
+const rows: string[][] = [];
+if (startup) {
+  rows.push(['start-up', 'pglite', '`npm start` restart until /health 200', `${fmt(startup.medianRestartMs)} ms`, `first start ${fmt(startup.firstMs)} ms`, '-', `< 2000 ms: ${goal(startup.medianRestartMs < 2000)}`]);
+}
+for (const r of logins) {
+  rows.push(['login', r.backend, 'POST /auth/login, concurrency 8', `${fmt(r.loginsPerSecond, 1)} login/s`, `${fmt(r.argon2PerSecond, 1)} argon2 verify/s`, fmt(r.ratio, 2), `>= ${LOGIN_GOAL}: ${goal(r.ratio >= LOGIN_GOAL)}`]);
+}
+for (const r of reads) {
+  rows.push([
+    'authed read',
+    r.backend,
+    `GET /users/me, ${r.connections} connections`,
+    `${fmt(r.keelPerSecond)} req/s, p99 ${fmt(r.keelP99)} ms`,
+    `${fmt(r.barePerSecond)} req/s, p99 ${fmt(r.bareP99)} ms`,
+    fmt(r.ratio, 2),
+    `>= ${READ_RATIO_GOAL} and p99 < ${READ_P99_GOAL_MS} ms: ${goal(r.ratio >= READ_RATIO_GOAL && r.keelP99 < READ_P99_GOAL_MS)}`,
+  ]);
+}
+printTable('Summary', ['benchmark', 'backend', 'what', 'Keel', 'physical limit', 'ratio', 'goal'], rows);
+process.stdout.write(`load average at the end: ${loadavg().map((l) => l.toFixed(2)).join(' ')}\n`);
+process.exit(0);
