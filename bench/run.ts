@@ -42,8 +42,9 @@ async function onBackend(backend: BenchBackend): Promise<void> {
     printLogin(logins.slice(-1));
   }
   if (want('authed-read')) {
-    reads.push(await benchAuthedRead(backend));
-    printAuthedRead(reads.slice(-1));
+    const rows = await benchAuthedRead(backend);
+    reads.push(...rows);
+    printAuthedRead(rows);
   }
 }
 
@@ -75,7 +76,7 @@ for (const r of reads) {
   rows.push([
     'authed read',
     r.backend,
-    `GET /users/me, ${r.connections} connections`,
+    `${r.route}, ${r.connections} connections`,
     `${fmt(r.keelPerSecond)} req/s, p99 ${fmt(r.keelP99)} ms`,
     `${fmt(r.barePerSecond)} req/s, p99 ${fmt(r.bareP99)} ms`,
     fmt(r.ratio, 2),

@@ -122,6 +122,8 @@ describe.skipIf(!backendAvailable())(`API keys (${backend})`, () => {
     await db.update(users).set({ status: 'active' }).where(eq(users.id, user.id));
     expect((await app.api('GET', '/roles', { token: k1 })).status).toBe(200);
     await db.delete(organizationUsers).where(eq(organizationUsers.userId, user.id));
+    // What the users module does on removal: tell every process the user's association changed.
+    await app.server.keel.invalidation.publish('user', user.id);
     expect((await app.api('GET', '/roles', { token: k1 })).status).toBe(401);
   });
 

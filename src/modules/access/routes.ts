@@ -8,6 +8,7 @@ import { BUILDER_ACTION_MAP, BUILDER_RESOURCES, CANONICAL_ACTIONS, CATALOG_RESOU
 import { IdParam, ScopeQuery } from './http.js';
 import { requestInfo } from '../identity/http.js';
 import { roleCacheFor } from './role-cache.js';
+import { membershipCacheFor } from './service.js';
 import { cloneRole, createRole, deleteRole, effectivePermissions, getRole, listRoles, roleUsers, updateRole } from './roles.js';
 import { accessOf, guard } from './scope.js';
 
@@ -132,6 +133,7 @@ const noContent = { 204: { description: 'Done' } } as const;
 
 export function mountAccessRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   roleCacheFor(keel);
+  membershipCacheFor(keel);
   const auth = authenticate(keel);
   // Administering roles needs full partner organisation access (SPEC 5.8); reading them does not.
   const roleGuard = (action: 'read' | 'write' | 'delete') => [auth, ...guard(keel, { fullOrgAccess: action !== 'read', permission: ['users', action] })];

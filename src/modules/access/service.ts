@@ -3,7 +3,9 @@ import { rowsOf, type Db } from '../../platform/db/client.js';
 import { conflict } from '../../platform/http/errors.js';
 import { organizationUsers, partnerUsers } from './schema.js';
 import type { PermissionPair } from './permissions.js';
-import { loadRoleChain, resolveRole } from './role-cache.js';
+import { loadRoleChain, resolveRole, ROLES_TOPIC } from './role-cache.js';
+import type { Keel } from '../../keel.js';
+import { USER_TOPIC } from '../identity/sessions.js';
 
 export type Scope = 'system' | 'partner' | 'organization';
 export type OrgAccess = 'all' | 'selected' | 'none';
@@ -51,8 +53,8 @@ interface MembershipRow {
   device_group_ids: string[] | null;
 }
 
-/** The user's one association (a partner or one organisation), or null. One query; never cached: always current. */
-export async function getMembership(db: Db, userId: string): Promise<Membership | null> {
+/** The user's one association (a partner or one organisation), or null: one query, straight from the tables. */
+async function loadMembership(db: Db, userId: string): Promise<Membership | null> {
   // Arrays travel as JSON so both drivers hand back plain arrays.
   const result = await db.execute(sql`
     select 'partner' as kind, partner_id, null::uuid as org_id, role_id, org_access::text as org_access,
@@ -72,9 +74,65 @@ export async function getMembership(db: Db, userId: string): Promise<Membership 
 }
 
 /**
- * The user's association and effective permissions, inheritance applied. The association is read on
- * every call; the role chain comes from the per-process role cache when `db` is the process's main
- * handle (invalidated on every role change, across processes).
+ * Per-process cache of memberships (DECISIONS "Caches"). Every change of a user's association
+ * publishes the user on the identity `user` topic (`sessions.userChanged`, `revokeAllForUser`); an
+ * organisation delete publishes `*` on the roles topic. Either clears the entry here and on every other
+ * process at once. A load that raced an invalidation is not stored.
+ */
+class MembershipCache {
+  readonly #entries = new Map<string, Membership | null>();
+  #generation = 0;
+
+  constructor(private readonly db: Db) {}
+
+  async get(userId: string): Promise<Membership | null> {
+    if (this.#entries.has(userId)) return this.#entries.get(userId) ?? null;
+    const generation = this.#generation;
+    const m = await loadMembership(this.db, userId);
+    if (generation === this.#generation) {
+      if (this.#entries.size >= 100_000) this.#entries.clear();
+      this.#entries.set(userId, m);
+    }
+    return m;
+  }
+
+  invalidate(userId: string | '*'): void {
+    this.#generation++;
+    if (userId === '*') this.#entries.clear();
+    else this.#entries.delete(userId);
+  }
+}
+
+const membershipCaches = new WeakMap<Db, MembershipCache>();
+
+/** After a change that rewrites many members' associations (site or group restrictions): drop every cached one. */
+export async function publishMembershipsChanged(keel: Keel): Promise<void> {
+  await keel.invalidation.publish(USER_TOPIC, '*');
+}
+
+/** Creates this process's membership cache and subscribes it to invalidations (at app build). */
+export function membershipCacheFor(keel: Keel): void {
+  if (membershipCaches.has(keel.db)) return;
+  const cache = new MembershipCache(keel.db);
+  keel.invalidation.on(USER_TOPIC, (userId) => cache.invalidate(userId));
+  keel.invalidation.on(ROLES_TOPIC, (roleId) => {
+    if (roleId === '*') cache.invalidate('*');
+  });
+  membershipCaches.set(keel.db, cache);
+}
+
+/**
+ * The user's one association, or null: from the cache when `db` is the process's main handle,
+ * straight from the tables inside a transaction.
+ */
+export function getMembership(db: Db, userId: string): Promise<Membership | null> {
+  const cache = membershipCaches.get(db);
+  return cache ? cache.get(userId) : loadMembership(db, userId);
+}
+
+/**
+ * The user's association and effective permissions, inheritance applied. Both the association and
+ * the role chain come from per-process caches invalidated at once on every change, across processes.
  */
 export async function getAccessSummary(db: Db, user: { id: string; isPlatformAdmin: boolean }): Promise<AccessSummary> {
   if (user.isPlatformAdmin) {

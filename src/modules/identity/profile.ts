@@ -5,6 +5,9 @@ import { notFound } from '../../platform/http/errors.js';
 import { getAccessSummary, type AccessSummary } from '../access/service.js';
 import { passkeys } from '../mfa/schema.js';
 import { users } from './schema.js';
+import type { Keel } from '../../keel.js';
+import { USER_TOPIC } from './sessions.js';
+import { ROLES_TOPIC } from '../access/role-cache.js';
 
 export const PermissionPairSchema = z.object({ resource: z.string(), action: z.string() });
 
@@ -67,4 +70,49 @@ export async function selfProfile(db: Db, userId: string, known?: { access?: Acc
     roleId: access.roleId,
     permissions: access.permissions,
   };
+}
+
+/**
+ * Per-process cache of self-profiles for `GET /auth/me` and `/users/me`, the hottest authenticated
+ * reads. Cleared for a user on the `user` topic (any change to the account, its factors or its
+ * association publishes there) and entirely on any role change; a load that raced an invalidation is
+ * not stored (DECISIONS "Caches").
+ */
+class ProfileCache {
+  readonly #entries = new Map<string, SelfProfile>();
+  #generation = 0;
+
+  constructor(keel: Keel) {
+    keel.invalidation.on(USER_TOPIC, (userId) => this.#drop(userId));
+    keel.invalidation.on(ROLES_TOPIC, () => this.#drop('*'));
+  }
+
+  async get(db: Db, userId: string): Promise<SelfProfile> {
+    const hit = this.#entries.get(userId);
+    if (hit) return hit;
+    const generation = this.#generation;
+    const profile = await selfProfile(db, userId);
+    if (generation === this.#generation) {
+      if (this.#entries.size >= 100_000) this.#entries.clear();
+      this.#entries.set(userId, profile);
+    }
+    return profile;
+  }
+
+  #drop(userId: string): void {
+    this.#generation++;
+    if (userId === '*') this.#entries.clear();
+    else this.#entries.delete(userId);
+  }
+}
+
+const profileCaches = new WeakMap<Keel, ProfileCache>();
+
+export function cachedSelfProfile(keel: Keel, userId: string): Promise<SelfProfile> {
+  let cache = profileCaches.get(keel);
+  if (!cache) {
+    cache = new ProfileCache(keel);
+    profileCaches.set(keel, cache);
+  }
+  return cache.get(keel.db, userId);
 }

@@ -18,7 +18,7 @@ import {
   signIn,
   updateProfile,
 } from './service.js';
-import { SelfProfileSchema, selfProfile } from './profile.js';
+import { cachedSelfProfile, SelfProfileSchema } from './profile.js';
 import { clearSessionCookies, principalOf, refreshTokenFromCookie, requestInfo, tokenResponse, TokenAnswerSchema } from './http.js';
 import { loginSecondFactor, MfaChallengeSchema } from '../mfa/login.js';
 
@@ -203,7 +203,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
         middleware: [authExempt] as const,
         responses: { 200: json(SelfProfileSchema), ...errors(401) },
       }),
-      async (c) => c.json(await selfProfile(keel.db, c.var.principal.userId), 200),
+      async (c) => c.json(await cachedSelfProfile(keel, c.var.principal.userId), 200),
     );
   }
 

@@ -114,6 +114,8 @@ export async function signIn(
         details: { method: opts.method, mfa: opts.mfa, sessionId: s.sessionId },
       },
     );
+    // lastLoginAt changed: cached profiles of this user are stale everywhere.
+    tx.afterCommit(() => identity.sessions.userChanged(user.id));
     await keel.events.publish(tx, 'user.login', access.orgId, {
       userId: user.id,
       email: user.email,
@@ -341,6 +343,7 @@ export async function updateProfile(
         target: { type: 'user', id: userId },
         changes,
       });
+      tx.afterCommit(() => identityOf(keel).sessions.userChanged(userId));
     });
   }
   return selfProfile(keel.db, userId);

@@ -13,7 +13,8 @@ export const REFRESH_ABSOLUTE_MS = 30 * 24 * 3600_000;
 export const REFRESH_GRACE_MS = 10_000;
 
 const SESSION_TOPIC = 'session';
-const USER_TOPIC = 'user';
+/** Invalidation topic for anything cached about a user (sessions, membership, profile): key = user id. */
+export const USER_TOPIC = 'user';
 const CACHE_MAX = 50_000;
 
 /** What a request needs to know about its session and user; cached per process. */
@@ -51,6 +52,7 @@ export class SessionService {
     });
     keel.invalidation.on(USER_TOPIC, (userId) => {
       this.#epoch++;
+      if (userId === '*') return; // memberships only: sessions stay valid
       for (const [sid, s] of this.#cache) if (s.userId === userId) this.#cache.delete(sid);
     });
   }

@@ -7,6 +7,7 @@ import { badRequest, forbidden, notFound } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { organizationUsers, partnerUsers, roles } from '../access/schema.js';
 import { publishRoleChange } from '../access/role-cache.js';
+import { publishMembershipsChanged } from '../access/service.js';
 import { fullOrgAccessRequired, groupListFilter, mustReachOrg, siteListFilter, type AccessContext } from '../access/scope.js';
 import { deviceGroups, organizations, partners, sites, type TenantSettings } from './schema.js';
 
@@ -319,6 +320,7 @@ export async function deleteSite(keel: Keel, access: AccessContext, id: string, 
       .where(sql`${id}::uuid = any(${organizationUsers.siteIds})`);
     await tx.db.delete(sites).where(eq(sites.id, id));
     await writeAudit(tx.db, info, { action: 'site.delete', partnerId, orgId: site.orgId, target: { type: 'site', id }, details: { name: site.name } });
+    tx.afterCommit(() => publishMembershipsChanged(keel));
   });
 }
 
@@ -401,6 +403,7 @@ export async function deleteGroup(keel: Keel, access: AccessContext, id: string,
       .where(sql`${id}::uuid = any(${organizationUsers.deviceGroupIds})`);
     await tx.db.delete(deviceGroups).where(eq(deviceGroups.id, id));
     await writeAudit(tx.db, info, { action: 'device_group.delete', partnerId, orgId: group.orgId, target: { type: 'device_group', id }, details: { name: group.name } });
+    tx.afterCommit(() => publishMembershipsChanged(keel));
   });
 }
 

@@ -8,6 +8,7 @@ import type { AccessContext } from '../access/scope.js';
 import { addOrganizationMember, addPartnerMember, getMembership } from '../access/service.js';
 import { assignableRole } from '../access/roles.js';
 import { users } from '../identity/schema.js';
+import { identityOf } from '../identity/context.js';
 import { findUserByEmail, invalidCredentials, signIn, type RequestInfo, type TokenAnswer } from '../identity/service.js';
 import { assertStrongPassword, hashPassword, verifyPassword } from '../identity/passwords.js';
 import { deviceGroups, organizations, sites } from '../tenancy/schema.js';
@@ -204,6 +205,7 @@ export async function acceptInvite(
         .set({ passwordHash, status: 'active', passwordChangedAt: now, updatedAt: now, ...(input.name ? { name: input.name.trim() } : {}) })
         .where(and(eq(users.id, user.id), sql`${users.status} = 'invited'`));
     }
+    tx.afterCommit(() => identityOf(keel).sessions.userChanged(user.id));
     await writeAudit(tx.db, { ...info, actor: { type: 'user', id: user.id, email: user.email } }, {
       action: 'user.invite.accept',
       partnerId: grant?.kind === 'partner' ? grant.partnerId : null,
