@@ -1,5 +1,5 @@
 import { jwtVerify, SignJWT, decodeProtectedHeader } from 'jose';
-import { randomUUID } from 'node:crypto';
+import { randomUUID, webcrypto } from 'node:crypto';
 import { clock } from '../../platform/clock.js';
 import { sha256Hex } from '../../platform/crypto.js';
 
@@ -16,8 +16,14 @@ export interface AccessClaims {
 
 interface SigningKey {
   kid: string;
-  key: Uint8Array;
+  /** Imported once: jose would otherwise import a WebCrypto key on every sign and verify. */
+  key: Promise<webcrypto.CryptoKey>;
 }
+
+type VerifiedClaims = AccessClaims & { iat: number; exp: number };
+
+/** Verified tokens kept per process; a signature never stops being valid, so expiry is all to check. */
+const VERIFIED_MAX = 50_000;
 
 /**
  * HS256 access tokens. The first secret signs; every listed secret verifies, picked by `kid`, so the
@@ -28,7 +34,10 @@ export class AccessTokens {
   readonly #byKid: Map<string, SigningKey>;
 
   constructor(secrets: Buffer[]) {
-    const keys = secrets.map((s) => ({ kid: sha256Hex(s).slice(0, 12), key: new Uint8Array(s) }));
+    const keys = secrets.map((s) => ({
+      kid: sha256Hex(s).slice(0, 12),
+      key: webcrypto.subtle.importKey('raw', new Uint8Array(s), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign', 'verify']),
+    }));
     const first = keys[0];
     if (!first) throw new Error('no JWT secret');
     this.#signing = first;
@@ -46,16 +55,36 @@ export class AccessTokens {
       .setIssuedAt(now)
       .setExpirationTime(now + ACCESS_TOKEN_SECONDS)
       .setJti(randomUUID())
-      .sign(this.#signing.key);
+      .sign(await this.#signing.key);
   }
 
-  /** Verified claims, or null for anything invalid, expired or signed with an unknown key. */
-  async verify(token: string): Promise<(AccessClaims & { iat: number; exp: number }) | null> {
+  readonly #verified = new Map<string, VerifiedClaims>();
+
+  /**
+   * Verified claims, or null for anything invalid, expired or signed with an unknown key. Verified
+   * tokens are remembered until they expire: revocation is decided by the session check, not here.
+   */
+  async verify(token: string): Promise<VerifiedClaims | null> {
+    const known = this.#verified.get(token);
+    if (known) {
+      if (known.exp > clock.nowSeconds()) return known;
+      this.#verified.delete(token);
+      return null;
+    }
+    const claims = await this.#verifyFresh(token);
+    if (claims) {
+      if (this.#verified.size >= VERIFIED_MAX) this.#verified.clear();
+      this.#verified.set(token, claims);
+    }
+    return claims;
+  }
+
+  async #verifyFresh(token: string): Promise<VerifiedClaims | null> {
     try {
       const { kid } = decodeProtectedHeader(token);
       const k = kid ? this.#byKid.get(kid) : undefined;
       if (!k) return null;
-      const { payload } = await jwtVerify(token, k.key, { algorithms: ['HS256'], currentDate: clock.now() });
+      const { payload } = await jwtVerify(token, await k.key, { algorithms: ['HS256'], currentDate: clock.now() });
       if (typeof payload.sub !== 'string' || typeof payload.sid !== 'string' || typeof payload.iat !== 'number' || typeof payload.exp !== 'number') {
         return null;
       }
