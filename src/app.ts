@@ -3,7 +3,7 @@ import type { OpenAPIHono } from '@hono/zod-openapi';
 import type { Keel } from './keel.js';
 import type { AppEnv } from './app-env.js';
 import { createRouter, mountDocs } from './platform/http/openapi.js';
-import { apiHeaders, jsonOnly, requestContext } from './platform/http/middleware.js';
+import { apiHeaders, forMethodsWithBody, jsonOnly, requestContext } from './platform/http/middleware.js';
 import { AppError, errorResponse, handleError } from './platform/http/errors.js';
 import { mountHealth } from './platform/http/health.js';
 import { moduleRoutes } from './modules/index.js';
@@ -30,9 +30,7 @@ export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
       return errorResponse(c, new AppError(413, 'payload_too_large', 'The request body is too large'));
     },
   });
-  // Only for requests that can carry a body: touching the body of a GET makes the Node adapter build
-  // a full web Request, the largest cost of an authenticated read.
-  app.use(`${API_BASE}/*`, (c, next) => (c.req.method === 'GET' || c.req.method === 'HEAD' ? next() : limitBody(c, next)));
+  app.use(`${API_BASE}/*`, forMethodsWithBody(limitBody));
   app.use(`${API_BASE}/*`, jsonOnly());
 
   const api = createRouter<AppEnv>();

@@ -96,7 +96,8 @@ class MembershipCache {
     return m;
   }
 
-  invalidate(userId: string | '*'): void {
+  /** A user id, or '*' for everyone. */
+  invalidate(userId: string): void {
     this.#generation++;
     if (userId === '*') this.#entries.clear();
     else this.#entries.delete(userId);

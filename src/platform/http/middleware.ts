@@ -69,3 +69,17 @@ export const apiHeaders: MiddlewareHandler = async (c, next) => {
   c.header('Cache-Control', 'no-store');
   c.header('Referrer-Policy', 'no-referrer');
 };
+
+/**
+ * Runs `mw` only for requests that can carry a body. Touching the body of a GET makes the Node
+ * adapter build a full web Request, which is most of the cost of a cached authenticated read.
+ */
+export function forMethodsWithBody(mw: MiddlewareHandler): MiddlewareHandler {
+  return async (c, next) => {
+    if (c.req.method === 'GET' || c.req.method === 'HEAD') {
+      await next();
+      return;
+    }
+    return mw(c, next);
+  };
+}
