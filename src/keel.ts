@@ -68,7 +68,7 @@ export async function createKeel(opts: KeelOptions = {}): Promise<Keel> {
     if (ownsDatabase) await database.close();
     throw err;
   }
-  const redis = config.REDIS_URL ? connectRedis(config.REDIS_URL) : null;
+  const redis = config.REDIS_URL ? await connectRedis(config.REDIS_URL) : null;
   const invalidation = new Invalidation({ database, redisUrl: config.REDIS_URL, redis }, log);
   await invalidation.start();
   const keel: Keel = {

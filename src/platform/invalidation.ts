@@ -38,7 +38,7 @@ export class Invalidation {
       }
     };
     if (this.transport.redisUrl) {
-      const sub = connectRedis(this.transport.redisUrl);
+      const sub = await connectRedis(this.transport.redisUrl);
       await sub.subscribe(CHANNEL);
       sub.on('message', (_channel: string, message: string) => receive(message));
       this.#stop = async () => {

@@ -1,4 +1,4 @@
-import nodemailer from 'nodemailer';
+import type { Transporter } from 'nodemailer';
 import type { Logger } from './logger.js';
 
 export interface Mail {
@@ -19,11 +19,14 @@ export interface Mailer {
  */
 export function createMailer(opts: { smtpUrl: string | undefined; from: string; production: boolean; log: Logger }): Mailer {
   if (opts.smtpUrl) {
-    const transport = nodemailer.createTransport(opts.smtpUrl);
+    const url = opts.smtpUrl;
+    // nodemailer is loaded with the first email, not at start-up.
+    let transport: Promise<Transporter> | null = null;
     return {
       delivers: true,
       async send(mail) {
-        await transport.sendMail({ from: opts.from, to: mail.to, subject: mail.subject, text: mail.text });
+        transport ??= import('nodemailer').then((m) => m.default.createTransport(url));
+        await (await transport).sendMail({ from: opts.from, to: mail.to, subject: mail.subject, text: mail.text });
       },
     };
   }

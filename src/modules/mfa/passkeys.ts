@@ -1,14 +1,15 @@
 import { and, asc, count, eq, lt } from 'drizzle-orm';
-import {
-  generateAuthenticationOptions,
-  generateRegistrationOptions,
+import type {
+  AuthenticationResponseJSON,
+  PublicKeyCredentialCreationOptionsJSON,
+  PublicKeyCredentialRequestOptionsJSON,
+  RegistrationResponseJSON,
   verifyAuthenticationResponse,
   verifyRegistrationResponse,
-  type AuthenticationResponseJSON,
-  type PublicKeyCredentialCreationOptionsJSON,
-  type PublicKeyCredentialRequestOptionsJSON,
-  type RegistrationResponseJSON,
 } from '@simplewebauthn/server';
+
+/** Loaded on the first passkey request: the library costs ~300 ms of start-up otherwise. */
+const webauthn = () => import('@simplewebauthn/server');
 import type { Keel } from '../../keel.js';
 import { clock } from '../../platform/clock.js';
 import { sha256Hex } from '../../platform/crypto.js';
@@ -115,7 +116,7 @@ export async function passkeyRegistrationOptions(
   await assertPasskeysAllowed(keel, user);
   await reenterPassword(keel, user, currentPassword);
   const existing = await userPasskeys(keel, user.id);
-  const options = await generateRegistrationOptions({
+  const options = await (await webauthn()).generateRegistrationOptions({
     rpName: rp.rpName,
     rpID: rp.rpId,
     userName: user.email,
@@ -156,7 +157,7 @@ export async function registerPasskey(
   if (record?.subjectId !== userId) throw challengeExpired(400);
   let verification: Awaited<ReturnType<typeof verifyRegistrationResponse>>;
   try {
-    verification = await verifyRegistrationResponse({
+    verification = await (await webauthn()).verifyRegistrationResponse({
       response: credential,
       expectedChallenge: challenge,
       expectedOrigin: rp.origin,
@@ -314,7 +315,7 @@ export async function passkeyLoginOptions(keel: Keel, tempToken: string): Promis
   await assertPasskeysAllowed(keel, user);
   const keys = await userPasskeys(keel, user.id);
   if (keys.length === 0) throw conflict('passkey_not_enrolled', 'This account has no passkey');
-  const options = await generateAuthenticationOptions({
+  const options = await (await webauthn()).generateAuthenticationOptions({
     rpID: rp.rpId,
     allowCredentials: keys.map((p) => ({ id: p.credentialId, transports: p.transports })),
     userVerification: 'preferred',
@@ -359,7 +360,7 @@ export async function verifyPasskeyLogin(keel: Keel, tempToken: string, credenti
 
   let verification: Awaited<ReturnType<typeof verifyAuthenticationResponse>>;
   try {
-    verification = await verifyAuthenticationResponse({
+    verification = await (await webauthn()).verifyAuthenticationResponse({
       response: credential,
       expectedChallenge: challenge,
       expectedOrigin: rp.origin,

@@ -42,7 +42,7 @@ export async function setupTotp(keel: Keel, userId: string): Promise<SetupAnswer
   if (!keel.config.ENABLE_2FA) throw mfaDisabled();
   const user = await loadUser(keel, userId);
   if (user.mfaSecret) throw conflict('mfa_already_enabled', 'An authenticator app is already enrolled; disable it first to enrol another');
-  const secret = newTotpSecret();
+  const secret = await newTotpSecret();
   const recoveryCodes = newRecoveryCodes();
   const { expiresAt } = await keel.singleUse.create(keel.db, {
     purpose: TOTP_SETUP_PURPOSE,
@@ -51,7 +51,7 @@ export async function setupTotp(keel: Keel, userId: string): Promise<SetupAnswer
     secret: JSON.stringify({ secret, recoveryCodes }),
     replaceForSubject: true,
   });
-  const url = otpAuthUrl(secret, user.email);
+  const url = await otpAuthUrl(secret, user.email);
   return { secret, otpAuthUrl: url, qrCodeDataUrl: await qrCodeDataUrl(url), recoveryCodes, expiresAt: expiresAt.toISOString() };
 }
 

@@ -1,6 +1,5 @@
 import { randomInt } from 'node:crypto';
 import { and, eq } from 'drizzle-orm';
-import { parsePhoneNumberFromString } from 'libphonenumber-js';
 import type { Keel } from '../../keel.js';
 import { clock } from '../../platform/clock.js';
 import { constantTimeEqual, hmacSha256Hex, sha256Hex } from '../../platform/crypto.js';
@@ -38,9 +37,11 @@ export function smsEnrolled(user: User): boolean {
 }
 
 /** Parses a phone number given in international form (`+` and country code) into E.164; null when not a valid number. */
-export function normalizePhone(input: string): string | null {
+export async function normalizePhone(input: string): Promise<string | null> {
   const text = input.trim();
   if (!text.startsWith('+')) return null;
+  // Loaded on first use: the metadata costs ~150 ms of start-up otherwise.
+  const { parsePhoneNumberFromString } = await import('libphonenumber-js');
   const parsed = parsePhoneNumberFromString(text);
   return parsed?.isValid() ? parsed.number : null;
 }
@@ -131,7 +132,7 @@ export async function startPhoneVerification(
   const user = await loadUser(keel, caller.userId);
   await assertSmsAllowed(keel, user);
   assertGateway(keel);
-  const phone = normalizePhone(phoneNumber);
+  const phone = await normalizePhone(phoneNumber);
   if (!phone) throw validationError([{ path: 'phoneNumber', message: 'must be a valid phone number in international (E.164) form, e.g. +14155550123' }]);
   if (smsEnrolled(user) && !caller.sessionMfa) {
     throw forbidden('Changing the phone of your SMS factor needs a session verified with a second factor: sign in again with MFA', 'mfa_required');

@@ -1,5 +1,3 @@
-import { generateSecret, generateURI, verify } from 'otplib';
-import QRCode from 'qrcode';
 import { and, eq, isNull, lt, or } from 'drizzle-orm';
 import type { Db } from '../../platform/db/client.js';
 import { clock } from '../../platform/clock.js';
@@ -8,15 +6,19 @@ import { users } from '../identity/schema.js';
 export const TOTP_PERIOD = 30;
 export const TOTP_ISSUER = 'Keel';
 
-export function newTotpSecret(): string {
-  return generateSecret();
+// Loaded on first use, not at start-up.
+const otp = () => import('otplib');
+
+export async function newTotpSecret(): Promise<string> {
+  return (await otp()).generateSecret();
 }
 
-export function otpAuthUrl(secret: string, email: string): string {
-  return generateURI({ issuer: TOTP_ISSUER, label: email, secret });
+export async function otpAuthUrl(secret: string, email: string): Promise<string> {
+  return (await otp()).generateURI({ issuer: TOTP_ISSUER, label: email, secret });
 }
 
-export function qrCodeDataUrl(url: string): Promise<string> {
+export async function qrCodeDataUrl(url: string): Promise<string> {
+  const { default: QRCode } = await import('qrcode');
   return QRCode.toDataURL(url, { errorCorrectionLevel: 'M', margin: 1, width: 240 });
 }
 
@@ -27,7 +29,7 @@ export function qrCodeDataUrl(url: string): Promise<string> {
 export async function totpStep(secret: string, code: string): Promise<number | null> {
   if (!/^\d{6}$/.test(code)) return null;
   const now = clock.nowSeconds();
-  const result = await verify({ secret, token: code, epoch: now, epochTolerance: TOTP_PERIOD });
+  const result = await (await otp()).verify({ secret, token: code, epoch: now, epochTolerance: TOTP_PERIOD });
   if (!result.valid) return null;
   return Math.floor(now / TOTP_PERIOD) + result.delta;
 }
