@@ -48,7 +48,8 @@ export function maskPhone(phone: string | null): string | null {
 export async function selfProfile(db: Db, userId: string, known?: { access?: AccessSummary }): Promise<SelfProfile> {
   const [user] = await db.select().from(users).where(eq(users.id, userId));
   if (!user) throw notFound('User');
-  const [pk] = await db.select({ n: count() }).from(passkeys).where(eq(passkeys.userId, userId));
+  // A passkey implies mfa_enabled (see mfa/login.ts enrolledMethods): no count without it.
+  const [pk] = user.mfaEnabled ? await db.select({ n: count() }).from(passkeys).where(eq(passkeys.userId, userId)) : [{ n: 0 }];
   const access = known?.access ?? (await getAccessSummary(db, user));
   return {
     id: user.id,

@@ -1,9 +1,11 @@
-import { jwtVerify, SignJWT, decodeProtectedHeader } from 'jose';
 import { randomUUID, webcrypto } from 'node:crypto';
 import { clock } from '../../platform/clock.js';
 import { sha256Hex } from '../../platform/crypto.js';
 
 export const ACCESS_TOKEN_SECONDS = 900;
+
+/** jose is loaded with the first token, not at start-up. */
+const jose = () => import('jose');
 
 export interface AccessClaims {
   sub: string;
@@ -49,6 +51,7 @@ export class AccessTokens {
     const body: Record<string, unknown> = { sid: claims.sid, scope: claims.scope, mfa: claims.mfa };
     if (claims.partnerId) body.partnerId = claims.partnerId;
     if (claims.orgId) body.orgId = claims.orgId;
+    const { SignJWT } = await jose();
     return new SignJWT(body)
       .setProtectedHeader({ alg: 'HS256', kid: this.#signing.kid, typ: 'JWT' })
       .setSubject(claims.sub)
@@ -81,6 +84,7 @@ export class AccessTokens {
 
   async #verifyFresh(token: string): Promise<VerifiedClaims | null> {
     try {
+      const { decodeProtectedHeader, jwtVerify } = await jose();
       const { kid } = decodeProtectedHeader(token);
       const k = kid ? this.#byKid.get(kid) : undefined;
       if (!k) return null;

@@ -26,8 +26,12 @@ export async function enrolledMethods(keel: Keel, user: typeof users.$inferSelec
   if (user.mfaEnabled && user.mfaSecret) methods.push('totp');
   if (user.mfaEnabled && user.phoneVerified && user.phoneNumber && user.mfaMethod === 'sms') methods.push('sms');
   // Passkeys are an alternate factor beside TOTP/SMS (SPEC 2.1).
-  const [pk] = await keel.db.select({ n: count() }).from(passkeys).where(eq(passkeys.userId, user.id));
-  if ((pk?.n ?? 0) > 0) methods.push('passkey');
+  // Registering a passkey sets mfa_enabled, and it is cleared only when no factor remains: a user
+  // without it has no passkey, so the count (a query on every login) is skipped for them.
+  if (user.mfaEnabled) {
+    const [pk] = await keel.db.select({ n: count() }).from(passkeys).where(eq(passkeys.userId, user.id));
+    if ((pk?.n ?? 0) > 0) methods.push('passkey');
+  }
   const primary = user.mfaMethod && methods.includes(user.mfaMethod) ? user.mfaMethod : methods[0];
   return primary ? [primary, ...methods.filter((m) => m !== primary)] : [];
 }
