@@ -106,6 +106,13 @@ describe.skipIf(!backendAvailable())('passwords: forgot, reset, change; profile'
   it('updates own name and avatar (https only) and audits the changed field names', async () => {
     const user = await createUser(app);
     const { accessToken } = await login(app, user);
+    // Warm the per-process profile cache first: the answers below must not come from a stale copy.
+    const warm = await app.api('GET', '/users/me', { token: accessToken });
+    expect(warm.body.name).toBe('Test User');
+    await new Promise((r) => setTimeout(r, 5));
+    await login(app, user);
+    const relogged = await app.api('GET', '/users/me', { token: accessToken });
+    expect(Date.parse(relogged.body.lastLoginAt)).toBeGreaterThan(Date.parse(warm.body.lastLoginAt));
     const http = await app.api('PATCH', '/users/me', { token: accessToken, body: { avatarUrl: 'http://example.com/a.png' } });
     expect(http.status).toBe(400);
     expect(http.body.details.fields[0].path).toBe('avatarUrl');

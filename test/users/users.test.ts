@@ -91,12 +91,13 @@ describe.skipIf(!backendAvailable())('users and invitations', () => {
     const { accessToken } = await login(app, user);
     const key = await app.api('POST', '/api-keys', { token: accessToken, body: { name: 'ci', permissions: [{ resource: 'devices', action: 'read' }] } });
     expect(key.status).toBe(201);
-    expect((await app.api('GET', '/auth/sessions', { token: key.body.key })).status).not.toBe(401);
+    const groups = `/orgs/${tenant.orgId}/device-groups`;
+    expect((await app.api('GET', groups, { token: key.body.key })).status).toBe(200);
     const disabled = await app.api('PATCH', `/users/${user.id}`, { token: adminToken, body: { status: 'disabled' } });
     expect(disabled.status).toBe(200);
     expect(disabled.body.status).toBe('disabled');
     expect((await app.api('GET', '/auth/me', { token: accessToken })).status).toBe(401);
-    expect((await app.api('GET', '/roles', { token: key.body.key })).status).toBe(401);
+    expect((await app.api('GET', groups, { token: key.body.key })).status).toBe(401);
     expect((await app.api('POST', '/auth/login', { body: { email: user.email, password: user.password } })).status).toBe(401);
     const enabled = await app.api('PATCH', `/users/${user.id}`, { token: adminToken, body: { status: 'active' } });
     expect(enabled.body.status).toBe('active');

@@ -17,7 +17,7 @@ const PermissionIn = z
   .object({ resource: z.string().trim().min(1).max(100), action: z.string().trim().min(1).max(50) })
   .openapi('PermissionInput', { description: 'Canonical (`read`, `write`, ...) or role-builder (`view`, `create`, `update`, ...) action' });
 
-const Role = z
+export const Role = z
   .object({
     id: z.uuid(),
     name: z.string(),

@@ -6,7 +6,7 @@ import { getAccessSummary, type AccessSummary } from '../access/service.js';
 import { passkeys } from '../mfa/schema.js';
 import { users } from './schema.js';
 import type { Keel } from '../../keel.js';
-import { USER_TOPIC } from './sessions.js';
+import { PROFILE_TOPIC, USER_TOPIC } from './sessions.js';
 import { ROLES_TOPIC } from '../access/role-cache.js';
 
 export const PermissionPairSchema = z.object({ resource: z.string(), action: z.string() });
@@ -85,6 +85,7 @@ class ProfileCache {
 
   constructor(keel: Keel) {
     keel.invalidation.on(USER_TOPIC, (userId) => this.#drop(userId));
+    keel.invalidation.on(PROFILE_TOPIC, (userId) => this.#drop(userId));
     keel.invalidation.on(ROLES_TOPIC, () => this.#drop('*'));
   }
 

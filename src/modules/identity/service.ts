@@ -114,8 +114,8 @@ export async function signIn(
         details: { method: opts.method, mfa: opts.mfa, sessionId: s.sessionId },
       },
     );
-    // lastLoginAt changed: cached profiles of this user are stale everywhere.
-    tx.afterCommit(() => identity.sessions.userChanged(user.id));
+    // lastLoginAt changed: only the cached profile is stale (sessions and membership stay cached).
+    tx.afterCommit(() => identity.sessions.profileChanged(user.id));
     await keel.events.publish(tx, 'user.login', access.orgId, {
       userId: user.id,
       email: user.email,
@@ -343,7 +343,7 @@ export async function updateProfile(
         target: { type: 'user', id: userId },
         changes,
       });
-      tx.afterCommit(() => identityOf(keel).sessions.userChanged(userId));
+      tx.afterCommit(() => identityOf(keel).sessions.profileChanged(userId));
     });
   }
   return selfProfile(keel.db, userId);

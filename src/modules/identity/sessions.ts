@@ -15,6 +15,8 @@ export const REFRESH_GRACE_MS = 10_000;
 const SESSION_TOPIC = 'session';
 /** Invalidation topic for anything cached about a user (sessions, membership, profile): key = user id. */
 export const USER_TOPIC = 'user';
+/** Narrower: only the self-profile changed (last login, name, avatar); sessions and memberships stay cached. */
+export const PROFILE_TOPIC = 'profile';
 const CACHE_MAX = 50_000;
 
 /** What a request needs to know about its session and user; cached per process. */
@@ -158,6 +160,11 @@ export class SessionService {
     if (afterCommit) afterCommit(publish);
     else await publish();
     return rows.length;
+  }
+
+  /** Drops only the cached self-profile of a user everywhere (last login, name, avatar). */
+  async profileChanged(userId: string): Promise<void> {
+    await this.keel.invalidation.publish(PROFILE_TOPIC, userId);
   }
 
   /** Drops cached knowledge of a user everywhere (status, admin flag or email changed). */

@@ -8,6 +8,7 @@ import { MfaChallengeSchema } from '../mfa/login.js';
 import { IdParam, ScopeQuery } from '../access/http.js';
 import { accessOf, guard } from '../access/scope.js';
 import { listRoles } from '../access/roles.js';
+import { Role } from '../access/routes.js';
 import { assignRole, getVisibleUser, listUsers, removeUser, updateUser } from './service.js';
 import { acceptInvite, inviteUser, resendInvite } from './invitations.js';
 
@@ -87,12 +88,12 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/users/roles', tags: tag, summary: 'Roles available in the scope',
       middleware: read('read'),
       request: { query: PageQuery.extend(ScopeQuery.shape) },
-      responses: { 200: json(paginated(z.record(z.string(), z.unknown()))), ...errors(400, 401, 403, 404, 428) },
+      responses: { 200: json(paginated(Role)), ...errors(400, 401, 403, 404, 428) },
     }),
     async (c) => {
       const q = c.req.valid('query');
       const { data, total } = await listRoles(keel.db, accessOf(c), q);
-      return c.json(page(data as unknown as Record<string, unknown>[], q, total), 200);
+      return c.json(page(data, q, total), 200);
     },
   );
 
