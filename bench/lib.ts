@@ -192,11 +192,11 @@ export function benchEnv(extra: Record<string, string> = {}): Record<string, str
   };
 }
 
-/** Starts `node --import tsx src/main.ts serve` on a free port and waits for /health. */
+/** Starts `node bin/keel.js serve` (the bundle `npm start` runs) on a free port and waits for /health. */
 export async function startKeel(env: Record<string, string>): Promise<RunningKeel> {
   const port = await freePort();
   const dataDir = env.DATA_DIR ?? tempDir('keel-bench-');
-  const proc = spawnGroup(process.execPath, ['--import', 'tsx', 'src/main.ts', 'serve'], { ...env, DATA_DIR: dataDir, PORT: String(port) });
+  const proc = spawnGroup(process.execPath, ['bin/keel.js', 'serve'], { ...env, DATA_DIR: dataDir, PORT: String(port) });
   const url = `http://127.0.0.1:${port}`;
   try {
     await waitForHealthy(`${url}/health`, proc, 120_000, 50);

@@ -5,7 +5,7 @@
  *
  *   npm run bench -- startup          (or: tsx bench/startup.ts)
  *   STARTUP_RUNS=5                    restarts to measure (default 3; the median is reported)
- *   STARTUP_COMMAND=direct            measure `node --import tsx src/main.ts serve` instead of npm start
+ *   STARTUP_COMMAND=direct            measure `node bin/keel.js serve` (what npm start runs) without npm
  */
 import { rmSync } from 'node:fs';
 import { freePort, fmt, isMain, printTable, spawnGroup, tempDir, waitForHealthy } from './lib.js';
@@ -49,13 +49,13 @@ async function timeOneStart(command: string[], dataDir: string): Promise<number>
 
 export async function benchStartup(runs = Number(process.env.STARTUP_RUNS ?? '3')): Promise<StartupResult> {
   const direct = process.env.STARTUP_COMMAND === 'direct';
-  const command = direct ? [process.execPath, '--import', 'tsx', 'src/main.ts', 'serve'] : ['npm', 'start'];
+  const command = direct ? [process.execPath, 'bin/keel.js', 'serve'] : ['npm', 'start'];
   const dataDir = tempDir('keel-startup-');
   try {
     const firstMs = await timeOneStart(command, dataDir);
     const restartMs: number[] = [];
     for (let i = 0; i < runs; i++) restartMs.push(await timeOneStart(command, dataDir));
-    return { command: direct ? 'node --import tsx src/main.ts serve' : 'npm start', firstMs, restartMs, medianRestartMs: median(restartMs) };
+    return { command: direct ? 'node bin/keel.js serve' : 'npm start', firstMs, restartMs, medianRestartMs: median(restartMs) };
   } finally {
     rmSync(dataDir, { recursive: true, force: true });
   }

@@ -1,9 +1,8 @@
 #!/usr/bin/env node
-// Thin launcher so `npx keel <command>` works: runs src/main.ts through tsx.
-import { spawnSync } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
-import { dirname, join } from 'node:path';
-const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-const tsx = join(root, 'node_modules', '.bin', 'tsx');
-const r = spawnSync(tsx, [join(root, 'src', 'main.ts'), ...process.argv.slice(2)], { stdio: 'inherit' });
-process.exit(r.status ?? 1);
+// Keel's command line (`npm start` is `keel serve`): runs the esbuild bundle of src/main.ts,
+// rebuilding it first when src/ changed (see bin/build.js). Tests run src/ directly through tsx.
+import { pathToFileURL } from 'node:url';
+import { ensureBuilt } from './build.js';
+
+const main = await ensureBuilt();
+await import(pathToFileURL(main).href);

@@ -1,5 +1,7 @@
 import { z } from 'zod';
 import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { PROJECT_ROOT } from './platform/paths.js';
 
 /**
  * Every environment variable Keel reads, parsed once. A bad value stops start-up with one line naming
@@ -117,7 +119,7 @@ export interface Config extends Omit<Env, 'PUBLIC_URL' | 'PUBLIC_APP_URL' | 'DAS
 
 function packageVersion(): string {
   try {
-    const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version?: string };
+    const pkg = JSON.parse(readFileSync(join(PROJECT_ROOT, 'package.json'), 'utf8')) as { version?: string };
     return pkg.version ?? '0.0.0';
   } catch {
     return '0.0.0';

@@ -1,6 +1,8 @@
 /**
  * The embedded database keeps its data across restarts: the real `keel serve` on a temp DATA_DIR,
- * stopped with SIGTERM (as a service manager does) and started again on the same directory.
+ * stopped with SIGTERM (as a service manager does) and started again on the same directory. It runs
+ * `node bin/keel.js serve`, exactly what `npm start` runs: the esbuild bundle of src/ (built here
+ * when src/ changed), so this test is also the bundle's end-to-end check.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -35,7 +37,7 @@ interface Served {
 
 async function serve(env: Record<string, string>): Promise<Served> {
   const port = await freePort();
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', 'serve'], {
+  const child = spawn(process.execPath, ['bin/keel.js', 'serve'], {
     cwd: ROOT,
     env: { ...env, PORT: String(port), HOST: '127.0.0.1' },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -1,11 +1,11 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { sql } from 'drizzle-orm';
 import { sha256Hex } from '../crypto.js';
 import { rowsOf, type Database } from './client.js';
+import { PROJECT_ROOT } from '../paths.js';
 
-export const MIGRATIONS_DIR = fileURLToPath(new URL('../../../drizzle', import.meta.url));
+export const MIGRATIONS_DIR = join(PROJECT_ROOT, 'drizzle');
 
 export class MigrationError extends Error {
   override name = 'MigrationError';
