@@ -1,10 +1,15 @@
 /**
- * The physical baseline for HTTP reads: bare hono on @hono/node-server answering a JSON body the size
- * of GET /users/me, with no middleware, authentication or database. Started by the benchmarks in
- * its own process (PORT from the environment, loopback only).
+ * The physical baselines over HTTP, bare hono on @hono/node-server with no middleware, authentication
+ * or database: GET /me answers a JSON body the size of GET /users/me, and POST /login parses a JSON
+ * body and runs one Argon2id verify (the physical limit of a login over HTTP). Started by the
+ * benchmarks in its own process (PORT from the environment, loopback only).
  */
 import { Hono } from 'hono';
 import { serve } from '@hono/node-server';
+import { hash, verify } from '@node-rs/argon2';
+
+const PASSWORD = 'correct-horse-battery-0-staple';
+const stored = await hash(PASSWORD);
 
 const profile = {
   id: '0192f3a4-5b6c-7d8e-9f00-112233445566',
@@ -30,5 +35,11 @@ const profile = {
 const app = new Hono();
 app.get('/health', (c) => c.json({ status: 'ok' }));
 app.get('/me', (c) => c.json(profile));
+app.post('/login', async (c) => {
+  const body = await c.req.json<{ email?: string; password?: string }>();
+  // Every bench user's password differs; the bare route checks one stored hash, whatever was sent.
+  const ok = await verify(stored, body.password === undefined ? '' : PASSWORD);
+  return ok ? c.json({ accessToken: 'x', refreshToken: 'y', user: profile }) : c.json({ error: 'no' }, 401);
+});
 
 serve({ fetch: app.fetch, port: Number(process.env.PORT ?? '0'), hostname: '127.0.0.1' });

@@ -1,11 +1,12 @@
 /**
  * Logins per second against the physical limit of a login: one Argon2id verify.
  *
- * Keel runs in a child process (`node --import tsx src/main.ts serve`) with registration on and the
- * login limits raised out of the way. N users register through the API, then autocannon signs them
- * in round-robin at concurrency 8 for BENCH_SECONDS; every answer must be 200 with an accessToken.
+ * Keel runs in a child process (`node bin/keel.js serve`, what `npm start` runs) with registration on
+ * and the login limits raised out of the way. N users register through the API, then autocannon signs
+ * them in round-robin at concurrency 8 for BENCH_SECONDS; every answer must be 200 with an accessToken.
  * With Keel stopped, bench/argon2-verify.ts measures bare verifies at the same concurrency in its
- * own process. Goal printed: login/s ÷ verify/s >= 0.9.
+ * own process, and bench/bare-server.ts answers POST /login with one verify over bare hono (the
+ * limit of a login over HTTP, without a database). Goal printed: login/s ÷ verify/s >= 0.9.
  *
  *   npm run bench -- login             (both backends; or: tsx bench/login.ts [pglite|postgres])
  */
@@ -19,6 +20,7 @@ import {
   postJson,
   printTable,
   spawnGroup,
+  startBare,
   withBackends,
   type BenchBackend,
 } from './lib.js';
@@ -37,6 +39,9 @@ export interface LoginResult {
   failures: number;
   argon2PerSecond: number;
   ratio: number;
+  /** Bare hono POST /login: JSON body in, one Argon2id verify, JSON out (no database, no Keel). */
+  bareHttpPerSecond: number;
+  bareHttpRatio: number;
 }
 
 /** Bare Argon2id verifies per second in a separate process. */
@@ -56,6 +61,24 @@ export async function argon2Baseline(concurrency = CONCURRENCY, seconds = BENCH_
     return parsed.perSecond;
   } catch {
     throw new Error(`argon2 baseline printed no result:\n${proc.output()}`);
+  }
+}
+
+/** Logins per second of bare hono answering POST /login with one Argon2id verify (bench/bare-server.ts). */
+export async function bareHttpLoginBaseline(concurrency = CONCURRENCY, seconds = BENCH_SECONDS): Promise<number> {
+  const bare = await startBare();
+  try {
+    const opts = {
+      url: bare.url,
+      connections: concurrency,
+      requests: [{ method: 'POST', path: '/login', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ email: 'bench@example.com', password: 'x' }) }],
+      verifyBody: (body: string) => body.includes('"accessToken"'),
+    };
+    await load({ ...opts, duration: 2 });
+    const r = await load({ ...opts, duration: seconds });
+    return (r['2xx'] - r.mismatches) / r.duration;
+  } finally {
+    await bare.stop();
   }
 }
 
@@ -98,6 +121,8 @@ export async function benchLogin(backend: BenchBackend): Promise<LoginResult> {
 
     process.stderr.write(`[login/${backend.name}] bare Argon2id verifies, ${BENCH_SECONDS} s at concurrency ${CONCURRENCY}...\n`);
     const argon2PerSecond = await argon2Baseline();
+    process.stderr.write(`[login/${backend.name}] bare HTTP login (hono + one verify), ${BENCH_SECONDS} s at concurrency ${CONCURRENCY}...\n`);
+    const bareHttpPerSecond = await bareHttpLoginBaseline();
     // A mismatch is a 2xx without an access token; count it out of the logins.
     const loginsPerSecond = (result['2xx'] - result.mismatches) / result.duration;
     return {
@@ -110,6 +135,8 @@ export async function benchLogin(backend: BenchBackend): Promise<LoginResult> {
       failures: result.non2xx + result.errors + result.timeouts + result.mismatches,
       argon2PerSecond,
       ratio: loginsPerSecond / argon2PerSecond,
+      bareHttpPerSecond,
+      bareHttpRatio: loginsPerSecond / bareHttpPerSecond,
     };
   } finally {
     if (keelRunning) await keel.stop();
@@ -119,7 +146,7 @@ export async function benchLogin(backend: BenchBackend): Promise<LoginResult> {
 export function printLogin(results: LoginResult[]): void {
   printTable(
     `Logins (POST /auth/login, ${USERS} users round-robin, concurrency ${CONCURRENCY}, ${BENCH_SECONDS} s) vs bare Argon2id verify (goal: ratio >= ${LOGIN_GOAL})`,
-    ['backend', 'login/s', 'p50 ms', 'p99 ms', 'failed', 'argon2 verify/s', 'ratio', 'goal'],
+    ['backend', 'login/s', 'p50 ms', 'p99 ms', 'failed', 'argon2 verify/s', 'ratio', 'goal', 'bare HTTP login/s', 'ratio to it'],
     results.map((r) => [
       r.backend,
       fmt(r.loginsPerSecond, 1),
@@ -129,6 +156,8 @@ export function printLogin(results: LoginResult[]): void {
       fmt(r.argon2PerSecond, 1),
       fmt(r.ratio, 2),
       r.ratio >= LOGIN_GOAL ? 'met' : 'NOT met',
+      fmt(r.bareHttpPerSecond, 1),
+      fmt(r.bareHttpRatio, 2),
     ]),
   );
 }

@@ -1,9 +1,8 @@
-import { bodyLimit } from 'hono/body-limit';
 import type { OpenAPIHono } from '@hono/zod-openapi';
 import type { Keel } from './keel.js';
 import type { AppEnv } from './app-env.js';
 import { createRouter, mountDocs } from './platform/http/openapi.js';
-import { apiHeaders, forMethodsWithBody, jsonOnly, requestContext } from './platform/http/middleware.js';
+import { apiHeaders, bodySizeLimit, jsonOnly, requestContext } from './platform/http/middleware.js';
 import { AppError, errorResponse, handleError } from './platform/http/errors.js';
 import { mountHealth } from './platform/http/health.js';
 import { moduleRoutes } from './modules/index.js';
@@ -22,15 +21,12 @@ export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
   mountHealth(app, keel.config.serviceVersion, keel.database);
 
   app.use(`${API_BASE}/*`, apiHeaders);
-  const limitBody = bodyLimit({
-    maxSize: keel.config.BODY_LIMIT_BYTES,
-    onError: (c) => {
-      // The rest of the body is never read: tell the client not to reuse this connection.
-      c.header('Connection', 'close');
-      return errorResponse(c, new AppError(413, 'payload_too_large', 'The request body is too large'));
-    },
+  const limitBody = bodySizeLimit(keel.config.BODY_LIMIT_BYTES, (c) => {
+    // The rest of the body is never read: tell the client not to reuse this connection.
+    c.header('Connection', 'close');
+    return errorResponse(c, new AppError(413, 'payload_too_large', 'The request body is too large'));
   });
-  app.use(`${API_BASE}/*`, forMethodsWithBody(limitBody));
+  app.use(`${API_BASE}/*`, limitBody);
   app.use(`${API_BASE}/*`, jsonOnly());
 
   const api = createRouter<AppEnv>();

@@ -34,6 +34,31 @@ describe.skipIf(!backendAvailable())('HTTP foundation', () => {
     expect(res.body).toMatchObject({ code: 'payload_too_large' });
   });
 
+  it('counts a chunked body as it streams: 413 over the limit, and a small one still parses', async () => {
+    const { request } = await import('node:http');
+    const send = (chunks: string[]) =>
+      new Promise<{ status: number; body: any }>((resolve, reject) => {
+        const req = request(`${app.url}/api/v1/auth/login`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'x-forwarded-for': app.ip },
+        });
+        req.on('response', (res) => {
+          let text = '';
+          res.on('data', (c: Buffer) => (text += c.toString()));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) }));
+        });
+        req.on('error', reject);
+        for (const chunk of chunks) req.write(chunk); // no Content-Length: Node sends it chunked
+        req.end();
+      });
+    const big = await send(['{"email":"', 'x'.repeat(600 * 1024), 'y'.repeat(600 * 1024), '"}']);
+    expect(big.status).toBe(413);
+    expect(big.body).toMatchObject({ code: 'payload_too_large' });
+    const small = await send(['{"email":', '"nobody@example.com","password":"not-the-password"}']);
+    expect(small.status).toBe(401);
+    expect(small.body).toMatchObject({ code: 'invalid_credentials' });
+  });
+
   it('publishes the OpenAPI 3.1 document and a docs page served without a CDN', async () => {
     const spec = await app.api('GET', '/openapi.json');
     expect(spec.status).toBe(200);

@@ -1,6 +1,7 @@
 import { hash, verify } from '@node-rs/argon2';
 import type { ZxcvbnFactory } from '@zxcvbn-ts/core';
 import { validationError } from '../../platform/http/errors.js';
+import { lazy } from '../../platform/lazy.js';
 
 // Argon2id with the library's defaults: OWASP's 19 MiB, t=2, p=1.
 export function hashPassword(password: string): Promise<string> {
@@ -23,25 +24,18 @@ export async function dummyVerify(password: string): Promise<void> {
 }
 
 // The dictionaries are loaded on the first password check, not at start-up (they cost ~100 ms to import).
-let zxcvbn: Promise<ZxcvbnFactory> | null = null;
-function strength(): Promise<ZxcvbnFactory> {
-  zxcvbn ??= (async () => {
-    const [{ ZxcvbnFactory }, common, en] = await Promise.all([
-      import('@zxcvbn-ts/core'),
-      import('@zxcvbn-ts/language-common'),
-      import('@zxcvbn-ts/language-en'),
-    ]);
-    return new ZxcvbnFactory({
-      dictionary: { ...common.dictionary, ...en.dictionary },
-      graphs: common.adjacencyGraphs,
-      translations: en.translations,
-    });
-  })();
-  zxcvbn.catch(() => {
-    zxcvbn = null;
+const strength = lazy(async (): Promise<ZxcvbnFactory> => {
+  const [{ ZxcvbnFactory }, common, en] = await Promise.all([
+    import('@zxcvbn-ts/core'),
+    import('@zxcvbn-ts/language-common'),
+    import('@zxcvbn-ts/language-en'),
+  ]);
+  return new ZxcvbnFactory({
+    dictionary: { ...common.dictionary, ...en.dictionary },
+    graphs: common.adjacencyGraphs,
+    translations: en.translations,
   });
-  return zxcvbn;
-}
+});
 
 export const PASSWORD_MIN = 8;
 export const PASSWORD_MAX = 128;

@@ -36,6 +36,7 @@ export const SelfProfileSchema = z
   .openapi('SelfProfile');
 
 export type SelfProfile = z.infer<typeof SelfProfileSchema>;
+type User = typeof users.$inferSelect;
 
 /** `+14155550123` → `+1•••••••23`: enough to recognise, not enough to use. */
 export function maskPhone(phone: string | null): string | null {
@@ -48,9 +49,19 @@ export function maskPhone(phone: string | null): string | null {
 export async function selfProfile(db: Db, userId: string, known?: { access?: AccessSummary }): Promise<SelfProfile> {
   const [user] = await db.select().from(users).where(eq(users.id, userId));
   if (!user) throw notFound('User');
-  // A passkey implies mfa_enabled (see mfa/login.ts enrolledMethods): no count without it.
-  const [pk] = user.mfaEnabled ? await db.select({ n: count() }).from(passkeys).where(eq(passkeys.userId, userId)) : [{ n: 0 }];
   const access = known?.access ?? (await getAccessSummary(db, user));
+  return profileOf(user, await passkeyCount(db, user), access);
+}
+
+/** A passkey implies mfa_enabled (see mfa/login.ts enrolledMethods): no query without it. */
+export async function passkeyCount(db: Db, user: Pick<User, 'id' | 'mfaEnabled'>): Promise<number> {
+  if (!user.mfaEnabled) return 0;
+  const [pk] = await db.select({ n: count() }).from(passkeys).where(eq(passkeys.userId, user.id));
+  return pk?.n ?? 0;
+}
+
+/** The self-profile from rows already in hand (a login has just read the user). */
+export function profileOf(user: User, passkeys: number, access: AccessSummary): SelfProfile {
   return {
     id: user.id,
     email: user.email,
@@ -60,7 +71,7 @@ export async function selfProfile(db: Db, userId: string, known?: { access?: Acc
     isPlatformAdmin: user.isPlatformAdmin,
     mfaEnabled: user.mfaEnabled,
     mfaMethod: user.mfaMethod,
-    passkeyCount: pk?.n ?? 0,
+    passkeyCount: passkeys,
     phoneNumberMasked: maskPhone(user.phoneNumber),
     phoneVerified: user.phoneVerified,
     lastLoginAt: user.lastLoginAt?.toISOString() ?? null,

@@ -3,14 +3,16 @@ import type { Keel } from '../../keel.js';
 import type { Db } from '../../platform/db/client.js';
 import { transaction, type Tx } from '../../platform/db/transaction.js';
 import { clock } from '../../platform/clock.js';
+import { newId } from '../../platform/db/columns.js';
+import { rawQuery, tableReader } from '../../platform/db/raw.js';
 import { AppError, conflict, notFound, unauthorized } from '../../platform/http/errors.js';
-import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
+import { auditInsert, writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { addPartnerMember, getAccessSummary, type AccessSummary } from '../access/service.js';
 import { SYSTEM_ROLES } from '../access/catalog.js';
 import { createPartner } from '../tenancy/service.js';
 import { identityOf } from './context.js';
 import { assertStrongPassword, dummyVerify, hashPassword, verifyPassword } from './passwords.js';
-import { selfProfile, type SelfProfile } from './profile.js';
+import { passkeyCount, profileOf, selfProfile, type SelfProfile } from './profile.js';
 import { sessions, users } from './schema.js';
 import { ACCESS_TOKEN_SECONDS } from './tokens.js';
 
@@ -35,12 +37,13 @@ export interface TokenAnswer {
 
 export const invalidCredentials = () => unauthorized('Invalid email or password', 'invalid_credentials');
 
-export function findUserByEmail(db: Db, email: string): Promise<User | undefined> {
-  return db
-    .select()
-    .from(users)
-    .where(sql`lower(${users.email}) = lower(${email.trim()})`)
-    .then((rows) => rows[0]);
+const userReader = tableReader(users);
+const USER_BY_EMAIL = `select ${userReader.columns} from users where lower(email) = lower($1)`;
+
+/** The account for an email, case-insensitively (the unique index is on lower(email)). On every login: raw SQL. */
+export async function findUserByEmail(db: Db, email: string): Promise<User | undefined> {
+  const [row] = await rawQuery(db, USER_BY_EMAIL, [email.trim()]);
+  return row ? userReader.read(row) : undefined;
 }
 
 /**
@@ -54,7 +57,18 @@ async function tokenAnswer(
   known?: AccessSummary,
 ): Promise<TokenAnswer> {
   const access = known ?? (await getAccessSummary(keel.db, user));
-  const accessToken = await identityOf(keel).tokens.sign({
+  return {
+    accessToken: await signAccessToken(keel, user, session, access),
+    refreshToken: session.refreshToken,
+    tokenType: 'Bearer',
+    expiresIn: ACCESS_TOKEN_SECONDS,
+    user: await selfProfile(keel.db, user.id, { access }),
+  };
+}
+
+/** An access token whose informational claims carry the user's current scope. */
+function signAccessToken(keel: Keel, user: Pick<User, 'id'>, session: { id: string; mfa: boolean }, access: AccessSummary): Promise<string> {
+  return identityOf(keel).tokens.sign({
     sub: user.id,
     sid: session.id,
     scope: access.scope,
@@ -62,13 +76,6 @@ async function tokenAnswer(
     ...(access.partnerId ? { partnerId: access.partnerId } : {}),
     ...(access.orgId ? { orgId: access.orgId } : {}),
   });
-  return {
-    accessToken,
-    refreshToken: session.refreshToken,
-    tokenType: 'Bearer',
-    expiresIn: ACCESS_TOKEN_SECONDS,
-    user: await selfProfile(keel.db, user.id, { access }),
-  };
 }
 
 /**
@@ -90,7 +97,9 @@ export async function upgradeSession(keel: Keel, user: User, currentSessionId: s
 
 /**
  * Starts a session for a user who has proven who they are (password, second factor, SSO, invitation)
- * and answers with the flat token shape. Records the login and publishes `user.login`.
+ * and answers with the flat token shape. Records the login and publishes `user.login`. The session,
+ * the last-login stamp and the audit entry are one statement; the profile in the answer is built
+ * from the row the caller has just read.
  */
 export async function signIn(
   keel: Keel,
@@ -99,19 +108,28 @@ export async function signIn(
   opts: { mfa: boolean; method: 'password' | 'mfa' | 'sso' | 'registration' },
 ): Promise<TokenAnswer> {
   const identity = identityOf(keel);
-  const access = await getAccessSummary(keel.db, user);
+  const [access, passkeys] = await Promise.all([getAccessSummary(keel.db, user), passkeyCount(keel.db, user)]);
+  const sessionId = newId();
+  const loggedInAt = clock.now();
   const started = await transaction(keel.db, async (tx) => {
-    const s = await identity.sessions.create(tx.db, { userId: user.id, ip: info.ip, userAgent: info.userAgent, mfa: opts.mfa });
-    await tx.db.update(users).set({ lastLoginAt: clock.now(), failedLoginCount: 0, lockedUntil: null }).where(eq(users.id, user.id));
-    await writeAudit(
+    const s = await identity.sessions.create(
       tx.db,
-      { ...info, actor: { type: 'user', id: user.id, email: user.email } },
+      { userId: user.id, ip: info.ip, userAgent: info.userAgent, mfa: opts.mfa },
       {
-        action: 'user.login',
-        partnerId: access.partnerId,
-        orgId: access.orgId,
-        target: { type: 'user', id: user.id },
-        details: { method: opts.method, mfa: opts.mfa, sessionId: s.sessionId },
+        id: sessionId,
+        recordLogin: true,
+        audit: (first) =>
+          auditInsert(
+            { ...info, actor: { type: 'user', id: user.id, email: user.email } },
+            {
+              action: 'user.login',
+              partnerId: access.partnerId,
+              orgId: access.orgId,
+              target: { type: 'user', id: user.id },
+              details: { method: opts.method, mfa: opts.mfa, sessionId },
+            },
+            first,
+          ),
       },
     );
     // lastLoginAt changed: only the cached profile is stale (sessions and membership stay cached).
@@ -119,12 +137,19 @@ export async function signIn(
     await keel.events.publish(tx, 'user.login', access.orgId, {
       userId: user.id,
       email: user.email,
-      sessionId: s.sessionId,
+      sessionId,
       method: opts.method === 'registration' ? 'password' : opts.method,
     });
     return s;
   });
-  return tokenAnswer(keel, user, { id: started.sessionId, refreshToken: started.refreshToken, mfa: opts.mfa }, access);
+  const accessToken = await signAccessToken(keel, user, { id: sessionId, mfa: opts.mfa }, access);
+  return {
+    accessToken,
+    refreshToken: started.refreshToken,
+    tokenType: 'Bearer',
+    expiresIn: ACCESS_TOKEN_SECONDS,
+    user: profileOf({ ...user, lastLoginAt: loggedInAt, failedLoginCount: 0, lockedUntil: null }, passkeys, access),
+  };
 }
 
 /**

@@ -1,11 +1,12 @@
 import { randomUUID, webcrypto } from 'node:crypto';
 import { clock } from '../../platform/clock.js';
 import { sha256Hex } from '../../platform/crypto.js';
+import { lazy } from '../../platform/lazy.js';
 
 export const ACCESS_TOKEN_SECONDS = 900;
 
 /** jose is loaded with the first token, not at start-up. */
-const jose = () => import('jose');
+const jose = lazy(() => import('jose'));
 
 export interface AccessClaims {
   sub: string;

@@ -9,7 +9,7 @@ import type {
 } from '@simplewebauthn/server';
 
 /** Loaded on the first passkey request: the library costs ~300 ms of start-up otherwise. */
-const webauthn = () => import('@simplewebauthn/server');
+const webauthn = lazy(() => import('@simplewebauthn/server'));
 import type { Keel } from '../../keel.js';
 import { clock } from '../../platform/clock.js';
 import { sha256Hex } from '../../platform/crypto.js';
@@ -27,6 +27,7 @@ import { hashRecoveryCode, newRecoveryCodes } from './recovery.js';
 import { passkeys } from './schema.js';
 import { smsEnrolled } from './sms.js';
 import { requireRelyingParty } from './webauthn.js';
+import { lazy } from '../../platform/lazy.js';
 
 export const WEBAUTHN_REGISTER_PURPOSE = 'webauthn_register';
 export const WEBAUTHN_LOGIN_PURPOSE = 'webauthn_login';

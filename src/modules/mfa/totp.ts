@@ -2,12 +2,13 @@ import { and, eq, isNull, lt, or } from 'drizzle-orm';
 import type { Db } from '../../platform/db/client.js';
 import { clock } from '../../platform/clock.js';
 import { users } from '../identity/schema.js';
+import { lazy } from '../../platform/lazy.js';
 
 export const TOTP_PERIOD = 30;
 export const TOTP_ISSUER = 'Keel';
 
 // Loaded on first use, not at start-up.
-const otp = () => import('otplib');
+const otp = lazy(() => import('otplib'));
 
 export async function newTotpSecret(): Promise<string> {
   return (await otp()).generateSecret();

@@ -1,4 +1,5 @@
-import type { MiddlewareHandler } from 'hono';
+import type { Context, MiddlewareHandler } from 'hono';
+import { bodyLimit } from 'hono/body-limit';
 import { getConnInfo } from '@hono/node-server/conninfo';
 import { randomUUID } from 'node:crypto';
 import type { Logger } from '../logger.js';
@@ -71,15 +72,21 @@ export const apiHeaders: MiddlewareHandler = async (c, next) => {
 };
 
 /**
- * Runs `mw` only for requests that can carry a body. Touching the body of a GET makes the Node
- * adapter build a full web Request, which is most of the cost of a cached authenticated read.
+ * 413 for a body over `maxBytes`. With a Content-Length the header alone decides (Node's parser never
+ * reads past it), so the body stays untouched until the route parses it and the Node adapter reads it
+ * straight from the socket; touching `c.req.raw.body` would build a web Request and stream, most of
+ * the cost of a small POST. A chunked body is counted as it streams (hono's bodyLimit).
  */
-export function forMethodsWithBody(mw: MiddlewareHandler): MiddlewareHandler {
+export function bodySizeLimit(maxBytes: number, onTooLarge: (c: Context) => Response): MiddlewareHandler {
+  const streamed = bodyLimit({ maxSize: maxBytes, onError: onTooLarge });
   return async (c, next) => {
     if (c.req.method === 'GET' || c.req.method === 'HEAD') {
       await next();
       return;
     }
-    return mw(c, next);
+    if (c.req.header('transfer-encoding') !== undefined) return streamed(c, next);
+    const length = Number(c.req.header('content-length') ?? '0');
+    if (length > maxBytes) return onTooLarge(c);
+    await next();
   };
 }

@@ -1,0 +1,53 @@
+import { getTableColumns, type InferSelectModel } from 'drizzle-orm';
+import type { PgTable } from 'drizzle-orm/pg-core';
+import type { Db } from './client.js';
+
+/**
+ * Hand-written SQL for the few hottest statements (a login, a refresh), run straight on the driver.
+ *
+ * Drizzle builds each statement from its query tree on every call and maps every row; for a login
+ * that was most of its database time (bench/README.md). A statement here is fixed text with
+ * positional parameters, built once at module load, and runs on the same connection as the drizzle
+ * handle it is given, so it takes part in that handle's transaction. Everything else uses drizzle.
+ */
+
+interface DriverClient {
+  query(text: string, params?: unknown[]): Promise<{ rows: unknown[] }>;
+}
+
+/** The driver client behind a drizzle database or transaction: PGlite or its transaction, a pg Pool or PoolClient. */
+function clientOf(db: Db): DriverClient {
+  const client = (db as unknown as { session?: { client?: DriverClient } }).session?.client;
+  if (typeof client?.query !== 'function') throw new Error('raw SQL: this drizzle handle exposes no driver client');
+  return client;
+}
+
+/** Runs one statement on `db`'s connection (inside its transaction, if it is one) and answers the rows. */
+export async function rawQuery<T = Record<string, unknown>>(db: Db, text: string, params: unknown[]): Promise<T[]> {
+  const result = await clientOf(db).query(text, params);
+  return result.rows as T[];
+}
+
+/** Reads a table's rows from raw SQL into the exact shape drizzle answers (camelCase keys, mapped values). */
+export interface TableReader<T extends PgTable> {
+  /** The select list: `"t"."password_hash" as "passwordHash", …` for every column. */
+  columns: string;
+  read(row: Record<string, unknown>): InferSelectModel<T>;
+}
+
+export function tableReader<T extends PgTable>(table: T, alias?: string): TableReader<T> {
+  const columns = Object.entries(getTableColumns(table));
+  const prefix = alias ? `"${alias}".` : '';
+  return {
+    columns: columns.map(([key, col]) => `${prefix}"${col.name}" as "${key}"`).join(', '),
+    read(row) {
+      const out: Record<string, unknown> = {};
+      // The column's own driver mapping (bigint mode number, timestamps as Date, jsonb): what drizzle does.
+      for (const [key, col] of columns) {
+        const value = row[key];
+        out[key] = value === null || value === undefined ? null : col.mapFromDriverValue(value);
+      }
+      return out as InferSelectModel<T>;
+    },
+  };
+}
