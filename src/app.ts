@@ -2,7 +2,7 @@ import type { OpenAPIHono } from '@hono/zod-openapi';
 import type { Keel } from './keel.js';
 import type { AppEnv } from './app-env.js';
 import { createRouter, mountDocs } from './platform/http/openapi.js';
-import { apiHeaders, bodySizeLimit, jsonOnly, requestContext } from './platform/http/middleware.js';
+import { apiGate, requestContext } from './platform/http/middleware.js';
 import { AppError, errorResponse, handleError } from './platform/http/errors.js';
 import { mountHealth } from './platform/http/health.js';
 import { moduleRoutes } from './modules/index.js';
@@ -20,14 +20,17 @@ export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
 
   mountHealth(app, keel.config.serviceVersion, keel.database);
 
-  app.use(`${API_BASE}/*`, apiHeaders);
-  const limitBody = bodySizeLimit(keel.config.BODY_LIMIT_BYTES, (c) => {
-    // The rest of the body is never read: tell the client not to reuse this connection.
-    c.header('Connection', 'close');
-    return errorResponse(c, new AppError(413, 'payload_too_large', 'The request body is too large'));
-  });
-  app.use(`${API_BASE}/*`, limitBody);
-  app.use(`${API_BASE}/*`, jsonOnly());
+  app.use(
+    `${API_BASE}/*`,
+    apiGate({
+      maxBodyBytes: keel.config.BODY_LIMIT_BYTES,
+      onTooLarge: (c) => {
+        // The rest of the body is never read: tell the client not to reuse this connection.
+        c.header('Connection', 'close');
+        return errorResponse(c, new AppError(413, 'payload_too_large', 'The request body is too large'));
+      },
+    }),
+  );
 
   const api = createRouter<AppEnv>();
   for (const mount of moduleRoutes) mount(api, keel);

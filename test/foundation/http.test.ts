@@ -15,6 +15,17 @@ describe.skipIf(!backendAvailable())('HTTP foundation', () => {
     expect(res.headers.get('x-request-id')).toBeTruthy();
   });
 
+  it('puts the security headers and the request id on every API answer over HTTP, errors included', async () => {
+    for (const [method, path, status] of [['GET', '/openapi.json', 200], ['GET', '/no/such/route', 404], ['POST', '/auth/login', 400]] as const) {
+      const res = await app.api(method, path, method === 'POST' ? { body: {} } : {});
+      expect(res.status).toBe(status);
+      expect(res.headers.get('x-content-type-options')).toBe('nosniff');
+      expect(res.headers.get('cache-control')).toBe('no-store');
+      expect(res.headers.get('referrer-policy')).toBe('no-referrer');
+      expect(res.headers.get('x-request-id')).toBeTruthy();
+    }
+  });
+
   it('answers unknown routes with the 404 envelope', async () => {
     const res = await app.api('GET', '/no/such/route');
     expect(res.status).toBe(404);

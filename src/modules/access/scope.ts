@@ -158,9 +158,9 @@ export async function summaryFor(keel: Keel, principal: Principal): Promise<Acce
  */
 export function requireScope(keel: Keel, opts: ScopeOptions = {}): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
-    const principal = c.var.principal as Principal | undefined;
+    const principal = c.get('principal') as Principal | undefined;
     if (!principal) throw unauthorized();
-    const early = principal.kind === 'user' ? c.var.accessSummary : undefined;
+    const early = principal.kind === 'user' ? c.get('accessSummary') : undefined;
     const summary = early ?? (await summaryFor(keel, principal));
     if (summary.scope === null) throw contextRequired();
     const access = buildContext(principal, { ...summary, scope: summary.scope });
@@ -194,7 +194,7 @@ export function requireScope(keel: Keel, opts: ScopeOptions = {}): MiddlewareHan
 }
 
 export function accessOf(c: Context<AppEnv>): AccessContext {
-  const access = c.var.access as AccessContext | undefined;
+  const access = c.get('access') as AccessContext | undefined;
   if (!access) throw new Error('requireScope must run before this handler');
   return access;
 }

@@ -17,7 +17,7 @@ const REFRESH_COOKIE_PATH = '/api/v1/auth';
 /** The principal of an authenticated route, or undefined on public routes. */
 export function principalOf(c: Context<AppEnv>): Principal | undefined {
   // Typed as always present for authenticated routes; public routes never set it.
-  const principal: Principal | undefined = c.var.principal;
+  const principal: Principal | undefined = c.get('principal');
   return principal;
 }
 
@@ -26,9 +26,9 @@ export function requestInfo(c: Context<AppEnv>): RequestInfo {
   const p = principalOf(c);
   return {
     actor: p ? { type: p.kind, id: p.kind === 'api_key' ? p.apiKeyId : p.userId, email: p.email } : { type: 'anonymous' },
-    ip: c.var.ip || null,
+    ip: c.get('ip') || null,
     userAgent: c.req.header('user-agent') ?? null,
-    requestId: c.var.requestId,
+    requestId: c.get('requestId'),
   };
 }
 

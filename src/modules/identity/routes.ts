@@ -149,7 +149,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
       responses: { 200: json(MessageSchema), ...errors(401) },
     }),
     async (c) => {
-      const p = c.var.principal;
+      const p = c.get('principal');
       await logout(keel, p.userId, p.sessionId, requestInfo(c));
       clearSessionCookies(c, keel);
       return c.json({ message: 'Signed out' }, 200);
@@ -190,7 +190,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
     }),
     async (c) => {
       const { currentPassword, newPassword } = c.req.valid('json');
-      await changePassword(keel, c.var.principal.userId, currentPassword, newPassword, requestInfo(c));
+      await changePassword(keel, c.get('principal').userId, currentPassword, newPassword, requestInfo(c));
       clearSessionCookies(c, keel);
       return c.json({ message: 'Password changed; sign in again' }, 200);
     },
@@ -203,7 +203,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
         middleware: [authExempt] as const,
         responses: { 200: json(SelfProfileSchema), ...errors(401) },
       }),
-      async (c) => c.json(await cachedSelfProfile(keel, c.var.principal.userId), 200),
+      async (c) => c.json(await cachedSelfProfile(keel, c.get('principal').userId), 200),
     );
   }
 
@@ -214,7 +214,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
       request: { body: jsonBody(ProfilePatch) },
       responses: { 200: json(SelfProfileSchema), ...errors(400, 401) },
     }),
-    async (c) => c.json(await updateProfile(keel, c.var.principal.userId, c.req.valid('json'), requestInfo(c)), 200),
+    async (c) => c.json(await updateProfile(keel, c.get('principal').userId, c.req.valid('json'), requestInfo(c)), 200),
   );
 
   api.openapi(
@@ -227,7 +227,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
     async (c) => {
       const q = c.req.valid('query');
       const p = principalOf(c);
-      const { data, total } = await listSessions(keel, c.var.principal.userId, p?.sessionId ?? null, q.page, q.limit);
+      const { data, total } = await listSessions(keel, c.get('principal').userId, p?.sessionId ?? null, q.page, q.limit);
       return c.json(page(data, q, total), 200);
     },
   );
@@ -240,7 +240,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
       responses: { 204: { description: 'Ended' }, ...errors(401, 404) },
     }),
     async (c) => {
-      await revokeOwnSession(keel, c.var.principal.userId, c.req.valid('param').id, requestInfo(c));
+      await revokeOwnSession(keel, c.get('principal').userId, c.req.valid('param').id, requestInfo(c));
       return c.body(null, 204);
     },
   );

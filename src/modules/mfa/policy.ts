@@ -44,7 +44,7 @@ export function forceMfaSatisfiedUnder(keel: Keel, access: AccessSummary, policy
  */
 export function requireMfa(keel: Keel): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
-    if (keel.config.ENABLE_2FA && !c.var.principal.mfa) {
+    if (keel.config.ENABLE_2FA && !c.get('principal').mfa) {
       throw forbidden('This action needs a session verified with a second factor: sign in again with MFA', 'mfa_required');
     }
     await next();

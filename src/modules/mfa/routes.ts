@@ -83,7 +83,7 @@ const unavailable = (code: 502 | 503, description: string) => ({ [code]: { descr
 
 /** Phone, SMS and passkey enrolment act for a signed-in person, never for an API key. */
 const usersOnly: MiddlewareHandler<AppEnv> = async (c, next) => {
-  if (c.var.principal.kind !== 'user') throw forbidden('This needs a signed-in user, not an API key', 'user_required');
+  if (c.get('principal').kind !== 'user') throw forbidden('This needs a signed-in user, not an API key', 'user_required');
   await next();
 };
 
@@ -97,7 +97,7 @@ export function mountMfaRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       middleware: [auth] as const,
       responses: { 200: json(SetupSchema), ...errors(401, 404, 409) },
     }),
-    async (c) => c.json(await setupTotp(keel, c.var.principal.userId), 200),
+    async (c) => c.json(await setupTotp(keel, c.get('principal').userId), 200),
   );
 
   api.openapi(
@@ -127,7 +127,7 @@ export function mountMfaRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       responses: { 200: json(EnabledSchema), ...errors(400, 401, 429) },
     }),
     async (c) => {
-      const p = c.var.principal;
+      const p = c.get('principal');
       const answer = await confirmTotp(keel, p.userId, p.sessionId, c.req.valid('json').code, requestInfo(c));
       tokenResponse(c, keel, answer);
       return c.json(answer, 200);
@@ -142,7 +142,7 @@ export function mountMfaRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       responses: { 200: json(MessageSchema), ...errors(400, 401, 403, 409, 429) },
     }),
     async (c) => {
-      await disableMfa(keel, c.var.principal.userId, c.req.valid('json').code, requestInfo(c));
+      await disableMfa(keel, c.get('principal').userId, c.req.valid('json').code, requestInfo(c));
       return c.json({ message: 'Multi-factor authentication disabled' }, 200);
     },
   );
@@ -154,7 +154,7 @@ export function mountMfaRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       request: { body: jsonBody(z.object({ code: Code }).openapi('RecoveryCodesRequest')) },
       responses: { 200: json(z.object({ recoveryCodes: z.array(z.string()) }).openapi('RecoveryCodes')), ...errors(400, 401, 409, 429) },
     }),
-    async (c) => c.json({ recoveryCodes: await rotateRecoveryCodes(keel, c.var.principal.userId, c.req.valid('json').code, requestInfo(c)) }, 200),
+    async (c) => c.json({ recoveryCodes: await rotateRecoveryCodes(keel, c.get('principal').userId, c.req.valid('json').code, requestInfo(c)) }, 200),
   );
 
   mountSmsRoutes(api, keel);
@@ -172,7 +172,7 @@ function mountSmsRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       responses: { 200: json(CodeSentSchema), ...errors(400, 401, 403, 404, 429), ...unavailable(502, 'The gateway refused the SMS'), ...unavailable(503, 'No SMS gateway') },
     }),
     async (c) => {
-      const p = c.var.principal;
+      const p = c.get('principal');
       return c.json(await startPhoneVerification(keel, { userId: p.userId, sessionMfa: p.mfa }, c.req.valid('json').phoneNumber), 200);
     },
   );
@@ -184,7 +184,7 @@ function mountSmsRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       request: { body: jsonBody(z.object({ code: SmsCode }).openapi('PhoneConfirmRequest')) },
       responses: { 200: json(PhoneConfirmedSchema), ...errors(400, 401, 403, 404) },
     }),
-    async (c) => c.json(await confirmPhone(keel, c.var.principal.userId, c.req.valid('json').code, requestInfo(c)), 200),
+    async (c) => c.json(await confirmPhone(keel, c.get('principal').userId, c.req.valid('json').code, requestInfo(c)), 200),
   );
 
   api.openapi(
@@ -196,7 +196,7 @@ function mountSmsRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       responses: { 200: json(EnabledSchema), ...errors(401, 403, 404, 409), ...unavailable(503, 'No SMS gateway') },
     }),
     async (c) => {
-      const p = c.var.principal;
+      const p = c.get('principal');
       const answer = await enableSms(keel, p.userId, p.sessionId, requestInfo(c));
       tokenResponse(c, keel, answer);
       return c.json(answer, 200);
@@ -233,7 +233,7 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     }),
     async (c) => {
       const { currentPassword, name } = c.req.valid('json');
-      return c.json(asOptions(await passkeyRegistrationOptions(keel, c.var.principal.userId, currentPassword, name)), 200);
+      return c.json(asOptions(await passkeyRegistrationOptions(keel, c.get('principal').userId, currentPassword, name)), 200);
     },
   );
 
@@ -246,7 +246,7 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     }),
     async (c) => {
       const credential = c.req.valid('json').credential as unknown as RegistrationResponseJSON;
-      return c.json(await registerPasskey(keel, c.var.principal.userId, credential, requestInfo(c)), 201);
+      return c.json(await registerPasskey(keel, c.get('principal').userId, credential, requestInfo(c)), 201);
     },
   );
 
@@ -259,7 +259,7 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     }),
     async (c) => {
       const q = c.req.valid('query');
-      const { data, total } = await listPasskeys(keel, c.var.principal.userId, q.page, q.limit);
+      const { data, total } = await listPasskeys(keel, c.get('principal').userId, q.page, q.limit);
       return c.json(page(data, q, total), 200);
     },
   );
@@ -271,7 +271,7 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       request: { params: z.object({ id: z.uuid() }), body: jsonBody(z.object({ name: PasskeyName }).openapi('PasskeyRenameRequest')) },
       responses: { 200: json(PasskeySchema), ...errors(400, 401, 403, 404) },
     }),
-    async (c) => c.json(await renamePasskey(keel, c.var.principal.userId, c.req.valid('param').id, c.req.valid('json').name), 200),
+    async (c) => c.json(await renamePasskey(keel, c.get('principal').userId, c.req.valid('param').id, c.req.valid('json').name), 200),
   );
 
   api.openapi(
@@ -283,7 +283,7 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       responses: { 204: { description: 'Removed' }, ...errors(400, 401, 403, 404, 409, 429) },
     }),
     async (c) => {
-      await deletePasskey(keel, c.var.principal.userId, c.req.valid('param').id, c.req.valid('json').currentPassword, requestInfo(c));
+      await deletePasskey(keel, c.get('principal').userId, c.req.valid('param').id, c.req.valid('json').currentPassword, requestInfo(c));
       return c.body(null, 204);
     },
   );

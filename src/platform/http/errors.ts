@@ -73,7 +73,6 @@ export function handleError(err: unknown, c: Context, log: Logger): Response {
       return errorResponse(c, new AppError(status, 'bad_request', 'The request could not be processed'));
     }
   }
-  const reqLog = (c.get('log') as Logger | undefined) ?? log;
-  reqLog.error({ err }, 'unhandled error');
+  log.error({ err, reqId: c.get('requestId') as string | undefined }, 'unhandled error');
   return c.json({ error: 'Internal server error', code: 'internal_error' } satisfies ErrorBody, 500);
 }

@@ -1,18 +1,44 @@
 import type { Context, MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { getConnInfo } from '@hono/node-server/conninfo';
+import type { ServerResponse } from 'node:http';
 import { randomUUID } from 'node:crypto';
 import type { Logger } from '../logger.js';
 import { AppError, errorResponse } from './errors.js';
 
 export interface PlatformVariables {
   requestId: string;
-  log: Logger;
   /** Client IP: the socket address, or X-Forwarded-For when the socket peer is a trusted proxy. */
   ip: string;
 }
 
-/** Request id (echoed as X-Request-Id), a child logger, the client IP and one access-log line. */
+/*
+ * Cost notes (bench/README.md "Reads"): on a cached authenticated read the middleware, not the work,
+ * was most of the time. Three things here keep it small:
+ * - Fixed headers go on Node's own response (`outgoing.setHeader`), which writeHead merges with the
+ *   handler's headers (the handler's win). Setting them on hono's context after the handler made
+ *   the Node adapter rebuild its lightweight response as a full web Response; before it, every
+ *   answer paid for undici's Headers validation. Outside Node (`app.request` in unit tests) they
+ *   are prepared on the context instead.
+ * - No pino child logger per request: log lines about a request carry `reqId` in their object.
+ * - A body is judged by its Content-Length and left unread until the route parses it, so the Node
+ *   adapter reads it straight from the socket (touching `c.req.raw.body` builds a web stream).
+ */
+
+/** Sets a header every answer carries, whatever made the answer. */
+function fixedHeader(c: Context, name: string, value: string): void {
+  const outgoing = (c.env as { outgoing?: ServerResponse } | undefined)?.outgoing;
+  if (outgoing && !outgoing.headersSent) outgoing.setHeader(name, value);
+  else c.header(name, value);
+}
+
+/** Outside Node: a handler that answered with its own Response object skipped the prepared headers. */
+function ensurePrepared(c: Context, headers: readonly (readonly [string, string])[]): void {
+  if ((c.env as { outgoing?: ServerResponse } | undefined)?.outgoing) return;
+  for (const [name, value] of headers) if (!c.res.headers.has(name)) c.header(name, value);
+}
+
+/** Request id (echoed as X-Request-Id), the client IP and one access-log line carrying the id. */
 export function requestContext(log: Logger, trustedProxies: Set<string>): MiddlewareHandler<{ Variables: PlatformVariables }> {
   return async (c, next) => {
     const incoming = c.req.header('x-request-id');
@@ -29,64 +55,65 @@ export function requestContext(log: Logger, trustedProxies: Set<string>): Middle
       ip = hops[hops.length - 1] ?? ip;
     }
     if (ip.startsWith('::ffff:')) ip = ip.slice(7);
-    const reqLog = log.child({ reqId: requestId });
     c.set('requestId', requestId);
-    c.set('log', reqLog);
     c.set('ip', ip.slice(0, 45));
+    fixedHeader(c, 'X-Request-Id', requestId);
     const started = performance.now();
     await next();
-    c.header('X-Request-Id', requestId);
+    ensurePrepared(c, [['X-Request-Id', requestId]]);
     const status = c.res.status;
-    const line = { method: c.req.method, path: c.req.path, status, ms: Math.round((performance.now() - started) * 10) / 10 };
-    if (status >= 500) reqLog.error(line, 'request');
-    else reqLog.info(line, 'request');
+    if (status >= 500 || log.isLevelEnabled('info')) {
+      const line = { reqId: requestId, method: c.req.method, path: c.req.path, status, ms: Math.round((performance.now() - started) * 10) / 10 };
+      if (status >= 500) log.error(line, 'request');
+      else log.info(line, 'request');
+    }
   };
 }
+
+const SECURITY_HEADERS = [
+  ['X-Content-Type-Options', 'nosniff'],
+  ['Cache-Control', 'no-store'],
+  ['Referrer-Policy', 'no-referrer'],
+] as const;
 
 const JSON_TYPE = /^application\/([\w.+-]+\+)?json\s*(;|$)/i;
 
+export interface ApiGateOptions {
+  maxBodyBytes: number;
+  /** The 413 answer. */
+  onTooLarge: (c: Context) => Response;
+  /** Paths whose routes declare a body type other than JSON (release uploads). */
+  allowNonJson?: (path: string) => boolean;
+}
+
 /**
- * JSON-only bodies: a non-empty body of another type is 415, unless the path is one of `allow`
- * (routes that declare another type, such as release uploads).
+ * What every /api/v1 request passes first, in one middleware: the security headers; then, for a
+ * method that carries a body, the size limit (413: Content-Length decides, a chunked body is counted
+ * as it streams by hono's bodyLimit) and JSON-only bodies (415 for a non-empty body of another type).
  */
-export function jsonOnly(allow: (path: string) => boolean = () => false): MiddlewareHandler {
+export function apiGate(opts: ApiGateOptions): MiddlewareHandler {
+  const streamed = bodyLimit({ maxSize: opts.maxBodyBytes, onError: opts.onTooLarge });
+  const allowNonJson = opts.allowNonJson ?? (() => false);
   return async (c, next) => {
-    const length = c.req.header('content-length');
-    const hasBody = (length !== undefined && length !== '0') || c.req.header('transfer-encoding') !== undefined;
-    if (hasBody && !allow(c.req.path)) {
-      const type = c.req.header('content-type') ?? '';
-      if (!JSON_TYPE.test(type)) {
-        return errorResponse(c, new AppError(415, 'unsupported_media_type', 'Request bodies must be application/json'));
+    for (const [name, value] of SECURITY_HEADERS) fixedHeader(c, name, value);
+    const method = c.req.method;
+    if (method !== 'GET' && method !== 'HEAD') {
+      const chunked = c.req.header('transfer-encoding') !== undefined;
+      const length = c.req.header('content-length');
+      if (!chunked && Number(length ?? '0') > opts.maxBodyBytes) return opts.onTooLarge(c);
+      if ((chunked || (length !== undefined && length !== '0')) && !allowNonJson(c.req.path)) {
+        if (!JSON_TYPE.test(c.req.header('content-type') ?? '')) {
+          return errorResponse(c, new AppError(415, 'unsupported_media_type', 'Request bodies must be application/json'));
+        }
+      }
+      if (chunked) {
+        const answer = await streamed(c, next);
+        if (answer) return answer; // the 413, made once the count ran over
+        ensurePrepared(c, SECURITY_HEADERS);
+        return;
       }
     }
     await next();
-  };
-}
-
-/** Security headers for every API answer. */
-export const apiHeaders: MiddlewareHandler = async (c, next) => {
-  await next();
-  c.header('X-Content-Type-Options', 'nosniff');
-  c.header('Cache-Control', 'no-store');
-  c.header('Referrer-Policy', 'no-referrer');
-};
-
-/**
- * 413 for a body over `maxBytes`. With a Content-Length the header alone decides (Node's parser never
- * reads past it), so the body stays untouched until the route parses it and the Node adapter reads it
- * straight from the socket; touching `c.req.raw.body` would build a web Request and stream, most of
- * the cost of a small POST. A chunked body is counted as it streams (hono's bodyLimit).
- */
-export function bodySizeLimit(maxBytes: number, onTooLarge: (c: Context) => Response): MiddlewareHandler {
-  const streamed = bodyLimit({ maxSize: maxBytes, onError: onTooLarge });
-  return async (c, next) => {
-    if (c.req.method === 'GET' || c.req.method === 'HEAD') {
-      await next();
-      return;
-    }
-    if (c.req.header('transfer-encoding') !== undefined) return streamed(c, next);
-    const length = Number(c.req.header('content-length') ?? '0');
-    if (length > maxBytes) return onTooLarge(c);
-    await next();
+    ensurePrepared(c, SECURITY_HEADERS);
   };
 }
