@@ -230,6 +230,8 @@ export async function startBare(): Promise<{ url: string; stop(): Promise<void> 
 export interface BenchPostgres {
   /** A fresh empty database on the server; `drop` removes it. */
   createDatabase(): Promise<{ url: string; drop(): Promise<void> }>;
+  /** The Redis started beside it (Keel's production setup is PostgreSQL + Redis). */
+  redisUrl: string | undefined;
   stop(): Promise<void>;
 }
 
@@ -273,6 +275,7 @@ export async function startPostgres(): Promise<BenchPostgres | null> {
       url.pathname = `/${name}`;
       return { url: url.toString(), drop: () => admin(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`) };
     },
+    redisUrl: provided.redisUrl || undefined,
     stop: () => teardown(),
   };
 }
@@ -293,7 +296,7 @@ export function postgresBackend(server: BenchPostgres): BenchBackend {
     name: 'postgres',
     async startKeel(extra) {
       const db = await server.createDatabase();
-      const keel = await startKeel(benchEnv({ DATABASE_URL: db.url, ...extra }));
+      const keel = await startKeel(benchEnv({ DATABASE_URL: db.url, ...(server.redisUrl ? { REDIS_URL: server.redisUrl } : {}), ...extra }));
       return {
         ...keel,
         async stop() {
