@@ -13,6 +13,8 @@ import { fileURLToPath } from 'node:url';
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const DIST = join(ROOT, 'dist');
+/** Builds kept in dist/ (the newest first), so a server started from an earlier one keeps working. */
+const KEEP_BUILDS = 3;
 
 // Packages left to node's resolver: native addons, packages that read files beside their own code
 // (PGlite's WASM, swagger-ui's assets, pino's workers) and those loaded only for some requests.
@@ -88,8 +90,13 @@ export async function build(print = fingerprint()) {
     rmSync(scratch, { recursive: true, force: true });
     if (!existsSync(join(target, 'main.js'))) throw err;
   }
-  for (const entry of readdirSync(DIST)) {
-    if (entry !== print && !entry.startsWith('.building-')) rmSync(join(DIST, entry), { recursive: true, force: true });
+  // Older builds go, but not the last few: a process still running one loads its chunks on demand.
+  const builds = readdirSync(DIST)
+    .filter((entry) => !entry.startsWith('.building-'))
+    .map((entry) => ({ entry, mtime: statSync(join(DIST, entry)).mtimeMs }))
+    .sort((a, b) => b.mtime - a.mtime);
+  for (const { entry } of builds.slice(KEEP_BUILDS)) {
+    if (entry !== print) rmSync(join(DIST, entry), { recursive: true, force: true });
   }
   return join(target, 'main.js');
 }

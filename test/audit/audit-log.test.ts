@@ -73,6 +73,21 @@ describe.skipIf(!backendAvailable())('audit log: read and export', () => {
     expect((await app.api('GET', '/audit-logs?from=yesterday', { token: adminToken })).status).toBe(400);
   });
 
+  it('stores what the raw writers were given: typed JSON, the changed fields, and the login one statement wrote', async () => {
+    const res = await app.api('GET', `/audit-logs?limit=100&actorId=${tenant.orgAdmin.id}`, { token: adminToken });
+    const entry = (action: string) => res.body.data.find((e: { action: string }) => e.action === action);
+    // The login: session, last-login stamp and entry came from one statement; all three agree.
+    const loginEntry = entry('user.login');
+    expect(loginEntry.details).toEqual({ method: 'password', mfa: false, sessionId: expect.stringMatching(/^[0-9a-f-]{36}$/) });
+    const sessions = await app.api('GET', '/auth/sessions', { token: adminToken });
+    expect(sessions.body.data.map((s: { id: string }) => s.id)).toContain(loginEntry.details.sessionId);
+    const me = await app.api('GET', '/users/me', { token: adminToken });
+    expect(Math.abs(Date.parse(me.body.lastLoginAt) - Date.parse(loginEntry.createdAt))).toBeLessThan(1000);
+    expect(loginEntry).toMatchObject({ actorType: 'user', actorEmail: tenant.orgAdmin.email, orgId: tenant.orgId, result: 'success' });
+    // jsonb columns come back as JSON, not as strings of JSON.
+    expect(entry('user.profile.update').changes).toEqual(['name']);
+  });
+
   it('never shows another tenant’s entries and needs audit:read', async () => {
     const res = await app.api('GET', '/audit-logs?limit=100', { token: adminToken });
     expect(JSON.stringify(res.body)).not.toContain('Secret B role');

@@ -1,7 +1,8 @@
 import type { Db } from '../../platform/db/client.js';
 import { clock } from '../../platform/clock.js';
 import { newId } from '../../platform/db/columns.js';
-import { rawQuery } from '../../platform/db/raw.js';
+import { rawQuery, tableWriter, type SqlPart } from '../../platform/db/raw.js';
+import { auditLogs } from './schema.js';
 
 export interface AuditActor {
   type: 'user' | 'api_key' | 'system' | 'anonymous';
@@ -31,18 +32,7 @@ export interface AuditEntry {
 
 const SECRETISH = /pass|secret|token|code|key|hash|otp/i;
 
-/** A piece of SQL with its parameters, numbered from the `first` it was built with. */
-export interface SqlPart {
-  text: string;
-  params: unknown[];
-}
-
-const COLUMNS = [
-  'id', 'created_at', 'actor_type', 'actor_id', 'actor_email', 'partner_id', 'org_id', 'action', 'target_type', 'target_id',
-  'changes', 'details', 'result', 'ip_address', 'user_agent', 'request_id',
-] as const;
-const CASTS: Partial<Record<(typeof COLUMNS)[number], string>> = { created_at: '::timestamptz', changes: '::jsonb', details: '::jsonb' };
-const insertTexts = new Map<number, string>();
+const writer = tableWriter(auditLogs);
 
 /**
  * The audit entry as one `INSERT` with parameters numbered from `first`, so a statement that makes a
@@ -53,33 +43,27 @@ export function auditInsert(info: AuditRequestInfo, entry: AuditEntry, first = 1
   const details = entry.details
     ? Object.fromEntries(Object.entries(entry.details).filter(([k]) => !SECRETISH.test(k)))
     : null;
-  let text = insertTexts.get(first);
-  if (!text) {
-    const values = COLUMNS.map((c, i) => `$${first + i}${CASTS[c] ?? ''}`);
-    text = `insert into audit_logs (${COLUMNS.join(', ')}) values (${values.join(', ')})`;
-    insertTexts.set(first, text);
-  }
-  return {
-    text,
-    params: [
-      newId(),
-      clock.now().toISOString(),
-      info.actor.type,
-      info.actor.id ?? null,
-      info.actor.email ?? null,
-      entry.partnerId ?? null,
-      entry.orgId ?? null,
-      entry.action,
-      entry.target?.type ?? null,
-      entry.target?.id ?? null,
-      entry.changes ? JSON.stringify(entry.changes) : null,
-      details ? JSON.stringify(details) : null,
-      entry.result ?? 'success',
-      info.ip ?? null,
-      info.userAgent?.slice(0, 1000) ?? null,
-      info.requestId ?? null,
-    ],
-  };
+  return writer.insert(
+    {
+      id: newId(),
+      createdAt: clock.now(),
+      actorType: info.actor.type,
+      actorId: info.actor.id ?? null,
+      actorEmail: info.actor.email ?? null,
+      partnerId: entry.partnerId ?? null,
+      orgId: entry.orgId ?? null,
+      action: entry.action,
+      targetType: entry.target?.type ?? null,
+      targetId: entry.target?.id ?? null,
+      changes: entry.changes ?? null,
+      details,
+      result: entry.result ?? 'success',
+      ipAddress: info.ip ?? null,
+      userAgent: info.userAgent?.slice(0, 1000) ?? null,
+      requestId: info.requestId ?? null,
+    },
+    first,
+  );
 }
 
 /**

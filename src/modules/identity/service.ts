@@ -48,27 +48,17 @@ export async function findUserByEmail(db: Db, email: string): Promise<User | und
 
 /**
  * The flat token answer for a session: an access token whose informational claims carry the user's
- * current scope, the refresh token, and the self-profile (one access summary serves both).
+ * current scope, the refresh token, and the self-profile (one access summary serves both). A caller
+ * holding the access summary or the profile already passes them.
  */
 async function tokenAnswer(
   keel: Keel,
   user: Pick<User, 'id' | 'isPlatformAdmin'>,
   session: { id: string; refreshToken: string; mfa: boolean },
-  known?: AccessSummary,
+  known: { access?: AccessSummary; profile?: SelfProfile } = {},
 ): Promise<TokenAnswer> {
-  const access = known ?? (await getAccessSummary(keel.db, user));
-  return {
-    accessToken: await signAccessToken(keel, user, session, access),
-    refreshToken: session.refreshToken,
-    tokenType: 'Bearer',
-    expiresIn: ACCESS_TOKEN_SECONDS,
-    user: await selfProfile(keel.db, user.id, { access }),
-  };
-}
-
-/** An access token whose informational claims carry the user's current scope. */
-function signAccessToken(keel: Keel, user: Pick<User, 'id'>, session: { id: string; mfa: boolean }, access: AccessSummary): Promise<string> {
-  return identityOf(keel).tokens.sign({
+  const access = known.access ?? (await getAccessSummary(keel.db, user));
+  const accessToken = await identityOf(keel).tokens.sign({
     sub: user.id,
     sid: session.id,
     scope: access.scope,
@@ -76,6 +66,13 @@ function signAccessToken(keel: Keel, user: Pick<User, 'id'>, session: { id: stri
     ...(access.partnerId ? { partnerId: access.partnerId } : {}),
     ...(access.orgId ? { orgId: access.orgId } : {}),
   });
+  return {
+    accessToken,
+    refreshToken: session.refreshToken,
+    tokenType: 'Bearer',
+    expiresIn: ACCESS_TOKEN_SECONDS,
+    user: known.profile ?? (await selfProfile(keel.db, user.id, { access })),
+  };
 }
 
 /**
@@ -117,8 +114,8 @@ export async function signIn(
       { userId: user.id, ip: info.ip, userAgent: info.userAgent, mfa: opts.mfa },
       {
         id: sessionId,
-        recordLogin: true,
-        audit: (first) =>
+        at: loggedInAt,
+        loginAudit: (first) =>
           auditInsert(
             { ...info, actor: { type: 'user', id: user.id, email: user.email } },
             {
@@ -142,14 +139,10 @@ export async function signIn(
     });
     return s;
   });
-  const accessToken = await signAccessToken(keel, user, { id: sessionId, mfa: opts.mfa }, access);
-  return {
-    accessToken,
-    refreshToken: started.refreshToken,
-    tokenType: 'Bearer',
-    expiresIn: ACCESS_TOKEN_SECONDS,
-    user: profileOf({ ...user, lastLoginAt: loggedInAt, failedLoginCount: 0, lockedUntil: null }, passkeys, access),
-  };
+  return tokenAnswer(keel, user, { id: sessionId, refreshToken: started.refreshToken, mfa: opts.mfa }, {
+    access,
+    profile: profileOf({ ...user, lastLoginAt: loggedInAt, failedLoginCount: 0, lockedUntil: null }, passkeys, access),
+  });
 }
 
 /**

@@ -5,8 +5,7 @@ import { transaction } from '../../platform/db/transaction.js';
 import { clock } from '../../platform/clock.js';
 import { randomToken, sha256Hex } from '../../platform/crypto.js';
 import { newId } from '../../platform/db/columns.js';
-import { rawQuery } from '../../platform/db/raw.js';
-import type { SqlPart } from '../audit/service.js';
+import { rawQuery, tableWriter, type SqlPart } from '../../platform/db/raw.js';
 import { sessionRefreshTokens, sessions, users } from './schema.js';
 import { enrolledMethods, type MfaMethodName } from '../mfa/login.js';
 
@@ -22,10 +21,7 @@ export const USER_TOPIC = 'user';
 export const PROFILE_TOPIC = 'profile';
 const CACHE_MAX = 50_000;
 
-const SESSION_INSERT = `with s as (insert into sessions (id, user_id, token_hash, ip_address, user_agent, mfa, expires_at, absolute_expires_at, last_used_at, created_at)
-  values ($1, $2, $3, $4, $5, $6, $7::timestamptz, $8::timestamptz, $9::timestamptz, $9::timestamptz))`;
-const SESSION_INSERT_WITH_LOGIN = `${SESSION_INSERT},
-  u as (update users set last_login_at = $9::timestamptz, failed_login_count = 0, locked_until = null where id = $2)`;
+const sessionWriter = tableWriter(sessions);
 
 /** What a request needs to know about its session and user; cached per process. */
 export interface LiveSession {
@@ -69,37 +65,44 @@ export class SessionService {
 
   /**
    * Starts a session; returns its id and the refresh token (shown once, stored as a hash). A login
-   * passes `recordLogin` (stamps last_login_at and clears the failure count) and its audit entry:
-   * all of it is one statement, so one round trip (see platform/db/raw.ts).
+   * passes `loginAudit`, its audit entry: then the session, the user's last-login stamp (failure count
+   * cleared) and the entry are one statement, so one round trip (see platform/db/raw.ts).
    */
   async create(
     db: Db,
     input: { userId: string; ip: string | null; userAgent: string | null; mfa: boolean },
-    extras: { id?: string; recordLogin?: boolean; audit?: (first: number) => SqlPart } = {},
+    opts: { id?: string; at?: Date; loginAudit?: (first: number) => SqlPart } = {},
   ): Promise<{ sessionId: string; refreshToken: string }> {
     const refreshToken = randomToken(32);
-    const sessionId = extras.id ?? newId();
-    const now = clock.nowMs();
-    const params: unknown[] = [
-      sessionId,
-      input.userId,
-      sha256Hex(refreshToken),
-      input.ip?.slice(0, 45) ?? null,
-      input.userAgent?.slice(0, 1000) ?? null,
-      input.mfa,
-      new Date(now + REFRESH_IDLE_MS).toISOString(),
-      new Date(now + REFRESH_ABSOLUTE_MS).toISOString(),
-      new Date(now).toISOString(),
-    ];
-    let text = extras.recordLogin ? SESSION_INSERT_WITH_LOGIN : SESSION_INSERT;
-    if (extras.audit) {
-      const audit = extras.audit(params.length + 1);
-      text = `${text} ${audit.text}`;
-      params.push(...audit.params);
+    const sessionId = opts.id ?? newId();
+    const now = opts.at ?? clock.now();
+    const insert = sessionWriter.insert({
+      id: sessionId,
+      userId: input.userId,
+      tokenHash: sha256Hex(refreshToken),
+      ipAddress: input.ip?.slice(0, 45) ?? null,
+      userAgent: input.userAgent?.slice(0, 1000) ?? null,
+      mfa: input.mfa,
+      expiresAt: new Date(now.getTime() + REFRESH_IDLE_MS),
+      absoluteExpiresAt: new Date(now.getTime() + REFRESH_ABSOLUTE_MS),
+      lastUsedAt: now,
+      revokedAt: null,
+      revokedReason: null,
+      createdAt: now,
+    });
+    if (!opts.loginAudit) {
+      await rawQuery(db, insert.text, insert.params);
     } else {
-      text = `${text} select 1`;
+      const n = insert.params.length;
+      const audit = opts.loginAudit(n + 3);
+      await rawQuery(
+        db,
+        `with s as (${insert.text}),
+          u as (update users set last_login_at = $${n + 1}::timestamptz, failed_login_count = 0, locked_until = null where id = $${n + 2})
+          ${audit.text}`,
+        [...insert.params, now.toISOString(), input.userId, ...audit.params],
+      );
     }
-    await rawQuery(db, text, params);
     return { sessionId, refreshToken };
   }
 

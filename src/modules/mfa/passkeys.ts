@@ -8,8 +8,6 @@ import type {
   verifyRegistrationResponse,
 } from '@simplewebauthn/server';
 
-/** Loaded on the first passkey request: the library costs ~300 ms of start-up otherwise. */
-const webauthn = lazy(() => import('@simplewebauthn/server'));
 import type { Keel } from '../../keel.js';
 import { clock } from '../../platform/clock.js';
 import { sha256Hex } from '../../platform/crypto.js';
@@ -28,6 +26,9 @@ import { passkeys } from './schema.js';
 import { smsEnrolled } from './sms.js';
 import { requireRelyingParty } from './webauthn.js';
 import { lazy } from '../../platform/lazy.js';
+
+/** Loaded on the first passkey request: the library costs ~300 ms of start-up otherwise. */
+const webauthn = lazy(() => import('@simplewebauthn/server'));
 
 export const WEBAUTHN_REGISTER_PURPOSE = 'webauthn_register';
 export const WEBAUTHN_LOGIN_PURPOSE = 'webauthn_login';

@@ -1,4 +1,4 @@
-import { getTableColumns, type InferSelectModel } from 'drizzle-orm';
+import { getTableColumns, getTableName, type InferInsertModel, type InferSelectModel } from 'drizzle-orm';
 import type { PgTable } from 'drizzle-orm/pg-core';
 import type { Db } from './client.js';
 
@@ -6,9 +6,10 @@ import type { Db } from './client.js';
  * Hand-written SQL for the few hottest statements (a login, a refresh), run straight on the driver.
  *
  * Drizzle builds each statement from its query tree on every call and maps every row; for a login
- * that was most of its database time (bench/README.md). A statement here is fixed text with
- * positional parameters, built once at module load, and runs on the same connection as the drizzle
- * handle it is given, so it takes part in that handle's transaction. Everything else uses drizzle.
+ * that was most of its database time (bench/README.md). A statement here is text with positional
+ * parameters, derived once from the drizzle schema (`tableReader`, `tableWriter`), and runs on the
+ * same connection as the drizzle handle it is given, so it takes part in that handle's transaction.
+ * Everything else uses drizzle.
  */
 
 interface DriverClient {
@@ -48,6 +49,52 @@ export function tableReader<T extends PgTable>(table: T, alias?: string): TableR
         out[key] = value === null || value === undefined ? null : col.mapFromDriverValue(value);
       }
       return out as InferSelectModel<T>;
+    },
+  };
+}
+
+/** A piece of SQL with its parameters, numbered from the `first` it was built with. */
+export interface SqlPart {
+  text: string;
+  params: unknown[];
+}
+
+/** Every column of a table's insert, none left out: adding a column to the schema breaks the writer's callers at compile time. */
+export type FullRow<T extends PgTable> = { [K in keyof InferInsertModel<T>]-?: Exclude<InferInsertModel<T>[K], undefined> };
+
+/** Writes a table's rows from raw SQL: the column list, placeholders and parameter order all come from the drizzle schema. */
+export interface TableWriter<T extends PgTable> {
+  /** `insert into "t" ("a", "b", …) values ($first, $first+1::jsonb, …)` with the row's parameters. */
+  insert(row: FullRow<T>, first?: number): SqlPart;
+}
+
+export function tableWriter<T extends PgTable>(table: T): TableWriter<T> {
+  const columns = Object.entries(getTableColumns(table));
+  const name = getTableName(table);
+  // Parameters travel as text: timestamps as ISO strings and JSON serialised, cast back here.
+  const casts = columns.map(([, col]) => {
+    const type = col.getSQLType();
+    if (type === 'jsonb' || type === 'json') return `::${type}`;
+    if (type.startsWith('timestamp')) return type.includes('with time zone') ? '::timestamptz' : '::timestamp';
+    return '';
+  });
+  const head = `insert into "${name}" (${columns.map(([, col]) => `"${col.name}"`).join(', ')}) values `;
+  const texts = new Map<number, string>();
+  return {
+    insert(row, first = 1) {
+      let text = texts.get(first);
+      if (!text) {
+        text = `${head}(${casts.map((cast, i) => `$${first + i}${cast}`).join(', ')})`;
+        texts.set(first, text);
+      }
+      const values = row as Record<string, unknown>;
+      const params = columns.map(([key], i) => {
+        const value = values[key];
+        if (value === null || value === undefined) return null;
+        if (value instanceof Date) return value.toISOString();
+        return casts[i] === '::jsonb' || casts[i] === '::json' ? JSON.stringify(value) : value;
+      });
+      return { text, params };
     },
   };
 }
