@@ -58,6 +58,11 @@ export class EventBus {
     };
   }
 
+  /** True when something would receive `type`: without a subscriber, a publisher need not open a transaction for it. */
+  hasSubscribers(type: EventType): boolean {
+    return (this.#handlers.get(type)?.length ?? 0) > 0 || (this.#handlers.get('*')?.length ?? 0) > 0;
+  }
+
   async publish<T extends EventType>(tx: Tx, type: T, orgId: string | null, data: EventData<T>): Promise<KeelEvent<T>> {
     const event: KeelEvent<T> = { id: newId(), type, timestamp: clock.now().toISOString(), orgId, data };
     for (const handler of [...(this.#handlers.get(type) ?? []), ...(this.#handlers.get('*') ?? [])]) {

@@ -4,6 +4,8 @@ import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js'
 import { createUser, login, STRONG_PASSWORD, uniqueEmail, createTenant } from '../helpers/fixtures.js';
 import { clock } from '../../src/platform/clock.js';
 import { auditLogs } from '../../src/modules/audit/schema.js';
+import { writeAudit } from '../../src/modules/audit/service.js';
+import { sessions, users } from '../../src/modules/identity/schema.js';
 import { partners } from '../../src/modules/tenancy/schema.js';
 import type { KeelEvent } from '../../src/events.js';
 
@@ -163,6 +165,27 @@ describe.skipIf(!backendAvailable())('login', () => {
     expect(entry.orgId).toBe(tenant.orgId);
     expect(entry.ipAddress).toBe(app.ip);
     expect(JSON.stringify(entry)).not.toContain(tenant.orgTechnician.password);
+  });
+
+  it('commits a user.login subscriber\'s writes with the login, and its failure leaves no session and no entry', async () => {
+    const user = await createUser(app);
+    const failing = app.server.keel.events.subscribe('user.login', () => Promise.reject(new Error('subscriber failed')));
+    const refused = await app.api('POST', '/auth/login', { body: { email: user.email, password: user.password } });
+    failing();
+    expect(refused.status).toBe(500);
+    expect(await app.server.keel.db.select().from(sessions).where(eq(sessions.userId, user.id))).toEqual([]);
+    expect(await app.server.keel.db.select().from(auditLogs).where(eq(auditLogs.actorId, user.id))).toEqual([]);
+    const [before] = await app.server.keel.db.select({ lastLoginAt: users.lastLoginAt }).from(users).where(eq(users.id, user.id));
+    expect(before?.lastLoginAt).toBeNull();
+
+    const writing = app.server.keel.events.subscribe('user.login', async (tx, event) => {
+      await writeAudit(tx.db, { actor: { type: 'system' } }, { action: 'test.subscriber', target: { type: 'user', id: user.id }, details: { eventId: event.id } });
+    });
+    const ok = await app.api('POST', '/auth/login', { body: { email: user.email, password: user.password } });
+    writing();
+    expect(ok.status).toBe(200);
+    const entries = await app.server.keel.db.select().from(auditLogs).where(eq(auditLogs.targetId, user.id));
+    expect(entries.map((e) => e.action).sort()).toEqual(['test.subscriber', 'user.login']);
   });
 });
 

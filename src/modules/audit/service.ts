@@ -1,7 +1,7 @@
 import type { Db } from '../../platform/db/client.js';
 import { clock } from '../../platform/clock.js';
 import { newId } from '../../platform/db/columns.js';
-import { rawQuery, tableWriter, type SqlPart } from '../../platform/db/raw.js';
+import { prepared, rawQuery, tableWriter, type SqlPart } from '../../platform/db/raw.js';
 import { auditLogs } from './schema.js';
 
 export interface AuditActor {
@@ -72,5 +72,5 @@ export function auditInsert(info: AuditRequestInfo, entry: AuditEntry, first = 1
  */
 export async function writeAudit(db: Db, info: AuditRequestInfo, entry: AuditEntry): Promise<void> {
   const { text, params } = auditInsert(info, entry);
-  await rawQuery(db, text, params);
+  await rawQuery(db, prepared('audit_insert', text), params);
 }

@@ -1,10 +1,10 @@
 import { and, desc, count, eq, gt, isNull, sql } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import type { Db } from '../../platform/db/client.js';
-import { transaction, type Tx } from '../../platform/db/transaction.js';
+import { transaction, transactionIf, type Tx } from '../../platform/db/transaction.js';
 import { clock } from '../../platform/clock.js';
 import { newId } from '../../platform/db/columns.js';
-import { rawQuery, tableReader } from '../../platform/db/raw.js';
+import { prepared, rawQuery, tableReader } from '../../platform/db/raw.js';
 import { AppError, conflict, notFound, unauthorized } from '../../platform/http/errors.js';
 import { auditInsert, writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { addPartnerMember, getAccessSummary, type AccessSummary } from '../access/service.js';
@@ -38,7 +38,7 @@ export interface TokenAnswer {
 export const invalidCredentials = () => unauthorized('Invalid email or password', 'invalid_credentials');
 
 const userReader = tableReader(users);
-const USER_BY_EMAIL = `select ${userReader.columns} from users where lower(email) = lower($1)`;
+const USER_BY_EMAIL = prepared('user_by_email', `select ${userReader.columns} from users where lower(email) = lower($1)`);
 
 /** The account for an email, case-insensitively (the unique index is on lower(email)). On every login: raw SQL. */
 export async function findUserByEmail(db: Db, email: string): Promise<User | undefined> {
@@ -58,7 +58,7 @@ async function tokenAnswer(
   known: { access?: AccessSummary; profile?: SelfProfile } = {},
 ): Promise<TokenAnswer> {
   const access = known.access ?? (await getAccessSummary(keel.db, user));
-  const accessToken = await identityOf(keel).tokens.sign({
+  const accessToken = identityOf(keel).tokens.sign({
     sub: user.id,
     sid: session.id,
     scope: access.scope,
@@ -108,7 +108,8 @@ export async function signIn(
   const [access, passkeys] = await Promise.all([getAccessSummary(keel.db, user), passkeyCount(keel.db, user)]);
   const sessionId = newId();
   const loggedInAt = clock.now();
-  const started = await transaction(keel.db, async (tx) => {
+  // One statement; a transaction only when a subscriber adds its own writes (webhook deliveries).
+  const started = await transactionIf(keel.events.hasSubscribers('user.login'), keel.db, async (tx) => {
     const s = await identity.sessions.create(
       tx.db,
       { userId: user.id, ip: info.ip, userAgent: info.userAgent, mfa: opts.mfa },

@@ -5,7 +5,7 @@ import { transaction } from '../../platform/db/transaction.js';
 import { clock } from '../../platform/clock.js';
 import { randomToken, sha256Hex } from '../../platform/crypto.js';
 import { newId } from '../../platform/db/columns.js';
-import { rawQuery, tableWriter, type SqlPart } from '../../platform/db/raw.js';
+import { prepared, rawQuery, tableWriter, type SqlPart } from '../../platform/db/raw.js';
 import { sessionRefreshTokens, sessions, users } from './schema.js';
 import { enrolledMethods, type MfaMethodName } from '../mfa/login.js';
 
@@ -91,15 +91,15 @@ export class SessionService {
       createdAt: now,
     });
     if (!opts.loginAudit) {
-      await rawQuery(db, insert.text, insert.params);
+      await rawQuery(db, prepared('session_insert', insert.text), insert.params);
     } else {
       const n = insert.params.length;
       const audit = opts.loginAudit(n + 3);
       await rawQuery(
         db,
-        `with s as (${insert.text}),
+        prepared('session_login', `with s as (${insert.text}),
           u as (update users set last_login_at = $${n + 1}::timestamptz, failed_login_count = 0, locked_until = null where id = $${n + 2})
-          ${audit.text}`,
+          ${audit.text}`),
         [...insert.params, now.toISOString(), input.userId, ...audit.params],
       );
     }

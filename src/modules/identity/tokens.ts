@@ -1,4 +1,4 @@
-import { randomUUID, webcrypto } from 'node:crypto';
+import { createHmac, randomUUID, webcrypto } from 'node:crypto';
 import { clock } from '../../platform/clock.js';
 import { sha256Hex } from '../../platform/crypto.js';
 import { lazy } from '../../platform/lazy.js';
@@ -19,7 +19,8 @@ export interface AccessClaims {
 
 interface SigningKey {
   kid: string;
-  /** Imported once: jose would otherwise import a WebCrypto key on every sign and verify. */
+  secret: Buffer;
+  /** Imported once: jose would otherwise import a WebCrypto key on every verify. */
   key: Promise<webcrypto.CryptoKey>;
 }
 
@@ -28,38 +29,47 @@ type VerifiedClaims = AccessClaims & { iat: number; exp: number };
 /** Verified tokens kept per process; a signature never stops being valid, so expiry is all to check. */
 const VERIFIED_MAX = 50_000;
 
+const base64url = (text: string): string => Buffer.from(text).toString('base64url');
+
 /**
  * HS256 access tokens. The first secret signs; every listed secret verifies, picked by `kid`, so the
  * JWT secret can rotate without signing everyone out.
+ *
+ * Signing is one synchronous HMAC over a fixed header and the JSON claims (RFC 7515 compact form):
+ * jose signs through WebCrypto, a job queued on libuv's thread pool behind the logins' Argon2
+ * verifies (docs/decisions.md "Cost on the request path"). Verifying, where a mistake would let a
+ * forged token in, stays with jose; the tests verify every signed token with it.
  */
 export class AccessTokens {
   readonly #signing: SigningKey;
+  /** `base64url({"alg":"HS256","kid":…,"typ":"JWT"}).`, the same for every token of the signing key. */
+  readonly #headerPart: string;
   readonly #byKid: Map<string, SigningKey>;
 
   constructor(secrets: Buffer[]) {
     const keys = secrets.map((s) => ({
       kid: sha256Hex(s).slice(0, 12),
-      key: webcrypto.subtle.importKey('raw', new Uint8Array(s), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign', 'verify']),
+      secret: s,
+      key: webcrypto.subtle.importKey('raw', new Uint8Array(s), { name: 'HMAC', hash: 'SHA-256' }, false, ['verify']),
     }));
     const first = keys[0];
     if (!first) throw new Error('no JWT secret');
     this.#signing = first;
+    this.#headerPart = `${base64url(JSON.stringify({ alg: 'HS256', kid: first.kid, typ: 'JWT' }))}.`;
     this.#byKid = new Map(keys.map((k) => [k.kid, k]));
   }
 
-  async sign(claims: AccessClaims): Promise<string> {
+  sign(claims: AccessClaims): string {
     const now = clock.nowSeconds();
-    const body: Record<string, unknown> = { sid: claims.sid, scope: claims.scope, mfa: claims.mfa };
-    if (claims.partnerId) body.partnerId = claims.partnerId;
-    if (claims.orgId) body.orgId = claims.orgId;
-    const { SignJWT } = await jose();
-    return new SignJWT(body)
-      .setProtectedHeader({ alg: 'HS256', kid: this.#signing.kid, typ: 'JWT' })
-      .setSubject(claims.sub)
-      .setIssuedAt(now)
-      .setExpirationTime(now + ACCESS_TOKEN_SECONDS)
-      .setJti(randomUUID())
-      .sign(await this.#signing.key);
+    const payload: Record<string, unknown> = { sid: claims.sid, scope: claims.scope, mfa: claims.mfa };
+    if (claims.partnerId) payload.partnerId = claims.partnerId;
+    if (claims.orgId) payload.orgId = claims.orgId;
+    payload.sub = claims.sub;
+    payload.iat = now;
+    payload.exp = now + ACCESS_TOKEN_SECONDS;
+    payload.jti = randomUUID();
+    const input = this.#headerPart + base64url(JSON.stringify(payload));
+    return `${input}.${createHmac('sha256', this.#signing.secret).update(input).digest('base64url')}`;
   }
 
   readonly #verified = new Map<string, VerifiedClaims>();

@@ -2,6 +2,7 @@ import { mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type pg from 'pg';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
+import { nodePostgresRunner, registerRunner } from './raw.js';
 
 /** The query builder every module uses; a transaction (`db.transaction(tx => …)`) has the same type. */
 export type Db = PgDatabase<PgQueryResultHKT>;
@@ -44,8 +45,14 @@ export function pgliteDirFor(dataDir: string): string {
 
 async function openPglite(dir: string, load?: Blob): Promise<Database> {
   if (!dir.startsWith('memory://')) mkdirSync(dir, { recursive: true });
-  const [{ PGlite }, { drizzle: drizzlePglite }] = await Promise.all([import('@electric-sql/pglite'), import('drizzle-orm/pglite')]);
+  const [{ PGlite }, { drizzle: drizzlePglite }, { pglitePreparedRunner }] = await Promise.all([
+    import('@electric-sql/pglite'),
+    import('drizzle-orm/pglite'),
+    import('./pglite-statements.js'),
+  ]);
   const client = await PGlite.create({ dataDir: dir, ...(load ? { loadDataDir: load } : {}) });
+  const runner = pglitePreparedRunner(client);
+  if (runner) registerRunner(client, runner);
   const db = drizzlePglite(client) as unknown as Db;
   return {
     kind: 'pglite',
@@ -75,6 +82,7 @@ async function openPostgres(url: string, max: number): Promise<Database> {
   const pool = new pg.Pool({ connectionString: url, max, idleTimeoutMillis: 30_000 });
   // An idle client's error (server restart) must not crash the process; the next query reconnects.
   pool.on('error', () => undefined);
+  registerRunner(pool, nodePostgresRunner);
   const db = drizzlePg(pool) as unknown as Db;
   const listeners = new Set<pg.Client>();
   return {

@@ -10,10 +10,54 @@ import type { Db } from './client.js';
  * parameters, derived once from the drizzle schema (`tableReader`, `tableWriter`), and runs on the
  * same connection as the drizzle handle it is given, so it takes part in that handle's transaction.
  * Everything else uses drizzle.
+ *
+ * A `Statement` (from `prepared`) is also prepared once per connection and afterwards only bound and
+ * executed: PostgreSQL parses and plans it once (on PGlite, whose parse and plan run in WebAssembly
+ * on the main thread, that halves a lookup's cost: docs/decisions.md "Prepared hot statements").
  */
 
-interface DriverClient {
-  query(text: string, params?: unknown[]): Promise<{ rows: unknown[] }>;
+export interface DriverClient {
+  query(text: string | { name: string; text: string; values: unknown[] }, params?: unknown[]): Promise<{ rows: unknown[] }>;
+}
+
+/** A hot statement: one name for one text, prepared once per connection. */
+export interface Statement {
+  readonly name: string;
+  readonly text: string;
+}
+
+const statementNames = new Map<string, string>();
+
+/** Declares a prepared statement. A name stands for one text in the whole process; reusing it for another text throws. */
+export function prepared(name: string, text: string): Statement {
+  const known = statementNames.get(name);
+  if (known !== undefined && known !== text) throw new Error(`prepared statement ${name} is already declared with another text`);
+  statementNames.set(name, text);
+  return { name, text };
+}
+
+/**
+ * Runs a prepared statement on a driver connection: node-postgres prepares a named statement per
+ * connection itself; PGlite needs platform/db/pglite-statements.ts. Registered per database client
+ * when it opens; a transaction started with `transaction()` shares its database's runner
+ * (`shareRunner`). A handle without one (a drizzle transaction opened directly) runs the text unprepared.
+ */
+export type PreparedRunner = (client: DriverClient, statement: Statement, params: unknown[], inTransaction: boolean) => Promise<unknown[]>;
+
+const runners = new WeakMap<object, { run: PreparedRunner; inTransaction: boolean }>();
+
+export function registerRunner(client: object, run: PreparedRunner): void {
+  runners.set(client, { run, inTransaction: false });
+}
+
+/** node-postgres: a named query is parsed once per connection (Pool or the transaction's client). */
+export const nodePostgresRunner: PreparedRunner = async (client, statement, params) =>
+  (await client.query({ name: statement.name, text: statement.text, values: params })).rows;
+
+/** Lets a transaction handle use its database's runner (called when the transaction starts). */
+export function shareRunner(tx: Db, db: Db): void {
+  const root = runners.get(clientOf(db));
+  if (root) runners.set(clientOf(tx), { run: root.run, inTransaction: true });
 }
 
 /** The driver client behind a drizzle database or transaction: PGlite or its transaction, a pg Pool or PoolClient. */
@@ -24,9 +68,12 @@ function clientOf(db: Db): DriverClient {
 }
 
 /** Runs one statement on `db`'s connection (inside its transaction, if it is one) and answers the rows. */
-export async function rawQuery<T = Record<string, unknown>>(db: Db, text: string, params: unknown[]): Promise<T[]> {
-  const result = await clientOf(db).query(text, params);
-  return result.rows as T[];
+export async function rawQuery<T = Record<string, unknown>>(db: Db, sql: string | Statement, params: unknown[]): Promise<T[]> {
+  const client = clientOf(db);
+  if (typeof sql === 'string') return (await client.query(sql, params)).rows as T[];
+  const runner = runners.get(client);
+  if (runner) return (await runner.run(client, sql, params, runner.inTransaction)) as T[];
+  return (await client.query(sql.text, params)).rows as T[];
 }
 
 /** Reads a table's rows from raw SQL into the exact shape drizzle answers (camelCase keys, mapped values). */

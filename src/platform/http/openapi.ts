@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { createRequire } from 'node:module';
 import { validationError, zodFields } from './errors.js';
+import { CachedTrieRouter } from './router.js';
 
 /**
  * A router whose zod validation failures become the 400 `validation_failed` envelope. Every module
@@ -11,6 +12,7 @@ import { validationError, zodFields } from './errors.js';
  */
 export function createRouter<E extends Env>(): OpenAPIHono<E> {
   return new OpenAPIHono<E>({
+    router: new CachedTrieRouter(),
     defaultHook: (result) => {
       if (!result.success) {
         throw validationError(zodFields(result.error, result.target === 'json' ? undefined : result.target));
