@@ -21,6 +21,11 @@ export class CachedTrieRouter<T> implements Router<T> {
   readonly #trie = new TrieRouter<T>();
   readonly #cache = new Map<string, Result<T>>();
 
+  /** How many matches are remembered now. */
+  get size(): number {
+    return this.#cache.size;
+  }
+
   add(method: string, path: string, handler: T): void {
     this.#cache.clear();
     this.#trie.add(method, path, handler);
