@@ -70,7 +70,7 @@ if (startup) {
   rows.push(['start-up', 'pglite', '`npm start` restart until /health 200', `${fmt(startup.medianRestartMs)} ms`, `first start ${fmt(startup.firstMs)} ms`, '-', `< 2000 ms: ${goal(startup.medianRestartMs < 2000)}`]);
 }
 for (const r of logins) {
-  rows.push(['login', r.backend, 'POST /auth/login, concurrency 8', `${fmt(r.loginsPerSecond, 1)} login/s`, `${fmt(r.argon2PerSecond, 1)} argon2 verify/s`, fmt(r.ratio, 2), `>= ${LOGIN_GOAL}: ${goal(r.ratio >= LOGIN_GOAL)}`]);
+  rows.push(['login', r.backend, 'POST /auth/login, concurrency 8', `${fmt(r.loginsPerSecond, 1)} login/s`, `${fmt(r.argon2PerSecond, 1)} argon2 verify/s (best bare)`, fmt(r.ratio, 2), `>= ${LOGIN_GOAL}: ${goal(r.ratio >= LOGIN_GOAL)}`]);
 }
 for (const r of reads) {
   rows.push([

@@ -1,16 +1,16 @@
-import { hash, verify } from '@node-rs/argon2';
 import type { ZxcvbnFactory } from '@zxcvbn-ts/core';
 import { validationError } from '../../platform/http/errors.js';
 import { lazy } from '../../platform/lazy.js';
+import { argon2Hash, argon2Verify } from '../../platform/argon2-pool.js';
 
-// Argon2id with the library's defaults: OWASP's 19 MiB, t=2, p=1.
+// Argon2id with the library's defaults (OWASP's 19 MiB, t=2, p=1), on the hashing threads.
 export function hashPassword(password: string): Promise<string> {
-  return hash(password);
+  return argon2Hash(password);
 }
 
 export async function verifyPassword(passwordHash: string, password: string): Promise<boolean> {
   try {
-    return await verify(passwordHash, password);
+    return await argon2Verify(passwordHash, password);
   } catch {
     return false;
   }
@@ -19,7 +19,7 @@ export async function verifyPassword(passwordHash: string, password: string): Pr
 let dummyHash: Promise<string> | null = null;
 /** Spends the same time as a real verify, so an unknown email is not told apart by timing. */
 export async function dummyVerify(password: string): Promise<void> {
-  dummyHash ??= hash('keel-dummy-password-for-timing');
+  dummyHash ??= argon2Hash('keel-dummy-password-for-timing');
   await verifyPassword(await dummyHash, password);
 }
 

@@ -1,0 +1,95 @@
+import { Worker } from 'node:worker_threads';
+import { availableParallelism } from 'node:os';
+import { createRequire } from 'node:module';
+
+/**
+ * Argon2id on a pool of worker threads of its own, one per core (docs/decisions.md "Password
+ * hashing threads").
+ *
+ * @node-rs/argon2's async functions run on libuv's shared pool (4 threads). On a machine with fewer
+ * cores than that, four 19 MiB hashes take turns on the cores and evict each other's memory: on 2
+ * cores, verifies/s rose from ~130 to ~145 with one hashing thread per core. And every other user of
+ * libuv's pool (DNS lookups for webhooks and SMTP, file system, WebCrypto) waited behind a queue of
+ * hashes during a wave of logins. Here each worker runs the library's synchronous functions; jobs are
+ * posted at once to the least busy worker, whose own message queue holds the backlog, so a worker
+ * starts its next hash without waiting for the main thread.
+ */
+
+interface Job {
+  resolve: (value: unknown) => void;
+  reject: (err: Error) => void;
+}
+
+interface PoolWorker {
+  worker: Worker;
+  pending: Map<number, Job>;
+}
+
+type Request = { op: 'hash'; password: string } | { op: 'verify'; hash: string; password: string };
+
+const WORKER = `
+const { parentPort, workerData } = require('node:worker_threads');
+const { hashSync, verifySync } = require(workerData.argon2);
+parentPort.on('message', ({ id, op, hash, password }) => {
+  try {
+    parentPort.postMessage({ id, value: op === 'hash' ? hashSync(password) : verifySync(hash, password) });
+  } catch (err) {
+    parentPort.postMessage({ id, error: String((err && err.message) || err) });
+  }
+});
+`;
+
+export const HASH_THREADS = Math.max(1, availableParallelism());
+
+const argon2Path = createRequire(import.meta.url).resolve('@node-rs/argon2');
+const workers: PoolWorker[] = [];
+let nextId = 0;
+
+function start(): PoolWorker {
+  const worker = new Worker(WORKER, { eval: true, workerData: { argon2: argon2Path } });
+  const entry: PoolWorker = { worker, pending: new Map() };
+  // The pool never keeps a process alive on its own.
+  worker.unref();
+  worker.on('message', (msg: { id: number; value?: unknown; error?: string }) => {
+    const job = entry.pending.get(msg.id);
+    if (!job) return;
+    entry.pending.delete(msg.id);
+    if (msg.error !== undefined) job.reject(new Error(msg.error));
+    else job.resolve(msg.value);
+  });
+  const fail = (err: Error) => {
+    const at = workers.indexOf(entry);
+    if (at >= 0) workers.splice(at, 1);
+    for (const job of entry.pending.values()) job.reject(err);
+    entry.pending.clear();
+  };
+  worker.on('error', fail);
+  worker.on('exit', (code) => fail(new Error(`argon2 worker exited (${code})`)));
+  return entry;
+}
+
+function run(request: Request): Promise<unknown> {
+  while (workers.length < HASH_THREADS) workers.push(start());
+  let target = workers[0]!;
+  for (const w of workers) if (w.pending.size < target.pending.size) target = w;
+  const id = nextId++;
+  return new Promise((resolve, reject) => {
+    target.pending.set(id, { resolve, reject });
+    target.worker.postMessage({ id, ...request });
+  });
+}
+
+/** An Argon2id hash with the library's defaults (OWASP's 19 MiB, t=2, p=1). */
+export function argon2Hash(password: string): Promise<string> {
+  return run({ op: 'hash', password }) as Promise<string>;
+}
+
+/** True when `password` matches `hash`; rejects for a malformed hash. */
+export function argon2Verify(hash: string, password: string): Promise<boolean> {
+  return run({ op: 'verify', hash, password }) as Promise<boolean>;
+}
+
+/** How many hashes each worker has queued or running (tests). */
+export function hashPoolLoad(): number[] {
+  return workers.map((w) => w.pending.size);
+}

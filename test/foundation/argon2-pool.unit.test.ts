@@ -1,0 +1,37 @@
+/**
+ * The password-hashing threads (platform/argon2-pool.ts): the same Argon2id as the library's own
+ * functions (hashes verify both ways), wrong and malformed input answered, and a burst spread over
+ * one worker per core with every answer back.
+ */
+import { describe, expect, it } from 'vitest';
+import { hash, verify } from '@node-rs/argon2';
+import { argon2Hash, argon2Verify, hashPoolLoad, HASH_THREADS } from '../../src/platform/argon2-pool.js';
+
+describe('argon2 hashing threads', () => {
+  it('hashes Argon2id with the library defaults, and its hashes and the library\'s verify both ways', async () => {
+    const stored = await argon2Hash('correct horse battery staple');
+    expect(stored).toMatch(/^\$argon2id\$v=19\$m=19456,t=2,p=1\$/);
+    expect(await verify(stored, 'correct horse battery staple')).toBe(true);
+    expect(await argon2Verify(stored, 'correct horse battery staple')).toBe(true);
+    expect(await argon2Verify(stored, 'Correct horse battery staple')).toBe(false);
+    const fromLibrary = await hash('another one');
+    expect(await argon2Verify(fromLibrary, 'another one')).toBe(true);
+  });
+
+  it('rejects a malformed hash without harming the pool', async () => {
+    await expect(argon2Verify('not-a-hash', 'x')).rejects.toThrow();
+    const stored = await argon2Hash('still working');
+    expect(await argon2Verify(stored, 'still working')).toBe(true);
+  });
+
+  it('spreads a burst over one worker per core and answers every job', async () => {
+    const stored = await argon2Hash('burst');
+    const jobs = Array.from({ length: HASH_THREADS * 3 + 1 }, (_, i) => argon2Verify(stored, i % 2 === 0 ? 'burst' : 'wrong'));
+    const load = hashPoolLoad();
+    expect(load).toHaveLength(HASH_THREADS);
+    expect(Math.max(...load) - Math.min(...load)).toBeLessThanOrEqual(1);
+    const answers = await Promise.all(jobs);
+    expect(answers).toEqual(jobs.map((_, i) => i % 2 === 0));
+    expect(hashPoolLoad().every((n) => n === 0)).toBe(true);
+  });
+});
