@@ -70,8 +70,9 @@ function start(): PoolWorker {
 
 function run(request: Request): Promise<unknown> {
   while (workers.length < HASH_THREADS) workers.push(start());
-  let target = workers[0]!;
-  for (const w of workers) if (w.pending.size < target.pending.size) target = w;
+  let target: PoolWorker | undefined;
+  for (const w of workers) if (!target || w.pending.size < target.pending.size) target = w;
+  if (!target) return Promise.reject(new Error('no argon2 worker'));
   const id = nextId++;
   return new Promise((resolve, reject) => {
     target.pending.set(id, { resolve, reject });
