@@ -9,13 +9,31 @@ import type { Principal } from './principal.js';
 import { getAccessSummary } from '../access/service.js';
 import { forceMfaSatisfied, mfaEnrollmentRequired } from '../mfa/policy.js';
 
+type Resolved = { principal: Principal; session: LiveSession } | null;
+
 /** Resolves an access token to its principal and live session: a valid signature, a live session, an active user. */
-export async function sessionFromAccessToken(keel: Keel, token: string): Promise<{ principal: Principal; session: LiveSession } | null> {
+export async function sessionFromAccessToken(keel: Keel, token: string): Promise<Resolved> {
   const identity = identityOf(keel);
-  const claims = await identity.tokens.verify(token);
+  const claims = identity.tokens.known(token) ?? (await identity.tokens.verify(token));
   if (!claims) return null;
-  const session = await identity.sessions.lookup(claims.sid);
-  if (!session || session.userId !== claims.sub) return null;
+  return resolved(claims.sub, identity.sessions.cached(claims.sid) ?? (await identity.sessions.lookup(claims.sid)));
+}
+
+/**
+ * `sessionFromAccessToken` answered from the caches alone, without waiting (a token and session seen
+ * before: nearly every request); undefined when something must be read or verified first.
+ */
+function knownSession(keel: Keel, token: string): Resolved | undefined {
+  const identity = identityOf(keel);
+  const claims = identity.tokens.known(token);
+  if (claims === undefined) return undefined;
+  if (claims === null) return null;
+  const session = identity.sessions.cached(claims.sid);
+  return session === undefined ? undefined : resolved(claims.sub, session);
+}
+
+function resolved(subject: string, session: LiveSession | null): Resolved {
+  if (!session || session.userId !== subject) return null;
   return {
     session,
     principal: {
@@ -54,7 +72,7 @@ export function authenticate(keel: Keel, opts: AuthenticateOptions = {}): Middle
       c.set('principal', principal);
       return next();
     }
-    const found = await sessionFromAccessToken(keel, token);
+    const found = knownSession(keel, token) ?? (await sessionFromAccessToken(keel, token));
     if (!found) throw unauthorized('The access token is invalid or expired', 'invalid_token');
     c.set('principal', found.principal);
     if (!opts.allowUnenrolled && keel.config.ENABLE_2FA && !found.session.enrolled.includes('totp')) {

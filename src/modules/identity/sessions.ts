@@ -197,11 +197,18 @@ export class SessionService {
     await this.keel.invalidation.publish(USER_TOPIC, userId);
   }
 
+  /** `lookup` without waiting, from the cache: the session, null once past its absolute expiry, undefined if not cached. */
+  cached(sessionId: string): LiveSession | null | undefined {
+    const cached = this.#cache.get(sessionId);
+    if (!cached) return undefined;
+    return cached.absoluteExpiresAt > clock.nowMs() ? cached : null;
+  }
+
   /** The live session for an access token's `sid`, or null when revoked, expired or its user inactive. */
   async lookup(sessionId: string): Promise<LiveSession | null> {
-    const cached = this.#cache.get(sessionId);
+    const cached = this.cached(sessionId);
+    if (cached !== undefined) return cached;
     const now = clock.nowMs();
-    if (cached) return cached.absoluteExpiresAt > now ? cached : null;
     const epoch = this.#epoch;
     const [row] = await this.keel.db
       .select({ session: sessions, user: users })

@@ -79,18 +79,23 @@ export class AccessTokens {
    * tokens are remembered until they expire: revocation is decided by the session check, not here.
    */
   async verify(token: string): Promise<VerifiedClaims | null> {
-    const known = this.#verified.get(token);
-    if (known) {
-      if (known.exp > clock.nowSeconds()) return known;
-      this.#verified.delete(token);
-      return null;
-    }
+    const known = this.known(token);
+    if (known !== undefined) return known;
     const claims = await this.#verifyFresh(token);
     if (claims) {
       if (this.#verified.size >= VERIFIED_MAX) this.#verified.clear();
       this.#verified.set(token, claims);
     }
     return claims;
+  }
+
+  /** `verify` without waiting, for a token verified before: its claims, null once expired, undefined if not known. */
+  known(token: string): VerifiedClaims | null | undefined {
+    const known = this.#verified.get(token);
+    if (!known) return undefined;
+    if (known.exp > clock.nowSeconds()) return known;
+    this.#verified.delete(token);
+    return null;
   }
 
   async #verifyFresh(token: string): Promise<VerifiedClaims | null> {
