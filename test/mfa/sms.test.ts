@@ -1,7 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { and, eq } from 'drizzle-orm';
 import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
-import { createTenant, createUser, jwtClaims, login, type TestUser } from '../helpers/fixtures.js';
+import { createTenant, createUser, enrollTotp, jwtClaims, login, type TestUser } from '../helpers/fixtures.js';
 import { clock } from '../../src/platform/clock.js';
 import { users } from '../../src/modules/identity/schema.js';
 import { organizations } from '../../src/modules/tenancy/schema.js';
@@ -198,6 +198,22 @@ describe.skipIf(!backendAvailable())('SMS codes through a real HTTP gateway (Twi
     expect((await app.api('GET', '/auth/sessions', { token: accessToken })).status).toBe(428);
     await enrollSms(app, stub, accessToken);
     expect((await app.api('GET', '/auth/sessions', { token: accessToken })).status).toBe(200);
+  });
+
+  it('does not offer SMS at login beside another factor once the organisation disallows it', async () => {
+    const tenant = await createTenant(app);
+    const tech = tenant.orgTechnician;
+    const totp = await enrollTotp(app, (await login(app, tech)).accessToken);
+    await enrollSms(app, stub, totp.accessToken);
+    const before = await app.api('POST', '/auth/login', { body: { email: tech.email, password: tech.password } });
+    expect(before.body.availableMethods).toEqual(expect.arrayContaining(['totp', 'sms']));
+    await app.server.keel.db
+      .update(organizations)
+      .set({ settings: { security: { allowedMfaMethods: { sms: false } } } })
+      .where(eq(organizations.id, tenant.orgId));
+    const after = await app.api('POST', '/auth/login', { body: { email: tech.email, password: tech.password } });
+    expect(after.status).toBe(200);
+    expect(after.body).toMatchObject({ mfaRequired: true, mfaMethod: 'totp', availableMethods: ['totp'] });
   });
 
   it('refuses SMS MFA when the organisation does not allow it, with the spec message', async () => {

@@ -3,6 +3,8 @@ import { count, eq } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import type { users } from '../identity/schema.js';
 import { passkeys } from './schema.js';
+import { securityPolicy } from './policy.js';
+import { getAccessSummary } from '../access/service.js';
 
 export const MFA_LOGIN_PURPOSE = 'mfa_login';
 export const MFA_TEMP_TOKEN_TTL_MS = 5 * 60_000;
@@ -42,7 +44,13 @@ export async function enrolledMethods(keel: Keel, user: typeof users.$inferSelec
  */
 export async function loginSecondFactor(keel: Keel, user: typeof users.$inferSelect): Promise<MfaChallenge | null> {
   if (!keel.config.ENABLE_2FA) return null;
-  const methods = await enrolledMethods(keel, user);
+  let methods = await enrolledMethods(keel, user);
+  // SMS the organisation has since disallowed is not offered beside another factor. Alone it stays
+  // named, so the user is told why at send (403 sms_not_allowed) rather than let in without a factor.
+  if (methods.length > 1 && methods.includes('sms')) {
+    const policy = await securityPolicy(keel, await getAccessSummary(keel.db, user));
+    if (!policy.allowedMfaMethods.sms) methods = methods.filter((m) => m !== 'sms');
+  }
   const primary = methods[0];
   if (!primary) return null;
   const { token } = await keel.singleUse.create(keel.db, {
