@@ -7,7 +7,7 @@ import { loadConfig } from '../../src/config.js';
 import { startServer, type RunningServer } from '../../src/server.js';
 import { openDatabase, type Database } from '../../src/platform/db/client.js';
 import { migrate, MIGRATIONS_DIR } from '../../src/platform/db/migrator.js';
-import { createLogger } from '../../src/platform/logger.js';
+import { createLogger, type Logger } from '../../src/platform/logger.js';
 import { clock } from '../../src/platform/clock.js';
 import { createPgDatabase, realBackendsAvailable, redisUrl } from './backends.js';
 
@@ -79,6 +79,8 @@ export interface TestAppOptions {
    * browser page on Keel's own origin works with WebAuthn (which refuses IP addresses as RP ID).
    */
   publicUrlFromPort?: boolean;
+  /** The app's logger (default: LOG_LEVEL's, written to stdout); tests that read log lines pass their own. */
+  log?: Logger;
 }
 
 /** A free loopback port (the OS picks it; released at once for the caller to listen on). */
@@ -123,7 +125,7 @@ export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> 
   if (opts.publicUrlFromPort) env.PUBLIC_URL = `http://localhost:${port}`;
   Object.assign(env, opts.env ?? {});
   const config = loadConfig(env);
-  const log = createLogger(config.LOG_LEVEL);
+  const log = opts.log ?? createLogger(config.LOG_LEVEL);
   const database = config.DATABASE_URL ? await openDatabase({ url: config.DATABASE_URL, poolSize: 10 }) : await openTemplatePglite();
   let server: RunningServer;
   try {

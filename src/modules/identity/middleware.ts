@@ -81,7 +81,7 @@ export function authenticate(keel: Keel, opts: AuthenticateOptions = {}): Middle
       // requireScope reuses it instead of reading the membership again.
       c.set('accessSummary', summary);
     }
-    await next();
+    return next();
   };
 }
 

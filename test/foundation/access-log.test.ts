@@ -1,0 +1,78 @@
+/**
+ * The access log (platform/http/middleware.ts requestContext): one line per request at info, carrying
+ * the X-Request-Id the client saw, the method, path, status and time; a 5xx is logged at error even
+ * when info is off; nothing else is written above info. Read from the app's own pino logger.
+ */
+import { Writable } from 'node:stream';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
+import { createUser } from '../helpers/fixtures.js';
+
+interface Line {
+  level: number;
+  msg: string;
+  reqId?: string;
+  method?: string;
+  path?: string;
+  status?: number;
+  ms?: number;
+}
+
+describe.skipIf(!backendAvailable())(`access log (${backend})`, () => {
+  let app: TestApp;
+  const lines: Line[] = [];
+  const log = pino(
+    { level: 'info' },
+    new Writable({
+      write(chunk: Buffer, _enc, done) {
+        for (const text of chunk.toString().split('\n').filter(Boolean)) lines.push(JSON.parse(text) as Line);
+        done();
+      },
+    }),
+  );
+
+  /** The access line for a request id; lines are written when Node's response closes. */
+  async function accessLine(reqId: string): Promise<Line | undefined> {
+    for (let i = 0; i < 50; i++) {
+      const found = lines.find((l) => l.msg === 'request' && l.reqId === reqId);
+      if (found) return found;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    return undefined;
+  }
+
+  beforeAll(async () => {
+    app = await startTestApp({ log });
+  });
+  afterAll(async () => app?.close());
+
+  it('writes one line per request at info with the id the client saw', async () => {
+    const health = await app.request('GET', '/health');
+    const id = health.headers.get('x-request-id') ?? '';
+    expect(await accessLine(id)).toMatchObject({ level: 30, method: 'GET', path: '/health', status: 200, ms: expect.any(Number) });
+
+    const missing = await app.api('GET', '/no/such/route', { headers: { 'x-request-id': 'client-chosen-id-1' } });
+    expect(missing.headers.get('x-request-id')).toBe('client-chosen-id-1');
+    expect(await accessLine('client-chosen-id-1')).toMatchObject({ level: 30, path: '/api/v1/no/such/route', status: 404 });
+    expect(lines.filter((l) => l.reqId === 'client-chosen-id-1' && l.msg === 'request')).toHaveLength(1);
+  });
+
+  it('logs a 5xx at error even with info off, and nothing for other answers', async () => {
+    log.level = 'error';
+    const user = await createUser(app);
+    const off = app.server.keel.events.subscribe('user.login', () => Promise.reject(new Error('subscriber failed')));
+    try {
+      const ok = await app.request('GET', '/health', { headers: { 'x-request-id': 'quiet-health-1' } });
+      expect(ok.status).toBe(200);
+      const failed = await app.api('POST', '/auth/login', { body: { email: user.email, password: user.password }, headers: { 'x-request-id': 'failing-login-1' } });
+      expect(failed.status).toBe(500);
+      expect(await accessLine('failing-login-1')).toMatchObject({ level: 50, method: 'POST', path: '/api/v1/auth/login', status: 500 });
+      expect(lines.some((l) => l.reqId === 'quiet-health-1')).toBe(false);
+      expect(JSON.stringify(lines)).not.toContain(user.password);
+    } finally {
+      off();
+      log.level = 'info';
+    }
+  });
+});
