@@ -13,7 +13,7 @@
  *   npm run bench -- login             (both backends; or: tsx bench/login.ts [pglite|postgres])
  */
 import { randomBytes } from 'node:crypto';
-import { availableParallelism } from 'node:os';
+import { HASH_THREADS } from '../src/platform/argon2-pool.js';
 import {
   BENCH_SECONDS,
   fmt,
@@ -58,8 +58,8 @@ export interface LoginResult {
   bareHttpRatio: number;
 }
 
-/** One hashing thread per core: Keel's pool (platform/argon2-pool.ts), and the best bare figure here. */
-const CORES = String(availableParallelism());
+/** Keel's hashing threads (one per core, at most 4: platform/argon2-pool.ts), for the bare figure on as many. */
+const CORES = String(HASH_THREADS);
 
 /**
  * Bare Argon2id verifies per second in a separate process, through the library's async API on

@@ -3,8 +3,8 @@ import { availableParallelism } from 'node:os';
 import { createRequire } from 'node:module';
 
 /**
- * Argon2id on a pool of worker threads of its own, one per core (docs/decisions.md "Password
- * hashing threads").
+ * Argon2id on a pool of worker threads of its own, one per core up to 4 (docs/decisions.md
+ * "Password hashing threads").
  *
  * @node-rs/argon2's async functions run on libuv's shared pool (4 threads). On a machine with fewer
  * cores than that, four 19 MiB hashes take turns on the cores and evict each other's memory: on 2
@@ -39,7 +39,12 @@ parentPort.on('message', ({ id, op, hash, password }) => {
 });
 `;
 
-export const HASH_THREADS = Math.max(1, availableParallelism());
+/**
+ * One per core, at most 4 (what libuv's pool gave hashing before): Node 20 counts the host's cores,
+ * not a container's CPU quota, and each hash holds 19 MiB, so a small container on a large host
+ * must not start dozens. Several Keel processes on one machine each have their own pool.
+ */
+export const HASH_THREADS = Math.min(4, Math.max(1, availableParallelism()));
 
 const argon2Path = createRequire(import.meta.url).resolve('@node-rs/argon2');
 const workers: PoolWorker[] = [];
