@@ -33,6 +33,8 @@ const EXTERNAL = [
   'otplib',
   'qrcode',
   '@zxcvbn-ts/*',
+  // Large and used only by outbound requests (webhooks, SSO, releases).
+  'undici',
 ];
 
 function listFiles(dir, out = []) {

@@ -10,6 +10,7 @@ import { createSmsGateway, type SmsGateway } from './platform/sms.js';
 import { Invalidation } from './platform/invalidation.js';
 import { EventBus } from './events.js';
 import { SingleUseStore } from './platform/single-use.js';
+import type { OutboundPolicy } from './platform/outbound.js';
 import { seedAccess } from './modules/access/seed.js';
 import { bootstrapAdmin } from './modules/identity/bootstrap.js';
 
@@ -28,6 +29,8 @@ export interface Keel {
   events: EventBus;
   invalidation: Invalidation;
   singleUse: SingleUseStore;
+  /** The policy every outbound request passes (platform/outbound.ts); one object, so one connection pool. */
+  outbound: OutboundPolicy;
   close(): Promise<void>;
 }
 
@@ -84,6 +87,7 @@ export async function createKeel(opts: KeelOptions = {}): Promise<Keel> {
     events: new EventBus(),
     invalidation,
     singleUse: new SingleUseStore(secrets.sealer),
+    outbound: { allowInsecure: config.ALLOW_INSECURE_TARGETS },
     async close() {
       await invalidation.stop();
       redis?.disconnect();
