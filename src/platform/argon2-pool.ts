@@ -23,6 +23,8 @@ interface Job {
 interface PoolWorker {
   worker: Worker;
   pending: Map<number, Job>;
+  /** Takes the worker out of the pool and fails its jobs in hand (once). */
+  fail: (err: Error) => void;
 }
 
 type Request = { op: 'hash'; password: string } | { op: 'verify'; hash: string; password: string };
@@ -46,13 +48,26 @@ parentPort.on('message', ({ id, op, hash, password }) => {
  */
 export const HASH_THREADS = Math.min(4, Math.max(1, availableParallelism()));
 
-const argon2Path = createRequire(import.meta.url).resolve('@node-rs/argon2');
+/**
+ * A worker died with jobs in hand. Unlike an error the library reports (a malformed hash), this says
+ * nothing about the password: callers must not count it as a wrong one.
+ */
+export class HashWorkerLost extends Error {
+  constructor(reason: string) {
+    super(`argon2 worker lost: ${reason}`);
+    this.name = 'HashWorkerLost';
+  }
+}
+
 const workers: PoolWorker[] = [];
+let argon2Path: string | undefined;
 let nextId = 0;
 
 function start(): PoolWorker {
+  // Resolved with the first hash, not at import (start-up).
+  argon2Path ??= createRequire(import.meta.url).resolve('@node-rs/argon2');
   const worker = new Worker(WORKER, { eval: true, workerData: { argon2: argon2Path } });
-  const entry: PoolWorker = { worker, pending: new Map() };
+  const entry: PoolWorker = { worker, pending: new Map(), fail: () => undefined };
   // The pool never keeps a process alive on its own.
   worker.unref();
   worker.on('message', (msg: { id: number; value?: unknown; error?: string }) => {
@@ -62,14 +77,14 @@ function start(): PoolWorker {
     if (msg.error !== undefined) job.reject(new Error(msg.error));
     else job.resolve(msg.value);
   });
-  const fail = (err: Error) => {
+  entry.fail = (err: Error) => {
     const at = workers.indexOf(entry);
     if (at >= 0) workers.splice(at, 1);
     for (const job of entry.pending.values()) job.reject(err);
     entry.pending.clear();
   };
-  worker.on('error', fail);
-  worker.on('exit', (code) => fail(new Error(`argon2 worker exited (${code})`)));
+  worker.on('error', (err) => entry.fail(new HashWorkerLost(err.message)));
+  worker.on('exit', (code) => entry.fail(new HashWorkerLost(`exited with code ${code}`)));
   return entry;
 }
 
@@ -98,4 +113,11 @@ export function argon2Verify(hash: string, password: string): Promise<boolean> {
 /** How many hashes each worker has queued or running (tests). */
 export function hashPoolLoad(): number[] {
   return workers.map((w) => w.pending.size);
+}
+
+/** Stops every worker; jobs in hand fail with HashWorkerLost and the next hash starts new workers (tests). */
+export async function stopHashWorkers(): Promise<void> {
+  const stopping = [...workers];
+  for (const w of stopping) w.fail(new HashWorkerLost('stopped'));
+  await Promise.all(stopping.map((w) => w.worker.terminate()));
 }

@@ -5,7 +5,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { hash, verify } from '@node-rs/argon2';
-import { argon2Hash, argon2Verify, hashPoolLoad, HASH_THREADS } from '../../src/platform/argon2-pool.js';
+import { argon2Hash, argon2Verify, hashPoolLoad, HASH_THREADS, HashWorkerLost, stopHashWorkers } from '../../src/platform/argon2-pool.js';
+import { verifyPassword } from '../../src/modules/identity/passwords.js';
 
 describe('argon2 hashing threads', () => {
   it('hashes Argon2id with the library defaults, and its hashes and the library\'s verify both ways', async () => {
@@ -33,5 +34,15 @@ describe('argon2 hashing threads', () => {
     const answers = await Promise.all(jobs);
     expect(answers).toEqual(jobs.map((_, i) => i % 2 === 0));
     expect(hashPoolLoad().every((n) => n === 0)).toBe(true);
+  });
+
+  it('fails jobs in hand when a worker is lost, as a fault and not as a wrong password, then starts new workers', async () => {
+    const stored = await argon2Hash('lost');
+    const inFlight = expect(verifyPassword(stored, 'lost')).rejects.toBeInstanceOf(HashWorkerLost);
+    await stopHashWorkers();
+    await inFlight;
+    expect(await verifyPassword(stored, 'lost')).toBe(true);
+    expect(await verifyPassword(stored, 'wrong')).toBe(false);
+    expect(await verifyPassword('not-a-hash', 'lost')).toBe(false);
   });
 });

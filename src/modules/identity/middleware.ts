@@ -14,9 +14,9 @@ type Resolved = { principal: Principal; session: LiveSession } | null;
 /** Resolves an access token to its principal and live session: a valid signature, a live session, an active user. */
 export async function sessionFromAccessToken(keel: Keel, token: string): Promise<Resolved> {
   const identity = identityOf(keel);
-  const claims = identity.tokens.known(token) ?? (await identity.tokens.verify(token));
+  const claims = await identity.tokens.verify(token);
   if (!claims) return null;
-  return resolved(claims.sub, identity.sessions.cached(claims.sid) ?? (await identity.sessions.lookup(claims.sid)));
+  return resolved(claims.sub, await identity.sessions.lookup(claims.sid));
 }
 
 /**
@@ -72,7 +72,8 @@ export function authenticate(keel: Keel, opts: AuthenticateOptions = {}): Middle
       c.set('principal', principal);
       return next();
     }
-    const found = knownSession(keel, token) ?? (await sessionFromAccessToken(keel, token));
+    const known = knownSession(keel, token);
+    const found = known === undefined ? await sessionFromAccessToken(keel, token) : known;
     if (!found) throw unauthorized('The access token is invalid or expired', 'invalid_token');
     c.set('principal', found.principal);
     if (!opts.allowUnenrolled && keel.config.ENABLE_2FA && !found.session.enrolled.includes('totp')) {

@@ -1,7 +1,7 @@
 import type { ZxcvbnFactory } from '@zxcvbn-ts/core';
 import { validationError } from '../../platform/http/errors.js';
 import { lazy } from '../../platform/lazy.js';
-import { argon2Hash, argon2Verify } from '../../platform/argon2-pool.js';
+import { argon2Hash, argon2Verify, HashWorkerLost } from '../../platform/argon2-pool.js';
 
 // Argon2id with the library's defaults (OWASP's 19 MiB, t=2, p=1), on the hashing threads.
 export function hashPassword(password: string): Promise<string> {
@@ -11,7 +11,9 @@ export function hashPassword(password: string): Promise<string> {
 export async function verifyPassword(passwordHash: string, password: string): Promise<boolean> {
   try {
     return await argon2Verify(passwordHash, password);
-  } catch {
+  } catch (err) {
+    // A lost hashing thread is a server fault (500), never a wrong password that counts towards a lockout.
+    if (err instanceof HashWorkerLost) throw err;
     return false;
   }
 }
