@@ -18,6 +18,8 @@ export interface AuthedReadResult {
   backend: string;
   /** What was read: the route and whose token. */
   route: string;
+  /** Whether the goal applies (GET /users/me); the inherited-role route is recorded beside it. */
+  hasGoal: boolean;
   connections: number;
   keelPerSecond: number;
   keelP50: number;
@@ -114,6 +116,7 @@ export async function benchAuthedRead(backend: BenchBackend): Promise<AuthedRead
     return {
       backend: backend.name,
       route,
+      hasGoal: route === 'GET /users/me',
       connections: CONNECTIONS,
       keelPerSecond,
       keelP50: result.latency.p50,
@@ -125,6 +128,12 @@ export async function benchAuthedRead(backend: BenchBackend): Promise<AuthedRead
       ratio: keelPerSecond / barePerSecond,
     };
   });
+}
+
+/** 'met' / 'NOT met' against the goals, or 'recorded' for a route without a goal. */
+export function readGoal(r: AuthedReadResult): string {
+  if (!r.hasGoal) return 'recorded';
+  return r.ratio >= READ_RATIO_GOAL && r.keelP99 < READ_P99_GOAL_MS ? 'met' : 'NOT met';
 }
 
 export function printAuthedRead(results: AuthedReadResult[]): void {
@@ -141,7 +150,7 @@ export function printAuthedRead(results: AuthedReadResult[]): void {
       fmt(r.barePerSecond),
       fmt(r.bareP99),
       fmt(r.ratio, 2),
-      r.ratio >= READ_RATIO_GOAL && r.keelP99 < READ_P99_GOAL_MS ? 'met' : 'NOT met',
+      readGoal(r),
     ]),
   );
 }

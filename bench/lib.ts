@@ -216,12 +216,12 @@ export async function startKeel(env: Record<string, string>): Promise<RunningKee
 }
 
 /** The bare hono + @hono/node-server baseline (bench/bare-server.ts) in a child process. */
-export async function startBare(env: Record<string, string> = {}): Promise<{ url: string; stop(): Promise<void> }> {
+export async function startBare(env: Record<string, string> = {}): Promise<{ url: string; pid: number | null; stop(): Promise<void> }> {
   const port = await freePort();
   const proc = spawnGroup(process.execPath, ['--import', 'tsx', 'bench/bare-server.ts'], { ...env, PORT: String(port) });
   const url = `http://127.0.0.1:${port}`;
   await waitForHealthy(`${url}/health`, proc, 30_000, 50);
-  return { url, stop: () => proc.stop() };
+  return { url, pid: proc.child.pid ?? null, stop: () => proc.stop() };
 }
 
 // ---------------------------------------------------------------------------------------------
