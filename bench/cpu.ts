@@ -14,7 +14,6 @@ const TICKS = 100;
 const DATABASE_SERVERS = new Set(['postgres', 'redis-server']);
 
 interface Snapshot {
-  at: number;
   main: number;
   threads: number;
   /** CPU seconds of each database server process, by pid. */
@@ -82,14 +81,13 @@ function snapshot(serverPid: number | null): Snapshot {
     if (/^\d+$/.test(pid) && DATABASE_SERVERS.has(commOf(pid))) servers.set(pid, cpuOf(`/proc/${pid}/stat`));
   }
   const own = process.cpuUsage();
-  return { at: performance.now(), main, threads, servers, loadGenerator: (own.user + own.system) / 1e6, machine: machineBusy() };
+  return { main, threads, servers, loadGenerator: (own.user + own.system) / 1e6, machine: machineBusy() };
 }
 
-export const cpuMeasurable = existsSync('/proc/stat') && existsSync(`/proc/${process.pid}/task`);
+const cpuMeasurable = existsSync('/proc/stat') && existsSync(`/proc/${process.pid}/task`);
 
 /**
- * Starts measuring `serverPid` (null: no server, as for bare verifies); `stop(ops)` answers CPU ms
- * per operation. A thread or process that ends inside the window takes its CPU with it.
+ * Starts measuring the server `serverPid` (null: none); `stop(ops)` answers CPU ms per operation.
  */
 export function cpuMeter(serverPid: number | null): { stop(ops: number): CpuPerOp } {
   const before = cpuMeasurable ? snapshot(serverPid) : null;
@@ -98,11 +96,13 @@ export function cpuMeter(serverPid: number | null): { stop(ops: number): CpuPerO
       if (!before || ops <= 0) return { mainMs: NaN, threadsMs: NaN, serversMs: NaN, loadGeneratorMs: NaN, machineMs: NaN };
       const after = snapshot(serverPid);
       const per = (a: number, b: number): number => ((b - a) * 1000) / ops;
+      // A database backend that ended inside the window took its CPU with it; one that started counts whole.
+      let servers = 0;
+      for (const [pid, cpu] of after.servers) servers += cpu - (before.servers.get(pid) ?? 0);
       return {
         mainMs: per(before.main, after.main),
         threadsMs: per(before.threads, after.threads),
-        // A backend that ended inside the window took its CPU with it; one that started counts whole.
-        serversMs: per(0, [...after.servers].reduce((sum, [pid, cpu]) => sum + cpu - (before.servers.get(pid) ?? 0), 0)),
+        serversMs: per(0, servers),
         loadGeneratorMs: per(before.loadGenerator, after.loadGenerator),
         machineMs: per(before.machine, after.machine),
       };

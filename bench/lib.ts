@@ -368,6 +368,12 @@ export function okPerSecond(r: Result): number {
 
 export const BENCH_SECONDS = Number(process.env.BENCH_SECONDS ?? '10');
 
+export function median(values: number[]): number {
+  const s = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
+}
+
 export function fmt(n: number, digits = 0): string {
   return Number.isFinite(n) ? n.toFixed(digits) : '-';
 }

@@ -24,6 +24,7 @@ import {
   fmt,
   isMain,
   load,
+  median,
   pool,
   postJson,
   printTable,
@@ -49,7 +50,7 @@ const WARMUP_SECONDS = Number(process.env.BENCH_LOGIN_WARMUP ?? '20');
  */
 const ROUNDS = Math.max(1, Number(process.env.BENCH_LOGIN_ROUNDS ?? '3'));
 
-export interface LoginRound {
+interface LoginRound {
   loginsPerSecond: number;
   /** Bare verifies per second on one thread per core, measured in this round. */
   verifyPerSecond: number;
@@ -60,9 +61,6 @@ export interface LoginRound {
 
 export interface LoginResult {
   backend: string;
-  users: number;
-  concurrency: number;
-  rounds: LoginRound[];
   /** Medians over the rounds. */
   loginsPerSecond: number;
   loginP50: number;
@@ -97,12 +95,6 @@ interface Baseline {
 
 /** Keel's hashing threads (one per core, at most 4: platform/argon2-pool.ts), for the bare figure on as many. */
 const CORES = String(HASH_THREADS);
-
-const median = (xs: number[]): number => {
-  const sorted = [...xs].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
-};
 
 function meanCpu(rows: CpuPerOp[]): CpuPerOp {
   const mean = (k: keyof CpuPerOp): number => rows.reduce((a, r) => a + r[k], 0) / rows.length;
@@ -216,9 +208,6 @@ export async function benchLogin(backend: BenchBackend): Promise<LoginResult> {
     const bestVerify = rounds.map((r) => Math.max(r.verifyPerSecond, argon2Default.perSecond));
     return {
       backend: backend.name,
-      users: USERS,
-      concurrency: CONCURRENCY,
-      rounds,
       loginsPerSecond: median(rounds.map((r) => r.loginsPerSecond)),
       loginP50: median(p50s),
       loginP99: p99,

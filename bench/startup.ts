@@ -8,7 +8,7 @@
  *   STARTUP_COMMAND=direct            measure `node bin/keel.js serve` (what npm start runs) without npm
  */
 import { rmSync } from 'node:fs';
-import { freePort, fmt, isMain, printTable, spawnGroup, tempDir, waitForHealthy } from './lib.js';
+import { freePort, fmt, isMain, median, printTable, spawnGroup, tempDir, waitForHealthy } from './lib.js';
 
 export interface StartupResult {
   command: string;
@@ -18,12 +18,6 @@ export interface StartupResult {
 }
 
 const GOAL_MS = 2_000;
-
-function median(values: number[]): number {
-  const s = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(s.length / 2);
-  return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
-}
 
 async function timeOneStart(command: string[], dataDir: string): Promise<number> {
   const port = await freePort();
