@@ -17,6 +17,8 @@ const exclude = ['**/node_modules/**', 'bench/**', '**/dist/**'];
 export default defineConfig({
   test: {
     pool: 'forks',
+    // The default output, then the count of race tests that ran on PostgreSQL (test/helpers/race.ts).
+    reporters: ['default', './test/setup/race-reporter.ts'],
     // The CI machine has 2 cores; this caps the workers shared by both projects.
     maxWorkers: 2,
     testTimeout: 30_000,

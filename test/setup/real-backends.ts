@@ -103,7 +103,8 @@ function findRedisServer(): string | undefined {
   return dirs.map((d) => join(d, 'redis-server')).find(isExecutable);
 }
 
-function findBinaries(): { binaries: Binaries } | { missing: string[] } {
+/** The PostgreSQL and Redis binaries, or what is missing (exported for test/harness.test.ts). */
+export function findBinaries(): { binaries: Binaries } | { missing: string[] } {
   const pgBin = findPgBinDir();
   const redisServer = findRedisServer();
   const missing: string[] = [];
