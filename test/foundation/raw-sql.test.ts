@@ -47,20 +47,28 @@ describe.skipIf(!backendAvailable())(`raw SQL and prepared statements (${backend
   });
 
   it('never runs inside another open transaction: a statement beside it does not see its uncommitted row', async () => {
-    let reached!: () => void;
-    const inside = new Promise<void>((resolve) => (reached = resolve));
+    let reached!: (txDb: Db) => void;
+    const inside = new Promise<Db>((resolve) => (reached = resolve));
     let release!: () => void;
     const gate = new Promise<void>((resolve) => (release = resolve));
     const tx = transaction(db, async (t) => {
       await rawQuery(t.db, INSERT, [3, null, null, null, 'uncommitted']);
-      reached();
+      reached(t.db);
       await gate;
       throw new Error('roll back');
     });
-    await inside;
-    const beside = rawQuery(db, BY_ID, [3]);
-    // PGlite: the statement waits for the transaction lock; PostgreSQL: another connection, isolated.
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    const txDb = await inside;
+    let settled = false;
+    const beside = rawQuery(db, BY_ID, [3]).finally(() => (settled = true));
+    if (backend === 'postgres') {
+      // Another connection: it answers while the transaction is still open, without its row.
+      expect(await beside).toEqual([]);
+    } else {
+      // PGlite has one session: the statement waits for the transaction. A statement of the transaction
+      // issued after it completes first (it queues behind the transaction, not just behind a query).
+      expect(await rawQuery(txDb, BY_ID, [3])).toHaveLength(1);
+      expect(settled).toBe(false);
+    }
     release();
     await expect(tx).rejects.toThrow('roll back');
     expect(await beside).toEqual([]);
