@@ -93,6 +93,8 @@ const envSchema = z.object({
   // Limits (DECISIONS "More details"); each can be set by environment.
   LOGIN_LIMIT: int(10, 1, 100000),
   LOGIN_WINDOW_SECONDS: int(900, 1, 86400),
+  // Failed logins per IP across every email per LOGIN_WINDOW_SECONDS (an office behind one NAT shares it).
+  LOGIN_IP_LIMIT: int(100, 1, 1000000),
   LOCKOUT_THRESHOLD: int(10, 1, 100000),
   LOCKOUT_SECONDS: int(900, 1, 86400),
   MFA_VERIFY_LIMIT: int(5, 1, 100000),

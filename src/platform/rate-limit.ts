@@ -10,6 +10,8 @@ export interface Limit {
   /** Seconds to wait if `key` is over the limit now (spends nothing), else 0. */
   blockedFor(key: string): Promise<number>;
   reset(key: string): Promise<void>;
+  /** Gives back points spent by `consume` (an attempt that turned out not to count, e.g. a right password). */
+  refund(key: string, points?: number): Promise<void>;
 }
 
 /**
@@ -50,6 +52,9 @@ export class RateLimits {
       },
       async reset(key) {
         await limiter.delete(key);
+      },
+      async refund(key, p = 1) {
+        await limiter.reward(key, p);
       },
     };
   }

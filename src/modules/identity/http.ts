@@ -3,11 +3,12 @@ import { deleteCookie, getCookie, setCookie } from 'hono/cookie';
 import { z } from '@hono/zod-openapi';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
-import { constantTimeEqual, randomToken } from '../../platform/crypto.js';
-import type { Principal } from './principal.js';
+import { constantTimeEqual, hmacSha256Hex } from '../../platform/crypto.js';
+import { asUserPrincipal, type Principal, type UserPrincipal } from './principal.js';
 import type { RequestInfo, TokenAnswer } from './service.js';
 import { SelfProfileSchema } from './profile.js';
 import { REFRESH_IDLE_MS } from './sessions.js';
+import { sessionIdOf } from './tokens.js';
 
 export const REFRESH_COOKIE = 'service_refresh_token';
 export const CSRF_COOKIE = 'service_csrf';
@@ -21,6 +22,11 @@ export function principalOf(c: Context<AppEnv>): Principal | undefined {
   return principal;
 }
 
+/** The caller of an account route (`authenticate(keel, { principal: 'user' })`): a user with a session. */
+export function userPrincipal(c: Context<AppEnv>): UserPrincipal {
+  return asUserPrincipal(c.get('principal'));
+}
+
 /** Request facts for sessions and audit entries. */
 export function requestInfo(c: Context<AppEnv>): RequestInfo {
   const p = principalOf(c);
@@ -32,15 +38,49 @@ export function requestInfo(c: Context<AppEnv>): RequestInfo {
   };
 }
 
+const csrfKeysOf = new WeakMap<Keel, string[]>();
+
+/**
+ * The keys of the CSRF values: one derived from each JWT secret (the first signs, every one verifies,
+ * so rotating JWT_SECRET keeps cookie refreshes working through JWT_SECRETS_PREVIOUS).
+ */
+function csrfKeys(keel: Keel): string[] {
+  let keys = csrfKeysOf.get(keel);
+  if (!keys) {
+    keys = keel.secrets.jwtSecrets.map((s) => hmacSha256Hex(s, 'keel:service_csrf:v1'));
+    csrfKeysOf.set(keel, keys);
+  }
+  return keys;
+}
+
+const csrfUnder = (key: string, sessionId: string) => hmacSha256Hex(key, sessionId);
+
+/**
+ * The `service_csrf` value of a session: an HMAC of its id under a server key. A cookie planted from a
+ * sibling subdomain cannot carry it (the attacker knows neither the key nor the victim's session).
+ */
+export function csrfValueFor(keel: Keel, sessionId: string): string {
+  const [signing] = csrfKeys(keel);
+  if (!signing) throw new Error('no JWT secret');
+  return csrfUnder(signing, sessionId);
+}
+
+/** True when `value` is the CSRF value of the session (constant-time, under any current or previous key). */
+export function csrfMatchesSession(keel: Keel, sessionId: string, value: string): boolean {
+  let ok = false;
+  for (const key of csrfKeys(keel)) ok = constantTimeEqual(csrfUnder(key, sessionId), value) || ok;
+  return ok;
+}
+
 /**
  * Sets the refresh token as an HttpOnly cookie scoped to the auth routes, and a readable CSRF cookie
- * beside it whose value the client echoes in `x-service-csrf` when refreshing by cookie.
+ * beside it (bound to the session) whose value the client echoes in `x-service-csrf` when refreshing by cookie.
  */
-export function setSessionCookies(c: Context<AppEnv>, keel: Keel, refreshToken: string): void {
+export function setSessionCookies(c: Context<AppEnv>, keel: Keel, refreshToken: string, sessionId: string): void {
   const secure = keel.config.production;
   const maxAge = Math.floor(REFRESH_IDLE_MS / 1000);
   setCookie(c, REFRESH_COOKIE, refreshToken, { httpOnly: true, secure, sameSite: 'Lax', path: REFRESH_COOKIE_PATH, maxAge });
-  setCookie(c, CSRF_COOKIE, randomToken(24), { httpOnly: false, secure, sameSite: 'Lax', path: '/', maxAge });
+  setCookie(c, CSRF_COOKIE, csrfValueFor(keel, sessionId), { httpOnly: false, secure, sameSite: 'Lax', path: '/', maxAge });
 }
 
 export function clearSessionCookies(c: Context<AppEnv>, keel: Keel): void {
@@ -49,18 +89,23 @@ export function clearSessionCookies(c: Context<AppEnv>, keel: Keel): void {
   deleteCookie(c, CSRF_COOKIE, { path: '/', secure, sameSite: 'Lax' });
 }
 
-/** The refresh token of a cookie request, after the CSRF double-submit check; undefined without a cookie. */
-export function refreshTokenFromCookie(c: Context<AppEnv>): { token: string; csrfOk: boolean } | undefined {
+/**
+ * The refresh token of a cookie request and its CSRF value: `csrf` is the `service_csrf` cookie when
+ * present and equal to the `x-service-csrf` header (double submit, constant-time), else null. That
+ * the value belongs to the token's session is checked when the token is rotated (csrfMatchesSession).
+ * Undefined without a refresh cookie.
+ */
+export function refreshTokenFromCookie(c: Context<AppEnv>): { token: string; csrf: string | null } | undefined {
   const token = getCookie(c, REFRESH_COOKIE);
   if (!token) return undefined;
   const cookie = getCookie(c, CSRF_COOKIE) ?? '';
   const header = c.req.header(CSRF_HEADER) ?? '';
-  return { token, csrfOk: cookie.length > 0 && constantTimeEqual(cookie, header) };
+  return { token, csrf: cookie.length > 0 && constantTimeEqual(cookie, header) ? cookie : null };
 }
 
 /** Answers a token-issuing request: the flat body plus the session cookies. */
 export function tokenResponse(c: Context<AppEnv>, keel: Keel, answer: TokenAnswer): TokenAnswer {
-  setSessionCookies(c, keel, answer.refreshToken);
+  setSessionCookies(c, keel, answer.refreshToken, sessionIdOf(answer.accessToken));
   return answer;
 }
 

@@ -5,7 +5,7 @@ import { unauthorized } from '../../platform/http/errors.js';
 import { authenticateApiKey, API_KEY_PREFIX } from '../access/api-keys.js';
 import { identityOf } from './context.js';
 import type { LiveSession } from './sessions.js';
-import type { Principal } from './principal.js';
+import { asUserPrincipal, type Principal, type PrincipalKind, type UserPrincipal } from './principal.js';
 import { getAccessSummary } from '../access/service.js';
 import { forceMfaSatisfied, mfaEnrollmentRequired } from '../mfa/policy.js';
 
@@ -54,6 +54,11 @@ export interface AuthenticateOptions {
    * `/auth/me`, `/users/me`, logout, refresh, MFA, phone and passkey enrolment).
    */
   allowUnenrolled?: boolean;
+  /**
+   * Which principal may call the route (default `any`). Every account route (`/auth/*` self-service,
+   * `/users/me`) says `user`: an API key there is 403 `user_required` (principal.ts decides).
+   */
+  principal?: PrincipalKind;
 }
 
 /**
@@ -69,7 +74,7 @@ export function authenticate(keel: Keel, opts: AuthenticateOptions = {}): Middle
     if (token.startsWith(API_KEY_PREFIX)) {
       const principal = await authenticateApiKey(keel, token);
       if (!principal) throw unauthorized('The access token is invalid or expired', 'invalid_token');
-      c.set('principal', principal);
+      c.set('principal', opts.principal === 'user' ? asUserPrincipal(principal) : principal);
       return next();
     }
     const known = knownSession(keel, token);
@@ -86,11 +91,20 @@ export function authenticate(keel: Keel, opts: AuthenticateOptions = {}): Middle
   };
 }
 
-/** For routes that are public or authenticated depending on the body: the bearer's principal, or 401. */
-export async function requireUserPrincipal(keel: Keel, authorization: string | undefined): Promise<Principal> {
+/**
+ * For account routes that are public or authenticated depending on the body (`/auth/mfa/verify`
+ * without tempToken, `/auth/mfa/sms/send`): the bearer's user principal; 401 without a valid bearer,
+ * 403 `user_required` for a valid API key, as `authenticate(keel, { principal: 'user' })` answers.
+ */
+export async function requireUserPrincipal(keel: Keel, authorization: string | undefined): Promise<UserPrincipal> {
   const token = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '')?.[1];
-  if (!token || token.startsWith(API_KEY_PREFIX)) throw unauthorized();
+  if (!token) throw unauthorized();
+  if (token.startsWith(API_KEY_PREFIX)) {
+    const key = await authenticateApiKey(keel, token);
+    if (!key) throw unauthorized('The access token is invalid or expired', 'invalid_token');
+    return asUserPrincipal(key);
+  }
   const found = await sessionFromAccessToken(keel, token);
   if (!found) throw unauthorized('The access token is invalid or expired', 'invalid_token');
-  return found.principal;
+  return asUserPrincipal(found.principal);
 }

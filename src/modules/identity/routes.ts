@@ -6,21 +6,20 @@ import { errors, json, jsonBody, MessageSchema, page, PageQuery, paginated } fro
 import { authenticate } from './middleware.js';
 import {
   changePassword,
-  checkPassword,
   forgotPassword,
   listSessions,
   logout,
+  passwordLogin,
   refresh,
   register,
   registerPartner,
   resetPassword,
   revokeOwnSession,
-  signIn,
   updateProfile,
 } from './service.js';
 import { cachedSelfProfile, SelfProfileSchema } from './profile.js';
-import { clearSessionCookies, principalOf, refreshTokenFromCookie, requestInfo, tokenResponse, TokenAnswerSchema } from './http.js';
-import { loginSecondFactor, MfaChallengeSchema } from '../mfa/login.js';
+import { clearSessionCookies, refreshTokenFromCookie, requestInfo, tokenResponse, TokenAnswerSchema, userPrincipal } from './http.js';
+import { MfaChallengeSchema } from '../mfa/login.js';
 
 const Email = z.email().max(255).openapi({ example: 'ada@example.com' });
 const Password = z.string().min(1).max(1024);
@@ -60,9 +59,11 @@ const PartnerSchema = z.object({ id: z.uuid(), name: z.string(), createdAt: z.st
 const tag = ['auth'];
 
 export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
-  const auth = authenticate(keel);
+  // Every authenticated route here is an account route: a signed-in user, never an API key (403 user_required).
+  const auth = authenticate(keel, { principal: 'user' });
   // Reachable before a Force-MFA user has enrolled a factor (no 428).
-  const authExempt = authenticate(keel, { allowUnenrolled: true });
+  const authExempt = authenticate(keel, { allowUnenrolled: true, principal: 'user' });
+  const csrfFailed = () => forbidden('The x-service-csrf header must match the service_csrf cookie of this session', 'csrf_failed');
   const registrationOpen = () => {
     if (!keel.config.ENABLE_REGISTRATION) throw new AppError(404, 'not_found', 'Registration is not enabled');
   };
@@ -105,11 +106,8 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
     }),
     async (c) => {
       const { email, password } = c.req.valid('json');
-      const info = requestInfo(c);
-      const user = await checkPassword(keel, email, password, info.ip ?? 'unknown');
-      const challenge = await loginSecondFactor(keel, user);
-      if (challenge) return c.json(challenge, 200);
-      const answer = await signIn(keel, user, { ...info, actor: { type: 'user', id: user.id, email: user.email } }, { mfa: false, method: 'password' });
+      const answer = await passwordLogin(keel, email, password, requestInfo(c));
+      if ('mfaRequired' in answer) return c.json(answer, 200);
       return c.json(tokenResponse(c, keel, answer), 200);
     },
   );
@@ -123,14 +121,17 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
     }),
     async (c) => {
       let token: string | undefined;
+      let csrf: string | undefined;
       if ((c.req.header('content-length') ?? '0') !== '0') token = c.req.valid('json').refreshToken;
       if (!token) {
         const fromCookie = refreshTokenFromCookie(c);
         if (!fromCookie) throw unauthorized('No refresh token', 'invalid_refresh_token');
-        if (!fromCookie.csrfOk) throw forbidden('The x-service-csrf header must match the service_csrf cookie', 'csrf_failed');
+        if (!fromCookie.csrf) throw csrfFailed();
         token = fromCookie.token;
+        csrf = fromCookie.csrf;
       }
-      const outcome = await refresh(keel, token);
+      const outcome = await refresh(keel, token, csrf);
+      if (outcome.kind === 'csrf_failed') throw csrfFailed();
       if (outcome.kind === 'raced') {
         throw new AppError(409, 'refresh_raced', 'This refresh token was just rotated by another request; use the newer pair');
       }
@@ -146,10 +147,10 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
     createRoute({
       method: 'post', path: '/auth/logout', tags: tag, summary: 'Revoke every session and token of the user',
       middleware: [authExempt] as const,
-      responses: { 200: json(MessageSchema), ...errors(401) },
+      responses: { 200: json(MessageSchema), ...errors(401, 403) },
     }),
     async (c) => {
-      const p = c.get('principal');
+      const p = userPrincipal(c);
       await logout(keel, p.userId, p.sessionId, requestInfo(c));
       clearSessionCookies(c, keel);
       return c.json({ message: 'Signed out' }, 200);
@@ -186,11 +187,11 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
       method: 'post', path: '/auth/change-password', tags: tag, summary: 'Change the password; ends every session',
       middleware: [auth] as const,
       request: { body: jsonBody(ChangeBody) },
-      responses: { 200: json(MessageSchema), ...errors(400, 401) },
+      responses: { 200: json(MessageSchema), ...errors(400, 401, 403, 429) },
     }),
     async (c) => {
       const { currentPassword, newPassword } = c.req.valid('json');
-      await changePassword(keel, c.get('principal').userId, currentPassword, newPassword, requestInfo(c));
+      await changePassword(keel, userPrincipal(c).userId, currentPassword, newPassword, requestInfo(c));
       clearSessionCookies(c, keel);
       return c.json({ message: 'Password changed; sign in again' }, 200);
     },
@@ -201,9 +202,9 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
       createRoute({
         method: 'get', path, tags: path === '/auth/me' ? tag : ['users'], summary: 'The signed-in user, with MFA, phone and access',
         middleware: [authExempt] as const,
-        responses: { 200: json(SelfProfileSchema), ...errors(401) },
+        responses: { 200: json(SelfProfileSchema), ...errors(401, 403) },
       }),
-      async (c) => c.json(await cachedSelfProfile(keel, c.get('principal').userId), 200),
+      async (c) => c.json(await cachedSelfProfile(keel, userPrincipal(c).userId), 200),
     );
   }
 
@@ -212,9 +213,9 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
       method: 'patch', path: '/users/me', tags: ['users'], summary: 'Update own name and avatar',
       middleware: [authExempt] as const,
       request: { body: jsonBody(ProfilePatch) },
-      responses: { 200: json(SelfProfileSchema), ...errors(400, 401) },
+      responses: { 200: json(SelfProfileSchema), ...errors(400, 401, 403) },
     }),
-    async (c) => c.json(await updateProfile(keel, c.get('principal').userId, c.req.valid('json'), requestInfo(c)), 200),
+    async (c) => c.json(await updateProfile(keel, userPrincipal(c).userId, c.req.valid('json'), requestInfo(c)), 200),
   );
 
   api.openapi(
@@ -222,12 +223,12 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
       method: 'get', path: '/auth/sessions', tags: tag, summary: 'Own live sessions',
       middleware: [auth] as const,
       request: { query: PageQuery },
-      responses: { 200: json(paginated(SessionSchema)), ...errors(400, 401) },
+      responses: { 200: json(paginated(SessionSchema)), ...errors(400, 401, 403) },
     }),
     async (c) => {
       const q = c.req.valid('query');
-      const p = principalOf(c);
-      const { data, total } = await listSessions(keel, c.get('principal').userId, p?.sessionId ?? null, q.page, q.limit);
+      const p = userPrincipal(c);
+      const { data, total } = await listSessions(keel, p.userId, p.sessionId, q.page, q.limit);
       return c.json(page(data, q, total), 200);
     },
   );
@@ -237,10 +238,10 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
       method: 'delete', path: '/auth/sessions/{id}', tags: tag, summary: 'End one of own sessions',
       middleware: [auth] as const,
       request: { params: z.object({ id: z.uuid() }) },
-      responses: { 204: { description: 'Ended' }, ...errors(401, 404) },
+      responses: { 204: { description: 'Ended' }, ...errors(401, 403, 404) },
     }),
     async (c) => {
-      await revokeOwnSession(keel, c.get('principal').userId, c.req.valid('param').id, requestInfo(c));
+      await revokeOwnSession(keel, userPrincipal(c).userId, c.req.valid('param').id, requestInfo(c));
       return c.body(null, 204);
     },
   );

@@ -1,4 +1,4 @@
-import { and, desc, count, eq, gt, isNull, sql } from 'drizzle-orm';
+import { and, desc, count, eq, gt, isNull } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import type { Db } from '../../platform/db/client.js';
 import { transaction, transactionIf, type Tx } from '../../platform/db/transaction.js';
@@ -6,12 +6,15 @@ import { clock } from '../../platform/clock.js';
 import { newId } from '../../platform/db/columns.js';
 import { prepared, rawQuery, tableReader } from '../../platform/db/raw.js';
 import { AppError, conflict, notFound, unauthorized } from '../../platform/http/errors.js';
+import { loginSecondFactor, type MfaChallenge } from '../mfa/login.js';
 import { auditInsert, writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { addPartnerMember, getAccessSummary, type AccessSummary } from '../access/service.js';
 import { SYSTEM_ROLES } from '../access/catalog.js';
 import { createPartner } from '../tenancy/service.js';
 import { identityOf } from './context.js';
-import { assertStrongPassword, dummyVerify, hashPassword, verifyPassword } from './passwords.js';
+import { csrfMatchesSession } from './http.js';
+import { assertStrongPassword, hashPassword } from './passwords.js';
+import { checkPasswordUnderLockout, releaseReservation, verifyReenteredPassword } from './lockout.js';
 import { passkeyCount, profileOf, selfProfile, type SelfProfile } from './profile.js';
 import { sessions, users } from './schema.js';
 import { ACCESS_TOKEN_SECONDS } from './tokens.js';
@@ -77,19 +80,16 @@ async function tokenAnswer(
 
 /**
  * Upgrades the caller's session to `mfa: true` after a second factor was just proven (enrolling TOTP
- * or SMS) and answers a fresh pair for it. Without a live session, a new MFA session is started.
+ * or SMS) and answers a fresh pair for it. Only an existing live session of the user is upgraded: a
+ * session is created by a sign-in and nothing else, so a caller without one (an API key, a session
+ * revoked meanwhile) gets 401 and no tokens.
  */
-export async function upgradeSession(keel: Keel, user: User, currentSessionId: string | null, info: RequestInfo): Promise<TokenAnswer> {
+export async function upgradeSession(keel: Keel, user: User, currentSessionId: string): Promise<TokenAnswer> {
   const identity = identityOf(keel);
-  let sessionId = currentSessionId;
-  let refreshToken = sessionId ? await identity.sessions.upgradeToMfa(sessionId, user.id) : null;
-  if (!sessionId || !refreshToken) {
-    const s = await identity.sessions.create(keel.db, { userId: user.id, ip: info.ip, userAgent: info.userAgent, mfa: true });
-    sessionId = s.sessionId;
-    refreshToken = s.refreshToken;
-  }
+  const refreshToken = await identity.sessions.upgradeToMfa(currentSessionId, user.id);
+  if (!refreshToken) throw unauthorized('The session has ended: sign in again', 'invalid_token');
   await identity.sessions.userChanged(user.id);
-  return tokenAnswer(keel, user, { id: sessionId, refreshToken, mfa: true });
+  return tokenAnswer(keel, user, { id: currentSessionId, refreshToken, mfa: true });
 }
 
 /**
@@ -147,49 +147,38 @@ export async function signIn(
 }
 
 /**
- * Records a failed password for an account and locks it after LOCKOUT_THRESHOLD consecutive failures.
- * One atomic UPDATE, so parallel failures count exactly. A lock that has run out starts a new count.
+ * Checks email and password under the IP+email limit, the per-IP limit across emails and the account
+ * lockout (lockout.ts: a failure is reserved before the verify). Every failure (unknown email, wrong
+ * password, locked, invited or disabled account) answers the same 401 after the same Argon2 work, so
+ * nothing tells accounts apart. A right password gives its per-IP point back; its lockout reservation
+ * stays until the caller signs in (which clears the count) or releases it.
  */
-async function recordFailure(keel: Keel, userId: string): Promise<void> {
-  const now = clock.now();
-  const lockUntil = new Date(now.getTime() + keel.config.LOCKOUT_SECONDS * 1000);
-  const expired = sql`(${users.lockedUntil} is not null and ${users.lockedUntil} <= ${now.toISOString()}::timestamptz)`;
-  const nextCount = sql`(case when ${expired} then 1 else ${users.failedLoginCount} + 1 end)`;
-  await keel.db
-    .update(users)
-    .set({
-      failedLoginCount: nextCount,
-      lockedUntil: sql`case when ${nextCount} >= ${keel.config.LOCKOUT_THRESHOLD} then ${lockUntil.toISOString()}::timestamptz
-        when ${expired} then null else ${users.lockedUntil} end`,
-    })
-    .where(eq(users.id, userId));
-}
-
-export interface PasswordCheck {
-  user: User;
+export async function checkPassword(keel: Keel, email: string, password: string, ip: string): Promise<User> {
+  const { limits } = identityOf(keel);
+  await Promise.all([limits.login.consume(`${ip}|${email.trim().toLowerCase()}`), limits.loginIp.consume(ip)]);
+  const user = await checkPasswordUnderLockout(keel, { email }, password, { release: false });
+  if (!user) throw invalidCredentials();
+  await limits.loginIp.refund(ip);
+  return user;
 }
 
 /**
- * Checks email and password under the IP+email limit and the account lockout. Every failure (unknown
- * email, wrong password, locked, invited or disabled account) answers the same 401 after the same
- * Argon2 work, so nothing tells accounts apart.
+ * `POST /auth/login`: the password, then the second-factor challenge or the session. Signing in clears
+ * the failure count; a challenge (or any failure after the right password) releases the reservation,
+ * so earlier failures stay counted until a sign-in completes.
  */
-export async function checkPassword(keel: Keel, email: string, password: string, ip: string): Promise<User> {
-  await identityOf(keel).limits.login.consume(`${ip}|${email.trim().toLowerCase()}`);
-  const user = await findUserByEmail(keel.db, email);
-  if (!user?.passwordHash) {
-    await dummyVerify(password);
-    throw invalidCredentials();
+export async function passwordLogin(keel: Keel, email: string, password: string, info: RequestInfo): Promise<TokenAnswer | MfaChallenge> {
+  const user = await checkPassword(keel, email, password, info.ip ?? 'unknown');
+  let signedIn = false;
+  try {
+    const challenge = await loginSecondFactor(keel, user);
+    if (challenge) return challenge;
+    const answer = await signIn(keel, user, { ...info, actor: { type: 'user', id: user.id, email: user.email } }, { mfa: false, method: 'password' });
+    signedIn = true;
+    return answer;
+  } finally {
+    if (!signedIn) await releaseReservation(keel, user.id);
   }
-  const locked = user.lockedUntil !== null && user.lockedUntil.getTime() > clock.nowMs();
-  const ok = await verifyPassword(user.passwordHash, password);
-  if (locked) throw invalidCredentials();
-  if (!ok) {
-    await recordFailure(keel, user.id);
-    throw invalidCredentials();
-  }
-  if (user.status !== 'active') throw invalidCredentials();
-  return user;
 }
 
 /** Creates a standalone user (no association: scope null). */
@@ -247,11 +236,16 @@ async function insertUser(tx: Tx, input: { email: string; name: string; password
   return user;
 }
 
-export type RefreshOutcome = { kind: 'ok'; answer: TokenAnswer } | { kind: 'raced' } | { kind: 'invalid' };
+export type RefreshOutcome = { kind: 'ok'; answer: TokenAnswer } | { kind: 'raced' } | { kind: 'invalid' } | { kind: 'csrf_failed' };
 
-/** Rotates a refresh token into a new pair; the session keeps its `mfa` flag. */
-export async function refresh(keel: Keel, refreshToken: string): Promise<RefreshOutcome> {
-  const result = await identityOf(keel).sessions.rotate(refreshToken);
+/**
+ * Rotates a refresh token into a new pair; the session keeps its `mfa` flag. A cookie refresh passes
+ * its CSRF value, which must be the one bound to the token's session (http.ts) before anything changes.
+ */
+export async function refresh(keel: Keel, refreshToken: string, csrf?: string): Promise<RefreshOutcome> {
+  const accept = csrf === undefined ? undefined : (sessionId: string) => csrfMatchesSession(keel, sessionId, csrf);
+  const result = await identityOf(keel).sessions.rotate(refreshToken, accept);
+  if (result.kind === 'refused') return { kind: 'csrf_failed' };
   if (result.kind === 'raced') return { kind: 'raced' };
   if (result.kind !== 'ok') return { kind: 'invalid' };
   const [user] = await keel.db.select().from(users).where(eq(users.id, result.userId));
@@ -274,9 +268,19 @@ export async function logout(keel: Keel, userId: string, sessionId: string | nul
   });
 }
 
-/** Sends a reset link when the email names an active account; answers the same either way. */
+/**
+ * `POST /auth/forgot-password`: spends the per-IP limit and queues the rest, so the answer comes
+ * before, and independently of, the account lookup, the token and the email: the same work on every
+ * path up to the answer. The queued work sends a reset link only to an active account with a
+ * password; its failures are logged, never answered.
+ */
 export async function forgotPassword(keel: Keel, email: string, info: RequestInfo): Promise<void> {
-  await identityOf(keel).limits.forgotPassword.consume(info.ip ?? 'unknown');
+  const identity = identityOf(keel);
+  await identity.limits.forgotPassword.consume(info.ip ?? 'unknown');
+  identity.deferred.run('password_reset_email', () => sendResetLink(keel, email));
+}
+
+async function sendResetLink(keel: Keel, email: string): Promise<void> {
   const user = await findUserByEmail(keel.db, email);
   if (user?.status !== 'active') return;
   const { token } = await keel.singleUse.create(keel.db, {
@@ -286,15 +290,11 @@ export async function forgotPassword(keel: Keel, email: string, info: RequestInf
     replaceForSubject: true,
   });
   const link = `${keel.config.publicUrl}/reset-password?token=${encodeURIComponent(token)}`;
-  try {
-    await keel.mailer.send({
-      to: user.email,
-      subject: 'Reset your Keel password',
-      text: `Someone asked to reset the password of your Keel account.\n\nTo choose a new password, open this link within one hour:\n${link}\n\nIf it was not you, ignore this email; your password stays as it is.\n`,
-    });
-  } catch (err) {
-    keel.log.error({ err: err instanceof Error ? err.message : String(err) }, 'password reset email could not be sent');
-  }
+  await keel.mailer.send({
+    to: user.email,
+    subject: 'Reset your Keel password',
+    text: `Someone asked to reset the password of your Keel account.\n\nTo choose a new password, open this link within one hour:\n${link}\n\nIf it was not you, ignore this email; your password stays as it is.\n`,
+  });
 }
 
 /** Sets a new password with a reset token (single use, 1 hour) and revokes every session of the user. */
@@ -310,6 +310,8 @@ export async function resetPassword(keel: Keel, token: string, password: string,
   await transaction(keel.db, async (tx) => {
     const record = await keel.singleUse.consume(tx.db, PASSWORD_RESET_PURPOSE, token);
     if (record?.subjectId !== user.id) throw invalid();
+    // Any other outstanding link of the account dies with the old password.
+    await keel.singleUse.deleteForSubject(tx.db, PASSWORD_RESET_PURPOSE, user.id);
     await tx.db
       .update(users)
       .set({ passwordHash, passwordChangedAt: clock.now(), failedLoginCount: 0, lockedUntil: null, updatedAt: clock.now() })
@@ -322,17 +324,19 @@ export async function resetPassword(keel: Keel, token: string, password: string,
   });
 }
 
-/** Changes the password after checking the current one; every session of the user ends. */
+/**
+ * Changes the password after the current one is re-entered (limited per user, counted by the lockout);
+ * every session of the user ends and outstanding reset links are voided.
+ */
 export async function changePassword(keel: Keel, userId: string, current: string, next: string, info: RequestInfo): Promise<void> {
   const [user] = await keel.db.select().from(users).where(eq(users.id, userId));
   if (!user) throw unauthorized();
-  if (!user.passwordHash || !(await verifyPassword(user.passwordHash, current))) {
-    throw new AppError(400, 'invalid_current_password', 'The current password is not correct');
-  }
+  await verifyReenteredPassword(keel, userId, current);
   await assertStrongPassword(next, [user.email, user.name], 'newPassword');
   const passwordHash = await hashPassword(next);
   await transaction(keel.db, async (tx) => {
     await tx.db.update(users).set({ passwordHash, passwordChangedAt: clock.now(), updatedAt: clock.now() }).where(eq(users.id, userId));
+    await keel.singleUse.deleteForSubject(tx.db, PASSWORD_RESET_PURPOSE, userId);
     await identityOf(keel).sessions.revokeAllForUser(tx.db, userId, 'password_change', tx.afterCommit);
     await writeAudit(tx.db, info, { action: 'user.password.change', target: { type: 'user', id: userId } });
   });

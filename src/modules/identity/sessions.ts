@@ -39,7 +39,12 @@ export type RotateResult =
   | { kind: 'ok'; sessionId: string; userId: string; mfa: boolean; refreshToken: string }
   | { kind: 'raced' }
   | { kind: 'reused' }
-  | { kind: 'invalid' };
+  | { kind: 'invalid' }
+  /** The caller's `accept` refused the token's session (a CSRF value of another session): nothing changed. */
+  | { kind: 'refused' };
+
+/** Thrown inside the rotation's transaction to roll it back when `accept` refuses the session. */
+class Refused extends Error {}
 
 /**
  * Sessions are refresh-token families in PostgreSQL. Live sessions are cached per process; any
@@ -109,30 +114,39 @@ export class SessionService {
   /**
    * Rotates a refresh token: one conditional UPDATE swaps the family's current hash, so of parallel
    * refreshes of one token exactly one wins. A token already rotated out is a race within the grace
-   * window, and reuse after it: the whole family is revoked.
+   * window, and reuse after it: the whole family is revoked. `accept`, when given, must approve the
+   * token's session before anything changes (the cookie refresh's CSRF value is bound to it).
    */
-  async rotate(refreshToken: string): Promise<RotateResult> {
+  async rotate(refreshToken: string, accept?: (sessionId: string) => boolean): Promise<RotateResult> {
     const oldHash = sha256Hex(refreshToken);
     const next = randomToken(32);
     const now = clock.now();
     const idleUntil = new Date(now.getTime() + REFRESH_IDLE_MS);
-    const won = await transaction(this.keel.db, async (tx) => {
-      const [row] = await tx.db
-        .update(sessions)
-        .set({
-          tokenHash: sha256Hex(next),
-          lastUsedAt: now,
-          expiresAt: sql`least(${idleUntil.toISOString()}::timestamptz, ${sessions.absoluteExpiresAt})`,
-        })
-        .where(and(eq(sessions.tokenHash, oldHash), isNull(sessions.revokedAt), gt(sessions.expiresAt, now), gt(sessions.absoluteExpiresAt, now)))
-        .returning({ id: sessions.id, userId: sessions.userId, mfa: sessions.mfa });
-      if (!row) return null;
-      await tx.db.insert(sessionRefreshTokens).values({ tokenHash: oldHash, sessionId: row.id, rotatedAt: now });
-      return row;
-    });
+    let won: { id: string; userId: string; mfa: boolean } | null;
+    try {
+      won = await transaction(this.keel.db, async (tx) => {
+        const [row] = await tx.db
+          .update(sessions)
+          .set({
+            tokenHash: sha256Hex(next),
+            lastUsedAt: now,
+            expiresAt: sql`least(${idleUntil.toISOString()}::timestamptz, ${sessions.absoluteExpiresAt})`,
+          })
+          .where(and(eq(sessions.tokenHash, oldHash), isNull(sessions.revokedAt), gt(sessions.expiresAt, now), gt(sessions.absoluteExpiresAt, now)))
+          .returning({ id: sessions.id, userId: sessions.userId, mfa: sessions.mfa });
+        if (!row) return null;
+        if (accept && !accept(row.id)) throw new Refused();
+        await tx.db.insert(sessionRefreshTokens).values({ tokenHash: oldHash, sessionId: row.id, rotatedAt: now });
+        return row;
+      });
+    } catch (err) {
+      if (err instanceof Refused) return { kind: 'refused' };
+      throw err;
+    }
     if (won) return { kind: 'ok', sessionId: won.id, userId: won.userId, mfa: won.mfa, refreshToken: next };
     const [old] = await this.keel.db.select().from(sessionRefreshTokens).where(eq(sessionRefreshTokens.tokenHash, oldHash));
     if (!old) return { kind: 'invalid' };
+    if (accept && !accept(old.sessionId)) return { kind: 'refused' };
     if (now.getTime() - old.rotatedAt.getTime() <= REFRESH_GRACE_MS) return { kind: 'raced' };
     await this.revoke(this.keel.db, old.sessionId, 'refresh_token_reuse');
     return { kind: 'reused' };

@@ -32,6 +32,16 @@ const VERIFIED_MAX = 50_000;
 const base64url = (text: string): string => Buffer.from(text).toString('base64url');
 
 /**
+ * The session (`sid`) of an access token this process has just signed, read without verifying: only
+ * for answers Keel builds itself (the CSRF cookie of a token answer), never for a token a client sent.
+ */
+export function sessionIdOf(ownToken: string): string {
+  const claims = JSON.parse(Buffer.from(ownToken.split('.')[1] ?? '', 'base64url').toString()) as { sid?: unknown };
+  if (typeof claims.sid !== 'string') throw new Error('access token without sid');
+  return claims.sid;
+}
+
+/**
  * HS256 access tokens. The first secret signs; every listed secret verifies, picked by `kid`, so the
  * JWT secret can rotate without signing everyone out.
  *

@@ -18,7 +18,8 @@ import { getAccessSummary } from '../access/service.js';
 import { identityOf } from '../identity/context.js';
 import { users } from '../identity/schema.js';
 import { signIn, type RequestInfo, type TokenAnswer, type User } from '../identity/service.js';
-import { invalidTempToken, loadUser, mfaDisabled, mfaLimits, passkeyNotAllowed, reenterPassword } from './common.js';
+import { invalidTempToken, loadUser, mfaDisabled, mfaLimits, passkeyNotAllowed } from './common.js';
+import { verifyReenteredPassword } from '../identity/lockout.js';
 import { MFA_LOGIN_PURPOSE } from './login.js';
 import { forceMfaSatisfiedUnder, securityPolicy, type MfaMethod } from './policy.js';
 import { hashRecoveryCode, newRecoveryCodes } from './recovery.js';
@@ -116,7 +117,7 @@ export async function passkeyRegistrationOptions(
   const rp = requireRelyingParty(keel);
   const user = await loadUser(keel, userId);
   await assertPasskeysAllowed(keel, user);
-  await reenterPassword(keel, user, currentPassword);
+  await verifyReenteredPassword(keel, user.id, currentPassword);
   const existing = await userPasskeys(keel, user.id);
   const options = await (await webauthn()).generateRegistrationOptions({
     rpName: rp.rpName,
@@ -256,7 +257,7 @@ export async function renamePasskey(keel: Keel, userId: string, passkeyId: strin
 export async function deletePasskey(keel: Keel, userId: string, passkeyId: string, currentPassword: string, info: RequestInfo): Promise<void> {
   if (!keel.config.ENABLE_2FA) throw mfaDisabled();
   const user = await loadUser(keel, userId);
-  await reenterPassword(keel, user, currentPassword);
+  await verifyReenteredPassword(keel, user.id, currentPassword);
   const access = await getAccessSummary(keel.db, user);
   const policy = await securityPolicy(keel, access);
   await transaction(keel.db, async (tx) => {

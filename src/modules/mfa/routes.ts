@@ -1,12 +1,10 @@
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
-import type { MiddlewareHandler } from 'hono';
 import type { AuthenticationResponseJSON, RegistrationResponseJSON } from '@simplewebauthn/server';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
-import { forbidden } from '../../platform/http/errors.js';
 import { errors, ErrorSchema, json, jsonBody, MessageSchema, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { authenticate, requireUserPrincipal } from '../identity/middleware.js';
-import { requestInfo, tokenResponse, TokenAnswerSchema } from '../identity/http.js';
+import { requestInfo, tokenResponse, TokenAnswerSchema, userPrincipal } from '../identity/http.js';
 import { confirmTotp, disableMfa, rotateRecoveryCodes, setupTotp, verifyLoginCode } from './service.js';
 import { confirmPhone, enableSms, sendLoginSms, sendSmsToSelf, startPhoneVerification } from './sms.js';
 import {
@@ -81,15 +79,10 @@ const WebAuthnOptionsSchema = z
 const asOptions = (options: { challenge: string }) => options as z.infer<typeof WebAuthnOptionsSchema>;
 const unavailable = (code: 502 | 503, description: string) => ({ [code]: { description, content: { 'application/json': { schema: ErrorSchema } } } });
 
-/** Phone, SMS and passkey enrolment act for a signed-in person, never for an API key. */
-const usersOnly: MiddlewareHandler<AppEnv> = async (c, next) => {
-  if (c.get('principal').kind !== 'user') throw forbidden('This needs a signed-in user, not an API key', 'user_required');
-  await next();
-};
-
 export function mountMfaRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
-  // The enrolment routes stay reachable for a Force-MFA user who has no factor yet (DECISIONS).
-  const auth = authenticate(keel, { allowUnenrolled: true });
+  // The enrolment routes stay reachable for a Force-MFA user who has no factor yet (DECISIONS). Every
+  // MFA, phone and passkey route is an account route: a signed-in user, never an API key (user_required).
+  const auth = authenticate(keel, { allowUnenrolled: true, principal: 'user' });
 
   api.openapi(
     createRoute({
@@ -127,7 +120,7 @@ export function mountMfaRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       responses: { 200: json(EnabledSchema), ...errors(400, 401, 429) },
     }),
     async (c) => {
-      const p = c.get('principal');
+      const p = userPrincipal(c);
       const answer = await confirmTotp(keel, p.userId, p.sessionId, c.req.valid('json').code, requestInfo(c));
       tokenResponse(c, keel, answer);
       return c.json(answer, 200);
@@ -162,12 +155,12 @@ export function mountMfaRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
 }
 
 function mountSmsRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
-  const auth = authenticate(keel, { allowUnenrolled: true });
+  const auth = authenticate(keel, { allowUnenrolled: true, principal: 'user' });
 
   api.openapi(
     createRoute({
       method: 'post', path: '/auth/phone/verify', tags: tag, summary: 'Text a verification code to a phone number (E.164)',
-      middleware: [auth, usersOnly] as const,
+      middleware: [auth] as const,
       request: { body: jsonBody(z.object({ phoneNumber: z.string().trim().min(2).max(32).openapi({ example: '+14155550123' }) }).openapi('PhoneVerifyRequest')) },
       responses: { 200: json(CodeSentSchema), ...errors(400, 401, 403, 404, 429), ...unavailable(502, 'The gateway refused the SMS'), ...unavailable(503, 'No SMS gateway') },
     }),
@@ -180,7 +173,7 @@ function mountSmsRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'post', path: '/auth/phone/confirm', tags: tag, summary: 'Confirm the phone with the texted code',
-      middleware: [auth, usersOnly] as const,
+      middleware: [auth] as const,
       request: { body: jsonBody(z.object({ code: SmsCode }).openapi('PhoneConfirmRequest')) },
       responses: { 200: json(PhoneConfirmedSchema), ...errors(400, 401, 403, 404) },
     }),
@@ -191,12 +184,12 @@ function mountSmsRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'post', path: '/auth/mfa/sms/enable', tags: tag,
       summary: 'Make SMS to the verified phone the second factor; returns recovery codes and an MFA session',
-      middleware: [auth, usersOnly] as const,
+      middleware: [auth] as const,
       request: { body: { required: false, content: { 'application/json': { schema: z.object({}).loose().openapi('SmsEnableRequest') } } } },
       responses: { 200: json(EnabledSchema), ...errors(401, 403, 404, 409), ...unavailable(503, 'No SMS gateway') },
     }),
     async (c) => {
-      const p = c.get('principal');
+      const p = userPrincipal(c);
       const answer = await enableSms(keel, p.userId, p.sessionId, requestInfo(c));
       tokenResponse(c, keel, answer);
       return c.json(answer, 200);
@@ -221,13 +214,13 @@ function mountSmsRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
 }
 
 function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
-  const auth = authenticate(keel, { allowUnenrolled: true });
+  const auth = authenticate(keel, { allowUnenrolled: true, principal: 'user' });
   relyingPartyOf(keel); // a misconfigured RP ID / origin is reported at start-up, once
 
   api.openapi(
     createRoute({
       method: 'post', path: '/auth/passkeys/register/options', tags: tag, summary: 'Start registering a passkey (password re-entry); the challenge is held 5 minutes',
-      middleware: [auth, usersOnly] as const,
+      middleware: [auth] as const,
       request: { body: jsonBody(z.object({ currentPassword: Password, name: PasskeyName }).openapi('PasskeyRegisterOptionsRequest')) },
       responses: { 200: json(WebAuthnOptionsSchema), ...errors(400, 401, 403, 404, 429), ...unavailable(503, 'WebAuthn relying party misconfigured') },
     }),
@@ -240,7 +233,7 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'post', path: '/auth/passkeys/register/verify', tags: tag, summary: 'Store the passkey the browser created; activates MFA',
-      middleware: [auth, usersOnly] as const,
+      middleware: [auth] as const,
       request: { body: jsonBody(z.object({ credential: RegistrationCredential }).openapi('PasskeyRegisterVerifyRequest')) },
       responses: { 201: json(PasskeyCreatedSchema, 'Registered'), ...errors(400, 401, 403, 404, 409), ...unavailable(503, 'WebAuthn relying party misconfigured') },
     }),
@@ -253,7 +246,7 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'get', path: '/auth/passkeys', tags: tag, summary: 'Own passkeys',
-      middleware: [auth, usersOnly] as const,
+      middleware: [auth] as const,
       request: { query: PageQuery },
       responses: { 200: json(paginated(PasskeySchema)), ...errors(400, 401, 403, 404) },
     }),
@@ -267,7 +260,7 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'patch', path: '/auth/passkeys/{id}', tags: tag, summary: 'Rename one of own passkeys',
-      middleware: [auth, usersOnly] as const,
+      middleware: [auth] as const,
       request: { params: z.object({ id: z.uuid() }), body: jsonBody(z.object({ name: PasskeyName }).openapi('PasskeyRenameRequest')) },
       responses: { 200: json(PasskeySchema), ...errors(400, 401, 403, 404) },
     }),
@@ -278,7 +271,7 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'delete', path: '/auth/passkeys/{id}', tags: tag,
       summary: 'Remove one of own passkeys (password re-entry); 409 when it is the last factor under Force MFA',
-      middleware: [auth, usersOnly] as const,
+      middleware: [auth] as const,
       request: { params: z.object({ id: z.uuid() }), body: jsonBody(z.object({ currentPassword: Password }).openapi('PasskeyDeleteRequest')) },
       responses: { 204: { description: 'Removed' }, ...errors(400, 401, 403, 404, 409, 429) },
     }),

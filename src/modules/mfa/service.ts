@@ -63,7 +63,7 @@ export async function setupTotp(keel: Keel, userId: string): Promise<SetupAnswer
 export async function confirmTotp(
   keel: Keel,
   userId: string,
-  sessionId: string | null,
+  sessionId: string,
   code: string,
   info: RequestInfo,
 ): Promise<TokenAnswer & { recoveryCodes: string[] }> {
@@ -98,7 +98,7 @@ export async function confirmTotp(
       details: { method: 'totp' },
     });
   });
-  const tokens = await upgradeSession(keel, user, sessionId, info);
+  const tokens = await upgradeSession(keel, user, sessionId);
   return { ...tokens, recoveryCodes };
 }
 

@@ -176,7 +176,7 @@ export async function confirmPhone(keel: Keel, userId: string, code: string, inf
 export async function enableSms(
   keel: Keel,
   userId: string,
-  sessionId: string | null,
+  sessionId: string,
   info: RequestInfo,
 ): Promise<TokenAnswer & { recoveryCodes: string[] }> {
   if (!keel.config.ENABLE_2FA) throw mfaDisabled();
@@ -209,7 +209,7 @@ export async function enableSms(
       details: { method: 'sms' },
     });
   });
-  const tokens = await upgradeSession(keel, await loadUser(keel, userId), sessionId, info);
+  const tokens = await upgradeSession(keel, await loadUser(keel, userId), sessionId);
   return { ...tokens, recoveryCodes };
 }
 

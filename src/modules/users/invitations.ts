@@ -10,7 +10,8 @@ import { assignableRole } from '../access/roles.js';
 import { users } from '../identity/schema.js';
 import { identityOf } from '../identity/context.js';
 import { findUserByEmail, invalidCredentials, signIn, type RequestInfo, type TokenAnswer } from '../identity/service.js';
-import { assertStrongPassword, hashPassword, verifyPassword } from '../identity/passwords.js';
+import { assertStrongPassword, hashPassword } from '../identity/passwords.js';
+import { verifyReenteredPassword } from '../identity/lockout.js';
 import { deviceGroups, organizations, sites } from '../tenancy/schema.js';
 import { loginSecondFactor, type MfaChallenge } from '../mfa/login.js';
 import { assertRoleWithinCaller, getVisibleUser, type UserView } from './service.js';
@@ -184,7 +185,8 @@ export async function acceptInvite(
   const joining = user.status === 'active';
   let passwordHash: string | null = null;
   if (joining) {
-    if (!user.passwordHash || !(await verifyPassword(user.passwordHash, input.password))) throw invalidCredentials();
+    // Limited per user and counted by the account lockout, like every password re-entry.
+    await verifyReenteredPassword(keel, user.id, input.password, invalidCredentials);
   } else {
     await assertStrongPassword(input.password, [user.email, input.name ?? user.name]);
     passwordHash = await hashPassword(input.password);

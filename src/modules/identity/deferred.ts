@@ -1,0 +1,33 @@
+import type { Logger } from '../../platform/logger.js';
+
+/**
+ * Work queued to run after the answer has been sent, in this process (forgot-password: finding the
+ * account, creating the reset token, sending the email). The route does the same work whatever the
+ * outcome will be and answers at once, so neither timing nor a failure tells anything to the caller.
+ * A failure is logged with the task's name, never surfaced. `idle()` resolves once nothing is queued
+ * or running: tests wait on it instead of sleeping, and a shutdown can wait on it.
+ */
+export class Deferred {
+  readonly #running = new Set<Promise<void>>();
+
+  constructor(private readonly log: Logger) {}
+
+  /** Queues `work` behind the current request (it starts on a later turn of the event loop). */
+  run(name: string, work: () => Promise<void>): void {
+    const task = new Promise<void>((resolve) => setImmediate(resolve))
+      .then(work)
+      .catch((err: unknown) => {
+        // Logged like an unhandled request error (platform/http/errors.ts), through the logger's `err` handling.
+        this.log.error({ task: name, err }, 'queued work failed');
+      })
+      .finally(() => {
+        this.#running.delete(task);
+      });
+    this.#running.add(task);
+  }
+
+  /** Resolves when every queued task (and any task they queued) has finished. */
+  async idle(): Promise<void> {
+    while (this.#running.size > 0) await Promise.all([...this.#running]);
+  }
+}
