@@ -1,7 +1,7 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { eq } from 'drizzle-orm';
 import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
-import { createUser, login, STRONG_PASSWORD, uniqueEmail, createTenant } from '../helpers/fixtures.js';
+import { createUser, enrollTotp, login, nextTotpStep, STRONG_PASSWORD, totpCode, uniqueEmail, createTenant } from '../helpers/fixtures.js';
 import { clock } from '../../src/platform/clock.js';
 import { auditLogs } from '../../src/modules/audit/schema.js';
 import { writeAudit } from '../../src/modules/audit/service.js';
@@ -91,6 +91,11 @@ describe.skipIf(!backendAvailable())('login', () => {
     app = await startTestApp({ env: { LOGIN_LIMIT: '1000', LOCKOUT_THRESHOLD: '3', LOCKOUT_SECONDS: '900' } });
   });
   afterAll(async () => app?.close());
+  afterEach(() => clock.reset());
+
+  const attempt = (email: string, password: string) => app.api('POST', '/auth/login', { body: { email, password } });
+  const failedCount = async (id: string) =>
+    (await app.server.keel.db.select({ n: users.failedLoginCount }).from(users).where(eq(users.id, id)))[0]!.n;
 
   it('answers tokens, the refresh cookie and the CSRF cookie', async () => {
     const user = await createUser(app);
@@ -145,7 +150,43 @@ describe.skipIf(!backendAvailable())('login', () => {
     clock.advance(901_000);
     const after = await app.api('POST', '/auth/login', { body: { email: user.email, password: user.password } });
     expect(after.status).toBe(200);
-    clock.reset();
+  });
+
+  it('starts a new count when a lock has ended', async () => {
+    const user = await createUser(app);
+    for (let i = 0; i < 3; i++) expect((await attempt(user.email, `nope-${i}-wrong-pass`)).status).toBe(401);
+    expect((await attempt(user.email, user.password)).status).toBe(401);
+    clock.advance(901_000);
+    // Two failures after the lock: a fresh count of 2 (below 3), not 5.
+    for (let i = 0; i < 2; i++) expect((await attempt(user.email, `again-${i}-wrong-pass`)).status).toBe(401);
+    expect(await failedCount(user.id)).toBe(2);
+    expect((await attempt(user.email, user.password)).status).toBe(200);
+    expect(await failedCount(user.id)).toBe(0);
+    // And a third failure of a new run locks again.
+    for (let i = 0; i < 3; i++) expect((await attempt(user.email, `third-${i}-wrong-pass`)).status).toBe(401);
+    expect((await attempt(user.email, user.password)).status).toBe(401);
+  });
+
+  it('counts consecutive failures: a sign-in clears the count', async () => {
+    const user = await createUser(app);
+    for (let i = 0; i < 2; i++) expect((await attempt(user.email, `nope-${i}-wrong-pass`)).status).toBe(401);
+    expect(await failedCount(user.id)).toBe(2);
+    expect((await attempt(user.email, user.password)).status).toBe(200);
+    expect(await failedCount(user.id)).toBe(0);
+  });
+
+  it('a right password answered with an MFA challenge keeps earlier failures until the sign-in completes', async () => {
+    const user = await createUser(app);
+    const { secret } = await enrollTotp(app, (await login(app, user)).accessToken);
+    for (let i = 0; i < 2; i++) expect((await attempt(user.email, `nope-${i}-wrong-pass`)).status).toBe(401);
+    const challenge = await attempt(user.email, user.password);
+    expect(challenge.body.mfaRequired).toBe(true);
+    // Its own reservation was given back: neither counted as a failure nor clearing the earlier two.
+    expect(await failedCount(user.id)).toBe(2);
+    await nextTotpStep();
+    const done = await app.api('POST', '/auth/mfa/verify', { body: { tempToken: challenge.body.tempToken, code: await totpCode(secret) } });
+    expect(done.status).toBe(200);
+    expect(await failedCount(user.id)).toBe(0);
   });
 
   it('records user.login in the audit log and publishes the event with the organisation', async () => {
@@ -198,7 +239,7 @@ describe.skipIf(!backendAvailable())('login throttling', () => {
       for (let i = 0; i < 6; i++) {
         statuses.push((await app.api('POST', '/auth/login', { body: { email: user.email, password: `guess-${i}-wrong` } })).status);
       }
-      expect(statuses.slice(0, 5)).toEqual([401, 401, 401, 401, 401]);
+      expect(statuses).toEqual([401, 401, 401, 401, 401, 429]);
       const blocked = await app.api('POST', '/auth/login', { body: { email: user.email, password: user.password } });
       expect(blocked.status).toBe(429);
       expect(blocked.body.code).toBe('rate_limited');

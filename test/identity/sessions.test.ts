@@ -1,8 +1,9 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { eq } from 'drizzle-orm';
 import { randomBytes } from 'node:crypto';
 import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { cookie, createUser, login } from '../helpers/fixtures.js';
+import { expectOneWinner, raceTest, together } from '../helpers/race.js';
 import { clock } from '../../src/platform/clock.js';
 import { sessions } from '../../src/modules/identity/schema.js';
 import { auditLogs } from '../../src/modules/audit/schema.js';
@@ -16,6 +17,7 @@ describe.skipIf(!backendAvailable())('refresh tokens and sessions', () => {
     app = await startTestApp({ env: { LOGIN_LIMIT: '1000' } });
   });
   afterAll(async () => app?.close());
+  afterEach(() => clock.reset());
 
   const refreshBody = (refreshToken: string) => app.api('POST', '/auth/refresh', { body: { refreshToken } });
 
@@ -60,7 +62,6 @@ describe.skipIf(!backendAvailable())('refresh tokens and sessions', () => {
     // Reuse revoked the whole family: the newest refresh token and every access token of it.
     expect((await refreshBody(second.body.refreshToken)).status).toBe(401);
     expect((await app.api('GET', '/auth/me', { token: second.body.accessToken })).status).toBe(401);
-    clock.reset();
   });
 
   it('refreshes by cookie only with the matching x-service-csrf header', async () => {
@@ -79,6 +80,45 @@ describe.skipIf(!backendAvailable())('refresh tokens and sessions', () => {
     expect(cookie(ok.cookies, 'service_refresh_token')!.value).toBe(ok.body.refreshToken);
     const none = await app.api('POST', '/auth/refresh');
     expect(none.status).toBe(401);
+  });
+
+  it('refuses a cookie refresh without the service_csrf cookie, even with the right header', async () => {
+    const user = await createUser(app);
+    const { cookies } = await login(app, user);
+    const rt = cookie(cookies, 'service_refresh_token')!.value;
+    const csrf = cookie(cookies, 'service_csrf')!.value;
+    const noCookie = await app.api('POST', '/auth/refresh', { headers: { cookie: `service_refresh_token=${rt}`, 'x-service-csrf': csrf } });
+    expect(noCookie.status).toBe(403);
+    expect(noCookie.body.code).toBe('csrf_failed');
+    const emptyBoth = await app.api('POST', '/auth/refresh', { headers: { cookie: `service_refresh_token=${rt}; service_csrf=`, 'x-service-csrf': '' } });
+    expect(emptyBoth.status).toBe(403);
+    // Nothing was rotated: the same cookies still refresh.
+    const ok = await app.api('POST', '/auth/refresh', { headers: { cookie: `service_refresh_token=${rt}; service_csrf=${csrf}`, 'x-service-csrf': csrf } });
+    expect(ok.status).toBe(200);
+  });
+
+  it('binds service_csrf to the session: a planted cookie and header of another value fail', async () => {
+    const user = await createUser(app);
+    const mine = await login(app, user);
+    const other = await login(app, user);
+    const rt = cookie(mine.cookies, 'service_refresh_token')!.value;
+    const ownCsrf = cookie(mine.cookies, 'service_csrf')!.value;
+    const otherCsrf = cookie(other.cookies, 'service_csrf')!.value;
+    expect(otherCsrf).not.toBe(ownCsrf);
+    // What a sibling subdomain can do: set service_csrf for the parent domain and send the same value.
+    for (const planted of ['attacker-chosen-value', otherCsrf]) {
+      const res = await app.api('POST', '/auth/refresh', { headers: { cookie: `service_refresh_token=${rt}; service_csrf=${planted}`, 'x-service-csrf': planted } });
+      expect(res.status, planted).toBe(403);
+      expect(res.body.code).toBe('csrf_failed');
+      expect(res.body).not.toHaveProperty('accessToken');
+    }
+    const ok = await app.api('POST', '/auth/refresh', { headers: { cookie: `service_refresh_token=${rt}; service_csrf=${ownCsrf}`, 'x-service-csrf': ownCsrf } });
+    expect(ok.status).toBe(200);
+    // The session keeps its CSRF value across rotations.
+    expect(cookie(ok.cookies, 'service_csrf')!.value).toBe(ownCsrf);
+    // A rotated-out token presented with a wrong value is refused before the race/reuse rules.
+    const stale = await app.api('POST', '/auth/refresh', { headers: { cookie: `service_refresh_token=${rt}; service_csrf=${otherCsrf}`, 'x-service-csrf': otherCsrf } });
+    expect(stale.status).toBe(403);
   });
 
   it('logout invalidates an access token issued before it on the very next request, and every session', async () => {
@@ -124,7 +164,47 @@ describe.skipIf(!backendAvailable())('refresh tokens and sessions', () => {
     expect((await app.api('GET', '/auth/me')).status).toBe(401);
     clock.advance(901_000);
     expect((await app.api('GET', '/auth/me', { token: accessToken })).status).toBe(401);
-    clock.reset();
+  });
+
+  it('a refresh token dies after 7 idle days', async () => {
+    const user = await createUser(app);
+    const { refreshToken } = await login(app, user);
+    clock.advance(7 * 86_400_000 - 60_000);
+    const justInTime = await refreshBody(refreshToken);
+    expect(justInTime.status).toBe(200);
+    // Each refresh moves the idle expiry: 7 days from this refresh, not from the sign-in.
+    clock.advance(7 * 86_400_000 - 60_000);
+    const again = await refreshBody(justInTime.body.refreshToken);
+    expect(again.status).toBe(200);
+    clock.advance(7 * 86_400_000 + 1000);
+    const idle = await refreshBody(again.body.refreshToken);
+    expect(idle.status).toBe(401);
+    expect(idle.body.code).toBe('invalid_refresh_token');
+  });
+
+  it('a session ends 30 days after sign-in however often it is refreshed', async () => {
+    const user = await createUser(app);
+    let { refreshToken } = await login(app, user);
+    let accessToken = '';
+    let day = 0;
+    for (const days of [6, 6, 6, 6, 5]) {
+      clock.advance(days * 86_400_000);
+      day += days;
+      const next = await refreshBody(refreshToken);
+      expect(next.status, `refresh on day ${day}`).toBe(200);
+      refreshToken = next.body.refreshToken;
+      accessToken = next.body.accessToken;
+    }
+    // Day 29: the idle expiry is capped at the absolute one.
+    const [row] = await app.server.keel.db.select().from(sessions).where(eq(sessions.userId, user.id));
+    expect(row!.expiresAt.getTime()).toBe(row!.absoluteExpiresAt.getTime());
+    expect((await app.api('GET', '/auth/me', { token: accessToken })).status).toBe(200);
+    clock.advance(86_400_000 + 1000);
+    const late = await refreshBody(refreshToken);
+    expect(late.status).toBe(401);
+    expect(late.body.code).toBe('invalid_refresh_token');
+    // The session's access tokens end with it (this one is 24 hours old, but the session ended first).
+    expect((await app.api('GET', '/auth/me', { token: accessToken })).status).toBe(401);
   });
 });
 
@@ -142,24 +222,25 @@ describe.skipIf(!backendAvailable())('cookies under production', () => {
   });
 });
 
-describe.skipIf(backend !== 'postgres' || !backendAvailable())('sessions across processes on PostgreSQL', () => {
-  it('20 parallel refreshes of one token yield one new pair and refresh_raced answers, never two families', async () => {
+describe.skipIf(!backendAvailable())('refresh rotation races', () => {
+  raceTest('20 parallel refreshes of one token yield one new pair and refresh_raced answers, never two families', async () => {
     const app = await startTestApp();
     try {
       const user = await createUser(app);
       const { refreshToken } = await login(app, user);
-      const answers = await Promise.all(Array.from({ length: 20 }, () => app.api('POST', '/auth/refresh', { body: { refreshToken } })));
-      const statuses = answers.map((a) => a.status);
-      expect(statuses.filter((s) => s === 200)).toHaveLength(1);
-      expect(statuses.filter((s) => s === 409)).toHaveLength(19);
+      const answers = await together(20, () => app.api('POST', '/auth/refresh', { body: { refreshToken } }));
+      const winner = expectOneWinner(answers, 200, [409]);
+      for (const a of answers.filter((x) => x !== winner)) expect(a.body.code).toBe('refresh_raced');
       const rows = await app.server.keel.db.select().from(sessions).where(eq(sessions.userId, user.id));
       expect(rows).toHaveLength(1);
-      const winner = answers.find((a) => a.status === 200)!;
       expect((await app.api('POST', '/auth/refresh', { body: { refreshToken: winner.body.refreshToken } })).status).toBe(200);
     } finally {
       await app.close();
     }
   });
+});
+
+describe.skipIf(backend !== 'postgres' || !backendAvailable())('sessions across processes on PostgreSQL', () => {
 
   it('a logout on one process stops the token on another process at once', async () => {
     const app = await startTestApp();
