@@ -7,8 +7,11 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backend, backendAvailable, startTestApp, type ApiResponse, type TestApp } from '../helpers/app.js';
-import { createUser, login, totpCode } from '../helpers/fixtures.js';
+import { eq } from 'drizzle-orm';
+import { createUser, jwtClaims, login, totpCode } from '../helpers/fixtures.js';
 import { buildApp } from '../../src/app.js';
+import { upgradeSession } from '../../src/modules/identity/service.js';
+import { sessions, users } from '../../src/modules/identity/schema.js';
 
 const API = '/api/v1';
 
@@ -134,5 +137,25 @@ describe.skipIf(!backendAvailable())(`account routes refuse API keys (${backend}
     const res = await app.api('POST', '/auth/mfa/verify', { token: `kk_${'A'.repeat(43)}`, body: { code: '123456' } });
     expect(res.status).toBe(401);
     expect((await app.api('GET', '/auth/me', { token: `kk_${'A'.repeat(43)}` })).status).toBe(401);
+  });
+
+  it('upgradeSession upgrades only a live session of the user and never creates one', async () => {
+    const keel = app.server.keel;
+    const user = await createUser(app);
+    const other = await createUser(app);
+    const { accessToken } = await login(app, user);
+    const sid = jwtClaims(accessToken).sid as string;
+    const otherSid = jwtClaims((await login(app, other)).accessToken).sid as string;
+    const [row] = await keel.db.select().from(users).where(eq(users.id, user.id));
+    const sessionsOf = async () => (await keel.db.select().from(sessions).where(eq(sessions.userId, user.id))).length;
+
+    const upgraded = await upgradeSession(keel, row!, sid);
+    expect(jwtClaims(upgraded.accessToken)).toMatchObject({ sid, mfa: true });
+    for (const id of [randomUUID(), otherSid]) {
+      await expect(upgradeSession(keel, row!, id)).rejects.toMatchObject({ status: 401, code: 'invalid_token' });
+    }
+    expect((await app.api('POST', '/auth/logout', { token: upgraded.accessToken })).status).toBe(200);
+    await expect(upgradeSession(keel, row!, sid)).rejects.toMatchObject({ status: 401 });
+    expect(await sessionsOf()).toBe(1);
   });
 });
