@@ -1,7 +1,8 @@
 import type { Context, MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { getConnInfo } from '@hono/node-server/conninfo';
-import type { ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import type { Logger } from '../logger.js';
 import { AppError, errorResponse } from './errors.js';
@@ -57,6 +58,84 @@ function logAccess(log: Logger, line: AccessLine): void {
   else log.info(line, 'request');
 }
 
+/*
+ * Early answers to requests whose body is still arriving (issue 14.7).
+ *
+ * A 404, 401, 400 or 413 can be answered before the client has sent its body. Closing the connection
+ * then (Node closes after an answer marked `Connection: close`; @hono/node-server gives an unread
+ * body half a second and then destroys the socket) resets it under a client that is still sending,
+ * which sees EPIPE or ECONNRESET and, if the reset overtakes the answer, never reads the answer.
+ * Both of those closes go through the socket's `destroySoon()`, so each socket that carries a body
+ * gets one that first reads and drops the rest of the body (at most EARLY_ANSWER_DRAIN_BYTES, for at
+ * most EARLY_ANSWER_DRAIN_MS), and only then closes, or, when the answer allowed keep-alive, leaves
+ * the connection open for the next request. A body declared larger than the bound is not waited
+ * for: the connection closes at once, as before.
+ */
+
+/** The most of an unread request body read and dropped after an early answer before the connection closes. */
+export const EARLY_ANSWER_DRAIN_BYTES = 16 * 1024 * 1024;
+/** How long the rest of a body may take to arrive after an early answer. */
+export const EARLY_ANSWER_DRAIN_MS = 30_000;
+
+const BODY_IN_FLIGHT = Symbol('keel.bodyInFlight');
+
+interface InFlight {
+  incoming: IncomingMessage;
+  outgoing: ServerResponse;
+  draining: boolean;
+}
+
+type DrainingSocket = Socket & { [BODY_IN_FLIGHT]?: InFlight };
+
+/** Closes `socket` only once the current request's body has arrived (bounded); see above. */
+function closeAfterBody(socket: DrainingSocket, close: () => void): void {
+  const state = socket[BODY_IN_FLIGHT];
+  const body = state?.incoming;
+  if (!state || !body || body.readableEnded || body.destroyed || socket.destroyed) {
+    close();
+    return;
+  }
+  if (state.draining) return;
+  const declared = Number(body.headers['content-length'] ?? '0');
+  if (declared > EARLY_ANSWER_DRAIN_BYTES) {
+    close();
+    return;
+  }
+  state.draining = true;
+  let read = 0;
+  const onData = (chunk: Buffer) => {
+    read += chunk.length;
+    if (read > EARLY_ANSWER_DRAIN_BYTES) stop(true);
+  };
+  const onEnd = () => stop(false);
+  const timer = setTimeout(() => stop(true), EARLY_ANSWER_DRAIN_MS);
+  timer.unref();
+  function stop(giveUp: boolean): void {
+    clearTimeout(timer);
+    body?.off('data', onData).off('end', onEnd).off('error', onEnd);
+    socket.off('close', onEnd);
+    if (state) state.draining = false;
+    if (socket.destroyed) return;
+    // Node marks an answer after which the connection must close (Connection: close) as the last one.
+    const last = (state?.outgoing as { _last?: boolean } | undefined)?._last !== false;
+    if (giveUp || last) close();
+  }
+  body.on('data', onData).once('end', onEnd).once('error', onEnd);
+  socket.once('close', onEnd);
+  body.resume();
+}
+
+/** Makes the socket of a request with a body wait for that body before any close (see closeAfterBody). */
+function keepReadingBody(incoming: IncomingMessage, outgoing: ServerResponse): void {
+  const socket = incoming.socket as DrainingSocket | null;
+  if (!socket) return;
+  if (!(BODY_IN_FLIGHT in socket)) {
+    const close = socket.destroySoon.bind(socket);
+    socket.destroySoon = () => closeAfterBody(socket, close);
+  }
+  socket[BODY_IN_FLIGHT] = { incoming, outgoing, draining: false };
+}
+
 /**
  * Request id (echoed as X-Request-Id), the client IP and one access-log line carrying the id.
  *
@@ -94,6 +173,11 @@ export function requestContext(log: Logger, trustedProxies: Set<string>): Middle
       })();
     }
     if (!outgoing.headersSent) outgoing.setHeader('X-Request-Id', requestId);
+    const method = c.req.method;
+    if (method !== 'GET' && method !== 'HEAD') {
+      const incoming = (c.env as { incoming?: IncomingMessage }).incoming;
+      if (incoming && !incoming.readableEnded) keepReadingBody(incoming, outgoing);
+    }
     if (log.isLevelEnabled('error')) {
       outgoing.once('close', () => {
         if (outgoing.statusCode >= 500 || log.isLevelEnabled('info')) logAccess(log, line(outgoing.statusCode));
@@ -110,6 +194,38 @@ const SECURITY_HEADERS = [
 ] as const;
 
 const JSON_TYPE = /^application\/([\w.+-]+\+)?json\s*(;|$)/i;
+
+/**
+ * The body of `incoming` if it has at most `max` bytes; null as soon as it has more, leaving the
+ * stream flowing so the rest is read and dropped.
+ */
+function readUpTo(incoming: IncomingMessage, max: number): Promise<Uint8Array | null> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const done = () => incoming.off('data', onData).off('end', onEnd).off('error', onError).off('close', onError);
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size <= max) {
+        chunks.push(chunk);
+        return;
+      }
+      done();
+      chunks.length = 0;
+      resolve(null);
+    };
+    const onEnd = () => {
+      done();
+      resolve(Buffer.concat(chunks, size));
+    };
+    // The client went away (or the stream failed) before the end of its body.
+    const onError = () => {
+      done();
+      reject(new AppError(400, 'bad_request', 'The request body was not received completely'));
+    };
+    incoming.on('data', onData).once('end', onEnd).once('error', onError).once('close', onError);
+  });
+}
 
 export interface ApiGateOptions {
   maxBodyBytes: number;
@@ -136,7 +252,15 @@ export function apiGate(opts: ApiGateOptions): MiddlewareHandler {
         return errorResponse(c, new AppError(415, 'unsupported_media_type', 'Request bodies must be application/json'));
       }
     }
-    if (chunked) {
+    const incoming = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming;
+    if (chunked && incoming) {
+      // Counted from Node's stream itself: past the limit the rest flows on unread (and is dropped
+      // before the connection closes), where a web stream reader left waiting would stall it.
+      const body = await readUpTo(incoming, opts.maxBodyBytes);
+      if (!body) return opts.onTooLarge(c);
+      c.req.raw = new Request(c.req.raw, { body });
+      await next();
+    } else if (chunked) {
       const answer = await streamed(c, next);
       if (answer) return answer; // the 413, made once the count ran over
     } else {
