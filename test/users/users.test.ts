@@ -4,14 +4,13 @@ import { startSmtpServer, type SmtpTestServer } from '../helpers/smtp.js';
 import { createTenant, createUser, enrollTotp, login, STRONG_PASSWORD, uniqueEmail, type Tenant } from '../helpers/fixtures.js';
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
 import { createOrganization } from '../../src/modules/tenancy/service.js';
+import { insertRole } from '../access/helpers.js';
 
 describe.skipIf(!backendAvailable())('users and invitations', () => {
   let app: TestApp;
   let smtp: SmtpTestServer;
   let tenant: Tenant;
   let adminToken: string;
-  let soloOrgId = '';
-  let soloAdminId = '';
   beforeAll(async () => {
     smtp = await startSmtpServer();
     app = await startTestApp({ env: { SMTP_URL: smtp.url, LOGIN_LIMIT: '1000', PUBLIC_URL: 'https://keel.example.com' } });
@@ -49,8 +48,15 @@ describe.skipIf(!backendAvailable())('users and invitations', () => {
     expect((await app.api('POST', '/auth/accept-invite', { body: { token, password: STRONG_PASSWORD } })).status).toBe(400);
 
     const { accessToken } = await login(app, { email, password: STRONG_PASSWORD });
-    const list = await app.api('GET', '/users', { token: accessToken });
+    const list = await app.api('GET', '/users?limit=100', { token: accessToken });
     expect(list.status).toBe(200);
+    // The new member reads its organisation's users: itself with the given role, and the admin who invited it.
+    expect(list.body.pagination).toMatchObject({ page: 1, limit: 100 });
+    expect(list.body.pagination.total).toBe(list.body.data.length);
+    const me = list.body.data.find((u: { id: string }) => u.id === accepted.body.user.id);
+    expect(me).toMatchObject({ email, name: 'Ivy Reader', status: 'active', orgId: tenant.orgId, roleId: SYSTEM_ROLES.orgReadOnly.id });
+    expect(list.body.data.some((u: { email: string }) => u.email === tenant.orgAdmin.email)).toBe(true);
+    expect(list.body.data.every((u: { orgId: string }) => u.orgId === tenant.orgId)).toBe(true);
     expect((await invite(accessToken, { email: uniqueEmail(), name: 'X', roleId: SYSTEM_ROLES.orgReadOnly.id })).status).toBe(403);
   });
 
@@ -123,25 +129,102 @@ describe.skipIf(!backendAvailable())('users and invitations', () => {
     expect(ok.body.user).toMatchObject({ scope: 'organization', orgId: tenant.orgId, roleId: SYSTEM_ROLES.orgReadOnly.id });
   });
 
-  it('assigns roles within the caller’s own permissions; nobody changes their own role; the last admin stays', async () => {
+  it('assigns roles within the caller’s own permissions; nobody changes their own role or status', async () => {
     const user = await createUser(app, { org: { orgId: tenant.orgId, roleId: SYSTEM_ROLES.orgReadOnly.id } });
     const res = await app.api('POST', `/users/${user.id}/role`, { token: adminToken, body: { roleId: SYSTEM_ROLES.orgTechnician.id } });
     expect(res.status).toBe(200);
     expect(res.body.roleId).toBe(SYSTEM_ROLES.orgTechnician.id);
-    expect((await app.api('POST', `/users/${tenant.orgAdmin.id}/role`, { token: adminToken, body: { roleId: SYSTEM_ROLES.orgReadOnly.id } })).status).toBe(403);
 
-    const soloOrg = await createOrganization(app.server.keel.db, { name: 'Solo', partnerId: tenant.partnerId });
-    const onlyAdmin = await createUser(app, { org: { orgId: soloOrg.id, roleId: SYSTEM_ROLES.orgAdmin.id } });
-    const helper = await createUser(app, { org: { orgId: soloOrg.id, roleId: SYSTEM_ROLES.orgAdmin.id } });
-    const helperToken = (await login(app, helper)).accessToken;
-    expect((await app.api('DELETE', `/users/${onlyAdmin.id}`, { token: helperToken })).status).toBe(204);
-    // The helper is now the only *:* holder of that organisation; see the partner admin test for the 409.
-    soloOrgId = soloOrg.id;
-    soloAdminId = helper.id;
+    // A user administrator who lacks devices:write cannot give the Technician role (which has it).
+    const usersAdminRole = await insertRole(app, { scope: 'organization', orgId: tenant.orgId, perms: ['users:*', '*:read'] });
+    const usersAdmin = await createUser(app, { org: { orgId: tenant.orgId, roleId: usersAdminRole } });
+    const usersAdminToken = (await login(app, usersAdmin)).accessToken;
+    const reader = await createUser(app, { org: { orgId: tenant.orgId, roleId: SYSTEM_ROLES.orgReadOnly.id } });
+    const beyond = await app.api('POST', `/users/${reader.id}/role`, { token: usersAdminToken, body: { roleId: SYSTEM_ROLES.orgTechnician.id } });
+    expect(beyond.status).toBe(403);
+    expect(beyond.body.code).toBe('privilege_escalation');
+    expect(beyond.body.details.missing).toEqual(expect.arrayContaining(['devices:write']));
+    // Within its permissions it may: Read Only is covered by `*:read`.
+    const within = await app.api('POST', `/users/${reader.id}/role`, { token: usersAdminToken, body: { roleId: usersAdminRole } });
+    expect(within.status).toBe(200);
+    expect(within.body.roleId).toBe(usersAdminRole);
+
+    for (const [method, path, body] of [
+      ['POST', `/users/${tenant.orgAdmin.id}/role`, { roleId: SYSTEM_ROLES.orgReadOnly.id }],
+      ['PATCH', `/users/${tenant.orgAdmin.id}`, { status: 'disabled' }],
+      ['DELETE', `/users/${tenant.orgAdmin.id}`, undefined],
+    ] as const) {
+      const self = await app.api(method, path, { token: adminToken, ...(body ? { body } : {}) });
+      expect(self.status).toBe(403);
+      expect(self.body.code).toBe('self_change_forbidden');
+    }
+    expect((await app.api('GET', '/auth/me', { token: adminToken })).body).toMatchObject({ roleId: SYSTEM_ROLES.orgAdmin.id, status: 'active' });
 
     const techToken = (await login(app, tenant.orgTechnician)).accessToken;
     const denied = await app.api('GET', '/users', { token: techToken });
     expect(denied.status).toBe(403);
+    expect(denied.body.code).toBe('permission_denied');
+  });
+
+  it('GET /users/roles lists the roles assignable in the scope: system ones and its own, no other tenant’s', async () => {
+    const own = await insertRole(app, { scope: 'organization', orgId: tenant.orgId, name: 'Own Helpdesk', perms: ['users:read'] });
+    const foreign = await insertRole(app, { scope: 'organization', orgId: tenant.otherOrgId, name: 'Foreign Helpdesk', perms: ['users:read'] });
+    const res = await app.api('GET', '/users/roles?limit=100', { token: adminToken });
+    expect(res.status).toBe(200);
+    const ids = res.body.data.map((r: { id: string }) => r.id);
+    expect(ids).toEqual(expect.arrayContaining([SYSTEM_ROLES.orgAdmin.id, SYSTEM_ROLES.orgTechnician.id, SYSTEM_ROLES.orgReadOnly.id, own]));
+    expect(ids).not.toContain(foreign);
+    expect(ids).not.toContain(SYSTEM_ROLES.partnerAdmin.id);
+    expect(res.body.data.every((r: { scope: string }) => r.scope === 'organization')).toBe(true);
+    expect(res.body.data.find((r: { id: string }) => r.id === own)).toMatchObject({ name: 'Own Helpdesk', isSystem: false, orgId: tenant.orgId });
+    expect(res.body.pagination).toMatchObject({ page: 1, limit: 100, total: ids.length });
+    const paged = await app.api('GET', '/users/roles?limit=2&page=2', { token: adminToken });
+    expect(paged.status).toBe(200);
+    expect(paged.body.data.map((r: { id: string }) => r.id)).toEqual(ids.slice(2, 4));
+    const techToken = (await login(app, tenant.orgTechnician)).accessToken;
+    expect((await app.api('GET', '/users/roles', { token: techToken })).status).toBe(403);
+  });
+
+  it('GET /users filters by status, roleId and search (email or name, case-insensitive, wildcards literal)', async () => {
+    const org = await createOrganization(app.server.keel.db, { name: 'Filters', partnerId: tenant.partnerId });
+    const admin = await createUser(app, { name: 'Filter Admin', org: { orgId: org.id, roleId: SYSTEM_ROLES.orgAdmin.id } });
+    const token = (await login(app, admin)).accessToken;
+    const zed = await createUser(app, { name: 'Zed 100%_Tech', email: uniqueEmail('zed'), org: { orgId: org.id, roleId: SYSTEM_ROLES.orgTechnician.id } });
+    const off = await createUser(app, { name: 'Off Reader', status: 'disabled', org: { orgId: org.id, roleId: SYSTEM_ROLES.orgReadOnly.id } });
+    const invited = await invite(token, { email: uniqueEmail('pending'), name: 'Pending Reader', roleId: SYSTEM_ROLES.orgReadOnly.id });
+    expect(invited.status).toBe(201);
+    await inviteLink(invited.body.email);
+    const ids = async (query: string) => {
+      const res = await app.api('GET', `/users?limit=100&${query}`, { token });
+      expect(res.status).toBe(200);
+      expect(res.body.pagination.total).toBe(res.body.data.length);
+      return res.body.data.map((u: { id: string }) => u.id).sort();
+    };
+    expect(await ids('')).toEqual([admin.id, zed.id, off.id, invited.body.id].sort());
+    expect(await ids('status=disabled')).toEqual([off.id]);
+    expect(await ids('status=invited')).toEqual([invited.body.id]);
+    expect(await ids('status=active')).toEqual([admin.id, zed.id].sort());
+    expect(await ids(`roleId=${SYSTEM_ROLES.orgReadOnly.id}`)).toEqual([off.id, invited.body.id].sort());
+    expect(await ids(`roleId=${SYSTEM_ROLES.orgTechnician.id}&status=active`)).toEqual([zed.id]);
+    expect(await ids('search=zed-')).toEqual([zed.id]); // email
+    expect(await ids('search=OFF%20READ')).toEqual([off.id]); // name, any case
+    expect(await ids('search=100%25_')).toEqual([zed.id]); // % and _ match themselves
+    expect(await ids('search=%25')).toEqual([zed.id]);
+    expect(await ids('search=nobody-here')).toEqual([]);
+    expect((await app.api('GET', '/users?status=gone', { token })).status).toBe(400);
+  });
+
+  it('an invited user becomes active only by accepting: PATCH status active is 409 invitation_pending', async () => {
+    const email = uniqueEmail('pending');
+    const res = await invite(adminToken, { email, name: 'Pat', roleId: SYSTEM_ROLES.orgReadOnly.id });
+    expect(res.status).toBe(201);
+    const token = await inviteLink(email);
+    const activate = await app.api('PATCH', `/users/${res.body.id}`, { token: adminToken, body: { status: 'active' } });
+    expect(activate.status).toBe(409);
+    expect(activate.body.code).toBe('invitation_pending');
+    expect((await app.api('GET', `/users/${res.body.id}`, { token: adminToken })).body.status).toBe('invited');
+    expect((await app.api('POST', '/auth/login', { body: { email, password: STRONG_PASSWORD } })).status).toBe(401);
+    expect((await app.api('POST', '/auth/accept-invite', { body: { token, password: STRONG_PASSWORD } })).status).toBe(200);
   });
 
   it('hides other organisations’ users (404) and scopes partner users by orgAccess', async () => {
@@ -149,6 +232,10 @@ describe.skipIf(!backendAvailable())('users and invitations', () => {
     expect((await app.api('GET', `/users/${bUser.id}`, { token: adminToken })).status).toBe(404);
     expect((await app.api('GET', `/users?orgId=${tenant.otherOrgId}`, { token: adminToken })).status).toBe(404);
     const list = await app.api('GET', '/users?limit=100', { token: adminToken });
+    expect(list.status).toBe(200);
+    const listed = list.body.data.map((u: { id: string }) => u.id);
+    expect(listed).toEqual(expect.arrayContaining([tenant.orgAdmin.id, tenant.orgTechnician.id, tenant.orgReadOnly.id]));
+    expect(listed).not.toContain(bUser.id);
     expect(list.body.data.every((u: { orgId: string }) => u.orgId === tenant.orgId)).toBe(true);
 
     const selected = await createUser(app, {
@@ -181,7 +268,9 @@ describe.skipIf(!backendAvailable())('users and invitations', () => {
     expect(partnerInvite.body).toMatchObject({ scope: 'partner', partnerId: tenant.partnerId, orgAccess: 'selected', orgIds: [tenant.orgId] });
 
     // The last *:* holder of an organisation can be neither demoted, disabled nor removed.
-    expect(soloAdminId).not.toBe('');
+    const soloOrg = await createOrganization(app.server.keel.db, { name: 'Solo', partnerId: tenant.partnerId });
+    const soloOrgId = soloOrg.id;
+    const soloAdminId = (await createUser(app, { org: { orgId: soloOrgId, roleId: SYSTEM_ROLES.orgAdmin.id } })).id;
     for (const [method, path, body] of [
       ['POST', `/users/${soloAdminId}/role?orgId=${soloOrgId}`, { roleId: SYSTEM_ROLES.orgReadOnly.id }],
       ['PATCH', `/users/${soloAdminId}?orgId=${soloOrgId}`, { status: 'disabled' }],
@@ -191,5 +280,9 @@ describe.skipIf(!backendAvailable())('users and invitations', () => {
       expect(res.status).toBe(409);
       expect(res.body.code).toBe('last_admin');
     }
+    expect((await app.api('GET', `/users/${soloAdminId}?orgId=${soloOrgId}`, { token: accessToken })).body).toMatchObject({ status: 'active', roleId: SYSTEM_ROLES.orgAdmin.id });
+    // Once there is another administrator, one of the two may go.
+    const second = await createUser(app, { org: { orgId: soloOrgId, roleId: SYSTEM_ROLES.orgAdmin.id } });
+    expect((await app.api('DELETE', `/users/${second.id}?orgId=${soloOrgId}`, { token: accessToken })).status).toBe(204);
   });
 });

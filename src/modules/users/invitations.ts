@@ -1,23 +1,37 @@
-import { and, eq, inArray, sql } from 'drizzle-orm';
+import { and, count, desc, eq, gt, inArray, or, sql, type SQL } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
+import type { Db } from '../../platform/db/client.js';
 import { transaction } from '../../platform/db/transaction.js';
 import { clock } from '../../platform/clock.js';
-import { AppError, badRequest, conflict, validationError } from '../../platform/http/errors.js';
+import { randomToken, sha256Hex } from '../../platform/crypto.js';
+import type { Limit } from '../../platform/rate-limit.js';
+import { AppError, badRequest, conflict, forbidden, notFound, validationError } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import type { AccessContext } from '../access/scope.js';
-import { addOrganizationMember, addPartnerMember, getMembership } from '../access/service.js';
+import { addOrganizationMember, addPartnerMember, assertNotLastFullAdmin, getAccessSummary, getMembership, type Membership, type Tenant } from '../access/service.js';
 import { assignableRole } from '../access/roles.js';
+import { resolveRole } from '../access/role-cache.js';
+import { PermissionSet } from '../access/permissions.js';
+import { organizationUsers, partnerUsers } from '../access/schema.js';
 import { users } from '../identity/schema.js';
 import { identityOf } from '../identity/context.js';
 import { findUserByEmail, invalidCredentials, signIn, type RequestInfo, type TokenAnswer } from '../identity/service.js';
 import { assertStrongPassword, hashPassword } from '../identity/passwords.js';
 import { verifyReenteredPassword } from '../identity/lockout.js';
-import { deviceGroups, organizations, sites } from '../tenancy/schema.js';
-import { loginSecondFactor, type MfaChallenge } from '../mfa/login.js';
-import { assertRoleWithinCaller, getVisibleUser, type UserView } from './service.js';
+import { requireUserPrincipal } from '../identity/middleware.js';
+import { selfProfile, type SelfProfile } from '../identity/profile.js';
+import { deviceGroups, organizations, partners, sites } from '../tenancy/schema.js';
+import { enrolledMethods, loginSecondFactor, type MfaChallenge } from '../mfa/login.js';
+import { assertCoversUser, assertRoleWithinCaller, getVisibleUser, type UserView } from './service.js';
+import { invitations } from './schema.js';
 
-export const INVITE_PURPOSE = 'invite';
+/** Links are valid 7 days (DECISIONS "Registration, bootstrap, invitations"). */
 export const INVITE_TTL_MS = 7 * 24 * 3600_000;
+
+type InvitationRow = typeof invitations.$inferSelect;
+
+/** Only the SHA-256 of a link's token is stored (the same form the single-use store used for invites). */
+const tokenHash = (token: string) => sha256Hex(`invite:${token}`);
 
 export interface InviteInput {
   email: string;
@@ -88,9 +102,89 @@ async function sendInvite(keel: Keel, to: string, token: string, inviter: string
   }
 }
 
+/** The partner or organisation an invitation's grant is for; null when it has been deleted since. */
+function tenantOfInvitation(inv: InvitationRow): Tenant | null {
+  if (inv.scope === 'partner') return inv.partnerId ? { partnerId: inv.partnerId } : null;
+  return inv.orgId ? { orgId: inv.orgId } : null;
+}
+
+function sameTenant(m: Membership, inv: InvitationRow): boolean {
+  return m.kind === 'partner' ? inv.scope === 'partner' && inv.partnerId === m.partnerId : inv.scope === 'organization' && inv.orgId === m.orgId;
+}
+
+function grantColumns(grant: Grant) {
+  return grant.kind === 'partner'
+    ? { scope: 'partner' as const, partnerId: grant.partnerId, orgId: null, roleId: grant.roleId, orgAccess: grant.orgAccess, orgIds: grant.orgIds, siteIds: null, deviceGroupIds: null }
+    : { scope: 'organization' as const, partnerId: null, orgId: grant.orgId, roleId: grant.roleId, orgAccess: null, orgIds: null, siteIds: grant.siteIds, deviceGroupIds: grant.deviceGroupIds };
+}
+
+function tenantCondition(grant: Grant): SQL | undefined {
+  return grant.kind === 'partner' ? eq(invitations.partnerId, grant.partnerId) : eq(invitations.orgId, grant.orgId);
+}
+
+interface InviteLimits {
+  /** Invitation emails to one address (invite, re-invite, resend) per hour. */
+  perInvitee: Limit;
+  /** `resend-invite` calls by one inviter per hour. */
+  resendsPerInviter: Limit;
+}
+
+const limitsByKeel = new WeakMap<Keel, InviteLimits>();
+
+function inviteLimits(keel: Keel): InviteLimits {
+  let l = limitsByKeel.get(keel);
+  if (!l) {
+    l = {
+      perInvitee: keel.limits.define('invite-emails', keel.config.INVITE_EMAILS_PER_INVITEE_LIMIT, 3600),
+      resendsPerInviter: keel.limits.define('invite-resends', keel.config.INVITE_RESENDS_PER_INVITER_LIMIT, 3600),
+    };
+    limitsByKeel.set(keel, l);
+  }
+  return l;
+}
+
+const inviteeKey = (email: string) => email.trim().toLowerCase();
+
 /**
- * `POST /users/invite`: a new account is created `invited` with its membership; an existing account
- * with no association joins when it accepts. One already in this scope, or associated elsewhere, is 409.
+ * The answer about an account that existed before it was invited: the same fields a new invitee's
+ * answer has, filled only from what the inviter gave and the invitation (D9). Its `id` is the
+ * invitation's: the account's own id (a UUIDv7, which carries its creation time) is not revealed
+ * before the account joins.
+ */
+function invitedView(inv: InvitationRow, name: string): UserView {
+  const partner = inv.scope === 'partner';
+  return {
+    id: inv.id,
+    email: inv.email,
+    name,
+    status: 'invited',
+    avatarUrl: null,
+    isPlatformAdmin: false,
+    scope: partner ? 'partner' : 'organization',
+    partnerId: partner ? inv.partnerId : null,
+    orgId: partner ? null : inv.orgId,
+    roleId: inv.roleId,
+    orgAccess: partner ? inv.orgAccess : null,
+    orgIds: partner ? (inv.orgIds ?? []) : [],
+    siteIds: partner ? null : inv.siteIds,
+    deviceGroupIds: partner ? null : inv.deviceGroupIds,
+    mfaEnabled: false,
+    mfaMethod: null,
+    lastLoginAt: null,
+    createdAt: inv.createdAt.toISOString(),
+  };
+}
+
+/** Serialises changes to one account's invitations and membership (invite, accept, revoke) on PostgreSQL. */
+async function lockUser(db: Db, userId: string): Promise<void> {
+  await db.execute(sql`select id from users where id = ${userId} for update`);
+}
+
+/**
+ * `POST /users/invite`: a new account is created `invited` with its membership; an account that
+ * already exists joins when it accepts. Either way the invitation is a record of its own (grant,
+ * inviter, expiry, token hash); inviting the same account to the same partner or organisation again
+ * replaces the earlier one. An account already in this scope, or associated elsewhere, is 409.
  */
 export async function inviteUser(keel: Keel, access: AccessContext, input: InviteInput, info: AuditRequestInfo): Promise<UserView> {
   const grant = await grantFor(keel, access, input);
@@ -99,20 +193,28 @@ export async function inviteUser(keel: Keel, access: AccessContext, input: Invit
     throw new AppError(400, 'invalid_role', 'That role cannot be given to a member of this scope', { fields: [{ path: 'roleId', message: 'is not assignable here' }] });
   }
   await assertRoleWithinCaller(keel.db, access, input.roleId);
-  const existing = await findUserByEmail(keel.db, input.email);
-  if (existing) {
-    const m = await getMembership(keel.db, existing.id);
+  const email = input.email.trim();
+  const name = input.name.trim();
+  const associated = (m: Membership | null, u: { isPlatformAdmin: boolean }) => {
     const inScope = m && ((m.kind === 'partner' && grant.kind === 'partner' && m.partnerId === grant.partnerId) || (m.kind === 'organization' && grant.kind === 'organization' && m.orgId === grant.orgId));
     if (inScope) throw conflict('user_exists', 'User already exists in this scope');
-    if (m || existing.isPlatformAdmin) throw conflict('user_associated_elsewhere', 'This email belongs to an account of another partner or organization');
-    if (existing.status === 'disabled') throw conflict('user_disabled', 'This account is disabled');
-  }
-  const { userId, token } = await transaction(keel.db, async (tx) => {
-    let id = existing?.id;
-    if (!id) {
+    if (m || u.isPlatformAdmin) throw conflict('user_associated_elsewhere', 'This email belongs to an account of another partner or organization');
+  };
+  const existing = await findUserByEmail(keel.db, email);
+  if (existing) associated(await getMembership(keel.db, existing.id), existing);
+  await inviteLimits(keel).perInvitee.consume(inviteeKey(email));
+  const token = randomToken();
+  const invitation = await transaction(keel.db, async (tx) => {
+    let id: string | undefined;
+    if (existing) {
+      id = existing.id;
+      // Under the account's lock: it may have joined somewhere since the check above.
+      await lockUser(tx.db, id);
+      associated(await getMembership(tx.db, id), existing);
+    } else {
       const rows = await tx.db
         .insert(users)
-        .values({ email: input.email.trim(), name: input.name.trim(), status: 'invited', passwordHash: null })
+        .values({ email, name, status: 'invited', passwordHash: null })
         .onConflictDoNothing()
         .returning({ id: users.id });
       id = rows[0]?.id;
@@ -120,105 +222,380 @@ export async function inviteUser(keel: Keel, access: AccessContext, input: Invit
       if (grant.kind === 'partner') await addPartnerMember(tx.db, { ...grant, userId: id });
       else await addOrganizationMember(tx.db, { ...grant, userId: id });
     }
-    const created = await keel.singleUse.create(tx.db, {
-      purpose: INVITE_PURPOSE,
-      subjectId: id,
-      ttlMs: INVITE_TTL_MS,
-      data: { grant, invitedBy: access.principal.userId },
-      replaceForSubject: true,
-    });
+    // A re-invite replaces this partner's or organisation's earlier invitation of the account.
+    await tx.db.delete(invitations).where(and(eq(invitations.userId, id), tenantCondition(grant)));
+    const now = clock.now();
+    const [row] = await tx.db
+      .insert(invitations)
+      .values({
+        userId: id,
+        email,
+        ...grantColumns(grant),
+        invitedBy: access.principal.userId,
+        tokenHash: tokenHash(token),
+        expiresAt: new Date(now.getTime() + INVITE_TTL_MS),
+        createdAt: now,
+      })
+      .returning();
+    if (!row) throw new Error('invitation insert returned nothing');
     await writeAudit(tx.db, info, {
       action: 'user.invite',
       partnerId: grant.kind === 'partner' ? grant.partnerId : access.partnerId,
       orgId: grant.kind === 'organization' ? grant.orgId : null,
-      target: { type: 'user', id },
-      details: { email: input.email.trim(), roleId: input.roleId, existingAccount: Boolean(existing) },
+      // An account that existed is named by the invitation until it joins (its id is not revealed, D9).
+      target: existing ? { type: 'invitation', id: row.id } : { type: 'user', id },
+      details: { email, roleId: input.roleId, invitationId: row.id },
     });
-    return { userId: id, token: created.token };
+    return row;
   });
-  await sendInvite(keel, input.email.trim(), token, access.principal.email);
-  if (existing) {
-    return { ...(await getVisibleUser(keel.db, { ...access, scope: 'system', partnerId: null, orgId: null }, userId)), status: 'invited' };
-  }
-  return getVisibleUser(keel.db, access, userId);
+  await sendInvite(keel, email, token, access.principal.email);
+  if (existing) return invitedView(invitation, name);
+  return getVisibleUser(keel.db, access, invitation.userId);
 }
 
-/** `POST /users/resend-invite`: a new link replaces the old one; only for users still `invited`. */
-export async function resendInvite(keel: Keel, access: AccessContext, userId: string, info: AuditRequestInfo): Promise<void> {
-  const user = await getVisibleUser(keel.db, access, userId);
-  if (user.status !== 'invited') throw conflict('not_invited', 'Only users with a pending invitation can be sent a new one');
-  const pending = await keel.singleUse.findForSubject(keel.db, INVITE_PURPOSE, userId);
-  const token = await transaction(keel.db, async (tx) => {
-    const created = await keel.singleUse.create(tx.db, {
-      purpose: INVITE_PURPOSE,
-      subjectId: userId,
-      ttlMs: INVITE_TTL_MS,
-      data: pending?.data ?? {},
-      replaceForSubject: true,
-    });
+/**
+ * The invitations a caller can see: those for the named or own organisation; for a partner caller
+ * without one, the partner's own and those of the organisations its `orgAccess` reaches; for a system
+ * caller, those of the partner it named, or all. (The same reach as the user list.)
+ */
+function invitationsVisibleTo(access: AccessContext): SQL | undefined {
+  if (access.orgId) return eq(invitations.orgId, access.orgId);
+  const partnerId = access.partnerId;
+  if (access.scope === 'partner' && partnerId) {
+    const own = eq(invitations.partnerId, partnerId);
+    if (access.orgAccess === 'none') return own;
+    const orgs =
+      access.orgAccess === 'selected'
+        ? access.orgIds.length > 0
+          ? and(eq(organizations.partnerId, partnerId), inArray(invitations.orgId, access.orgIds))
+          : undefined
+        : eq(organizations.partnerId, partnerId);
+    return orgs ? or(own, orgs) : own;
+  }
+  if (access.scope === 'system') {
+    return partnerId ? or(eq(invitations.partnerId, partnerId), eq(organizations.partnerId, partnerId)) : undefined;
+  }
+  return sql`false`;
+}
+
+export interface InvitationView {
+  id: string;
+  /** The invitee's user id when the caller can already see that user (a member here); else null. */
+  userId: string | null;
+  email: string;
+  scope: 'partner' | 'organization';
+  partnerId: string | null;
+  orgId: string | null;
+  roleId: string | null;
+  orgAccess: 'all' | 'selected' | 'none' | null;
+  orgIds: string[];
+  siteIds: string[] | null;
+  deviceGroupIds: string[] | null;
+  invitedBy: string | null;
+  status: 'pending' | 'expired';
+  createdAt: string;
+  expiresAt: string;
+}
+
+function visibleInvitations(db: Db) {
+  return db
+    .select({ inv: invitations, puUser: partnerUsers.userId, ouUser: organizationUsers.userId })
+    .from(invitations)
+    .leftJoin(organizations, eq(organizations.id, invitations.orgId))
+    .leftJoin(partnerUsers, and(eq(partnerUsers.userId, invitations.userId), eq(partnerUsers.partnerId, invitations.partnerId)))
+    .leftJoin(organizationUsers, and(eq(organizationUsers.userId, invitations.userId), eq(organizationUsers.orgId, invitations.orgId)));
+}
+
+type VisibleRow = { inv: InvitationRow; puUser: string | null; ouUser: string | null };
+
+function invitationView({ inv, puUser, ouUser }: VisibleRow): InvitationView {
+  const partner = inv.scope === 'partner';
+  return {
+    id: inv.id,
+    userId: puUser ?? ouUser ?? null,
+    email: inv.email,
+    scope: partner ? 'partner' : 'organization',
+    partnerId: partner ? inv.partnerId : null,
+    orgId: partner ? null : inv.orgId,
+    roleId: inv.roleId,
+    orgAccess: partner ? inv.orgAccess : null,
+    orgIds: partner ? (inv.orgIds ?? []) : [],
+    siteIds: partner ? null : inv.siteIds,
+    deviceGroupIds: partner ? null : inv.deviceGroupIds,
+    invitedBy: inv.invitedBy,
+    status: inv.expiresAt.getTime() > clock.nowMs() ? 'pending' : 'expired',
+    createdAt: inv.createdAt.toISOString(),
+    expiresAt: inv.expiresAt.toISOString(),
+  };
+}
+
+/** `GET /users/invitations`: the pending (and expired, not yet replaced or revoked) invitations in the scope, newest first. */
+export async function listInvitations(db: Db, access: AccessContext, q: { page: number; limit: number }): Promise<{ data: InvitationView[]; total: number }> {
+  const where = invitationsVisibleTo(access);
+  const [total] = await db
+    .select({ n: count() })
+    .from(invitations)
+    .leftJoin(organizations, eq(organizations.id, invitations.orgId))
+    .where(where);
+  const rows = await visibleInvitations(db)
+    .where(where)
+    .orderBy(desc(invitations.createdAt), desc(invitations.id))
+    .limit(q.limit)
+    .offset((q.page - 1) * q.limit);
+  return { data: rows.map(invitationView), total: total?.n ?? 0 };
+}
+
+/** One invitation the caller can see, by its id or (`byUser`) its invitee's user id; else null. */
+async function findVisibleInvitation(db: Db, access: AccessContext, id: string, byUser: boolean): Promise<VisibleRow | null> {
+  const match = byUser ? or(eq(invitations.id, id), eq(invitations.userId, id)) : eq(invitations.id, id);
+  const rows = await visibleInvitations(db)
+    .where(and(match, invitationsVisibleTo(access)))
+    .orderBy(desc(invitations.createdAt))
+    .limit(1);
+  return rows[0] ?? null;
+}
+
+/** Audit target of an invitation: its invitee when already visible here (a member), else the invitation (D9). */
+function auditTarget(row: VisibleRow): { type: string; id: string } {
+  const userId = row.puUser ?? row.ouUser;
+  return userId ? { type: 'user', id: userId } : { type: 'invitation', id: row.inv.id };
+}
+
+async function loadUser(db: Db, id: string) {
+  const [user] = await db.select().from(users).where(eq(users.id, id));
+  return user;
+}
+
+/** 409 `invitation_invalid`: the invitation can no longer be honoured; `reason` says why. */
+const invitationInvalid = (reason: string, message: string) =>
+  conflict('invitation_invalid', `This invitation is no longer valid: ${message}. Ask for a new invitation.`, { reason });
+
+/**
+ * Re-validates an invitation's grant against the tables as they are now (at accept, and at resend
+ * with the resender as the new inviter): the partner or organisation still exists; when the account
+ * joins by it, the role is still assignable there and the named sites, device groups and
+ * organisations still exist; and the inviter (still active) could still make it: reaches that
+ * partner or organisation with full access, holds `users:invite` and every permission of the role
+ * given (`roleId`: the membership's when the account already has one there). Else 409.
+ */
+async function assertGrantValid(db: Db, inv: InvitationRow, opts: { joining: boolean; roleId: string | null; inviterId: string | null }): Promise<Tenant> {
+  const tenant = tenantOfInvitation(inv);
+  if (!tenant) {
+    throw invitationInvalid(inv.scope === 'partner' ? 'partner_deleted' : 'organization_deleted', `the ${inv.scope === 'partner' ? 'partner' : 'organization'} no longer exists`);
+  }
+  let partnerOfTenant: string | null;
+  if ('orgId' in tenant) {
+    const [org] = await db.select({ partnerId: organizations.partnerId }).from(organizations).where(eq(organizations.id, tenant.orgId));
+    if (!org) throw invitationInvalid('organization_deleted', 'the organization no longer exists');
+    partnerOfTenant = org.partnerId;
+  } else {
+    const [p] = await db.select({ id: partners.id }).from(partners).where(eq(partners.id, tenant.partnerId));
+    if (!p) throw invitationInvalid('partner_deleted', 'the partner no longer exists');
+    partnerOfTenant = p.id;
+  }
+  const roleId = opts.roleId;
+  if (!roleId || !(await assignableRole(db, roleId, tenant))) throw invitationInvalid('role_unavailable', 'the role it gives no longer exists here');
+  if (opts.joining) {
+    const missing = async (table: typeof sites | typeof deviceGroups, ids: string[] | null) => {
+      if (!ids || ids.length === 0 || !('orgId' in tenant)) return false;
+      const found = await db.select({ id: table.id }).from(table).where(and(eq(table.orgId, tenant.orgId), inArray(table.id, ids)));
+      return found.length !== new Set(ids).size;
+    };
+    if ((await missing(sites, inv.siteIds)) || (await missing(deviceGroups, inv.deviceGroupIds))) {
+      throw invitationInvalid('restrictions_changed', 'a site or device group it names no longer exists');
+    }
+    if ('partnerId' in tenant && inv.orgAccess === 'selected' && inv.orgIds?.length) {
+      const found = await db
+        .select({ id: organizations.id })
+        .from(organizations)
+        .where(and(eq(organizations.partnerId, tenant.partnerId), inArray(organizations.id, inv.orgIds)));
+      if (found.length !== new Set(inv.orgIds).size) throw invitationInvalid('restrictions_changed', 'an organization it names no longer exists');
+    }
+  }
+  const inviter = opts.inviterId ? await loadUser(db, opts.inviterId) : undefined;
+  const lost = () => invitationInvalid('inviter_lacks_access', 'the person who invited you no longer has the access to grant it');
+  if (!inviter || inviter.status !== 'active') throw lost();
+  const held = await getAccessSummary(db, inviter);
+  const reaches =
+    held.scope === 'system' ||
+    (held.scope === 'partner' && held.orgAccess === 'all' && held.partnerId !== null && held.partnerId === partnerOfTenant) ||
+    (held.scope === 'organization' && 'orgId' in tenant && held.orgId === tenant.orgId);
+  const role = await resolveRole(db, roleId);
+  const perms = new PermissionSet(held.permissions);
+  if (!reaches || !role || !perms.has('users', 'invite') || perms.missing(role.permissions.pairs).length > 0) throw lost();
+  return tenant;
+}
+
+/**
+ * `POST /users/resend-invite {userId}`: a new link (valid 7 days) replaces the old one. `userId` is
+ * the invitee's user id, or the id the invite answered for an account that already existed (the
+ * invitation's). The resender must cover the invitee's current permissions and the role the
+ * invitation gives, and becomes its inviter. Limited per invitee address and per resender.
+ */
+export async function resendInvite(keel: Keel, access: AccessContext, id: string, info: AuditRequestInfo): Promise<void> {
+  const found = await findVisibleInvitation(keel.db, access, id, true);
+  if (!found) {
+    await getVisibleUser(keel.db, access, id); // 404 for a user the caller cannot see
+    throw conflict('not_invited', 'Only users with a pending invitation can be sent a new one');
+  }
+  const inv = found.inv;
+  const user = await loadUser(keel.db, inv.userId);
+  if (!user) throw notFound('User');
+  const membership = await getMembership(keel.db, user.id);
+  const roleId = membership && sameTenant(membership, inv) ? membership.roleId : inv.roleId;
+  if (roleId) await assertRoleWithinCaller(keel.db, access, roleId);
+  await assertCoversUser(keel.db, access, user);
+  await assertGrantValid(keel.db, inv, { joining: !membership, roleId, inviterId: access.principal.userId });
+  const limits = inviteLimits(keel);
+  await limits.resendsPerInviter.consume(access.principal.userId);
+  await limits.perInvitee.consume(inviteeKey(inv.email));
+  const token = randomToken();
+  await transaction(keel.db, async (tx) => {
+    const now = clock.now();
+    const updated = await tx.db
+      .update(invitations)
+      .set({ tokenHash: tokenHash(token), expiresAt: new Date(now.getTime() + INVITE_TTL_MS), invitedBy: access.principal.userId })
+      .where(eq(invitations.id, inv.id))
+      .returning({ id: invitations.id });
+    if (updated.length === 0) throw notFound('Invitation');
     await writeAudit(tx.db, info, {
       action: 'user.invite.resend',
-      partnerId: user.partnerId ?? access.partnerId,
-      orgId: user.orgId,
-      target: { type: 'user', id: userId },
+      partnerId: inv.partnerId ?? access.partnerId,
+      orgId: inv.orgId,
+      target: auditTarget(found),
+      details: { invitationId: inv.id },
     });
-    return created.token;
   });
-  await sendInvite(keel, user.email, token, access.principal.email);
+  await sendInvite(keel, inv.email, token, access.principal.email);
+}
+
+/**
+ * `DELETE /users/invitations/:id`: the link stops working. An account the invitation created, and
+ * that never accepted, leaves the scope with it (the account stays, as after DELETE /users/:id).
+ * The caller must cover the invitee's current permissions.
+ */
+export async function revokeInvitation(keel: Keel, access: AccessContext, id: string, info: AuditRequestInfo): Promise<void> {
+  const found = await findVisibleInvitation(keel.db, access, id, false);
+  if (!found) throw notFound('Invitation');
+  const inv = found.inv;
+  const user = await loadUser(keel.db, inv.userId);
+  if (!user) throw notFound('Invitation');
+  await transaction(keel.db, async (tx) => {
+    await lockUser(tx.db, user.id);
+    await assertCoversUser(tx.db, access, user);
+    const deleted = await tx.db.delete(invitations).where(eq(invitations.id, inv.id)).returning({ id: invitations.id });
+    if (deleted.length === 0) throw notFound('Invitation');
+    const membership = await getMembership(tx.db, user.id);
+    const leaves = user.status === 'invited' && membership !== null && sameTenant(membership, inv);
+    if (membership && leaves) {
+      const tenant: Tenant = membership.kind === 'partner' ? { partnerId: membership.partnerId } : { orgId: membership.orgId };
+      await assertNotLastFullAdmin(tx.db, tenant, user.id, null);
+      if (membership.kind === 'partner') await tx.db.delete(partnerUsers).where(eq(partnerUsers.userId, user.id));
+      else await tx.db.delete(organizationUsers).where(eq(organizationUsers.userId, user.id));
+      tx.afterCommit(() => identityOf(keel).sessions.userChanged(user.id));
+    }
+    await writeAudit(tx.db, info, {
+      action: 'user.invite.revoke',
+      partnerId: inv.partnerId ?? access.partnerId,
+      orgId: inv.orgId,
+      target: auditTarget(found),
+      details: { invitationId: inv.id, email: inv.email, removedFromScope: leaves },
+    });
+  });
 }
 
 const invalidInvite = () => new AppError(400, 'invalid_token', 'The invitation is invalid or has expired');
 
+/** The answer when a signed-in account accepts (no new session: its own session now carries the membership). */
+export interface InviteAccepted {
+  message: string;
+  user: SelfProfile;
+}
+
 /**
- * `POST /auth/accept-invite`: a new account sets its password and becomes `active`; an existing
- * account proves itself with its current password, keeps it, and joins. Signs the user in.
+ * `POST /auth/accept-invite {token, password?, name?}`.
+ * - A new account sets its password, becomes `active`, joins and is signed in.
+ * - An existing account proves itself with its current password (limited per user, counted by the
+ *   lockout). Without a second factor it joins and is signed in. With one, it is NOT joined yet: the
+ *   answer is the login MFA challenge; after `/auth/mfa/verify` (or the passkey verify) the account
+ *   accepts again with `Authorization: Bearer <its access token>` and `{token}`.
+ * - With a Bearer access token (of the invited account; `mfa: true` when it has a second factor) the
+ *   session proves the account: no password, no new session; the answer is `{message, user}`.
+ * The invitation is re-validated inside the transaction that consumes it (409 `invitation_invalid`).
  */
 export async function acceptInvite(
   keel: Keel,
-  input: { token: string; password: string; name?: string | undefined },
+  input: { token: string; password?: string | undefined; name?: string | undefined },
   info: RequestInfo,
-): Promise<TokenAnswer | MfaChallenge> {
-  const pending = await keel.singleUse.peek(keel.db, INVITE_PURPOSE, input.token);
-  if (!pending?.subjectId) throw invalidInvite();
-  const [user] = await keel.db.select().from(users).where(eq(users.id, pending.subjectId));
+  authorization?: string,
+): Promise<TokenAnswer | MfaChallenge | InviteAccepted> {
+  const principal = authorization ? await requireUserPrincipal(keel, authorization) : null;
+  const hash = tokenHash(input.token);
+  const [pending] = await keel.db.select().from(invitations).where(and(eq(invitations.tokenHash, hash), gt(invitations.expiresAt, clock.now())));
+  if (!pending) throw invalidInvite();
+  const user = await loadUser(keel.db, pending.userId);
   if (!user || user.status === 'disabled') throw invalidInvite();
-  const joining = user.status === 'active';
+  const newAccount = user.status === 'invited';
   let passwordHash: string | null = null;
-  if (joining) {
-    // Limited per user and counted by the account lockout, like every password re-entry.
-    await verifyReenteredPassword(keel, user.id, input.password, invalidCredentials);
+  if (principal) {
+    if (principal.userId !== user.id) throw forbidden('This invitation is for another account: sign in as the invited account', 'invitation_other_account');
+    if (keel.config.ENABLE_2FA && !principal.mfa && (await enrolledMethods(keel, user)).length > 0) {
+      throw forbidden('Sign in with your second factor before joining', 'mfa_required');
+    }
   } else {
-    await assertStrongPassword(input.password, [user.email, input.name ?? user.name]);
-    passwordHash = await hashPassword(input.password);
-  }
-  const grant = (pending.data as { grant?: Grant }).grant;
-  await transaction(keel.db, async (tx) => {
-    const consumed = await keel.singleUse.consume(tx.db, INVITE_PURPOSE, input.token);
-    if (consumed?.subjectId !== user.id) throw invalidInvite();
-    if (joining) {
-      if (!grant) throw invalidInvite();
-      if (await getMembership(tx.db, user.id)) throw conflict('user_associated_elsewhere', 'This account already belongs to a partner or organization');
-      if (grant.kind === 'partner') await addPartnerMember(tx.db, { ...grant, userId: user.id });
-      else await addOrganizationMember(tx.db, { ...grant, userId: user.id });
+    if (!input.password) throw validationError([{ path: 'password', message: 'is required' }]);
+    if (newAccount) {
+      await assertStrongPassword(input.password, [user.email, input.name ?? user.name]);
+      passwordHash = await hashPassword(input.password);
     } else {
+      // Limited per user and counted by the account lockout, like every password re-entry.
+      await verifyReenteredPassword(keel, user.id, input.password, invalidCredentials);
+      // An account with a second factor joins only once that is proven too (then with its session).
+      const challenge = await loginSecondFactor(keel, user);
+      if (challenge) return challenge;
+    }
+  }
+  const actor = { ...info, actor: { type: 'user' as const, id: user.id, email: user.email } };
+  await transaction(keel.db, async (tx) => {
+    await lockUser(tx.db, user.id);
+    const [inv] = await tx.db
+      .delete(invitations)
+      .where(and(eq(invitations.id, pending.id), eq(invitations.tokenHash, hash), gt(invitations.expiresAt, clock.now())))
+      .returning();
+    if (!inv) throw invalidInvite();
+    const membership = await getMembership(tx.db, user.id);
+    if (membership && !sameTenant(membership, inv)) {
+      throw conflict('user_associated_elsewhere', 'This account already belongs to a partner or organization');
+    }
+    await assertGrantValid(tx.db, inv, { joining: !membership, roleId: membership?.roleId ?? inv.roleId, inviterId: inv.invitedBy });
+    if (!membership) {
+      // Also an invitee removed before accepting and invited again: the grant is the membership.
+      if (inv.scope === 'partner' && inv.partnerId && inv.roleId) {
+        await addPartnerMember(tx.db, { partnerId: inv.partnerId, userId: user.id, roleId: inv.roleId, orgAccess: inv.orgAccess ?? 'none', orgIds: inv.orgIds ?? [] });
+      } else if (inv.orgId && inv.roleId) {
+        await addOrganizationMember(tx.db, { orgId: inv.orgId, userId: user.id, roleId: inv.roleId, siteIds: inv.siteIds, deviceGroupIds: inv.deviceGroupIds });
+      }
+    }
+    if (newAccount) {
       const now = clock.now();
       await tx.db
         .update(users)
         .set({ passwordHash, status: 'active', passwordChangedAt: now, updatedAt: now, ...(input.name ? { name: input.name.trim() } : {}) })
         .where(and(eq(users.id, user.id), sql`${users.status} = 'invited'`));
     }
+    // One association per account: its other invitations can no longer be accepted.
+    await tx.db.delete(invitations).where(eq(invitations.userId, user.id));
     tx.afterCommit(() => identityOf(keel).sessions.userChanged(user.id));
-    await writeAudit(tx.db, { ...info, actor: { type: 'user', id: user.id, email: user.email } }, {
+    await writeAudit(tx.db, actor, {
       action: 'user.invite.accept',
-      partnerId: grant?.kind === 'partner' ? grant.partnerId : null,
-      orgId: grant?.kind === 'organization' ? grant.orgId : null,
+      partnerId: inv.scope === 'partner' ? inv.partnerId : null,
+      orgId: inv.scope === 'organization' ? inv.orgId : null,
       target: { type: 'user', id: user.id },
+      details: { invitationId: inv.id },
     });
   });
-  const [fresh] = await keel.db.select().from(users).where(eq(users.id, user.id));
+  if (principal) return { message: 'Invitation accepted', user: await selfProfile(keel.db, user.id) };
+  const fresh = await loadUser(keel.db, user.id);
   if (!fresh) throw invalidInvite();
-  // An existing account keeps its second factor: it finishes signing in like a login does.
-  const challenge = await loginSecondFactor(keel, fresh);
-  if (challenge) return challenge;
-  return signIn(keel, fresh, { ...info, actor: { type: 'user', id: user.id, email: user.email } }, { mfa: false, method: 'password' });
+  return signIn(keel, fresh, actor, { mfa: false, method: 'password' });
 }

@@ -4,13 +4,14 @@ import type { Keel } from '../../keel.js';
 import { errors, json, jsonBody, MessageSchema, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { authenticate } from '../identity/middleware.js';
 import { requestInfo, tokenResponse, TokenAnswerSchema } from '../identity/http.js';
+import { SelfProfileSchema } from '../identity/profile.js';
 import { MfaChallengeSchema } from '../mfa/login.js';
 import { IdParam, ScopeQuery } from '../access/http.js';
 import { accessOf, guard } from '../access/scope.js';
 import { listRoles } from '../access/roles.js';
 import { Role } from '../access/routes.js';
 import { assignRole, getVisibleUser, listUsers, removeUser, updateUser } from './service.js';
-import { acceptInvite, inviteUser, resendInvite } from './invitations.js';
+import { acceptInvite, inviteUser, listInvitations, resendInvite, revokeInvitation } from './invitations.js';
 
 const UserSchema = z
   .object({
@@ -59,8 +60,33 @@ const PatchBody = z
   .strict()
   .openapi('UserUpdate');
 const AcceptBody = z
-  .object({ token: z.string().min(1).max(200), password: z.string().min(1).max(1024), name: z.string().trim().min(1).max(255).optional() })
+  .object({
+    token: z.string().min(1).max(200),
+    /** Required unless the invited account accepts signed in (Authorization: Bearer). */
+    password: z.string().min(1).max(1024).optional(),
+    name: z.string().trim().min(1).max(255).optional(),
+  })
   .openapi('AcceptInviteRequest');
+const InviteAcceptedSchema = z.object({ message: z.string(), user: SelfProfileSchema }).openapi('InviteAccepted');
+const InvitationSchema = z
+  .object({
+    id: z.uuid(),
+    userId: z.uuid().nullable().openapi({ description: 'The invitee, when already a member of this scope (an account the invitation created); else null' }),
+    email: z.string(),
+    scope: z.enum(['partner', 'organization']),
+    partnerId: z.uuid().nullable(),
+    orgId: z.uuid().nullable(),
+    roleId: z.uuid().nullable(),
+    orgAccess: z.enum(['all', 'selected', 'none']).nullable(),
+    orgIds: z.array(z.uuid()),
+    siteIds: z.array(z.uuid()).nullable(),
+    deviceGroupIds: z.array(z.uuid()).nullable(),
+    invitedBy: z.uuid().nullable(),
+    status: z.enum(['pending', 'expired']),
+    createdAt: z.string(),
+    expiresAt: z.string(),
+  })
+  .openapi('Invitation');
 
 const tag = ['users'];
 
@@ -99,10 +125,37 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
 
   api.openapi(
     createRoute({
+      method: 'get', path: '/users/invitations', tags: tag, summary: 'Pending invitations in the scope (expired ones until replaced or revoked)',
+      middleware: read('read'),
+      request: { query: PageQuery.extend(ScopeQuery.shape) },
+      responses: { 200: json(paginated(InvitationSchema)), ...errors(400, 401, 403, 404, 428) },
+    }),
+    async (c) => {
+      const q = c.req.valid('query');
+      const { data, total } = await listInvitations(keel.db, accessOf(c), q);
+      return c.json(page(data, q, total), 200);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'delete', path: '/users/invitations/{id}', tags: tag, summary: 'Revoke an invitation (an account it created and that never accepted leaves the scope)',
+      middleware: admin('invite'),
+      request: { params: IdParam, query: ScopeQuery },
+      responses: { 204: { description: 'Revoked' }, ...errors(400, 401, 403, 404, 409, 428) },
+    }),
+    async (c) => {
+      await revokeInvitation(keel, accessOf(c), c.req.valid('param').id, requestInfo(c));
+      return c.body(null, 204);
+    },
+  );
+
+  api.openapi(
+    createRoute({
       method: 'post', path: '/users/invite', tags: tag, summary: 'Invite a user to the organisation (orgId) or the partner',
       middleware: admin('invite'),
       request: { query: ScopeQuery, body: jsonBody(InviteBody) },
-      responses: { 201: json(UserSchema, 'Invited'), ...errors(400, 401, 403, 404, 409, 428) },
+      responses: { 201: json(UserSchema, 'Invited'), ...errors(400, 401, 403, 404, 409, 428, 429) },
     }),
     async (c) => {
       const { orgId: _o, partnerId: _p, ...input } = c.req.valid('json');
@@ -115,7 +168,7 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/users/resend-invite', tags: tag, summary: 'Send a new invitation link (the old one stops working)',
       middleware: admin('invite'),
       request: { query: ScopeQuery, body: jsonBody(z.object({ userId: z.uuid(), ...ScopeBody }).openapi('ResendInviteRequest')) },
-      responses: { 200: json(MessageSchema), ...errors(400, 401, 403, 404, 409, 428) },
+      responses: { 200: json(MessageSchema), ...errors(400, 401, 403, 404, 409, 428, 429) },
     }),
     async (c) => {
       await resendInvite(keel, accessOf(c), c.req.valid('json').userId, requestInfo(c));
@@ -171,13 +224,14 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
 
   api.openapi(
     createRoute({
-      method: 'post', path: '/auth/accept-invite', tags: ['auth'], summary: 'Accept an invitation: set a password (new account) and sign in',
+      method: 'post', path: '/auth/accept-invite', tags: ['auth'],
+      summary: 'Accept an invitation: a new account sets its password; an existing one proves itself (password, then its second factor, then accepts signed in)',
       request: { body: jsonBody(AcceptBody) },
-      responses: { 200: json(z.union([TokenAnswerSchema, MfaChallengeSchema])), ...errors(400, 401, 409) },
+      responses: { 200: json(z.union([TokenAnswerSchema, MfaChallengeSchema, InviteAcceptedSchema])), ...errors(400, 401, 403, 409, 429) },
     }),
     async (c) => {
-      const answer = await acceptInvite(keel, c.req.valid('json'), requestInfo(c));
-      if ('mfaRequired' in answer) return c.json(answer, 200);
+      const answer = await acceptInvite(keel, c.req.valid('json'), requestInfo(c), c.req.header('authorization'));
+      if ('mfaRequired' in answer || !('accessToken' in answer)) return c.json(answer, 200);
       return c.json(tokenResponse(c, keel, answer), 200);
     },
   );

@@ -7,12 +7,14 @@ import { AppError, conflict, forbidden, notFound } from '../../platform/http/err
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { organizationUsers, partnerUsers } from '../access/schema.js';
 import type { AccessContext } from '../access/scope.js';
-import { assertNotLastFullAdmin, getMembership, type Membership, type Tenant } from '../access/service.js';
+import { assertNotLastFullAdmin, getAccessSummary, getMembership, type Membership, type Tenant } from '../access/service.js';
 import { assignableRole } from '../access/roles.js';
 import { resolveRole } from '../access/role-cache.js';
+import { permissionKey, type PermissionPair } from '../access/permissions.js';
 import { users } from '../identity/schema.js';
 import { identityOf } from '../identity/context.js';
 import { organizations } from '../tenancy/schema.js';
+import { invitations } from './schema.js';
 
 export interface UserView {
   id: string;
@@ -165,11 +167,35 @@ export async function assertRoleWithinCaller(db: Db, access: AccessContext, role
   const role = await resolveRole(db, roleId);
   if (!role) throw notFound('Role');
   const missing = access.permissions.missing(role.permissions.pairs);
-  if (missing.length > 0) {
-    throw new AppError(403, 'privilege_escalation', 'You cannot give a role with permissions you do not hold', {
-      missing: missing.map((p) => `${p.resource}:${p.action}`),
-    });
-  }
+  if (missing.length > 0) throw privilegeEscalation('You cannot give a role with permissions you do not hold', missing);
+}
+
+const privilegeEscalation = (message: string, missing: PermissionPair[]) =>
+  new AppError(403, 'privilege_escalation', message, { missing: missing.map(permissionKey) });
+
+/**
+ * Changing a user (status, name, role, membership, their invitation) needs every permission that user
+ * holds now, inheritance applied (the access module's effective permissions, compared with the one
+ * matcher), plus `also` (a role about to be given): otherwise 403 `privilege_escalation`. Read
+ * straight from the tables when `db` is a transaction, so the check sees what the change will change.
+ */
+export async function assertCoversUser(
+  db: Db,
+  access: AccessContext,
+  user: { id: string; isPlatformAdmin: boolean },
+  also: readonly PermissionPair[] = [],
+): Promise<void> {
+  const held = await getAccessSummary(db, user);
+  const missing = access.permissions.missing([...held.permissions, ...also]);
+  if (missing.length > 0) throw privilegeEscalation('You cannot change a user who holds permissions you do not hold', missing);
+}
+
+/** Pending invitations of a user for one partner or organisation (a membership's tenant). */
+export function invitationsOfTenant(userId: string, tenant: Tenant): SQL | undefined {
+  return and(
+    eq(invitations.userId, userId),
+    'partnerId' in tenant ? eq(invitations.partnerId, tenant.partnerId) : eq(invitations.orgId, tenant.orgId),
+  );
 }
 
 async function targetForChange(db: Db, access: AccessContext, id: string): Promise<{ target: UserView; membership: Membership | null }> {
@@ -198,6 +224,7 @@ export async function updateUser(
   if (patch.status !== undefined && patch.status !== target.status) set.status = patch.status;
   if (Object.keys(set).length === 0) return target;
   await transaction(keel.db, async (tx) => {
+    await assertCoversUser(tx.db, access, target);
     if (set.status === 'disabled' && membership) await assertNotLastFullAdmin(tx.db, tenantOf(membership), id, null);
     await tx.db.update(users).set({ ...set, updatedAt: clock.now() }).where(eq(users.id, id));
     if (set.status === 'disabled') await identityOf(keel).sessions.revokeAllForUser(tx.db, id, 'user_disabled', tx.afterCommit);
@@ -216,14 +243,16 @@ export async function updateUser(
 
 /** `DELETE /users/:id`: removes the association; the account stays and can be invited again. */
 export async function removeUser(keel: Keel, access: AccessContext, id: string, info: AuditRequestInfo): Promise<void> {
-  const { membership } = await targetForChange(keel.db, access, id);
+  const { target, membership } = await targetForChange(keel.db, access, id);
   if (!membership) throw notFound('User');
   await transaction(keel.db, async (tx) => {
+    await assertCoversUser(tx.db, access, target);
     await assertNotLastFullAdmin(tx.db, tenantOf(membership), id, null);
     if (membership.kind === 'partner') await tx.db.delete(partnerUsers).where(eq(partnerUsers.userId, id));
     else await tx.db.delete(organizationUsers).where(eq(organizationUsers.userId, id));
     await identityOf(keel).sessions.revokeAllForUser(tx.db, id, 'user_removed', tx.afterCommit);
-    await keel.singleUse.deleteForSubject(tx.db, 'invite', id);
+    // Its pending invitation here goes too: a removed invitee joins again only by a new invitation.
+    await tx.db.delete(invitations).where(invitationsOfTenant(id, tenantOf(membership)));
     await writeAudit(tx.db, info, {
       action: 'user.remove',
       partnerId: membership.kind === 'partner' ? membership.partnerId : access.partnerId,
@@ -235,16 +264,19 @@ export async function removeUser(keel: Keel, access: AccessContext, id: string, 
 
 /** `POST /users/:id/role`: a role assignable in the user's tenant, within the caller's permissions. */
 export async function assignRole(keel: Keel, access: AccessContext, id: string, roleId: string, info: AuditRequestInfo): Promise<UserView> {
-  const { membership } = await targetForChange(keel.db, access, id);
+  const { target, membership } = await targetForChange(keel.db, access, id);
   if (!membership) throw notFound('User');
   const tenant = tenantOf(membership);
   const role = await assignableRole(keel.db, roleId, tenant);
   if (!role) throw new AppError(400, 'invalid_role', 'That role cannot be given to a member of this scope', { fields: [{ path: 'roleId', message: 'is not assignable here' }] });
   await assertRoleWithinCaller(keel.db, access, roleId);
   await transaction(keel.db, async (tx) => {
+    await assertCoversUser(tx.db, access, target);
     await assertNotLastFullAdmin(tx.db, tenant, id, roleId);
     if (membership.kind === 'partner') await tx.db.update(partnerUsers).set({ roleId }).where(eq(partnerUsers.userId, id));
     else await tx.db.update(organizationUsers).set({ roleId }).where(eq(organizationUsers.userId, id));
+    // A member who has not accepted yet: the pending invitation grants the new role too.
+    await tx.db.update(invitations).set({ roleId }).where(invitationsOfTenant(id, tenant));
     tx.afterCommit(() => identityOf(keel).sessions.userChanged(id));
     await writeAudit(tx.db, info, {
       action: 'user.role.assign',
