@@ -100,6 +100,15 @@ describe.skipIf(!backendAvailable())('users: changing a user needs that user’s
     expect(still.body.data.map((i: { id: string }) => i.id)).toContain(invitation.id);
     // The organisation administrator covers it.
     expect((await app.api('POST', '/users/resend-invite', { token: w.tokens.orgAdmin, body: { userId: invited.body.id } })).status).toBe(200);
+
+    // An account that existed holds nothing yet, but a resend re-issues the role: that must be covered too.
+    const existing = await createUser(app, { name: 'Outsider' });
+    const toExisting = await app.api('POST', '/users/invite', { token: w.tokens.orgAdmin, body: { email: existing.email, name: 'Boss', roleId: ROLE.orgAdmin } });
+    expect(toExisting.status).toBe(201);
+    const resendExisting = await app.api('POST', '/users/resend-invite', { token: helpdesk.token, body: { userId: toExisting.body.id } });
+    expect(resendExisting.status).toBe(403);
+    expect(resendExisting.body.code).toBe('privilege_escalation');
+    expect(resendExisting.body.details.missing).toEqual(['*:*']);
   });
 
   it('Organization Read Only (users:read) gets 403 permission_denied on PATCH, DELETE and role assignment', async () => {

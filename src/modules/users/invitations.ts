@@ -443,8 +443,9 @@ export async function resendInvite(keel: Keel, access: AccessContext, id: string
   if (!user) throw notFound('User');
   const membership = await getMembership(keel.db, user.id);
   const roleId = membership && sameTenant(membership, inv) ? membership.roleId : inv.roleId;
-  if (roleId) await assertRoleWithinCaller(keel.db, access, roleId);
-  await assertCoversUser(keel.db, access, user);
+  // The resender re-issues the grant: it must hold the invitee's permissions and the role's.
+  const role = roleId ? await resolveRole(keel.db, roleId) : null;
+  await assertCoversUser(keel.db, access, user, role?.permissions.pairs ?? []);
   await assertGrantValid(keel.db, inv, { joining: !membership, roleId, inviterId: access.principal.userId });
   const limits = inviteLimits(keel);
   await limits.resendsPerInviter.consume(access.principal.userId);
