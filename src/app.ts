@@ -5,6 +5,7 @@ import { createRouter, mountDocs } from './platform/http/openapi.js';
 import { apiGate, requestContext } from './platform/http/middleware.js';
 import { AppError, errorResponse, handleError } from './platform/http/errors.js';
 import { mountHealth } from './platform/http/health.js';
+import { methodIndex } from './platform/http/router.js';
 import { moduleRoutes } from './modules/index.js';
 
 export const API_BASE = '/api/v1';
@@ -16,7 +17,15 @@ export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
 
   app.use('*', requestContext(keel.log, trusted));
   app.onError((err, c) => handleError(err, c, keel.log));
-  app.notFound((c) => errorResponse(c, new AppError(404, 'not_found', `No route for ${c.req.method} ${c.req.path}`)));
+  // A path that exists with other methods is 405 with Allow; anything else 404.
+  const allowedOn = methodIndex(() => app.routes);
+  app.notFound((c) => {
+    const allowed = allowedOn(c.req.path);
+    if (allowed.length > 0) {
+      return errorResponse(c, new AppError(405, 'method_not_allowed', `${c.req.method} is not allowed on ${c.req.path}`, undefined, { Allow: allowed.join(', ') }));
+    }
+    return errorResponse(c, new AppError(404, 'not_found', `No route for ${c.req.method} ${c.req.path}`));
+  });
 
   mountHealth(app, keel.config.serviceVersion, keel.database);
 

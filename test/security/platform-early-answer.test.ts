@@ -61,7 +61,7 @@ function httpUpload(app: TestApp, method: string, path: string, size: number, he
       headers: { 'content-type': 'application/json', 'content-length': String(size), 'x-forwarded-for': app.ip, ...headers },
     });
     req.on('response', (res) => {
-      outcome.status = res.statusCode;
+      if (res.statusCode !== undefined) outcome.status = res.statusCode;
       outcome.connection = res.headers.connection;
       let text = '';
       res.setEncoding('utf8');
@@ -105,7 +105,7 @@ function rawUpload(app: TestApp, method: string, path: string, size: number, hea
       socket.write(chunk);
       socket.write(chunked ? '\r\n' : '', done);
     };
-    pace(size, outcome, write, () => socket.end(chunked ? '0\r\n\r\n' : undefined), () => socket.destroyed);
+    pace(size, outcome, write, () => (chunked ? socket.end('0\r\n\r\n') : socket.end()), () => socket.destroyed);
   });
 }
 

@@ -3,6 +3,8 @@ import { HTTPException } from 'hono/http-exception';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import { z } from 'zod';
 import type { Logger } from '../logger.js';
+import { loggableError } from '../safe-error.js';
+import { printable } from './validation.js';
 
 /** The one error envelope: `{ error, code, details? }` (DECISIONS "API conventions"). */
 export interface ErrorBody {
@@ -45,11 +47,14 @@ export function validationError(fields: FieldIssue[]): AppError {
   return new AppError(400, 'validation_failed', 'The request is not valid', { fields });
 }
 
+/** One field per issue; a field the schema does not know is named itself ("is not a known field"). */
 export function zodFields(error: z.ZodError, prefix?: string): FieldIssue[] {
-  return error.issues.map((i) => ({
-    path: [...(prefix ? [prefix] : []), ...i.path.map(String)].join('.') || '(body)',
-    message: i.message,
-  }));
+  const at = (path: PropertyKey[]) => [...(prefix ? [prefix] : []), ...path.map(String)].join('.') || '(body)';
+  return error.issues.flatMap((i) =>
+    i.code === 'unrecognized_keys'
+      ? i.keys.map((key) => ({ path: at([...i.path, printable(key)]), message: 'is not a known field' }))
+      : [{ path: at(i.path), message: i.message }],
+  );
 }
 
 export function errorResponse(c: Context, err: AppError): Response {
@@ -73,6 +78,8 @@ export function handleError(err: unknown, c: Context, log: Logger): Response {
       return errorResponse(c, new AppError(status, 'bad_request', 'The request could not be processed'));
     }
   }
-  log.error({ err, reqId: c.get('requestId') as string | undefined }, 'unhandled error');
+  // Never the error object itself: a database error carries the query's parameters (loggableError).
+  // Under `error`, not pino's `err`, whose serializer would fold the causes into one message.
+  log.error({ error: loggableError(err), reqId: c.get('requestId') as string | undefined }, 'unhandled error');
   return c.json({ error: 'Internal server error', code: 'internal_error' } satisfies ErrorBody, 500);
 }

@@ -5,7 +5,8 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import type { Logger } from '../logger.js';
-import { AppError, errorResponse } from './errors.js';
+import { AppError, errorResponse, validationError } from './errors.js';
+import { unstorableInUrl } from './validation.js';
 
 export interface PlatformVariables {
   requestId: string;
@@ -270,6 +271,10 @@ export function apiGate(opts: ApiGateOptions): MiddlewareHandler {
   };
   return (c, next) => {
     for (const [name, value] of SECURITY_HEADERS) fixedHeader(c, name, value);
+    // Text PostgreSQL cannot store, in the path or any query parameter, schema or not: 400 here.
+    const target = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming?.url ?? c.req.url;
+    const unstorable = unstorableInUrl(target);
+    if (unstorable.length > 0) return Promise.resolve(errorResponse(c, validationError(unstorable)));
     const method = c.req.method;
     if (method !== 'GET' && method !== 'HEAD') return withBody(c, next);
     // On Node the headers are already on the response: nothing is left to do after the chain.

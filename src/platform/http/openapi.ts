@@ -1,24 +1,45 @@
-import { OpenAPIHono } from '@hono/zod-openapi';
+import { OpenAPIHono, type RouteConfig } from '@hono/zod-openapi';
 import type { Env } from 'hono';
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { createRequire } from 'node:module';
 import { validationError, zodFields } from './errors.js';
+import { strictRequest, unstorableFields } from './validation.js';
 import { CachedTrieRouter } from './router.js';
 
 /**
  * A router whose zod validation failures become the 400 `validation_failed` envelope. Every module
  * builds its routes with this, so every request and response schema lands in the OpenAPI document.
+ *
+ * Every route registered here gets the platform's request rules (platform/http/validation.ts): its
+ * JSON body validated strictly (unknown fields refused, deeply) and checked for text PostgreSQL cannot
+ * store. The document keeps the route as declared; only validation uses the strict copy.
  */
 export function createRouter<E extends Env>(): OpenAPIHono<E> {
-  return new OpenAPIHono<E>({
+  const app = new OpenAPIHono<E>({
     router: new CachedTrieRouter(),
     defaultHook: (result) => {
       if (!result.success) {
         throw validationError(zodFields(result.error, result.target === 'json' ? undefined : result.target));
       }
+      if (result.target === 'json') {
+        const fields = unstorableFields(result.data);
+        if (fields.length > 0) throw validationError(fields);
+      }
     },
   });
+  const register = app.openapi;
+  const openapi: typeof register = (config, handler, hook) => {
+    const request = strictRequest(config.request);
+    if (request === null) return register(config, handler, hook);
+    if (!config.hide) {
+      const { middleware: _middleware, hide: _hide, ...documented } = config as RouteConfig;
+      app.openAPIRegistry.registerPath(documented);
+    }
+    return register({ ...config, request, hide: true }, handler, hook);
+  };
+  app.openapi = openapi;
+  return app;
 }
 
 // Only the package's folder is needed: resolving package.json, rather than requiring the package,

@@ -49,3 +49,21 @@ export class CachedTrieRouter<T> implements Router<T> {
     return result;
   }
 }
+
+/** The methods hono can answer for a path, from an app's routes (middleware, registered for every method, left out). */
+export function methodIndex(routes: () => readonly { method: string; path: string }[]): (path: string) => string[] {
+  const METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'];
+  let built = -1;
+  let trie = new TrieRouter<string>();
+  return (path) => {
+    const all = routes();
+    if (built !== all.length) {
+      trie = new TrieRouter<string>();
+      for (const r of all) if (METHODS.includes(r.method)) trie.add(r.method, r.path, r.method);
+      built = all.length;
+    }
+    const allowed = METHODS.filter((m) => trie.match(m, path)[0].length > 0);
+    // hono answers HEAD with the GET route.
+    return allowed.includes('GET') ? ['GET', 'HEAD', ...allowed.filter((m) => m !== 'GET')] : allowed;
+  };
+}
