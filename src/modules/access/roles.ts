@@ -6,12 +6,12 @@ import { transaction } from '../../platform/db/transaction.js';
 import { AppError, badRequest, forbidden, notFound } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { users } from '../identity/schema.js';
-import { organizations } from '../tenancy/schema.js';
 import { canonicalList, privilegeEscalation } from './api-keys.js';
-import { PermissionSet, sortPairs, type PermissionPair } from './permissions.js';
+import { PermissionSet, permissionKey, sortPairs, type PermissionPair } from './permissions.js';
 import { loadRoleChain, MAX_CHAIN_DEPTH, publishRoleChange, resolveRole } from './role-cache.js';
 import { organizationUsers, partnerUsers, permissions, rolePermissions, roles } from './schema.js';
-import { reachOrg, type AccessContext } from './scope.js';
+import { keepsFullAdmin, type Tenant } from './service.js';
+import { reachOrg, visibleOrgCondition, visibleOrgs, visiblePartnerId, type AccessContext } from './scope.js';
 
 type RoleRow = typeof roles.$inferSelect;
 
@@ -90,29 +90,25 @@ async function directPermissions(db: Db, roleIds: string[]): Promise<Map<string,
 
 /**
  * Which holders of a role the caller is shown (userCount, /roles/:id/users). A custom role's holders
- * all live in its owner; a system role is shared by every tenant, so only the holders in the caller's
- * context count: its organisation, its partner (and that partner's organisations), or all for system.
- * A role of scope `partner` is held only through partner_users, `organization` only through
- * organization_users. Null: none visible.
+ * all live in its owner, which the caller reaches (findVisibleRole). A system role is shared by every
+ * tenant, so only the holders the caller may see count: organisation holders in the organisations of
+ * `visibleOrgs` (the one decision, so a partner user's `orgAccess` and a named organisation narrow
+ * it), partner holders of the partner it shows (`visiblePartnerId`), everyone for a system caller
+ * naming nothing. A role of scope `partner` is held only through partner_users, `organization` only
+ * through organization_users. Null: none visible.
  */
 function holderCondition(role: Pick<RoleRow, 'id' | 'scope' | 'isSystem'>, access: AccessContext): { table: 'partner' | 'organization'; where: SQL } | null {
+  const v = visibleOrgs(access);
   if (role.scope === 'partner') {
     const base = eq(partnerUsers.roleId, role.id);
-    if (!role.isSystem || access.scope === 'system' && !access.partnerId) return { table: 'partner', where: base };
-    if (access.partnerId && !access.orgId) return { table: 'partner', where: and(base, eq(partnerUsers.partnerId, access.partnerId)) as SQL };
-    return null;
+    if (!role.isSystem || v.kind === 'all') return { table: 'partner', where: base };
+    const partnerId = visiblePartnerId(v);
+    return partnerId ? { table: 'partner', where: and(base, eq(partnerUsers.partnerId, partnerId)) as SQL } : null;
   }
   const base = eq(organizationUsers.roleId, role.id);
   if (!role.isSystem) return { table: 'organization', where: base };
-  if (access.orgId) return { table: 'organization', where: and(base, eq(organizationUsers.orgId, access.orgId)) as SQL };
-  if (access.partnerId) {
-    return {
-      table: 'organization',
-      where: and(base, inArray(organizationUsers.orgId, sql`(select ${organizations.id} from ${organizations} where ${organizations.partnerId} = ${access.partnerId})`)) as SQL,
-    };
-  }
-  if (access.scope === 'system') return { table: 'organization', where: base };
-  return null;
+  if (v.kind === 'nothing') return null;
+  return { table: 'organization', where: and(base, visibleOrgCondition(v, organizationUsers.orgId)) as SQL };
 }
 
 async function userCount(db: Db, role: RoleRow, access: AccessContext): Promise<number> {
@@ -213,6 +209,22 @@ async function assertWithinCaller(db: Db, access: AccessContext, direct: Permiss
   if (missing.length > 0) throw privilegeEscalation(missing);
 }
 
+/** Changing or deleting a role needs every permission it grants now, inheritance applied (403 `privilege_escalation`). */
+async function assertCoversRole(db: Db, access: AccessContext, roleId: string): Promise<void> {
+  const current = await loadRoleChain(db, roleId);
+  const missing = access.permissions.missing(current?.permissions.pairs ?? []);
+  if (missing.length > 0) {
+    throw new AppError(403, 'privilege_escalation', 'You cannot change a role that grants permissions you do not have', { permissions: missing.map(permissionKey) });
+  }
+}
+
+/** The partner or organisation whose members a custom role (and every role inheriting from it) can be held by. */
+function ownerTenant(role: Pick<RoleRow, 'partnerId' | 'orgId'>): Tenant {
+  if (role.orgId) return { orgId: role.orgId };
+  if (role.partnerId) return { partnerId: role.partnerId };
+  throw new Error('a custom role without an owner');
+}
+
 async function permissionIds(db: Db, pairs: PermissionPair[]): Promise<string[]> {
   if (pairs.length === 0) return [];
   const rows = await db
@@ -281,11 +293,15 @@ export async function updateRole(keel: Keel, access: AccessContext, id: string, 
     const owner: Owner = { scope: existing.scope === 'partner' ? 'partner' : 'organization', partnerId: existing.partnerId, orgId: existing.orgId };
     const parentChanges = input.parentRoleId !== undefined && input.parentRoleId !== existing.parentRoleId;
     const parentId = input.parentRoleId !== undefined ? input.parentRoleId : existing.parentRoleId;
+    // Whoever changes a role must hold everything it grants now (own + inherited), not only what it
+    // will grant: a caller cannot strip a stronger role (issue 13 D5).
+    await assertCoversRole(tx.db, access, existing.id);
     if (parentChanges) {
       await tx.db.execute(sql`select pg_advisory_xact_lock(${ROLE_TREE_LOCK})`);
       if (parentId) await checkParent(tx.db, owner, parentId, existing.id);
     }
-    if (direct !== undefined || parentChanges) {
+    const grantsChange = direct !== undefined || parentChanges;
+    if (grantsChange) {
       const current = direct ?? (await directPermissions(tx.db, [existing.id])).get(existing.id) ?? [];
       await assertWithinCaller(tx.db, access, current, parentId);
     }
@@ -307,12 +323,15 @@ export async function updateRole(keel: Keel, access: AccessContext, id: string, 
       set.parentRoleId = parentId;
       changes.push('parentRoleId');
     }
-    const [row] = await tx.db.update(roles).set(set).where(eq(roles.id, existing.id)).returning();
-    if (!row) throw notFound('Role');
-    if (direct !== undefined) {
-      await setPermissions(tx.db, row.id, direct);
-      changes.push('permissions');
-    }
+    const write = async () => {
+      const [updated] = await tx.db.update(roles).set(set).where(eq(roles.id, existing.id)).returning();
+      if (!updated) throw notFound('Role');
+      if (direct !== undefined) await setPermissions(tx.db, updated.id, direct);
+      return updated;
+    };
+    // What the role and its descendants grant changes: its owner must keep a `*:*` holder (409 last_admin).
+    const row = grantsChange ? await keepsFullAdmin(tx.db, ownerTenant(existing), write) : await write();
+    if (direct !== undefined) changes.push('permissions');
     await writeAudit(tx.db, info, { action: 'role.update', ...tenantOf(row), target: { type: 'role', id: row.id }, changes, details: { name: row.name } });
     tx.afterCommit(() => publishRoleChange(keel, row.id));
     return row;
@@ -344,10 +363,15 @@ export async function deleteRole(keel: Keel, access: AccessContext, id: string, 
       const existing = await findVisibleRole(tx.db, access, id);
       if (existing.isSystem) throw systemRoleImmutable('deleted');
       if (access.roleId === existing.id) throw ownRole();
+      await assertCoversRole(tx.db, access, existing.id);
       await tx.db.execute(sql`select pg_advisory_xact_lock(${ROLE_TREE_LOCK})`);
-      const b = await blockers(tx.db, existing.id);
-      if (b.users > 0 || b.childRoles > 0) throw roleInUse(b);
-      await tx.db.delete(roles).where(eq(roles.id, existing.id));
+      // A role with holders or child roles is never deleted (role_in_use), so no holder can lose `*:*`
+      // here; the delete still runs under the owner's last-holder rule, like every role change.
+      await keepsFullAdmin(tx.db, ownerTenant(existing), async () => {
+        const b = await blockers(tx.db, existing.id);
+        if (b.users > 0 || b.childRoles > 0) throw roleInUse(b);
+        await tx.db.delete(roles).where(eq(roles.id, existing.id));
+      });
       await writeAudit(tx.db, info, { action: 'role.delete', ...tenantOf(existing), target: { type: 'role', id: existing.id }, details: { name: existing.name } });
       tx.afterCommit(() => publishRoleChange(keel, existing.id));
     }, (err) => keel.log.error({ err }, 'role invalidation failed'));

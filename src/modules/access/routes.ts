@@ -135,8 +135,9 @@ export function mountAccessRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   roleCacheFor(keel);
   membershipCacheFor(keel);
   const auth = authenticate(keel);
-  // Administering roles needs full partner organisation access (SPEC 5.8); reading them does not.
-  const roleGuard = (action: 'read' | 'write' | 'delete') => [auth, ...guard(keel, { fullOrgAccess: action !== 'read', permission: ['users', action] })];
+  // Partner users without full organisation access get 403 on every roles route, reads included
+  // (SPEC 5.8 and 7: they cannot administer users and roles).
+  const roleGuard = (action: 'read' | 'write' | 'delete') => [auth, ...guard(keel, { fullOrgAccess: true, permission: ['users', action] })];
   const rolesTag = ['roles'];
 
   api.openapi(

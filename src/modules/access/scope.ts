@@ -44,7 +44,12 @@ export interface ScopeOptions {
   scopes?: Scope[];
   /** The request must act in one organisation: partner and system callers must name it (400 `org_required`). */
   requireOrg?: boolean;
-  /** Partner users need `orgAccess: all` (403 `full_org_access_required`): user and role administration. */
+  /**
+   * Partner users need `orgAccess: all` (403 `full_org_access_required`), decided here and nowhere
+   * else: every users and roles route, reads included (SPEC 5.8, SPEC 7), and every partner-wide
+   * write (partner settings, creating and deleting organisations). Checked before the permission,
+   * any named organisation and the body, so such a user learns nothing more from these routes.
+   */
   fullOrgAccess?: boolean;
   /** Name of a path parameter that names the organisation (e.g. `orgId` in /orgs/:orgId/sites). */
   orgIdParam?: string;
@@ -53,7 +58,7 @@ export interface ScopeOptions {
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export const contextRequired = () => new AppError(403, 'context_required', 'Partner or organization context is required');
-export const fullOrgAccessRequired = () => new AppError(403, 'full_org_access_required', 'Full partner organization access is required');
+const fullOrgAccessRequired = () => new AppError(403, 'full_org_access_required', 'Full partner organization access is required');
 export const orgRequired = () => badRequest('org_required', 'Organization context is required: name the organization with orgId');
 
 async function bodyField(c: Context, field: string): Promise<unknown> {
@@ -111,26 +116,109 @@ function buildContext(principal: Principal, s: AccessSummary & { scope: Scope })
   };
 }
 
-/** Whether a partner user's `orgAccess` lets them into an organisation of their partner. */
-export function partnerOrgAllowed(access: Pick<AccessContext, 'orgAccess' | 'orgIds'>, orgId: string): boolean {
-  if (access.orgAccess === 'all') return true;
-  if (access.orgAccess === 'selected') return access.orgIds.includes(orgId);
-  return false;
+/**
+ * Which organisations a principal may see: THE one decision (issue 13 D4). Every read that spans
+ * organisations (audit entries, role holders and counts, the user list, organisation lists; later
+ * webhooks, devices, SSO providers) filters through it, never through its own reading of `orgAccess`.
+ *
+ * - `all`: every organisation (a platform administrator naming no partner or organisation).
+ * - `partner`: organisations of `partnerId`. `orgIds` null: all of them, past and present (`orgAccess:
+ *   all`, or a platform administrator naming the partner); else only these, and only while they belong
+ *   to the partner (`selected`; `none` gives `[]`). Records of the partner itself (not of any
+ *   organisation) are visible too: see `visiblePartnerId`.
+ * - `org`: one organisation (an organisation user's own; any caller acting in a named organisation,
+ *   which `requireScope` has checked it may enter).
+ * - `nothing`: no partner or organisation context.
+ *
+ * How to use it in a new module: for a SQL list, `and(visibleOrgCondition(access, table.orgId), ...)`
+ * (plus `visiblePartnerId(access)` for partner-level rows that carry no organisation); for one row in
+ * hand, `canSeeOrg(access, org)`; to enter an organisation named by id, `reachOrg`/`mustReachOrg`.
+ */
+export type OrgVisibility =
+  | { kind: 'all' }
+  | { kind: 'partner'; partnerId: string; orgIds: readonly string[] | null }
+  | { kind: 'org'; orgId: string }
+  | { kind: 'nothing' };
+
+export type VisibilityInput = Pick<AccessContext, 'scope' | 'partnerId' | 'orgId' | 'homeOrgId' | 'orgAccess' | 'orgIds'>;
+
+export function visibleOrgs(access: VisibilityInput): OrgVisibility {
+  if (access.orgId) return { kind: 'org', orgId: access.orgId };
+  if (access.scope === 'organization') return access.homeOrgId ? { kind: 'org', orgId: access.homeOrgId } : { kind: 'nothing' };
+  if (access.scope === 'partner') {
+    if (!access.partnerId) return { kind: 'nothing' };
+    const orgIds = access.orgAccess === 'all' ? null : access.orgAccess === 'selected' ? access.orgIds : [];
+    return { kind: 'partner', partnerId: access.partnerId, orgIds };
+  }
+  // system
+  return access.partnerId ? { kind: 'partner', partnerId: access.partnerId, orgIds: null } : { kind: 'all' };
+}
+
+/** The organisations a principal may enter by id: its visibility before the request named one organisation. */
+function reachableOrgs(access: VisibilityInput): OrgVisibility {
+  return visibleOrgs({ ...access, orgId: null });
+}
+
+/** Whether an organisation (a row in hand) is among those the caller may see. */
+export function canSeeOrg(access: VisibilityInput | OrgVisibility, org: { id: string; partnerId: string | null }): boolean {
+  const v = 'kind' in access ? access : visibleOrgs(access);
+  switch (v.kind) {
+    case 'all':
+      return true;
+    case 'org':
+      return org.id === v.orgId;
+    case 'partner':
+      return org.partnerId === v.partnerId && (v.orgIds === null || v.orgIds.includes(org.id));
+    case 'nothing':
+      return false;
+  }
+}
+
+/**
+ * A SQL condition on a column holding an organisation id: true only for organisations the caller may
+ * see (null ids never match). Undefined when everything is visible. Use inside `and(...)`.
+ */
+export function visibleOrgCondition(access: VisibilityInput | OrgVisibility, orgIdColumn: AnyColumn | SQL): SQL | undefined {
+  const v = 'kind' in access ? access : visibleOrgs(access);
+  switch (v.kind) {
+    case 'all':
+      return undefined;
+    case 'org':
+      return sql`${orgIdColumn} = ${v.orgId}`;
+    case 'partner': {
+      const ofPartner = sql`${orgIdColumn} in (select ${organizations.id} from ${organizations} where ${organizations.partnerId} = ${v.partnerId})`;
+      if (v.orgIds === null) return ofPartner;
+      if (v.orgIds.length === 0) return sql`false`;
+      return sql`(${orgIdColumn} in (${sql.join(v.orgIds.map((id) => sql`${id}`), sql`, `)}) and ${ofPartner})`;
+    }
+    case 'nothing':
+      return sql`false`;
+  }
+}
+
+/**
+ * The partner whose own records (partner members, partner-level audit entries; not an organisation's)
+ * the caller sees beside its organisations: the partner of a `partner` visibility, else null.
+ */
+export function visiblePartnerId(access: VisibilityInput | OrgVisibility): string | null {
+  const v = 'kind' in access ? access : visibleOrgs(access);
+  return v.kind === 'partner' ? v.partnerId : null;
 }
 
 export type OrgRow = typeof organizations.$inferSelect;
 
 /**
  * The organisation if the caller may act in it, else null (answer 404: never reveal that it exists).
- * System: any. Partner users: their partner's organisations, filtered by `orgAccess`. Organisation
+ * Decided by `canSeeOrg` on the caller's reach (its visibility before a request names an organisation):
+ * system: any (or the named partner's); partner users: their partner's, by `orgAccess`; organisation
  * users: their own.
  */
 export async function reachOrg(db: Db, access: AccessContext, orgId: string): Promise<OrgRow | null> {
   if (!UUID.test(orgId)) return null;
-  if (access.scope === 'organization' && orgId !== access.homeOrgId) return null;
+  const reach = reachableOrgs(access);
+  if (reach.kind === 'nothing' || (reach.kind === 'org' && reach.orgId !== orgId)) return null;
   const [org] = await db.select().from(organizations).where(eq(organizations.id, orgId));
-  if (!org) return null;
-  if (access.scope === 'partner' && (org.partnerId !== access.partnerId || !partnerOrgAllowed(access, org.id))) return null;
+  if (!org || !canSeeOrg(reach, org)) return null;
   return org;
 }
 
@@ -149,6 +237,17 @@ export async function summaryFor(keel: Keel, principal: Principal): Promise<Acce
     return s;
   }
   return getAccessSummary(keel.db, { id: principal.userId, isPlatformAdmin: principal.isPlatformAdmin });
+}
+
+/**
+ * The access context of a principal acting in its own scope (no organisation named), as `requireScope`
+ * builds it before any route option applies: for work outside a request (a worker acting for its
+ * creator) and for tests that call a service directly. 403 `context_required` without an association.
+ */
+export async function accessContextFor(keel: Keel, principal: Principal): Promise<AccessContext> {
+  const summary = await summaryFor(keel, principal);
+  if (summary.scope === null) throw contextRequired();
+  return buildContext(principal, { ...summary, scope: summary.scope });
 }
 
 /**
@@ -210,13 +309,6 @@ export function requirePermission(resource: string, action: string): MiddlewareH
   };
 }
 
-/** Partner users need `orgAccess: all` (after requireScope). Other scopes pass. */
-export const requireFullOrgAccess: MiddlewareHandler<AppEnv> = async (c, next) => {
-  const access = accessOf(c);
-  if (access.scope === 'partner' && access.orgAccess !== 'all') throw fullOrgAccessRequired();
-  await next();
-};
-
 export interface GuardOptions extends ScopeOptions {
   /** `[resource, action]` the caller needs. */
   permission?: readonly [string, string];
@@ -224,7 +316,8 @@ export interface GuardOptions extends ScopeOptions {
 
 /**
  * The usual middleware chain of a protected route after `authenticate`: scope, then permission.
- * Use as `middleware: [authenticate(keel), ...guard(keel, { permission: ['users', 'read'] })]`.
+ * Use as `middleware: [authenticate(keel), ...guard(keel, { permission: ['users', 'read'] })]`;
+ * add `fullOrgAccess: true` on user and role administration and on partner-wide writes.
  */
 export function guard(keel: Keel, opts: GuardOptions = {}): MiddlewareHandler<AppEnv>[] {
   const chain = [requireScope(keel, opts)];

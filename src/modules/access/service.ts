@@ -196,16 +196,48 @@ export async function countFullAdmins(db: Db, tenant: Tenant, excludeUserId?: st
   return total;
 }
 
+/** Lock class of `lockFullAdmins` (the second key is a hash of the tenant). */
+const FULL_ADMIN_LOCK = 7_243_002;
+
 /**
- * Removing a member or giving them `newRoleId` (null: removal) must leave the partner or organisation
- * with at least one `*:*` holder: otherwise 409 `last_admin` (DECISIONS "More details"). For the users
- * module; call it inside the transaction that makes the change, after locking the tenant's members.
+ * Serialises every change that can take `*:*` away from a member of this partner or organisation
+ * (removing, disabling or re-roling a member; changing or deleting a role its members hold), so two
+ * such changes cannot each count the other's administrator as the one that stays. A
+ * transaction-scoped advisory lock: take it inside the transaction, before counting; it is released
+ * at commit or rollback. Both `assertNotLastFullAdmin` and `keepsFullAdmin` take it themselves.
+ */
+export async function lockFullAdmins(db: Db, tenant: Tenant): Promise<void> {
+  const key = 'partnerId' in tenant ? `partner:${tenant.partnerId}` : `organization:${tenant.orgId}`;
+  await db.execute(sql`select pg_advisory_xact_lock(${FULL_ADMIN_LOCK}, hashtext(${key}))`);
+}
+
+export const lastAdmin = () => conflict('last_admin', 'This would leave no user with full administrative access (*:*) in this scope');
+
+/**
+ * Removing a member or giving them `newRoleId` (null: removal or disabling) must leave the partner or
+ * organisation with at least one `*:*` holder: otherwise 409 `last_admin` (DECISIONS "More details").
+ * For the users module; call it inside the transaction that makes the change, before making it. It
+ * takes the tenant's lock (`lockFullAdmins`) first and reads the membership and the count after it,
+ * so of two administrators removing each other at once, the second sees the first's removal.
  */
 export async function assertNotLastFullAdmin(db: Db, tenant: Tenant, userId: string, newRoleId: string | null): Promise<void> {
-  const m = await getMembership(db, userId);
+  await lockFullAdmins(db, tenant);
+  const m = await loadMembership(db, userId);
   if (!m || !(await isFullAdminRole(db, m.roleId))) return;
   if (newRoleId && (await isFullAdminRole(db, newRoleId))) return;
-  if ((await countFullAdmins(db, tenant, userId)) === 0) {
-    throw conflict('last_admin', 'This would leave no user with full administrative access (*:*) in this scope');
-  }
+  if ((await countFullAdmins(db, tenant, userId)) === 0) throw lastAdmin();
+}
+
+/**
+ * For changes that act on roles rather than on one member (a role's permissions or parent changed,
+ * a role deleted): run `change` inside the transaction under the tenant's lock, and answer 409
+ * `last_admin` (the caller's transaction then rolls back) when the tenant had a `*:*` holder before
+ * and has none after. A tenant that had none is left as it is.
+ */
+export async function keepsFullAdmin<T>(db: Db, tenant: Tenant, change: () => Promise<T>): Promise<T> {
+  await lockFullAdmins(db, tenant);
+  const before = await countFullAdmins(db, tenant);
+  const result = await change();
+  if (before > 0 && (await countFullAdmins(db, tenant)) === 0) throw lastAdmin();
+  return result;
 }

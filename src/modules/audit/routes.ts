@@ -1,14 +1,13 @@
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { stream } from 'hono/streaming';
-import { and, count, desc, eq, gte, inArray, lt, lte, or, sql, type SQL } from 'drizzle-orm';
+import { and, count, desc, eq, gte, isNull, lt, lte, or, type SQL } from 'drizzle-orm';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import type { Db } from '../../platform/db/client.js';
 import { errors, json, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { authenticate } from '../identity/middleware.js';
 import { ScopeQuery } from '../access/http.js';
-import { accessOf, guard, type AccessContext } from '../access/scope.js';
-import { organizations } from '../tenancy/schema.js';
+import { accessOf, guard, visibleOrgCondition, visibleOrgs, type AccessContext } from '../access/scope.js';
 import { auditLogs } from './schema.js';
 
 const EntrySchema = z
@@ -47,21 +46,18 @@ type Entry = z.infer<typeof EntrySchema>;
 const entry = (r: Row): Entry => ({ ...r, createdAt: r.createdAt.toISOString() });
 
 /**
- * The entries a caller may read: its organisation's; a partner's own and those of the organisations
- * its `orgAccess` reaches; for a system caller, what it named, or everything. Never another tenant's.
+ * The entries a caller may read, decided by the access module's `visibleOrgs` (the one decision of
+ * which organisations a principal sees): entries of the organisations it gives; beside them, for a
+ * partner visibility, the partner's own entries (no organisation). A partner view of every
+ * organisation (`orgAccess: all`, or a platform administrator naming the partner) also keeps the
+ * entries of organisations deleted since (they carry the partner). Never another tenant's.
  */
 function tenantFilter(access: AccessContext): SQL | undefined {
-  if (access.orgId) return eq(auditLogs.orgId, access.orgId);
-  if (access.partnerId) {
-    const partnerOrgs = sql`(select ${organizations.id} from ${organizations} where ${organizations.partnerId} = ${access.partnerId})`;
-    const own = eq(auditLogs.partnerId, access.partnerId);
-    if (access.scope === 'partner' && access.orgAccess === 'none') return own;
-    if (access.scope === 'partner' && access.orgAccess === 'selected') {
-      return access.orgIds.length > 0 ? or(own, and(inArray(auditLogs.orgId, access.orgIds), sql`${auditLogs.orgId} in ${partnerOrgs}`)) : own;
-    }
-    return or(own, sql`${auditLogs.orgId} in ${partnerOrgs}`);
-  }
-  return access.scope === 'system' ? undefined : sql`false`;
+  const v = visibleOrgs(access);
+  const orgs = visibleOrgCondition(v, auditLogs.orgId);
+  if (v.kind !== 'partner') return orgs;
+  const own = v.orgIds === null ? eq(auditLogs.partnerId, v.partnerId) : and(eq(auditLogs.partnerId, v.partnerId), isNull(auditLogs.orgId));
+  return or(own, orgs);
 }
 
 function whereOf(access: AccessContext, f: z.infer<typeof Filters>): SQL | undefined {

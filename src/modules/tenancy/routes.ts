@@ -69,6 +69,8 @@ type Action = 'read' | 'write' | 'delete';
 /**
  * Tenancy endpoints of DECISIONS "Endpoints Keel adds". Partners and organisations are behind
  * `organizations:*`, sites behind `sites:*`, device groups behind `devices:*` (docs/decisions.md).
+ * Partner-wide writes (a partner's settings, creating or deleting an organisation) carry the guard's
+ * `fullOrgAccess`: a partner user without `orgAccess: all` gets 403 `full_org_access_required`.
  */
 export function mountTenancyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   const auth = authenticate(keel);
@@ -113,7 +115,7 @@ export function mountTenancyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'patch', path: '/partners/{id}', tags: ['partners'], summary: 'Rename a partner or change its settings.security',
-      middleware: orgs('write', { scopes: ['system', 'partner'] }),
+      middleware: orgs('write', { scopes: ['system', 'partner'], fullOrgAccess: true }),
       request: { params: IdParam, body: jsonBody(PartnerPatch) },
       responses: { 200: json(Partner, 'Updated'), ...errors(400, 401, 403, 404) },
     }),
@@ -137,7 +139,7 @@ export function mountTenancyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'post', path: '/orgs', tags: ['organizations'], summary: "Create an organisation (under the caller's partner, or a named one)",
-      middleware: orgs('write', { scopes: ['system', 'partner'] }),
+      middleware: orgs('write', { scopes: ['system', 'partner'], fullOrgAccess: true }),
       request: { body: jsonBody(OrgCreate) },
       responses: { 201: json(Org, 'Created'), ...errors(400, 401, 403, 404) },
     }),
@@ -170,7 +172,7 @@ export function mountTenancyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'delete', path: '/orgs/{id}', tags: ['organizations'], summary: 'Delete an organisation and what it owns',
-      middleware: orgs('delete'),
+      middleware: orgs('delete', { fullOrgAccess: true }),
       request: { params: IdParam },
       responses: { ...noContent, ...errors(400, 401, 403, 404) },
     }),

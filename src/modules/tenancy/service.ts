@@ -1,4 +1,4 @@
-import { and, asc, count, eq, inArray, sql, type SQL } from 'drizzle-orm';
+import { and, asc, count, eq, sql } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import { clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/client.js';
@@ -8,7 +8,7 @@ import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { organizationUsers, partnerUsers, roles } from '../access/schema.js';
 import { publishRoleChange } from '../access/role-cache.js';
 import { publishMembershipsChanged } from '../access/service.js';
-import { fullOrgAccessRequired, groupListFilter, mustReachOrg, siteListFilter, type AccessContext } from '../access/scope.js';
+import { groupListFilter, mustReachOrg, siteListFilter, visibleOrgCondition, type AccessContext } from '../access/scope.js';
 import { deviceGroups, organizations, partners, sites, type TenantSettings } from './schema.js';
 
 type PartnerRow = typeof partners.$inferSelect;
@@ -143,8 +143,8 @@ export async function getPartner(db: Db, access: AccessContext, id: string) {
   return partnerView(await reachPartner(db, access, id));
 }
 
+/** Partner-wide: the route's guard requires full organisation access of partner users (`fullOrgAccess`). */
 export async function updatePartner(keel: Keel, access: AccessContext, id: string, input: { name?: string | undefined; settings?: TenantSettings | undefined }, info: AuditRequestInfo) {
-  if (access.scope === 'partner' && access.orgAccess !== 'all') throw fullOrgAccessRequired();
   const row = await transaction(keel.db, async (tx) => {
     const existing = await reachPartner(tx.db, access, id);
     const changes: string[] = [];
@@ -177,20 +177,9 @@ function settingsChanges(s: TenantSettings): string[] {
 // ---------------------------------------------------------------------------------------------
 // Organisations
 
-/** Organisations the caller reaches: all (system, optionally one partner's), the partner's by orgAccess, or its own. */
-function orgListCondition(access: AccessContext): SQL | undefined {
-  if (access.scope === 'organization') return eq(organizations.id, access.homeOrgId ?? '');
-  if (access.scope === 'partner') {
-    const own = eq(organizations.partnerId, access.partnerId ?? '');
-    if (access.orgAccess === 'all') return own;
-    if (access.orgAccess === 'selected' && access.orgIds.length > 0) return and(own, inArray(organizations.id, access.orgIds));
-    return sql`false`;
-  }
-  return access.partnerId ? eq(organizations.partnerId, access.partnerId) : undefined;
-}
-
+/** Organisations the caller sees (access/scope `visibleOrgs`: the one decision). */
 export async function listOrgs(db: Db, access: AccessContext, q: Paging) {
-  const where = orgListCondition(access);
+  const where = visibleOrgCondition(access, organizations.id);
   const [rows, [total]] = await Promise.all([
     db.select().from(organizations).where(where).orderBy(asc(organizations.name), asc(organizations.id)).limit(q.limit).offset(offset(q)),
     db.select({ n: count() }).from(organizations).where(where),
@@ -198,9 +187,9 @@ export async function listOrgs(db: Db, access: AccessContext, q: Paging) {
   return { data: rows.map(orgView), total: total?.n ?? 0 };
 }
 
+/** Partner-wide: the route's guard requires full organisation access of partner users (`fullOrgAccess`). */
 export async function createOrg(keel: Keel, access: AccessContext, input: { name: string; settings?: TenantSettings | undefined }, info: AuditRequestInfo) {
   if (access.scope === 'organization') throw forbidden('Organization users cannot create organizations', 'scope_forbidden');
-  if (access.scope === 'partner' && access.orgAccess !== 'all') throw fullOrgAccessRequired();
   // Partner users create under their partner; system callers under the partner they named, or none.
   const partnerId = access.partnerId;
   const row = await transaction(keel.db, async (tx) => {
@@ -239,6 +228,7 @@ export async function updateOrg(keel: Keel, access: AccessContext, id: string, i
 /**
  * Deletes an organisation and everything it owns (sites, groups, devices, its custom roles, its
  * members' associations; the accounts stay). Organisation users cannot delete their own organisation.
+ * Partner-wide: the route's guard requires full organisation access of partner users (`fullOrgAccess`).
  */
 export async function deleteOrg(keel: Keel, access: AccessContext, id: string, info: AuditRequestInfo): Promise<void> {
   if (access.scope === 'organization') throw forbidden('Organization users cannot delete their organization', 'scope_forbidden');

@@ -92,7 +92,8 @@ const tag = ['users'];
 
 export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   const auth = authenticate(keel);
-  const read = (action: string) => [auth, ...guard(keel, { permission: ['users', action] })];
+  // Reads too: partner users without full organisation access get 403 on every users route (SPEC 5.8, 7).
+  const read = (action: string) => [auth, ...guard(keel, { fullOrgAccess: true, permission: ['users', action] })];
   const admin = (action: string) => [auth, ...guard(keel, { fullOrgAccess: true, permission: ['users', action] })];
 
   api.openapi(

@@ -1,4 +1,4 @@
-import { and, count, desc, eq, ilike, inArray, or, sql, type SQL } from 'drizzle-orm';
+import { and, count, desc, eq, ilike, or, type SQL } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import type { Db } from '../../platform/db/client.js';
 import { transaction } from '../../platform/db/transaction.js';
@@ -6,7 +6,7 @@ import { clock } from '../../platform/clock.js';
 import { AppError, conflict, forbidden, notFound } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { organizationUsers, partnerUsers } from '../access/schema.js';
-import type { AccessContext } from '../access/scope.js';
+import { visibleOrgCondition, visiblePartnerId, type AccessContext } from '../access/scope.js';
 import { assertNotLastFullAdmin, getAccessSummary, getMembership, type Membership, type Tenant } from '../access/service.js';
 import { assignableRole } from '../access/roles.js';
 import { resolveRole } from '../access/role-cache.js';
@@ -84,28 +84,14 @@ function view(r: Row): UserView {
 }
 
 /**
- * The users a caller can see (SPEC 4.2 "users in the current scope"): the named or own organisation's
- * members; for a partner caller without an organisation, the partner's members and the members of
- * the organisations its `orgAccess` reaches; for a system caller, everything it named, or everyone.
+ * The users a caller can see (SPEC 4.2 "users in the current scope"): members of the organisations
+ * the access module's `visibleOrgs` gives (the one decision), plus the members of the partner whose
+ * own records it shows; for a system caller naming nothing, everyone.
  */
 function visibleTo(access: AccessContext): SQL | undefined {
-  if (access.orgId) return eq(organizationUsers.orgId, access.orgId);
-  const partnerId = access.partnerId;
-  if (access.scope === 'partner' && partnerId) {
-    const own = eq(partnerUsers.partnerId, partnerId);
-    if (access.orgAccess === 'none') return own;
-    const orgs =
-      access.orgAccess === 'selected'
-        ? access.orgIds.length > 0
-          ? and(eq(organizations.partnerId, partnerId), inArray(organizationUsers.orgId, access.orgIds))
-          : undefined
-        : eq(organizations.partnerId, partnerId);
-    return orgs ? or(own, orgs) : own;
-  }
-  if (access.scope === 'system') {
-    return partnerId ? or(eq(partnerUsers.partnerId, partnerId), eq(organizations.partnerId, partnerId)) : undefined;
-  }
-  return sql`false`;
+  const orgs = visibleOrgCondition(access, organizationUsers.orgId);
+  const partnerId = visiblePartnerId(access);
+  return partnerId ? or(eq(partnerUsers.partnerId, partnerId), orgs) : orgs;
 }
 
 function baseQuery(db: Db) {
