@@ -93,14 +93,4 @@ export async function partnerUserWithRole(app: TestApp, partnerId: string, roleI
   return { user, token: (await login(app, user)).accessToken };
 }
 
-/** Polls `probe` until it returns true; answers the milliseconds it took, or throws after `timeoutMs`. */
-export async function within(timeoutMs: number, probe: () => Promise<boolean>): Promise<number> {
-  const started = performance.now();
-  for (;;) {
-    if (await probe()) return performance.now() - started;
-    if (performance.now() - started > timeoutMs) throw new Error(`condition not met within ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
 export const keys = (list: { resource: string; action: string }[]) => list.map((p) => `${p.resource}:${p.action}`).sort();

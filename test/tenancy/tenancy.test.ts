@@ -102,6 +102,11 @@ describe.skipIf(!backendAvailable())(`tenancy API (${backend})`, () => {
       expect(under.body.partnerId).toBe(w.partnerId);
       expect((await app.api('POST', '/orgs', { token: w.tokens.platformAdmin, body: { name: 'x', partnerId: NOWHERE } })).status).toBe(404);
       const filtered = await app.api('GET', `/orgs?partnerId=${w.partnerId}&limit=100`, { token: w.tokens.platformAdmin });
+      expect(filtered.status).toBe(200);
+      const ids = filtered.body.data.map((o: any) => o.id);
+      // Non-empty and the right ones: the partner's organisations, the new one included; not the standalone one.
+      expect(ids).toEqual(expect.arrayContaining([w.orgId, w.otherOrgId, under.body.id]));
+      expect(ids).not.toContain(standalone.body.id);
       expect(filtered.body.data.every((o: any) => o.partnerId === w.partnerId)).toBe(true);
     });
 
@@ -143,11 +148,12 @@ describe.skipIf(!backendAvailable())(`tenancy API (${backend})`, () => {
       expect(roleWrite.status).toBe(403);
       expect(roleWrite.body).toEqual({ error: 'Full partner organization access is required', code: 'full_org_access_required' });
       expect((await app.api('POST', '/orgs', { token: admin.token, body: { name: 'x' } })).body.code).toBe('full_org_access_required');
-      // /users is the users module's: when it is mounted, the same rule holds there.
+      // Inviting into the selected organisation is user administration: refused the same way.
       const invite = await app.api('POST', `/users/invite?orgId=${w.orgId}`, {
         token: admin.token, body: { email: 'new@example.com', name: 'New', roleId: ROLE.orgReadOnly },
       });
-      if (invite.status !== 404 || invite.body.code !== 'not_found') expect(invite.body.code).toBe('full_org_access_required');
+      expect(invite.status).toBe(403);
+      expect(invite.body).toEqual({ error: 'Full partner organization access is required', code: 'full_org_access_required' });
     });
 
     it('with orgAccess none reach no organisation', async () => {
