@@ -158,6 +158,20 @@ describe.skipIf(!backendAvailable())('invitations', () => {
     expect(entries).toEqual(expect.arrayContaining([{ type: 'invitation', id: a.body.id }, { type: 'user', id: b.body.id }]));
   });
 
+  it('a disabled invitee gets no new link (409 user_disabled) and cannot accept the old one', async () => {
+    const email = uniqueEmail('disabled');
+    const created = await invite(w.tokens.orgAdmin, { email, name: 'D', roleId: ROLE.orgReadOnly });
+    const link = await inviteLink(email);
+    expect((await app.api('PATCH', `/users/${created.body.id}`, { token: w.tokens.orgAdmin, body: { status: 'disabled' } })).status).toBe(200);
+    const resend = await app.api('POST', '/users/resend-invite', { token: w.tokens.orgAdmin, body: { userId: created.body.id } });
+    expect(resend.status).toBe(409);
+    expect(resend.body.code).toBe('user_disabled');
+    expect(mailsTo(email)).toBe(0);
+    const res = await accept({ token: link, password: STRONG_PASSWORD });
+    expect(res.status).toBe(400);
+    expect(res.body.code).toBe('invalid_token');
+  });
+
   it('a re-invite replaces the earlier invitation of the same organisation; accepting ends the account’s other invitations', async () => {
     const account = await loner();
     await invite(w.tokens.orgAdmin, { email: account.email, name: 'A', roleId: ROLE.orgTechnician });

@@ -312,7 +312,7 @@ function invitationView({ inv, puUser, ouUser }: VisibleRow): InvitationView {
   const partner = inv.scope === 'partner';
   return {
     id: inv.id,
-    userId: puUser ?? ouUser ?? null,
+    userId: memberHere({ inv, puUser, ouUser }),
     email: inv.email,
     scope: partner ? 'partner' : 'organization',
     partnerId: partner ? inv.partnerId : null,
@@ -357,9 +357,12 @@ async function findVisibleInvitation(db: Db, access: AccessContext, id: string, 
 
 /** Audit target of an invitation: its invitee when already visible here (a member), else the invitation (D9). */
 function auditTarget(row: VisibleRow): { type: string; id: string } {
-  const userId = row.puUser ?? row.ouUser;
+  const userId = memberHere(row);
   return userId ? { type: 'user', id: userId } : { type: 'invitation', id: row.inv.id };
 }
+
+/** The invitee's id when it is a member of the invitation's partner or organisation (visible in the user list). */
+const memberHere = (row: VisibleRow): string | null => row.puUser ?? row.ouUser;
 
 async function loadUser(db: Db, id: string) {
   const [user] = await db.select().from(users).where(eq(users.id, id));
@@ -441,6 +444,8 @@ export async function resendInvite(keel: Keel, access: AccessContext, id: string
   const inv = found.inv;
   const user = await loadUser(keel.db, inv.userId);
   if (!user) throw notFound('User');
+  // A member the caller sees may be told it is disabled; an account that existed is not told apart (D9).
+  if (user.status === 'disabled' && memberHere(found)) throw conflict('user_disabled', 'This user is disabled');
   const membership = await getMembership(keel.db, user.id);
   const roleId = membership && sameTenant(membership, inv) ? membership.roleId : inv.roleId;
   // The resender re-issues the grant: it must hold the invitee's permissions and the role's.
@@ -540,6 +545,7 @@ export async function acceptInvite(
   let passwordHash: string | null = null;
   if (principal) {
     if (principal.userId !== user.id) throw forbidden('This invitation is for another account: sign in as the invited account', 'invitation_other_account');
+    if (newAccount) throw invalidInvite(); // an account that never accepted has no session; never clear a password here
     if (keel.config.ENABLE_2FA && !principal.mfa && (await enrolledMethods(keel, user)).length > 0) {
       throw forbidden('Sign in with your second factor before joining', 'mfa_required');
     }
