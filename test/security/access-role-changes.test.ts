@@ -126,6 +126,29 @@ describe.skipIf(!backendAvailable())(`role changes (${backend})`, () => {
       expect(await countFullAdmins(app.server.keel.db, { partnerId: partner.id })).toBe(1);
     });
 
+    it('a disabled administrator does not count: the last active one can be neither disabled nor removed, nor its role demoted', async () => {
+      const org = await freshOrg('Disabled org');
+      const admins = await insertRole(app, { scope: 'organization', orgId: org, name: 'Admins', perms: ['*:*'] });
+      const active = await createUser(app, { org: { orgId: org, roleId: admins } });
+      const disabled = await createUser(app, { status: 'disabled', org: { orgId: org, roleId: ROLE.orgAdmin } });
+      const token = w.tokens.partnerFull;
+      for (const [method, path, body] of [
+        ['PATCH', `/users/${active.id}`, { status: 'disabled' }],
+        ['DELETE', `/users/${active.id}`, undefined],
+        ['POST', `/users/${active.id}/role`, { roleId: ROLE.orgReadOnly }],
+        ['PATCH', `/roles/${admins}`, { permissions: [{ resource: 'devices', action: 'read' }] }],
+      ] as const) {
+        const res = await app.api(method, path, { token, ...(body ? { body } : {}) });
+        expect({ status: res.status, body: res.body }, `${method} ${path}`).toEqual({ status: 409, body: LAST_ADMIN });
+      }
+      // The disabled one may go: it takes nothing away (also where it is the only holder left).
+      expect((await app.api('DELETE', `/users/${disabled.id}`, { token })).status).toBe(204);
+      expect(await countFullAdmins(app.server.keel.db, { orgId: org })).toBe(1);
+      const lone = await freshOrg('Lone disabled org');
+      const gone = await createUser(app, { status: 'disabled', org: { orgId: lone, roleId: ROLE.orgAdmin } });
+      expect((await app.api('DELETE', `/users/${gone.id}`, { token })).status).toBe(204);
+    });
+
     it('a role with holders or child roles is not deleted (role_in_use), so a delete cannot take *:* from anyone', async () => {
       const org = await freshOrg('Delete org');
       const parent = await insertRole(app, { scope: 'organization', orgId: org, perms: ['*:*'] });
@@ -160,6 +183,21 @@ describe.skipIf(!backendAvailable())(`role changes (${backend})`, () => {
         expect((await app.api('GET', '/users', { token: tb })).status).toBe(200);
         const answers = await together(2, (i) => app.api('DELETE', `/users/${i === 0 ? b.id : a.id}`, { token: i === 0 ? ta : tb }));
         expectOneSuccess(answers, [204]);
+        expect(await countFullAdmins(app.server.keel.db, { orgId: org }), `round ${round}`).toBe(1);
+      }
+    }, 120_000);
+
+    raceTest(`two organisation administrators disabling each other at once, ${ROUNDS} rounds: one stays active, the loser gets 409 last_admin`, async () => {
+      for (let round = 0; round < ROUNDS; round++) {
+        const org = await freshOrg(`Disable duel ${round}`);
+        const a = await createUser(app, { org: { orgId: org, roleId: ROLE.orgAdmin } });
+        const b = await createUser(app, { org: { orgId: org, roleId: ROLE.orgAdmin } });
+        const [ta, tb] = [(await login(app, a)).accessToken, (await login(app, b)).accessToken];
+        expect((await app.api('GET', '/users', { token: ta })).status).toBe(200);
+        expect((await app.api('GET', '/users', { token: tb })).status).toBe(200);
+        const answers = await together(2, (i) => app.api('PATCH', `/users/${i === 0 ? b.id : a.id}`, { token: i === 0 ? ta : tb, body: { status: 'disabled' } }));
+        expectOneSuccess(answers, [200]);
+        // A disabled administrator is no administrator: exactly one active *:* holder is left.
         expect(await countFullAdmins(app.server.keel.db, { orgId: org }), `round ${round}`).toBe(1);
       }
     }, 120_000);

@@ -6,6 +6,7 @@ import type { PermissionPair } from './permissions.js';
 import { loadRoleChain, resolveRole, ROLES_TOPIC } from './role-cache.js';
 import type { Keel } from '../../keel.js';
 import { USER_TOPIC } from '../identity/sessions.js';
+import { users } from '../identity/schema.js';
 
 export type Scope = 'system' | 'partner' | 'organization';
 export type OrgAccess = 'all' | 'selected' | 'none';
@@ -177,18 +178,24 @@ export async function isFullAdminRole(db: Db, roleId: string): Promise<boolean> 
   return role?.permissions.has('*', '*') ?? false;
 }
 
-/** Members of a partner or organisation whose role grants `*:*`, optionally leaving one user out. */
+/**
+ * Active members of a partner or organisation whose role grants `*:*`, optionally leaving one user
+ * out. A disabled or invited holder cannot sign in and act, so it does not count: otherwise two
+ * administrators disabling each other would each count the other.
+ */
 export async function countFullAdmins(db: Db, tenant: Tenant, excludeUserId?: string): Promise<number> {
   const rows =
     'partnerId' in tenant
       ? await db
           .select({ roleId: partnerUsers.roleId, n: count() })
           .from(partnerUsers)
+          .innerJoin(users, and(eq(users.id, partnerUsers.userId), eq(users.status, 'active')))
           .where(and(eq(partnerUsers.partnerId, tenant.partnerId), excludeUserId ? ne(partnerUsers.userId, excludeUserId) : undefined))
           .groupBy(partnerUsers.roleId)
       : await db
           .select({ roleId: organizationUsers.roleId, n: count() })
           .from(organizationUsers)
+          .innerJoin(users, and(eq(users.id, organizationUsers.userId), eq(users.status, 'active')))
           .where(and(eq(organizationUsers.orgId, tenant.orgId), excludeUserId ? ne(organizationUsers.userId, excludeUserId) : undefined))
           .groupBy(organizationUsers.roleId);
   let total = 0;
@@ -215,7 +222,7 @@ export const lastAdmin = () => conflict('last_admin', 'This would leave no user 
 
 /**
  * Removing a member or giving them `newRoleId` (null: removal or disabling) must leave the partner or
- * organisation with at least one `*:*` holder: otherwise 409 `last_admin` (DECISIONS "More details").
+ * organisation with at least one active `*:*` holder: otherwise 409 `last_admin` (DECISIONS "More details").
  * For the users module; call it inside the transaction that makes the change, before making it. It
  * takes the tenant's lock (`lockFullAdmins`) first and reads the membership and the count after it,
  * so of two administrators removing each other at once, the second sees the first's removal.
@@ -224,6 +231,9 @@ export async function assertNotLastFullAdmin(db: Db, tenant: Tenant, userId: str
   await lockFullAdmins(db, tenant);
   const m = await loadMembership(db, userId);
   if (!m || !(await isFullAdminRole(db, m.roleId))) return;
+  // A holder that is not active (disabled, invited) is not counted, so changing it takes nothing away.
+  const [target] = await db.select({ status: users.status }).from(users).where(eq(users.id, userId));
+  if (target?.status !== 'active') return;
   if (newRoleId && (await isFullAdminRole(db, newRoleId))) return;
   if ((await countFullAdmins(db, tenant, userId)) === 0) throw lastAdmin();
 }
