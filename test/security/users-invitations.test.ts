@@ -118,6 +118,14 @@ describe.skipIf(!backendAvailable())('invitations', () => {
 
     const others = await invitationsOf(w.tokens.orgAdmin);
     expect(others.some((i) => i.orgId === org.id)).toBe(false);
+    // The partner's administrator sees the partner-level invitations and those of its organisations; an organisation sees no partner-level one.
+    const partnerLevel = await invite(w.tokens.partnerFull, { email: uniqueEmail('partner'), name: 'P', roleId: ROLE.partnerTechnician, orgAccess: 'all' });
+    expect(partnerLevel.status).toBe(201);
+    const partnerView = await invitationsOf(w.tokens.partnerFull);
+    expect(partnerView.map((i) => i.id)).toEqual(expect.arrayContaining([joined.body.id, forNew.id]));
+    expect(partnerView.find((i) => i.userId === partnerLevel.body.id)).toMatchObject({ scope: 'partner', partnerId: w.partnerId, orgId: null, orgAccess: 'all' });
+    expect(others.some((i) => i.scope === 'partner')).toBe(false);
+    expect((await invitationsOf(admin.token)).some((i) => i.scope === 'partner')).toBe(false);
     expect((await app.api('DELETE', `/users/invitations/${forNew.id}`, { token: w.tokens.orgAdmin })).status).toBe(404);
     expect((await app.api('GET', '/users/invitations', { token: w.tokens.orgTechnician })).status).toBe(403);
     const otherAdmin = await orgUserWithRole(app, w.orgId, ROLE.orgAdmin);

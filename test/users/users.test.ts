@@ -238,19 +238,28 @@ describe.skipIf(!backendAvailable())('users and invitations', () => {
     expect(listed).not.toContain(bUser.id);
     expect(list.body.data.every((u: { orgId: string }) => u.orgId === tenant.orgId)).toBe(true);
 
+    // A partner user with full organisation access sees the members of every organisation of its partner.
+    const all = await createUser(app, { partner: { partnerId: tenant.partnerId, roleId: SYSTEM_ROLES.partnerReadOnly.id, orgAccess: 'all' } });
+    const allToken = (await login(app, all)).accessToken;
+    const wide = await app.api('GET', '/users?limit=100', { token: allToken });
+    expect(wide.status).toBe(200);
+    const wideIds = wide.body.data.map((u: { id: string }) => u.id);
+    expect(wideIds).toEqual(expect.arrayContaining([bUser.id, tenant.orgAdmin.id, tenant.partnerTechnician.id, all.id]));
+    const narrowed = await app.api('GET', `/users?limit=100&orgId=${tenant.otherOrgId}`, { token: allToken });
+    expect(narrowed.body.data.map((u: { id: string }) => u.id)).toContain(bUser.id);
+    expect(narrowed.body.data.every((u: { orgId: string }) => u.orgId === tenant.otherOrgId)).toBe(true);
+
+    // Without full organisation access a partner user administers and reads no users at all (SPEC 5.8).
     const selected = await createUser(app, {
       partner: { partnerId: tenant.partnerId, roleId: SYSTEM_ROLES.partnerReadOnly.id, orgAccess: 'selected', orgIds: [tenant.orgId] },
     });
     const sToken = (await login(app, selected)).accessToken;
-    const seen = await app.api('GET', '/users?limit=100', { token: sToken });
-    expect(seen.status).toBe(200);
-    const orgIds = new Set(seen.body.data.map((u: { orgId: string | null }) => u.orgId).filter(Boolean));
-    expect([...orgIds]).toEqual([tenant.orgId]);
-    expect(seen.body.data.some((u: { id: string }) => u.id === bUser.id)).toBe(false);
-    expect((await app.api('GET', `/users?orgId=${tenant.otherOrgId}`, { token: sToken })).status).toBe(404);
-    const administer = await app.api('POST', `/users/invite?orgId=${tenant.orgId}`, { token: sToken, body: { email: uniqueEmail(), name: 'N', roleId: SYSTEM_ROLES.orgReadOnly.id } });
-    expect(administer.status).toBe(403);
-    expect(administer.body.error).toMatch(/full partner organization access is required/i);
+    for (const [method, path] of [['GET', '/users'], ['GET', `/users/${tenant.orgAdmin.id}`], ['GET', '/users/invitations'], ['POST', `/users/invite?orgId=${tenant.orgId}`]] as const) {
+      const res = await app.api(method, path, { token: sToken, ...(method === 'POST' ? { body: { email: uniqueEmail(), name: 'N', roleId: SYSTEM_ROLES.orgReadOnly.id } } : {}) });
+      expect(res.status, `${method} ${path}`).toBe(403);
+      expect(res.body.code).toBe('full_org_access_required');
+      expect(res.body.error).toMatch(/full partner organization access is required/i);
+    }
   });
 
   it('lets a partner admin (after enrolling MFA) invite into a named organisation and at partner level', async () => {

@@ -7,7 +7,7 @@ import { randomToken, sha256Hex } from '../../platform/crypto.js';
 import type { Limit } from '../../platform/rate-limit.js';
 import { AppError, badRequest, conflict, forbidden, notFound, validationError } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
-import type { AccessContext } from '../access/scope.js';
+import { visibleOrgCondition, visiblePartnerId, type AccessContext } from '../access/scope.js';
 import { addOrganizationMember, addPartnerMember, assertNotLastFullAdmin, getAccessSummary, getMembership, type Membership, type Tenant } from '../access/service.js';
 import { assignableRole } from '../access/roles.js';
 import { resolveRole } from '../access/role-cache.js';
@@ -254,28 +254,14 @@ export async function inviteUser(keel: Keel, access: AccessContext, input: Invit
 }
 
 /**
- * The invitations a caller can see: those for the named or own organisation; for a partner caller
- * without one, the partner's own and those of the organisations its `orgAccess` reaches; for a system
- * caller, those of the partner it named, or all. (The same reach as the user list.)
+ * The invitations a caller can see: those of the organisations the access module's `visibleOrgs`
+ * gives (the one decision, D4), plus the partner-level ones of the partner whose own records it
+ * shows; for a system caller naming nothing, all. (The same reach as the user list.)
  */
 function invitationsVisibleTo(access: AccessContext): SQL | undefined {
-  if (access.orgId) return eq(invitations.orgId, access.orgId);
-  const partnerId = access.partnerId;
-  if (access.scope === 'partner' && partnerId) {
-    const own = eq(invitations.partnerId, partnerId);
-    if (access.orgAccess === 'none') return own;
-    const orgs =
-      access.orgAccess === 'selected'
-        ? access.orgIds.length > 0
-          ? and(eq(organizations.partnerId, partnerId), inArray(invitations.orgId, access.orgIds))
-          : undefined
-        : eq(organizations.partnerId, partnerId);
-    return orgs ? or(own, orgs) : own;
-  }
-  if (access.scope === 'system') {
-    return partnerId ? or(eq(invitations.partnerId, partnerId), eq(organizations.partnerId, partnerId)) : undefined;
-  }
-  return sql`false`;
+  const orgs = visibleOrgCondition(access, invitations.orgId);
+  const partnerId = visiblePartnerId(access);
+  return partnerId ? or(eq(invitations.partnerId, partnerId), orgs) : orgs;
 }
 
 export interface InvitationView {
@@ -301,7 +287,6 @@ function visibleInvitations(db: Db) {
   return db
     .select({ inv: invitations, puUser: partnerUsers.userId, ouUser: organizationUsers.userId })
     .from(invitations)
-    .leftJoin(organizations, eq(organizations.id, invitations.orgId))
     .leftJoin(partnerUsers, and(eq(partnerUsers.userId, invitations.userId), eq(partnerUsers.partnerId, invitations.partnerId)))
     .leftJoin(organizationUsers, and(eq(organizationUsers.userId, invitations.userId), eq(organizationUsers.orgId, invitations.orgId)));
 }
@@ -332,11 +317,7 @@ function invitationView({ inv, puUser, ouUser }: VisibleRow): InvitationView {
 /** `GET /users/invitations`: the pending (and expired, not yet replaced or revoked) invitations in the scope, newest first. */
 export async function listInvitations(db: Db, access: AccessContext, q: { page: number; limit: number }): Promise<{ data: InvitationView[]; total: number }> {
   const where = invitationsVisibleTo(access);
-  const [total] = await db
-    .select({ n: count() })
-    .from(invitations)
-    .leftJoin(organizations, eq(organizations.id, invitations.orgId))
-    .where(where);
+  const [total] = await db.select({ n: count() }).from(invitations).where(where);
   const rows = await visibleInvitations(db)
     .where(where)
     .orderBy(desc(invitations.createdAt), desc(invitations.id))
