@@ -1,7 +1,9 @@
 import { lookup as dnsLookup } from 'node:dns/promises';
 import type { LookupAddress, LookupOptions } from 'node:dns';
+import type { Socket } from 'node:net';
 import ipaddr from 'ipaddr.js';
-import { Agent, request } from 'undici';
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { Agent, buildConnector, request } from 'undici';
 
 /**
  * The one way Keel calls a URL someone configured (webhook receivers, OIDC issuers, release hosts):
@@ -27,8 +29,12 @@ export class OutboundError extends Error {
   }
 }
 
-/** Resolves a host name to all its addresses (dns.lookup by default; tests pass their own). */
-export type Resolver = (hostname: string) => Promise<LookupAddress[]>;
+/**
+ * Resolves a host name to all its addresses (dns.lookup by default; tests pass their own). `signal`
+ * is the attempt's deadline: a resolver may stop when it fires; the guard stops waiting for it then
+ * anyway.
+ */
+export type Resolver = (hostname: string, signal?: AbortSignal) => Promise<LookupAddress[]>;
 
 export interface OutboundPolicy {
   allowInsecure: boolean;
@@ -37,11 +43,22 @@ export interface OutboundPolicy {
 
 const systemResolver: Resolver = (hostname) => dnsLookup(hostname, { all: true, verbatim: true });
 
+/** How long saving a URL (`vetTarget` without a deadline of its own) may wait for its name to resolve. */
+export const VET_TIMEOUT_MS = 10_000;
+
 /*
- * Blocked ranges (SPEC 4.5: private, loopback and link-local; RFC 1918, 6598, 5737 and the IPv6
- * equivalents), plus addresses no receiver has: unspecified, multicast, reserved, benchmarking,
- * documentation. ipaddr.js parses; this table decides, because ipaddr.js calls some of these
- * "unicast". IPv6 forms that carry an IPv4 address (mapped, NAT64, 6to4) are judged by that address.
+ * The blocked ranges: the table of the webhooks issue (SPEC 4.5's private, loopback and link-local
+ * ranges, plus every special-purpose range no receiver lives in). ipaddr.js parses (every IPv4
+ * literal form: decimal, octal, hex, short); this table decides, because ipaddr.js calls some of
+ * these "unicast".
+ *
+ * IPv4: 0/8, 10/8, 100.64/10, 127/8 (loopback: allowed with allowInsecure), 169.254/16, 172.16/12,
+ * 192.0.0/24, 192.0.2/24, 192.88.99/24, 192.168/16, 198.18/15, 198.51.100/24, 203.0.113/24, 224/4,
+ * 240/4 (which holds 255.255.255.255).
+ * IPv6: ::/128, ::1 (loopback), ::ffff:0:0/96 (mapped) and ::/96 (compatible) judged by the IPv4
+ * address they carry, ::ffff:0:0:0/96 (SIIT), 64:ff9b::/96 and 64:ff9b:1::/48 (NAT64), 100::/64,
+ * 2001::/23 (Teredo 2001::/32, 2001:2::/48, ORCHID 2001:10::/28 and 2001:20::/28, …), 2001:db8::/32,
+ * 2002::/16 (6to4), 3fff::/20, 5f00::/16, fc00::/7, fec0::/10, fe80::/10, ff00::/8.
  */
 const BLOCKED_V4 = [
   '0.0.0.0/8', '10.0.0.0/8', '100.64.0.0/10', '169.254.0.0/16', '172.16.0.0/12', '192.0.0.0/24', '192.0.2.0/24',
@@ -49,28 +66,27 @@ const BLOCKED_V4 = [
 ].map((c) => ipaddr.IPv4.parseCIDR(c));
 const LOOPBACK_V4 = ipaddr.IPv4.parseCIDR('127.0.0.0/8');
 const BLOCKED_V6 = [
-  '::/128', '100::/64', '2001::/32', '2001:db8::/32', 'fc00::/7', 'fe80::/10', 'fec0::/10', 'ff00::/8',
+  '::/128', '::ffff:0:0:0/96', '64:ff9b::/96', '64:ff9b:1::/48', '100::/64', '2001::/23', '2001:db8::/32', '2002::/16',
+  '3fff::/20', '5f00::/16', 'fc00::/7', 'fec0::/10', 'fe80::/10', 'ff00::/8',
 ].map((c) => ipaddr.IPv6.parseCIDR(c));
 const LOOPBACK_V6 = ipaddr.IPv6.parseCIDR('::1/128');
-const NAT64 = ipaddr.IPv6.parseCIDR('64:ff9b::/96');
-const SIX_TO_FOUR = ipaddr.IPv6.parseCIDR('2002::/16');
+/** IPv6 forms that carry an IPv4 address in their last 32 bits and are judged by it. */
+const EMBEDDED_V4 = [ipaddr.IPv6.parseCIDR('::ffff:0:0/96'), ipaddr.IPv6.parseCIDR('::/96')];
 
 /** Why an address may not be dialled, or null when it may. */
 export function addressBlocked(address: string, allowInsecure: boolean): string | null {
   let ip: ipaddr.IPv4 | ipaddr.IPv6;
   try {
-    ip = ipaddr.parse(address);
+    ip = ipaddr.parse(address.replace(/^\[(.*)\]$/, '$1'));
   } catch {
     return 'not an IP address';
   }
   if (ip.kind() === 'ipv6') {
     const v6 = ip as ipaddr.IPv6;
-    if (v6.isIPv4MappedAddress()) return addressBlocked(v6.toIPv4Address().toString(), allowInsecure);
-    const bytes = v6.toByteArray();
-    if (v6.match(NAT64)) return addressBlocked(bytes.slice(12).join('.'), allowInsecure);
-    if (v6.match(SIX_TO_FOUR)) return addressBlocked(bytes.slice(2, 6).join('.'), allowInsecure);
     if (v6.match(LOOPBACK_V6)) return allowInsecure ? null : 'loopback';
-    return BLOCKED_V6.some((r) => v6.match(r)) ? 'private, link-local or reserved' : null;
+    if (BLOCKED_V6.some((r) => v6.match(r))) return 'private, link-local or reserved';
+    if (EMBEDDED_V4.some((r) => v6.match(r))) return addressBlocked(v6.toByteArray().slice(12).join('.'), allowInsecure);
+    return null;
   }
   const v4 = ip as ipaddr.IPv4;
   if (v4.match(LOOPBACK_V4)) return allowInsecure ? null : 'loopback';
@@ -84,12 +100,44 @@ function hostBlocked(hostname: string, allowInsecure: boolean): boolean {
   return loopbackName && !allowInsecure;
 }
 
+const timedOut = (timeoutMs: number) => new OutboundError('timeout', `no complete answer within ${timeoutMs} ms`);
+
+/** `work`, unless `signal` fires first: then the OutboundError `timeout` (whatever `work` does later). */
+function beforeDeadline<T>(work: Promise<T>, signal: AbortSignal, timeoutMs: number): Promise<T> {
+  if (signal.aborted) {
+    work.catch(() => undefined);
+    return Promise.reject(timedOut(timeoutMs));
+  }
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(timedOut(timeoutMs));
+    signal.addEventListener('abort', onAbort, { once: true });
+    work.then(
+      (value) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(value);
+      },
+      (err: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(err instanceof Error ? err : new Error(String(err)));
+      },
+    );
+  });
+}
+
+/** One attempt's deadline, as the code deep inside undici (the connector, its lookup) finds it. */
+interface Attempt {
+  signal: AbortSignal;
+  timeoutMs: number;
+}
+const currentAttempt = new AsyncLocalStorage<Attempt>();
+
 /** The addresses `hostname` resolves to, every one of them allowed; throws the OutboundError otherwise. */
-async function vettedAddresses(hostname: string, policy: OutboundPolicy): Promise<LookupAddress[]> {
+async function vettedAddresses(hostname: string, policy: OutboundPolicy, attempt: Attempt): Promise<LookupAddress[]> {
   let addresses: LookupAddress[];
   try {
-    addresses = await (policy.resolve ?? systemResolver)(hostname);
-  } catch {
+    addresses = await beforeDeadline((policy.resolve ?? systemResolver)(hostname, attempt.signal), attempt.signal, attempt.timeoutMs);
+  } catch (err) {
+    if (err instanceof OutboundError) throw err;
     throw new OutboundError('unresolvable', `${hostname} does not resolve`);
   }
   if (addresses.length === 0) throw new OutboundError('unresolvable', `${hostname} does not resolve`);
@@ -106,10 +154,18 @@ export interface VettedTarget {
   addresses: string[];
 }
 
-/** Checks a target URL by SPEC 4.5's rules, resolving its host name; throws an OutboundError saying why not. */
-export async function vetTarget(raw: string, policy: OutboundPolicy): Promise<VettedTarget> {
+/**
+ * Checks a target URL by SPEC 4.5's rules, resolving its host name; throws an OutboundError saying
+ * why not. The name must resolve before `signal` fires (default: VET_TIMEOUT_MS from now).
+ */
+export async function vetTarget(raw: string, policy: OutboundPolicy, signal?: AbortSignal): Promise<VettedTarget> {
+  return vet(raw, policy, signal ? { signal, timeoutMs: VET_TIMEOUT_MS } : { signal: AbortSignal.timeout(VET_TIMEOUT_MS), timeoutMs: VET_TIMEOUT_MS });
+}
+
+async function vet(raw: string, policy: OutboundPolicy, attempt: Attempt): Promise<VettedTarget> {
   let url: URL;
   try {
+    // The URL parser brings every IPv4 literal form (2130706433, 0177.0.0.1, 0x7f.1, 127.1) to dotted decimal.
     url = new URL(raw);
   } catch {
     throw new OutboundError('invalid_url', 'not a URL');
@@ -124,19 +180,24 @@ export async function vetTarget(raw: string, policy: OutboundPolicy): Promise<Ve
     return { url, addresses: [host] };
   }
   if (hostBlocked(host, policy.allowInsecure)) throw new OutboundError('blocked_host', `${host} is not allowed`);
-  return { url, addresses: (await vettedAddresses(host, policy)).map((a) => a.address) };
+  return { url, addresses: (await vettedAddresses(host, policy, attempt)).map((a) => a.address) };
 }
 
 type LookupCallback = (err: Error | null, address: string | LookupAddress[], family?: number) => void;
 
-/** One connection pool per policy; its `lookup` is where the addresses are checked at connect time. */
+/** Without an attempt around it (never on Keel's own paths), a connection may take this long. */
+const CONNECT_FALLBACK_MS = 10_000;
+
+/** One connection pool per policy; its connector is where addresses are checked and the deadline holds. */
 const agents = new WeakMap<OutboundPolicy, Agent>();
 
 function agentFor(policy: OutboundPolicy): Agent {
   let agent = agents.get(policy);
   if (!agent) {
+    // Connect-time resolution: the name is resolved and vetted again, and only what passed is dialled.
     const lookup = (hostname: string, options: LookupOptions, callback: LookupCallback): void => {
-      vettedAddresses(hostname, policy).then(
+      const attempt = currentAttempt.getStore() ?? { signal: AbortSignal.timeout(CONNECT_FALLBACK_MS), timeoutMs: CONNECT_FALLBACK_MS };
+      vettedAddresses(hostname, policy, attempt).then(
         (addresses) => {
           const [first] = addresses;
           if (options.all) callback(null, addresses);
@@ -145,7 +206,31 @@ function agentFor(policy: OutboundPolicy): Agent {
         (err: unknown) => callback(err instanceof Error ? err : new Error(String(err)), ''),
       );
     };
-    agent = new Agent({ connect: { lookup }, keepAliveTimeout: 10_000 });
+    // undici's own connect timeout is off: the attempt's deadline ends the TCP connect and the TLS
+    // handshake instead (a server that accepts TCP and never speaks TLS holds nothing past it).
+    // undici's connector returns the socket it starts (its type says void).
+    const base = buildConnector({ lookup, timeout: 0 }) as unknown as (options: buildConnector.Options, callback: buildConnector.Callback) => Socket;
+    const connect: buildConnector.connector = (options, callback) => {
+      const attempt = currentAttempt.getStore();
+      const signal = attempt?.signal ?? AbortSignal.timeout(CONNECT_FALLBACK_MS);
+      let settled = false;
+      const settle: buildConnector.Callback = (...args) => {
+        if (settled) return;
+        settled = true;
+        signal.removeEventListener('abort', onAbort);
+        callback(...args);
+      };
+      const socket = base(options, settle);
+      function onAbort(): void {
+        const err = timedOut(attempt?.timeoutMs ?? CONNECT_FALLBACK_MS);
+        socket.destroy(err);
+        settle(err, null);
+      }
+      if (signal.aborted) onAbort();
+      else signal.addEventListener('abort', onAbort, { once: true });
+      return socket;
+    };
+    agent = new Agent({ connect, keepAliveTimeout: 10_000 });
     agents.set(policy, agent);
   }
   return agent;
@@ -155,7 +240,7 @@ export interface OutboundInit {
   method?: 'GET' | 'POST' | 'PUT';
   headers?: Record<string, string>;
   body?: string | Buffer;
-  /** Deadline of the whole attempt: connecting, sending, waiting and reading the answer. */
+  /** Deadline of the whole attempt: resolving, connecting (TCP and TLS), sending, waiting and reading the answer. */
   timeoutMs: number;
   /** The most of the answer's body kept; more is an error. */
   maxResponseBytes: number;
@@ -167,35 +252,47 @@ export interface OutboundResponse {
   body: Buffer;
 }
 
-/** One request to a target that passes `vetTarget` now, dialling only vetted addresses; no redirect is followed. */
+/**
+ * One request to a target that passes `vetTarget` now, dialling only vetted addresses; no redirect
+ * is followed. One deadline, created before anything else, covers the whole attempt: the name's
+ * resolution for vetting, the connect-time resolution, TCP connect and TLS handshake, the request,
+ * the answer's headers and its body.
+ */
 export async function outboundRequest(raw: string, init: OutboundInit, policy: OutboundPolicy): Promise<OutboundResponse> {
-  const { url } = await vetTarget(raw, policy);
-  const signal = AbortSignal.timeout(init.timeoutMs);
-  try {
-    const res = await request(url, {
-      dispatcher: agentFor(policy),
-      method: init.method ?? 'POST',
-      headers: init.headers ?? {},
-      body: init.body ?? null,
-      signal,
-    });
-    const chunks: Buffer[] = [];
-    let size = 0;
-    for await (const chunk of res.body) {
-      const buf = chunk as Buffer;
-      size += buf.length;
-      if (size > init.maxResponseBytes) {
-        res.body.destroy();
-        throw new OutboundError('too_large', `the answer is larger than ${init.maxResponseBytes} bytes`);
+  const attempt: Attempt = { signal: AbortSignal.timeout(init.timeoutMs), timeoutMs: init.timeoutMs };
+  const { signal } = attempt;
+  return beforeDeadline(
+    currentAttempt.run(attempt, async () => {
+      const { url } = await vet(raw, policy, attempt);
+      try {
+        const res = await request(url, {
+          dispatcher: agentFor(policy),
+          method: init.method ?? 'POST',
+          headers: init.headers ?? {},
+          body: init.body ?? null,
+          signal,
+        });
+        const chunks: Buffer[] = [];
+        let size = 0;
+        for await (const chunk of res.body) {
+          const buf = chunk as Buffer;
+          size += buf.length;
+          if (size > init.maxResponseBytes) {
+            res.body.destroy();
+            throw new OutboundError('too_large', `the answer is larger than ${init.maxResponseBytes} bytes`);
+          }
+          chunks.push(buf);
+        }
+        return { status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) };
+      } catch (err) {
+        if (err instanceof OutboundError) throw err;
+        const cause = (err as { cause?: unknown }).cause;
+        if (cause instanceof OutboundError) throw cause;
+        if (signal.aborted) throw timedOut(init.timeoutMs);
+        throw new OutboundError('network', (err as Error).message);
       }
-      chunks.push(buf);
-    }
-    return { status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) };
-  } catch (err) {
-    if (err instanceof OutboundError) throw err;
-    const cause = (err as { cause?: unknown }).cause;
-    if (cause instanceof OutboundError) throw cause;
-    if (signal.aborted) throw new OutboundError('timeout', `no complete answer within ${init.timeoutMs} ms`);
-    throw new OutboundError('network', (err as Error).message);
-  }
+    }),
+    signal,
+    init.timeoutMs,
+  );
 }
