@@ -1,7 +1,9 @@
 import { z } from 'zod';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { isIP } from 'node:net';
 import { PROJECT_ROOT } from './platform/paths.js';
+import { parseKey } from './platform/crypto.js';
 
 /**
  * Every environment variable Keel reads, parsed once. A bad value stops start-up with one line naming
@@ -117,8 +119,13 @@ export type Env = z.infer<typeof envSchema>;
 
 export interface Config extends Omit<Env, 'PUBLIC_URL' | 'PUBLIC_APP_URL' | 'DASHBOARD_URL' | 'SERVICE_VERSION'> {
   production: boolean;
-  /** PUBLIC_URL, else PUBLIC_APP_URL, else DASHBOARD_URL, else http://localhost:3000; no trailing slash. */
+  /**
+   * PUBLIC_URL, else PUBLIC_APP_URL, else DASHBOARD_URL, else http://localhost:<the port Keel listens
+   * on>; no trailing slash.
+   */
   publicUrl: string;
+  /** True when no public URL was configured: the server sets `publicUrl` from the port it actually listens on. */
+  publicUrlFromListenPort: boolean;
   serviceVersion: string;
 }
 
@@ -157,7 +164,57 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   if (e.SMS_PROVIDER === 'twilio' && !(e.TWILIO_ACCOUNT_SID && e.TWILIO_AUTH_TOKEN && e.TWILIO_FROM)) {
     throw new ConfigError('Invalid configuration: SMS_PROVIDER=twilio needs TWILIO_ACCOUNT_SID, TWILIO_AUTH_TOKEN and TWILIO_FROM');
   }
-  const publicUrl = (e.PUBLIC_URL ?? e.PUBLIC_APP_URL ?? e.DASHBOARD_URL ?? 'http://localhost:3000').replace(/\/+$/, '');
+  checkSecrets(e);
+  checkAdmin(e);
+  checkTrustProxy(e.TRUST_PROXY);
+  const configured = e.PUBLIC_URL ?? e.PUBLIC_APP_URL ?? e.DASHBOARD_URL;
+  const publicUrl = (configured ?? `http://localhost:${e.PORT}`).replace(/\/+$/, '');
   const { PUBLIC_URL: _a, PUBLIC_APP_URL: _b, DASHBOARD_URL: _c, SERVICE_VERSION, ...rest } = e;
-  return { ...rest, production, publicUrl, serviceVersion: SERVICE_VERSION ?? packageVersion() };
+  return { ...rest, production, publicUrl, publicUrlFromListenPort: configured === undefined, serviceVersion: SERVICE_VERSION ?? packageVersion() };
+}
+
+const JWT_SECRET_MIN = 32;
+
+/** The secrets given in the environment are usable (every command checks them, not only `serve`). */
+function checkSecrets(e: Env): void {
+  const keyName = e.APP_ENCRYPTION_KEY !== undefined ? 'APP_ENCRYPTION_KEY' : 'SECRET_ENCRYPTION_KEY';
+  const keyText = e.APP_ENCRYPTION_KEY ?? e.SECRET_ENCRYPTION_KEY;
+  const key = keyText === undefined ? null : parseKey(keyText);
+  if (keyText !== undefined && !key) throw new ConfigError(`Invalid configuration: ${keyName} must be 32 bytes as 64 hex characters or base64`);
+  const previousKeys = (e.APP_ENCRYPTION_KEYS_PREVIOUS ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+  if (previousKeys.some((k) => !parseKey(k))) {
+    throw new ConfigError('Invalid configuration: APP_ENCRYPTION_KEYS_PREVIOUS holds a key that is not 32 bytes (64 hex characters or base64)');
+  }
+  if (e.JWT_SECRET !== undefined && e.JWT_SECRET.length < JWT_SECRET_MIN) {
+    throw new ConfigError(`Invalid configuration: JWT_SECRET must be at least ${JWT_SECRET_MIN} characters`);
+  }
+  const previousJwt = (e.JWT_SECRETS_PREVIOUS ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+  if (previousJwt.some((s) => s.length < JWT_SECRET_MIN)) {
+    throw new ConfigError(`Invalid configuration: JWT_SECRETS_PREVIOUS holds a secret shorter than ${JWT_SECRET_MIN} characters`);
+  }
+  if (key && e.JWT_SECRET !== undefined && key.equals(Buffer.from(e.JWT_SECRET))) {
+    throw new ConfigError(`Invalid configuration: ${keyName} must differ from JWT_SECRET`);
+  }
+}
+
+/** ADMIN_EMAIL and ADMIN_PASSWORD come together (the password's strength is checked when it is used). */
+function checkAdmin(e: Env): void {
+  if (e.ADMIN_EMAIL !== undefined && e.ADMIN_PASSWORD === undefined) {
+    throw new ConfigError('Invalid configuration: ADMIN_PASSWORD is required when ADMIN_EMAIL is set (the first administrator needs both)');
+  }
+  if (e.ADMIN_PASSWORD !== undefined && e.ADMIN_EMAIL === undefined) {
+    throw new ConfigError('Invalid configuration: ADMIN_EMAIL is required when ADMIN_PASSWORD is set (the first administrator needs both)');
+  }
+}
+
+/** TRUST_PROXY: comma-separated IP addresses of the proxies in front of Keel (each compared exactly). */
+function checkTrustProxy(value: string | undefined): void {
+  if (value === undefined) return;
+  for (const entry of value.split(',').map((s) => s.trim())) {
+    if (isIP(entry) === 0) {
+      throw new ConfigError(
+        `Invalid configuration: TRUST_PROXY must be a comma-separated list of proxy IP addresses, e.g. 127.0.0.1,10.0.0.5 (got "${entry}")`,
+      );
+    }
+  }
 }

@@ -44,7 +44,8 @@ export interface KeelOptions {
 }
 
 export async function createKeel(opts: KeelOptions = {}): Promise<Keel> {
-  const config = opts.config ?? loadConfig();
+  // A copy: the server completes `publicUrl` from the port it listens on (server.ts), per process.
+  const config: Config = { ...(opts.config ?? loadConfig()) };
   const log = opts.log ?? createLogger(config.LOG_LEVEL);
   const secrets = resolveSecrets(config, log);
   const sms = createSmsGateway({

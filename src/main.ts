@@ -1,133 +1,327 @@
-import { createInterface } from 'node:readline';
-import { ConfigError, loadConfig } from './config.js';
-import { createLogger } from './platform/logger.js';
-import { openDatabase, pgliteDirFor } from './platform/db/client.js';
+import { ConfigError, loadConfig, type Config } from './config.js';
+import { createLogger, flushLogs, flushLogsSync, type Logger } from './platform/logger.js';
+import { openDatabase, pgliteDirFor, type Database } from './platform/db/client.js';
 import type { AppError } from './platform/http/errors.js';
+import { loggableError } from './platform/safe-error.js';
 
 // Start-up time: only light modules are imported statically. Each command imports what it needs,
 // and `serve` opens the database while the HTTP app's modules load (bench/startup.ts measures it).
+//
+// Every failure ends in one line on stderr, `keel: …`, and an exit code: 2 for a wrong command line
+// (with the usage), 1 for anything else, 130 for a cancelled prompt. Never a stack trace, a query
+// or a value from the database (issue 14.1, 14.5).
 
-const USAGE = `Usage: keel <command>
+const USAGE = `Usage: keel <command> [options]
+
+Commands:
   serve                 HTTP API (and the worker in-process unless WORKER=off)
   worker                delivery worker and timers only
   migrate               apply pending migrations and exit
   admin create --email <email> [--name <name>]
-                        create a platform administrator; the password is read from stdin or a prompt`;
+                        create a platform administrator; the password is read from
+                        standard input, or asked twice at a hidden prompt
+  help                  show this text (also: keel --help)
 
-function flag(args: string[], name: string): string | undefined {
-  const i = args.indexOf(name);
-  return i >= 0 ? args[i + 1] : undefined;
+Configuration comes from environment variables (README.md, "Configuration").`;
+
+/** A wrong command line: exit code 2, the message and the usage. */
+class UsageError extends Error {
+  override name = 'UsageError';
 }
 
+/** A failure with a message meant for the operator as it is: exit code `exitCode`, one line. */
+class CliError extends Error {
+  override name = 'CliError';
+  constructor(
+    message: string,
+    readonly exitCode = 1,
+  ) {
+    super(message);
+  }
+}
+
+type Command =
+  | { name: 'help' }
+  | { name: 'serve' }
+  | { name: 'worker' }
+  | { name: 'migrate' }
+  | { name: 'admin create'; email: string; displayName: string | undefined };
+
+const HELP = new Set(['help', '--help', '-h']);
+
+function noMoreArgs(command: string, rest: string[]): void {
+  const [extra] = rest;
+  if (extra !== undefined) {
+    throw new UsageError(extra.startsWith('-') ? `unknown option ${quote(extra)} for ${command}` : `unexpected argument ${quote(extra)} for ${command}`);
+  }
+}
+
+/** The argument as typed, shortened and without control characters (it is echoed in an error line). */
+function quote(arg: string): string {
+  const clean = arg.replace(/[\u0000-\u001f\u007f]/g, '?'); // eslint-disable-line no-control-regex
+  return `"${clean.length > 60 ? `${clean.slice(0, 57)}...` : clean}"`;
+}
+
+/** `--email x`, `--email=x`: the options of `admin create`. */
+function adminCreateOptions(args: string[]): { email: string; displayName: string | undefined } {
+  const values = new Map<string, string>();
+  const queue = [...args];
+  for (let arg = queue.shift(); arg !== undefined; arg = queue.shift()) {
+    const [name, inline] = arg.startsWith('--') && arg.includes('=') ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)] : [arg, undefined];
+    if (name !== '--email' && name !== '--name') {
+      throw new UsageError(name.startsWith('-') ? `unknown option ${quote(name)} for admin create` : `unexpected argument ${quote(arg)} for admin create`);
+    }
+    const value = inline ?? queue.shift();
+    if (value === undefined || (inline === undefined && value.startsWith('--'))) throw new UsageError(`${name} needs a value`);
+    if (values.has(name)) throw new UsageError(`${name} is given twice`);
+    values.set(name, value);
+  }
+  const email = values.get('--email')?.trim();
+  if (!email) throw new UsageError('admin create: --email is required');
+  if (!/^[^\s@]+@[^\s@]+\.[^\s@]+$/.test(email) || email.length > 254) throw new UsageError(`admin create: --email ${quote(email)} is not an email address`);
+  const displayName = values.get('--name')?.trim();
+  if (displayName !== undefined && (displayName.length === 0 || displayName.length > 255)) {
+    throw new UsageError('admin create: --name must be 1 to 255 characters');
+  }
+  return { email, displayName };
+}
+
+function parseArgs(argv: string[]): Command {
+  const [command, ...rest] = argv;
+  if (command === undefined) throw new UsageError('no command given');
+  if (HELP.has(command) || rest.some((a) => a === '--help' || a === '-h')) return { name: 'help' };
+  switch (command) {
+    case 'serve':
+    case 'worker':
+    case 'migrate':
+      noMoreArgs(command, rest);
+      return { name: command };
+    case 'admin': {
+      const [sub, ...options] = rest;
+      if (sub === undefined) throw new UsageError('admin needs a subcommand: admin create --email <email>');
+      if (sub !== 'create') throw new UsageError(`unknown admin subcommand ${quote(sub)}`);
+      return { name: 'admin create', ...adminCreateOptions(options) };
+    }
+    default:
+      throw new UsageError(`unknown command ${quote(command)}`);
+  }
+}
+
+/** What to do instead, by command, when another process holds the embedded data directory. */
+const LOCKED_HINT: Record<string, string> = {
+  'keel serve': 'stop that process first, or give this one its own DATA_DIR',
+  'keel migrate': 'a running server applies pending migrations itself when it starts; stop it to run keel migrate',
+  'keel admin create':
+    'stop the server and run keel admin create again, or restart the server with ADMIN_EMAIL and ADMIN_PASSWORD set (used while no administrator exists)',
+};
+
+async function open(config: Config, command: string): Promise<Database> {
+  try {
+    return await openDatabase({ url: config.DATABASE_URL, pgliteDir: pgliteDirFor(config.DATA_DIR), command });
+  } catch (err) {
+    // By name: DataDirLockedError of platform/db/data-dir-lock.ts.
+    if (err instanceof Error && err.name === 'DataDirLockedError') {
+      throw new CliError(`cannot open DATA_DIR: ${err.message}; ${LOCKED_HINT[command] ?? 'stop that process first'}`);
+    }
+    throw err;
+  }
+}
+
+/** Reads the password for `admin create`: the first line of standard input, or a hidden prompt asked twice. */
 async function readPassword(): Promise<string> {
   if (!process.stdin.isTTY) {
     const chunks: Buffer[] = [];
     for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
-    return Buffer.concat(chunks).toString('utf8').split(/\r?\n/)[0] ?? '';
+    const password = Buffer.concat(chunks).toString('utf8').split(/\r?\n/)[0] ?? '';
+    if (password === '') throw new CliError('no password on standard input (give it as the first line, or run in a terminal to be asked)');
+    return password;
   }
-  const rl = createInterface({ input: process.stdin, output: process.stdout, terminal: true });
-  const rlOut = rl as unknown as { _writeToOutput: (s: string) => void };
-  process.stdout.write('Password: ');
-  rlOut._writeToOutput = () => undefined;
-  const answer = await new Promise<string>((resolve) => rl.question('', resolve));
-  rl.close();
-  process.stdout.write('\n');
-  return answer;
+  const [first = '', second = ''] = await promptHidden(['Password: ', 'Repeat the password: ']);
+  if (first === '') throw new CliError('no password given; nothing was created');
+  if (first !== second) throw new CliError('the two passwords do not match; nothing was created');
+  return first;
 }
 
-async function main(argv: string[]): Promise<number> {
-  const [command, sub, ...rest] = argv;
+/**
+ * Asks each question on the terminal with echo off (raw mode) and answers the lines typed. Typed or
+ * pasted ahead, the next answer is kept. Backspace edits; Ctrl-C or Ctrl-D on an empty line cancels.
+ */
+function promptHidden(questions: string[]): Promise<string[]> {
+  const input = process.stdin;
+  const out = process.stderr;
+  return new Promise((resolve, reject) => {
+    const answers: string[] = [];
+    let current = '';
+    const finish = (err?: Error): void => {
+      input.removeListener('data', onData);
+      input.setRawMode(false);
+      input.pause();
+      if (err) reject(err);
+      else resolve(answers);
+    };
+    const onData = (chunk: string): void => {
+      for (const ch of chunk) {
+        if (answers.length === questions.length) break;
+        if (ch === '\r' || ch === '\n') {
+          answers.push(current);
+          current = '';
+          out.write('\n');
+          if (answers.length === questions.length) return finish();
+          out.write(questions[answers.length] ?? '');
+        } else if (ch === '\u0003' || (ch === '\u0004' && current === '')) {
+          out.write('\n');
+          return finish(new CliError('cancelled; nothing was created', 130));
+        } else if (ch === '\u007f' || ch === '\b') {
+          current = current.replace(/.$/u, '');
+        } else if (ch >= ' ') {
+          current += ch;
+        }
+      }
+    };
+    input.setRawMode(true);
+    input.setEncoding('utf8');
+    input.on('data', onData);
+    input.resume();
+    out.write(questions[0] ?? '');
+  });
+}
+
+async function serve(config: Config, log: Logger): Promise<void> {
+  // PGlite's start (WASM instantiation, file reads) overlaps the import of the app's modules.
+  const opening = open(config, 'keel serve');
+  opening.catch(() => undefined); // awaited below; this only keeps an early failure from going unhandled
+  const { startServer } = await import('./server.js');
+  const database = await opening;
+  let server: Awaited<ReturnType<typeof startServer>>;
+  try {
+    server = await startServer({ config, log, database });
+  } catch (err) {
+    await database.close();
+    throw err;
+  }
+  log.info({ url: server.url, publicUrl: server.keel.config.publicUrl, version: config.serviceVersion, database: database.kind }, 'Keel is listening');
+  let stopping = false;
+  const stop = (signal: NodeJS.Signals): void => {
+    if (stopping) {
+      // A second Ctrl-C: stop now (the exit hooks still write the buffered log lines and free DATA_DIR).
+      process.exit(1);
+    }
+    stopping = true;
+    log.info({ signal }, 'shutting down');
+    server
+      .close()
+      .then(() => database.close())
+      .then(
+        () => flushLogs().then(() => process.exit(0)),
+        (err: unknown) => {
+          log.error({ error: loggableError(err) }, 'shutdown failed');
+          return flushLogs().then(() => process.exit(1));
+        },
+      );
+  };
+  process.on('SIGINT', stop);
+  process.on('SIGTERM', stop);
+}
+
+async function migrateCommand(config: Config, log: Logger): Promise<void> {
+  const [{ migrate }, { seedAccess }] = await Promise.all([import('./platform/db/migrator.js'), import('./modules/access/seed.js')]);
+  const database = await open(config, 'keel migrate');
+  try {
+    const { applied } = await migrate(database);
+    await seedAccess(database.db);
+    log.info({ applied }, applied.length ? 'migrations applied' : 'database is up to date');
+  } finally {
+    await database.close();
+  }
+}
+
+async function adminCreate(config: Config, email: string, displayName: string | undefined): Promise<void> {
+  const [{ migrate }, { seedAccess }, { createPlatformAdmin }] = await Promise.all([
+    import('./platform/db/migrator.js'),
+    import('./modules/access/seed.js'),
+    import('./modules/identity/bootstrap.js'),
+  ]);
+  // The data directory first: a running server holding it is reported before a password is asked for.
+  const database = await open(config, 'keel admin create');
+  try {
+    const password = await readPassword();
+    await migrate(database);
+    await seedAccess(database.db);
+    const id = await createPlatformAdmin(database.db, { email, password, name: displayName });
+    process.stdout.write(`Created platform administrator ${email} (${id})\n`);
+  } finally {
+    await database.close();
+  }
+}
+
+/** Runs a command; resolves to an exit code, or null while `serve` keeps the process running. */
+async function main(argv: string[]): Promise<number | null> {
+  const command = parseArgs(argv);
+  if (command.name === 'help') {
+    process.stdout.write(`${USAGE}\n`);
+    return 0;
+  }
+  // Every command checks the whole configuration, as `serve` does.
   const config = loadConfig();
   const log = createLogger(config.LOG_LEVEL);
-  switch (command) {
-    case 'serve': {
-      // PGlite's start (WASM instantiation, file reads) overlaps the import of the app's modules.
-      const opening = openDatabase({ url: config.DATABASE_URL, pgliteDir: pgliteDirFor(config.DATA_DIR) });
-      opening.catch(() => undefined); // awaited below; this only keeps an early failure from going unhandled
-      const { startServer } = await import('./server.js');
-      const database = await opening;
-      let server: Awaited<ReturnType<typeof startServer>>;
-      try {
-        server = await startServer({ config, log, database });
-      } catch (err) {
-        await database.close();
-        throw err;
-      }
-      log.info({ url: server.url, version: config.serviceVersion, database: database.kind }, 'Keel is listening');
-      const stop = () => {
-        log.info('shutting down');
-        void server
-          .close()
-          .then(() => database.close())
-          .then(() => process.exit(0));
-      };
-      process.once('SIGINT', stop);
-      process.once('SIGTERM', stop);
-      return -1;
-    }
-    case 'worker': {
+  activeLog = log;
+  switch (command.name) {
+    case 'serve':
+      await serve(config, log);
+      return null;
+    case 'worker':
       log.info('worker: nothing to run yet (webhook delivery arrives with the webhooks capability)');
       return 0;
-    }
-    case 'migrate': {
-      const [{ migrate }, { seedAccess }] = await Promise.all([import('./platform/db/migrator.js'), import('./modules/access/seed.js')]);
-      const database = await openDatabase({ url: config.DATABASE_URL, pgliteDir: pgliteDirFor(config.DATA_DIR) });
-      try {
-        const { applied } = await migrate(database);
-        await seedAccess(database.db);
-        log.info({ applied }, applied.length ? 'migrations applied' : 'database is up to date');
-      } finally {
-        await database.close();
-      }
+    case 'migrate':
+      await migrateCommand(config, log);
       return 0;
-    }
-    case 'admin': {
-      if (sub !== 'create') break;
-      const email = flag(rest, '--email');
-      if (!email) {
-        process.stderr.write('keel admin create: --email is required\n');
-        return 2;
-      }
-      const password = await readPassword();
-      const [{ migrate }, { seedAccess }, { createPlatformAdmin }] = await Promise.all([
-        import('./platform/db/migrator.js'),
-        import('./modules/access/seed.js'),
-        import('./modules/identity/bootstrap.js'),
-      ]);
-      const database = await openDatabase({ url: config.DATABASE_URL, pgliteDir: pgliteDirFor(config.DATA_DIR) });
-      try {
-        await migrate(database);
-        await seedAccess(database.db);
-        const id = await createPlatformAdmin(database.db, { email, password, name: flag(rest, '--name') });
-        process.stdout.write(`Created platform administrator ${email} (${id})\n`);
-      } finally {
-        await database.close();
-      }
+    case 'admin create':
+      await adminCreate(config, command.email, command.displayName);
       return 0;
-    }
-    default:
-      break;
   }
-  process.stderr.write(`${USAGE}\n`);
-  return 2;
 }
 
-main(process.argv.slice(2)).then(
-  (code) => {
-    if (code >= 0) process.exit(code);
-  },
-  (err: unknown) => {
-    // By name: the classes live in modules this file imports only when a command needs them.
-    const name = err instanceof Error ? err.name : '';
-    if (err instanceof ConfigError || name === 'MigrationError' || name === 'AdminExistsError') {
-      process.stderr.write(`keel: ${(err as Error).message}\n`);
-    } else if (name === 'AppError') {
-      const appError = err as AppError;
-      const fields = (appError.details?.fields as { path: string; message: string }[] | undefined) ?? [];
-      process.stderr.write(`keel: ${appError.message}${fields.map((f) => `; ${f.path} ${f.message}`).join('')}\n`);
-    } else {
-      process.stderr.write(`keel: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
-    }
-    process.exit(1);
-  },
-);
+/** The one line a failure prints (without `keel: `), and its exit code. */
+function describeFailure(err: unknown): { line: string; code: number } {
+  const name = err instanceof Error ? err.name : '';
+  if (name === 'UsageError') return { line: `${(err as Error).message}\n\n${USAGE}`, code: 2 };
+  if (err instanceof CliError) return { line: err.message, code: err.exitCode };
+  // By name: the classes live in modules this file imports only when a command needs them.
+  if (err instanceof ConfigError || ['MigrationError', 'AdminExistsError', 'ListenError'].includes(name)) {
+    return { line: (err as Error).message, code: 1 };
+  }
+  if (name === 'AppError') {
+    const appError = err as AppError;
+    const fields = (appError.details?.fields as { path: string; message: string }[] | undefined) ?? [];
+    return { line: `${appError.message}${fields.map((f) => `; ${f.path} ${f.message}`).join('')}`, code: 1 };
+  }
+  // Anything else: the innermost cause's message, with no query, parameters or stack.
+  let e = loggableError(err);
+  while (e.cause) e = e.cause;
+  const code = e.code !== undefined ? ` (${e.code})` : '';
+  return { line: `unexpected error: ${e.name}: ${(e.message.split('\n')[0] ?? '').slice(0, 300)}${code}`, code: 1 };
+}
+
+function fail(err: unknown): never {
+  const { line, code } = describeFailure(err);
+  flushLogsSync();
+  process.stderr.write(`keel: ${line}\n`);
+  process.exit(code);
+}
+
+let activeLog: Logger | null = null;
+
+/** A fault that escaped every handler (while serving): logged in full (without values), the buffered log written, one line, exit 1. */
+function fatal(err: unknown): never {
+  activeLog?.fatal({ error: loggableError(err) }, 'fatal error');
+  fail(err);
+}
+
+process.on('uncaughtException', fatal);
+process.on('unhandledRejection', fatal);
+
+main(process.argv.slice(2)).then((code) => {
+  if (code !== null) {
+    void flushLogs().then(() => process.exit(code));
+  }
+}, fail);

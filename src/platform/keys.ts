@@ -30,7 +30,11 @@ export function resolveSecrets(config: Config, log: Logger): Secrets {
     const file = join(config.DATA_DIR, 'secrets.json');
     let stored: DevSecretsFile;
     if (existsSync(file)) {
-      stored = JSON.parse(readFileSync(file, 'utf8')) as DevSecretsFile;
+      try {
+        stored = JSON.parse(readFileSync(file, 'utf8')) as DevSecretsFile;
+      } catch {
+        throw new ConfigError(`Invalid configuration: ${file} is not readable JSON (restore it, or set APP_ENCRYPTION_KEY and JWT_SECRET)`);
+      }
     } else {
       mkdirSync(config.DATA_DIR, { recursive: true });
       stored = { appEncryptionKey: randomBytes(32).toString('hex'), jwtSecret: randomBytes(48).toString('base64url') };
@@ -41,6 +45,7 @@ export function resolveSecrets(config: Config, log: Logger): Secrets {
     appKeyText ??= stored.appEncryptionKey;
     jwtText ??= stored.jwtSecret;
   }
+  // Values from the environment were checked by loadConfig (config.ts checkSecrets); these guard a hand-edited secrets.json.
   const appKey = parseKey(appKeyText);
   if (!appKey) throw new ConfigError('Invalid configuration: APP_ENCRYPTION_KEY must be 32 bytes as 64 hex characters or base64');
   const previous = (config.APP_ENCRYPTION_KEYS_PREVIOUS ?? '')

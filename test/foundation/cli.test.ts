@@ -3,92 +3,26 @@
  * first administrator from ADMIN_EMAIL/ADMIN_PASSWORD on first start. Each case runs the real CLI in
  * a child process on a temp DATA_DIR (PGlite), then opens that data dir to see what it stored.
  */
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openDatabase, pgliteDirFor } from '../../src/platform/db/client.js';
-import { freePort } from '../helpers/app.js';
+import { cliEnv, runCli, startServe } from '../helpers/cli.js';
 
-const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-const TSX = join(ROOT, 'node_modules', '.bin', 'tsx');
 const STRONG = 'quiet-lantern-orbit-7-tundra';
-
-interface RunResult {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-function cliEnv(dataDir: string, extra: Record<string, string> = {}): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined) env[k] = v;
-  // The embedded database only, whatever the surrounding shell has set.
-  delete env.DATABASE_URL;
-  delete env.REDIS_URL;
-  delete env.ADMIN_EMAIL;
-  delete env.ADMIN_PASSWORD;
-  return {
-    ...env,
-    NODE_ENV: 'test',
-    DATA_DIR: dataDir,
-    LOG_LEVEL: 'silent',
-    APP_ENCRYPTION_KEY: randomBytes(32).toString('hex'),
-    JWT_SECRET: randomBytes(48).toString('base64url'),
-    ...extra,
-  };
-}
-
-/** Runs `tsx src/main.ts <args>` with `stdin` written to its standard input; resolves when it exits. */
-function runCli(args: string[], env: Record<string, string>, stdin = ''): Promise<RunResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(TSX, ['src/main.ts', ...args], { cwd: ROOT, env, stdio: ['pipe', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c: Buffer) => (stdout += c.toString('utf8')));
-    child.stderr.on('data', (c: Buffer) => (stderr += c.toString('utf8')));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-    child.stdin.end(stdin);
-  });
-}
 
 /** Starts `serve`, waits for /health, stops it with SIGTERM and waits for a clean exit. */
 async function serveOnce(env: Record<string, string>): Promise<{ health: unknown; exitCode: number | null; output: string }> {
-  const port = await freePort();
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', 'serve'], {
-    cwd: ROOT,
-    env: { ...env, PORT: String(port), HOST: '127.0.0.1' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  child.stdout.on('data', (c: Buffer) => (output += c.toString('utf8')));
-  child.stderr.on('data', (c: Buffer) => (output += c.toString('utf8')));
-  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  const served = await startServe(env);
   let health: unknown;
-  const deadline = Date.now() + 60_000;
   try {
-    for (;;) {
-      if (child.exitCode !== null) throw new Error(`serve exited early (${child.exitCode}):\n${output}`);
-      if (Date.now() > deadline) throw new Error(`serve did not answer /health:\n${output}`);
-      try {
-        const res = await fetch(`http://127.0.0.1:${port}/health`);
-        if (res.status === 200) {
-          health = await res.json();
-          break;
-        }
-      } catch {
-        // not listening yet
-      }
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    health = await (await fetch(`${served.url}/health`)).json();
   } finally {
-    child.kill('SIGTERM');
+    await served.stop('SIGTERM');
   }
-  return { health, exitCode: await exited, output };
+  return { health, exitCode: await served.exited, output: served.stdout() + served.stderr() };
 }
 
 interface UserRow extends Record<string, unknown> {

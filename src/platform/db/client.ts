@@ -1,8 +1,10 @@
 import { mkdirSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import type pg from 'pg';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
 import { nodePostgresRunner, registerRunner } from './raw.js';
+import type { PGlite as PGliteClient } from '@electric-sql/pglite';
+import { lockDataDir, type DataDirLock } from './data-dir-lock.js';
 
 /** The query builder every module uses; a transaction (`db.transaction(tx => …)`) has the same type. */
 export type Db = PgDatabase<PgQueryResultHKT>;
@@ -28,6 +30,8 @@ export interface DatabaseOptions {
   /** A PGlite data-dir dump to start from (tests clone a migrated template instead of running initdb). */
   pgliteLoad?: Blob;
   poolSize?: number;
+  /** What this process runs (`keel serve`), written into the data directory's lock for a second process to read. */
+  command?: string;
 }
 
 /**
@@ -36,24 +40,41 @@ export interface DatabaseOptions {
  */
 export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
   if (opts.url) return openPostgres(opts.url, opts.poolSize ?? 20);
-  return openPglite(opts.pgliteDir ?? 'memory://', opts.pgliteLoad);
+  return openPglite(opts.pgliteDir ?? 'memory://', opts.pgliteLoad, opts.command);
 }
 
 export function pgliteDirFor(dataDir: string): string {
   return join(resolve(dataDir), 'pglite');
 }
 
-async function openPglite(dir: string, load?: Blob): Promise<Database> {
-  if (!dir.startsWith('memory://')) mkdirSync(dir, { recursive: true });
-  const [{ PGlite }, { drizzle: drizzlePglite }, { pglitePreparedRunner }] = await Promise.all([
-    import('@electric-sql/pglite'),
-    import('drizzle-orm/pglite'),
-    import('./pglite-statements.js'),
-  ]);
-  const client = await PGlite.create({ dataDir: dir, ...(load ? { loadDataDir: load } : {}) });
-  const runner = pglitePreparedRunner(client);
-  if (runner) registerRunner(client, runner);
-  const db = drizzlePglite(client) as unknown as Db;
+/** The lock of an embedded data directory: one process at a time (platform/db/data-dir-lock.ts). */
+export function pgliteLockFor(pgliteDir: string): string {
+  return `${resolve(pgliteDir)}.lock`;
+}
+
+async function openPglite(dir: string, load?: Blob, command?: string): Promise<Database> {
+  let lock: DataDirLock | null = null;
+  if (!dir.startsWith('memory://')) {
+    mkdirSync(dir, { recursive: true });
+    lock = await lockDataDir(pgliteLockFor(dir), dirname(resolve(dir)), command ?? `pid ${process.pid}`);
+  }
+  try {
+    const [{ PGlite }, { drizzle: drizzlePglite }, { pglitePreparedRunner }] = await Promise.all([
+      import('@electric-sql/pglite'),
+      import('drizzle-orm/pglite'),
+      import('./pglite-statements.js'),
+    ]);
+    const client = await PGlite.create({ dataDir: dir, ...(load ? { loadDataDir: load } : {}) });
+    const runner = pglitePreparedRunner(client);
+    if (runner) registerRunner(client, runner);
+    return pgliteDatabase(client, drizzlePglite(client), lock);
+  } catch (err) {
+    lock?.release();
+    throw err;
+  }
+}
+
+function pgliteDatabase(client: PGliteClient, db: Db, lock: DataDirLock | null): Database {
   return {
     kind: 'pglite',
     db,
@@ -71,7 +92,11 @@ async function openPglite(dir: string, load?: Blob): Promise<Database> {
       await client.query('select pg_notify($1, $2)', [channel, payload]);
     },
     async close() {
-      await client.close();
+      try {
+        await client.close();
+      } finally {
+        lock?.release();
+      }
     },
     dump: () => client.dumpDataDir('none'),
   };

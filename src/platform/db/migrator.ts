@@ -4,6 +4,7 @@ import { sql } from 'drizzle-orm';
 import { sha256Hex } from '../crypto.js';
 import { rowsOf, type Database } from './client.js';
 import { PROJECT_ROOT } from '../paths.js';
+import { loggableError } from '../safe-error.js';
 
 export const MIGRATIONS_DIR = join(PROJECT_ROOT, 'drizzle');
 
@@ -34,19 +35,31 @@ function readMigrations(dir: string): MigrationFile[] {
     });
 }
 
+/** What failed, in one line: the innermost cause's message, without the query, its parameters or quoted values. */
+function reasonOf(err: unknown): string {
+  let e = loggableError(err);
+  while (e.cause) e = e.cause;
+  return `${e.message.split('\n')[0] ?? ''}${e.code !== undefined ? ` (${e.code})` : ''}`;
+}
+
+/** The advisory lock every migration run takes first (transaction-scoped). */
+export const MIGRATION_LOCK = 7345001;
+
 /**
- * Applies pending migration files in order, in one transaction under an advisory lock (so several
- * processes starting at once apply each file once). Each applied file's SHA-256 is recorded; a file
- * changed after it was applied, an applied file missing from this build, or an SQL error stops with
- * a MigrationError naming the file, and nothing of the failed run stays applied.
+ * Applies pending migration files in order, in one transaction under an advisory lock taken before
+ * any other statement (so several processes starting at once on an empty database apply each file
+ * once: even `create table if not exists` races in PostgreSQL's catalog when run outside it). Each
+ * applied file's SHA-256 is recorded; a file changed after it was applied, an applied file missing
+ * from this build, or an SQL error stops with a MigrationError naming the file, and nothing of the
+ * failed run stays applied.
  */
 export async function migrate(database: Database, dir = MIGRATIONS_DIR): Promise<{ applied: string[] }> {
   const files = readMigrations(dir);
-  await database.query(
-    'create table if not exists keel_migrations (name text primary key, sha256 text not null, applied_at timestamptz not null default now())',
-  );
   return database.db.transaction(async (tx) => {
-    await tx.execute(sql`select pg_advisory_xact_lock(7345001)`);
+    await tx.execute(sql`select pg_advisory_xact_lock(${sql.raw(String(MIGRATION_LOCK))})`);
+    await tx.execute(
+      sql.raw('create table if not exists keel_migrations (name text primary key, sha256 text not null, applied_at timestamptz not null default now())'),
+    );
     const rows = rowsOf<{ name: string; sha256: string }>(await tx.execute(sql`select name, sha256 from keel_migrations order by name`));
     const applied = new Map(rows.map((r) => [r.name, r.sha256]));
     const byName = new Map(files.map((f) => [f.name, f]));
@@ -64,8 +77,7 @@ export async function migrate(database: Database, dir = MIGRATIONS_DIR): Promise
         try {
           await tx.execute(sql.raw(statement));
         } catch (err) {
-          const reason = err instanceof Error ? err.message : String(err);
-          throw new MigrationError(`Migration ${file.name} failed: ${reason}`);
+          throw new MigrationError(`Migration ${file.name} failed: ${reasonOf(err)}`);
         }
       }
       await tx.execute(sql`insert into keel_migrations (name, sha256) values (${file.name}, ${file.sha256})`);
