@@ -2,12 +2,18 @@
  * The access log (platform/http/middleware.ts requestContext): one line per request at info, carrying
  * the X-Request-Id the client saw, the method, path, status and time; a 5xx is logged at error even
  * when info is off; nothing else is written above info. Read from the app's own pino logger.
+ * Below: the real `keel serve` at its default LOG_LEVEL writes stdout through a buffered asynchronous
+ * destination (platform/logger.ts), and a clean stop loses no line.
  */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { createUser } from '../helpers/fixtures.js';
+import { cliEnv, startServe } from '../helpers/cli.js';
 
 interface Line {
   level: number;
@@ -75,4 +81,47 @@ describe.skipIf(!backendAvailable())(`access log (${backend})`, () => {
       log.level = 'info';
     }
   });
+});
+
+describe.skipIf(process.env.KEEL_TEST_DB !== 'pglite')('access lines of keel serve at the default LOG_LEVEL', () => {
+  let dataDir: string;
+  beforeAll(() => {
+    dataDir = mkdtempSync(join(tmpdir(), 'keel-accesslog-'));
+  });
+  afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
+
+  /** Sends `n` requests (8 at a time) with ids `<prefix>-<i>`, stops the server with `signal`, and returns the ids its stdout logged. */
+  async function requestsThenStop(n: number, prefix: string, signal: NodeJS.Signals): Promise<{ ids: string[]; exitCode: number | null }> {
+    const env = cliEnv(dataDir);
+    delete env.LOG_LEVEL; // the default: info, one line per request
+    const served = await startServe(env);
+    let next = 0;
+    const worker = async (): Promise<void> => {
+      while (next < n) {
+        const i = next++;
+        const res = await fetch(`${served.url}/health`, { headers: { 'x-request-id': `${prefix}-${i}` } });
+        expect(res.status).toBe(200);
+        await res.arrayBuffer();
+      }
+    };
+    await Promise.all(Array.from({ length: 8 }, worker));
+    const exitCode = await served.stop(signal);
+    const ids = served
+      .stdout()
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l) as Line)
+      .filter((l) => l.msg === 'request' && l.reqId?.startsWith(`${prefix}-`))
+      .map((l) => l.reqId ?? '');
+    return { ids, exitCode };
+  }
+
+  it('writes the line of every request before a clean stop (SIGTERM and SIGINT)', async () => {
+    for (const [signal, n] of [['SIGTERM', 400], ['SIGINT', 150]] as const) {
+      const { ids, exitCode } = await requestsThenStop(n, `${signal.toLowerCase()}-run`, signal);
+      expect(exitCode).toBe(0);
+      expect(ids).toHaveLength(n);
+      expect(new Set(ids).size).toBe(n);
+    }
+  }, 120_000);
 });
