@@ -109,6 +109,8 @@ const envSchema = z.object({
   SMS_PER_TEMP_TOKEN_LIMIT: int(3, 1, 1000),
   SMS_PER_PHONE_HOURLY_LIMIT: int(5, 1, 100000),
   PHONE_VERIFY_HOURLY_LIMIT: int(5, 1, 100000),
+  PHONE_VERIFY_PER_PHONE_HOURLY_LIMIT: int(3, 1, 100000),
+  PHONE_VERIFY_TENANTLESS_DAILY_LIMIT: int(3, 1, 100000),
   // Invitation emails to one address per hour (invite, re-invite, resend), and resends by one inviter per hour.
   INVITE_EMAILS_PER_INVITEE_LIMIT: int(5, 1, 100000),
   INVITE_RESENDS_PER_INVITER_LIMIT: int(30, 1, 100000),

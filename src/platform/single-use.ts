@@ -1,8 +1,11 @@
-import { and, eq, gt, lte, sql } from 'drizzle-orm';
+import { and, eq, gt, inArray, lte, sql } from 'drizzle-orm';
 import type { Db } from './db/client.js';
 import { singleUseRecords } from './db/schema.js';
 import { clock } from './clock.js';
 import { randomToken, sha256Hex, type Sealer } from './crypto.js';
+
+const SWEEP_INTERVAL_MS = 60_000;
+const SWEEP_BATCH = 1000;
 
 export interface SingleUseRecord {
   id: string;
@@ -36,6 +39,9 @@ export interface CreateOptions {
  * on any instance. Expired records are never returned and are swept in the background.
  */
 export class SingleUseStore {
+  /** When this process last swept expired records (clock ms); `create` sweeps at most once a minute. */
+  #lastSweepMs = Number.NEGATIVE_INFINITY;
+
   constructor(private readonly sealer: Sealer) {}
 
   /** Stores a record; returns the token to hand out (shown once, never stored). */
@@ -44,6 +50,12 @@ export class SingleUseStore {
     const tokenHash = this.#hash(opts.purpose, token);
     const expiresAt = new Date(clock.nowMs() + opts.ttlMs);
     if (opts.replaceForSubject && opts.subjectId) await this.deleteForSubject(db, opts.purpose, opts.subjectId);
+    // Whoever creates records clears out expired ones now and then, so the table holds what is live
+    // plus at most about a minute's worth of expired records, in every process, with no timer to run.
+    if (clock.nowMs() - this.#lastSweepMs >= SWEEP_INTERVAL_MS) {
+      this.#lastSweepMs = clock.nowMs();
+      await this.sweep(db);
+    }
     const [row] = await db
       .insert(singleUseRecords)
       .values({
@@ -119,9 +131,15 @@ export class SingleUseStore {
     await db.delete(singleUseRecords).where(and(eq(singleUseRecords.purpose, purpose), eq(singleUseRecords.subjectId, subjectId)));
   }
 
-  /** Removes expired records; returns how many. */
+  /** Removes expired records (at most `SWEEP_BATCH` per call, oldest first); returns how many. */
   async sweep(db: Db): Promise<number> {
-    const rows = await db.delete(singleUseRecords).where(lte(singleUseRecords.expiresAt, clock.now())).returning({ id: singleUseRecords.id });
+    const expired = db
+      .select({ id: singleUseRecords.id })
+      .from(singleUseRecords)
+      .where(lte(singleUseRecords.expiresAt, clock.now()))
+      .orderBy(singleUseRecords.expiresAt)
+      .limit(SWEEP_BATCH);
+    const rows = await db.delete(singleUseRecords).where(inArray(singleUseRecords.id, expired)).returning({ id: singleUseRecords.id });
     return rows.length;
   }
 

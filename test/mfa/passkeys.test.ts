@@ -94,11 +94,6 @@ describe.skipIf(!haveChromium || !backendAvailable())('passkeys in a real browse
     const me = await app.api('GET', '/auth/me', { token: accessToken });
     expect(me.body).toMatchObject({ mfaEnabled: true, mfaMethod: 'passkey', passkeyCount: 1 });
 
-    // The same challenge cannot register twice.
-    const again = await app.api('POST', '/auth/passkeys/register/verify', { token: accessToken, body: { credential } });
-    expect(again.status).toBe(400);
-    expect(again.body.code).toBe('challenge_expired');
-
     const challenge = await tempTokenOf(user);
     expect(challenge.body).toEqual({ mfaRequired: true, mfaMethod: 'passkey', tempToken: expect.any(String), availableMethods: ['passkey'] });
     const { options: requestOptions, credential: signed } = await assertion(dev, challenge.tempToken);
@@ -109,6 +104,11 @@ describe.skipIf(!haveChromium || !backendAvailable())('passkeys in a real browse
     expect(ok.body).toMatchObject({ tokenType: 'Bearer', expiresIn: 900, user: { id: user.id, mfaMethod: 'passkey' } });
     expect(jwtClaims(ok.body.accessToken).mfa).toBe(true);
     expect(ok.cookies.some((c) => c.startsWith('service_refresh_token='))).toBe(true);
+    // The same challenge cannot register twice (asked from a session with a second factor, as any
+    // factor change of an account that has one must be).
+    const again = await app.api('POST', '/auth/passkeys/register/verify', { token: ok.body.accessToken, body: { credential } });
+    expect(again.status).toBe(400);
+    expect(again.body.code).toBe('challenge_expired');
     const [used] = await app.server.keel.db.select().from(passkeys).where(eq(passkeys.userId, user.id));
     expect(used!.lastUsedAt).not.toBeNull();
     expect(used!.counter).toBeGreaterThan(stored!.counter);
@@ -136,26 +136,33 @@ describe.skipIf(!haveChromium || !backendAvailable())('passkeys in a real browse
     const laptop = await device();
     const phone = await device();
     const first = await registerPasskey(laptop, accessToken, user, 'Laptop');
-    const second = await registerPasskey(phone, accessToken, user, 'Phone');
+    // Adding a factor to an account that has one needs a session established with it (issue 13 D2).
+    const refused = await app.api('POST', '/auth/passkeys/register/options', { token: accessToken, body: { currentPassword: user.password, name: 'Phone' } });
+    expect(refused.status).toBe(403);
+    expect(refused.body.code).toBe('mfa_required');
+    const mfaToken = (await signInWithPasskey(laptop, user)).body.accessToken as string;
+    const second = await registerPasskey(phone, mfaToken, user, 'Phone');
+    // Enabling a factor ends the account's other password-only sessions.
+    expect((await app.api('GET', '/auth/me', { token: accessToken })).status).toBe(401);
     expect(second.verified.status).toBe(201);
     expect(second.options.excludeCredentials).toEqual([{ id: first.credential.id, type: 'public-key', transports: ['internal'] }]);
-    expect((await app.api('GET', '/auth/me', { token: accessToken })).body).toMatchObject({ mfaMethod: 'passkey', passkeyCount: 2 });
+    expect((await app.api('GET', '/auth/me', { token: mfaToken })).body).toMatchObject({ mfaMethod: 'passkey', passkeyCount: 2 });
 
-    const list = await app.api('GET', '/auth/passkeys', { token: accessToken });
+    const list = await app.api('GET', '/auth/passkeys', { token: mfaToken });
     expect(list.status).toBe(200);
     expect(list.body.pagination).toEqual({ page: 1, limit: 50, total: 2 });
     expect(list.body.data.map((p: any) => p.name)).toEqual(['Laptop', 'Phone']);
-    const page2 = await app.api('GET', '/auth/passkeys?limit=1&page=2', { token: accessToken });
+    const page2 = await app.api('GET', '/auth/passkeys?limit=1&page=2', { token: mfaToken });
     expect(page2.body.data.map((p: any) => p.name)).toEqual(['Phone']);
 
     // Each device signs in with its own passkey.
     expect((await signInWithPasskey(laptop, user)).status).toBe(200);
     expect((await signInWithPasskey(phone, user)).status).toBe(200);
 
-    const renamed = await app.api('PATCH', `/auth/passkeys/${second.verified.body.id}`, { token: accessToken, body: { name: 'Work phone' } });
+    const renamed = await app.api('PATCH', `/auth/passkeys/${second.verified.body.id}`, { token: mfaToken, body: { name: 'Work phone' } });
     expect(renamed.status).toBe(200);
     expect(renamed.body).toMatchObject({ id: second.verified.body.id, name: 'Work phone' });
-    expect((await app.api('PATCH', `/auth/passkeys/${second.verified.body.id}`, { token: accessToken, body: { name: '' } })).status).toBe(400);
+    expect((await app.api('PATCH', `/auth/passkeys/${second.verified.body.id}`, { token: mfaToken, body: { name: '' } })).status).toBe(400);
 
     // Another user's passkey is not found, for rename and delete.
     const stranger = await createUser(app);
@@ -163,13 +170,13 @@ describe.skipIf(!haveChromium || !backendAvailable())('passkeys in a real browse
     expect((await app.api('PATCH', `/auth/passkeys/${first.verified.body.id}`, { token: strangerToken, body: { name: 'Mine' } })).status).toBe(404);
     expect((await app.api('DELETE', `/auth/passkeys/${first.verified.body.id}`, { token: strangerToken, body: { currentPassword: stranger.password } })).status).toBe(404);
 
-    const noPassword = await app.api('DELETE', `/auth/passkeys/${first.verified.body.id}`, { token: accessToken, body: { currentPassword: 'wrong-password' } });
+    const noPassword = await app.api('DELETE', `/auth/passkeys/${first.verified.body.id}`, { token: mfaToken, body: { currentPassword: 'wrong-password' } });
     expect(noPassword.status).toBe(400);
     expect(noPassword.body.code).toBe('invalid_current_password');
-    expect((await app.api('DELETE', `/auth/passkeys/${first.verified.body.id}`, { token: accessToken, body: {} })).status).toBe(400);
-    const deleted = await app.api('DELETE', `/auth/passkeys/${first.verified.body.id}`, { token: accessToken, body: { currentPassword: user.password } });
+    expect((await app.api('DELETE', `/auth/passkeys/${first.verified.body.id}`, { token: mfaToken, body: {} })).status).toBe(400);
+    const deleted = await app.api('DELETE', `/auth/passkeys/${first.verified.body.id}`, { token: mfaToken, body: { currentPassword: user.password } });
     expect(deleted.status).toBe(204);
-    const after = await app.api('GET', '/auth/passkeys', { token: accessToken });
+    const after = await app.api('GET', '/auth/passkeys', { token: mfaToken });
     expect(after.body.data.map((p: any) => p.name)).toEqual(['Work phone']);
 
     // The deleted passkey no longer signs in; the remaining one does.
@@ -179,7 +186,7 @@ describe.skipIf(!haveChromium || !backendAvailable())('passkeys in a real browse
     expect((await signInWithPasskey(phone, user)).status).toBe(200);
 
     // Deleting the last passkey of a user without Force MFA turns MFA off.
-    expect((await app.api('DELETE', `/auth/passkeys/${second.verified.body.id}`, { token: accessToken, body: { currentPassword: user.password } })).status).toBe(204);
+    expect((await app.api('DELETE', `/auth/passkeys/${second.verified.body.id}`, { token: mfaToken, body: { currentPassword: user.password } })).status).toBe(204);
     const [row] = await app.server.keel.db.select().from(users).where(eq(users.id, user.id));
     expect(row).toMatchObject({ mfaEnabled: false, mfaMethod: null });
     expect((await login(app, user)).accessToken).toBeTruthy();
@@ -198,14 +205,14 @@ describe.skipIf(!haveChromium || !backendAvailable())('passkeys in a real browse
     // Enrolment is picked up at once: the same token now passes the gate.
     expect((await app.api('GET', '/auth/sessions', { token: accessToken })).status).toBe(200);
 
-    const refused = await app.api('DELETE', `/auth/passkeys/${verified.body.id}`, { token: accessToken, body: { currentPassword: admin.password } });
+    const mfaLogin = await signInWithPasskey(dev, admin);
+    expect(mfaLogin.status).toBe(200);
+    const refused = await app.api('DELETE', `/auth/passkeys/${verified.body.id}`, { token: mfaLogin.body.accessToken, body: { currentPassword: admin.password } });
     expect(refused.status).toBe(409);
     expect(refused.body.code).toBe('last_mfa_factor');
     expect((await app.api('GET', '/auth/passkeys', { token: accessToken })).body.pagination.total).toBe(1);
 
     // With TOTP beside it, the passkey may go.
-    const mfaLogin = await signInWithPasskey(dev, admin);
-    expect(mfaLogin.status).toBe(200);
     await enrollTotp(app, mfaLogin.body.accessToken);
     const removed = await app.api('DELETE', `/auth/passkeys/${verified.body.id}`, { token: mfaLogin.body.accessToken, body: { currentPassword: admin.password } });
     expect(removed.status).toBe(204);

@@ -1,4 +1,4 @@
-import { and, eq, gt, isNull, sql } from 'drizzle-orm';
+import { and, eq, gt, isNull, ne, sql } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import type { Db } from '../../platform/db/client.js';
 import { transaction } from '../../platform/db/transaction.js';
@@ -198,6 +198,22 @@ export class SessionService {
     const publish = () => this.keel.invalidation.publish(USER_TOPIC, userId);
     if (afterCommit) afterCommit(publish);
     else await publish();
+    return rows.length;
+  }
+
+  /**
+   * Ends every live session of a user that was not established with a second factor, except `keepSessionId`
+   * (the caller's own, upgraded by the enrolment). Run when a user turns MFA on: an older password-only
+   * session must not outlive the factor that now guards the account.
+   */
+  async revokeWithoutMfa(userId: string, keepSessionId: string | null, reason: string): Promise<number> {
+    const keep = keepSessionId ? [ne(sessions.id, keepSessionId)] : [];
+    const rows = await this.keel.db
+      .update(sessions)
+      .set({ revokedAt: clock.now(), revokedReason: reason })
+      .where(and(eq(sessions.userId, userId), isNull(sessions.revokedAt), eq(sessions.mfa, false), ...keep))
+      .returning({ id: sessions.id });
+    if (rows.length > 0) await this.keel.invalidation.publish(USER_TOPIC, userId);
     return rows.length;
   }
 

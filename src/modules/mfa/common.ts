@@ -1,9 +1,8 @@
 import { eq } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
-import { AppError, forbidden, unauthorized } from '../../platform/http/errors.js';
+import { AppError, unauthorized } from '../../platform/http/errors.js';
 import type { Limit } from '../../platform/rate-limit.js';
 import { users } from '../identity/schema.js';
-import { verifyPassword } from '../identity/passwords.js';
 import type { User } from '../identity/service.js';
 
 /** Pieces shared by the TOTP, SMS and passkey services of the MFA module. */
@@ -11,9 +10,6 @@ import type { User } from '../identity/service.js';
 export const mfaDisabled = () => new AppError(404, 'not_found', 'Multi-factor authentication is not enabled on this server');
 export const invalidCode = (status: 400 | 401) => new AppError(status, 'invalid_code', 'The code is not valid');
 export const invalidTempToken = () => unauthorized('The sign-in attempt expired: sign in again', 'invalid_temp_token');
-export const smsNotAllowed = () => forbidden('Your organization does not allow SMS MFA', 'sms_not_allowed');
-export const passkeyNotAllowed = () => forbidden('Your organization does not allow passkeys', 'passkey_not_allowed');
-export const invalidCurrentPassword = () => new AppError(400, 'invalid_current_password', 'The current password is not correct');
 
 export async function loadUser(keel: Keel, userId: string): Promise<User> {
   const [user] = await keel.db.select().from(users).where(eq(users.id, userId));
@@ -23,13 +19,20 @@ export async function loadUser(keel: Keel, userId: string): Promise<User> {
 
 interface MfaLimits {
   verify: Limit;
-  passwordReentry: Limit;
   phoneVerifyUser: Limit;
+  phoneVerifyPhone: Limit;
+  phoneVerifyTenantless: Limit;
   smsPerPhone: Limit;
   smsPerLogin: Limit;
+  passkeyChallengesUser: Limit;
+  passkeyChallengesLogin: Limit;
 }
 
 const limitsByKeel = new WeakMap<Keel, MfaLimits>();
+
+/** A browser asks once per ceremony; these leave room for retries and several tabs, not for flooding. */
+export const PASSKEY_CHALLENGES_PER_USER = 20;
+export const PASSKEY_CHALLENGES_PER_TEMP_TOKEN = 5;
 
 /** The MFA module's named limits (DECISIONS "Limits"), defined once per Keel. */
 export function mfaLimits(keel: Keel): MfaLimits {
@@ -39,22 +42,25 @@ export function mfaLimits(keel: Keel): MfaLimits {
     l = {
       /** MFA verification attempts per user, separate from the login limit. */
       verify: keel.limits.define('mfa-verify', c.MFA_VERIFY_LIMIT, c.MFA_VERIFY_WINDOW_SECONDS),
-      /** Password re-entry for passkey registration and deletion, per user per 15 minutes. */
-      passwordReentry: keel.limits.define('password-reentry', c.PASSWORD_REENTRY_LIMIT, 900),
       /** Phone verification requests per user per hour. */
       phoneVerifyUser: keel.limits.define('phone-verify-user', c.PHONE_VERIFY_HOURLY_LIMIT, 3600),
-      /** Every SMS Keel sends to one number (verification and login), per hour, across all users. */
+      /**
+       * Verification texts to one number per hour, across all users. A bucket of its own: asking for
+       * codes to someone else's number never spends that number's sign-in budget (smsPerPhone).
+       */
+      phoneVerifyPhone: keel.limits.define('phone-verify-phone', c.PHONE_VERIFY_PER_PHONE_HOURLY_LIMIT, 3600),
+      /** Verification texts per day from an account with no partner or organisation (self-registered). */
+      phoneVerifyTenantless: keel.limits.define('phone-verify-tenantless', c.PHONE_VERIFY_TENANTLESS_DAILY_LIMIT, 86_400),
+      /** Sign-in texts to one number per hour, across all users. */
       smsPerPhone: keel.limits.define('sms-phone', c.SMS_PER_PHONE_HOURLY_LIMIT, 3600),
       /** Login SMS sends per temp token (or per user when asked by a signed-in user). */
       smsPerLogin: keel.limits.define('sms-login', c.SMS_PER_TEMP_TOKEN_LIMIT, 600),
+      /** WebAuthn challenges (registration and sign-in options) per user per 5 minutes: each one is a stored row. */
+      passkeyChallengesUser: keel.limits.define('passkey-challenge-user', PASSKEY_CHALLENGES_PER_USER, 300),
+      /** Sign-in challenges per temp token (its 5-minute life). */
+      passkeyChallengesLogin: keel.limits.define('passkey-challenge-login', PASSKEY_CHALLENGES_PER_TEMP_TOKEN, 300),
     };
     limitsByKeel.set(keel, l);
   }
   return l;
-}
-
-/** Password re-entry (passkey registration and deletion): its own limit, not the login limit or lockout. */
-export async function reenterPassword(keel: Keel, user: User, password: string): Promise<void> {
-  await mfaLimits(keel).passwordReentry.consume(user.id);
-  if (!user.passwordHash || !(await verifyPassword(user.passwordHash, password))) throw invalidCurrentPassword();
 }

@@ -3,7 +3,7 @@ import { count, eq } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import type { users } from '../identity/schema.js';
 import { passkeys } from './schema.js';
-import { securityPolicy } from './policy.js';
+import { securityPolicy, usableMethods } from './policy.js';
 import { getAccessSummary } from '../access/service.js';
 
 export const MFA_LOGIN_PURPOSE = 'mfa_login';
@@ -44,14 +44,13 @@ export async function enrolledMethods(keel: Keel, user: typeof users.$inferSelec
  */
 export async function loginSecondFactor(keel: Keel, user: typeof users.$inferSelect): Promise<MfaChallenge | null> {
   if (!keel.config.ENABLE_2FA) return null;
-  let methods = await enrolledMethods(keel, user);
-  // SMS the organisation has since disallowed is not offered beside another factor. Alone it stays
-  // named, so the user is told why at send (403 sms_not_allowed) rather than let in without a factor.
-  if (methods.length > 1 && methods.includes('sms')) {
-    const policy = await securityPolicy(keel, await getAccessSummary(keel.db, user));
-    if (!policy.allowedMfaMethods.sms) methods = methods.filter((m) => m !== 'sms');
-  }
-  const primary = methods[0];
+  const enrolled = await enrolledMethods(keel, user);
+  if (enrolled.length === 0) return null;
+  // Only the methods the policy allows are offered (policy.ts decides for every method). A user whose
+  // every factor is disallowed still gets the challenge, never tokens: `availableMethods` is empty,
+  // `mfaMethod` names the enrolled one (the user is told why when trying it), and a recovery code signs in.
+  const methods = usableMethods(await securityPolicy(keel, await getAccessSummary(keel.db, user)), enrolled);
+  const primary = methods[0] ?? enrolled[0];
   if (!primary) return null;
   const { token } = await keel.singleUse.create(keel.db, {
     purpose: MFA_LOGIN_PURPOSE,

@@ -18,10 +18,10 @@ import { getAccessSummary } from '../access/service.js';
 import { identityOf } from '../identity/context.js';
 import { users } from '../identity/schema.js';
 import { signIn, type RequestInfo, type TokenAnswer, type User } from '../identity/service.js';
-import { invalidTempToken, loadUser, mfaDisabled, mfaLimits, passkeyNotAllowed } from './common.js';
+import { invalidTempToken, loadUser, mfaDisabled, mfaLimits } from './common.js';
 import { verifyReenteredPassword } from '../identity/lockout.js';
 import { MFA_LOGIN_PURPOSE } from './login.js';
-import { forceMfaSatisfiedUnder, securityPolicy, type MfaMethod } from './policy.js';
+import { assertMethodAllowed, forceMfaSatisfiedUnder, securityPolicy, type MfaMethod } from './policy.js';
 import { hashRecoveryCode, newRecoveryCodes } from './recovery.js';
 import { passkeys } from './schema.js';
 import { smsEnrolled } from './sms.js';
@@ -91,8 +91,7 @@ function hasTotp(user: User): boolean {
 }
 
 async function assertPasskeysAllowed(keel: Keel, user: User): Promise<void> {
-  const policy = await securityPolicy(keel, await getAccessSummary(keel.db, user));
-  if (!policy.allowedMfaMethods.passkey) throw passkeyNotAllowed();
+  assertMethodAllowed(await securityPolicy(keel, await getAccessSummary(keel.db, user)), 'passkey');
 }
 
 function userPasskeys(keel: Keel, userId: string): Promise<PasskeyRow[]> {
@@ -118,6 +117,7 @@ export async function passkeyRegistrationOptions(
   const user = await loadUser(keel, userId);
   await assertPasskeysAllowed(keel, user);
   await verifyReenteredPassword(keel, user.id, currentPassword);
+  await mfaLimits(keel).passkeyChallengesUser.consume(user.id);
   const existing = await userPasskeys(keel, user.id);
   const options = await (await webauthn()).generateRegistrationOptions({
     rpName: rp.rpName,
@@ -316,6 +316,9 @@ export async function passkeyLoginOptions(keel: Keel, tempToken: string): Promis
   const user = await loadUser(keel, pending.subjectId);
   if (user.status !== 'active') throw invalidTempToken();
   await assertPasskeysAllowed(keel, user);
+  const limits = mfaLimits(keel);
+  await limits.passkeyChallengesLogin.consume(sha256Hex(tempToken));
+  await limits.passkeyChallengesUser.consume(user.id);
   const keys = await userPasskeys(keel, user.id);
   if (keys.length === 0) throw conflict('passkey_not_enrolled', 'This account has no passkey');
   const options = await (await webauthn()).generateAuthenticationOptions({

@@ -16,13 +16,42 @@ export async function securityPolicy(keel: Keel, access: Pick<AccessSummary, 'or
   return OPEN_POLICY;
 }
 
+const NOT_ALLOWED: Record<MfaMethod, () => AppError> = {
+  totp: () => forbidden('Your organization does not allow authenticator app (TOTP) MFA', 'totp_not_allowed'),
+  sms: () => forbidden('Your organization does not allow SMS MFA', 'sms_not_allowed'),
+  passkey: () => forbidden('Your organization does not allow passkeys', 'passkey_not_allowed'),
+};
+
+/** 403 `<method>_not_allowed` with the organisation's reason (SPEC 7's message for SMS). */
+export const methodNotAllowed = (method: MfaMethod): AppError => NOT_ALLOWED[method]();
+
+/**
+ * THE decision whether a second-factor method may be used under a policy (`allowedMfaMethods`), for
+ * every method alike: at enrolment and at sign-in (offered, texted, checked), and for SMS and passkeys
+ * under Force MFA. Nothing else reads `allowedMfaMethods`.
+ */
+export function methodAllowed(policy: SecurityPolicy, method: MfaMethod): boolean {
+  return policy.allowedMfaMethods[method];
+}
+
+/** The enrolled methods the policy lets the user sign in with, in the given order (primary first). */
+export function usableMethods<M extends MfaMethod>(policy: SecurityPolicy, enrolled: readonly M[]): M[] {
+  return enrolled.filter((m) => methodAllowed(policy, m));
+}
+
+/** Throws 403 `<method>_not_allowed` unless the policy allows the method. */
+export function assertMethodAllowed(policy: SecurityPolicy, method: MfaMethod): void {
+  if (!methodAllowed(policy, method)) throw methodNotAllowed(method);
+}
+
 export const mfaEnrollmentRequired = () =>
   new AppError(428, 'mfa_enrollment_required', 'Your role requires multi-factor authentication: enrol an authenticator app first');
 
 /**
- * Force MFA (428): a user whose role (or an ancestor) has `forceMfa` must have a factor enrolled. TOTP
- * always satisfies it; SMS and passkeys when the effective policy allows them. Decided from the
- * user's current enrolment, so a token issued before enrolment works once a factor is enrolled.
+ * Force MFA (428): a user whose role (or an ancestor) has `forceMfa` must have a factor enrolled. An
+ * authenticator app (TOTP) satisfies it (SPEC 6); SMS and passkeys only while the effective policy
+ * allows them (`usableMethods`). Decided from the user's current enrolment, so a token issued before
+ * enrolment works once a factor is enrolled, and an SMS-only user is gated again once SMS is turned off.
  */
 export async function forceMfaSatisfied(keel: Keel, access: AccessSummary, enrolled: readonly MfaMethod[]): Promise<boolean> {
   if (!keel.config.ENABLE_2FA || !access.forceMfa) return true;
@@ -35,8 +64,10 @@ export async function forceMfaSatisfied(keel: Keel, access: AccessSummary, enrol
 export function forceMfaSatisfiedUnder(keel: Keel, access: AccessSummary, policy: SecurityPolicy, enrolled: readonly MfaMethod[]): boolean {
   if (!keel.config.ENABLE_2FA || !access.forceMfa) return true;
   if (enrolled.includes('totp')) return true;
-  return enrolled.some((m) => policy.allowedMfaMethods[m]);
+  return usableMethods(policy, enrolled).length > 0;
 }
+
+export const mfaRequired = () => forbidden('This action needs a session verified with a second factor: sign in again with MFA', 'mfa_required');
 
 /**
  * Step-up: the route needs a session established with a second factor (`mfa: true`). API keys never
@@ -44,9 +75,7 @@ export function forceMfaSatisfiedUnder(keel: Keel, access: AccessSummary, policy
  */
 export function requireMfa(keel: Keel): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
-    if (keel.config.ENABLE_2FA && !c.get('principal').mfa) {
-      throw forbidden('This action needs a session verified with a second factor: sign in again with MFA', 'mfa_required');
-    }
+    if (keel.config.ENABLE_2FA && !c.get('principal').mfa) throw mfaRequired();
     await next();
   };
 }

@@ -17,6 +17,8 @@ import {
   verifyPasskeyLogin,
 } from './passkeys.js';
 import { relyingPartyOf } from './webauthn.js';
+import { assertFactorChangeAllowed, endSessionsWithoutMfa, requireFactorProof } from './factor-change.js';
+import { loadUser } from './common.js';
 
 const Code = z.string().trim().min(6).max(20).openapi({ description: '6-digit TOTP or SMS code, or a recovery code XXXX-XXXX', example: '123456' });
 const SetupSchema = z
@@ -83,11 +85,12 @@ export function mountMfaRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   // The enrolment routes stay reachable for a Force-MFA user who has no factor yet (DECISIONS). Every
   // MFA, phone and passkey route is an account route: a signed-in user, never an API key (user_required).
   const auth = authenticate(keel, { allowUnenrolled: true, principal: 'user' });
+  const factorProof = requireFactorProof(keel);
 
   api.openapi(
     createRoute({
       method: 'post', path: '/auth/mfa/setup', tags: tag, summary: 'Start enrolling an authenticator app (held 10 minutes)',
-      middleware: [auth] as const,
+      middleware: [auth, factorProof] as const,
       responses: { 200: json(SetupSchema), ...errors(401, 404, 409) },
     }),
     async (c) => c.json(await setupTotp(keel, c.get('principal').userId), 200),
@@ -106,7 +109,9 @@ export function mountMfaRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       if (tempToken) return c.json(tokenResponse(c, keel, await verifyLoginCode(keel, tempToken, code, info)), 200);
       const principal = await requireUserPrincipal(keel, c.req.header('authorization'));
       c.set('principal', principal);
+      await assertFactorChangeAllowed(keel, await loadUser(keel, principal.userId), principal.mfa);
       const answer = await confirmTotp(keel, principal.userId, principal.sessionId, code, requestInfo(c));
+      await endSessionsWithoutMfa(keel, principal.userId, principal.sessionId);
       tokenResponse(c, keel, answer);
       return c.json(answer, 200);
     },
@@ -115,13 +120,14 @@ export function mountMfaRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'post', path: '/auth/mfa/enable', tags: tag, summary: 'Confirm a pending authenticator setup; returns recovery codes and an MFA session',
-      middleware: [auth] as const,
+      middleware: [auth, factorProof] as const,
       request: { body: jsonBody(z.object({ code: Code }).openapi('MfaEnableRequest')) },
       responses: { 200: json(EnabledSchema), ...errors(400, 401, 429) },
     }),
     async (c) => {
       const p = userPrincipal(c);
       const answer = await confirmTotp(keel, p.userId, p.sessionId, c.req.valid('json').code, requestInfo(c));
+      await endSessionsWithoutMfa(keel, p.userId, p.sessionId);
       tokenResponse(c, keel, answer);
       return c.json(answer, 200);
     },
@@ -130,7 +136,7 @@ export function mountMfaRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'post', path: '/auth/mfa/disable', tags: tag, summary: 'Turn off TOTP/SMS (keeps passkeys); 403 when the organisation requires MFA',
-      middleware: [auth] as const,
+      middleware: [auth, factorProof] as const,
       request: { body: jsonBody(z.object({ code: Code }).openapi('MfaDisableRequest')) },
       responses: { 200: json(MessageSchema), ...errors(400, 401, 403, 409, 429) },
     }),
@@ -143,7 +149,7 @@ export function mountMfaRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'post', path: '/auth/mfa/recovery-codes', tags: tag, summary: 'Replace all recovery codes (needs a current TOTP or SMS code)',
-      middleware: [auth] as const,
+      middleware: [auth, factorProof] as const,
       request: { body: jsonBody(z.object({ code: Code }).openapi('RecoveryCodesRequest')) },
       responses: { 200: json(z.object({ recoveryCodes: z.array(z.string()) }).openapi('RecoveryCodes')), ...errors(400, 401, 409, 429) },
     }),
@@ -156,24 +162,24 @@ export function mountMfaRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
 
 function mountSmsRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   const auth = authenticate(keel, { allowUnenrolled: true, principal: 'user' });
+  const factorProof = requireFactorProof(keel);
 
   api.openapi(
     createRoute({
       method: 'post', path: '/auth/phone/verify', tags: tag, summary: 'Text a verification code to a phone number (E.164)',
-      middleware: [auth] as const,
+      middleware: [auth, factorProof] as const,
       request: { body: jsonBody(z.object({ phoneNumber: z.string().trim().min(2).max(32).openapi({ example: '+14155550123' }) }).openapi('PhoneVerifyRequest')) },
       responses: { 200: json(CodeSentSchema), ...errors(400, 401, 403, 404, 429), ...unavailable(502, 'The gateway refused the SMS'), ...unavailable(503, 'No SMS gateway') },
     }),
     async (c) => {
-      const p = c.get('principal');
-      return c.json(await startPhoneVerification(keel, { userId: p.userId, sessionMfa: p.mfa }, c.req.valid('json').phoneNumber), 200);
+      return c.json(await startPhoneVerification(keel, c.get('principal').userId, c.req.valid('json').phoneNumber), 200);
     },
   );
 
   api.openapi(
     createRoute({
       method: 'post', path: '/auth/phone/confirm', tags: tag, summary: 'Confirm the phone with the texted code',
-      middleware: [auth] as const,
+      middleware: [auth, factorProof] as const,
       request: { body: jsonBody(z.object({ code: SmsCode }).openapi('PhoneConfirmRequest')) },
       responses: { 200: json(PhoneConfirmedSchema), ...errors(400, 401, 403, 404) },
     }),
@@ -184,13 +190,14 @@ function mountSmsRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'post', path: '/auth/mfa/sms/enable', tags: tag,
       summary: 'Make SMS to the verified phone the second factor; returns recovery codes and an MFA session',
-      middleware: [auth] as const,
+      middleware: [auth, factorProof] as const,
       request: { body: { required: false, content: { 'application/json': { schema: z.object({}).loose().openapi('SmsEnableRequest') } } } },
       responses: { 200: json(EnabledSchema), ...errors(401, 403, 404, 409), ...unavailable(503, 'No SMS gateway') },
     }),
     async (c) => {
       const p = userPrincipal(c);
       const answer = await enableSms(keel, p.userId, p.sessionId, requestInfo(c));
+      await endSessionsWithoutMfa(keel, p.userId, p.sessionId);
       tokenResponse(c, keel, answer);
       return c.json(answer, 200);
     },
@@ -215,12 +222,13 @@ function mountSmsRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
 
 function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   const auth = authenticate(keel, { allowUnenrolled: true, principal: 'user' });
+  const factorProof = requireFactorProof(keel);
   relyingPartyOf(keel); // a misconfigured RP ID / origin is reported at start-up, once
 
   api.openapi(
     createRoute({
       method: 'post', path: '/auth/passkeys/register/options', tags: tag, summary: 'Start registering a passkey (password re-entry); the challenge is held 5 minutes',
-      middleware: [auth] as const,
+      middleware: [auth, factorProof] as const,
       request: { body: jsonBody(z.object({ currentPassword: Password, name: PasskeyName }).openapi('PasskeyRegisterOptionsRequest')) },
       responses: { 200: json(WebAuthnOptionsSchema), ...errors(400, 401, 403, 404, 429), ...unavailable(503, 'WebAuthn relying party misconfigured') },
     }),
@@ -233,13 +241,16 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'post', path: '/auth/passkeys/register/verify', tags: tag, summary: 'Store the passkey the browser created; activates MFA',
-      middleware: [auth] as const,
+      middleware: [auth, factorProof] as const,
       request: { body: jsonBody(z.object({ credential: RegistrationCredential }).openapi('PasskeyRegisterVerifyRequest')) },
       responses: { 201: json(PasskeyCreatedSchema, 'Registered'), ...errors(400, 401, 403, 404, 409), ...unavailable(503, 'WebAuthn relying party misconfigured') },
     }),
     async (c) => {
       const credential = c.req.valid('json').credential as unknown as RegistrationResponseJSON;
-      return c.json(await registerPasskey(keel, c.get('principal').userId, credential, requestInfo(c)), 201);
+      const p = c.get('principal');
+      const passkey = await registerPasskey(keel, p.userId, credential, requestInfo(c));
+      await endSessionsWithoutMfa(keel, p.userId, p.sessionId);
+      return c.json(passkey, 201);
     },
   );
 
@@ -271,7 +282,7 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'delete', path: '/auth/passkeys/{id}', tags: tag,
       summary: 'Remove one of own passkeys (password re-entry); 409 when it is the last factor under Force MFA',
-      middleware: [auth] as const,
+      middleware: [auth, factorProof] as const,
       request: { params: z.object({ id: z.uuid() }), body: jsonBody(z.object({ currentPassword: Password }).openapi('PasskeyDeleteRequest')) },
       responses: { 204: { description: 'Removed' }, ...errors(400, 401, 403, 404, 409, 429) },
     }),

@@ -13,7 +13,7 @@ import { passkeys } from './schema.js';
 import { MFA_LOGIN_PURPOSE } from './login.js';
 import { claimTotpStep, newTotpSecret, otpAuthUrl, qrCodeDataUrl, totpStep } from './totp.js';
 import { consumeRecoveryCode, hashRecoveryCode, newRecoveryCodes, RECOVERY_CODE_PATTERN } from './recovery.js';
-import { securityPolicy } from './policy.js';
+import { assertMethodAllowed, methodAllowed, methodNotAllowed, securityPolicy } from './policy.js';
 import { invalidCode, invalidTempToken, loadUser, mfaDisabled, mfaLimits } from './common.js';
 import { checkSmsCode, smsEnrolled } from './sms.js';
 
@@ -41,6 +41,7 @@ export interface SetupAnswer {
 export async function setupTotp(keel: Keel, userId: string): Promise<SetupAnswer> {
   if (!keel.config.ENABLE_2FA) throw mfaDisabled();
   const user = await loadUser(keel, userId);
+  assertMethodAllowed(await securityPolicy(keel, await getAccessSummary(keel.db, user)), 'totp');
   if (user.mfaSecret) throw conflict('mfa_already_enabled', 'An authenticator app is already enrolled; disable it first to enrol another');
   const secret = await newTotpSecret();
   const recoveryCodes = newRecoveryCodes();
@@ -76,6 +77,7 @@ export async function confirmTotp(
   if (step === null) throw invalidCode(400);
   const user = await loadUser(keel, userId);
   const access = await getAccessSummary(keel.db, user);
+  assertMethodAllowed(await securityPolicy(keel, access), 'totp');
   await transaction(keel.db, async (tx) => {
     const consumed = await keel.singleUse.consumeById(tx.db, pending.id);
     if (!consumed) throw new AppError(400, 'mfa_setup_expired', 'There is no pending authenticator setup (or it expired): start again with /auth/mfa/setup');
@@ -105,16 +107,21 @@ export async function confirmTotp(
 /**
  * Checks a second-factor code for a user: a 6-digit code is tried as TOTP (each time-step once) when
  * the user has an authenticator, then as the pending SMS code (each code once, a few guesses) when
- * SMS is the user's method; a recovery code is used once. True when accepted. Throws 403 when the
- * code would be an SMS code and the organisation does not allow SMS MFA.
+ * SMS is the user's method; a recovery code is used once. True when accepted. A method the policy
+ * does not allow is never checked: 403 `<method>_not_allowed` when the code could only be of that method.
  */
 export async function checkSecondFactor(keel: Keel, user: User, code: string): Promise<boolean> {
   const trimmed = code.trim();
   if (/^\d{6}$/.test(trimmed)) {
     const secret = totpSecretOf(keel, user);
     if (secret) {
-      const step = await totpStep(secret, trimmed);
-      if (step !== null && (await claimTotpStep(keel.db, user.id, step))) return true;
+      const policy = await securityPolicy(keel, await getAccessSummary(keel.db, user));
+      if (methodAllowed(policy, 'totp')) {
+        const step = await totpStep(secret, trimmed);
+        if (step !== null && (await claimTotpStep(keel.db, user.id, step))) return true;
+      } else if (!smsEnrolled(user)) {
+        throw methodNotAllowed('totp');
+      }
     }
     if (smsEnrolled(user)) return checkSmsCode(keel, user, trimmed);
     return false;

@@ -4,7 +4,7 @@ import type { Keel } from '../../keel.js';
 import { clock } from '../../platform/clock.js';
 import { constantTimeEqual, hmacSha256Hex, sha256Hex } from '../../platform/crypto.js';
 import { transaction } from '../../platform/db/transaction.js';
-import { AppError, conflict, forbidden, validationError } from '../../platform/http/errors.js';
+import { AppError, conflict, validationError } from '../../platform/http/errors.js';
 import { SmsSendError } from '../../platform/sms.js';
 import { writeAudit } from '../audit/service.js';
 import { getAccessSummary } from '../access/service.js';
@@ -12,9 +12,9 @@ import { identityOf } from '../identity/context.js';
 import { maskPhone } from '../identity/profile.js';
 import { users } from '../identity/schema.js';
 import { upgradeSession, type RequestInfo, type TokenAnswer, type User } from '../identity/service.js';
-import { invalidTempToken, loadUser, mfaDisabled, mfaLimits, smsNotAllowed } from './common.js';
+import { invalidTempToken, loadUser, mfaDisabled, mfaLimits } from './common.js';
 import { MFA_LOGIN_PURPOSE } from './login.js';
-import { securityPolicy } from './policy.js';
+import { assertMethodAllowed, securityPolicy } from './policy.js';
 import { hashRecoveryCode, newRecoveryCodes } from './recovery.js';
 
 /** A phone verification code (POST /auth/phone/verify → /auth/phone/confirm). */
@@ -56,8 +56,7 @@ function codeHash(keel: Keel, purpose: string, userId: string, code: string): st
 }
 
 async function assertSmsAllowed(keel: Keel, user: User): Promise<void> {
-  const policy = await securityPolicy(keel, await getAccessSummary(keel.db, user));
-  if (!policy.allowedMfaMethods.sms) throw smsNotAllowed();
+  assertMethodAllowed(await securityPolicy(keel, await getAccessSummary(keel.db, user)), 'sms');
 }
 
 function assertGateway(keel: Keel): void {
@@ -121,25 +120,28 @@ async function checkCode(keel: Keel, purpose: string, userId: string, code: stri
 
 /**
  * `POST /auth/phone/verify`: texts a 6-digit code to the number (E.164). Limited per user and per
- * number. Changing the phone of an active SMS factor needs a session verified with a second factor.
+ * number, and hard-capped for accounts without a tenant. Changing a factor once one is enrolled needs
+ * a session verified with a second factor (`requireFactorProof` on the route).
  */
 export async function startPhoneVerification(
   keel: Keel,
-  caller: { userId: string; sessionMfa: boolean },
+  userId: string,
   phoneNumber: string,
 ): Promise<CodeSent> {
   if (!keel.config.ENABLE_2FA) throw mfaDisabled();
-  const user = await loadUser(keel, caller.userId);
+  const user = await loadUser(keel, userId);
   await assertSmsAllowed(keel, user);
   assertGateway(keel);
   const phone = await normalizePhone(phoneNumber);
   if (!phone) throw validationError([{ path: 'phoneNumber', message: 'must be a valid phone number in international (E.164) form, e.g. +14155550123' }]);
-  if (smsEnrolled(user) && !caller.sessionMfa) {
-    throw forbidden('Changing the phone of your SMS factor needs a session verified with a second factor: sign in again with MFA', 'mfa_required');
-  }
   const limits = mfaLimits(keel);
   await limits.phoneVerifyUser.consume(user.id);
-  await limits.smsPerPhone.consume(sha256Hex(phone));
+  // An account with no partner or organisation (self-registered) can text arbitrary numbers only a
+  // few times a day.
+  const access = await getAccessSummary(keel.db, user);
+  if (!access.partnerId && !access.orgId && !user.isPlatformAdmin) await limits.phoneVerifyTenantless.consume(user.id);
+  // Verification texts have a per-number bucket of their own: they never spend the number's sign-in budget.
+  await limits.phoneVerifyPhone.consume(sha256Hex(phone));
   return issueCode(keel, PHONE_VERIFY_PURPOSE, user, phone, (code) => `Your Keel verification code is ${code}. It expires in 10 minutes. Do not share it.`);
 }
 
