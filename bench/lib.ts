@@ -4,7 +4,7 @@
  * server, autocannon and a small table printer. Benchmarks print figures; they assert nothing.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { appendFileSync, closeSync, existsSync, fstatSync, mkdtempSync, openSync, readdirSync, readSync, rmSync } from 'node:fs';
 import { request } from 'node:http';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -44,8 +44,10 @@ export function tempDir(prefix: string): string {
 
 export interface Proc {
   child: ChildProcess;
-  /** The last few KB of its stdout and stderr, for error messages. */
-  output(): string;
+  /** The file its stdout and stderr go to (removed when the bench process exits). */
+  logFile: string;
+  /** The last `maxBytes` (default 8 KiB) of its stdout and stderr. */
+  output(maxBytes?: number): string;
   exited(): boolean;
   /** SIGTERM to the whole process group, SIGKILL after `graceMs`; resolves when the group is gone. */
   stop(graceMs?: number): Promise<void>;
@@ -53,6 +55,27 @@ export interface Proc {
 
 const running = new Set<Proc>();
 let cleanupInstalled = false;
+let logDir: string | null = null;
+let logCount = 0;
+
+/** The end of a file, as text. */
+function tail(file: string, maxBytes: number): string {
+  let fd: number;
+  try {
+    fd = openSync(file, 'r');
+  } catch {
+    return '';
+  }
+  try {
+    const size = fstatSync(fd).size;
+    const length = Math.min(size, maxBytes);
+    const buf = Buffer.alloc(length);
+    readSync(fd, buf, 0, length, size - length);
+    return buf.toString('utf8');
+  } finally {
+    closeSync(fd);
+  }
+}
 
 function installCleanup(): void {
   if (cleanupInstalled) return;
@@ -68,7 +91,10 @@ function installCleanup(): void {
       }
     }
   };
-  process.on('exit', killAll);
+  process.on('exit', () => {
+    killAll();
+    if (logDir) rmSync(logDir, { recursive: true, force: true });
+  });
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.once(signal, () => {
       killAll();
@@ -86,19 +112,26 @@ function groupAlive(pid: number): boolean {
   }
 }
 
-/** Spawns a command in its own process group with the given environment (over ours; undefined unsets). */
+/**
+ * Spawns a command in its own process group with the given environment (over ours; undefined
+ * unsets). Its stdout and stderr go to a file, as `npm start > keel.log` does: Keel runs at its
+ * default LOG_LEVEL (info, an access line per request) and the bench process does not spend the
+ * load generator's CPU reading them.
+ */
 export function spawnGroup(command: string, args: string[], env: Record<string, string | undefined>, cwd = ROOT): Proc {
   installCleanup();
   const merged: Record<string, string | undefined> = { ...process.env, ...env };
   const childEnv = Object.fromEntries(Object.entries(merged).filter((e): e is [string, string] => e[1] !== undefined));
-  const child = spawn(command, args, { cwd, env: childEnv, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  const keep = (chunk: Buffer): void => {
-    out = (out + chunk.toString('utf8')).slice(-8192);
-  };
-  child.stdout?.on('data', keep);
-  child.stderr?.on('data', keep);
-  child.on('error', (err) => keep(Buffer.from(`spawn error: ${err.message}\n`)));
+  logDir ??= tempDir('keel-bench-logs-');
+  const logFile = join(logDir, `${++logCount}.log`);
+  const fd = openSync(logFile, 'a');
+  let child: ChildProcess;
+  try {
+    child = spawn(command, args, { cwd, env: childEnv, detached: true, stdio: ['ignore', fd, fd] });
+  } finally {
+    closeSync(fd); // the child has its own copy
+  }
+  child.on('error', (err) => appendFileSync(logFile, `spawn error: ${err.message}\n`));
   let done = false;
   const exitPromise = new Promise<void>((resolve) => child.once('exit', () => {
     done = true;
@@ -106,7 +139,8 @@ export function spawnGroup(command: string, args: string[], env: Record<string, 
   }));
   const proc: Proc = {
     child,
-    output: () => out,
+    logFile,
+    output: (maxBytes = 8192) => tail(logFile, maxBytes),
     exited: () => done,
     async stop(graceMs = 10_000) {
       const pid = child.pid;
@@ -175,11 +209,13 @@ export interface RunningKeel {
   stop(): Promise<void>;
 }
 
-/** Environment for benchmark runs: registration on, limits out of the way, no log output. */
+/**
+ * Environment for benchmark runs: Keel's defaults (LOG_LEVEL info: one access line per request, to
+ * a file, see spawnGroup), with registration on and the rate limits out of the way.
+ */
 export function benchEnv(extra: Record<string, string> = {}): Record<string, string> {
   return {
     NODE_ENV: 'development',
-    LOG_LEVEL: 'silent',
     HOST: '127.0.0.1',
     APP_ENCRYPTION_KEY: randomBytes(32).toString('hex'),
     JWT_SECRET: randomBytes(48).toString('base64url'),

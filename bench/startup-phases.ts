@@ -10,6 +10,7 @@
  * Import costs depend on order (shared dependencies load once); the order here is roughly Keel's.
  */
 import { rmSync } from 'node:fs';
+import { join } from 'node:path';
 import { printTable, tempDir } from './lib.js';
 
 const bootMs = process.uptime() * 1000;
@@ -58,8 +59,10 @@ if (ownDir) {
   last = performance.now();
 }
 
-const config = loadConfig({ ...process.env, DATA_DIR: dataDir, LOG_LEVEL: 'silent', DATABASE_URL: undefined, REDIS_URL: undefined });
-const log = createLogger('silent');
+// Keel's default LOG_LEVEL, its lines to a file beside the data dir (as `npm start > keel.log`), not between the figures.
+const config = loadConfig({ ...process.env, DATA_DIR: dataDir, DATABASE_URL: undefined, REDIS_URL: undefined });
+const { pino } = await import('pino');
+const log = createLogger(config.LOG_LEVEL, {}, pino.destination({ dest: join(dataDir, 'keel.log'), sync: false, minLength: 8192 }));
 lap('load config');
 const database = await openDatabase({ pgliteDir: pgliteDirFor(dataDir) });
 lap('open PGlite (existing data dir)');
