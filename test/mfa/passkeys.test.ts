@@ -4,6 +4,7 @@ import { and, eq } from 'drizzle-orm';
 import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { createTenant, createUser, enrollTotp, jwtClaims, login, type TestUser } from '../helpers/fixtures.js';
 import { chromiumAvailable, launchChromium, openPasskeyDevice, type PasskeyDevice } from '../helpers/browser.js';
+import { expectOneWinner, raceTest, together } from '../helpers/race.js';
 import { clock } from '../../src/platform/clock.js';
 import { users } from '../../src/modules/identity/schema.js';
 import { passkeys } from '../../src/modules/mfa/schema.js';
@@ -217,6 +218,19 @@ describe.skipIf(!haveChromium || !backendAvailable())('passkeys in a real browse
     const removed = await app.api('DELETE', `/auth/passkeys/${verified.body.id}`, { token: mfaLogin.body.accessToken, body: { currentPassword: admin.password } });
     expect(removed.status).toBe(204);
     expect((await app.api('GET', '/auth/me', { token: mfaLogin.body.accessToken })).body).toMatchObject({ mfaMethod: 'totp', passkeyCount: 0 });
+  });
+
+  raceTest('one registration challenge raced by 8 parallel verifies stores exactly one passkey', async () => {
+    const user = await createUser(app);
+    const { accessToken } = await login(app, user);
+    const dev = await device();
+    const options = await app.api('POST', '/auth/passkeys/register/options', { token: accessToken, body: { currentPassword: user.password, name: 'Raced' } });
+    expect(options.status).toBe(200);
+    const credential = await dev.create(options.body);
+    const answers = await together(8, () => app.api('POST', '/auth/passkeys/register/verify', { token: accessToken, body: { credential } }));
+    const winner = expectOneWinner(answers, 201, [400]);
+    for (const a of answers.filter((x) => x !== winner)) expect(a.body.code).toBe('challenge_expired');
+    expect(await app.server.keel.db.select().from(passkeys).where(eq(passkeys.userId, user.id))).toHaveLength(1);
   });
 
   it('refuses a replayed assertion: the challenge is single use', async () => {

@@ -11,6 +11,7 @@ import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { logSmsGateway } from '../../src/platform/sms.js';
 import { randomPhone, startTwilioStub, type TwilioStub } from './twilio-stub.js';
+import { expectOneWinner, raceTest, together } from '../helpers/race.js';
 
 afterEach(() => clock.reset());
 
@@ -204,6 +205,29 @@ describe.skipIf(!backendAvailable())('SMS codes through a real HTTP gateway (Twi
     expect((await app.api('GET', '/auth/sessions', { token: accessToken })).status).toBe(428);
     await enrollSms(app, stub, accessToken);
     expect((await app.api('GET', '/auth/sessions', { token: accessToken })).status).toBe(200);
+  });
+
+  it('an SMS-only Force-MFA partner admin is gated again (428) once the partner turns SMS off', async () => {
+    const tenant = await createTenant(app);
+    const { accessToken } = await login(app, tenant.partnerAdmin);
+    const enrolled = await enrollSms(app, stub, accessToken);
+    expect((await app.api('GET', '/auth/sessions', { token: enrolled.accessToken })).status).toBe(200);
+    const off = await app.api('PATCH', `/partners/${tenant.partnerId}`, { token: enrolled.accessToken, body: { settings: { security: { allowedMfaMethods: { sms: false } } } } });
+    expect(off.status).toBe(200);
+    const gated = await app.api('GET', '/auth/sessions', { token: enrolled.accessToken });
+    expect(gated.status).toBe(428);
+    expect(gated.body.code).toBe('mfa_enrollment_required');
+  });
+
+  raceTest('one phone-confirm code raced by 10 parallel requests verifies the phone once', async () => {
+    const user = await createUser(app);
+    const { accessToken } = await login(app, user);
+    const phone = randomPhone();
+    expect((await app.api('POST', '/auth/phone/verify', { token: accessToken, body: { phoneNumber: phone } })).status).toBe(200);
+    const code = stub.lastCode(phone);
+    const answers = await together(10, () => app.api('POST', '/auth/phone/confirm', { token: accessToken, body: { code } }));
+    const winner = expectOneWinner(answers, 200, [400]);
+    for (const a of answers.filter((x) => x !== winner)) expect(a.body.code).toBe('code_expired');
   });
 
   it('does not offer SMS at login beside another factor once the organisation disallows it', async () => {

@@ -3,6 +3,7 @@ import { eq } from 'drizzle-orm';
 import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { createTenant, createUser, enrollTotp, jwtClaims, login, nextTotpStep, totpCode } from '../helpers/fixtures.js';
 import { clock } from '../../src/platform/clock.js';
+import { expectOneWinner, raceTest, together } from '../helpers/race.js';
 import { users } from '../../src/modules/identity/schema.js';
 import { organizations } from '../../src/modules/tenancy/schema.js';
 import { singleUseRecords } from '../../src/platform/db/schema.js';
@@ -190,15 +191,22 @@ describe.skipIf(!backendAvailable())('TOTP and recovery codes', () => {
 });
 
 describe.skipIf(!backendAvailable())('ENABLE_2FA=false', () => {
-  it('turns the second factor, the 428 gate and MFA routes off', async () => {
-    const on = await startTestApp();
-    const user = await createUser(on);
-    const enrolled = await enrollTotp(on, (await login(on, user)).accessToken);
-    expect(enrolled.secret).toBeTruthy();
-    await on.close();
-
+  it('turns the second factor, the 428 gate and MFA routes off: an enrolled user signs in with the password alone', async () => {
     const off = await startTestApp({ env: { ENABLE_2FA: 'false' } });
     try {
+      // An account enrolled while MFA was on (the routes to enrol are off now: set it as enrolment leaves it).
+      const user = await createUser(off);
+      const keel = off.server.keel;
+      await keel.db
+        .update(users)
+        .set({ mfaEnabled: true, mfaMethod: 'totp', mfaSecret: keel.secrets.sealer.seal('JBSWY3DPEHPK3PXP', `users.mfa_secret:${user.id}`) })
+        .where(eq(users.id, user.id));
+      await keel.invalidation.publish('user', user.id);
+      const signedIn = await off.api('POST', '/auth/login', { body: { email: user.email, password: user.password } });
+      expect(signedIn.status).toBe(200);
+      expect(signedIn.body.mfaRequired).toBeUndefined();
+      expect(signedIn.body.accessToken).toEqual(expect.any(String));
+
       const tenant = await createTenant(off);
       const admin = await login(off, tenant.partnerAdmin);
       expect((await off.api('GET', '/auth/sessions', { token: admin.accessToken })).status).toBe(200);
@@ -225,6 +233,20 @@ describe.skipIf(backend !== 'postgres' || !backendAvailable())('single use under
     }
   });
 
+  raceTest('one temp token raced by 10 parallel verifies with 10 different valid recovery codes signs in once', async () => {
+    const app = await startTestApp({ env: { LOGIN_LIMIT: '1000', MFA_VERIFY_LIMIT: '1000' } });
+    try {
+      const user = await createUser(app);
+      const { recoveryCodes } = await enrollTotp(app, (await login(app, user)).accessToken);
+      const { tempToken } = (await app.api('POST', '/auth/login', { body: { email: user.email, password: user.password } })).body;
+      const answers = await together(10, (i) => app.api('POST', '/auth/mfa/verify', { body: { tempToken, code: recoveryCodes[i] } }));
+      const winner = expectOneWinner(answers, 200, [401]);
+      for (const a of answers.filter((x) => x !== winner)) expect(a.body.code).toBe('invalid_temp_token');
+    } finally {
+      await app.close();
+    }
+  });
+
   it('one TOTP code raced by 10 parallel requests succeeds exactly once', async () => {
     const app = await startTestApp({ env: { LOGIN_LIMIT: '1000', MFA_VERIFY_LIMIT: '1000' } });
     try {
@@ -236,6 +258,9 @@ describe.skipIf(backend !== 'postgres' || !backendAvailable())('single use under
       const code = await totpCode(secret);
       const answers = await Promise.all(temps.map((tempToken) => app.api('POST', '/auth/mfa/verify', { body: { tempToken, code } })));
       expect(answers.filter((a) => a.status === 200)).toHaveLength(1);
+      const losers = answers.filter((a) => a.status !== 200);
+      expect(losers).toHaveLength(9);
+      for (const l of losers) expect([l.status, l.body.code]).toEqual([401, 'invalid_code']);
     } finally {
       await app.close();
     }

@@ -86,6 +86,10 @@ describe.skipIf(!backendAvailable())('D2: factor changes need the existing facto
     const rotated = await app.api('POST', '/auth/mfa/recovery-codes', { token: signedIn.body.accessToken, body: { code: await totpCode(secret) } });
     expect(rotated.status).toBe(200);
     expect(rotated.body.recoveryCodes).toHaveLength(10);
+    // A second authenticator is a conflict, not a silent replacement (issue 20: setup when enrolled).
+    const again = await app.api('POST', '/auth/mfa/setup', { token: signedIn.body.accessToken });
+    expect(again.status).toBe(409);
+    expect(again.body.code).toBe('mfa_already_enabled');
   });
 });
 
