@@ -1,4 +1,5 @@
 import type { Logger } from '../../platform/logger.js';
+import { loggableError } from '../../platform/safe-error.js';
 
 /**
  * Work queued to run after the answer has been sent, in this process (forgot-password: finding the
@@ -17,8 +18,9 @@ export class Deferred {
     const task = new Promise<void>((resolve) => setImmediate(resolve))
       .then(work)
       .catch((err: unknown) => {
-        // Logged like an unhandled request error (platform/http/errors.ts), through the logger's `err` handling.
-        this.log.error({ task: name, err }, 'queued work failed');
+        // Logged like an unhandled request error (platform/http/errors.ts): a database error's
+        // parameters and failing row never reach the log.
+        this.log.error({ task: name, error: loggableError(err) }, 'queued work failed');
       })
       .finally(() => {
         this.#running.delete(task);

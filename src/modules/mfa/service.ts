@@ -1,4 +1,5 @@
-import { eq } from 'drizzle-orm';
+import { count, eq } from 'drizzle-orm';
+import type { Db } from '../../platform/db/client.js';
 import type { Keel } from '../../keel.js';
 import { transaction } from '../../platform/db/transaction.js';
 import { clock } from '../../platform/clock.js';
@@ -167,24 +168,35 @@ export async function disableMfa(keel: Keel, userId: string, code: string, info:
   const policy = await securityPolicy(keel, access);
   if (policy.requireMfa) throw forbidden('Your organization requires MFA; it cannot be disabled', 'mfa_required_by_organization');
   await requireCurrentFactor(keel, user, code);
-  const keys = await keel.db.select({ id: passkeys.id }).from(passkeys).where(eq(passkeys.userId, userId));
   await transaction(keel.db, async (tx) => {
-    await tx.db
-      .update(users)
-      .set({
-        mfaSecret: null,
-        mfaRecoveryCodes: null,
-        totpLastStep: null,
-        phoneNumber: null,
-        phoneVerified: false,
-        mfaEnabled: keys.length > 0,
-        mfaMethod: keys.length > 0 ? 'passkey' : null,
-        updatedAt: clock.now(),
-      })
-      .where(eq(users.id, userId));
+    await clearFactors(tx.db, userId, { passkeys: false });
     await writeAudit(tx.db, info, { action: 'auth.mfa.disable', partnerId: access.partnerId, orgId: access.orgId, target: { type: 'user', id: userId } });
     tx.afterCommit(() => identityOf(keel).sessions.userChanged(userId));
   });
+}
+
+/**
+ * Clears a user's authenticator (TOTP), phone and recovery codes, and their passkeys too when asked;
+ * MFA stays on only while passkeys remain. Run inside the caller's transaction (`/auth/mfa/disable`,
+ * and an administrator's `POST /users/:id/mfa/reset`); the caller publishes the user change after commit.
+ */
+export async function clearFactors(db: Db, userId: string, opts: { passkeys: boolean }): Promise<void> {
+  if (opts.passkeys) await db.delete(passkeys).where(eq(passkeys.userId, userId));
+  const [left] = await db.select({ n: count() }).from(passkeys).where(eq(passkeys.userId, userId));
+  const keepPasskeys = (left?.n ?? 0) > 0;
+  await db
+    .update(users)
+    .set({
+      mfaSecret: null,
+      mfaRecoveryCodes: null,
+      totpLastStep: null,
+      phoneNumber: null,
+      phoneVerified: false,
+      mfaEnabled: keepPasskeys,
+      mfaMethod: keepPasskeys ? 'passkey' : null,
+      updatedAt: clock.now(),
+    })
+    .where(eq(users.id, userId));
 }
 
 /** Replaces all recovery codes; needs a current TOTP or SMS code. */

@@ -12,6 +12,8 @@ import { listRoles } from '../access/roles.js';
 import { Role } from '../access/routes.js';
 import { assignRole, getVisibleUser, listUsers, removeUser, updateUser } from './service.js';
 import { acceptInvite, inviteUser, listInvitations, resendInvite, revokeInvitation } from './invitations.js';
+import { resetUserMfa } from './mfa-reset.js';
+import { requireMfa } from '../mfa/policy.js';
 
 const UserSchema = z
   .object({
@@ -221,6 +223,28 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       responses: { 200: json(UserSchema), ...errors(400, 401, 403, 404, 409, 428) },
     }),
     async (c) => c.json(await assignRole(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json').roleId, requestInfo(c)), 200),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/users/{id}/mfa/reset', tags: tag,
+      summary: 'Reset a user’s second factors (lost authenticator): TOTP, phone and recovery codes, passkeys too with {passkeys: true}; ends their sessions and emails them. users:write, a session with a second factor, and every permission the user holds; never your own',
+      middleware: [...admin('write'), requireMfa(keel)],
+      request: {
+        params: IdParam,
+        query: ScopeQuery,
+        body: {
+          required: false,
+          content: { 'application/json': { schema: z.object({ passkeys: z.boolean().optional().openapi({ description: 'Also remove the user’s passkeys (default false)' }), ...ScopeBody }).openapi('MfaResetRequest', { example: { passkeys: false } }) } },
+        },
+      },
+      responses: { 204: { description: 'Reset' }, ...errors(400, 401, 403, 404, 428) },
+    }),
+    async (c) => {
+      const body = (c.req.header('content-length') ?? '0') === '0' ? {} : c.req.valid('json');
+      await resetUserMfa(keel, accessOf(c), c.req.valid('param').id, { passkeys: body.passkeys ?? false }, requestInfo(c));
+      return c.body(null, 204);
+    },
   );
 
   api.openapi(

@@ -184,7 +184,7 @@ export function invitationsOfTenant(userId: string, tenant: Tenant): SQL | undef
   );
 }
 
-async function targetForChange(db: Db, access: AccessContext, id: string): Promise<{ target: UserView; membership: Membership | null }> {
+export async function targetForChange(db: Db, access: AccessContext, id: string): Promise<{ target: UserView; membership: Membership | null }> {
   const target = await getVisibleUser(db, access, id);
   if (target.id === access.principal.userId) throw forbidden('You cannot change your own membership, role or status here', 'self_change_forbidden');
   if (target.isPlatformAdmin && access.scope !== 'system') throw notFound('User');
