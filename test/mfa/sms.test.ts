@@ -404,7 +404,7 @@ describe.skipIf(!backendAvailable())('SMS development sink and production withou
   });
 });
 
-describe.skipIf(backend !== 'postgres' || !backendAvailable())('SMS codes under parallel requests (PostgreSQL)', () => {
+describe.skipIf(backend !== 'postgres' || !backendAvailable())('race: SMS codes under parallel requests (PostgreSQL)', () => {
   it('one SMS login code raced by 10 parallel requests succeeds exactly once', async () => {
     const stub = await startTwilioStub();
     const app = await startTestApp({ env: { ...stub.env(), LOGIN_LIMIT: '1000', MFA_VERIFY_LIMIT: '1000', SMS_PER_PHONE_HOURLY_LIMIT: '1000' } });

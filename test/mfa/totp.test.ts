@@ -217,7 +217,7 @@ describe.skipIf(!backendAvailable())('ENABLE_2FA=false', () => {
   });
 });
 
-describe.skipIf(backend !== 'postgres' || !backendAvailable())('single use under parallel requests (PostgreSQL)', () => {
+describe.skipIf(backend !== 'postgres' || !backendAvailable())('race: single use under parallel requests (PostgreSQL)', () => {
   it('a recovery code raced by 10 parallel requests succeeds exactly once', async () => {
     const app = await startTestApp({ env: { LOGIN_LIMIT: '1000', MFA_VERIFY_LIMIT: '1000' } });
     try {
