@@ -6,7 +6,7 @@
  *   npm run bench                          everything
  *   npm run bench -- login authed-read     some of: startup, login, authed-read
  *   npm run bench -- --pglite              only the embedded backend
- *   BENCH_SECONDS=10 BENCH_USERS=200 STARTUP_RUNS=3
+ *   BENCH_SECONDS=10 BENCH_USERS=200 BENCH_READ_ROUNDS=3 STARTUP_RUNS=3
  *
  * Benchmarks print figures and whether a goal was met; they never fail on time.
  * The machine's other load shows in every figure: the ratios are the comparable part.
@@ -79,10 +79,10 @@ for (const r of reads) {
   rows.push([
     'authed read',
     r.backend,
-    `${r.route}, ${r.connections} connections`,
+    `${r.route}, ${r.connections} connections, median of ${r.rounds} rounds`,
     `${fmt(r.keelPerSecond)} req/s, p99 ${fmt(r.keelP99)} ms`,
     `${fmt(r.barePerSecond)} req/s, p99 ${fmt(r.bareP99)} ms`,
-    fmt(r.ratio, 2),
+    `${fmt(r.ratio, 2)} (${fmt(r.ratioMin, 2)}-${fmt(r.ratioMax, 2)})`,
     r.hasGoal ? `>= ${READ_RATIO_GOAL} and p99 < ${READ_P99_GOAL_MS} ms: ${readGoal(r)}` : 'recorded, no goal',
   ]);
 }
