@@ -4,13 +4,16 @@
  * start without an administrator says how to make one. The real CLI in child processes on temp
  * DATA_DIRs (embedded database).
  */
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../../src/config.js';
+import { startTestApp } from '../helpers/app.js';
 import { openDatabase, pgliteDirFor } from '../../src/platform/db/client.js';
+import { migrate } from '../../src/platform/db/migrator.js';
+import { seedAccess } from '../../src/modules/access/seed.js';
 import { cliEnv, runCli, runInTerminal, startServe, terminalAvailable, type CliResult } from '../helpers/cli.js';
 
 const STRONG = 'quiet-lantern-orbit-7-tundra';
@@ -126,6 +129,23 @@ describe.skipIf(process.env.KEEL_TEST_DB !== 'pglite')('keel command line: messa
     });
   });
 
+  it('takes the public URL from the port actually listened on when none is configured', async () => {
+    const app = await startTestApp();
+    try {
+      const expected = `http://localhost:${app.server.port}`;
+      // The base of email links, passkeys' origin and the API document's server.
+      expect(app.server.keel.config.publicUrl).toBe(expected);
+    } finally {
+      await app.close();
+    }
+    const configured = await startTestApp({ env: { PUBLIC_URL: 'https://id.example.com' } });
+    try {
+      expect(configured.server.keel.config.publicUrl).toBe('https://id.example.com');
+    } finally {
+      await configured.close();
+    }
+  });
+
   it('stops with one line naming ADMIN_PASSWORD when it is too weak, and creates nobody', async () => {
     for (const weak of ['admin', 'password123']) {
       const dir = freshDir();
@@ -135,6 +155,29 @@ describe.skipIf(process.env.KEEL_TEST_DB !== 'pglite')('keel command line: messa
       expect(await platformAdmins(dir)).toEqual([]);
     }
   }, 120_000);
+
+  it('prints one line without the query, its values (a password hash) or a stack when the database refuses a write', async () => {
+    const dir = freshDir();
+    const database = await openDatabase({ pgliteDir: pgliteDirFor(dir) });
+    try {
+      await migrate(database);
+      await seedAccess(database.db);
+      // Any new platform administrator now breaks a constraint: the insert fails after the password was hashed.
+      await database.query('alter table users add constraint keel_test_no_admins check (not is_platform_admin)');
+    } finally {
+      await database.close();
+    }
+    const res = await runCli(['admin', 'create', '--email', 'blocked@example.com'], cliEnv(dir), `${STRONG}\n`);
+    expectOneLine(res, 1, /^keel: unexpected error: .*violates check constraint "keel_test_no_admins" \(23514\)$/);
+    expect(res.stderr).not.toMatch(/insert into|argon2|params|blocked@example\.com|Failing row/i);
+    expect(res.stderr).not.toContain(STRONG);
+
+    // A file where the data directory should be: one line too.
+    const file = join(freshDir(), 'not-a-dir');
+    writeFileSync(file, '');
+    const notDir = await runCli(['migrate'], cliEnv(file));
+    expectOneLine(notDir, 1, /^keel: unexpected error: Error: E(EXIST|NOTDIR)/);
+  }, 90_000);
 
   it('prints one line, no stack trace, when the port is taken; log lines written before are not lost', async () => {
     const blocker: Server = createServer();
