@@ -1,4 +1,5 @@
 import type { Context, MiddlewareHandler } from 'hono';
+import { documentAccess, type AccessDoc } from '../../platform/http/route-docs.js';
 import { and, eq, inArray, isNull, or, sql, type SQL, type AnyColumn } from 'drizzle-orm';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
@@ -256,6 +257,10 @@ export async function accessContextFor(keel: Keel, principal: Principal): Promis
  * An `orgId` or `partnerId` the caller cannot reach: 404.
  */
 export function requireScope(keel: Keel, opts: ScopeOptions = {}): MiddlewareHandler<AppEnv> {
+  return documentAccess(scopeMiddleware(keel, opts), scopeDoc(opts));
+}
+
+function scopeMiddleware(keel: Keel, opts: ScopeOptions): MiddlewareHandler<AppEnv> {
   return async (c, next) => {
     const principal = c.get('principal') as Principal | undefined;
     if (!principal) throw unauthorized();
@@ -303,10 +308,10 @@ export const permissionDenied = (resource: string, action: string) =>
 
 /** Requires a permission of the caller's effective set (after requireScope). */
 export function requirePermission(resource: string, action: string): MiddlewareHandler<AppEnv> {
-  return async (c, next) => {
+  return documentAccess<MiddlewareHandler<AppEnv>>(async (c, next) => {
     if (!accessOf(c).can(resource, action)) throw permissionDenied(resource, action);
     await next();
-  };
+  }, { permission: `${resource}:${action}` });
 }
 
 export interface GuardOptions extends ScopeOptions {
@@ -323,6 +328,14 @@ export function guard(keel: Keel, opts: GuardOptions = {}): MiddlewareHandler<Ap
   const chain = [requireScope(keel, opts)];
   if (opts.permission) chain.push(requirePermission(opts.permission[0], opts.permission[1]));
   return chain;
+}
+
+/** What `requireScope` enforces, for the OpenAPI document (platform/http/route-docs.ts). */
+function scopeDoc(opts: ScopeOptions): AccessDoc {
+  const doc: AccessDoc = {};
+  if (opts.scopes) doc.scopes = opts.scopes;
+  if (opts.fullOrgAccess) doc.fullOrgAccess = true;
+  return doc;
 }
 
 /** Site and device-group restriction of an organisation user (SPEC 2.3); null lists mean "all". */

@@ -1,4 +1,5 @@
 import type { MiddlewareHandler } from 'hono';
+import { documentAccess } from '../../platform/http/route-docs.js';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import { unauthorized } from '../../platform/http/errors.js';
@@ -67,7 +68,7 @@ export interface AuthenticateOptions {
  * forces MFA and who has no acceptable factor enrolled gets 428 (API keys are not gated).
  */
 export function authenticate(keel: Keel, opts: AuthenticateOptions = {}): MiddlewareHandler<AppEnv> {
-  return async (c, next) => {
+  const mw: MiddlewareHandler<AppEnv> = async (c, next) => {
     const match = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header('authorization') ?? '');
     const token = match?.[1];
     if (!token) throw unauthorized();
@@ -89,6 +90,7 @@ export function authenticate(keel: Keel, opts: AuthenticateOptions = {}): Middle
     }
     return next();
   };
+  return documentAccess(mw, { auth: opts.principal ?? 'any' });
 }
 
 /**

@@ -1,6 +1,7 @@
 import type { MiddlewareHandler } from 'hono';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
+import { documentAccess } from '../../platform/http/route-docs.js';
 import { identityOf } from '../identity/context.js';
 import type { User } from '../identity/service.js';
 import { loadUser } from './common.js';
@@ -21,11 +22,11 @@ export async function assertFactorChangeAllowed(keel: Keel, user: User, sessionM
 
 /** The route form of `assertFactorChangeAllowed`, after `authenticate(keel, { principal: 'user' })`. */
 export function requireFactorProof(keel: Keel): MiddlewareHandler<AppEnv> {
-  return async (c, next) => {
+  return documentAccess<MiddlewareHandler<AppEnv>>(async (c, next) => {
     const p = c.get('principal');
     await assertFactorChangeAllowed(keel, await loadUser(keel, p.userId), p.mfa);
     await next();
-  };
+  }, { factorProof: true });
 }
 
 /**

@@ -1,4 +1,5 @@
 import type { MiddlewareHandler } from 'hono';
+import { documentAccess } from '../../platform/http/route-docs.js';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import { AppError, forbidden } from '../../platform/http/errors.js';
@@ -74,8 +75,8 @@ export const mfaRequired = () => forbidden('This action needs a session verified
  * qualify. With ENABLE_2FA=false the check is off.
  */
 export function requireMfa(keel: Keel): MiddlewareHandler<AppEnv> {
-  return async (c, next) => {
+  return documentAccess<MiddlewareHandler<AppEnv>>(async (c, next) => {
     if (keel.config.ENABLE_2FA && !c.get('principal').mfa) throw mfaRequired();
     await next();
-  };
+  }, { mfa: true });
 }

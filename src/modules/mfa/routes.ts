@@ -99,6 +99,7 @@ export function mountMfaRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'post', path: '/auth/mfa/verify', tags: tag,
+      security: [{}, { bearerAuth: [] }],
       summary: 'With tempToken: the second step of login. Without: confirm a pending authenticator setup',
       request: { body: jsonBody(z.object({ code: Code, tempToken: z.string().min(1).max(200).optional() }).openapi('MfaVerifyRequest')) },
       responses: { 200: json(z.union([TokenAnswerSchema, EnabledSchema])), ...errors(400, 401, 429) },
@@ -206,6 +207,7 @@ function mountSmsRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'post', path: '/auth/mfa/sms/send', tags: tag,
+      security: [{}, { bearerAuth: [] }],
       summary: 'With tempToken: text the login code. Without (signed in): text a code for disable or recovery-code rotation',
       request: { body: jsonBody(z.object({ tempToken: TempToken.optional() }).openapi('SmsSendRequest')) },
       responses: { 200: json(CodeSentSchema), ...errors(401, 403, 404, 409, 429), ...unavailable(502, 'The gateway refused the SMS'), ...unavailable(503, 'No SMS gateway') },

@@ -1,4 +1,4 @@
-import { OpenAPIHono, type RouteConfig } from '@hono/zod-openapi';
+import { OpenAPIHono } from '@hono/zod-openapi';
 import type { Env } from 'hono';
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -6,6 +6,7 @@ import { createRequire } from 'node:module';
 import { validationError, zodFields } from './errors.js';
 import { strictRequest, unstorableFields } from './validation.js';
 import { CachedTrieRouter } from './router.js';
+import { documentedRoute, SECURITY_SCHEMES } from './route-docs.js';
 
 /**
  * A router whose zod validation failures become the 400 `validation_failed` envelope. Every module
@@ -28,15 +29,14 @@ export function createRouter<E extends Env>(): OpenAPIHono<E> {
       }
     },
   });
+  app.openAPIRegistry.registerComponent('securitySchemes', 'bearerAuth', SECURITY_SCHEMES.bearerAuth);
+  app.openAPIRegistry.registerComponent('securitySchemes', 'apiKey', SECURITY_SCHEMES.apiKey);
   const register = app.openapi;
   const openapi: typeof register = (config, handler, hook) => {
+    // The document: the route as declared, plus what its middleware enforces (route-docs.ts).
+    if (!config.hide) app.openAPIRegistry.registerPath(documentedRoute(config));
     const request = strictRequest(config.request);
-    if (request === null) return register(config, handler, hook);
-    if (!config.hide) {
-      const { middleware: _middleware, hide: _hide, ...documented } = config as RouteConfig;
-      app.openAPIRegistry.registerPath(documented);
-    }
-    return register({ ...config, request, hide: true }, handler, hook);
+    return register({ ...config, ...(request === null ? {} : { request }), hide: true }, handler, hook);
   };
   app.openapi = openapi;
   return app;

@@ -1,0 +1,86 @@
+/**
+ * What a route enforces, written into its OpenAPI operation by the same objects that enforce it, so the
+ * document cannot disagree with the route (issue 14.3). Each access middleware (authenticate, the scope
+ * and permission guard, step-up, factor proof) carries an `AccessDoc`; `createRouter` reads the route's
+ * middleware list when it registers the path and derives `security`, `operationId` and an "Access"
+ * paragraph of the description. A new middleware that restricts access tags itself with `documentAccess`.
+ */
+import type { RouteConfig } from '@hono/zod-openapi';
+
+export interface AccessDoc {
+  /** A bearer token is needed: `user` (access tokens only; API keys are refused) or `any` (API keys too). */
+  auth?: 'user' | 'any';
+  /** `resource:action` the caller needs. */
+  permission?: string;
+  /** Only these caller scopes. */
+  scopes?: readonly string[];
+  /** Partner users need `orgAccess: all`. */
+  fullOrgAccess?: boolean;
+  /** A session established with a second factor (`mfa: true`). */
+  mfa?: boolean;
+  /** Once the user has a second factor, a session established with it. */
+  factorProof?: boolean;
+}
+
+const ACCESS_DOC = Symbol.for('keel.accessDoc');
+
+/** Tags an access middleware with what it enforces (returns the same function). */
+export function documentAccess<T extends object>(middleware: T, doc: AccessDoc): T {
+  (middleware as Record<symbol, AccessDoc>)[ACCESS_DOC] = doc;
+  return middleware;
+}
+
+/** What a route's middleware list enforces, merged. */
+export function accessOf(middleware: unknown): AccessDoc {
+  const list: unknown[] = Array.isArray(middleware) ? middleware : middleware ? [middleware] : [];
+  const merged: AccessDoc = {};
+  for (const m of list) {
+    const doc = (m as Record<symbol, AccessDoc | undefined> | null)?.[ACCESS_DOC];
+    if (doc) Object.assign(merged, doc);
+  }
+  return merged;
+}
+
+export const SECURITY_SCHEMES = {
+  bearerAuth: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT', description: 'Access token from /auth/login (15 minutes)' },
+  apiKey: { type: 'http', scheme: 'bearer', description: 'API key (`kk_…`, from POST /api-keys), sent as a bearer token' },
+} as const;
+
+/** `get /users/{id}/role` → `getUsersByIdRole`: unique per method and path. */
+export function operationIdOf(method: string, path: string): string {
+  const words = path
+    .split('/')
+    .filter(Boolean)
+    .map((seg) => (seg.startsWith('{') ? `by-${seg.slice(1, -1)}` : seg))
+    .join('-')
+    .split(/[^A-Za-z0-9]+/)
+    .filter(Boolean);
+  return method.toLowerCase() + words.map((w) => w.charAt(0).toUpperCase() + w.slice(1)).join('');
+}
+
+/** The access sentence of a route's description. */
+export function accessText(doc: AccessDoc): string {
+  if (!doc.auth) return 'Access: public (no token).';
+  const parts = [doc.auth === 'user' ? 'a signed-in user (access token; API keys are refused with 403 `user_required`)' : 'an access token or an API key'];
+  if (doc.scopes) parts.push(`caller scope ${doc.scopes.join(' or ')}`);
+  if (doc.permission) parts.push(`permission \`${doc.permission}\``);
+  if (doc.fullOrgAccess) parts.push('partner users need `orgAccess: all` (403 `full_org_access_required`)');
+  if (doc.mfa) parts.push('a session established with a second factor (403 `mfa_required`)');
+  if (doc.factorProof) parts.push('once the user has a second factor, a session established with it (403 `mfa_required`)');
+  return `Access: ${parts.join('; ')}.`;
+}
+
+/** The route as documented: security, operationId and the access paragraph derived from its middleware. */
+export function documentedRoute(config: RouteConfig & { middleware?: unknown }): RouteConfig {
+  const { middleware, hide: _hide, ...route } = config;
+  const doc = accessOf(middleware);
+  const description = [route.description, accessText(doc)].filter(Boolean).join('\n\n');
+  return {
+    ...route,
+    operationId: route.operationId ?? operationIdOf(route.method, route.path),
+    description,
+    // A route that authenticates inside its handler depending on the body (a temp token or a bearer
+    // token) declares its own `security` (with `{}` for "optional"); that declaration is kept.
+    security: route.security ?? (doc.auth ? (doc.auth === 'user' ? [{ bearerAuth: [] }] : [{ bearerAuth: [] }, { apiKey: [] }]) : []),
+  };
+}
