@@ -21,12 +21,13 @@ const noStack = /\bat .+:\d+:\d+|\n\s+at /;
 
 /** Exactly one line on stderr, matching `pattern`; nothing that looks like a stack trace. */
 function expectOneLine(res: CliResult, code: number, pattern: RegExp): void {
-  expect(res.code, res.stderr).toBe(code);
+  const shown = `exit ${res.code}\nstderr:\n${res.stderr}\nstdout:\n${res.stdout.slice(-2000)}`;
+  expect(res.code, shown).toBe(code);
   const lines = res.stderr.trimEnd().split('\n');
-  expect(lines, res.stderr).toHaveLength(1);
-  expect(lines[0]).toMatch(/^keel: /);
-  expect(lines[0]).toMatch(pattern);
-  expect(res.stderr).not.toMatch(noStack);
+  expect(lines, shown).toHaveLength(1);
+  expect(lines[0], shown).toMatch(/^keel: /);
+  expect(lines[0], shown).toMatch(pattern);
+  expect(res.stderr, shown).not.toMatch(noStack);
 }
 
 async function platformAdmins(dataDir: string): Promise<string[]> {
