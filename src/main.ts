@@ -111,6 +111,7 @@ function parseArgs(argv: string[]): Command {
 const LOCKED_HINT: Record<string, string> = {
   'keel serve': 'stop that process first, or give this one its own DATA_DIR',
   'keel migrate': 'a running server applies pending migrations itself when it starts; stop it to run keel migrate',
+  'keel worker': 'on the embedded database the worker runs inside keel serve (WORKER=inline); separate workers need PostgreSQL (DATABASE_URL)',
   'keel admin create':
     'stop the server and run keel admin create again, or restart the server with ADMIN_EMAIL and ADMIN_PASSWORD set (used while no administrator exists)',
 };
