@@ -8,10 +8,27 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { afterAll } from 'vitest';
 import { freePort } from './app.js';
 
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const NODE_ARGS = ['--import', 'tsx', 'src/main.ts'];
+
+/**
+ * Every child still running is killed after the test file (and when the worker exits), so a test
+ * that timed out, or a command that should have been refused and serves instead, leaves none behind.
+ */
+const children = new Set<ChildProcess>();
+const killChildren = (): void => {
+  for (const child of children) child.kill('SIGKILL');
+};
+afterAll(killChildren);
+process.once('exit', killChildren);
+function track(child: ChildProcess): ChildProcess {
+  children.add(child);
+  child.once('exit', () => children.delete(child));
+  return child;
+}
 
 export interface CliResult {
   code: number | null;
@@ -39,9 +56,10 @@ export function cliEnv(dataDir: string, extra: Record<string, string> = {}): Rec
  * Runs `keel <args>` with `stdin` written to its standard input; resolves when it exits. One still
  * running after `timeoutMs` (a `serve` that should have been refused) is killed: code null.
  */
-export function runCli(args: string[], env: Record<string, string>, stdin = '', timeoutMs = 90_000): Promise<CliResult> {
+export function runCli(args: string[], env: Record<string, string>, stdin = '', timeoutMs = 60_000): Promise<CliResult> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [...NODE_ARGS, ...args], { cwd: ROOT, env, stdio: ['pipe', 'pipe', 'pipe'] });
+    track(child);
     let stdout = '';
     let stderr = '';
     const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
@@ -77,6 +95,7 @@ export async function startServe(env: Record<string, string>, opts: { port?: num
     env: { ...env, PORT: String(port), HOST: env.HOST ?? '127.0.0.1' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
+  track(child);
   let stdout = '';
   let stderr = '';
   child.stdout?.on('data', (c: Buffer) => (stdout += c.toString('utf8')));
@@ -133,6 +152,7 @@ export function runInTerminal(
   const quoted = [process.execPath, ...NODE_ARGS, ...args].map((a) => `'${a.replace(/'/g, `'\\''`)}'`).join(' ');
   return new Promise((resolve, reject) => {
     const child = spawn('script', ['-qec', quoted, '/dev/null'], { cwd: ROOT, env, stdio: ['pipe', 'pipe', 'pipe'] });
+    track(child);
     let output = '';
     let step = 0;
     let from = 0; // each step waits for text shown after the previous step's match
