@@ -145,22 +145,12 @@ function inviteLimits(keel: Keel): InviteLimits {
 
 const inviteeKey = (email: string) => email.trim().toLowerCase();
 
-/**
- * The answer about an account that existed before it was invited: the same fields a new invitee's
- * answer has, filled only from what the inviter gave and the invitation (D9). Its `id` is the
- * invitation's: the account's own id (a UUIDv7, which carries its creation time) is not revealed
- * before the account joins.
- */
-function invitedView(inv: InvitationRow, name: string): UserView {
+
+/** The grant of an invitation as the API shows it (one scope's fields set, the other's empty). */
+function grantView(inv: InvitationRow) {
   const partner = inv.scope === 'partner';
   return {
-    id: inv.id,
-    email: inv.email,
-    name,
-    status: 'invited',
-    avatarUrl: null,
-    isPlatformAdmin: false,
-    scope: partner ? 'partner' : 'organization',
+    scope: partner ? ('partner' as const) : ('organization' as const),
     partnerId: partner ? inv.partnerId : null,
     orgId: partner ? null : inv.orgId,
     roleId: inv.roleId,
@@ -168,6 +158,24 @@ function invitedView(inv: InvitationRow, name: string): UserView {
     orgIds: partner ? (inv.orgIds ?? []) : [],
     siteIds: partner ? null : inv.siteIds,
     deviceGroupIds: partner ? null : inv.deviceGroupIds,
+  };
+}
+
+/**
+ * The answer about an account that existed before it was invited: the same fields a new invitee's
+ * answer has, filled only from what the inviter gave and the invitation (D9). Its `id` is the
+ * invitation's: the account's own id (a UUIDv7, which carries its creation time) is not revealed
+ * before the account joins.
+ */
+function invitedView(inv: InvitationRow, name: string): UserView {
+  return {
+    id: inv.id,
+    email: inv.email,
+    name,
+    status: 'invited',
+    avatarUrl: null,
+    isPlatformAdmin: false,
+    ...grantView(inv),
     mfaEnabled: false,
     mfaMethod: null,
     lastLoginAt: null,
@@ -294,19 +302,11 @@ function visibleInvitations(db: Db) {
 type VisibleRow = { inv: InvitationRow; puUser: string | null; ouUser: string | null };
 
 function invitationView({ inv, puUser, ouUser }: VisibleRow): InvitationView {
-  const partner = inv.scope === 'partner';
   return {
     id: inv.id,
     userId: memberHere({ inv, puUser, ouUser }),
     email: inv.email,
-    scope: partner ? 'partner' : 'organization',
-    partnerId: partner ? inv.partnerId : null,
-    orgId: partner ? null : inv.orgId,
-    roleId: inv.roleId,
-    orgAccess: partner ? inv.orgAccess : null,
-    orgIds: partner ? (inv.orgIds ?? []) : [],
-    siteIds: partner ? null : inv.siteIds,
-    deviceGroupIds: partner ? null : inv.deviceGroupIds,
+    ...grantView(inv),
     invitedBy: inv.invitedBy,
     status: inv.expiresAt.getTime() > clock.nowMs() ? 'pending' : 'expired',
     createdAt: inv.createdAt.toISOString(),
