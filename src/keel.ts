@@ -11,8 +11,6 @@ import { Invalidation } from './platform/invalidation.js';
 import { EventBus } from './events.js';
 import { SingleUseStore } from './platform/single-use.js';
 import type { OutboundPolicy } from './platform/outbound.js';
-import { seedAccess } from './modules/access/seed.js';
-import { bootstrapAdmin } from './modules/identity/bootstrap.js';
 
 /** Everything a module needs, built once per process and handed to each module's routes and services. */
 export interface Keel {
@@ -41,6 +39,11 @@ export interface KeelOptions {
   database?: Database;
   /** Skip migrations and seed (the caller already did them). */
   skipMigrate?: boolean;
+  /**
+   * Start-up work of the modules on the freshly migrated database (the seed, the first administrator):
+   * handed in by the composition root (src/compose.ts), since this container knows no module.
+   */
+  prepare?: (database: Database, opts: { config: Config; log: Logger; migrated: boolean }) => Promise<void>;
 }
 
 export async function createKeel(opts: KeelOptions = {}): Promise<Keel> {
@@ -65,9 +68,8 @@ export async function createKeel(opts: KeelOptions = {}): Promise<Keel> {
         const pending = await pendingMigrations(database);
         if (pending.length > 0) throw new MigrationError(`Pending migrations (${pending.join(', ')}) and AUTO_MIGRATE=false: run \`keel migrate\``);
       }
-      await seedAccess(database.db);
     }
-    await bootstrapAdmin(database.db, log, config.ADMIN_EMAIL, config.ADMIN_PASSWORD);
+    await opts.prepare?.(database, { config, log, migrated: !opts.skipMigrate });
   } catch (err) {
     if (ownsDatabase) await database.close();
     throw err;

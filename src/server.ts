@@ -1,6 +1,7 @@
 import { serve, type ServerType } from '@hono/node-server';
 import type { AddressInfo } from 'node:net';
-import { createKeel, type Keel, type KeelOptions } from './keel.js';
+import type { Keel, KeelOptions } from './keel.js';
+import { openKeel } from './compose.js';
 import { buildApp } from './app.js';
 
 export interface RunningServer {
@@ -36,7 +37,7 @@ function listenError(err: NodeJS.ErrnoException, host: string, port: number): Li
 
 /** Builds Keel and listens. Used by `keel serve`, the tests (port 0) and the benchmarks. */
 export async function startServer(opts: KeelOptions & { port?: number; host?: string } = {}): Promise<RunningServer> {
-  const keel = await createKeel(opts);
+  const keel = await openKeel(opts);
   const host = opts.host ?? keel.config.HOST;
   const port = opts.port ?? keel.config.PORT;
   // The app is built once the port is known, so a default PUBLIC_URL names the port actually taken

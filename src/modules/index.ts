@@ -3,7 +3,7 @@ import type { AppEnv } from '../app-env.js';
 import type { Keel } from '../keel.js';
 import { mountIdentityRoutes } from './identity/routes.js';
 import { mountAccessRoutes } from './access/routes.js';
-import { mountTenancyRoutes } from './tenancy/routes.js';
+import { mountTenancyRoutes } from './orgs/routes.js';
 import { mountMfaRoutes } from './mfa/routes.js';
 import { mountUserRoutes } from './users/routes.js';
 import { mountAuditRoutes } from './audit/routes.js';

@@ -12,7 +12,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.js';
-import { createKeel, type Keel } from '../../src/keel.js';
+import type { Keel } from '../../src/keel.js';
+import { openKeel } from '../../src/compose.js';
 import { createLogger } from '../../src/platform/logger.js';
 import { openDatabase } from '../../src/platform/db/client.js';
 import { MIGRATIONS_DIR } from '../../src/platform/db/migrator.js';
@@ -62,7 +63,7 @@ describe.skipIf(backend !== 'postgres' || !realBackendsAvailable())('starting to
           ADMIN_EMAIL: 'race-admin@example.com',
           ADMIN_PASSWORD: PASSWORD,
         });
-        const starts = await Promise.allSettled(Array.from({ length: PROCESSES }, () => createKeel({ config, log: createLogger('silent') })));
+        const starts = await Promise.allSettled(Array.from({ length: PROCESSES }, () => openKeel({ config, log: createLogger('silent') })));
         for (const s of starts) if (s.status === 'fulfilled') keels.push(s.value);
         const failures = starts.flatMap((s) => (s.status === 'rejected' ? [(s.reason as Error).message.split('\n')[0]] : []));
         expect(failures, `round ${round}`).toEqual([]);

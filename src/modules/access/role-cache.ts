@@ -2,6 +2,7 @@ import { sql } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import { rowsOf, type Db } from '../../platform/db/client.js';
 import { PermissionSet, type PermissionPair } from './permissions.js';
+import { PROFILE_TOPIC } from '../identity/sessions.js';
 
 /** Invalidation topic for roles; the key is a role id, or `*` for every role. */
 export const ROLES_TOPIC = 'access.roles';
@@ -149,4 +150,6 @@ export function resolveRole(db: Db, roleId: string): Promise<ResolvedRole | null
 /** Tells every process (this one at once) that a role changed (`*`: any role). Call after the change committed. */
 export async function publishRoleChange(keel: Keel, roleId: string): Promise<void> {
   await keel.invalidation.publish(ROLES_TOPIC, roleId);
+  // Self-profiles carry effective permissions; the identity module's cache listens on its own topic.
+  await keel.invalidation.publish(PROFILE_TOPIC, '*');
 }

@@ -2,7 +2,7 @@ import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import { errors, json, jsonBody, page, PageQuery, paginated } from '../../platform/http/schemas.js';
-import { authenticate } from '../identity/middleware.js';
+import { authenticate } from '../../http/authenticate.js';
 import { createApiKey, listApiKeys, revokeApiKey } from './api-keys.js';
 import { BUILDER_ACTION_MAP, BUILDER_RESOURCES, CANONICAL_ACTIONS, CATALOG_RESOURCES, PERMISSION_CATALOG } from './catalog.js';
 import { IdParam, ScopeQuery } from './http.js';

@@ -5,7 +5,7 @@ import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import type { Db } from '../../platform/db/client.js';
 import { errors, json, page, PageQuery, paginated } from '../../platform/http/schemas.js';
-import { authenticate } from '../identity/middleware.js';
+import { authenticate } from '../../http/authenticate.js';
 import { ScopeQuery } from '../access/http.js';
 import { accessOf, guard, visibleOrgCondition, visibleOrgs, type AccessContext } from '../access/scope.js';
 import { auditLogs } from './schema.js';

@@ -1,13 +1,10 @@
 import { z } from '@hono/zod-openapi';
-import { count, eq } from 'drizzle-orm';
-import type { Db } from '../../platform/db/client.js';
+import { eq } from 'drizzle-orm';
 import { notFound } from '../../platform/http/errors.js';
-import { getAccessSummary, type AccessSummary } from '../access/service.js';
-import { passkeys } from '../mfa/schema.js';
 import { users } from './schema.js';
 import type { Keel } from '../../keel.js';
 import { PROFILE_TOPIC, USER_TOPIC } from './sessions.js';
-import { ROLES_TOPIC } from '../access/role-cache.js';
+import { identityPorts, type TenantOf } from './ports.js';
 
 export const PermissionPairSchema = z.object({ resource: z.string(), action: z.string() });
 
@@ -45,23 +42,17 @@ export function maskPhone(phone: string | null): string | null {
   return `${phone.slice(0, keep)}${'•'.repeat(Math.max(0, phone.length - keep - 2))}${phone.slice(-2)}`;
 }
 
-/** The self-profile; pass the access summary when the caller already has it. */
-export async function selfProfile(db: Db, userId: string, known?: { access?: AccessSummary }): Promise<SelfProfile> {
-  const [user] = await db.select().from(users).where(eq(users.id, userId));
+/** The self-profile; pass the tenant when the caller already has it. */
+export async function selfProfile(keel: Keel, userId: string, known?: { tenant?: TenantOf }): Promise<SelfProfile> {
+  const [user] = await keel.db.select().from(users).where(eq(users.id, userId));
   if (!user) throw notFound('User');
-  const access = known?.access ?? (await getAccessSummary(db, user));
-  return profileOf(user, await passkeyCount(db, user), access);
-}
-
-/** A passkey implies mfa_enabled (see mfa/login.ts enrolledMethods): no query without it. */
-export async function passkeyCount(db: Db, user: Pick<User, 'id' | 'mfaEnabled'>): Promise<number> {
-  if (!user.mfaEnabled) return 0;
-  const [pk] = await db.select({ n: count() }).from(passkeys).where(eq(passkeys.userId, user.id));
-  return pk?.n ?? 0;
+  const ports = identityPorts(keel);
+  const [tenant, passkeys] = await Promise.all([known?.tenant ?? ports.tenantOf(keel.db, user), ports.passkeyCount(keel.db, user)]);
+  return profileOf(user, passkeys, tenant);
 }
 
 /** The self-profile from rows already in hand (a login has just read the user). */
-export function profileOf(user: User, passkeys: number, access: AccessSummary): SelfProfile {
+export function profileOf(user: User, passkeys: number, access: TenantOf): SelfProfile {
   return {
     id: user.id,
     email: user.email,
@@ -87,7 +78,8 @@ export function profileOf(user: User, passkeys: number, access: AccessSummary): 
 /**
  * Per-process cache of self-profiles for `GET /auth/me` and `/users/me`, the hottest authenticated
  * reads. Cleared for a user on the `user` topic (any change to the account, its factors or its
- * association publishes there) and entirely on any role change; a load that raced an invalidation is
+ * association publishes there) and entirely on any role change (the access module publishes `profile`
+ * `*` then); a load that raced an invalidation is
  * not stored (DECISIONS "Caches").
  */
 class ProfileCache {
@@ -97,14 +89,13 @@ class ProfileCache {
   constructor(keel: Keel) {
     keel.invalidation.on(USER_TOPIC, (userId) => this.#drop(userId));
     keel.invalidation.on(PROFILE_TOPIC, (userId) => this.#drop(userId));
-    keel.invalidation.on(ROLES_TOPIC, () => this.#drop('*'));
   }
 
-  async get(db: Db, userId: string): Promise<SelfProfile> {
+  async get(keel: Keel, userId: string): Promise<SelfProfile> {
     const hit = this.#entries.get(userId);
     if (hit) return hit;
     const generation = this.#generation;
-    const profile = await selfProfile(db, userId);
+    const profile = await selfProfile(keel, userId);
     if (generation === this.#generation) {
       if (this.#entries.size >= 100_000) this.#entries.clear();
       this.#entries.set(userId, profile);
@@ -127,5 +118,5 @@ export function cachedSelfProfile(keel: Keel, userId: string): Promise<SelfProfi
     cache = new ProfileCache(keel);
     profileCaches.set(keel, cache);
   }
-  return cache.get(keel.db, userId);
+  return cache.get(keel, userId);
 }

@@ -3,7 +3,7 @@ import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import { AppError, forbidden, unauthorized } from '../../platform/http/errors.js';
 import { errors, json, jsonBody, MessageSchema, page, PageQuery, paginated } from '../../platform/http/schemas.js';
-import { authenticate } from './middleware.js';
+import { authenticate } from '../../http/authenticate.js';
 import {
   changePassword,
   forgotPassword,
@@ -12,12 +12,12 @@ import {
   passwordLogin,
   refresh,
   register,
-  registerPartner,
   resetPassword,
   revokeOwnSession,
   updateProfile,
 } from './service.js';
 import { cachedSelfProfile, SelfProfileSchema } from './profile.js';
+import { registerPartner } from '../users/registration.js';
 import { clearSessionCookies, refreshTokenFromCookie, requestInfo, tokenResponse, TokenAnswerSchema, userPrincipal } from './http.js';
 import { MfaChallengeSchema } from '../mfa/login.js';
 

@@ -6,16 +6,13 @@ import { clock } from '../../platform/clock.js';
 import { newId } from '../../platform/db/columns.js';
 import { prepared, rawQuery, tableReader } from '../../platform/db/raw.js';
 import { AppError, conflict, notFound, unauthorized } from '../../platform/http/errors.js';
-import { loginSecondFactor, type MfaChallenge } from '../mfa/login.js';
 import { auditInsert, writeAudit, type AuditRequestInfo } from '../audit/service.js';
-import { addPartnerMember, getAccessSummary, type AccessSummary } from '../access/service.js';
-import { SYSTEM_ROLES } from '../access/catalog.js';
-import { createPartner } from '../tenancy/service.js';
 import { identityOf } from './context.js';
-import { csrfMatchesSession } from './http.js';
+import { csrfMatchesSession } from './csrf.js';
+import { identityPorts, type SecondFactorChallenge, type TenantOf } from './ports.js';
 import { assertStrongPassword, hashPassword } from './passwords.js';
 import { checkPasswordUnderLockout, releaseReservation, verifyReenteredPassword } from './lockout.js';
-import { passkeyCount, profileOf, selfProfile, type SelfProfile } from './profile.js';
+import { profileOf, selfProfile, type SelfProfile } from './profile.js';
 import { sessions, users } from './schema.js';
 import { ACCESS_TOKEN_SECONDS } from './tokens.js';
 
@@ -58,9 +55,9 @@ async function tokenAnswer(
   keel: Keel,
   user: Pick<User, 'id' | 'isPlatformAdmin'>,
   session: { id: string; refreshToken: string; mfa: boolean },
-  known: { access?: AccessSummary; profile?: SelfProfile } = {},
+  known: { access?: TenantOf; profile?: SelfProfile } = {},
 ): Promise<TokenAnswer> {
-  const access = known.access ?? (await getAccessSummary(keel.db, user));
+  const access = known.access ?? (await identityPorts(keel).tenantOf(keel.db, user));
   const accessToken = identityOf(keel).tokens.sign({
     sub: user.id,
     sid: session.id,
@@ -74,7 +71,7 @@ async function tokenAnswer(
     refreshToken: session.refreshToken,
     tokenType: 'Bearer',
     expiresIn: ACCESS_TOKEN_SECONDS,
-    user: known.profile ?? (await selfProfile(keel.db, user.id, { access })),
+    user: known.profile ?? (await selfProfile(keel, user.id, { tenant: access })),
   };
 }
 
@@ -105,7 +102,8 @@ export async function signIn(
   opts: { mfa: boolean; method: 'password' | 'mfa' | 'sso' | 'registration' },
 ): Promise<TokenAnswer> {
   const identity = identityOf(keel);
-  const [access, passkeys] = await Promise.all([getAccessSummary(keel.db, user), passkeyCount(keel.db, user)]);
+  const ports = identityPorts(keel);
+  const [access, passkeys] = await Promise.all([ports.tenantOf(keel.db, user), ports.passkeyCount(keel.db, user)]);
   const sessionId = newId();
   const loggedInAt = clock.now();
   // One statement; a transaction only when a subscriber adds its own writes (webhook deliveries).
@@ -167,11 +165,11 @@ export async function checkPassword(keel: Keel, email: string, password: string,
  * the failure count; a challenge (or any failure after the right password) releases the reservation,
  * so earlier failures stay counted until a sign-in completes.
  */
-export async function passwordLogin(keel: Keel, email: string, password: string, info: RequestInfo): Promise<TokenAnswer | MfaChallenge> {
+export async function passwordLogin(keel: Keel, email: string, password: string, info: RequestInfo): Promise<TokenAnswer | SecondFactorChallenge> {
   const user = await checkPassword(keel, email, password, info.ip ?? 'unknown');
   let signedIn = false;
   try {
-    const challenge = await loginSecondFactor(keel, user);
+    const challenge = await identityPorts(keel).secondFactor(keel, user);
     if (challenge) return challenge;
     const answer = await signIn(keel, user, { ...info, actor: { type: 'user', id: user.id, email: user.email } }, { mfa: false, method: 'password' });
     signedIn = true;
@@ -197,31 +195,8 @@ export async function register(keel: Keel, input: { email: string; password: str
   return signIn(keel, user, info, { mfa: false, method: 'registration' });
 }
 
-/** Creates a partner, its first user and that user's Partner Admin membership in one transaction. */
-export async function registerPartner(
-  keel: Keel,
-  input: { partnerName: string; email: string; password: string; name: string },
-  info: RequestInfo,
-): Promise<TokenAnswer & { partner: { id: string; name: string; createdAt: string } }> {
-  await identityOf(keel).limits.registerPartner.consume(info.ip ?? 'unknown');
-  await assertStrongPassword(input.password, [input.email, input.name, input.partnerName]);
-  const passwordHash = await hashPassword(input.password);
-  const { user, partner } = await transaction(keel.db, async (tx) => {
-    const created = await insertUser(tx, { email: input.email, name: input.name, passwordHash });
-    const p = await createPartner(tx.db, { name: input.partnerName });
-    await addPartnerMember(tx.db, { partnerId: p.id, userId: created.id, roleId: SYSTEM_ROLES.partnerAdmin.id, orgAccess: 'all' });
-    await writeAudit(tx.db, { ...info, actor: { type: 'user', id: created.id, email: created.email } }, {
-      action: 'partner.register',
-      partnerId: p.id,
-      target: { type: 'partner', id: p.id },
-    });
-    return { user: created, partner: p };
-  });
-  const tokens = await signIn(keel, user, info, { mfa: false, method: 'registration' });
-  return { ...tokens, partner: { id: partner.id, name: partner.name, createdAt: partner.createdAt.toISOString() } };
-}
-
-async function insertUser(tx: Tx, input: { email: string; name: string; passwordHash: string }): Promise<User> {
+/** A new active account with a password; 409 `email_taken` when the address is in use (any case). */
+export async function insertUser(tx: Tx, input: { email: string; name: string; passwordHash: string }): Promise<User> {
   const email = input.email.trim();
   const existing = await findUserByEmail(tx.db, email);
   if (existing) throw conflict('email_taken', 'An account with this email already exists');
@@ -260,7 +235,7 @@ export async function refresh(keel: Keel, refreshToken: string, csrf?: string): 
 export async function logout(keel: Keel, userId: string, sessionId: string | null, info: RequestInfo): Promise<void> {
   const [user] = await keel.db.select().from(users).where(eq(users.id, userId));
   if (!user) return;
-  const access = await getAccessSummary(keel.db, user);
+  const access = await identityPorts(keel).tenantOf(keel.db, user);
   await transaction(keel.db, async (tx) => {
     await identityOf(keel).sessions.revokeAllForUser(tx.db, userId, 'logout', tx.afterCommit);
     await writeAudit(tx.db, info, { action: 'user.logout', partnerId: access.partnerId, orgId: access.orgId, target: { type: 'user', id: userId } });
@@ -356,7 +331,7 @@ export async function updateProfile(
   if (patch.avatarUrl !== undefined && patch.avatarUrl !== user.avatarUrl) set.avatarUrl = patch.avatarUrl;
   const changes = Object.keys(set);
   if (changes.length > 0) {
-    const access = await getAccessSummary(keel.db, user);
+    const access = await identityPorts(keel).tenantOf(keel.db, user);
     await transaction(keel.db, async (tx) => {
       await tx.db.update(users).set({ ...set, updatedAt: clock.now() }).where(eq(users.id, userId));
       await writeAudit(tx.db, info, {
@@ -369,7 +344,7 @@ export async function updateProfile(
       tx.afterCommit(() => identityOf(keel).sessions.profileChanged(userId));
     });
   }
-  return selfProfile(keel.db, userId);
+  return selfProfile(keel, userId);
 }
 
 export interface SessionView {

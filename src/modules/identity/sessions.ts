@@ -7,7 +7,7 @@ import { randomToken, sha256Hex } from '../../platform/crypto.js';
 import { newId } from '../../platform/db/columns.js';
 import { prepared, rawQuery, tableWriter, type SqlPart } from '../../platform/db/raw.js';
 import { sessionRefreshTokens, sessions, users } from './schema.js';
-import { enrolledMethods, type MfaMethodName } from '../mfa/login.js';
+import { identityPorts, type FactorName } from './ports.js';
 
 export const REFRESH_IDLE_MS = 7 * 24 * 3600_000;
 export const REFRESH_ABSOLUTE_MS = 30 * 24 * 3600_000;
@@ -32,7 +32,7 @@ export interface LiveSession {
   mfa: boolean;
   absoluteExpiresAt: number;
   /** Second factors the user has enrolled now (invalidated with the user on any MFA change). */
-  enrolled: MfaMethodName[];
+  enrolled: FactorName[];
 }
 
 export type RotateResult =
@@ -253,7 +253,7 @@ export class SessionService {
       isPlatformAdmin: row.user.isPlatformAdmin,
       mfa: row.session.mfa,
       absoluteExpiresAt: row.session.absoluteExpiresAt.getTime(),
-      enrolled: await enrolledMethods(this.keel, row.user),
+      enrolled: await identityPorts(this.keel).enrolledMethods(this.keel, row.user),
     };
     if (epoch === this.#epoch) {
       if (this.#cache.size >= CACHE_MAX) {

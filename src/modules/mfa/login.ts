@@ -1,6 +1,7 @@
 import { z } from '@hono/zod-openapi';
 import { count, eq } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
+import type { Db } from '../../platform/db/client.js';
 import type { users } from '../identity/schema.js';
 import { passkeys } from './schema.js';
 import { securityPolicy, usableMethods } from './policy.js';
@@ -36,6 +37,13 @@ export async function enrolledMethods(keel: Keel, user: typeof users.$inferSelec
   }
   const primary = user.mfaMethod && methods.includes(user.mfaMethod) ? user.mfaMethod : methods[0];
   return primary ? [primary, ...methods.filter((m) => m !== primary)] : [];
+}
+
+/** How many passkeys a user holds. A passkey implies mfa_enabled (see enrolledMethods): no query without it. */
+export async function passkeyCount(db: Db, user: Pick<typeof users.$inferSelect, 'id' | 'mfaEnabled'>): Promise<number> {
+  if (!user.mfaEnabled) return 0;
+  const [pk] = await db.select({ n: count() }).from(passkeys).where(eq(passkeys.userId, user.id));
+  return pk?.n ?? 0;
 }
 
 /**

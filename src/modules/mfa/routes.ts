@@ -3,7 +3,8 @@ import type { AuthenticationResponseJSON, RegistrationResponseJSON } from '@simp
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import { errors, ErrorSchema, json, jsonBody, MessageSchema, page, PageQuery, paginated } from '../../platform/http/schemas.js';
-import { authenticate, requireUserPrincipal } from '../identity/middleware.js';
+import { authenticate } from '../../http/authenticate.js';
+import { requireUserPrincipal } from '../access/bearer.js';
 import { requestInfo, tokenResponse, TokenAnswerSchema, userPrincipal } from '../identity/http.js';
 import { confirmTotp, disableMfa, rotateRecoveryCodes, setupTotp, verifyLoginCode } from './service.js';
 import { confirmPhone, enableSms, sendLoginSms, sendSmsToSelf, startPhoneVerification } from './sms.js';

@@ -18,7 +18,7 @@ import { identityOf } from '../identity/context.js';
 import { findUserByEmail, invalidCredentials, signIn, type RequestInfo, type TokenAnswer } from '../identity/service.js';
 import { assertStrongPassword, hashPassword } from '../identity/passwords.js';
 import { verifyReenteredPassword } from '../identity/lockout.js';
-import { requireUserPrincipal } from '../identity/middleware.js';
+import { requireUserPrincipal } from '../access/bearer.js';
 import { selfProfile, type SelfProfile } from '../identity/profile.js';
 import { deviceGroups, organizations, partners, sites } from '../tenancy/schema.js';
 import { enrolledMethods, loginSecondFactor, type MfaChallenge } from '../mfa/login.js';
@@ -582,7 +582,7 @@ export async function acceptInvite(
       details: { invitationId: inv.id },
     });
   });
-  if (principal) return { message: 'Invitation accepted', user: await selfProfile(keel.db, user.id) };
+  if (principal) return { message: 'Invitation accepted', user: await selfProfile(keel, user.id) };
   const fresh = await loadUser(keel.db, user.id);
   if (!fresh) throw invalidInvite();
   return signIn(keel, fresh, actor, { mfa: false, method: 'password' });

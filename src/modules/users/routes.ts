@@ -2,7 +2,7 @@ import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import { errors, json, jsonBody, MessageSchema, page, PageQuery, paginated } from '../../platform/http/schemas.js';
-import { authenticate } from '../identity/middleware.js';
+import { authenticate } from '../../http/authenticate.js';
 import { requestInfo, tokenResponse, TokenAnswerSchema } from '../identity/http.js';
 import { SelfProfileSchema } from '../identity/profile.js';
 import { MfaChallengeSchema } from '../mfa/login.js';

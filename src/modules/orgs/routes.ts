@@ -2,7 +2,7 @@ import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import { errors, json, jsonBody, page, PageQuery, paginated } from '../../platform/http/schemas.js';
-import { authenticate } from '../identity/middleware.js';
+import { authenticate } from '../../http/authenticate.js';
 import { IdParam, OrgIdParam, ScopeQuery } from '../access/http.js';
 import { requestInfo } from '../identity/http.js';
 import { accessOf, guard } from '../access/scope.js';

@@ -1,0 +1,35 @@
+import { createKeel, type Keel, type KeelOptions } from './keel.js';
+import { seedAccess } from './modules/access/seed.js';
+import { getAccessSummary } from './modules/access/service.js';
+import { bootstrapAdmin } from './modules/identity/bootstrap.js';
+import { wireIdentityPorts } from './modules/identity/ports.js';
+import { enrolledMethods, loginSecondFactor, passkeyCount } from './modules/mfa/login.js';
+
+/**
+ * The composition root of a process (docs/architecture.md): builds the container (`createKeel`),
+ * runs the modules' start-up work on the migrated database, and hands the lower modules the ports
+ * through which they reach modules above them. Every process (`keel serve`, `keel worker`, tests,
+ * benchmarks) gets its Keel here, so no module is ever used half-wired.
+ */
+export async function openKeel(opts: KeelOptions = {}): Promise<Keel> {
+  const keel = await createKeel({
+    ...opts,
+    prepare: async (database, { config, log, migrated }) => {
+      // The seed runs with the migrations (a caller that skipped them has seeded too).
+      if (migrated) await seedAccess(database.db);
+      await bootstrapAdmin(database.db, log, config.ADMIN_EMAIL, config.ADMIN_PASSWORD);
+    },
+  });
+  wireModules(keel);
+  return keel;
+}
+
+/** The ports of docs/architecture.md, one call per process. */
+export function wireModules(keel: Keel): void {
+  wireIdentityPorts(keel, {
+    tenantOf: getAccessSummary,
+    enrolledMethods,
+    passkeyCount,
+    secondFactor: loginSecondFactor,
+  });
+}

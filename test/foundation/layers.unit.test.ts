@@ -1,0 +1,47 @@
+import { describe, expect, it } from 'vitest';
+import { layerViolations, importCycles, loadImportGraph, LAYERS } from '../helpers/layers.js';
+
+/**
+ * The module layer order of docs/architecture.md, enforced (issue 14.8): a domain file of a module
+ * imports only platform code and domain files of its own module or of modules below it; HTTP adapter
+ * files (`routes.ts`, `http.ts`, `src/http/`) sit on top and may use any module; no domain file
+ * imports an HTTP adapter; and no two files import each other through a circle.
+ */
+describe('module layers', () => {
+  const graph = loadImportGraph();
+
+  it('reads the source tree (the check cannot pass on nothing)', () => {
+    expect(graph.files.length).toBeGreaterThan(50);
+    expect(graph.edges.length).toBeGreaterThan(200);
+    // Every module folder has a place in the order, so a new module cannot slip past the check.
+    expect(graph.unknownModules).toEqual([]);
+    expect(LAYERS.length).toBeGreaterThan(5);
+  });
+
+  it('no file imports against the layer order', () => {
+    expect(layerViolations(graph)).toEqual([]);
+  });
+
+  it('no import cycle between files', () => {
+    expect(importCycles(graph)).toEqual([]);
+  });
+
+  it('the checker sees a violation and a cycle when there is one', () => {
+    const broken = {
+      ...graph,
+      edges: [
+        ...graph.edges,
+        { from: 'src/modules/tenancy/service.ts', to: 'src/modules/access/service.ts', typeOnly: false },
+        { from: 'src/modules/audit/service.ts', to: 'src/modules/access/routes.ts', typeOnly: false },
+        { from: 'src/platform/crypto.ts', to: 'src/modules/identity/schema.ts', typeOnly: true },
+        { from: 'src/platform/clock.ts', to: 'src/platform/crypto.ts', typeOnly: false },
+        { from: 'src/platform/crypto.ts', to: 'src/platform/clock.ts', typeOnly: false },
+      ],
+    };
+    const violations = layerViolations(broken);
+    expect(violations).toContain('src/modules/tenancy/service.ts -> src/modules/access/service.ts (tenancy is below access)');
+    expect(violations).toContain('src/modules/audit/service.ts -> src/modules/access/routes.ts (a domain file imports an HTTP adapter)');
+    expect(violations).toContain('src/platform/crypto.ts -> src/modules/identity/schema.ts (platform imports a module)');
+    expect(importCycles(broken)).toContainEqual(expect.stringContaining('src/platform/clock.ts'));
+  });
+});
