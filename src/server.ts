@@ -1,11 +1,16 @@
 import { serve, type ServerType } from '@hono/node-server';
 import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
 import type { Keel, KeelOptions } from './keel.js';
 import { openKeel } from './compose.js';
 import { buildApp } from './app.js';
+import type { OpenAPIHono } from '@hono/zod-openapi';
+import type { AppEnv } from './app-env.js';
 
 export interface RunningServer {
   keel: Keel;
+  /** The HTTP application being served (its OpenAPI registry holds every route's zod schemas). */
+  app: OpenAPIHono<AppEnv>;
   url: string;
   port: number;
   close(): Promise<void>;
@@ -35,6 +40,23 @@ function listenError(err: NodeJS.ErrnoException, host: string, port: number): Li
   }
 }
 
+/**
+ * A request Node's parser refuses before Keel sees it (headers over 16 KiB, a malformed request
+ * line): answered in the error envelope like every other error, then the connection closes.
+ */
+function answerClientError(err: NodeJS.ErrnoException, socket: Duplex): void {
+  if (!socket.writable || (err as { bytesParsed?: number }).bytesParsed === undefined) {
+    socket.destroy();
+    return;
+  }
+  const [status, reason, body] =
+    err.code === 'HPE_HEADER_OVERFLOW'
+      ? [431, 'Request Header Fields Too Large', { error: 'The request line and headers are too large', code: 'headers_too_large' }]
+      : [400, 'Bad Request', { error: 'The request could not be parsed as HTTP', code: 'bad_request' }];
+  const text = JSON.stringify(body);
+  socket.end(`HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`);
+}
+
 /** Builds Keel and listens. Used by `keel serve`, the tests (port 0) and the benchmarks. */
 export async function startServer(opts: KeelOptions & { port?: number; host?: string } = {}): Promise<RunningServer> {
   const keel = await openKeel(opts);
@@ -44,13 +66,14 @@ export async function startServer(opts: KeelOptions & { port?: number; host?: st
   // (PORT=0); it is in place before the first request can be read.
   let handle = (_request: Request, _env: unknown): Response | Promise<Response> => new Response('Starting', { status: 503 });
   let server: ServerType;
+  let app: OpenAPIHono<AppEnv> | undefined;
   try {
     server = await new Promise<ServerType>((resolve, reject) => {
       const s = serve({ fetch: (request, env) => handle(request, env), port, hostname: host }, () => {
         try {
           const actual = (s.address() as AddressInfo).port;
           if (keel.config.publicUrlFromListenPort) keel.config.publicUrl = `http://localhost:${actual}`;
-          const app = buildApp(keel);
+          app = buildApp(keel);
           handle = app.fetch;
           resolve(s);
         } catch (err) {
@@ -59,6 +82,7 @@ export async function startServer(opts: KeelOptions & { port?: number; host?: st
         }
       });
       s.once('error', (err: NodeJS.ErrnoException) => reject(listenError(err, host, port)));
+      s.on('clientError', answerClientError);
     });
   } catch (err) {
     await keel.close();
@@ -66,8 +90,10 @@ export async function startServer(opts: KeelOptions & { port?: number; host?: st
   }
   const actual = (server.address() as AddressInfo).port;
   const shownHost = host.includes(':') ? `[${host}]` : host;
+  if (!app) throw new Error('the app was not built');
   return {
     keel,
+    app,
     url: `http://${shownHost}:${actual}`,
     port: actual,
     async close() {

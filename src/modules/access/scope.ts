@@ -75,7 +75,7 @@ async function bodyField(c: Context, field: string): Promise<unknown> {
 }
 
 /** An id named by the query, the JSON body or a path parameter; they must agree when several are given. */
-async function namedId(c: Context, field: string, param?: string): Promise<string | null> {
+async function namedId(c: Context, field: 'orgId' | 'partnerId', param?: string): Promise<string | null> {
   const values = new Set<string>();
   const fromQuery = c.req.query(field);
   if (fromQuery !== undefined && fromQuery !== '') values.add(fromQuery.toLowerCase());
@@ -87,7 +87,7 @@ async function namedId(c: Context, field: string, param?: string): Promise<strin
   const fromParam = param ? c.req.param(param) : undefined;
   if (fromParam) values.add(fromParam.toLowerCase());
   if (values.size === 0) return null;
-  if (values.size > 1) throw badRequest(`${field}_mismatch`, `The ${field} given in the query, body and path must agree`);
+  if (values.size > 1) throw badRequest(field === 'orgId' ? 'org_id_mismatch' : 'partner_id_mismatch', `The ${field} given in the query, body and path must agree`);
   const value = [...values][0] ?? '';
   if (!UUID.test(value)) {
     // A malformed path id reads as "not found", like any id that names nothing.
