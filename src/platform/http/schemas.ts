@@ -4,14 +4,22 @@ import { z } from '@hono/zod-openapi';
 
 export const ErrorSchema = z
   .object({
-    error: z.string(),
-    code: z.string(),
-    details: z.record(z.string(), z.unknown()).optional(),
-    retryAfter: z.number().int().optional(),
+    error: z.string().openapi({ description: 'A sentence for people; its wording may change, so clients decide on `code`', example: 'The request is not valid' }),
+    code: z.string().openapi({
+      description:
+        'Stable snake_case error code for programs, e.g. `validation_failed`, `unauthorized`, `forbidden`, `not_found`, `mfa_required`, `mfa_enrollment_required` (428), `rate_limited` (429)',
+      example: 'validation_failed',
+    }),
+    details: z.record(z.string(), z.unknown()).optional().openapi({
+      description:
+        'Facts about this error, by code: `fields: [{path, message}]` for `validation_failed` (each bad field, e.g. "is required", "is not a known field"), `{users, childRoles}` for a blocked role delete, `missing`/`permissions` for `privilege_escalation`',
+      example: { fields: [{ path: 'email', message: 'is required' }] },
+    }),
+    retryAfter: z.number().int().optional().openapi({ description: 'On 429 only: seconds to wait before trying again (also sent as the `Retry-After` header)', example: 30 }),
   })
   .openapi('Error');
 
-export const MessageSchema = z.object({ message: z.string() }).openapi('Message');
+export const MessageSchema = z.object({ message: z.string().openapi({ description: 'What was done, as a sentence for people' }) }).openapi('Message');
 
 /** Standard error responses for route declarations. */
 export function errors(...codes: (400 | 401 | 403 | 404 | 409 | 428 | 429)[]) {
@@ -41,14 +49,22 @@ export const jsonBody = <T extends z.ZodType>(schema: T) => ({
 
 /** Pagination query of every list (DECISIONS): page ≥ 1 default 1, limit 1–100 default 50. */
 export const PageQuery = z.object({
-  page: z.coerce.number().int().min(1).default(1).openapi({ example: 1 }),
-  limit: z.coerce.number().int().min(1).max(100).default(50).openapi({ example: 50 }),
+  page: z.coerce.number().int().min(1).default(1).openapi({ description: 'Page number, from 1 (default 1)', example: 1 }),
+  limit: z.coerce.number().int().min(1).max(100).default(50).openapi({ description: 'Items per page, 1 to 100 (default 50; over 100 is a 400)', example: 50 }),
 });
+
+const Pagination = z
+  .object({
+    page: z.number().int().openapi({ description: 'The page returned, from 1', example: 1 }),
+    limit: z.number().int().openapi({ description: 'Items per page asked for (the last page may hold fewer)', example: 50 }),
+    total: z.number().int().openapi({ description: 'Items matching the query across all pages', example: 1 }),
+  })
+  .openapi({ description: 'Where this page sits in the whole list' });
 
 export const paginated = <T extends z.ZodType>(item: T) =>
   z.object({
-    data: z.array(item),
-    pagination: z.object({ page: z.number().int(), limit: z.number().int(), total: z.number().int() }),
+    data: z.array(item).openapi({ description: 'The items of this page, in the order the operation states' }),
+    pagination: Pagination,
   });
 
 /** The list answer: `{ data, pagination: { page, limit, total } }`. */
