@@ -30,8 +30,8 @@ const PermissionIn = z
 
 export const Role = z
   .object({
-    id: z.uuid().openapi({ description: 'Role id' }),
-    name: z.string().openapi({ description: 'Role name', example: 'Helpdesk' }),
+    id: z.uuid().openapi({ description: 'Role id (UUID): for /roles/{id}, and the `roleId` of invitations and role assignments' }),
+    name: z.string().openapi({ description: 'Name shown for the role (1 to 100 characters; names need not be unique)', example: 'Helpdesk' }),
     description: z.string().nullable().openapi({ description: 'Free text about the role; null when none' }),
     scope: z.enum(['system', 'partner', 'organization']).openapi({ description: 'Who may hold it: `partner` roles are held by partner users, `organization` roles by organisation users' }),
     partnerId: z.uuid().nullable().openapi({ description: 'Owning partner of a custom partner role; null for system roles and organisation roles' }),
@@ -102,9 +102,9 @@ const Effective = z
 
 const RoleUser = z
   .object({
-    id: z.uuid().openapi({ description: 'User id' }),
+    id: z.uuid().openapi({ description: 'User id (UUID), for /users/{id}' }),
     email: z.string().openapi({ description: 'Email address (sign-in name)' }),
-    name: z.string().openapi({ description: 'Display name' }),
+    name: z.string().openapi({ description: 'Display name (1 to 255 characters)' }),
     status: z.enum(['active', 'invited', 'disabled']).openapi({ description: '`active` can sign in; `invited` has not accepted its invitation; `disabled` cannot sign in' }),
     avatarUrl: z.string().nullable().openapi({ description: 'https URL of the avatar image, or null' }),
     isPlatformAdmin: z.boolean().openapi({ description: 'True for platform administrators' }),

@@ -12,7 +12,7 @@ import { auditLogs } from './schema.js';
 
 const EntrySchema = z
   .object({
-    id: z.uuid().openapi({ description: 'Entry id' }),
+    id: z.uuid().openapi({ description: 'Entry id (UUIDv7: ids sort by time)' }),
     createdAt: z.string().openapi({ description: 'When it happened, ISO 8601 UTC' }),
     action: z.string().openapi({ description: 'What happened, e.g. `user.invite`, `role.update`, `auth.mfa.setup`, `user.login` (SPEC 6.2 lists them)', example: 'user.invite' }),
     actorType: z.string().openapi({ description: 'Who did it: `user`, `api_key`, `system` or `anonymous`', example: 'user' }),

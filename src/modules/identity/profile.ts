@@ -19,9 +19,9 @@ export const PermissionPairSchema = z
 /** The self-profile of `GET /auth/me`, `GET /users/me` and the `user` of every token answer (DECISIONS). */
 export const SelfProfileSchema = z
   .object({
-    id: z.uuid().openapi({ description: 'User id' }),
+    id: z.uuid().openapi({ description: 'Your user id (UUID); the `sub` claim of your access tokens' }),
     email: z.string().openapi({ description: 'Email address (sign-in name)', example: 'ada@example.com' }),
-    name: z.string().openapi({ description: 'Display name', example: 'Ada Lovelace' }),
+    name: z.string().openapi({ description: 'Display name (1 to 255 characters)', example: 'Ada Lovelace' }),
     avatarUrl: z.string().nullable().openapi({ description: 'https URL of the avatar image, or null' }),
     status: z.enum(['active', 'invited', 'disabled']).openapi({ description: '`active` can sign in; `invited` has not accepted an invitation yet; `disabled` cannot sign in' }),
     isPlatformAdmin: z.boolean().openapi({ description: 'True for platform administrators, who act in system scope with an implicit `*:*`' }),

@@ -61,8 +61,8 @@ const SiteIdIn = z.uuid().nullable().optional().openapi({ description: 'The site
 
 const Partner = z
   .object({
-    id: z.uuid().openapi({ description: 'Partner id' }),
-    name: z.string().openapi({ description: 'Partner name', example: 'Analytical Engines Ltd' }),
+    id: z.uuid().openapi({ description: 'Partner id (UUID): for /partners/{id}, and the `partnerId` system callers name a partner with' }),
+    name: z.string().openapi({ description: 'Display name of the partner (1 to 255 characters)', example: 'Analytical Engines Ltd' }),
     settings: SettingsOut,
     createdAt: Created,
     updatedAt: Updated,
@@ -70,9 +70,9 @@ const Partner = z
   .openapi('Partner', { description: 'A partner: a managed-service provider owning organisations' });
 const Org = z
   .object({
-    id: z.uuid().openapi({ description: 'Organisation id' }),
+    id: z.uuid().openapi({ description: 'Organisation id (UUID): for /orgs/{id}, and the `orgId` wherever an organisation is named' }),
     partnerId: z.uuid().nullable().openapi({ description: 'The partner that manages it; null for an organisation without a partner' }),
-    name: z.string().openapi({ description: 'Organisation name', example: 'Contoso Dental' }),
+    name: z.string().openapi({ description: 'Display name of the organisation (1 to 255 characters)', example: 'Contoso Dental' }),
     settings: SettingsOut,
     createdAt: Created,
     updatedAt: Updated,
@@ -80,19 +80,19 @@ const Org = z
   .openapi('Organization', { description: "An organisation: a partner's customer, owning sites, device groups and devices" });
 const Site = z
   .object({
-    id: z.uuid().openapi({ description: 'Site id' }),
+    id: z.uuid().openapi({ description: 'Site id (UUID): for /sites/{id}, and in the `siteIds` restriction of organisation users' }),
     orgId: z.uuid().openapi({ description: 'The organisation it belongs to' }),
-    name: z.string().openapi({ description: 'Site name', example: 'Head office' }),
+    name: z.string().openapi({ description: 'Display name of the site (1 to 255 characters)', example: 'Head office' }),
     createdAt: Created,
     updatedAt: Updated,
   })
   .openapi('Site', { description: 'A site (location) of an organisation' });
 const Group = z
   .object({
-    id: z.uuid().openapi({ description: 'Device group id' }),
+    id: z.uuid().openapi({ description: 'Device group id (UUID): for /device-groups/{id}, and in the `deviceGroupIds` restriction of organisation users' }),
     orgId: z.uuid().openapi({ description: 'The organisation it belongs to' }),
     siteId: z.uuid().nullable().openapi({ description: 'The site it belongs to; null for none' }),
-    name: z.string().openapi({ description: 'Device group name', example: 'Reception PCs' }),
+    name: z.string().openapi({ description: 'Display name of the device group (1 to 255 characters)', example: 'Reception PCs' }),
     createdAt: Created,
     updatedAt: Updated,
   })

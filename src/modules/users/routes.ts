@@ -17,9 +17,9 @@ import { requireMfa } from '../mfa/policy.js';
 
 const UserSchema = z
   .object({
-    id: z.uuid().openapi({ description: 'User id' }),
+    id: z.uuid().openapi({ description: 'User id (UUID), for /users/{id}' }),
     email: z.string().openapi({ description: 'Email address (sign-in name)', example: 'grace@example.com' }),
-    name: z.string().openapi({ description: 'Display name', example: 'Grace Hopper' }),
+    name: z.string().openapi({ description: 'Display name (1 to 255 characters)', example: 'Grace Hopper' }),
     status: z.enum(['active', 'invited', 'disabled']).openapi({ description: '`active` can sign in; `invited` has not accepted its invitation yet; `disabled` cannot sign in' }),
     avatarUrl: z.string().nullable().openapi({ description: 'https URL of the avatar image, or null' }),
     isPlatformAdmin: z.boolean().openapi({ description: 'True for platform administrators (system scope, implicit `*:*`)' }),
