@@ -4,22 +4,30 @@ import { z } from '@hono/zod-openapi';
 
 export const ErrorSchema = z
   .object({
-    error: z.string().openapi({ description: 'A sentence for people; its wording may change, so clients decide on `code`', example: 'The request is not valid' }),
+    error: z.string().openapi({ description: 'A sentence for people; its wording may change, so clients decide on `code`' }),
     code: z.string().openapi({
       description:
         'Stable snake_case error code for programs, e.g. `validation_failed`, `unauthorized`, `forbidden`, `not_found`, `mfa_required`, `mfa_enrollment_required` (428), `rate_limited` (429)',
-      example: 'validation_failed',
     }),
     details: z.record(z.string(), z.unknown()).optional().openapi({
       description:
-        'Facts about this error, by code: `fields: [{path, message}]` for `validation_failed` (each bad field, e.g. "is required", "is not a known field"), `{users, childRoles}` for a blocked role delete, `missing`/`permissions` for `privilege_escalation`',
-      example: { fields: [{ path: 'email', message: 'is required' }] },
+        'Facts about this error, by code: `fields: [{path, message}]` for `validation_failed` (each bad field, e.g. "is required", "is not a known field"), `required` (the `resource:action`) for `permission_denied`, `{users, childRoles}` for a blocked role delete, `missing`/`permissions` for `privilege_escalation`',
     }),
-    retryAfter: z.number().int().optional().openapi({ description: 'On 429 only: seconds to wait before trying again (also sent as the `Retry-After` header)', example: 30 }),
+    retryAfter: z.number().int().optional().openapi({ description: 'On 429 only: seconds to wait before trying again (also sent as the `Retry-After` header)' }),
   })
   .openapi('Error');
 
 export const MessageSchema = z.object({ message: z.string().openapi({ description: 'What was done, as a sentence for people' }) }).openapi('Message');
+
+/** A typical answer of each status, for the docs page (409s differ by route, so they have none). */
+const ERROR_EXAMPLES: Record<number, object> = {
+  400: { error: 'The request is not valid', code: 'validation_failed', details: { fields: [{ path: 'email', message: 'is required' }] } },
+  401: { error: 'Authentication required', code: 'unauthorized' },
+  403: { error: 'You do not have permission to do this', code: 'forbidden' },
+  404: { error: 'Resource not found', code: 'not_found' },
+  428: { error: 'Your role requires multi-factor authentication: enrol an authenticator app first', code: 'mfa_enrollment_required' },
+  429: { error: 'Too many requests; try again later', code: 'rate_limited', retryAfter: 30 },
+};
 
 /** Standard error responses for route declarations. */
 export function errors(...codes: (400 | 401 | 403 | 404 | 409 | 428 | 429)[]) {
@@ -33,7 +41,10 @@ export function errors(...codes: (400 | 401 | 403 | 404 | 409 | 428 | 429)[]) {
     429: 'Too many requests',
   };
   return Object.fromEntries(
-    codes.map((code) => [code, { description: text[code] ?? 'Error', content: { 'application/json': { schema: ErrorSchema } } }]),
+    codes.map((code) => [
+      code,
+      { description: text[code] ?? 'Error', content: { 'application/json': { schema: ErrorSchema, ...(ERROR_EXAMPLES[code] ? { example: ERROR_EXAMPLES[code] } : {}) } } },
+    ]),
   ) as Record<(typeof codes)[number], { description: string; content: { 'application/json': { schema: typeof ErrorSchema } } }>;
 }
 
