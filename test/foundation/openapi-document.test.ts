@@ -2,12 +2,19 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Validator } from '@seriousme/openapi-schema-validator';
 import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { buildApp } from '../../src/app.js';
+import { strictSchema } from '../../src/platform/http/validation.js';
+import { bodyExamples, lookup, operationsOf, undescribedProperties, validatorOf } from '../helpers/openapi.js';
 
 /**
  * Issue 14.3: the OpenAPI document drives the docs page. It is a valid OpenAPI 3.1 document; every
  * operation has a unique operationId and an "Access" paragraph; the security schemes exist; and an
  * operation declares security exactly when the route refuses a request without a token, which is
  * checked against the running app for every operation (so the document cannot drift from the routes).
+ *
+ * And it describes the API to a client (docs/decisions.md, "API descriptions"): every operation has a
+ * summary, every parameter and every property of every request and response schema a description,
+ * every request body an example that the route itself accepts. These checks walk the document, so a
+ * route added later is held to them without being named here.
  */
 describe.skipIf(!backendAvailable())('the OpenAPI document', () => {
   let app: TestApp;
@@ -78,6 +85,76 @@ describe.skipIf(!backendAvailable())('the OpenAPI document', () => {
     expect(find('post', '/api/v1/auth/mfa/setup').security).toEqual([{ bearerAuth: [] }]);
     expect(find('post', '/api/v1/auth/mfa/setup').description).toContain('API keys are refused');
     expect(find('post', '/api/v1/users/{id}/mfa/reset').description).toContain('a session established with a second factor');
+  });
+
+  it('describes every operation, parameter and schema property, walking the whole document', () => {
+    const missing: string[] = [];
+    const visited = new Set<string>();
+    const ops = operationsOf(doc);
+    expect(ops.length).toBeGreaterThan(60);
+    let properties = 0;
+    let parameters = 0;
+    for (const { op, name } of ops) {
+      if (!(typeof op.summary === 'string' && op.summary.trim())) missing.push(`${name}: summary`);
+      for (const p of op.parameters) {
+        const param = typeof p.$ref === 'string' ? lookup(doc, p.$ref) : p;
+        parameters++;
+        if (!(typeof param.description === 'string' && param.description.trim())) missing.push(`${name}: ${param.in} parameter ${param.name}`);
+      }
+      const media: [string, any][] = [
+        ...Object.values(op.requestBody?.content ?? {}).map((m) => [`${name} request body`, m] as [string, any]),
+        ...Object.entries(op.responses ?? {}).flatMap(([status, r]: [string, any]) =>
+          Object.values((typeof r.$ref === 'string' ? lookup(doc, r.$ref) : r).content ?? {}).map((m) => [`${name} response ${status}`, m] as [string, any]),
+        ),
+      ];
+      for (const [at, m] of media) missing.push(...undescribedProperties(doc, m.schema, at, visited));
+    }
+    // Count what was walked, so a walker that reaches nothing cannot pass.
+    for (const ref of visited) properties += Object.keys(lookup(doc, ref).properties ?? {}).length;
+    expect(parameters).toBeGreaterThan(50);
+    expect(properties).toBeGreaterThan(200);
+    expect([...new Set(missing)]).toEqual([]);
+  });
+
+  it('gives every request body an example that the route accepts and the document schema admits', () => {
+    const routes = new Map<string, any>();
+    for (const def of buildApp(app.server.keel).openAPIRegistry.definitions) {
+      if (def.type === 'route') routes.set(`${def.route.method} ${def.route.path}`, def.route);
+    }
+    const problems: string[] = [];
+    let bodies = 0;
+    for (const { method, path, op, name } of operationsOf(doc)) {
+      for (const [type, media] of Object.entries((op.requestBody?.content ?? {}) as Record<string, any>)) {
+        bodies++;
+        const examples = bodyExamples(doc, media);
+        if (examples.length === 0) {
+          problems.push(`${name} (${type}): no example`);
+          continue;
+        }
+        const declared = routes.get(`${method} ${path}`)?.request?.body?.content?.[type]?.schema;
+        for (const example of examples) {
+          // A JSON body: the route's own zod schema, made strict exactly as the route validates it. Other
+          // media types (a multipart upload, whose file a JSON example cannot hold) only the document's.
+          if (type === 'application/json') {
+            if (!declared) problems.push(`${name} (${type}): no zod schema for the body in the route table`);
+            else {
+              const own = strictSchema(declared).safeParse(example);
+              if (!own.success) problems.push(`${name} (${type}): the route refuses its example: ${JSON.stringify(own.error.issues)}`);
+            }
+          }
+          let documented;
+          try {
+            documented = validatorOf(doc, media.schema).safeParse(example);
+          } catch (err) {
+            problems.push(`${name} (${type}): the document schema cannot be read as JSON Schema: ${String(err)}`);
+            continue;
+          }
+          if (!documented.success) problems.push(`${name} (${type}): the document schema refuses its example: ${JSON.stringify(documented.error.issues)}`);
+        }
+      }
+    }
+    expect(bodies).toBeGreaterThan(30);
+    expect(problems).toEqual([]);
   });
 
   it('lists the server the request reached (PUBLIC_URL follows the listen port)', () => {

@@ -1,12 +1,27 @@
 import { z } from '@hono/zod-openapi';
 
-export const IdParam = z.object({ id: z.uuid().openapi({ param: { name: 'id', in: 'path' } }) });
-export const OrgIdParam = z.object({ orgId: z.uuid().openapi({ param: { name: 'orgId', in: 'path' } }) });
+export const IdParam = z.object({
+  id: z.uuid().openapi({
+    description: "Id (UUID) of the resource the path names, as its list or create answer gave it; one the caller cannot see (another tenant's) answers 404",
+    example: '01936f4e-8c1a-7b2e-9d4f-3a5b6c7d8e9f',
+    param: { name: 'id', in: 'path' },
+  }),
+});
+export const OrgIdParam = z.object({
+  orgId: z.uuid().openapi({
+    description: 'Id (UUID) of the organisation; one the caller cannot reach answers 404',
+    example: '01936f4e-8c1a-7b2e-9d4f-3a5b6c7d8e90',
+    param: { name: 'orgId', in: 'path' },
+  }),
+});
 
 /** `orgId` / `partnerId` query parameters that name the organisation or partner (DECISIONS "Naming the organisation"). */
 export const ScopeQuery = z.object({
-  orgId: z.uuid().optional().openapi({ description: 'Organisation to act in (partner and system callers)' }),
-  partnerId: z.uuid().optional().openapi({ description: 'Partner to act in (system callers)' }),
+  orgId: z.uuid().optional().openapi({
+    description:
+      'Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404',
+  }),
+  partnerId: z.uuid().optional().openapi({ description: 'Partner to act in: system callers name the partner here where a partner is meant' }),
 });
 
 /** Stable ISO 8601 UTC timestamps. */

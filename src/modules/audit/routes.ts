@@ -12,32 +12,32 @@ import { auditLogs } from './schema.js';
 
 const EntrySchema = z
   .object({
-    id: z.uuid(),
-    createdAt: z.string(),
-    action: z.string(),
-    actorType: z.string(),
-    actorId: z.string().nullable(),
-    actorEmail: z.string().nullable(),
-    partnerId: z.string().nullable(),
-    orgId: z.string().nullable(),
-    targetType: z.string().nullable(),
-    targetId: z.string().nullable(),
-    changes: z.array(z.string()).nullable(),
-    details: z.record(z.string(), z.unknown()).nullable(),
-    result: z.string(),
-    ipAddress: z.string().nullable(),
-    userAgent: z.string().nullable(),
-    requestId: z.string().nullable(),
+    id: z.uuid().openapi({ description: 'Entry id (UUIDv7: ids sort by time)' }),
+    createdAt: z.string().openapi({ description: 'When it happened, ISO 8601 UTC' }),
+    action: z.string().openapi({ description: 'What happened, e.g. `user.invite`, `role.update`, `auth.mfa.setup`, `user.login` (SPEC 6.2 lists them)', example: 'user.invite' }),
+    actorType: z.string().openapi({ description: 'Who did it: `user`, `api_key`, `system` or `anonymous`', example: 'user' }),
+    actorId: z.string().nullable().openapi({ description: 'Id of the acting user or API key; null for system and anonymous actors' }),
+    actorEmail: z.string().nullable().openapi({ description: 'Email of the acting user (of the key\'s creator for an API key) at the time; null when none' }),
+    partnerId: z.string().nullable().openapi({ description: 'Partner the entry belongs to; null when none' }),
+    orgId: z.string().nullable().openapi({ description: 'Organisation the entry belongs to; null for partner-level and platform entries' }),
+    targetType: z.string().nullable().openapi({ description: 'Kind of thing acted on, e.g. `user`, `role`, `organization`; null when none', example: 'user' }),
+    targetId: z.string().nullable().openapi({ description: 'Id of the thing acted on; null when none' }),
+    changes: z.array(z.string()).nullable().openapi({ description: 'Names of the changed fields (never their values); null when not a change', example: ['name', 'status'] }),
+    details: z.record(z.string(), z.unknown()).nullable().openapi({ description: 'Non-secret context of the action (type, status, counts); keys that look like secrets are never stored' }),
+    result: z.string().openapi({ description: '`success` or `failure`', example: 'success' }),
+    ipAddress: z.string().nullable().openapi({ description: 'Client IP address of the request; null when none (background work)' }),
+    userAgent: z.string().nullable().openapi({ description: 'User-Agent of the request (first 1000 characters); null when none' }),
+    requestId: z.string().nullable().openapi({ description: 'Id of the request (the `x-request-id` of its answer), to match log lines; null when none' }),
   })
-  .openapi('AuditEntry');
+  .openapi('AuditEntry', { description: 'One recorded action' });
 
 const Filters = z.object({
-  action: z.string().max(100).optional(),
-  actorId: z.uuid().optional(),
-  targetType: z.string().max(50).optional(),
-  targetId: z.string().max(100).optional(),
-  from: z.iso.datetime({ offset: true }).optional(),
-  to: z.iso.datetime({ offset: true }).optional(),
+  action: z.string().max(100).optional().openapi({ description: 'Only entries with exactly this action', example: 'user.login' }),
+  actorId: z.uuid().optional().openapi({ description: 'Only entries made by this user or API key' }),
+  targetType: z.string().max(50).optional().openapi({ description: 'Only entries about this kind of thing, e.g. `user`', example: 'user' }),
+  targetId: z.string().max(100).optional().openapi({ description: 'Only entries about the thing with this id' }),
+  from: z.iso.datetime({ offset: true }).optional().openapi({ description: 'Only entries at or after this time (ISO 8601 date-time with offset)', example: '2026-01-01T00:00:00Z' }),
+  to: z.iso.datetime({ offset: true }).optional().openapi({ description: 'Only entries at or before this time (ISO 8601 date-time with offset)', example: '2026-02-01T00:00:00Z' }),
 });
 
 type Row = typeof auditLogs.$inferSelect;
@@ -127,7 +127,9 @@ export function mountAuditRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'get', path: '/audit-logs/export', tags: tag, summary: 'Export the audit entries of the scope (streamed JSON lines or CSV)',
       middleware: [auth, ...guard(keel, { permission: ['audit', 'export'] })],
-      request: { query: ScopeQuery.extend(Filters.shape).extend({ format: z.enum(['jsonl', 'csv']).default('jsonl') }) },
+      request: { query: ScopeQuery.extend(Filters.shape).extend({
+          format: z.enum(['jsonl', 'csv']).default('jsonl').openapi({ description: '`jsonl`: one JSON entry per line (default); `csv`: a header row, then one row per entry (cells that a spreadsheet would run as a formula are prefixed with `\'`)' }),
+        }) },
       responses: {
         200: {
           description: 'The entries, newest first',

@@ -78,10 +78,12 @@ export function tokenResponse(c: Context<AppEnv>, keel: Keel, answer: TokenAnswe
 
 export const TokenAnswerSchema = z
   .object({
-    accessToken: z.string(),
-    refreshToken: z.string(),
-    tokenType: z.literal('Bearer'),
-    expiresIn: z.number().int(),
+    accessToken: z.string().openapi({ description: 'JWT access token, sent as `Authorization: Bearer <accessToken>`; valid `expiresIn` seconds' }),
+    refreshToken: z.string().openapi({
+      description: 'Opaque refresh token for POST /auth/refresh (single use: each refresh rotates it). Also set as the HttpOnly cookie `service_refresh_token`; valid 7 days idle, 30 days at most',
+    }),
+    tokenType: z.literal('Bearer').openapi({ description: 'Always `Bearer`' }),
+    expiresIn: z.number().int().openapi({ description: 'Lifetime of the access token in seconds (900)', example: 900 }),
     user: SelfProfileSchema,
   })
   .openapi('TokenAnswer');

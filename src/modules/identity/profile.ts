@@ -6,31 +6,38 @@ import type { Keel } from '../../keel.js';
 import { PROFILE_TOPIC, USER_TOPIC } from './sessions.js';
 import { identityPorts, type TenantOf } from './ports.js';
 
-export const PermissionPairSchema = z.object({ resource: z.string(), action: z.string() });
+export const PermissionPairSchema = z
+  .object({
+    resource: z.string().openapi({ description: 'Resource of the permission (e.g. `devices`, `users`, `audit`), or `*` for every resource', example: 'devices' }),
+    action: z.string().openapi({ description: 'Canonical action on it (`read`, `write`, `delete`, `execute`, or a named one such as `invite`, `acknowledge`), or `*` for every action', example: 'read' }),
+  })
+  .openapi({ description: 'One `resource:action` permission' });
 
 /** The self-profile of `GET /auth/me`, `GET /users/me` and the `user` of every token answer (DECISIONS). */
 export const SelfProfileSchema = z
   .object({
-    id: z.uuid(),
-    email: z.string(),
-    name: z.string(),
-    avatarUrl: z.string().nullable(),
-    status: z.enum(['active', 'invited', 'disabled']),
-    isPlatformAdmin: z.boolean(),
-    mfaEnabled: z.boolean(),
-    mfaMethod: z.enum(['totp', 'sms', 'passkey']).nullable(),
-    passkeyCount: z.number().int(),
-    phoneNumberMasked: z.string().nullable(),
-    phoneVerified: z.boolean(),
-    lastLoginAt: z.string().nullable(),
-    createdAt: z.string(),
-    scope: z.enum(['system', 'partner', 'organization']).nullable(),
-    partnerId: z.uuid().nullable(),
-    orgId: z.uuid().nullable(),
-    roleId: z.uuid().nullable(),
-    permissions: z.array(PermissionPairSchema),
+    id: z.uuid().openapi({ description: 'Your user id (UUID); the `sub` claim of your access tokens' }),
+    email: z.string().openapi({ description: 'Email address (sign-in name)', example: 'ada@example.com' }),
+    name: z.string().openapi({ description: 'Display name (1 to 255 characters)', example: 'Ada Lovelace' }),
+    avatarUrl: z.string().nullable().openapi({ description: 'https URL of the avatar image, or null' }),
+    status: z.enum(['active', 'invited', 'disabled']).openapi({ description: '`active` can sign in; `invited` has not accepted an invitation yet; `disabled` cannot sign in' }),
+    isPlatformAdmin: z.boolean().openapi({ description: 'True for platform administrators, who act in system scope with an implicit `*:*`' }),
+    mfaEnabled: z.boolean().openapi({ description: 'True when a second factor (TOTP, SMS or a passkey) is enrolled' }),
+    mfaMethod: z.enum(['totp', 'sms', 'passkey']).nullable().openapi({ description: 'Primary second factor, the one login offers first; null without one' }),
+    passkeyCount: z.number().int().openapi({ description: 'Number of registered passkeys' }),
+    phoneNumberMasked: z.string().nullable().openapi({ description: 'The phone number for SMS with all but its country prefix and last two digits hidden; null without one', example: '+1•••••••23' }),
+    phoneVerified: z.boolean().openapi({ description: 'True when the phone number was confirmed with a texted code' }),
+    lastLoginAt: z.string().nullable().openapi({ description: 'Last completed sign-in, ISO 8601 UTC; null before the first' }),
+    createdAt: z.string().openapi({ description: 'When the account was created, ISO 8601 UTC' }),
+    scope: z.enum(['system', 'partner', 'organization']).nullable().openapi({
+      description: 'Where the user acts: `system` (platform administrator), `partner` or `organization` (its association); null for an account with no association, which may call only `/auth/*` and `/users/me`',
+    }),
+    partnerId: z.uuid().nullable().openapi({ description: 'The partner of a partner user; null for organisation, system and unassociated users' }),
+    orgId: z.uuid().nullable().openapi({ description: 'The organisation of an organisation user; null for partner, system and unassociated users' }),
+    roleId: z.uuid().nullable().openapi({ description: 'The role of the association; null without one' }),
+    permissions: z.array(PermissionPairSchema).openapi({ description: 'Effective permissions: the role\'s own plus every ancestor\'s (platform administrators: `*:*`)' }),
   })
-  .openapi('SelfProfile');
+  .openapi('SelfProfile', { description: 'The signed-in user: account, second-factor state and effective access' });
 
 export type SelfProfile = z.infer<typeof SelfProfileSchema>;
 type User = typeof users.$inferSelect;

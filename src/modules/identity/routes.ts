@@ -21,40 +21,79 @@ import { registerPartner } from '../users/registration.js';
 import { clearSessionCookies, refreshTokenFromCookie, requestInfo, tokenResponse, TokenAnswerSchema, userPrincipal } from './http.js';
 import { MfaChallengeSchema } from '../mfa/login.js';
 
-const Email = z.email().max(255).openapi({ example: 'ada@example.com' });
+const Email = z.email().max(255).openapi({ description: 'Email address of the account (at most 255 characters; matched case-insensitively)', example: 'ada@example.com' });
 const Password = z.string().min(1).max(1024);
+const NewPassword = Password.openapi({
+  description: 'The new password: 8 to 128 characters and not guessable (zxcvbn score 3 or more, judged with the email and name); a weak one is a 400 saying why',
+  example: 'correct-Horse-battery-9',
+});
+const PersonName = z.string().trim().min(1).max(255).openapi({ description: 'Display name, 1 to 255 characters after trimming', example: 'Ada Lovelace' });
 
-const LoginBody = z.object({ email: Email, password: Password }).openapi('LoginRequest');
-const RegisterBody = z.object({ email: Email, password: Password, name: z.string().trim().min(1).max(255) }).openapi('RegisterRequest');
-const RegisterPartnerBody = RegisterBody.extend({ partnerName: z.string().trim().min(1).max(255) }).openapi('RegisterPartnerRequest');
-const RefreshBody = z.object({ refreshToken: z.string().min(1).max(200).optional() }).openapi('RefreshRequest');
-const ForgotBody = z.object({ email: z.string().max(255) }).openapi('ForgotPasswordRequest');
-const ResetBody = z.object({ token: z.string().min(1).max(200), password: Password }).openapi('ResetPasswordRequest');
-const ChangeBody = z.object({ currentPassword: Password, newPassword: Password }).openapi('ChangePasswordRequest');
+const LoginBody = z
+  .object({ email: Email, password: Password.openapi({ description: 'The account password (wrong, disabled and not-yet-accepted accounts all answer the same 401)', example: 'correct-Horse-battery-9' }) })
+  .openapi('LoginRequest', { example: { email: 'ada@example.com', password: 'correct-Horse-battery-9' } });
+const RegisterBody = z
+  .object({ email: Email, password: NewPassword, name: PersonName })
+  .openapi('RegisterRequest', { example: { email: 'ada@example.com', password: 'correct-Horse-battery-9', name: 'Ada Lovelace' } });
+const RegisterPartnerBody = RegisterBody.extend({
+  partnerName: z.string().trim().min(1).max(255).openapi({ description: 'Name of the partner (the managed-service provider) to create, 1 to 255 characters', example: 'Analytical Engines Ltd' }),
+}).openapi('RegisterPartnerRequest', {
+  example: { email: 'ada@example.com', password: 'correct-Horse-battery-9', name: 'Ada Lovelace', partnerName: 'Analytical Engines Ltd' },
+});
+const RefreshBody = z
+  .object({
+    refreshToken: z.string().min(1).max(200).optional().openapi({
+      description: 'The refresh token from the last token answer, for clients without cookies (then no CSRF header is needed). Omit it to refresh with the `service_refresh_token` cookie and the `x-service-csrf` header',
+      example: 'q3J5m1cXc0bV9W2mPp7sQ8nE4tYwZkLfHh6uGdRa0Ao',
+    }),
+  })
+  .openapi('RefreshRequest', { example: { refreshToken: 'q3J5m1cXc0bV9W2mPp7sQ8nE4tYwZkLfHh6uGdRa0Ao' } });
+const ForgotBody = z
+  .object({ email: z.string().max(255).openapi({ description: 'Email of the account; the answer is the same 200 whether or not it exists', example: 'ada@example.com' }) })
+  .openapi('ForgotPasswordRequest', { example: { email: 'ada@example.com' } });
+const ResetBody = z
+  .object({
+    token: z.string().min(1).max(200).openapi({ description: 'The token from the emailed reset link (valid 1 hour, single use; a later password change voids it)', example: 'Zx8d3kq0VwYb7nT2cLr5fM1sHj9gPa4eUo6iKy0RtQw' }),
+    password: NewPassword,
+  })
+  .openapi('ResetPasswordRequest', { example: { token: 'Zx8d3kq0VwYb7nT2cLr5fM1sHj9gPa4eUo6iKy0RtQw', password: 'correct-Horse-battery-9' } });
+const ChangeBody = z
+  .object({
+    currentPassword: Password.openapi({ description: 'The current password, re-entered (wrong ones count towards the account lockout)', example: 'old-Horse-battery-8' }),
+    newPassword: NewPassword,
+  })
+  .openapi('ChangePasswordRequest', { example: { currentPassword: 'old-Horse-battery-8', newPassword: 'correct-Horse-battery-9' } });
 const ProfilePatch = z
   .object({
-    name: z.string().trim().min(1).max(255).optional(),
+    name: z.string().trim().min(1).max(255).optional().openapi({ description: 'New display name, 1 to 255 characters after trimming; omitted leaves it', example: 'Ada King' }),
     avatarUrl: z
       .url({ protocol: /^https$/, error: 'must be an https URL' })
       .max(2000)
       .nullable()
-      .optional(),
+      .optional()
+      .openapi({ description: 'An https URL of the avatar image (at most 2000 characters); `null` removes it, omitted leaves it', example: 'https://example.com/ada.png' }),
   })
   .strict()
-  .openapi('ProfileUpdate');
+  .openapi('ProfileUpdate', { example: { name: 'Ada King', avatarUrl: 'https://example.com/ada.png' } });
 const SessionSchema = z
   .object({
-    id: z.uuid(),
-    ipAddress: z.string().nullable(),
-    userAgent: z.string().nullable(),
-    mfa: z.boolean(),
-    current: z.boolean(),
-    createdAt: z.string(),
-    lastUsedAt: z.string(),
-    expiresAt: z.string(),
+    id: z.uuid().openapi({ description: 'Session id (end it with DELETE /auth/sessions/{id})' }),
+    ipAddress: z.string().nullable().openapi({ description: 'Client IP address that signed in (behind `TRUST_PROXY`, the forwarded one); null when unknown', example: '203.0.113.7' }),
+    userAgent: z.string().nullable().openapi({ description: 'User-Agent header of the sign-in request; null when none was sent' }),
+    mfa: z.boolean().openapi({ description: 'True when the session was established with a second factor (its access tokens carry `mfa: true`)' }),
+    current: z.boolean().openapi({ description: 'True for the session of the token making this request' }),
+    createdAt: z.string().openapi({ description: 'When the session began (sign-in), ISO 8601 UTC' }),
+    lastUsedAt: z.string().openapi({ description: 'Last sign-in or refresh of the session, ISO 8601 UTC' }),
+    expiresAt: z.string().openapi({ description: 'When the session ends unless refreshed: 7 days after its last refresh, never more than 30 days after sign-in; ISO 8601 UTC' }),
   })
   .openapi('Session');
-const PartnerSchema = z.object({ id: z.uuid(), name: z.string(), createdAt: z.string() });
+const PartnerSchema = z
+  .object({
+    id: z.uuid().openapi({ description: 'Id of the new partner' }),
+    name: z.string().openapi({ description: 'Partner name as given in `partnerName`' }),
+    createdAt: z.string().openapi({ description: 'When the partner was created, ISO 8601 UTC' }),
+  })
+  .openapi({ description: 'The partner created with the account; its user holds the seeded Partner Admin role (Force MFA on: 428 until a factor is enrolled)' });
 
 const tag = ['auth'];
 
@@ -237,7 +276,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
     createRoute({
       method: 'delete', path: '/auth/sessions/{id}', tags: tag, summary: 'End one of own sessions',
       middleware: [auth] as const,
-      request: { params: z.object({ id: z.uuid() }) },
+      request: { params: z.object({ id: z.uuid().openapi({ description: 'Id of one of own sessions (from GET /auth/sessions); another user\'s is 404', param: { name: 'id', in: 'path' } }) }) },
       responses: { 204: { description: 'Ended' }, ...errors(401, 403, 404) },
     }),
     async (c) => {

@@ -12,10 +12,12 @@ export const MFA_TEMP_TOKEN_TTL_MS = 5 * 60_000;
 
 export const MfaChallengeSchema = z
   .object({
-    mfaRequired: z.literal(true),
-    mfaMethod: z.enum(['totp', 'sms', 'passkey']),
-    tempToken: z.string(),
-    availableMethods: z.array(z.enum(['totp', 'sms', 'passkey'])),
+    mfaRequired: z.literal(true).openapi({ description: 'Always true: the password was right and a second factor is needed; no tokens were issued' }),
+    mfaMethod: z.enum(['totp', 'sms', 'passkey']).openapi({ description: 'The primary factor to ask for: `totp` or `sms` go to POST /auth/mfa/verify (for `sms`, POST /auth/mfa/sms/send first), `passkey` to POST /auth/mfa/passkey/options' }),
+    tempToken: z.string().openapi({ description: 'Carries the login to the second step; valid 5 minutes' }),
+    availableMethods: z
+      .array(z.enum(['totp', 'sms', 'passkey']))
+      .openapi({ description: 'Every enrolled factor the organisation policy allows; empty when none is allowed (a recovery code still signs in)' }),
   })
   .openapi('MfaChallenge');
 

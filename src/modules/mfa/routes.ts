@@ -22,31 +22,50 @@ import { assertFactorChangeAllowed, endSessionsWithoutMfa, requireFactorProof } 
 import { loadUser } from './common.js';
 
 const Code = z.string().trim().min(6).max(20).openapi({ description: '6-digit TOTP or SMS code, or a recovery code XXXX-XXXX', example: '123456' });
+const RecoveryCodeList = z.array(z.string()).openapi({
+  description: 'Ten one-time recovery codes (`XXXX-XXXX`), each usable once in place of a TOTP or SMS code; shown only here, stored hashed',
+  example: ['K7QF-M2XD', 'P9ZR-4HWC'],
+});
 const SetupSchema = z
-  .object({ secret: z.string(), otpAuthUrl: z.string(), qrCodeDataUrl: z.string(), recoveryCodes: z.array(z.string()), expiresAt: z.string() })
+  .object({
+    secret: z.string().openapi({ description: 'The TOTP secret (base32), for typing into an authenticator app', example: 'JBSWY3DPEHPK3PXP' }),
+    otpAuthUrl: z.string().openapi({ description: 'The `otpauth://totp/...` URI with the secret (SHA-1, 6 digits, 30-second period), for authenticator apps' }),
+    qrCodeDataUrl: z.string().openapi({ description: 'A `data:image/png;base64,...` QR code of `otpAuthUrl`, to show for scanning' }),
+    recoveryCodes: RecoveryCodeList,
+    expiresAt: z.string().openapi({ description: 'Until when (10 minutes) the setup waits to be confirmed with a code from the app; ISO 8601 UTC' }),
+  })
   .openapi('MfaSetup');
-const EnabledSchema = TokenAnswerSchema.extend({ recoveryCodes: z.array(z.string()) }).openapi('MfaEnabled');
+const EnabledSchema = TokenAnswerSchema.extend({ recoveryCodes: RecoveryCodeList }).openapi('MfaEnabled', {
+  description: 'The factor is on: a fresh token pair for a session with `mfa: true`, and the recovery codes',
+});
 const tag = ['mfa'];
 
-const TempToken = z.string().min(1).max(200);
-const Password = z.string().min(1).max(1024);
-const PasskeyName = z.string().trim().min(1).max(255).openapi({ example: 'MacBook Touch ID' });
+const TempToken = z.string().min(1).max(200).openapi({ description: 'The `tempToken` of the login answer (valid 5 minutes)', example: 'fN3kq8WvY2pLr0tB5xZc7hJm1sDg4uAe9oRi6yKwQbE' });
+const Password = z.string().min(1).max(1024).openapi({ description: 'The current account password, re-entered (limited per user; wrong ones count towards the lockout)', example: 'correct-Horse-battery-9' });
+const PasskeyName = z.string().trim().min(1).max(255).openapi({ description: 'A name for the passkey, to recognise it in the list (1 to 255 characters)', example: 'MacBook Touch ID' });
 const SmsCode = z.string().trim().min(1).max(20).openapi({ description: 'The 6-digit code from the SMS', example: '123456' });
+const MaskedPhone = z.string().nullable().openapi({ description: 'The phone number texted, all but its country prefix and last two digits hidden', example: '+1•••••••23' });
 const CodeSentSchema = z
-  .object({ message: z.string(), phoneNumberMasked: z.string().nullable(), expiresAt: z.string() })
+  .object({
+    message: z.string().openapi({ description: 'Always `Code sent`' }),
+    phoneNumberMasked: MaskedPhone,
+    expiresAt: z.string().openapi({ description: 'Until when the code is accepted (10 minutes, at most 5 tries); ISO 8601 UTC' }),
+  })
   .openapi('SmsCodeSent');
-const PhoneConfirmedSchema = z.object({ phoneNumberMasked: z.string().nullable(), phoneVerified: z.literal(true) }).openapi('PhoneConfirmed');
+const PhoneConfirmedSchema = z
+  .object({ phoneNumberMasked: MaskedPhone, phoneVerified: z.literal(true).openapi({ description: 'Always true: the phone is verified and may be used for SMS MFA' }) })
+  .openapi('PhoneConfirmed');
 const PasskeySchema = z
   .object({
-    id: z.uuid(),
-    name: z.string(),
-    credentialId: z.string(),
-    transports: z.array(z.string()),
-    aaguid: z.string().nullable(),
-    backupEligible: z.boolean(),
-    backupState: z.boolean(),
-    createdAt: z.string(),
-    lastUsedAt: z.string().nullable(),
+    id: z.uuid().openapi({ description: 'Passkey id (for rename and delete)' }),
+    name: z.string().openapi({ description: 'The name given at registration or rename', example: 'MacBook Touch ID' }),
+    credentialId: z.string().openapi({ description: 'The WebAuthn credential id, base64url' }),
+    transports: z.array(z.string()).openapi({ description: 'How the browser reaches the authenticator, as it reported them (`internal`, `hybrid`, `usb`, `nfc`, `ble`)', example: ['internal'] }),
+    aaguid: z.string().nullable().openapi({ description: 'The authenticator model (AAGUID) it attested, or null when not given' }),
+    backupEligible: z.boolean().openapi({ description: 'True when the credential may be synced to other devices (a synced passkey)' }),
+    backupState: z.boolean().openapi({ description: 'True when the credential is currently backed up or synced (as of its last use)' }),
+    createdAt: z.string().openapi({ description: 'When it was registered, ISO 8601 UTC' }),
+    lastUsedAt: z.string().nullable().openapi({ description: 'Last sign-in with it, ISO 8601 UTC; null if never used' }),
   })
   .openapi('Passkey');
 const PasskeyCreatedSchema = PasskeySchema.extend({
@@ -54,28 +73,44 @@ const PasskeyCreatedSchema = PasskeySchema.extend({
 }).openapi('PasskeyCreated');
 /** The JSON a browser's navigator.credentials result serialises to (as @simplewebauthn/browser sends it). */
 const b64url = z.string().max(65_536);
+const b64 = (description: string) => b64url.openapi({ description: `${description} (base64url, as the browser gave it)` });
+const credentialCommon = {
+  id: b64('The credential id'),
+  rawId: b64('The credential id, raw'),
+  type: z.literal('public-key').openapi({ description: 'Always `public-key`' }),
+  clientExtensionResults: z.record(z.string(), z.unknown()).default({}).openapi({ description: "The browser's `getClientExtensionResults()`; `{}` when none" }),
+};
 const RegistrationCredential = z
   .object({
-    id: b64url,
-    rawId: b64url,
-    type: z.literal('public-key'),
-    response: z.object({ clientDataJSON: b64url, attestationObject: b64url, transports: z.array(z.string().max(32)).max(16).optional() }).loose(),
-    clientExtensionResults: z.record(z.string(), z.unknown()).default({}),
+    ...credentialCommon,
+    response: z
+      .object({
+        clientDataJSON: b64('The client data JSON'),
+        attestationObject: b64('The attestation object'),
+        transports: z.array(z.string().max(32)).max(16).optional().openapi({ description: "The authenticator's `getTransports()`, at most 16", example: ['internal', 'hybrid'] }),
+      })
+      .loose()
+      .openapi({ description: "The AuthenticatorAttestationResponse of `navigator.credentials.create()`" }),
   })
   .loose()
-  .openapi('PasskeyRegistrationCredential');
+  .openapi('PasskeyRegistrationCredential', { description: 'The RegistrationResponseJSON a browser produced (as @simplewebauthn/browser sends it)' });
 const AuthenticationCredential = z
   .object({
-    id: b64url,
-    rawId: b64url,
-    type: z.literal('public-key'),
-    response: z.object({ clientDataJSON: b64url, authenticatorData: b64url, signature: b64url, userHandle: b64url.optional() }).loose(),
-    clientExtensionResults: z.record(z.string(), z.unknown()).default({}),
+    ...credentialCommon,
+    response: z
+      .object({
+        clientDataJSON: b64('The client data JSON'),
+        authenticatorData: b64('The authenticator data'),
+        signature: b64('The assertion signature'),
+        userHandle: b64('The user handle (the user id the passkey was registered with)').optional(),
+      })
+      .loose()
+      .openapi({ description: "The AuthenticatorAssertionResponse of `navigator.credentials.get()`" }),
   })
   .loose()
-  .openapi('PasskeyAuthenticationCredential');
+  .openapi('PasskeyAuthenticationCredential', { description: 'The AuthenticationResponseJSON a browser produced (as @simplewebauthn/browser sends it)' });
 const WebAuthnOptionsSchema = z
-  .object({ challenge: z.string() })
+  .object({ challenge: z.string().openapi({ description: 'The challenge (base64url) the authenticator signs; held 5 minutes and usable once' }) })
   .loose()
   .openapi('WebAuthnOptions', { description: 'PublicKeyCredentialCreationOptionsJSON / PublicKeyCredentialRequestOptionsJSON (WebAuthn Level 3)' });
 /** The library's option objects are plain JSON (optional members are absent, never undefined). */
@@ -102,7 +137,17 @@ export function mountMfaRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/auth/mfa/verify', tags: tag,
       security: [{}, { bearerAuth: [] }],
       summary: 'With tempToken: the second step of login. Without: confirm a pending authenticator setup',
-      request: { body: jsonBody(z.object({ code: Code, tempToken: z.string().min(1).max(200).optional() }).openapi('MfaVerifyRequest')) },
+      request: { body: jsonBody(
+          z
+            .object({
+              code: Code,
+              tempToken: z.string().min(1).max(200).optional().openapi({
+                description: 'The `tempToken` of the login answer, to finish signing in (a wrong code is then 401). Omit it, signed in, to confirm a pending authenticator setup (a wrong code is then 400)',
+                example: 'fN3kq8WvY2pLr0tB5xZc7hJm1sDg4uAe9oRi6yKwQbE',
+              }),
+            })
+            .openapi('MfaVerifyRequest', { example: { code: '123456', tempToken: 'fN3kq8WvY2pLr0tB5xZc7hJm1sDg4uAe9oRi6yKwQbE' } }),
+        ) },
       responses: { 200: json(z.union([TokenAnswerSchema, EnabledSchema])), ...errors(400, 401, 429) },
     }),
     async (c) => {
@@ -123,7 +168,7 @@ export function mountMfaRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'post', path: '/auth/mfa/enable', tags: tag, summary: 'Confirm a pending authenticator setup; returns recovery codes and an MFA session',
       middleware: [auth, factorProof] as const,
-      request: { body: jsonBody(z.object({ code: Code }).openapi('MfaEnableRequest')) },
+      request: { body: jsonBody(z.object({ code: Code }).openapi('MfaEnableRequest', { example: { code: '123456' } })) },
       responses: { 200: json(EnabledSchema), ...errors(400, 401, 429) },
     }),
     async (c) => {
@@ -139,7 +184,7 @@ export function mountMfaRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'post', path: '/auth/mfa/disable', tags: tag, summary: 'Turn off TOTP/SMS (keeps passkeys); 403 when the organisation requires MFA',
       middleware: [auth, factorProof] as const,
-      request: { body: jsonBody(z.object({ code: Code }).openapi('MfaDisableRequest')) },
+      request: { body: jsonBody(z.object({ code: Code }).openapi('MfaDisableRequest', { example: { code: '123456' } })) },
       responses: { 200: json(MessageSchema), ...errors(400, 401, 403, 409, 429) },
     }),
     async (c) => {
@@ -152,8 +197,8 @@ export function mountMfaRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'post', path: '/auth/mfa/recovery-codes', tags: tag, summary: 'Replace all recovery codes (needs a current TOTP or SMS code)',
       middleware: [auth, factorProof] as const,
-      request: { body: jsonBody(z.object({ code: Code }).openapi('RecoveryCodesRequest')) },
-      responses: { 200: json(z.object({ recoveryCodes: z.array(z.string()) }).openapi('RecoveryCodes')), ...errors(400, 401, 409, 429) },
+      request: { body: jsonBody(z.object({ code: Code }).openapi('RecoveryCodesRequest', { example: { code: '123456' } })) },
+      responses: { 200: json(z.object({ recoveryCodes: RecoveryCodeList }).openapi('RecoveryCodes')), ...errors(400, 401, 409, 429) },
     }),
     async (c) => c.json({ recoveryCodes: await rotateRecoveryCodes(keel, c.get('principal').userId, c.req.valid('json').code, requestInfo(c)) }, 200),
   );
@@ -170,7 +215,18 @@ function mountSmsRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'post', path: '/auth/phone/verify', tags: tag, summary: 'Text a verification code to a phone number (E.164)',
       middleware: [auth, factorProof] as const,
-      request: { body: jsonBody(z.object({ phoneNumber: z.string().trim().min(2).max(32).openapi({ example: '+14155550123' }) }).openapi('PhoneVerifyRequest')) },
+      request: { body: jsonBody(
+          z
+            .object({
+              phoneNumber: z
+                .string()
+                .trim()
+                .min(2)
+                .max(32)
+                .openapi({ description: 'The phone number in international form: `+`, country code and number (E.164); anything else is a 400', example: '+14155550123' }),
+            })
+            .openapi('PhoneVerifyRequest', { example: { phoneNumber: '+14155550123' } }),
+        ) },
       responses: { 200: json(CodeSentSchema), ...errors(400, 401, 403, 404, 429), ...unavailable(502, 'The gateway refused the SMS'), ...unavailable(503, 'No SMS gateway') },
     }),
     async (c) => {
@@ -182,7 +238,7 @@ function mountSmsRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'post', path: '/auth/phone/confirm', tags: tag, summary: 'Confirm the phone with the texted code',
       middleware: [auth, factorProof] as const,
-      request: { body: jsonBody(z.object({ code: SmsCode }).openapi('PhoneConfirmRequest')) },
+      request: { body: jsonBody(z.object({ code: SmsCode }).openapi('PhoneConfirmRequest', { example: { code: '123456' } })) },
       responses: { 200: json(PhoneConfirmedSchema), ...errors(400, 401, 403, 404) },
     }),
     async (c) => c.json(await confirmPhone(keel, c.get('principal').userId, c.req.valid('json').code, requestInfo(c)), 200),
@@ -193,7 +249,7 @@ function mountSmsRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/auth/mfa/sms/enable', tags: tag,
       summary: 'Make SMS to the verified phone the second factor; returns recovery codes and an MFA session',
       middleware: [auth, factorProof] as const,
-      request: { body: { required: false, content: { 'application/json': { schema: z.object({}).loose().openapi('SmsEnableRequest') } } } },
+      request: { body: { required: false, content: { 'application/json': { schema: z.object({}).loose().openapi('SmsEnableRequest', { description: 'No fields: send `{}` or no body', example: {} }) } } } },
       responses: { 200: json(EnabledSchema), ...errors(401, 403, 404, 409), ...unavailable(503, 'No SMS gateway') },
     }),
     async (c) => {
@@ -210,7 +266,15 @@ function mountSmsRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/auth/mfa/sms/send', tags: tag,
       security: [{}, { bearerAuth: [] }],
       summary: 'With tempToken: text the login code. Without (signed in): text a code for disable or recovery-code rotation',
-      request: { body: jsonBody(z.object({ tempToken: TempToken.optional() }).openapi('SmsSendRequest')) },
+      request: { body: jsonBody(
+          z
+            .object({
+              tempToken: TempToken.optional().openapi({
+                description: 'The `tempToken` of the login answer, to text the login code (3 per temp token). Omit it and send a bearer token to text a code for disabling MFA or rotating recovery codes',
+              }),
+            })
+            .openapi('SmsSendRequest', { example: { tempToken: 'fN3kq8WvY2pLr0tB5xZc7hJm1sDg4uAe9oRi6yKwQbE' } }),
+        ) },
       responses: { 200: json(CodeSentSchema), ...errors(401, 403, 404, 409, 429), ...unavailable(502, 'The gateway refused the SMS'), ...unavailable(503, 'No SMS gateway') },
     }),
     async (c) => {
@@ -232,7 +296,7 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'post', path: '/auth/passkeys/register/options', tags: tag, summary: 'Start registering a passkey (password re-entry); the challenge is held 5 minutes',
       middleware: [auth, factorProof] as const,
-      request: { body: jsonBody(z.object({ currentPassword: Password, name: PasskeyName }).openapi('PasskeyRegisterOptionsRequest')) },
+      request: { body: jsonBody(z.object({ currentPassword: Password, name: PasskeyName }).openapi('PasskeyRegisterOptionsRequest', { example: { currentPassword: 'correct-Horse-battery-9', name: 'MacBook Touch ID' } })) },
       responses: { 200: json(WebAuthnOptionsSchema), ...errors(400, 401, 403, 404, 429), ...unavailable(503, 'WebAuthn relying party misconfigured') },
     }),
     async (c) => {
@@ -245,7 +309,11 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'post', path: '/auth/passkeys/register/verify', tags: tag, summary: 'Store the passkey the browser created; activates MFA',
       middleware: [auth, factorProof] as const,
-      request: { body: jsonBody(z.object({ credential: RegistrationCredential }).openapi('PasskeyRegisterVerifyRequest')) },
+      request: { body: jsonBody(
+          z.object({ credential: RegistrationCredential }).openapi('PasskeyRegisterVerifyRequest', {
+            example: { credential: { id: 'mQqS0Xh3cXKkQ2n1bY3k7w', rawId: 'mQqS0Xh3cXKkQ2n1bY3k7w', type: 'public-key', response: { clientDataJSON: 'eyJ0eXBlIjoid2ViYXV0aG4uY3JlYXRlIn0', attestationObject: 'o2NmbXRkbm9uZWdhdHRTdG10oGhhdXRoRGF0YQ', transports: ['internal'] }, clientExtensionResults: {} } },
+          }),
+        ) },
       responses: { 201: json(PasskeyCreatedSchema, 'Registered'), ...errors(400, 401, 403, 404, 409), ...unavailable(503, 'WebAuthn relying party misconfigured') },
     }),
     async (c) => {
@@ -275,7 +343,10 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'patch', path: '/auth/passkeys/{id}', tags: tag, summary: 'Rename one of own passkeys',
       middleware: [auth] as const,
-      request: { params: z.object({ id: z.uuid() }), body: jsonBody(z.object({ name: PasskeyName }).openapi('PasskeyRenameRequest')) },
+      request: {
+        params: z.object({ id: z.uuid().openapi({ description: 'Id of one of own passkeys (from GET /auth/passkeys); another user\'s is 404', param: { name: 'id', in: 'path' } }) }),
+        body: jsonBody(z.object({ name: PasskeyName }).openapi('PasskeyRenameRequest', { example: { name: 'Work YubiKey' } })),
+      },
       responses: { 200: json(PasskeySchema), ...errors(400, 401, 403, 404) },
     }),
     async (c) => c.json(await renamePasskey(keel, c.get('principal').userId, c.req.valid('param').id, c.req.valid('json').name), 200),
@@ -286,7 +357,10 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'delete', path: '/auth/passkeys/{id}', tags: tag,
       summary: 'Remove one of own passkeys (password re-entry); 409 when it is the last factor under Force MFA',
       middleware: [auth, factorProof] as const,
-      request: { params: z.object({ id: z.uuid() }), body: jsonBody(z.object({ currentPassword: Password }).openapi('PasskeyDeleteRequest')) },
+      request: {
+        params: z.object({ id: z.uuid().openapi({ description: 'Id of one of own passkeys (from GET /auth/passkeys); another user\'s is 404', param: { name: 'id', in: 'path' } }) }),
+        body: jsonBody(z.object({ currentPassword: Password }).openapi('PasskeyDeleteRequest', { example: { currentPassword: 'correct-Horse-battery-9' } })),
+      },
       responses: { 204: { description: 'Removed' }, ...errors(400, 401, 403, 404, 409, 429) },
     }),
     async (c) => {
@@ -298,7 +372,7 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'post', path: '/auth/mfa/passkey/options', tags: tag, summary: 'Second step of login with a passkey: the WebAuthn challenge (5 minutes, single use)',
-      request: { body: jsonBody(z.object({ tempToken: TempToken }).openapi('PasskeyLoginOptionsRequest')) },
+      request: { body: jsonBody(z.object({ tempToken: TempToken }).openapi('PasskeyLoginOptionsRequest', { example: { tempToken: 'fN3kq8WvY2pLr0tB5xZc7hJm1sDg4uAe9oRi6yKwQbE' } })) },
       responses: { 200: json(WebAuthnOptionsSchema), ...errors(401, 403, 404, 409), ...unavailable(503, 'WebAuthn relying party misconfigured') },
     }),
     async (c) => c.json(asOptions(await passkeyLoginOptions(keel, c.req.valid('json').tempToken)), 200),
@@ -307,7 +381,11 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'post', path: '/auth/mfa/passkey/verify', tags: tag, summary: 'Finish login with the passkey assertion: full tokens with mfa: true',
-      request: { body: jsonBody(z.object({ tempToken: TempToken, credential: AuthenticationCredential }).openapi('PasskeyLoginVerifyRequest')) },
+      request: { body: jsonBody(
+          z.object({ tempToken: TempToken, credential: AuthenticationCredential }).openapi('PasskeyLoginVerifyRequest', {
+            example: { tempToken: 'fN3kq8WvY2pLr0tB5xZc7hJm1sDg4uAe9oRi6yKwQbE', credential: { id: 'mQqS0Xh3cXKkQ2n1bY3k7w', rawId: 'mQqS0Xh3cXKkQ2n1bY3k7w', type: 'public-key', response: { clientDataJSON: 'eyJ0eXBlIjoid2ViYXV0aG4uZ2V0In0', authenticatorData: 'SZYN5YgOjGh0NBcPZHZgW4_krrmihjLHmVzzuoMdl2MFAAAAAQ', signature: 'MEUCIQDx7k9f3Gd8k2Hc', userHandle: 'AZNvToxae46dTzpbbH2Onw' }, clientExtensionResults: {} } },
+          }),
+        ) },
       responses: { 200: json(TokenAnswerSchema), ...errors(400, 401, 403, 404, 429), ...unavailable(503, 'WebAuthn relying party misconfigured') },
     }),
     async (c) => {

@@ -27,39 +27,99 @@ import {
 } from './service.js';
 
 /** `settings.security` (DECISIONS); unknown keys are a 400. */
+const Method = (name: string) => z.boolean().optional().openapi({ description: `Whether ${name} may be used as a second factor (default true; false refuses enrolling it and skips it at login)` });
 const Settings = z
   .object({
     security: z
       .object({
-        requireMfa: z.boolean().optional(),
-        allowedMfaMethods: z.object({ totp: z.boolean().optional(), sms: z.boolean().optional(), passkey: z.boolean().optional() }).strict().optional(),
+        requireMfa: z.boolean().optional().openapi({ description: 'When true, members cannot turn their second factor off (403); default false' }),
+        allowedMfaMethods: z
+          .object({ totp: Method('an authenticator app (TOTP)'), sms: Method('SMS'), passkey: Method('a passkey') })
+          .strict()
+          .optional()
+          .openapi({ description: 'Which second factors members may use; a method left out keeps its value' }),
       })
       .strict()
-      .optional(),
+      .optional()
+      .openapi({ description: 'Security policy for members. An organisation and its partner both apply: MFA is required if either requires it, a method allowed only if both allow it' }),
   })
   .strict()
-  .openapi('TenantSettings');
+  .openapi('TenantSettings', {
+    description: 'Settings to change, merged into the current ones: keys given replace, keys left out stay; an unknown key is a 400',
+    example: { security: { requireMfa: true, allowedMfaMethods: { sms: false } } },
+  });
 
-const SettingsOut = z.record(z.string(), z.unknown());
+const SettingsOut = z.record(z.string(), z.unknown()).openapi({
+  description: 'Stored settings: `security.requireMfa` and `security.allowedMfaMethods.{totp,sms,passkey}` (absent keys take their defaults: false and true)',
+  example: { security: { requireMfa: true, allowedMfaMethods: { sms: false } } },
+});
 const Name = z.string().trim().min(1).max(255);
+const NameIn = (what: string, example: string) => Name.openapi({ description: `Name of the ${what}, 1 to 255 characters after trimming`, example });
+const Created = z.string().openapi({ description: 'When it was created, ISO 8601 UTC' });
+const Updated = z.string().openapi({ description: 'Last change, ISO 8601 UTC' });
+const SiteIdIn = z.uuid().nullable().optional().openapi({ description: 'The site (of the same organisation) the group belongs to; null for none' });
 
-const Partner = z.object({ id: z.uuid(), name: z.string(), settings: SettingsOut, createdAt: z.string(), updatedAt: z.string() }).openapi('Partner');
+const Partner = z
+  .object({
+    id: z.uuid().openapi({ description: 'Partner id (UUID): for /partners/{id}, and the `partnerId` system callers name a partner with' }),
+    name: z.string().openapi({ description: 'Display name of the partner (1 to 255 characters)', example: 'Analytical Engines Ltd' }),
+    settings: SettingsOut,
+    createdAt: Created,
+    updatedAt: Updated,
+  })
+  .openapi('Partner', { description: 'A partner: a managed-service provider owning organisations' });
 const Org = z
-  .object({ id: z.uuid(), partnerId: z.uuid().nullable(), name: z.string(), settings: SettingsOut, createdAt: z.string(), updatedAt: z.string() })
-  .openapi('Organization');
-const Site = z.object({ id: z.uuid(), orgId: z.uuid(), name: z.string(), createdAt: z.string(), updatedAt: z.string() }).openapi('Site');
+  .object({
+    id: z.uuid().openapi({ description: 'Organisation id (UUID): for /orgs/{id}, and the `orgId` wherever an organisation is named' }),
+    partnerId: z.uuid().nullable().openapi({ description: 'The partner that manages it; null for an organisation without a partner' }),
+    name: z.string().openapi({ description: 'Display name of the organisation (1 to 255 characters)', example: 'Contoso Dental' }),
+    settings: SettingsOut,
+    createdAt: Created,
+    updatedAt: Updated,
+  })
+  .openapi('Organization', { description: "An organisation: a partner's customer, owning sites, device groups and devices" });
+const Site = z
+  .object({
+    id: z.uuid().openapi({ description: 'Site id (UUID): for /sites/{id}, and in the `siteIds` restriction of organisation users' }),
+    orgId: z.uuid().openapi({ description: 'The organisation it belongs to' }),
+    name: z.string().openapi({ description: 'Display name of the site (1 to 255 characters)', example: 'Head office' }),
+    createdAt: Created,
+    updatedAt: Updated,
+  })
+  .openapi('Site', { description: 'A site (location) of an organisation' });
 const Group = z
-  .object({ id: z.uuid(), orgId: z.uuid(), siteId: z.uuid().nullable(), name: z.string(), createdAt: z.string(), updatedAt: z.string() })
-  .openapi('DeviceGroup');
+  .object({
+    id: z.uuid().openapi({ description: 'Device group id (UUID): for /device-groups/{id}, and in the `deviceGroupIds` restriction of organisation users' }),
+    orgId: z.uuid().openapi({ description: 'The organisation it belongs to' }),
+    siteId: z.uuid().nullable().openapi({ description: 'The site it belongs to; null for none' }),
+    name: z.string().openapi({ description: 'Display name of the device group (1 to 255 characters)', example: 'Reception PCs' }),
+    createdAt: Created,
+    updatedAt: Updated,
+  })
+  .openapi('DeviceGroup', { description: 'A group of devices within an organisation, optionally within one site' });
 
-const PartnerCreate = z.object({ name: Name, settings: Settings.optional() }).openapi('PartnerCreate');
-const PartnerPatch = z.object({ name: Name.optional(), settings: Settings.optional() }).openapi('PartnerUpdate');
-const OrgCreate = z.object({ name: Name, partnerId: z.uuid().optional(), settings: Settings.optional() }).openapi('OrganizationCreate');
-const OrgPatch = z.object({ name: Name.optional(), settings: Settings.optional() }).openapi('OrganizationUpdate');
-const SiteCreate = z.object({ name: Name }).openapi('SiteCreate');
-const SitePatch = z.object({ name: Name.optional() }).openapi('SiteUpdate');
-const GroupCreate = z.object({ name: Name, siteId: z.uuid().nullable().optional() }).openapi('DeviceGroupCreate');
-const GroupPatch = z.object({ name: Name.optional(), siteId: z.uuid().nullable().optional() }).openapi('DeviceGroupUpdate');
+const PartnerCreate = z
+  .object({ name: NameIn('partner', 'Analytical Engines Ltd'), settings: Settings.optional() })
+  .openapi('PartnerCreate', { example: { name: 'Analytical Engines Ltd', settings: { security: { requireMfa: true } } } });
+const PartnerPatch = z
+  .object({ name: NameIn('partner', 'Analytical Engines Ltd').optional(), settings: Settings.optional() })
+  .openapi('PartnerUpdate', { example: { settings: { security: { allowedMfaMethods: { sms: false } } } } });
+const OrgCreate = z
+  .object({
+    name: NameIn('organisation', 'Contoso Dental'),
+    partnerId: z.uuid().optional().openapi({ description: "System callers: the partner to create it under (none: an organisation without a partner). Partner users always create under their own partner" }),
+    settings: Settings.optional(),
+  })
+  .openapi('OrganizationCreate', { example: { name: 'Contoso Dental', settings: { security: { requireMfa: true } } } });
+const OrgPatch = z
+  .object({ name: NameIn('organisation', 'Contoso Dental').optional(), settings: Settings.optional() })
+  .openapi('OrganizationUpdate', { example: { name: 'Contoso Dental Group' } });
+const SiteCreate = z.object({ name: NameIn('site', 'Head office') }).openapi('SiteCreate', { example: { name: 'Head office' } });
+const SitePatch = z.object({ name: NameIn('site', 'Head office').optional() }).openapi('SiteUpdate', { example: { name: 'Main office' } });
+const GroupCreate = z.object({ name: NameIn('device group', 'Reception PCs'), siteId: SiteIdIn }).openapi('DeviceGroupCreate', { example: { name: 'Reception PCs', siteId: null } });
+const GroupPatch = z
+  .object({ name: NameIn('device group', 'Reception PCs').optional(), siteId: SiteIdIn })
+  .openapi('DeviceGroupUpdate', { example: { name: 'Front desk PCs' } });
 
 const ListQuery = PageQuery.extend(ScopeQuery.shape);
 const noContent = { 204: { description: 'Done' } } as const;

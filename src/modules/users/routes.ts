@@ -17,78 +17,104 @@ import { requireMfa } from '../mfa/policy.js';
 
 const UserSchema = z
   .object({
-    id: z.uuid(),
-    email: z.string(),
-    name: z.string(),
-    status: z.enum(['active', 'invited', 'disabled']),
-    avatarUrl: z.string().nullable(),
-    isPlatformAdmin: z.boolean(),
-    scope: z.enum(['system', 'partner', 'organization']).nullable(),
-    partnerId: z.uuid().nullable(),
-    orgId: z.uuid().nullable(),
-    roleId: z.uuid().nullable(),
-    orgAccess: z.enum(['all', 'selected', 'none']).nullable(),
-    orgIds: z.array(z.uuid()),
-    siteIds: z.array(z.uuid()).nullable(),
-    deviceGroupIds: z.array(z.uuid()).nullable(),
-    mfaEnabled: z.boolean(),
-    mfaMethod: z.enum(['totp', 'sms', 'passkey']).nullable(),
-    lastLoginAt: z.string().nullable(),
-    createdAt: z.string(),
+    id: z.uuid().openapi({ description: 'User id (UUID), for /users/{id}' }),
+    email: z.string().openapi({ description: 'Email address (sign-in name)', example: 'grace@example.com' }),
+    name: z.string().openapi({ description: 'Display name (1 to 255 characters)', example: 'Grace Hopper' }),
+    status: z.enum(['active', 'invited', 'disabled']).openapi({ description: '`active` can sign in; `invited` has not accepted its invitation yet; `disabled` cannot sign in' }),
+    avatarUrl: z.string().nullable().openapi({ description: 'https URL of the avatar image, or null' }),
+    isPlatformAdmin: z.boolean().openapi({ description: 'True for platform administrators (system scope, implicit `*:*`)' }),
+    scope: z.enum(['system', 'partner', 'organization']).nullable().openapi({ description: 'Kind of association: `partner` or `organization` member, `system` for platform administrators; null without one' }),
+    partnerId: z.uuid().nullable().openapi({ description: 'The partner of a partner user; null otherwise' }),
+    orgId: z.uuid().nullable().openapi({ description: 'The organisation of an organisation user; null otherwise' }),
+    roleId: z.uuid().nullable().openapi({ description: 'The role of the association; null without one' }),
+    orgAccess: z.enum(['all', 'selected', 'none']).nullable().openapi({
+      description: "Partner users: which of the partner's organisations they reach (`all`; `selected`: those in `orgIds`; `none`: the partner's own records only). Only `all` may administer users and roles. Null for others",
+    }),
+    orgIds: z.array(z.uuid()).openapi({ description: 'Partner users with `orgAccess: selected`: the organisations they reach; empty otherwise' }),
+    siteIds: z.array(z.uuid()).nullable().openapi({ description: 'Organisation users: the only sites they reach; null means all sites (and for partner users)' }),
+    deviceGroupIds: z.array(z.uuid()).nullable().openapi({ description: 'Organisation users: the only device groups they reach; null means all device groups (and for partner users)' }),
+    mfaEnabled: z.boolean().openapi({ description: 'True when a second factor is enrolled' }),
+    mfaMethod: z.enum(['totp', 'sms', 'passkey']).nullable().openapi({ description: 'Primary second factor; null without one' }),
+    lastLoginAt: z.string().nullable().openapi({ description: 'Last completed sign-in, ISO 8601 UTC; null before the first' }),
+    createdAt: z.string().openapi({ description: 'When the account was created, ISO 8601 UTC' }),
   })
-  .openapi('User');
+  .openapi('User', { description: 'A user as a member of the scope: the account and its association' });
 
 const ListQuery = PageQuery.extend(ScopeQuery.shape).extend({
-  status: z.enum(['active', 'invited', 'disabled']).optional(),
-  roleId: z.uuid().optional(),
-  search: z.string().trim().min(1).max(255).optional(),
+  status: z.enum(['active', 'invited', 'disabled']).optional().openapi({ description: 'Only users with this status' }),
+  roleId: z.uuid().optional().openapi({ description: 'Only users holding this role' }),
+  search: z.string().trim().min(1).max(255).optional().openapi({ description: 'Only users whose email or name contains this text (case-insensitive), 1 to 255 characters', example: 'grace' }),
 });
-const ScopeBody = { orgId: z.uuid().optional(), partnerId: z.uuid().optional() };
+const ScopeBody = {
+  orgId: z.uuid().optional().openapi({ description: 'Organisation to act in, for partner and system callers (as the `orgId` query parameter; when both are given they must agree)' }),
+  partnerId: z.uuid().optional().openapi({ description: 'Partner to act in, for system callers (as the `partnerId` query parameter)' }),
+};
+const RestrictionIds = (what: string) =>
+  z
+    .array(z.uuid())
+    .max(1000)
+    .nullable()
+    .optional()
+    .openapi({ description: `Organisation invitations: the only ${what}s of the organisation the user will reach (1 to 1000; \`[]\` is a 400). Omitted or null: all ${what}s. Refused in partner invitations` });
 const InviteBody = z
   .object({
-    email: z.email().max(255),
-    name: z.string().trim().min(1).max(255),
-    roleId: z.uuid(),
-    siteIds: z.array(z.uuid()).max(1000).nullable().optional(),
-    deviceGroupIds: z.array(z.uuid()).max(1000).nullable().optional(),
-    orgAccess: z.enum(['all', 'selected', 'none']).optional(),
-    orgIds: z.array(z.uuid()).max(1000).optional(),
+    email: z.email().max(255).openapi({ description: 'Email of the person to invite; an account with it in this scope already is 409 `user_exists`, in another partner or organisation 409', example: 'grace@example.com' }),
+    name: z.string().trim().min(1).max(255).openapi({ description: 'Display name for a new account, 1 to 255 characters (an existing account keeps its own)', example: 'Grace Hopper' }),
+    roleId: z.uuid().openapi({ description: 'Role to give: one of GET /users/roles for this scope, whose permissions the inviter holds itself' }),
+    siteIds: RestrictionIds('site'),
+    deviceGroupIds: RestrictionIds('device group'),
+    orgAccess: z.enum(['all', 'selected', 'none']).optional().openapi({
+      description: "Partner invitations (no `orgId`): required; which of the partner's organisations the user will reach (`selected`: those in `orgIds`). Refused in organisation invitations",
+    }),
+    orgIds: z.array(z.uuid()).max(1000).optional().openapi({ description: "With `orgAccess: selected`: the partner's organisations the user will reach (1 to 1000)" }),
     ...ScopeBody,
   })
   .strict()
-  .openapi('InviteRequest');
+  .openapi('InviteRequest', {
+    description: 'Naming `orgId` (or calling as an organisation user) invites into that organisation; otherwise into the caller\'s partner. The invitee gets an email with a link valid 7 days',
+    example: { email: 'grace@example.com', name: 'Grace Hopper', roleId: '01936f4e-8c1a-7b2e-9d4f-3a5b6c7d8e91', orgAccess: 'selected', orgIds: ['01936f4e-8c1a-7b2e-9d4f-3a5b6c7d8e90'] },
+  });
 const PatchBody = z
-  .object({ name: z.string().trim().min(1).max(255).optional(), status: z.enum(['active', 'disabled']).optional(), ...ScopeBody })
+  .object({
+    name: z.string().trim().min(1).max(255).optional().openapi({ description: 'New display name, 1 to 255 characters after trimming', example: 'Grace B. Hopper' }),
+    status: z.enum(['active', 'disabled']).optional().openapi({ description: '`disabled` stops sign-in and ends every session and API key of the user at once; `active` re-enables' }),
+    ...ScopeBody,
+  })
   .strict()
-  .openapi('UserUpdate');
+  .openapi('UserUpdate', { example: { status: 'disabled' } });
 const AcceptBody = z
   .object({
-    token: z.string().min(1).max(200),
+    token: z.string().min(1).max(200).openapi({ description: 'The token from the invitation link (valid 7 days, single use)', example: 'Hk2v9Qx7LmP3sR8tY1wZ5bN0cF4gJ6dA2eU7iO9kTqM' }),
     /** Required unless the invited account accepts signed in (Authorization: Bearer). */
-    password: z.string().min(1).max(1024).optional(),
-    name: z.string().trim().min(1).max(255).optional(),
+    password: z.string().min(1).max(1024).optional().openapi({
+      description: 'A new account: its password (8 to 128 characters, not guessable). An existing account: its current password. Left out when accepting with `Authorization: Bearer` of the invited account',
+      example: 'correct-Horse-battery-9',
+    }),
+    name: z.string().trim().min(1).max(255).optional().openapi({ description: 'A new account: the display name to use instead of the one the inviter gave', example: 'Grace Hopper' }),
   })
-  .openapi('AcceptInviteRequest');
-const InviteAcceptedSchema = z.object({ message: z.string(), user: SelfProfileSchema }).openapi('InviteAccepted');
+  .openapi('AcceptInviteRequest', { example: { token: 'Hk2v9Qx7LmP3sR8tY1wZ5bN0cF4gJ6dA2eU7iO9kTqM', password: 'correct-Horse-battery-9', name: 'Grace Hopper' } });
+const InviteAcceptedSchema = z
+  .object({ message: z.string().openapi({ description: 'What was done, as a sentence for people' }), user: SelfProfileSchema })
+  .openapi('InviteAccepted', { description: 'Accepted with a bearer token: the account joined the scope; no new session is made' });
 const InvitationSchema = z
   .object({
-    id: z.uuid(),
+    id: z.uuid().openapi({ description: 'Invitation id (for DELETE /users/invitations/{id})' }),
     userId: z.uuid().nullable().openapi({ description: 'The invitee, when already a member of this scope (an account the invitation created); else null' }),
-    email: z.string(),
-    scope: z.enum(['partner', 'organization']),
-    partnerId: z.uuid().nullable(),
-    orgId: z.uuid().nullable(),
-    roleId: z.uuid().nullable(),
-    orgAccess: z.enum(['all', 'selected', 'none']).nullable(),
-    orgIds: z.array(z.uuid()),
-    siteIds: z.array(z.uuid()).nullable(),
-    deviceGroupIds: z.array(z.uuid()).nullable(),
-    invitedBy: z.uuid().nullable(),
-    status: z.enum(['pending', 'expired']),
-    createdAt: z.string(),
-    expiresAt: z.string(),
+    email: z.string().openapi({ description: 'Email address the invitation was sent to' }),
+    scope: z.enum(['partner', 'organization']).openapi({ description: 'Whether it grants a partner or an organisation association' }),
+    partnerId: z.uuid().nullable().openapi({ description: 'Partner invitations: the partner; null otherwise' }),
+    orgId: z.uuid().nullable().openapi({ description: 'Organisation invitations: the organisation; null otherwise' }),
+    roleId: z.uuid().nullable().openapi({ description: 'The role it gives' }),
+    orgAccess: z.enum(['all', 'selected', 'none']).nullable().openapi({ description: 'Partner invitations: the organisation access it gives; null otherwise' }),
+    orgIds: z.array(z.uuid()).openapi({ description: 'With `orgAccess: selected`: the organisations it gives; empty otherwise' }),
+    siteIds: z.array(z.uuid()).nullable().openapi({ description: 'Organisation invitations: the only sites it gives; null means all' }),
+    deviceGroupIds: z.array(z.uuid()).nullable().openapi({ description: 'Organisation invitations: the only device groups it gives; null means all' }),
+    invitedBy: z.uuid().nullable().openapi({ description: 'User who sent (or last re-sent) it; null when that account is gone' }),
+    status: z.enum(['pending', 'expired']).openapi({ description: '`pending` until its link expires (7 days after sending), then `expired` until re-sent or revoked' }),
+    createdAt: z.string().openapi({ description: 'When it was sent, ISO 8601 UTC' }),
+    expiresAt: z.string().openapi({ description: 'When its link stops working, ISO 8601 UTC' }),
   })
-  .openapi('Invitation');
+  .openapi('Invitation', { description: 'An invitation not yet accepted' });
 
 const tag = ['users'];
 
@@ -170,7 +196,14 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'post', path: '/users/resend-invite', tags: tag, summary: 'Send a new invitation link (the old one stops working)',
       middleware: admin('invite'),
-      request: { query: ScopeQuery, body: jsonBody(z.object({ userId: z.uuid(), ...ScopeBody }).openapi('ResendInviteRequest')) },
+      request: { query: ScopeQuery, body: jsonBody(
+          z
+            .object({
+              userId: z.uuid().openapi({ description: 'The invited user (status `invited`), or for an account that already existed the id the invite answered with; anyone else is 409 `not_invited`' }),
+              ...ScopeBody,
+            })
+            .openapi('ResendInviteRequest', { example: { userId: '01936f4e-8c1a-7b2e-9d4f-3a5b6c7d8e92' } }),
+        ) },
       responses: { 200: json(MessageSchema), ...errors(400, 401, 403, 404, 409, 428, 429) },
     }),
     async (c) => {
@@ -219,7 +252,14 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'post', path: '/users/{id}/role', tags: tag, summary: 'Give the user another role',
       middleware: admin('write'),
-      request: { params: IdParam, query: ScopeQuery, body: jsonBody(z.object({ roleId: z.uuid(), ...ScopeBody }).openapi('AssignRoleRequest')) },
+      request: { params: IdParam, query: ScopeQuery, body: jsonBody(
+          z
+            .object({
+              roleId: z.uuid().openapi({ description: 'The new role: assignable in the user\'s scope and covered by the caller\'s own permissions (never one\'s own role; demoting the last `*:*` holder is 409)' }),
+              ...ScopeBody,
+            })
+            .openapi('AssignRoleRequest', { example: { roleId: '01936f4e-8c1a-7b2e-9d4f-3a5b6c7d8e91' } }),
+        ) },
       responses: { 200: json(UserSchema), ...errors(400, 401, 403, 404, 409, 428) },
     }),
     async (c) => c.json(await assignRole(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json').roleId, requestInfo(c)), 200),

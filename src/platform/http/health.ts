@@ -5,9 +5,14 @@ import type { Database } from '../db/client.js';
 
 const Health = z
   .object({
-    status: z.enum(['ok', 'degraded']),
-    version: z.string(),
-    database: z.object({ status: z.enum(['ok', 'unreachable']), kind: z.enum(['pglite', 'postgres']) }),
+    status: z.enum(['ok', 'degraded']).openapi({ description: '`ok` when the database answered within 2 seconds; `degraded` (with status 503) when it did not' }),
+    version: z.string().openapi({ description: 'The running service version (`SERVICE_VERSION`, else the package version)', example: '1.0.0' }),
+    database: z
+      .object({
+        status: z.enum(['ok', 'unreachable']).openapi({ description: '`ok` when `select 1` answered within 2 seconds' }),
+        kind: z.enum(['pglite', 'postgres']).openapi({ description: '`pglite` (embedded, in `DATA_DIR`) or `postgres` (`DATABASE_URL`)' }),
+      })
+      .openapi({ description: 'The database this process uses and whether it answered' }),
   })
   .openapi('Health');
 
