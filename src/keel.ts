@@ -13,6 +13,7 @@ import { SingleUseStore } from './platform/single-use.js';
 import type { OutboundPolicy } from './platform/outbound.js';
 import { seedAccess } from './modules/access/seed.js';
 import { bootstrapAdmin } from './modules/identity/bootstrap.js';
+import { installWebhooks, type Webhooks } from './modules/webhooks/runtime.js';
 
 /** Everything a module needs, built once per process and handed to each module's routes and services. */
 export interface Keel {
@@ -75,6 +76,7 @@ export async function createKeel(opts: KeelOptions = {}): Promise<Keel> {
   const redis = config.REDIS_URL ? await connectRedis(config.REDIS_URL) : null;
   const invalidation = new Invalidation({ database, redisUrl: config.REDIS_URL, redis }, log);
   await invalidation.start();
+  let webhooks: Webhooks | null = null;
   const keel: Keel = {
     config,
     log,
@@ -90,10 +92,14 @@ export async function createKeel(opts: KeelOptions = {}): Promise<Keel> {
     singleUse: new SingleUseStore(secrets.sealer),
     outbound: { allowInsecure: config.ALLOW_INSECURE_TARGETS },
     async close() {
+      // The delivery engine first (attempts in flight are cancelled and released), then what it uses.
+      await webhooks?.stopWorker({ graceful: false });
       await invalidation.stop();
       redis?.disconnect();
       if (ownsDatabase) await database.close();
     },
   };
+  // The event router subscribes to the bus; the engine starts where a role runs it (server.ts, main.ts).
+  webhooks = installWebhooks(keel);
   return keel;
 }

@@ -2,6 +2,7 @@ import { serve, type ServerType } from '@hono/node-server';
 import type { AddressInfo } from 'node:net';
 import { createKeel, type Keel, type KeelOptions } from './keel.js';
 import { buildApp } from './app.js';
+import { webhooksOf } from './modules/webhooks/runtime.js';
 
 export interface RunningServer {
   keel: Keel;
@@ -64,6 +65,18 @@ export async function startServer(opts: KeelOptions & { port?: number; host?: st
     throw err;
   }
   const actual = (server.address() as AddressInfo).port;
+  // The delivery worker runs inside `serve` unless WORKER=off leaves it to `keel worker` processes.
+  if (keel.config.WORKER === 'inline') {
+    try {
+      await webhooksOf(keel).startWorker();
+    } catch (err) {
+      server.close();
+      await keel.close();
+      throw err;
+    }
+  } else if (keel.database.kind === 'pglite') {
+    keel.log.warn('WORKER=off on the embedded database: no process delivers webhooks (a keel worker needs PostgreSQL)');
+  }
   const shownHost = host.includes(':') ? `[${host}]` : host;
   return {
     keel,
