@@ -214,6 +214,12 @@ export class DeliveryEngine {
     this.wake();
   }
 
+  /** Claims what is due now and resolves once that claim has run (tests, after moving the clock). */
+  async pumpNow(): Promise<void> {
+    await this.#pump();
+    while (this.#pumping) await new Promise((r) => setTimeout(r, 2));
+  }
+
   /** Runs when the engine stops (wake-up listeners close here). */
   onStop(fn: () => Promise<void> | void): void {
     this.#stopHooks.push(fn);
