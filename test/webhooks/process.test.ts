@@ -189,7 +189,7 @@ describe.skipIf(!backendAvailable())('worker processes', () => {
     const slow = (await api(server.url, 'POST', `/webhooks/${hookId}/test?orgId=${orgId}`, token)).body.delivery.id as string;
     await receiver.waitFor(1, (r) => r.headers['x-service-delivery-id'] === slow);
     worker2.child.kill('SIGTERM');
-    await until(async () => worker2.output(), (o) => o.includes('worker shutting down'), 10_000, 'shutdown line');
+    await until(() => Promise.resolve(worker2.output()), (o) => o.includes('worker shutting down'), 10_000, 'shutdown line');
     (answer as (() => void) | null)?.();
     expect(await worker2.exited).toBe(0);
     const after = await deliveries(server.url, token, orgId, hookId);
