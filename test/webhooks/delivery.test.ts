@@ -211,6 +211,32 @@ describe.skipIf(!backendAvailable())('webhook deliveries', () => {
     expect(notFailed.body.error).toBe('Only failed deliveries can be retried');
   });
 
+  it('fencing: the late result of an attempt whose lease ran out is not recorded over the newer attempt', async () => {
+    const hook = await createHook(app, w.admin, { url: rx.url, events: ['security.score_changed'] });
+    const answers: ((code: number) => void)[] = [];
+    rx.behave((_r, res) => {
+      answers.push((code) => {
+        res.writeHead(code);
+        res.end(`answer ${code}`);
+      });
+    });
+    clock.freeze();
+    const event = await publish(app, w.eventsKey, 'security.score_changed', {});
+    await rx.waitFor(1, (x) => x.headers['x-service-event-id'] === event.id);
+    const engine = engineOf(app);
+    const fencedBefore = engine.stats.fencedOut;
+    // The first attempt hangs past its lease (2 × 30 s + 10 s): the row is claimed again, a second attempt made.
+    clock.advance(70_001);
+    await engine.pumpNow();
+    await rx.waitFor(2, (x) => x.headers['x-service-event-id'] === event.id);
+    answers[1]!(200);
+    await deliveriesUntil(app, w.admin, hook.id, (l) => l.length === 1 && l[0].status === 'delivered');
+    answers[0]!(500);
+    await expect.poll(() => engine.stats.fencedOut, { timeout: 10_000 }).toBe(fencedBefore + 1);
+    const [d] = await deliveriesUntil(app, w.admin, hook.id, (l) => l.length === 1);
+    expect(d).toMatchObject({ status: 'delivered', attempt: 1, responseStatus: 200, responseBody: 'answer 200' });
+  });
+
   it('a retryPolicy of its own sets the schedule (capped by maxDelayMs)', async () => {
     const hook = await createHook(app, w.admin, { url: rx.url, events: ['policy.violation'], retryPolicy: { maxRetries: 3, initialDelayMs: 500, backoffMultiplier: 3, maxDelayMs: 2000 } });
     rx.behave(status(500));

@@ -357,6 +357,7 @@ export class DeliveryEngine {
     this.#inflight++;
     this.#perHook.set(row.webhookId, (this.#perHook.get(row.webhookId) ?? 0) + 1);
     const controller = new AbortController();
+    const key = `${row.id}:${row.claimId}`;
     const done = this.#attempt(row, controller.signal)
       .then(
         (result) => {
@@ -369,7 +370,7 @@ export class DeliveryEngine {
         },
       )
       .finally(() => {
-        this.#attempts.delete(row.id);
+        this.#attempts.delete(key);
         this.#inflight--;
         const left = (this.#perHook.get(row.webhookId) ?? 1) - 1;
         if (left > 0) this.#perHook.set(row.webhookId, left);
@@ -377,7 +378,7 @@ export class DeliveryEngine {
         this.#scheduleFlush();
         this.#next(row.webhookId);
       });
-    this.#attempts.set(row.id, { controller, done });
+    this.#attempts.set(key, { controller, done });
   }
 
   /** Starts the next queued row of a webhook when it has a slot, else looks for more work. */
