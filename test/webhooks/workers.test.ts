@@ -70,7 +70,7 @@ describe.skipIf(!backendAvailable() || backend !== 'postgres')('race: the delive
     expect(b.engine.stats.attempted).toBeGreaterThan(0);
     expect(a.engine.stats.attempted + b.engine.stats.attempted).toBe(5_000);
     const counters = await keel.db.execute(sql`select sum(success_count)::int as ok from webhooks where name like 'fan-%'`);
-    expect((counters as unknown as { rows: { ok: number }[] }).rows[0]!.ok).toBe(5_000);
+    expect((counters as { rows: { ok: number }[] }).rows[0]!.ok).toBe(5_000);
     expect(hooks).toHaveLength(10);
     await b.stopWorker();
   }, 150_000);
