@@ -4,6 +4,7 @@ import { getAccessSummary } from './modules/access/service.js';
 import { bootstrapAdmin } from './modules/identity/bootstrap.js';
 import { wireIdentityPorts } from './modules/identity/ports.js';
 import { enrolledMethods, loginSecondFactor, passkeyCount } from './modules/mfa/login.js';
+import { installWebhooks } from './modules/webhooks/runtime.js';
 
 /**
  * The composition root of a process (docs/architecture.md): builds the container (`createKeel`),
@@ -24,7 +25,7 @@ export async function openKeel(opts: KeelOptions = {}): Promise<Keel> {
   return keel;
 }
 
-/** The ports of docs/architecture.md, one call per process. */
+/** The ports and subscriptions of docs/architecture.md, one call per process. */
 export function wireModules(keel: Keel): void {
   wireIdentityPorts(keel, {
     tenantOf: getAccessSummary,
@@ -32,4 +33,8 @@ export function wireModules(keel: Keel): void {
     passkeyCount,
     secondFactor: loginSecondFactor,
   });
+  // The event router subscribes to the bus; the engine starts where a role runs it (server.ts, main.ts)
+  // and stops with the container.
+  const webhooks = installWebhooks(keel);
+  keel.onClose(() => webhooks.stopWorker({ graceful: false }));
 }

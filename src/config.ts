@@ -115,6 +115,11 @@ const envSchema = z.object({
   INVITE_EMAILS_PER_INVITEE_LIMIT: int(5, 1, 100000),
   INVITE_RESENDS_PER_INVITER_LIMIT: int(30, 1, 100000),
   BODY_LIMIT_BYTES: int(1024 * 1024, 1024, 1024 * 1024 * 1024),
+  // Webhook delivery (SPEC 8: 30,000 ms per attempt): the overall deadline of one attempt, attempts in
+  // flight per worker process, and per webhook (so one slow receiver never takes every slot).
+  WEBHOOK_TIMEOUT_MS: int(30_000, 100, 120_000),
+  WEBHOOK_CONCURRENCY: int(128, 1, 4096),
+  WEBHOOK_CONCURRENCY_PER_WEBHOOK: int(8, 1, 256),
 });
 
 export type Env = z.infer<typeof envSchema>;

@@ -29,6 +29,8 @@ export interface Keel {
   singleUse: SingleUseStore;
   /** The policy every outbound request passes (platform/outbound.ts); one object, so one connection pool. */
   outbound: OutboundPolicy;
+  /** Registers what `close` must stop before the container's own parts (a module's worker). */
+  onClose(stop: () => Promise<void>): void;
   close(): Promise<void>;
 }
 
@@ -77,6 +79,7 @@ export async function createKeel(opts: KeelOptions = {}): Promise<Keel> {
   const redis = config.REDIS_URL ? await connectRedis(config.REDIS_URL) : null;
   const invalidation = new Invalidation({ database, redisUrl: config.REDIS_URL, redis }, log);
   await invalidation.start();
+  const closers: (() => Promise<void>)[] = [];
   const keel: Keel = {
     config,
     log,
@@ -91,7 +94,13 @@ export async function createKeel(opts: KeelOptions = {}): Promise<Keel> {
     invalidation,
     singleUse: new SingleUseStore(secrets.sealer),
     outbound: { allowInsecure: config.ALLOW_INSECURE_TARGETS },
+    onClose(stop) {
+      closers.push(stop);
+    },
     async close() {
+      // What the modules started first (the delivery engine cancels and releases its attempts), newest
+      // first, then what they use.
+      for (const stop of closers.splice(0).reverse()) await stop();
       await invalidation.stop();
       redis?.disconnect();
       if (ownsDatabase) await database.close();

@@ -3,6 +3,7 @@ import { createLogger, flushLogs, flushLogsSync, type Logger } from './platform/
 import { openDatabase, pgliteDirFor, type Database } from './platform/db/client.js';
 import type { AppError } from './platform/http/errors.js';
 import { loggableError } from './platform/safe-error.js';
+import type { Keel } from './keel.js';
 
 // Start-up time: only light modules are imported statically. Each command imports what it needs,
 // and `serve` opens the database while the HTTP app's modules load (bench/startup.ts measures it).
@@ -209,13 +210,60 @@ async function serve(config: Config, log: Logger): Promise<void> {
     }
     stopping = true;
     log.info({ signal }, 'shutting down');
-    server
-      .close()
+    // The delivery worker stops claiming and finishes what it has in flight (each attempt within its deadline).
+    stopWorker(server.keel)
+      .then(() => server.close())
       .then(() => database.close())
       .then(
         () => flushLogs().then(() => process.exit(0)),
         (err: unknown) => {
           log.error({ error: loggableError(err) }, 'shutdown failed');
+          return flushLogs().then(() => process.exit(1));
+        },
+      );
+  };
+  process.on('SIGINT', stop);
+  process.on('SIGTERM', stop);
+}
+
+async function stopWorker(keel: Keel): Promise<void> {
+  const { webhooksOf } = await import('./modules/webhooks/runtime.js');
+  await webhooksOf(keel).stopWorker({ graceful: true });
+}
+
+/**
+ * `keel worker`: the delivery engine alone, on the database `serve` uses, opened the same way (so an
+ * embedded DATA_DIR held by a server is refused with the one-line hint). Applies no migrations: it
+ * refuses to start while some are pending. SIGTERM/SIGINT: stop claiming, finish the attempts in
+ * flight, exit 0.
+ */
+async function worker(config: Config, log: Logger): Promise<void> {
+  const database = await open(config, 'keel worker');
+  let keel: Keel;
+  try {
+    const [{ openKeel }, { pendingMigrations }] = await Promise.all([import('./compose.js'), import('./platform/db/migrator.js')]);
+    const pending = await pendingMigrations(database);
+    if (pending.length > 0) throw new CliError(`pending migrations (${pending.join(', ')}): start keel serve or run keel migrate first`);
+    keel = await openKeel({ config, log, database, skipMigrate: true });
+    const { webhooksOf } = await import('./modules/webhooks/runtime.js');
+    await webhooksOf(keel).startWorker();
+  } catch (err) {
+    await database.close();
+    throw err;
+  }
+  log.info({ database: database.kind, redis: config.REDIS_URL ? 'on' : 'off', concurrency: config.WEBHOOK_CONCURRENCY }, 'Keel worker is delivering webhooks');
+  let stopping = false;
+  const stop = (signal: NodeJS.Signals): void => {
+    if (stopping) process.exit(1);
+    stopping = true;
+    log.info({ signal }, 'worker shutting down: finishing attempts in flight');
+    stopWorker(keel)
+      .then(() => keel.close())
+      .then(() => database.close())
+      .then(
+        () => flushLogs().then(() => process.exit(0)),
+        (err: unknown) => {
+          log.error({ error: loggableError(err) }, 'worker shutdown failed');
           return flushLogs().then(() => process.exit(1));
         },
       );
@@ -271,8 +319,8 @@ async function main(argv: string[]): Promise<number | null> {
       await serve(config, log);
       return null;
     case 'worker':
-      log.info('worker: nothing to run yet (webhook delivery arrives with the webhooks capability)');
-      return 0;
+      await worker(config, log);
+      return null;
     case 'migrate':
       await migrateCommand(config, log);
       return 0;

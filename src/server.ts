@@ -6,6 +6,7 @@ import { openKeel } from './compose.js';
 import { buildApp } from './app.js';
 import type { OpenAPIHono } from '@hono/zod-openapi';
 import type { AppEnv } from './app-env.js';
+import { webhooksOf } from './modules/webhooks/runtime.js';
 
 export interface RunningServer {
   keel: Keel;
@@ -89,6 +90,18 @@ export async function startServer(opts: KeelOptions & { port?: number; host?: st
     throw err;
   }
   const actual = (server.address() as AddressInfo).port;
+  // The delivery worker runs inside `serve` unless WORKER=off leaves it to `keel worker` processes.
+  if (keel.config.WORKER === 'inline') {
+    try {
+      await webhooksOf(keel).startWorker();
+    } catch (err) {
+      server.close();
+      await keel.close();
+      throw err;
+    }
+  } else if (keel.database.kind === 'pglite') {
+    keel.log.warn('WORKER=off on the embedded database: no process delivers webhooks (a keel worker needs PostgreSQL)');
+  }
   const shownHost = host.includes(':') ? `[${host}]` : host;
   if (!app) throw new Error('the app was not built');
   return {

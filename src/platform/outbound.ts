@@ -1,6 +1,7 @@
 import { lookup as dnsLookup } from 'node:dns/promises';
 import type { LookupAddress, LookupOptions } from 'node:dns';
 import type { Socket } from 'node:net';
+import tls from 'node:tls';
 import ipaddr from 'ipaddr.js';
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { Agent, buildConnector, request } from 'undici';
@@ -17,7 +18,19 @@ import { Agent, buildConnector, request } from 'undici';
  * through, for a local receiver or IdP in development and tests. Private ranges stay refused.
  */
 
-export type OutboundErrorCode = 'invalid_url' | 'insecure_url' | 'blocked_host' | 'blocked_address' | 'unresolvable' | 'timeout' | 'too_large' | 'network';
+export type OutboundErrorCode =
+  | 'invalid_url'
+  | 'insecure_url'
+  | 'blocked_host'
+  | 'blocked_address'
+  | 'unresolvable'
+  | 'timeout'
+  | 'too_large'
+  | 'network'
+  | 'aborted';
+
+/** The codes that mean "this target may not be called" (as opposed to "it could not be reached"). */
+export const UNSAFE_TARGET_CODES: ReadonlySet<OutboundErrorCode> = new Set(['invalid_url', 'insecure_url', 'blocked_host', 'blocked_address']);
 
 export class OutboundError extends Error {
   constructor(
@@ -39,6 +52,8 @@ export type Resolver = (hostname: string, signal?: AbortSignal) => Promise<Looku
 export interface OutboundPolicy {
   allowInsecure: boolean;
   resolve?: Resolver;
+  /** Extra trusted certificate authorities (PEM), beside the system's: tests with their own HTTPS receivers. */
+  ca?: string;
 }
 
 const systemResolver: Resolver = (hostname) => dnsLookup(hostname, { all: true, verbatim: true });
@@ -209,7 +224,7 @@ function agentFor(policy: OutboundPolicy): Agent {
     // undici's own connect timeout is off: the attempt's deadline ends the TCP connect and the TLS
     // handshake instead (a server that accepts TCP and never speaks TLS holds nothing past it).
     // undici's connector returns the socket it starts (its type says void).
-    const base = buildConnector({ lookup, timeout: 0 }) as unknown as (options: buildConnector.Options, callback: buildConnector.Callback) => Socket;
+    const base = buildConnector({ lookup, timeout: 0, ...(policy.ca ? { ca: [...tls.rootCertificates, policy.ca] } : {}) }) as unknown as (options: buildConnector.Options, callback: buildConnector.Callback) => Socket;
     const connect: buildConnector.connector = (options, callback) => {
       const attempt = currentAttempt.getStore();
       const signal = attempt?.signal ?? AbortSignal.timeout(CONNECT_FALLBACK_MS);
@@ -242,14 +257,23 @@ export interface OutboundInit {
   body?: string | Buffer;
   /** Deadline of the whole attempt: resolving, connecting (TCP and TLS), sending, waiting and reading the answer. */
   timeoutMs: number;
-  /** The most of the answer's body kept; more is an error. */
+  /** The most of the answer's body kept; more is an error (or, with `truncate`, the rest is never read). */
   maxResponseBytes: number;
+  /**
+   * Keep the first `maxResponseBytes` of a larger answer and stop reading (the connection is closed):
+   * for callers that only record the answer (webhook deliveries), where a large body is no failure.
+   */
+  truncate?: boolean;
+  /** Ends the attempt early (a worker stopping); the attempt fails as `aborted`. */
+  signal?: AbortSignal;
 }
 
 export interface OutboundResponse {
   status: number;
   headers: Record<string, string | string[] | undefined>;
   body: Buffer;
+  /** True when `truncate` cut the body at `maxResponseBytes`. */
+  truncated?: boolean;
 }
 
 /**
@@ -259,8 +283,10 @@ export interface OutboundResponse {
  * the answer's headers and its body.
  */
 export async function outboundRequest(raw: string, init: OutboundInit, policy: OutboundPolicy): Promise<OutboundResponse> {
-  const attempt: Attempt = { signal: AbortSignal.timeout(init.timeoutMs), timeoutMs: init.timeoutMs };
-  const { signal } = attempt;
+  const deadline = AbortSignal.timeout(init.timeoutMs);
+  const signal = init.signal ? AbortSignal.any([deadline, init.signal]) : deadline;
+  const attempt: Attempt = { signal, timeoutMs: init.timeoutMs };
+  const failure = (): OutboundError => (init.signal?.aborted && !deadline.aborted ? new OutboundError('aborted', 'the attempt was cancelled') : timedOut(init.timeoutMs));
   return beforeDeadline(
     currentAttempt.run(attempt, async () => {
       const { url } = await vet(raw, policy, attempt);
@@ -276,11 +302,13 @@ export async function outboundRequest(raw: string, init: OutboundInit, policy: O
         let size = 0;
         for await (const chunk of res.body) {
           const buf = chunk as Buffer;
-          size += buf.length;
-          if (size > init.maxResponseBytes) {
+          if (size + buf.length > init.maxResponseBytes) {
             res.body.destroy();
-            throw new OutboundError('too_large', `the answer is larger than ${init.maxResponseBytes} bytes`);
+            if (!init.truncate) throw new OutboundError('too_large', `the answer is larger than ${init.maxResponseBytes} bytes`);
+            chunks.push(buf.subarray(0, init.maxResponseBytes - size));
+            return { status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks), truncated: true };
           }
+          size += buf.length;
           chunks.push(buf);
         }
         return { status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) };
@@ -288,11 +316,15 @@ export async function outboundRequest(raw: string, init: OutboundInit, policy: O
         if (err instanceof OutboundError) throw err;
         const cause = (err as { cause?: unknown }).cause;
         if (cause instanceof OutboundError) throw cause;
-        if (signal.aborted) throw timedOut(init.timeoutMs);
+        if (signal.aborted) throw failure();
         throw new OutboundError('network', (err as Error).message);
       }
     }),
     signal,
     init.timeoutMs,
-  );
+  ).catch((err: unknown) => {
+    // The deadline helper names every abort a timeout; a cancellation says so.
+    if (err instanceof OutboundError && err.code === 'timeout') throw failure();
+    throw err;
+  });
 }

@@ -32,13 +32,22 @@ function concat(parts: Uint8Array[]): Uint8Array {
   return out;
 }
 
-/** Parameters travel as text with types inferred by Postgres, as the writers in raw.ts prepare them. */
+/** Parameters travel as text with types inferred by Postgres, as the writers in raw.ts prepare them (arrays as array literals). */
 function asText(value: unknown): string | null {
   if (value === null || value === undefined) return null;
   if (typeof value === 'string') return value;
   if (typeof value === 'number' || typeof value === 'bigint' || typeof value === 'boolean') return String(value);
   if (value instanceof Date) return value.toISOString();
-  throw new TypeError('prepared statement parameters must be text, numbers, booleans, dates or null');
+  // A one-dimensional array as a PostgreSQL array literal (what node-postgres sends), for `unnest($1::uuid[])`.
+  if (Array.isArray(value)) {
+    return `{${value
+      .map((v: unknown) => {
+        const t = asText(v);
+        return t === null ? 'NULL' : `"${t.replace(/[\\"]/g, '\\$&')}"`;
+      })
+      .join(',')}}`;
+  }
+  throw new TypeError('prepared statement parameters must be text, numbers, booleans, dates, arrays of them or null');
 }
 
 export function pglitePreparedRunner(pg: PGlite): PreparedRunner | null {

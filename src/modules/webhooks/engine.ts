@@ -1,0 +1,583 @@
+import { performance } from 'node:perf_hooks';
+import type { Keel } from '../../keel.js';
+import { clock } from '../../platform/clock.js';
+import { newId } from '../../platform/db/columns.js';
+import { prepared, rawQuery } from '../../platform/db/raw.js';
+import { OutboundError, UNSAFE_TARGET_CODES, outboundRequest } from '../../platform/outbound.js';
+import { loggableError } from '../../platform/safe-error.js';
+import { writeAudit } from '../audit/service.js';
+import { effectivePolicy, retryDelayMs } from './model.js';
+import type { RetryPolicy } from './schema.js';
+import { aad } from './service.js';
+import { deliveryHeaders } from './signing.js';
+
+/**
+ * The delivery engine: PostgreSQL rows are the queue (ARCHITECTURE "Where state lives").
+ *
+ * - **Claim.** One statement takes up to N due rows (`pending`/`retrying`, `next_retry_at` passed, no
+ *   live lease, webhook `active`) with `FOR UPDATE SKIP LOCKED` and stamps them with a fresh claim id
+ *   and a lease. Two workers never take the same row; a row whose worker died is taken again once its
+ *   lease has run out.
+ * - **Attempt.** Outside any transaction (PGlite has one session): the URL is vetted again and only
+ *   vetted addresses are dialled (platform/outbound.ts); one overall deadline (WEBHOOK_TIMEOUT_MS,
+ *   30 s); at most RESPONSE_READ_BYTES of the answer are read; redirects are failures.
+ * - **Record.** Results are written in batches, one statement for many attempts, and only where the
+ *   row still carries the attempt's claim id (fencing: the late result of an expired lease is
+ *   dropped). The same statement updates the webhooks' counters, the dead-letter streak and the
+ *   automatic move to `error`.
+ * - **Concurrency.** At most WEBHOOK_CONCURRENCY attempts in flight per process, and at most
+ *   WEBHOOK_CONCURRENCY_PER_WEBHOOK per webhook (2 while the webhook's last attempt failed), so one
+ *   slow or dead receiver never holds the slots other webhooks need.
+ * - **Wake-ups.** `wake()` (new deliveries here, a Redis hint, a NOTIFY), a timer to the next retry
+ *   this process scheduled, and a slow safety sweep (SWEEP_MS) for anything else. No busy polling.
+ */
+
+export const RESPONSE_BODY_CHARS = 1_000;
+/** The most of an answer ever read: 1,000 characters of UTF-8 fit in 4,000 bytes. */
+export const RESPONSE_READ_BYTES = 4_096;
+/** The safety sweep: how long a due row can wait when every wake-up was lost. */
+export const SWEEP_MS = 5_000;
+/** A failing webhook gets this many attempts at a time until one succeeds. */
+const FAILING_WEBHOOK_SLOTS = 2;
+const CLAIM_BATCH = 64;
+const FLUSH_BATCH = 256;
+/** DECISIONS "Webhooks": at least this many dead-lettered deliveries, and every one of 24 hours. */
+export const AUTO_FAIL_MIN_DEAD = 10;
+export const AUTO_FAIL_WINDOW_MS = 24 * 60 * 60 * 1000;
+/** Redis lists (SPEC 6.1): wake-up hints and the dead-letter list, delivery ids only; capped. */
+export const DELIVERY_LIST = 'service:webhooks:delivery';
+export const DLQ_LIST = 'service:webhooks:dlq';
+export const LIST_CAP = 10_000;
+
+export interface EngineOptions {
+  concurrency: number;
+  perWebhook: number;
+  timeoutMs: number;
+}
+
+interface Claimed {
+  id: string;
+  webhookId: string;
+  orgId: string;
+  eventType: string;
+  eventId: string;
+  body: string;
+  attempts: number;
+  urlSealed: string;
+  secretSealed: string | null;
+  previousSecretSealed: string | null;
+  previousSecretExpiresAt: number | null;
+  headersSealed: string | null;
+  retryPolicy: Partial<RetryPolicy> | null;
+  claimId: string;
+  leaseUntil: number;
+}
+
+interface Result {
+  id: string;
+  claimId: string;
+  webhookId: string;
+  status: 'delivered' | 'retrying' | 'failed';
+  nextRetryAt: string | null;
+  responseStatus: number | null;
+  responseBody: string | null;
+  responseTimeMs: number;
+  errorMessage: string | null;
+  deliveredAt: string | null;
+  attemptedAt: string;
+}
+
+const claimStatement = prepared(
+  'webhook_deliveries_claim',
+  `with due as (
+     select d.id from webhook_deliveries d
+      where d.status in ('pending', 'retrying') and d.next_retry_at <= $1::timestamptz
+        and (d.lease_expires_at is null or d.lease_expires_at <= $1::timestamptz)
+        and not (d.webhook_id = any($4::uuid[]))
+        and exists (select 1 from webhooks w where w.id = d.webhook_id and w.status = 'active')
+      order by d.next_retry_at
+      limit $3
+      for update of d skip locked
+   )
+   update webhook_deliveries d set claim_id = $2::uuid, lease_expires_at = $5::timestamptz
+     from due, webhooks w
+    where d.id = due.id and w.id = d.webhook_id
+   returning d.id, d.webhook_id, d.org_id, d.event_type, d.event_id, d.payload::text as body, d.attempts,
+             w.url_sealed, w.secret_sealed, w.previous_secret_sealed, w.previous_secret_expires_at, w.headers_sealed, w.retry_policy`,
+);
+
+const releaseStatement = prepared(
+  'webhook_deliveries_release',
+  `update webhook_deliveries d set claim_id = null, lease_expires_at = null
+     from unnest($1::uuid[], $2::uuid[]) as r(id, claim_id)
+    where d.id = r.id and d.claim_id = r.claim_id`,
+);
+
+const recordStatement = prepared(
+  'webhook_deliveries_record',
+  `with r as (
+     select * from unnest($1::uuid[], $2::uuid[], $3::text[], $4::timestamptz[], $5::int[], $6::text[], $7::int[], $8::text[], $9::timestamptz[], $10::timestamptz[])
+       as r(id, claim_id, status, next_retry_at, response_status, response_body, response_time_ms, error_message, delivered_at, attempted_at)
+   ), upd as (
+     update webhook_deliveries d
+        set status = r.status, attempts = d.attempts + 1, next_retry_at = r.next_retry_at,
+            response_status = r.response_status, response_body = r.response_body, response_time_ms = r.response_time_ms,
+            error_message = r.error_message, delivered_at = coalesce(r.delivered_at, d.delivered_at),
+            claim_id = null, lease_expires_at = null
+       from r
+      where d.id = r.id and d.claim_id = r.claim_id
+     returning d.id, d.webhook_id, r.status, r.attempted_at
+   ), agg as (
+     select webhook_id,
+            count(*) filter (where status = 'delivered')::int as ok,
+            count(*) filter (where status <> 'delivered')::int as bad,
+            count(*) filter (where status = 'failed')::int as dead,
+            max(attempted_at) as last,
+            max(attempted_at) filter (where status = 'delivered') as last_ok
+       from upd group by webhook_id
+   ), decide as (
+     select w.id, agg.ok, agg.bad, agg.dead, agg.last, agg.last_ok,
+            case when agg.ok > 0 then 0 else w.dead_letter_streak + agg.dead end as streak,
+            case when agg.ok > 0 then null when agg.dead > 0 then coalesce(w.failing_since, $11::timestamptz) else w.failing_since end as failing_since,
+            (w.status = 'active' and agg.ok = 0 and agg.dead > 0 and w.dead_letter_streak + agg.dead >= $12
+               and coalesce(w.failing_since, $11::timestamptz) <= $11::timestamptz - ($13 || ' milliseconds')::interval) as auto_fail
+       from webhooks w join agg on agg.webhook_id = w.id
+   ), hooks as (
+     update webhooks w
+        set success_count = w.success_count + decide.ok, failure_count = w.failure_count + decide.bad,
+            last_delivery_at = greatest(w.last_delivery_at, decide.last), last_success_at = greatest(w.last_success_at, decide.last_ok),
+            dead_letter_streak = decide.streak, failing_since = decide.failing_since,
+            status = case when decide.auto_fail then 'error' else w.status end
+       from decide where w.id = decide.id
+     returning w.id, w.org_id, decide.auto_fail, decide.streak, decide.failing_since
+   )
+   select (select count(*)::int from upd) as recorded,
+          (select coalesce(json_agg(id), '[]'::json) from upd where status = 'failed') as dead,
+          (select coalesce(json_agg(json_build_object('id', id, 'orgId', org_id, 'streak', streak, 'since', failing_since)), '[]'::json) from hooks where auto_fail) as auto_failed`,
+);
+
+const releaseAllStatement = prepared('webhook_deliveries_release_all', 'update webhook_deliveries set claim_id = null, lease_expires_at = null where claim_id is not null');
+
+const toMs = (v: unknown): number | null => (v === null || v === undefined ? null : new Date(v as string).getTime());
+const parseJson = (v: unknown): unknown => (typeof v === 'string' ? JSON.parse(v) : v);
+
+export class DeliveryEngine {
+  readonly #keel: Keel;
+  readonly #opts: EngineOptions;
+  readonly #leaseMs: number;
+  #running = false;
+  #stopping = false;
+  #pumping = false;
+  #pumpAgain = false;
+  #wakeScheduled = false;
+  #inflight = 0;
+  readonly #perHook = new Map<string, number>();
+  readonly #queued = new Map<string, Claimed[]>();
+  #queuedCount = 0;
+  /** Webhooks whose last attempt here failed: fewer slots until one succeeds. */
+  readonly #failing = new Set<string>();
+  readonly #attempts = new Map<string, { controller: AbortController; done: Promise<void> }>();
+  #results: Result[] = [];
+  #releases: { id: string; claimId: string }[] = [];
+  #flushing: Promise<void> | null = null;
+  #flushScheduled = false;
+  #sweep: NodeJS.Timeout | null = null;
+  #dueTimer: NodeJS.Timeout | null = null;
+  #dueAt = Infinity;
+  readonly #opened = new Map<string, string>();
+  readonly #stopHooks: (() => Promise<void> | void)[] = [];
+  /** Counters for tests and logs. */
+  readonly stats = { claimed: 0, attempted: 0, recorded: 0, fencedOut: 0, released: 0 };
+
+  constructor(keel: Keel, opts: EngineOptions) {
+    this.#keel = keel;
+    this.#opts = opts;
+    // A claimed row may wait for one attempt of its webhook before its own: two deadlines and a margin.
+    this.#leaseMs = opts.timeoutMs * 2 + 10_000;
+  }
+
+  get running(): boolean {
+    return this.#running && !this.#stopping;
+  }
+
+  get inflight(): number {
+    return this.#inflight;
+  }
+
+  /** Starts claiming. On the embedded database (one process by the data-directory lock) leases left by a killed process are released first. */
+  async start(): Promise<void> {
+    if (this.#running) return;
+    if (this.#keel.database.kind === 'pglite') await rawQuery(this.#keel.db, releaseAllStatement, []);
+    this.#running = true;
+    this.#stopping = false;
+    this.#sweep = setInterval(() => this.wake(), SWEEP_MS);
+    this.wake();
+  }
+
+  /** Claims what is due now and resolves once that claim has run (tests, after moving the clock). */
+  async pumpNow(): Promise<void> {
+    await this.#pump();
+    while (this.#pumping) await new Promise((r) => setTimeout(r, 2));
+  }
+
+  /** Runs when the engine stops (wake-up listeners close here). */
+  onStop(fn: () => Promise<void> | void): void {
+    this.#stopHooks.push(fn);
+  }
+
+  /** Something may be due: claim soon (coalesced within a tick). */
+  wake(): void {
+    if (!this.#running || this.#stopping || this.#wakeScheduled) return;
+    this.#wakeScheduled = true;
+    setImmediate(() => {
+      this.#wakeScheduled = false;
+      void this.#pump();
+    });
+  }
+
+  /**
+   * Stops claiming. `graceful`: attempts in flight finish (each within its deadline) and are recorded;
+   * otherwise they are cancelled and their rows released for another attempt. Rows claimed but not
+   * started are released either way. Resolves once everything is written.
+   */
+  async stop(opts: { graceful: boolean } = { graceful: true }): Promise<void> {
+    if (!this.#running || this.#stopping) return;
+    this.#stopping = true;
+    if (this.#sweep) clearInterval(this.#sweep);
+    if (this.#dueTimer) clearTimeout(this.#dueTimer);
+    for (const fn of this.#stopHooks.splice(0)) {
+      try {
+        await fn();
+      } catch {
+        // a wake-up channel that fails to close holds nothing
+      }
+    }
+    for (const [hook, list] of this.#queued) {
+      for (const c of list) this.#releases.push({ id: c.id, claimId: c.claimId });
+      this.#queued.delete(hook);
+    }
+    this.#queuedCount = 0;
+    if (!opts.graceful) for (const a of this.#attempts.values()) a.controller.abort();
+    await Promise.all([...this.#attempts.values()].map((a) => a.done));
+    while (this.#pumping) await new Promise((r) => setTimeout(r, 5));
+    await this.#flush();
+    this.#running = false;
+  }
+
+  /** Whether a wake-up arrived while claiming (read through a method: it changes across awaits). */
+  #again(): boolean {
+    return this.#pumpAgain;
+  }
+
+  #active(): boolean {
+    return this.#running && !this.#stopping;
+  }
+
+  #capFor(webhookId: string): number {
+    return this.#failing.has(webhookId) ? Math.min(FAILING_WEBHOOK_SLOTS, this.#opts.perWebhook) : this.#opts.perWebhook;
+  }
+
+  async #pump(): Promise<void> {
+    if (this.#pumping) {
+      this.#pumpAgain = true;
+      return;
+    }
+    this.#pumping = true;
+    try {
+      do {
+        this.#pumpAgain = false;
+        const lowWater = Math.max(1, Math.floor(this.#opts.concurrency / 8));
+        while (this.#active()) {
+          const free = this.#opts.concurrency - this.#inflight - this.#queuedCount;
+          if (free <= 0 || (free < lowWater && this.#inflight >= lowWater)) break;
+          const want = Math.min(free, CLAIM_BATCH);
+          const saturated: string[] = [];
+          for (const [hook, n] of this.#perHook) if (n + (this.#queued.get(hook)?.length ?? 0) >= this.#capFor(hook)) saturated.push(hook);
+          const rows = await this.#claim(want, saturated);
+          for (const row of rows) this.#dispatch(row);
+          if (rows.length < want) break;
+        }
+      } while (this.#again() && this.#active());
+    } catch (err) {
+      this.#keel.log.error({ error: loggableError(err) }, 'webhooks: claiming deliveries failed; trying again shortly');
+      setTimeout(() => this.wake(), 1_000).unref();
+    } finally {
+      this.#pumping = false;
+    }
+  }
+
+  async #claim(limit: number, saturated: string[]): Promise<Claimed[]> {
+    const now = clock.nowMs();
+    const claimId = newId();
+    const leaseUntil = now + this.#leaseMs;
+    const rows = await rawQuery(this.#keel.db, claimStatement, [
+      new Date(now).toISOString(),
+      claimId,
+      limit,
+      saturated,
+      new Date(leaseUntil).toISOString(),
+    ]);
+    this.stats.claimed += rows.length;
+    return rows.map((r) => ({
+      id: r.id as string,
+      webhookId: r.webhook_id as string,
+      orgId: r.org_id as string,
+      eventType: r.event_type as string,
+      eventId: r.event_id as string,
+      body: r.body as string,
+      attempts: Number(r.attempts),
+      urlSealed: r.url_sealed as string,
+      secretSealed: (r.secret_sealed as string | null) ?? null,
+      previousSecretSealed: (r.previous_secret_sealed as string | null) ?? null,
+      previousSecretExpiresAt: toMs(r.previous_secret_expires_at),
+      headersSealed: (r.headers_sealed as string | null) ?? null,
+      retryPolicy: r.retry_policy === null || r.retry_policy === undefined ? null : (parseJson(r.retry_policy) as Partial<RetryPolicy>),
+      claimId,
+      leaseUntil,
+    }));
+  }
+
+  #dispatch(row: Claimed): void {
+    const cap = this.#capFor(row.webhookId);
+    const busy = this.#perHook.get(row.webhookId) ?? 0;
+    if (busy < cap) return this.#start(row);
+    const queue = this.#queued.get(row.webhookId) ?? [];
+    if (queue.length >= cap) {
+      // More than this process should hold for one webhook: back to the queue for anyone.
+      this.#releases.push({ id: row.id, claimId: row.claimId });
+      this.#scheduleFlush();
+      return;
+    }
+    queue.push(row);
+    this.#queued.set(row.webhookId, queue);
+    this.#queuedCount++;
+  }
+
+  #start(row: Claimed): void {
+    this.#inflight++;
+    this.#perHook.set(row.webhookId, (this.#perHook.get(row.webhookId) ?? 0) + 1);
+    const controller = new AbortController();
+    const key = `${row.id}:${row.claimId}`;
+    const done = this.#attempt(row, controller.signal)
+      .then(
+        (result) => {
+          if (result) this.#results.push(result);
+          else this.#releases.push({ id: row.id, claimId: row.claimId });
+        },
+        (err: unknown) => {
+          this.#keel.log.error({ error: loggableError(err), deliveryId: row.id }, 'webhooks: attempt failed unexpectedly; the row is released');
+          this.#releases.push({ id: row.id, claimId: row.claimId });
+        },
+      )
+      .finally(() => {
+        this.#attempts.delete(key);
+        this.#inflight--;
+        const left = (this.#perHook.get(row.webhookId) ?? 1) - 1;
+        if (left > 0) this.#perHook.set(row.webhookId, left);
+        else this.#perHook.delete(row.webhookId);
+        this.#scheduleFlush();
+        this.#next(row.webhookId);
+      });
+    this.#attempts.set(key, { controller, done });
+  }
+
+  /** Starts the next queued row of a webhook when it has a slot, else looks for more work. */
+  #next(webhookId: string): void {
+    const queue = this.#queued.get(webhookId);
+    while (queue && queue.length > 0 && !this.#stopping && (this.#perHook.get(webhookId) ?? 0) < this.#capFor(webhookId)) {
+      const row = queue.shift();
+      if (!row) break;
+      this.#queuedCount--;
+      // Too little lease left for a whole attempt: let it go rather than race another worker.
+      if (row.leaseUntil - clock.nowMs() < this.#opts.timeoutMs + 5_000) this.#releases.push({ id: row.id, claimId: row.claimId });
+      else this.#start(row);
+    }
+    if (queue && queue.length === 0) this.#queued.delete(webhookId);
+    this.wake();
+  }
+
+  #open(sealed: string, context: string): string {
+    const key = `${context}|${sealed}`;
+    let plain = this.#opened.get(key);
+    if (plain === undefined) {
+      plain = this.#keel.secrets.sealer.open(sealed, context);
+      if (this.#opened.size >= 10_000) this.#opened.clear();
+      this.#opened.set(key, plain);
+    }
+    return plain;
+  }
+
+  /** One attempt; null when it was cancelled (the row is released, no attempt is counted). */
+  async #attempt(row: Claimed, signal: AbortSignal): Promise<Result | null> {
+    const nowMs = clock.nowMs();
+    const secrets: string[] = [];
+    if (row.secretSealed) secrets.push(this.#open(row.secretSealed, aad(row.webhookId, 'secret')));
+    if (row.previousSecretSealed && row.previousSecretExpiresAt !== null && row.previousSecretExpiresAt > nowMs) {
+      secrets.push(this.#open(row.previousSecretSealed, aad(row.webhookId, 'previous_secret')));
+    }
+    const custom = row.headersSealed ? (JSON.parse(this.#open(row.headersSealed, aad(row.webhookId, 'headers'))) as { key: string; value: string }[]) : [];
+    const url = this.#open(row.urlSealed, aad(row.webhookId, 'url'));
+    const headers = deliveryHeaders({ deliveryId: row.id, eventId: row.eventId, eventType: row.eventType, body: row.body, secrets, nowMs, custom });
+    this.stats.attempted++;
+    const started = performance.now();
+    let status: number | null = null;
+    let responseBody: string | null = null;
+    let error: string | null = null;
+    try {
+      const res = await outboundRequest(
+        url,
+        { method: 'POST', headers, body: row.body, timeoutMs: this.#opts.timeoutMs, maxResponseBytes: RESPONSE_READ_BYTES, truncate: true, signal },
+        this.#keel.outbound,
+      );
+      status = res.status;
+      responseBody = res.body.toString('utf8').slice(0, RESPONSE_BODY_CHARS);
+      if (status >= 300 && status < 400) error = `HTTP ${status}: redirects are not followed`;
+      else if (status < 200 || status >= 300) error = `HTTP ${status}`;
+    } catch (err) {
+      if (err instanceof OutboundError && err.code === 'aborted') return null;
+      error = describeFailure(err, this.#opts.timeoutMs);
+    }
+    const elapsed = Math.round(performance.now() - started);
+    const attemptedAt = clock.now();
+    const attempts = row.attempts + 1;
+    const base = {
+      id: row.id,
+      claimId: row.claimId,
+      webhookId: row.webhookId,
+      responseStatus: status,
+      responseBody,
+      responseTimeMs: elapsed,
+      errorMessage: error,
+      attemptedAt: attemptedAt.toISOString(),
+    };
+    if (error === null) {
+      this.#failing.delete(row.webhookId);
+      return { ...base, status: 'delivered', nextRetryAt: null, deliveredAt: attemptedAt.toISOString() };
+    }
+    this.#failing.add(row.webhookId);
+    const policy = effectivePolicy(row.retryPolicy);
+    if (attempts <= policy.maxRetries) {
+      const next = attemptedAt.getTime() + retryDelayMs(policy, attempts - 1);
+      this.#dueSoon(next);
+      return { ...base, status: 'retrying', nextRetryAt: new Date(next).toISOString(), deliveredAt: null };
+    }
+    return { ...base, status: 'failed', nextRetryAt: null, deliveredAt: null };
+  }
+
+  /** A timer to a retry this process scheduled (real time, as far as the clock has moved with it). */
+  #dueSoon(atMs: number): void {
+    if (atMs >= this.#dueAt) return;
+    this.#dueAt = atMs;
+    if (this.#dueTimer) clearTimeout(this.#dueTimer);
+    const delay = Math.max(0, Math.min(atMs - clock.nowMs(), SWEEP_MS)) + 5;
+    this.#dueTimer = setTimeout(() => {
+      this.#dueAt = Infinity;
+      this.#dueTimer = null;
+      this.wake();
+    }, delay);
+  }
+
+  #scheduleFlush(): void {
+    if (this.#flushScheduled) return;
+    this.#flushScheduled = true;
+    setImmediate(() => {
+      this.#flushScheduled = false;
+      void this.#flush();
+    });
+  }
+
+  /** Writes buffered results and releases, one statement each per batch; serialised. */
+  async #flush(): Promise<void> {
+    while (this.#flushing) await this.#flushing;
+    if (this.#results.length === 0 && this.#releases.length === 0) return;
+    this.#flushing = this.#flushOnce().finally(() => {
+      this.#flushing = null;
+    });
+    await this.#flushing;
+    if (this.#results.length > 0 || this.#releases.length > 0) await this.#flush();
+  }
+
+  async #flushOnce(): Promise<void> {
+    const releases = this.#releases.splice(0);
+    if (releases.length > 0) {
+      try {
+        await rawQuery(this.#keel.db, releaseStatement, [releases.map((r) => r.id), releases.map((r) => r.claimId)]);
+        this.stats.released += releases.length;
+      } catch (err) {
+        // The lease runs out by itself; nothing is lost.
+        this.#keel.log.warn({ error: loggableError(err) }, 'webhooks: releasing claimed deliveries failed');
+      }
+    }
+    while (this.#results.length > 0) {
+      const batch = this.#results.splice(0, FLUSH_BATCH);
+      try {
+        await this.#record(batch);
+      } catch (err) {
+        // Kept for the next flush; if the process dies first, the lease runs out and the attempt is made again.
+        this.#keel.log.error({ error: loggableError(err) }, 'webhooks: recording attempts failed; retrying');
+        this.#results.unshift(...batch);
+        await new Promise((r) => setTimeout(r, 500));
+        if (this.#stopping && !this.#running) return;
+      }
+    }
+  }
+
+  async #record(batch: Result[]): Promise<void> {
+    const nowIso = clock.now().toISOString();
+    const [out] = await rawQuery<{ recorded: number; dead: unknown; auto_failed: unknown }>(this.#keel.db, recordStatement, [
+      batch.map((r) => r.id),
+      batch.map((r) => r.claimId),
+      batch.map((r) => r.status),
+      batch.map((r) => r.nextRetryAt),
+      batch.map((r) => r.responseStatus),
+      batch.map((r) => r.responseBody),
+      batch.map((r) => r.responseTimeMs),
+      batch.map((r) => r.errorMessage),
+      batch.map((r) => r.deliveredAt),
+      batch.map((r) => r.attemptedAt),
+      nowIso,
+      AUTO_FAIL_MIN_DEAD,
+      String(AUTO_FAIL_WINDOW_MS),
+    ]);
+    const recorded = out?.recorded ?? 0;
+    this.stats.recorded += recorded;
+    if (recorded < batch.length) {
+      this.stats.fencedOut += batch.length - recorded;
+      this.#keel.log.warn({ dropped: batch.length - recorded }, 'webhooks: late results of expired leases were not recorded');
+    }
+    const dead = parseJson(out?.dead ?? '[]') as string[];
+    const autoFailed = parseJson(out?.auto_failed ?? '[]') as { id: string; orgId: string; streak: number; since: string }[];
+    if (dead.length > 0) await this.#deadLetter(dead);
+    for (const hook of autoFailed) {
+      await writeAudit(this.#keel.db, { actor: { type: 'system' } }, {
+        action: 'webhook.status.auto_failed',
+        orgId: hook.orgId,
+        target: { type: 'webhook', id: hook.id },
+        details: { deadLettered: hook.streak, failingSince: hook.since, status: 'failed' },
+      });
+      this.#keel.log.warn({ webhookId: hook.id, orgId: hook.orgId, deadLettered: hook.streak }, 'webhooks: webhook moved to failed (every delivery dead-lettered for 24 hours)');
+    }
+  }
+
+  async #deadLetter(ids: string[]): Promise<void> {
+    this.#keel.log.warn({ deliveryIds: ids.slice(0, 20), count: ids.length }, 'webhooks: deliveries dead-lettered after their last retry');
+    const redis = this.#keel.redis;
+    if (!redis) return;
+    try {
+      await redis.multi().lpush(DLQ_LIST, ...ids).ltrim(DLQ_LIST, 0, LIST_CAP - 1).exec();
+    } catch (err) {
+      this.#keel.log.warn({ error: loggableError(err) }, 'webhooks: the dead-letter list in Redis could not be written (PostgreSQL keeps the failed deliveries)');
+    }
+  }
+}
+
+function describeFailure(err: unknown, timeoutMs: number): string {
+  if (err instanceof OutboundError) {
+    // SPEC 7: an unsafe URL at delivery fails the attempt without an HTTP request.
+    if (UNSAFE_TARGET_CODES.has(err.code)) return `Unsafe webhook URL: ${err.message}`;
+    if (err.code === 'unresolvable') return `Unsafe webhook URL: it could not be validated (${err.message})`;
+    if (err.code === 'timeout') return `Timed out: no complete answer within ${timeoutMs} ms`;
+    return `Network error: ${err.message}`;
+  }
+  return `Network error: ${err instanceof Error ? err.message : String(err)}`;
+}

@@ -1,0 +1,103 @@
+import { EVENT_TYPES } from '../../events.js';
+import type { DeliveryStatus, RetryPolicy, StoredWebhookStatus } from './schema.js';
+import { reservedHeader } from './signing.js';
+
+/** What the webhooks module decides without a database: status names, redaction, header and policy rules. */
+
+export type ApiWebhookStatus = 'active' | 'paused' | 'failed';
+
+const TO_STORED: Record<ApiWebhookStatus, StoredWebhookStatus> = { active: 'active', paused: 'disabled', failed: 'error' };
+const TO_API: Record<StoredWebhookStatus, ApiWebhookStatus> = { active: 'active', disabled: 'paused', error: 'failed' };
+
+export const storedStatus = (s: ApiWebhookStatus): StoredWebhookStatus => TO_STORED[s];
+export const apiStatus = (s: StoredWebhookStatus): ApiWebhookStatus => TO_API[s];
+
+export const DELIVERY_STATUSES: readonly DeliveryStatus[] = ['pending', 'delivered', 'failed', 'retrying'];
+
+/** SPEC 8's defaults: 5 retries after the first attempt, 1 s doubling, at most 5 minutes. */
+export const DEFAULT_RETRY_POLICY: RetryPolicy = { maxRetries: 5, initialDelayMs: 1_000, backoffMultiplier: 2, maxDelayMs: 300_000 };
+
+/** Bounds of a webhook's own `retryPolicy` (DECISIONS "Webhooks": settable within bounds). */
+export const RETRY_BOUNDS = {
+  maxRetries: [0, 10],
+  initialDelayMs: [100, 3_600_000],
+  backoffMultiplier: [1, 10],
+  maxDelayMs: [100, 86_400_000],
+} as const;
+
+export function effectivePolicy(stored: Partial<RetryPolicy> | null | undefined): RetryPolicy {
+  return { ...DEFAULT_RETRY_POLICY, ...(stored ?? {}) };
+}
+
+/** SPEC 8: the delay before retry n+1 (n = 0 for the first retry) is min(initial × multiplier^n, max). */
+export function retryDelayMs(policy: RetryPolicy, n: number): number {
+  return Math.min(Math.round(policy.initialDelayMs * policy.backoffMultiplier ** n), policy.maxDelayMs);
+}
+
+/** DECISIONS "Webhooks": query parameters whose values read responses replace with REDACTED. */
+const CREDENTIAL_PARAMS = new Set(
+  ['token', 'sig', 'signature', 'key', 'apikey', 'api_key', 'access_token', 'secret', 'password', 'code', 'x-amz-signature', 'x-amz-credential'],
+);
+
+/** The URL as read responses show it: no userinfo, credential-like query values replaced by REDACTED. */
+export function redactUrl(raw: string): string {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    return '[invalid URL]';
+  }
+  url.username = '';
+  url.password = '';
+  if (url.search) {
+    const params = new URLSearchParams(url.search);
+    let changed = false;
+    for (const key of new Set(params.keys())) {
+      if (CREDENTIAL_PARAMS.has(key.toLowerCase())) {
+        params.set(key, 'REDACTED');
+        changed = true;
+      }
+    }
+    if (changed) url.search = params.toString();
+  }
+  return url.toString();
+}
+
+export interface CustomHeader {
+  key: string;
+  value: string;
+}
+
+/** Limits of a webhook's custom headers. */
+export const HEADER_LIMITS = { count: 20, nameLength: 100, valueLength: 2_000, totalBytes: 8_192 } as const;
+
+const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+// Visible ASCII, space, tab and obs-text; never CR, LF, NUL or other control characters.
+const FIELD_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
+
+/** Problems with a list of custom headers, as `{path, message}` (empty when it is fine). */
+export function headerProblems(headers: readonly CustomHeader[], field = 'headers'): { path: string; message: string }[] {
+  const problems: { path: string; message: string }[] = [];
+  if (headers.length > HEADER_LIMITS.count) problems.push({ path: field, message: `at most ${HEADER_LIMITS.count} headers` });
+  const seen = new Set<string>();
+  let total = 0;
+  headers.forEach((h, i) => {
+    const at = `${field}.${i}`;
+    if (!TOKEN.test(h.key) || h.key.length > HEADER_LIMITS.nameLength) {
+      problems.push({ path: `${at}.key`, message: `must be a header name (letters, digits and !#$%&'*+.^_\`|~-, at most ${HEADER_LIMITS.nameLength})` });
+    } else if (reservedHeader(h.key)) {
+      problems.push({ path: `${at}.key`, message: 'is set by Keel and cannot be overridden (Content-Type, User-Agent, X-Service-*, webhook-*, framing headers)' });
+    } else if (seen.has(h.key.toLowerCase())) {
+      problems.push({ path: `${at}.key`, message: 'is given twice' });
+    }
+    seen.add(h.key.toLowerCase());
+    if (!FIELD_VALUE.test(h.value) || h.value.length > HEADER_LIMITS.valueLength) {
+      problems.push({ path: `${at}.value`, message: `must be at most ${HEADER_LIMITS.valueLength} characters without CR, LF or other control characters` });
+    }
+    total += h.key.length + h.value.length + 4;
+  });
+  if (total > HEADER_LIMITS.totalBytes) problems.push({ path: field, message: `custom headers may take at most ${HEADER_LIMITS.totalBytes} bytes` });
+  return problems;
+}
+
+export const WEBHOOK_EVENT_TYPES: readonly string[] = EVENT_TYPES;

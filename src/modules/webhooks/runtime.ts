@@ -1,0 +1,109 @@
+import type { Keel } from '../../keel.js';
+import { loggableError } from '../../platform/safe-error.js';
+import { DELIVERY_LIST, DeliveryEngine, LIST_CAP } from './engine.js';
+import { routeEvent, setWebhooksRuntime, webhooksRuntime } from './service.js';
+
+/** PostgreSQL without Redis: workers of other processes are woken by NOTIFY on this channel. */
+export const NOTIFY_CHANNEL = 'keel_webhooks';
+
+export interface Webhooks {
+  engine: DeliveryEngine;
+  /** Starts the delivery engine in this process (`keel serve` unless WORKER=off, `keel worker`). */
+  startWorker(): Promise<void>;
+  /** Stops it: graceful lets attempts in flight finish; otherwise they are cancelled and released. */
+  stopWorker(opts?: { graceful: boolean }): Promise<void>;
+}
+
+const installed = new WeakMap<Keel, Webhooks>();
+
+/** The webhooks runtime of a Keel instance (tests reach the engine through it). */
+export function webhooksOf(keel: Keel): Webhooks {
+  const w = installed.get(keel);
+  if (!w) throw new Error('webhooks are not installed on this Keel instance');
+  return w;
+}
+
+/**
+ * Subscribes the event router to the bus and creates (without starting) the delivery engine. Called
+ * once per Keel instance by createKeel.
+ */
+export function installWebhooks(keel: Keel): Webhooks {
+  const engine = new DeliveryEngine(keel, {
+    concurrency: keel.config.WEBHOOK_CONCURRENCY,
+    perWebhook: keel.config.WEBHOOK_CONCURRENCY_PER_WEBHOOK,
+    timeoutMs: keel.config.WEBHOOK_TIMEOUT_MS,
+  });
+  keel.events.subscribe('*', (tx, event) => routeEvent(keel, tx, event));
+  setWebhooksRuntime(keel, {
+    announce(ids) {
+      engine.wake();
+      // Other processes: a Redis hint (delivery ids only), or a NOTIFY on PostgreSQL without Redis.
+      if (keel.redis) {
+        keel.redis
+          .multi()
+          .lpush(DELIVERY_LIST, ...ids)
+          .ltrim(DELIVERY_LIST, 0, LIST_CAP - 1)
+          .exec()
+          .catch((err: unknown) => keel.log.warn({ error: loggableError(err) }, 'webhooks: wake-up hint not pushed to Redis (the safety sweep finds the deliveries)'));
+      } else if (keel.database.kind === 'postgres' && !engine.running) {
+        keel.database.notify(NOTIFY_CHANNEL, '').catch(() => undefined);
+      }
+    },
+    wake() {
+      engine.wake();
+      if (keel.redis) keel.redis.lpush(DELIVERY_LIST, 'wake').catch(() => undefined);
+      else if (keel.database.kind === 'postgres') keel.database.notify(NOTIFY_CHANNEL, '').catch(() => undefined);
+    },
+  });
+  const webhooks: Webhooks = {
+    engine,
+    async startWorker() {
+      if (engine.running) return;
+      await engine.start();
+      await listenForWakeUps(keel, engine);
+    },
+    async stopWorker(opts = { graceful: true }) {
+      await engine.stop(opts);
+    },
+  };
+  installed.set(keel, webhooks);
+  return webhooks;
+}
+
+/** Wake-ups from other processes: BRPOP on the Redis list, or LISTEN on PostgreSQL without Redis. */
+async function listenForWakeUps(keel: Keel, engine: DeliveryEngine): Promise<void> {
+  if (keel.redis) {
+    // A blocking pop needs a connection of its own.
+    const blocking = keel.redis.duplicate();
+    blocking.on('error', () => undefined);
+    const state = { open: true };
+    const isOpen = (): boolean => state.open;
+    engine.onStop(() => {
+      state.open = false;
+      blocking.disconnect();
+    });
+    void (async () => {
+      while (isOpen()) {
+        try {
+          const got = await blocking.brpop(DELIVERY_LIST, 5);
+          if (!isOpen()) break;
+          if (got) {
+            // Drain the other hints: one claim serves them all.
+            await blocking.rpop(DELIVERY_LIST, 1_000);
+            engine.wake();
+          }
+        } catch {
+          if (!isOpen()) break;
+          await new Promise((r) => setTimeout(r, 1_000));
+        }
+      }
+    })();
+    return;
+  }
+  if (keel.database.kind === 'postgres') {
+    const unlisten = await keel.database.listen(NOTIFY_CHANNEL, () => engine.wake());
+    engine.onStop(unlisten);
+  }
+}
+
+export { webhooksRuntime };

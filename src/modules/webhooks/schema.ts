@@ -1,0 +1,91 @@
+import { sql } from 'drizzle-orm';
+import { index, integer, json, jsonb, pgTable, text, uuid, varchar } from 'drizzle-orm/pg-core';
+import { createdAt, idColumn, ts, updatedAt } from '../../platform/db/columns.js';
+import { organizations } from '../tenancy/schema.js';
+
+/** Stored webhook status (SPEC 3): the API's `active` / `paused` / `failed` (DECISIONS "Webhooks"). */
+export type StoredWebhookStatus = 'active' | 'disabled' | 'error';
+
+/** A delivery's own retry schedule (SPEC 8), the defaults filled in. */
+export interface RetryPolicy {
+  maxRetries: number;
+  initialDelayMs: number;
+  backoffMultiplier: number;
+  maxDelayMs: number;
+}
+
+/**
+ * A subscription of an organisation's events (SPEC 2.6). The URL, the secrets and the custom headers
+ * (which often carry a receiver's credentials) are AES-256-GCM sealed, bound to the row's id.
+ * `previous_secret_sealed` is the secret a rotation replaced, still signing until
+ * `previous_secret_expires_at`. `failing_since` / `dead_letter_streak` decide the automatic move to
+ * `error` (DECISIONS: 24 hours in which every delivery was dead-lettered, at least 10).
+ */
+export const webhooks = pgTable(
+  'webhooks',
+  {
+    id: idColumn(),
+    orgId: uuid('org_id')
+      .notNull()
+      .references(() => organizations.id, { onDelete: 'cascade' }),
+    name: varchar('name', { length: 255 }).notNull(),
+    urlSealed: text('url_sealed').notNull(),
+    secretSealed: text('secret_sealed'),
+    previousSecretSealed: text('previous_secret_sealed'),
+    previousSecretExpiresAt: ts('previous_secret_expires_at'),
+    events: jsonb('events').$type<string[]>().notNull(),
+    headersSealed: text('headers_sealed'),
+    status: varchar('status', { length: 20 }).$type<StoredWebhookStatus>().notNull().default('active'),
+    retryPolicy: jsonb('retry_policy').$type<Partial<RetryPolicy>>(),
+    successCount: integer('success_count').notNull().default(0),
+    failureCount: integer('failure_count').notNull().default(0),
+    lastDeliveryAt: ts('last_delivery_at'),
+    lastSuccessAt: ts('last_success_at'),
+    failingSince: ts('failing_since'),
+    deadLetterStreak: integer('dead_letter_streak').notNull().default(0),
+    createdBy: uuid('created_by'),
+    createdAt: createdAt(),
+    updatedAt: updatedAt(),
+  },
+  (t) => [index('webhooks_org_idx').on(t.orgId, t.status)],
+);
+
+export type DeliveryStatus = 'pending' | 'delivered' | 'failed' | 'retrying';
+
+/**
+ * One event for one webhook (SPEC 2.7), and the queue itself (ARCHITECTURE "Where state lives"): a
+ * row is due when `status` is pending/retrying and `next_retry_at` has passed; a worker claims it by
+ * setting `claim_id` and `lease_expires_at` (FOR UPDATE SKIP LOCKED), and records the attempt's result
+ * only while its claim id is still the row's (fencing). `payload` is the request body exactly as sent
+ * (`json`, not `jsonb`: the text is kept byte for byte, so it is what was signed).
+ */
+export const webhookDeliveries = pgTable(
+  'webhook_deliveries',
+  {
+    id: idColumn(),
+    webhookId: uuid('webhook_id')
+      .notNull()
+      .references(() => webhooks.id, { onDelete: 'cascade' }),
+    orgId: uuid('org_id').notNull(),
+    eventType: varchar('event_type', { length: 100 }).notNull(),
+    eventId: varchar('event_id', { length: 100 }).notNull(),
+    payload: json('payload').notNull(),
+    status: varchar('status', { length: 20 }).$type<DeliveryStatus>().notNull().default('pending'),
+    attempts: integer('attempts').notNull().default(0),
+    nextRetryAt: ts('next_retry_at'),
+    responseStatus: integer('response_status'),
+    responseBody: text('response_body'),
+    responseTimeMs: integer('response_time_ms'),
+    errorMessage: text('error_message'),
+    claimId: uuid('claim_id'),
+    leaseExpiresAt: ts('lease_expires_at'),
+    createdAt: createdAt(),
+    deliveredAt: ts('delivered_at'),
+  },
+  (t) => [
+    index('webhook_deliveries_webhook_idx').on(t.webhookId, t.createdAt),
+    index('webhook_deliveries_due_idx')
+      .on(t.nextRetryAt)
+      .where(sql`${t.status} in ('pending', 'retrying')`),
+  ],
+);

@@ -1,0 +1,525 @@
+import { and, count, desc, eq, type SQL } from 'drizzle-orm';
+import type { Keel } from '../../keel.js';
+import type { EventType, KeelEvent } from '../../events.js';
+import { clock } from '../../platform/clock.js';
+import { randomToken } from '../../platform/crypto.js';
+import type { Db } from '../../platform/db/client.js';
+import { newId } from '../../platform/db/columns.js';
+import { prepared, rawQuery } from '../../platform/db/raw.js';
+import { transaction, type Tx } from '../../platform/db/transaction.js';
+import { AppError, conflict, notFound, validationError } from '../../platform/http/errors.js';
+import { OutboundError, vetTarget } from '../../platform/outbound.js';
+import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
+import { visibleOrgCondition, type AccessContext } from '../access/scope.js';
+import {
+  apiStatus,
+  effectivePolicy,
+  headerProblems,
+  redactUrl,
+  storedStatus,
+  type ApiWebhookStatus,
+  type CustomHeader,
+} from './model.js';
+import { webhookDeliveries, webhooks, type DeliveryStatus, type RetryPolicy } from './schema.js';
+
+type WebhookRow = typeof webhooks.$inferSelect;
+type DeliveryRow = typeof webhookDeliveries.$inferSelect;
+
+/** How long a rotated-out secret keeps signing (DECISIONS "Shapes for what Keel adds"). */
+export const ROTATION_OVERLAP_MS = 24 * 60 * 60 * 1000;
+
+/** The associated data a sealed column is bound to: a value cannot be moved to another row or column. */
+export const aad = (id: string, column: 'url' | 'secret' | 'previous_secret' | 'headers') => `webhook:${id}:${column}`;
+
+export interface WebhookView {
+  id: string;
+  orgId: string;
+  name: string;
+  url: string;
+  events: string[];
+  headers: CustomHeader[];
+  status: ApiWebhookStatus;
+  hasSecret: boolean;
+  /** When a rotation's previous secret stops signing; null outside an overlap. */
+  previousSecretExpiresAt: string | null;
+  retryPolicy: RetryPolicy;
+  successCount: number;
+  failureCount: number;
+  lastDeliveryAt: string | null;
+  lastSuccessAt: string | null;
+  createdBy: string | null;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export interface DeliveryView {
+  id: string;
+  webhookId: string;
+  orgId: string;
+  status: DeliveryStatus;
+  event: string;
+  eventId: string;
+  payload: unknown;
+  responseStatus: number | null;
+  responseBody: string | null;
+  responseTimeMs: number | null;
+  errorMessage: string | null;
+  attempt: number;
+  nextAttemptAt: string | null;
+  createdAt: string;
+  deliveredAt: string | null;
+}
+
+export interface DeliveryStats {
+  total: number;
+  pending: number;
+  delivered: number;
+  failed: number;
+  retrying: number;
+  lastDeliveredAt: string | null;
+}
+
+const isoOrNull = (d: Date | null) => (d ? d.toISOString() : null);
+
+/** Opens a webhook's sealed headers (empty list when none). */
+export function openHeaders(keel: Keel, row: Pick<WebhookRow, 'id' | 'headersSealed'>): CustomHeader[] {
+  return row.headersSealed ? (JSON.parse(keel.secrets.sealer.open(row.headersSealed, aad(row.id, 'headers'))) as CustomHeader[]) : [];
+}
+
+export function webhookView(keel: Keel, row: WebhookRow): WebhookView {
+  const overlap = row.previousSecretSealed && row.previousSecretExpiresAt && row.previousSecretExpiresAt.getTime() > clock.nowMs();
+  return {
+    id: row.id,
+    orgId: row.orgId,
+    name: row.name,
+    url: redactUrl(keel.secrets.sealer.open(row.urlSealed, aad(row.id, 'url'))),
+    events: row.events,
+    headers: openHeaders(keel, row),
+    status: apiStatus(row.status),
+    hasSecret: row.secretSealed !== null,
+    previousSecretExpiresAt: overlap ? isoOrNull(row.previousSecretExpiresAt) : null,
+    retryPolicy: effectivePolicy(row.retryPolicy),
+    successCount: row.successCount,
+    failureCount: row.failureCount,
+    lastDeliveryAt: isoOrNull(row.lastDeliveryAt),
+    lastSuccessAt: isoOrNull(row.lastSuccessAt),
+    createdBy: row.createdBy,
+    createdAt: row.createdAt.toISOString(),
+    updatedAt: row.updatedAt.toISOString(),
+  };
+}
+
+export function deliveryView(row: DeliveryRow): DeliveryView {
+  const waiting = row.status === 'pending' || row.status === 'retrying';
+  return {
+    id: row.id,
+    webhookId: row.webhookId,
+    orgId: row.orgId,
+    status: row.status,
+    event: row.eventType,
+    eventId: row.eventId,
+    payload: row.payload,
+    responseStatus: row.responseStatus,
+    responseBody: row.responseBody,
+    responseTimeMs: row.responseTimeMs,
+    errorMessage: row.errorMessage,
+    attempt: row.attempts,
+    nextAttemptAt: waiting ? isoOrNull(row.nextRetryAt) : null,
+    createdAt: row.createdAt.toISOString(),
+    deliveredAt: isoOrNull(row.deliveredAt),
+  };
+}
+
+/** SPEC 7: "Webhook URL fails validation": 400 `invalid_webhook_url`, saying which rule. */
+async function vetUrl(keel: Keel, url: string): Promise<void> {
+  try {
+    await vetTarget(url, keel.outbound);
+  } catch (err) {
+    if (err instanceof OutboundError) throw new AppError(400, 'invalid_webhook_url', `Invalid webhook URL: ${err.message}`, { fields: [{ path: 'url', message: err.message }] });
+    throw err;
+  }
+}
+
+function checkHeaders(headers: readonly CustomHeader[]): void {
+  const problems = headerProblems(headers);
+  if (problems.length > 0) throw validationError(problems);
+}
+
+function checkPolicy(policy: RetryPolicyInput | null | undefined): void {
+  const p = effectivePolicy(policyToStore(policy));
+  if (p.maxDelayMs < p.initialDelayMs) throw validationError([{ path: 'retryPolicy.maxDelayMs', message: 'must be at least initialDelayMs' }]);
+}
+
+const sealHeaders = (keel: Keel, id: string, headers: readonly CustomHeader[]) =>
+  headers.length > 0 ? keel.secrets.sealer.seal(JSON.stringify(headers), aad(id, 'headers')) : null;
+
+/** One webhook the caller may see, else 404 (another tenant's webhook is "not found", never "forbidden"). */
+export async function visibleWebhook(db: Db, access: AccessContext, id: string): Promise<WebhookRow> {
+  const [row] = await db
+    .select()
+    .from(webhooks)
+    .where(and(eq(webhooks.id, id), visibleOrgCondition(access, webhooks.orgId)));
+  if (!row) throw notFound('Webhook');
+  return row;
+}
+
+export interface Paging {
+  page: number;
+  limit: number;
+}
+
+export async function listWebhooks(keel: Keel, access: AccessContext, q: Paging & { status?: ApiWebhookStatus | undefined }): Promise<{ data: WebhookView[]; total: number }> {
+  const where = and(visibleOrgCondition(access, webhooks.orgId), q.status ? eq(webhooks.status, storedStatus(q.status)) : undefined);
+  const [total] = await keel.db.select({ n: count() }).from(webhooks).where(where);
+  const rows = await keel.db
+    .select()
+    .from(webhooks)
+    .where(where)
+    .orderBy(desc(webhooks.createdAt), desc(webhooks.id))
+    .limit(q.limit)
+    .offset((q.page - 1) * q.limit);
+  return { data: rows.map((r) => webhookView(keel, r)), total: total?.n ?? 0 };
+}
+
+/** A `retryPolicy` as given: any of the four fields (the rest take the defaults). */
+export type RetryPolicyInput = { [K in keyof RetryPolicy]?: RetryPolicy[K] | undefined };
+
+function policyToStore(p: RetryPolicyInput | null | undefined): Partial<RetryPolicy> | null {
+  if (!p) return null;
+  const out: Partial<RetryPolicy> = {};
+  for (const [k, v] of Object.entries(p) as [keyof RetryPolicy, number | undefined][]) if (v !== undefined) out[k] = v;
+  return Object.keys(out).length > 0 ? out : null;
+}
+
+export interface WebhookInput {
+  name: string;
+  url: string;
+  secret?: string | null | undefined;
+  events: string[];
+  headers?: CustomHeader[] | undefined;
+  retryPolicy?: RetryPolicyInput | null | undefined;
+}
+
+export async function createWebhook(keel: Keel, access: AccessContext, input: WebhookInput, info: AuditRequestInfo): Promise<WebhookView> {
+  const orgId = access.orgId;
+  if (!orgId) throw new Error('createWebhook needs an organisation (requireOrg)');
+  const headers = input.headers ?? [];
+  checkHeaders(headers);
+  checkPolicy(input.retryPolicy);
+  await vetUrl(keel, input.url);
+  const id = newId();
+  const now = clock.now();
+  const sealer = keel.secrets.sealer;
+  const row = await transaction(keel.db, async (tx) => {
+    const [created] = await tx.db
+      .insert(webhooks)
+      .values({
+        id,
+        orgId,
+        name: input.name,
+        urlSealed: sealer.seal(input.url, aad(id, 'url')),
+        secretSealed: input.secret ? sealer.seal(input.secret, aad(id, 'secret')) : null,
+        events: [...new Set(input.events)],
+        headersSealed: sealHeaders(keel, id, headers),
+        status: 'active',
+        retryPolicy: policyToStore(input.retryPolicy),
+        createdBy: access.principal.userId,
+        createdAt: now,
+        updatedAt: now,
+      })
+      .returning();
+    if (!created) throw new Error('webhook insert returned nothing');
+    await writeAudit(tx.db, info, {
+      action: 'webhook.create',
+      partnerId: access.partnerId,
+      orgId,
+      target: { type: 'webhook', id },
+      details: { name: input.name, events: created.events, hasSecret: created.secretSealed !== null, customHeaders: headers.length },
+    });
+    return created;
+  });
+  return webhookView(keel, row);
+}
+
+export interface WebhookPatch {
+  name?: string | undefined;
+  url?: string | undefined;
+  secret?: string | null | undefined;
+  events?: string[] | undefined;
+  headers?: CustomHeader[] | undefined;
+  status?: ApiWebhookStatus | undefined;
+  retryPolicy?: RetryPolicyInput | null | undefined;
+}
+
+export async function updateWebhook(keel: Keel, access: AccessContext, id: string, patch: WebhookPatch, info: AuditRequestInfo): Promise<WebhookView> {
+  const current = await visibleWebhook(keel.db, access, id);
+  if (patch.headers) checkHeaders(patch.headers);
+  if (patch.retryPolicy !== undefined) checkPolicy(patch.retryPolicy);
+  if (patch.url !== undefined) await vetUrl(keel, patch.url);
+  const sealer = keel.secrets.sealer;
+  const now = clock.now();
+  const set: Partial<typeof webhooks.$inferInsert> = { updatedAt: now };
+  const changes: string[] = [];
+  if (patch.name !== undefined) {
+    set.name = patch.name;
+    changes.push('name');
+  }
+  if (patch.url !== undefined) {
+    set.urlSealed = sealer.seal(patch.url, aad(id, 'url'));
+    changes.push('url');
+  }
+  if (patch.secret !== undefined) {
+    // A plain change replaces the secret at once, without an overlap (rotate-secret keeps one).
+    set.secretSealed = patch.secret ? sealer.seal(patch.secret, aad(id, 'secret')) : null;
+    set.previousSecretSealed = null;
+    set.previousSecretExpiresAt = null;
+    changes.push('secret');
+  }
+  if (patch.events !== undefined) {
+    set.events = [...new Set(patch.events)];
+    changes.push('events');
+  }
+  if (patch.headers !== undefined) {
+    set.headersSealed = sealHeaders(keel, id, patch.headers);
+    changes.push('headers');
+  }
+  if (patch.retryPolicy !== undefined) {
+    set.retryPolicy = policyToStore(patch.retryPolicy);
+    changes.push('retryPolicy');
+  }
+  const reactivated = patch.status === 'active' && current.status !== 'active';
+  if (patch.status !== undefined) {
+    set.status = storedStatus(patch.status);
+    changes.push('status');
+    // A person re-activating it starts a new 24-hour window for the automatic move to `failed`.
+    if (reactivated) {
+      set.failingSince = null;
+      set.deadLetterStreak = 0;
+    }
+  }
+  const row = await transaction(keel.db, async (tx) => {
+    const [updated] = await tx.db.update(webhooks).set(set).where(eq(webhooks.id, id)).returning();
+    if (!updated) throw notFound('Webhook');
+    await writeAudit(tx.db, info, {
+      action: 'webhook.update',
+      partnerId: access.partnerId,
+      orgId: updated.orgId,
+      target: { type: 'webhook', id },
+      changes,
+      ...(patch.status !== undefined ? { details: { status: patch.status, previousStatus: apiStatus(current.status) } } : {}),
+    });
+    // Held deliveries resume once the webhook is active again.
+    if (reactivated) tx.afterCommit(() => webhooksRuntime(keel)?.wake());
+    return updated;
+  });
+  return webhookView(keel, row);
+}
+
+/** Rotation: the new secret signs at once, the previous one for 24 hours more (both signatures meanwhile). */
+export async function rotateSecret(
+  keel: Keel,
+  access: AccessContext,
+  id: string,
+  given: string | undefined,
+  info: AuditRequestInfo,
+): Promise<{ webhook: WebhookView; secret?: string }> {
+  const current = await visibleWebhook(keel.db, access, id);
+  const secret = given ?? `whsk_${randomToken(32)}`;
+  const sealer = keel.secrets.sealer;
+  const now = clock.now();
+  const previous = current.secretSealed ? sealer.open(current.secretSealed, aad(id, 'secret')) : null;
+  const row = await transaction(keel.db, async (tx) => {
+    const [updated] = await tx.db
+      .update(webhooks)
+      .set({
+        secretSealed: sealer.seal(secret, aad(id, 'secret')),
+        previousSecretSealed: previous !== null ? sealer.seal(previous, aad(id, 'previous_secret')) : null,
+        previousSecretExpiresAt: previous !== null ? new Date(now.getTime() + ROTATION_OVERLAP_MS) : null,
+        updatedAt: now,
+      })
+      .where(eq(webhooks.id, id))
+      .returning();
+    if (!updated) throw notFound('Webhook');
+    await writeAudit(tx.db, info, {
+      action: 'webhook.secret.rotate',
+      partnerId: access.partnerId,
+      orgId: updated.orgId,
+      target: { type: 'webhook', id },
+      details: { generated: given === undefined, overlapHours: previous !== null ? 24 : 0 },
+    });
+    return updated;
+  });
+  const webhook = webhookView(keel, row);
+  return given === undefined ? { webhook, secret } : { webhook };
+}
+
+export async function deleteWebhook(keel: Keel, access: AccessContext, id: string, info: AuditRequestInfo): Promise<void> {
+  const current = await visibleWebhook(keel.db, access, id);
+  await transaction(keel.db, async (tx) => {
+    // Its deliveries go with it (ON DELETE CASCADE); an attempt in flight records nothing afterwards.
+    await tx.db.delete(webhooks).where(eq(webhooks.id, id));
+    await writeAudit(tx.db, info, {
+      action: 'webhook.delete',
+      partnerId: access.partnerId,
+      orgId: current.orgId,
+      target: { type: 'webhook', id },
+      details: { name: current.name },
+    });
+  });
+}
+
+export async function deliveryStats(db: Db, webhookId: string): Promise<DeliveryStats> {
+  const [s] = await rawQuery<{ total: number; pending: number; delivered: number; failed: number; retrying: number; last: Date | string | null }>(
+    db,
+    prepared(
+      'webhook_delivery_stats',
+      `select count(*)::int as total,
+              count(*) filter (where status = 'pending')::int as pending,
+              count(*) filter (where status = 'delivered')::int as delivered,
+              count(*) filter (where status = 'failed')::int as failed,
+              count(*) filter (where status = 'retrying')::int as retrying,
+              max(delivered_at) as last
+         from webhook_deliveries where webhook_id = $1`,
+    ),
+    [webhookId],
+  );
+  const last = s?.last ? new Date(s.last) : null;
+  return { total: s?.total ?? 0, pending: s?.pending ?? 0, delivered: s?.delivered ?? 0, failed: s?.failed ?? 0, retrying: s?.retrying ?? 0, lastDeliveredAt: isoOrNull(last) };
+}
+
+export async function listDeliveries(
+  keel: Keel,
+  access: AccessContext,
+  webhookId: string,
+  q: Paging & { status?: DeliveryStatus | undefined },
+): Promise<{ data: DeliveryView[]; total: number }> {
+  await visibleWebhook(keel.db, access, webhookId);
+  const where: SQL | undefined = and(eq(webhookDeliveries.webhookId, webhookId), q.status ? eq(webhookDeliveries.status, q.status) : undefined);
+  const [total] = await keel.db.select({ n: count() }).from(webhookDeliveries).where(where);
+  const rows = await keel.db
+    .select()
+    .from(webhookDeliveries)
+    .where(where)
+    .orderBy(desc(webhookDeliveries.createdAt), desc(webhookDeliveries.id))
+    .limit(q.limit)
+    .offset((q.page - 1) * q.limit);
+  return { data: rows.map(deliveryView), total: total?.n ?? 0 };
+}
+
+/** The request body of SPEC 6.1, in this key order; its JSON text is stored and sent as it is. */
+export function eventBody(event: { id: string; type: string; timestamp: string; orgId: string | null; data: unknown }): Record<string, unknown> {
+  return { id: event.id, type: event.type, timestamp: event.timestamp, orgId: event.orgId, data: event.data };
+}
+
+const insertDeliveries = prepared(
+  'webhook_deliveries_insert',
+  `insert into webhook_deliveries (id, webhook_id, org_id, event_type, event_id, payload, status, attempts, next_retry_at, created_at)
+   select d.id, d.webhook_id, $3, $4, $5, $6::json, 'pending', 0, $7::timestamptz, $7::timestamptz
+     from unnest($1::uuid[], $2::uuid[]) as d(id, webhook_id)`,
+);
+
+/** Inserts one pending delivery per webhook for one body; answers the new ids. Runs in the caller's transaction. */
+export async function enqueueDeliveries(db: Db, webhookIds: string[], orgId: string, eventType: string, eventId: string, body: string): Promise<string[]> {
+  if (webhookIds.length === 0) return [];
+  const ids = webhookIds.map(() => newId());
+  await rawQuery(db, insertDeliveries, [ids, webhookIds, orgId, eventType, eventId, body, clock.now().toISOString()]);
+  return ids;
+}
+
+const subscribedWebhooks = prepared(
+  'webhooks_subscribed',
+  `select id from webhooks where org_id = $1 and status = 'active' and events @> $2::jsonb`,
+);
+
+/**
+ * The bus subscriber (SPEC 6.1 "Routing"): one pending delivery per active webhook of the event's
+ * organisation subscribed to its type, written in the publisher's transaction, so an event whose
+ * transaction rolls back delivers nothing and a committed one is never lost. Workers are woken once
+ * it has committed. Events without an organisation are not routed (DECISIONS).
+ */
+export async function routeEvent(keel: Keel, tx: Tx, event: KeelEvent): Promise<void> {
+  if (!event.orgId) return;
+  const hooks = await rawQuery<{ id: string }>(tx.db, subscribedWebhooks, [event.orgId, JSON.stringify([event.type])]);
+  if (hooks.length === 0) return;
+  const body = JSON.stringify(eventBody(event));
+  const ids = await enqueueDeliveries(tx.db, hooks.map((h) => h.id), event.orgId, event.type, event.id, body);
+  tx.afterCommit(() => webhooksRuntime(keel)?.announce(ids));
+}
+
+export const TEST_EVENT = 'webhook.test';
+
+export async function testWebhook(
+  keel: Keel,
+  access: AccessContext,
+  id: string,
+  input: { event?: string | undefined; payload?: Record<string, unknown> | undefined },
+  info: AuditRequestInfo,
+): Promise<{ message: string; delivery: { id: string; webhookId: string; status: 'pending'; event: string; attempt: number } }> {
+  const hook = await visibleWebhook(keel.db, access, id);
+  if (hook.status !== 'active') throw conflict('webhook_not_active', `Only an active webhook can be tested; this one is ${apiStatus(hook.status)}`);
+  const event = input.event ?? TEST_EVENT;
+  const timestamp = clock.now().toISOString();
+  const data = input.payload ?? { message: 'This is a test delivery from Keel', timestamp, webhookId: id };
+  const eventId = newId();
+  const body = JSON.stringify(eventBody({ id: eventId, type: event, timestamp, orgId: hook.orgId, data }));
+  const [deliveryId] = await transaction(keel.db, async (tx) => {
+    const ids = await enqueueDeliveries(tx.db, [id], hook.orgId, event, eventId, body);
+    await writeAudit(tx.db, info, { action: 'webhook.test', partnerId: access.partnerId, orgId: hook.orgId, target: { type: 'webhook', id }, details: { event } });
+    tx.afterCommit(() => webhooksRuntime(keel)?.announce(ids));
+    return ids;
+  });
+  return { message: 'Test delivery queued', delivery: { id: deliveryId ?? '', webhookId: id, status: 'pending', event, attempt: 0 } };
+}
+
+/** SPEC 4.5: a `failed` delivery is copied into a new pending record (same event type, event id and payload); the original stays failed. */
+export async function retryDelivery(
+  keel: Keel,
+  access: AccessContext,
+  webhookId: string,
+  deliveryId: string,
+  info: AuditRequestInfo,
+): Promise<{ message: string; delivery: { id: string; webhookId: string; status: 'pending'; event: string; attempt: number } }> {
+  const hook = await visibleWebhook(keel.db, access, webhookId);
+  const [original] = await rawQuery<{ status: DeliveryStatus; event_type: string; event_id: string; payload: string }>(
+    keel.db,
+    prepared('webhook_delivery_for_retry', 'select status, event_type, event_id, payload::text as payload from webhook_deliveries where id = $1 and webhook_id = $2'),
+    [deliveryId, webhookId],
+  );
+  if (!original) throw notFound('Delivery');
+  if (original.status !== 'failed') throw conflict('delivery_not_failed', 'Only failed deliveries can be retried');
+  const [id] = await transaction(keel.db, async (tx) => {
+    const ids = await enqueueDeliveries(tx.db, [webhookId], hook.orgId, original.event_type, original.event_id, original.payload);
+    await writeAudit(tx.db, info, {
+      action: 'webhook.delivery.retry',
+      partnerId: access.partnerId,
+      orgId: hook.orgId,
+      target: { type: 'webhook_delivery', id: deliveryId },
+      details: { webhookId, newDeliveryId: ids[0] },
+    });
+    tx.afterCommit(() => webhooksRuntime(keel)?.announce(ids));
+    return ids;
+  });
+  return { message: 'Delivery queued for retry', delivery: { id: id ?? '', webhookId, status: 'pending', event: original.event_type, attempt: 0 } };
+}
+
+/** `POST /events`: publishes an event of another component on the bus, in one transaction. */
+export async function publishEvent(keel: Keel, orgId: string, type: EventType, data: Record<string, unknown>): Promise<KeelEvent> {
+  return transaction(keel.db, (tx) => keel.events.publish(tx, type as never, orgId, data as never));
+}
+
+
+// The runtime (engine and wake-ups) of a Keel instance, installed by runtime.ts; imported lazily here
+// as a registry to keep the service free of the engine.
+export interface RuntimeHooks {
+  /** New deliveries were committed: wake a worker (here, and through Redis or NOTIFY elsewhere). */
+  announce(ids: string[]): void;
+  /** Something may be due again (a webhook re-activated). */
+  wake(): void;
+}
+const runtimes = new WeakMap<Keel, RuntimeHooks>();
+export function setWebhooksRuntime(keel: Keel, hooks: RuntimeHooks): void {
+  runtimes.set(keel, hooks);
+}
+export function webhooksRuntime(keel: Keel): RuntimeHooks | undefined {
+  return runtimes.get(keel);
+}
