@@ -73,7 +73,7 @@ const UploadForm = z
     component: z.string().openapi(d('Component', 'agent')),
     os: z.string().openapi(d('Operating system', 'linux')),
     arch: z.string().openapi(d('CPU architecture', 'amd64')),
-    file: z.string().openapi({ type: 'string', format: 'binary', description: 'The binary (its SHA-256 is computed by Keel)' }),
+    file: z.any().openapi({ type: 'string', format: 'binary', description: 'The binary (its SHA-256 is computed by Keel)' }),
   })
   .openapi('AgentBuildUpload', { example: { version: '1.5.0', component: 'agent', os: 'linux', arch: 'amd64', file: '(binary)' } });
 
@@ -141,7 +141,8 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/agent-versions', tags: ['agents'], summary: 'Register a build (upload with BINARY_SOURCE=local, or a remote URL)',
       description: 'multipart/form-data with version, component, os, arch and file (BINARY_SOURCE=local; AGENT_UPLOAD_LIMIT_BYTES), or JSON naming a URL on the release host. With AGENT_AUTO_PROMOTE the version becomes the target at once (never a downgrade).',
       middleware: platformAdmin,
-      request: { body: { required: true, content: { 'application/json': { schema: RemoteBody }, 'multipart/form-data': { schema: UploadForm } } } },
+      // `required: false` lets each content type be validated only when it is the one sent.
+      request: { body: { required: false, content: { 'application/json': { schema: RemoteBody }, 'multipart/form-data': { schema: UploadForm } } } },
       responses: { 201: json(Registered, 'Registered'), ...errors(400, 401, 403, 409) },
     }),
     async (c) => {
