@@ -241,8 +241,8 @@ export async function listVersions(keel: Keel, access: AccessContext) {
   const countRows = rowsOf<{ component: string; version: string; n: number }>(
     await keel.db.execute(sql`
       select c.key as component, c.value as version, count(*)::int as n
-      from ${devices} d, jsonb_each_text(d.components) c
-      where d.decommissioned_at is null ${visible ? sql`and ${visible}` : sql``}
+      from ${devices}, jsonb_each_text(${devices.components}) c
+      where ${devices.decommissionedAt} is null ${visible ? sql`and ${visible}` : sql``}
       group by c.key, c.value`),
   );
   const counts = new Map(countRows.map((r) => [`${r.component}@${r.version}`, r.n]));
