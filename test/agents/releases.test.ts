@@ -29,7 +29,7 @@ async function releaseHost(): Promise<{ url: string; files: Map<string, string>;
 }
 
 const keys = generateKeyPairSync('ed25519');
-const rawPublic = (keys.publicKey.export({ format: 'der', type: 'spki' }) as Buffer).subarray(12).toString('base64');
+const rawPublic = (keys.publicKey.export({ format: 'der', type: 'spki' })).subarray(12).toString('base64');
 const other = generateKeyPairSync('ed25519');
 
 const manifest = JSON.stringify({
