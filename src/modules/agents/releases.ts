@@ -18,7 +18,7 @@ import { CONFIG_TOPIC } from './state.js';
 import { reportCounts } from './heartbeat.js';
 
 type ReleaseRow = typeof agentReleases.$inferSelect;
-const PROMOTE_LOCK = 0x6b65656c_4; // one promote (or rollout change) at a time
+const PROMOTE_LOCK = 7345016; // one promote (or rollout change) at a time (docs/decisions.md)
 
 export const releaseDir = (keel: Keel) => join(resolve(keel.config.DATA_DIR), 'agent-releases');
 const platformName = (r: { component: string; os: string; arch: string }) => `${r.component}:${r.os}/${r.arch}`;
