@@ -30,7 +30,8 @@ export interface Agents {
 const sameVersions = (a: ComponentVersions, b: ComponentVersions) => COMPONENTS.every((c) => a[c] === b[c]);
 
 async function decide(ctx: Agents, d: DeviceState, components: ComponentVersions, nowMs: number): Promise<Offer | null> {
-  if (!d.autoUpdate || !d.os || !d.arch) return null;
+  // Auto-update is decided in one place, decideUpdate.
+  if (!d.os || !d.arch) return null;
   const org = await ctx.state.settings('org', d.orgId);
   const partner = d.partnerId ? await ctx.state.settings('partner', d.partnerId) : null;
   const targets = await ctx.state.targets();
