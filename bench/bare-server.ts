@@ -42,4 +42,10 @@ app.post('/login', async (c) => {
   return ok ? c.json({ accessToken: 'x', refreshToken: 'y', user: profile }) : c.json({ error: 'no' }, 401);
 });
 
+// The heartbeat's physical limit (bench/fleet.ts): parse the JSON body, answer the same JSON a device gets.
+app.post('/heartbeat', async (c) => {
+  await c.req.json();
+  return c.json({ nextHeartbeatSeconds: 60, autoUpdate: true, update: null });
+});
+
 serve({ fetch: app.fetch, port: Number(process.env.PORT ?? '0'), hostname: '127.0.0.1' });

@@ -4,7 +4,7 @@
  * when /usr/lib/postgresql/<v>/bin exists, on a PostgreSQL server started here on loopback.
  *
  *   npm run bench                          everything
- *   npm run bench -- login authed-read     some of: startup, login, authed-read
+ *   npm run bench -- login authed-read     some of: startup, login, authed-read, fleet
  *   npm run bench -- --pglite              only the embedded backend
  *   BENCH_SECONDS=10 BENCH_USERS=200 BENCH_READ_ROUNDS=3 STARTUP_RUNS=3
  *
@@ -15,6 +15,7 @@ import { cpus, loadavg } from 'node:os';
 import { benchStartup, printStartup, type StartupResult } from './startup.js';
 import { benchLogin, LOGIN_GOAL, printLogin, printLoginCpu, type LoginResult } from './login.js';
 import { benchAuthedRead, printAuthedRead, READ_P99_GOAL_MS, READ_RATIO_GOAL, readGoal, type AuthedReadResult } from './authed-read.js';
+import { benchFleet, fleetGoal, printFleet, FLEET_P99_GOAL_MS, FLEET_RATE_GOAL, FLEET_RATIO_GOAL, type FleetResult } from './fleet.js';
 import { fmt, pgliteBackend, postgresBackend, printTable, startPostgres, type BenchBackend } from './lib.js';
 
 const args = process.argv.slice(2);
@@ -29,6 +30,7 @@ process.stdout.write(
 let startup: StartupResult | null = null;
 const logins: LoginResult[] = [];
 const reads: AuthedReadResult[] = [];
+const fleets: FleetResult[] = [];
 
 if (want('startup')) {
   process.stderr.write('[startup] npm start on a temp DATA_DIR: first start, then restarts...\n');
@@ -47,9 +49,13 @@ async function onBackend(backend: BenchBackend): Promise<void> {
     reads.push(...rows);
     printAuthedRead(rows);
   }
+  if (want('fleet')) {
+    fleets.push(await benchFleet(backend));
+    printFleet(fleets.slice(-1));
+  }
 }
 
-if (want('login') || want('authed-read')) {
+if (want('login') || want('authed-read') || want('fleet')) {
   await onBackend(pgliteBackend());
   if (!pgliteOnly) {
     const server = await startPostgres();
@@ -85,6 +91,13 @@ for (const r of reads) {
     `${fmt(r.ratio, 2)} (${fmt(r.ratioMin, 2)}-${fmt(r.ratioMax, 2)})`,
     r.hasGoal ? `>= ${READ_RATIO_GOAL} and p99 < ${READ_P99_GOAL_MS} ms: ${readGoal(r)}` : 'recorded, no goal',
   ]);
+}
+for (const r of fleets) {
+  rows.push([
+    'agent heartbeats', r.backend, `POST /agents/heartbeat, ${r.devices} devices`, `${fmt(r.heartbeatsPerSecond)} req/s, p99 ${fmt(r.p99)} ms`, `${fmt(r.barePerSecond)} req/s (bare hono POST)`, fmt(r.ratio, 2),
+    `>= ${FLEET_RATE_GOAL}/s, p99 < ${FLEET_P99_GOAL_MS} ms, >= ${FLEET_RATIO_GOAL}: ${fleetGoal(r)}`,
+  ]);
+  rows.push(['  rollout', r.backend, `promoted version to 100% of ${r.rolloutAgents} online agents`, `${fmt(r.rolloutSeconds, 1)} s`, '-', '-', 'recorded']);
 }
 printTable('Summary', ['benchmark', 'backend', 'what', 'Keel', 'physical limit', 'ratio', 'goal'], rows);
 process.stdout.write(`load average at the end: ${loadavg().map((l) => l.toFixed(2)).join(' ')}\n`);

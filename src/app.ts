@@ -2,7 +2,7 @@ import type { OpenAPIHono } from '@hono/zod-openapi';
 import type { Keel } from './keel.js';
 import type { AppEnv } from './app-env.js';
 import { createRouter, mountDocs } from './platform/http/openapi.js';
-import { apiGate, requestContext } from './platform/http/middleware.js';
+import { apiGate, requestContext, uploadLimitsOf } from './platform/http/middleware.js';
 import { AppError, errorResponse, handleError } from './platform/http/errors.js';
 import { mountHealth } from './platform/http/health.js';
 import { methodIndex } from './platform/http/router.js';
@@ -33,6 +33,7 @@ export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
     `${API_BASE}/*`,
     apiGate({
       maxBodyBytes: keel.config.BODY_LIMIT_BYTES,
+      uploads: uploadLimitsOf(keel),
       onTooLarge: (c) => {
         // The rest of the body is never read: tell the client not to reuse this connection.
         c.header('Connection', 'close');

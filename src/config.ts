@@ -86,6 +86,13 @@ const envSchema = z.object({
   BINARY_SOURCE: z.enum(['remote', 'local']).default('remote'),
   AGENT_RELEASE_URL: url(['http:', 'https:']),
   AGENT_AUTO_PROMOTE: bool(true),
+  // Ed25519 public key (PEM, or the 32 raw bytes in base64) that signs the release host's manifest.
+  AGENT_RELEASE_PUBLIC_KEY: optionalString,
+  AGENT_HEARTBEAT_SECONDS: int(60, 1, 3600),
+  AGENT_UPLOAD_LIMIT_BYTES: int(256 * 1024 * 1024, 1024, 4 * 1024 * 1024 * 1024),
+  // Automatic rollout halt: failed + rolled_back reports of a version over this share of at least the minimum.
+  AGENT_HALT_FAILURE_PERCENT: int(20, 1, 100),
+  AGENT_HALT_MIN_REPORTS: int(5, 1, 100000),
   ALLOW_INSECURE_TARGETS: bool(false),
   WORKER: z.enum(['inline', 'off']).default('inline'),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
@@ -170,6 +177,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   }
   if (e.SMS_PROVIDER === 'twilio' && !(e.TWILIO_ACCOUNT_SID && e.TWILIO_AUTH_TOKEN && e.TWILIO_FROM)) {
     throw new ConfigError('Invalid configuration: SMS_PROVIDER=twilio needs TWILIO_ACCOUNT_SID, TWILIO_AUTH_TOKEN and TWILIO_FROM');
+  }
+  if (production && e.AGENT_RELEASE_URL && !e.AGENT_RELEASE_PUBLIC_KEY) {
+    throw new ConfigError('Invalid configuration: AGENT_RELEASE_PUBLIC_KEY is required when NODE_ENV=production and AGENT_RELEASE_URL is set (release manifests must be signed)');
   }
   checkSecrets(e);
   checkAdmin(e);

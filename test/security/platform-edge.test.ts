@@ -23,6 +23,8 @@ interface Operation {
   method: string;
   path: string;
   body?: Schema;
+  /** The route takes a device token (agents), not a user's. */
+  device?: boolean;
 }
 
 const UNKNOWN = 'zzNotAField';
@@ -32,6 +34,7 @@ describe.skipIf(!backendAvailable())(`request edge (${backend})`, () => {
   let app: TestApp;
   let tenant: Tenant;
   let token: string;
+  let deviceToken: string;
   let doc: Schema;
   const lines: Record<string, any>[] = [];
   const raw: string[] = [];
@@ -54,7 +57,11 @@ describe.skipIf(!backendAvailable())(`request edge (${backend})`, () => {
     const admin = await createUser(app, { platformAdmin: true });
     token = (await enrollTotp(app, (await login(app, admin)).accessToken)).accessToken;
     doc = (await app.api('GET', '/openapi.json')).body as Schema;
+    // Agent routes authenticate a device: an enrolled one reaches their bodies.
+    const key = (await app.api('POST', `/orgs/${tenant.orgId}/enrollment-keys`, { token, body: {} })).body.key as string;
+    deviceToken = (await app.api('POST', '/agents/enroll', { body: { enrollmentKey: key, hostname: 'edge', os: 'linux', arch: 'amd64', agentVersion: '1.0.0' } })).body.deviceToken as string;
   });
+  const tokenOf = (op: Operation) => (op.device ? deviceToken : token);
   afterAll(async () => app?.close());
 
   const deref = (s: Schema): Schema => {
@@ -69,7 +76,8 @@ describe.skipIf(!backendAvailable())(`request edge (${backend})`, () => {
       for (const [method, op] of Object.entries<Schema>(item)) {
         if (!HTTP_METHODS.includes(method)) continue;
         const body = op.requestBody?.content?.['application/json']?.schema as Schema | undefined;
-        ops.push({ method: method.toUpperCase(), path, ...(body ? { body: deref(body) } : {}) });
+        const device = Array.isArray(op.security) && (op.security as Schema[]).some((x) => 'deviceToken' in x);
+        ops.push({ method: method.toUpperCase(), path, ...(body ? { body: deref(body) } : {}), ...(device ? { device } : {}) });
       }
     }
     return ops;
@@ -116,7 +124,7 @@ describe.skipIf(!backendAvailable())(`request edge (${backend})`, () => {
       const wrong: string[] = [];
       for (const op of withBody) {
         const body = { ...(minimal(op.body as Schema) as object), [UNKNOWN]: 'x' };
-        const res = await app.api(op.method, concrete(op.path), { token, body });
+        const res = await app.api(op.method, concrete(op.path), { token: tokenOf(op), body });
         const named = fieldsOf(res.body).some((f) => f.path === UNKNOWN && f.message === 'is not a known field');
         if (res.status !== 400 || res.body?.code !== 'validation_failed' || !named) {
           wrong.push(`${op.method} ${op.path}: ${res.status} ${JSON.stringify(res.body)}`);
@@ -168,7 +176,7 @@ describe.skipIf(!backendAvailable())(`request edge (${backend})`, () => {
         const required = (op.body?.required ?? []) as string[];
         if (required.length === 0) continue;
         checked++;
-        const res = await app.api(op.method, concrete(op.path), { token, body: {} });
+        const res = await app.api(op.method, concrete(op.path), { token: tokenOf(op), body: {} });
         const missing = fieldsOf(res.body).filter((f) => f.message === 'is required').map((f) => f.path);
         if (res.status !== 400 || res.body?.code !== 'validation_failed' || JSON.stringify(missing.sort()) !== JSON.stringify([...required].sort())) {
           wrong.push(`${op.method} ${op.path}: ${res.status} ${JSON.stringify(res.body)} (required: ${required.join(', ')})`);
@@ -266,7 +274,7 @@ describe.skipIf(!backendAvailable())(`request edge (${backend})`, () => {
         if (!body || !field) continue;
         checked++;
         body[field] = `${String(body[field])}\u0000`;
-        const res = await app.api(op.method, concrete(op.path), { token, body });
+        const res = await app.api(op.method, concrete(op.path), { token: tokenOf(op), body });
         if (res.status !== 400 || !fieldsOf(res.body).some((f) => f.path === field)) wrong.push(`${op.method} ${op.path} ${field}: ${res.status} ${JSON.stringify(res.body)}`);
       }
       expect(checked).toBeGreaterThanOrEqual(25);

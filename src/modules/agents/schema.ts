@@ -1,8 +1,40 @@
-import { index, pgTable, uuid, varchar } from 'drizzle-orm/pg-core';
+import { bigint, boolean, index, integer, jsonb, pgTable, text, uniqueIndex, uuid, varchar } from 'drizzle-orm/pg-core';
 import { createdAt, idColumn, ts, updatedAt } from '../../platform/db/columns.js';
 import { deviceGroups, organizations, sites } from '../tenancy/schema.js';
 
-/** Minimal device record; the agents issue adds enrolment, tokens, versions and update state. */
+/** Installed versions per component, as the agent last reported them. */
+export type ComponentVersions = { agent?: string; helper?: string; watchdog?: string };
+
+/** A maintenance window in UTC (DECISIONS "Agents and updates"). */
+export interface MaintenanceWindow {
+  days: ('mon' | 'tue' | 'wed' | 'thu' | 'fri' | 'sat' | 'sun')[];
+  start: string;
+  end: string;
+}
+
+export type PinnedVersions = { agent?: string | undefined; helper?: string | undefined; watchdog?: string | undefined };
+
+/** Organisation enrolment keys: shown once, stored as a SHA-256 hash. */
+export const enrollmentKeys = pgTable(
+  'enrollment_keys',
+  {
+    id: idColumn(),
+    orgId: uuid('org_id')
+      .notNull()
+      .references(() => organizations.id, { onDelete: 'cascade' }),
+    name: varchar('name', { length: 255 }),
+    keyHash: varchar('key_hash', { length: 64 }).notNull(),
+    siteId: uuid('site_id').references(() => sites.id, { onDelete: 'cascade' }),
+    deviceGroupId: uuid('device_group_id').references(() => deviceGroups.id, { onDelete: 'cascade' }),
+    expiresAt: ts('expires_at'),
+    revokedAt: ts('revoked_at'),
+    createdBy: uuid('created_by'),
+    createdAt: createdAt(),
+  },
+  (t) => [uniqueIndex('enrollment_keys_hash_idx').on(t.keyHash), index('enrollment_keys_org_idx').on(t.orgId)],
+);
+
+/** Enrolled devices. `status` is stored as last decided; reads derive `offline` from time (service.ts). */
 export const devices = pgTable(
   'devices',
   {
@@ -17,8 +49,98 @@ export const devices = pgTable(
     arch: varchar('arch', { length: 50 }),
     status: varchar('status', { length: 20 }).notNull().default('offline'),
     lastSeenAt: ts('last_seen_at'),
+    /** SHA-256 of the device token; null once decommissioned. */
+    tokenHash: varchar('token_hash', { length: 64 }),
+    components: jsonb('components').$type<ComponentVersions>().notNull().default({}),
+    autoUpdate: boolean('auto_update').notNull().default(true),
+    loggedInUser: varchar('logged_in_user', { length: 255 }),
+    /** Set by an update report `started`; cleared when the new version arrives or the update ends. */
+    updateStartedAt: ts('update_started_at'),
+    updateComponent: varchar('update_component', { length: 20 }),
+    updateToVersion: varchar('update_to_version', { length: 64 }),
+    /** `POST /devices/update-now`: the next heartbeat offers the current target once. */
+    updateNow: boolean('update_now').notNull().default(false),
+    enrolledWithKeyId: uuid('enrolled_with_key_id'),
+    decommissionedAt: ts('decommissioned_at'),
     createdAt: createdAt(),
     updatedAt: updatedAt(),
   },
-  (t) => [index('devices_org_idx').on(t.orgId)],
+  (t) => [
+    index('devices_org_idx').on(t.orgId),
+    uniqueIndex('devices_token_hash_idx').on(t.tokenHash),
+    index('devices_status_seen_idx').on(t.status, t.lastSeenAt),
+  ],
+);
+
+/** A registered build: (version, component, os, arch) is unique. */
+export const agentReleases = pgTable(
+  'agent_releases',
+  {
+    id: idColumn(),
+    version: varchar('version', { length: 64 }).notNull(),
+    component: varchar('component', { length: 20 }).notNull(),
+    os: varchar('os', { length: 50 }).notNull(),
+    arch: varchar('arch', { length: 50 }).notNull(),
+    /** Remote source: the release host's URL; local source: null (served by Keel). */
+    url: text('url'),
+    sha256: varchar('sha256', { length: 64 }).notNull(),
+    size: bigint('size', { mode: 'number' }).notNull(),
+    /** Local source: the file name under DATA_DIR/agent-releases. */
+    filePath: text('file_path'),
+    source: varchar('source', { length: 10 }).notNull(),
+    createdAt: createdAt(),
+  },
+  (t) => [uniqueIndex('agent_releases_build_idx').on(t.version, t.component, t.os, t.arch)],
+);
+
+/** The fleet target: one row per (component, os, arch), guaranteed by the unique index. */
+export const agentTargets = pgTable(
+  'agent_targets',
+  {
+    id: idColumn(),
+    component: varchar('component', { length: 20 }).notNull(),
+    os: varchar('os', { length: 50 }).notNull(),
+    arch: varchar('arch', { length: 50 }).notNull(),
+    version: varchar('version', { length: 64 }).notNull(),
+    rolloutPercent: integer('rollout_percent').notNull().default(100),
+    /** `active` or `halted` (complete is derived: 100% and active). */
+    rolloutStatus: varchar('rollout_status', { length: 20 }).notNull().default('active'),
+    promotedAt: ts('promoted_at').notNull().defaultNow(),
+    /** Update reports from this instant on count towards the automatic halt (set by promote and resume). */
+    reportsSince: ts('reports_since').notNull().defaultNow(),
+    updatedAt: updatedAt(),
+  },
+  (t) => [uniqueIndex('agent_targets_platform_idx').on(t.component, t.os, t.arch)],
+);
+
+/** Update reports of the agents (`POST /agents/update-report`). */
+export const agentUpdateReports = pgTable(
+  'agent_update_reports',
+  {
+    id: idColumn(),
+    deviceId: uuid('device_id')
+      .notNull()
+      .references(() => devices.id, { onDelete: 'cascade' }),
+    component: varchar('component', { length: 20 }).notNull(),
+    fromVersion: varchar('from_version', { length: 64 }),
+    toVersion: varchar('to_version', { length: 64 }).notNull(),
+    state: varchar('state', { length: 20 }).notNull(),
+    error: text('error'),
+    createdAt: createdAt(),
+  },
+  (t) => [index('agent_update_reports_version_idx').on(t.component, t.toVersion, t.state)],
+);
+
+/** Maintenance window and version pins of an organisation or a partner. */
+export const agentUpdateSettings = pgTable(
+  'agent_update_settings',
+  {
+    id: idColumn(),
+    ownerType: varchar('owner_type', { length: 10 }).notNull(),
+    ownerId: uuid('owner_id').notNull(),
+    maintenanceWindow: jsonb('maintenance_window').$type<MaintenanceWindow>(),
+    pinnedVersions: jsonb('pinned_versions').$type<PinnedVersions>(),
+    updatedAt: updatedAt(),
+  },
+  (t) => [uniqueIndex('agent_update_settings_owner_idx').on(t.ownerType, t.ownerId)],
 );

@@ -234,6 +234,23 @@ export interface ApiGateOptions {
   onTooLarge: (c: Context) => Response;
   /** Paths whose routes declare a body type other than JSON (release uploads). */
   allowNonJson?: (path: string) => boolean;
+  /** Upload paths with their own body limit (and any body type): see `uploadLimitsOf`. */
+  uploads?: ReadonlyMap<string, number>;
+}
+
+const uploadLimits = new WeakMap<object, Map<string, number>>();
+
+/**
+ * The upload routes of an app (path under /api/v1 → its own body limit), keyed by the object the app
+ * is built for (its Keel): a module registers its upload path when it mounts, the API gate reads it.
+ */
+export function uploadLimitsOf(owner: object): Map<string, number> {
+  let map = uploadLimits.get(owner);
+  if (!map) {
+    map = new Map();
+    uploadLimits.set(owner, map);
+  }
+  return map;
 }
 
 /**
@@ -243,11 +260,13 @@ export interface ApiGateOptions {
  */
 export function apiGate(opts: ApiGateOptions): MiddlewareHandler {
   const streamed = bodyLimit({ maxSize: opts.maxBodyBytes, onError: opts.onTooLarge });
-  const allowNonJson = opts.allowNonJson ?? (() => false);
+  const uploads = opts.uploads ?? new Map<string, number>();
+  const allowNonJson = (path: string) => uploads.has(path) || (opts.allowNonJson?.(path) ?? false);
   const withBody: MiddlewareHandler = async (c, next) => {
     const chunked = c.req.header('transfer-encoding') !== undefined;
     const length = c.req.header('content-length');
-    if (!chunked && Number(length ?? '0') > opts.maxBodyBytes) return opts.onTooLarge(c);
+    const maxBytes = uploads.get(c.req.path) ?? opts.maxBodyBytes;
+    if (!chunked && Number(length ?? '0') > maxBytes) return opts.onTooLarge(c);
     if ((chunked || (length !== undefined && length !== '0')) && !allowNonJson(c.req.path)) {
       if (!JSON_TYPE.test(c.req.header('content-type') ?? '')) {
         return errorResponse(c, new AppError(415, 'unsupported_media_type', 'Request bodies must be application/json'));
@@ -257,7 +276,7 @@ export function apiGate(opts: ApiGateOptions): MiddlewareHandler {
     if (chunked && incoming) {
       // Counted from Node's stream itself: past the limit the rest flows on unread (and is dropped
       // before the connection closes), where a web stream reader left waiting would stall it.
-      const body = await readUpTo(incoming, opts.maxBodyBytes);
+      const body = await readUpTo(incoming, maxBytes);
       if (!body) return opts.onTooLarge(c);
       c.req.raw = new Request(c.req.raw, { body });
       await next();

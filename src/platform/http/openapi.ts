@@ -31,6 +31,7 @@ export function createRouter<E extends Env>(): OpenAPIHono<E> {
   });
   app.openAPIRegistry.registerComponent('securitySchemes', 'bearerAuth', SECURITY_SCHEMES.bearerAuth);
   app.openAPIRegistry.registerComponent('securitySchemes', 'apiKey', SECURITY_SCHEMES.apiKey);
+  app.openAPIRegistry.registerComponent('securitySchemes', 'deviceToken', SECURITY_SCHEMES.deviceToken);
   const register = app.openapi;
   const openapi: typeof register = (config, handler, hook) => {
     // The document: the route as declared, plus what its middleware enforces (route-docs.ts).

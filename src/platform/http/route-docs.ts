@@ -20,6 +20,8 @@ export interface AccessDoc {
   mfa?: boolean;
   /** Once the user has a second factor, a session established with it. */
   factorProof?: boolean;
+  /** A device token (an enrolled agent), not a user's token. */
+  device?: boolean;
 }
 
 const ACCESS_DOC = Symbol.for('keel.accessDoc');
@@ -44,6 +46,7 @@ export function accessOf(middleware: unknown): AccessDoc {
 export const SECURITY_SCHEMES = {
   bearerAuth: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT', description: 'Access token from /auth/login (15 minutes)' },
   apiKey: { type: 'http', scheme: 'bearer', description: 'API key (`kk_…`, from POST /api-keys), sent as a bearer token' },
+  deviceToken: { type: 'http', scheme: 'bearer', description: 'Device token (`kd_…`, from POST /agents/enroll), sent as a bearer token by agents' },
 } as const;
 
 /** `get /users/{id}/role` → `getUsersByIdRole`: unique per method and path. */
@@ -60,6 +63,7 @@ export function operationIdOf(method: string, path: string): string {
 
 /** The access sentence of a route's description. */
 export function accessText(doc: AccessDoc): string {
+  if (doc.device) return 'Access: a device token (Bearer, from POST /agents/enroll); user tokens and API keys are refused.';
   if (!doc.auth) return 'Access: public (no token).';
   const parts = [doc.auth === 'user' ? 'a signed-in user (access token; API keys are refused with 403 `user_required`)' : 'an access token or an API key'];
   if (doc.scopes) parts.push(`caller scope ${doc.scopes.join(' or ')}`);
@@ -81,6 +85,6 @@ export function documentedRoute(config: RouteConfig & { middleware?: unknown }):
     description,
     // A route that authenticates inside its handler depending on the body (a temp token or a bearer
     // token) declares its own `security` (with `{}` for "optional"); that declaration is kept.
-    security: route.security ?? (doc.auth ? (doc.auth === 'user' ? [{ bearerAuth: [] }] : [{ bearerAuth: [] }, { apiKey: [] }]) : []),
+    security: route.security ?? (doc.device ? [{ deviceToken: [] }] : doc.auth ? (doc.auth === 'user' ? [{ bearerAuth: [] }] : [{ bearerAuth: [] }, { apiKey: [] }]) : []),
   };
 }

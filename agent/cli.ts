@@ -1,0 +1,37 @@
+/**
+ * `npm run agent` / `npx keel-agent`: the reference agent (agent/agent.ts) from environment variables.
+ *
+ *   KEEL_URL                 Keel's base URL (default http://127.0.0.1:3000)
+ *   KEEL_ENROLLMENT_KEY      organisation enrolment key (first start; the identity is then kept)
+ *   KEEL_AGENT_DIR           state directory (default ./agent-state)
+ *   KEEL_AGENT_BINARY        the managed binary (default <KEEL_AGENT_DIR>/bin/agent)
+ *   KEEL_AGENT_VERSION       version of that binary at first start (default 0.0.0)
+ *   KEEL_AGENT_WATCHDOG      true: restart the binary on exit, restore the backup when it fails to start
+ */
+import { hostname } from 'node:os';
+import { join, resolve } from 'node:path';
+import { Agent } from './agent.js';
+
+const ARCH: Record<string, string> = { x64: 'amd64', arm64: 'arm64', ia32: '386', arm: 'arm' };
+const OS: Record<string, string> = { win32: 'windows', darwin: 'darwin', linux: 'linux' };
+
+const dir = resolve(process.env.KEEL_AGENT_DIR ?? './agent-state');
+const agent = new Agent({
+  server: (process.env.KEEL_URL ?? 'http://127.0.0.1:3000').replace(/\/+$/, ''),
+  ...(process.env.KEEL_ENROLLMENT_KEY ? { enrollmentKey: process.env.KEEL_ENROLLMENT_KEY } : {}),
+  stateDir: dir,
+  binaryPath: process.env.KEEL_AGENT_BINARY ?? join(dir, 'bin', 'agent'),
+  initialVersion: process.env.KEEL_AGENT_VERSION ?? '0.0.0',
+  hostname: hostname(),
+  os: OS[process.platform] ?? process.platform,
+  arch: ARCH[process.arch] ?? process.arch,
+  watchdog: /^(1|true|yes)$/i.test(process.env.KEEL_AGENT_WATCHDOG ?? ''),
+  log: (m) => process.stderr.write(`keel-agent: ${m}\n`),
+});
+
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    void agent.shutdown().then(() => process.exit(0));
+  });
+}
+await agent.run();

@@ -1,0 +1,184 @@
+/**
+ * The agent fleet (issue 16): simulated agents over real HTTP against Keel at its default settings.
+ *
+ * 1. Heartbeats: FLEET_DEVICES (default 10,000) devices are enrolled and brought online through the
+ *    API; then autocannon sends POST /agents/heartbeat round-robin over all their device tokens (each
+ *    up to date with the promoted target: the full update decision runs and answers `update: null`),
+ *    next to bare hono answering the same JSON to the same POST (bench/bare-server.ts) in the same
+ *    run. Goals printed: ≥ 5,000 heartbeats/s, p99 < 50 ms, ≥ 0.3 of bare.
+ * 2. Rollout: ROLLOUT_AGENTS (default 1,000) of those devices run as simulated agents, each
+ *    heartbeating every ROLLOUT_INTERVAL_S (default 5 s, phases spread; Keel's own interval stays 60 s,
+ *    the client paces itself) and applying an offered update at once (started, the new version,
+ *    succeeded). A new version is registered (AGENT_AUTO_PROMOTE: the target at once); the time until
+ *    every agent reports it is printed.
+ *
+ *   npm run bench -- fleet          (both backends; or: tsx bench/fleet.ts [pglite|postgres])
+ */
+import { loadavg } from 'node:os';
+import { randomBytes } from 'node:crypto';
+import type { Result } from 'autocannon';
+import { generate } from 'otplib';
+import { BENCH_SECONDS, fmt, isMain, load, okPerSecond, pool, postJson, printTable, sleep, startBare, withBackends, type BenchBackend } from './lib.js';
+
+export const FLEET_RATE_GOAL = 5000;
+export const FLEET_P99_GOAL_MS = 50;
+export const FLEET_RATIO_GOAL = 0.3;
+const DEVICES = Number(process.env.FLEET_DEVICES ?? '10000');
+const ROLLOUT_AGENTS = Math.min(DEVICES, Number(process.env.ROLLOUT_AGENTS ?? '1000'));
+const ROLLOUT_INTERVAL_S = Number(process.env.ROLLOUT_INTERVAL_S ?? '5');
+const CONNECTIONS = 20;
+
+export interface FleetResult {
+  backend: string;
+  devices: number;
+  enrollSeconds: number;
+  heartbeatsPerSecond: number;
+  p50: number;
+  p99: number;
+  failures: number;
+  barePerSecond: number;
+  bareP99: number;
+  ratio: number;
+  rolloutAgents: number;
+  rolloutSeconds: number;
+  load: string;
+}
+
+const loadNow = () => loadavg().map((l) => l.toFixed(2)).join(' ');
+
+async function adminToken(url: string, admin: { email: string; password: string }): Promise<string> {
+  const first = await postJson(`${url}/api/v1/auth/login`, admin);
+  const token = first.body.accessToken as string;
+  const auth = { authorization: `Bearer ${token}` };
+  const setup = await postJson(`${url}/api/v1/auth/mfa/setup`, {}, auth);
+  const code = await generate({ secret: setup.body.secret as string });
+  const enabled = await postJson(`${url}/api/v1/auth/mfa/enable`, { code }, auth);
+  if (enabled.status !== 200) throw new Error(`mfa enable: ${enabled.status} ${JSON.stringify(enabled.body)}`);
+  return enabled.body.accessToken as string;
+}
+
+export async function benchFleet(backend: BenchBackend): Promise<FleetResult> {
+  const admin = { email: `admin-${randomBytes(4).toString('hex')}@example.com`, password: 'correct-horse-battery-admin-staple' };
+  const keel = await backend.startKeel({ ADMIN_EMAIL: admin.email, ADMIN_PASSWORD: admin.password });
+  const bare = await startBare();
+  try {
+    const token = await adminToken(keel.url, admin);
+    const auth = { authorization: `Bearer ${token}` };
+    const api = async (path: string, body: unknown, expect = 201) => {
+      const res = await postJson(`${keel.url}/api/v1${path}`, body, auth);
+      if (res.status !== expect) throw new Error(`POST ${path}: ${res.status} ${JSON.stringify(res.body)}`);
+      return res.body;
+    };
+    const register = (version: string) =>
+      api('/agent-versions', { version, component: 'agent', os: 'linux', arch: 'amd64', url: `https://releases.example.com/${version}/agent`, sha256: 'a'.repeat(64), size: 1000 });
+    await register('1.0.0');
+    const org = await api('/orgs', { name: 'Fleet' });
+    const key = (await api(`/orgs/${org.id}/enrollment-keys`, {})).key as string;
+
+    process.stderr.write(`[fleet/${backend.name}] enrolling ${DEVICES} devices and bringing them online...\n`);
+    const started = Date.now();
+    const tokens = await pool(Array.from({ length: DEVICES }, (_, i) => i), 16, async (i) => {
+      const res = await postJson(`${keel.url}/api/v1/agents/enroll`, { enrollmentKey: key, hostname: `sim-${i}`, os: 'linux', arch: 'amd64', agentVersion: '1.0.0' });
+      if (res.status !== 201) throw new Error(`enroll: ${res.status} ${JSON.stringify(res.body)}`);
+      return res.body.deviceToken as string;
+    });
+    await pool(tokens, 16, async (t) => {
+      const res = await postJson(`${keel.url}/api/v1/agents/heartbeat`, { components: { agent: '1.0.0' } }, { authorization: `Bearer ${t}` });
+      if (res.status !== 200 || res.body.update !== null) throw new Error(`first heartbeat: ${res.status} ${JSON.stringify(res.body)}`);
+    });
+    const enrollSeconds = (Date.now() - started) / 1000;
+
+    const body = JSON.stringify({ components: { agent: '1.0.0' } });
+    let next = 0;
+    const heartbeats = (url: string, withTokens: boolean, seconds: number): Promise<Result> =>
+      load({
+        url,
+        connections: CONNECTIONS,
+        duration: seconds,
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body,
+        ...(withTokens
+          ? { setupClient: (client: { setHeaders: (h: Record<string, string>) => void; on: (e: string, f: () => void) => void }) => {
+              const rotate = () => client.setHeaders({ 'content-type': 'application/json', authorization: `Bearer ${tokens[next++ % tokens.length] ?? ''}` });
+              rotate();
+              client.on('response', rotate);
+            } }
+          : {}),
+      });
+    await heartbeats(`${keel.url}/api/v1/agents/heartbeat`, true, 2);
+    await heartbeats(`${bare.url}/heartbeat`, false, 2);
+    process.stderr.write(`[fleet/${backend.name}] heartbeats: Keel then bare hono, ${BENCH_SECONDS} s each at ${CONNECTIONS} connections...\n`);
+    const keelRun = await heartbeats(`${keel.url}/api/v1/agents/heartbeat`, true, BENCH_SECONDS);
+    const bareRun = await heartbeats(`${bare.url}/heartbeat`, false, BENCH_SECONDS);
+
+    // Rollout: simulated agents, a promoted version, the time until all report it.
+    process.stderr.write(`[fleet/${backend.name}] rollout to ${ROLLOUT_AGENTS} online agents (heartbeat every ${ROLLOUT_INTERVAL_S} s)...\n`);
+    const fleet = tokens.slice(0, ROLLOUT_AGENTS).map((t) => ({ token: t, version: '1.0.0' }));
+    let stop = false;
+    const agentLoop = async (a: { token: string; version: string }, phase: number) => {
+      await sleep(phase);
+      while (!stop) {
+        const h = { authorization: `Bearer ${a.token}` };
+        const res = await postJson(`${keel.url}/api/v1/agents/heartbeat`, { components: { agent: a.version } }, h);
+        const offer = res.body?.update as { version: string } | null | undefined;
+        if (offer) {
+          await postJson(`${keel.url}/api/v1/agents/update-report`, { component: 'agent', fromVersion: a.version, toVersion: offer.version, state: 'started' }, h);
+          const from = a.version;
+          a.version = offer.version;
+          await postJson(`${keel.url}/api/v1/agents/heartbeat`, { components: { agent: a.version } }, h); // at once, no jitter
+          await postJson(`${keel.url}/api/v1/agents/update-report`, { component: 'agent', fromVersion: from, toVersion: offer.version, state: 'succeeded' }, h);
+          continue;
+        }
+        await sleep(ROLLOUT_INTERVAL_S * 1000);
+      }
+    };
+    const loops = fleet.map((a, i) => agentLoop(a, (i / fleet.length) * ROLLOUT_INTERVAL_S * 1000));
+    await sleep(ROLLOUT_INTERVAL_S * 1000); // every agent has heartbeated once
+    const promotedAt = Date.now();
+    await register('1.1.0'); // AGENT_AUTO_PROMOTE (default true): the fleet target at once
+    while (fleet.some((a) => a.version !== '1.1.0') && Date.now() - promotedAt < 10 * 60_000) await sleep(100);
+    const rolloutSeconds = (Date.now() - promotedAt) / 1000;
+    stop = true;
+    await Promise.all(loops);
+    return {
+      backend: backend.name,
+      devices: DEVICES,
+      enrollSeconds,
+      heartbeatsPerSecond: okPerSecond(keelRun),
+      p50: keelRun.latency.p50,
+      p99: keelRun.latency.p99,
+      failures: keelRun.non2xx + keelRun.errors + keelRun.timeouts,
+      barePerSecond: okPerSecond(bareRun),
+      bareP99: bareRun.latency.p99,
+      ratio: okPerSecond(keelRun) / okPerSecond(bareRun),
+      rolloutAgents: ROLLOUT_AGENTS,
+      rolloutSeconds,
+      load: loadNow(),
+    };
+  } finally {
+    await bare.stop();
+    await keel.stop();
+  }
+}
+
+export function fleetGoal(r: FleetResult): string {
+  return r.heartbeatsPerSecond >= FLEET_RATE_GOAL && r.p99 < FLEET_P99_GOAL_MS && r.ratio >= FLEET_RATIO_GOAL ? 'met' : 'NOT met';
+}
+
+export function printFleet(results: FleetResult[]): void {
+  printTable(
+    `Agent fleet: heartbeats at ${DEVICES} enrolled devices (${CONNECTIONS} connections, ${BENCH_SECONDS} s) vs bare hono; rollout to ${ROLLOUT_AGENTS} online agents (goals: >= ${FLEET_RATE_GOAL}/s, p99 < ${FLEET_P99_GOAL_MS} ms, ratio >= ${FLEET_RATIO_GOAL})`,
+    ['backend', 'devices', 'enrol+online s', 'heartbeats/s', 'p50 ms', 'p99 ms', 'failed', 'bare req/s', 'bare p99', 'ratio', 'rollout 100%', 'load avg', 'goal'],
+    results.map((r) => [
+      r.backend, String(r.devices), fmt(r.enrollSeconds, 1), fmt(r.heartbeatsPerSecond), fmt(r.p50), fmt(r.p99), String(r.failures), fmt(r.barePerSecond), fmt(r.bareP99),
+      fmt(r.ratio, 2), `${fmt(r.rolloutSeconds, 1)} s (${r.rolloutAgents} agents)`, r.load, fleetGoal(r),
+    ]),
+  );
+}
+
+if (isMain(import.meta.url)) {
+  const only = process.argv[2] as 'pglite' | 'postgres' | undefined;
+  printFleet((await withBackends(benchFleet, only)).flat());
+  process.exit(0);
+}

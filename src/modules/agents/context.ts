@@ -1,0 +1,68 @@
+import type { Context, MiddlewareHandler } from 'hono';
+import type { AppEnv } from '../../app-env.js';
+import type { Keel } from '../../keel.js';
+import { sha256Hex } from '../../platform/crypto.js';
+import { unauthorized } from '../../platform/http/errors.js';
+import { documentAccess } from '../../platform/http/route-docs.js';
+import { AgentState, type DeviceState } from './state.js';
+import { sweep, type Agents } from './heartbeat.js';
+import { DEVICE_TOKEN_PREFIX } from './devices.js';
+
+/** How often the offline sweep runs (seconds). */
+const SWEEP_EVERY_SECONDS = 10;
+
+const contexts = new WeakMap<Keel, Agents>();
+
+/**
+ * The agents module of a Keel: its caches and timers (last-seen flush every second, the offline sweep
+ * every 10 seconds), created on first use; the timers stop, and the last stamps are written, when
+ * the Keel closes.
+ */
+export function agentsOf(keel: Keel): Agents {
+  let ctx = contexts.get(keel);
+  if (!ctx) {
+    const state = new AgentState(keel, () => keel.config.publicUrl);
+    const created: Agents = { keel, state, intervalSeconds: keel.config.AGENT_HEARTBEAT_SECONDS };
+    contexts.set(keel, created);
+    state.start(SWEEP_EVERY_SECONDS, () => sweep(created).then(() => undefined));
+    const close = keel.close.bind(keel);
+    keel.close = async () => {
+      await state.stop();
+      await close();
+    };
+    ctx = created;
+  }
+  return ctx;
+}
+
+interface DeviceAuth {
+  tokenHash: string;
+  device: DeviceState;
+}
+
+const authOf = new WeakMap<Request, DeviceAuth>();
+
+/**
+ * Requires `Authorization: Bearer <device token>`: the device's cached state by the token's SHA-256
+ * (tokens are stored only hashed; the lookup is by hash, so no comparison of secrets happens in
+ * JavaScript). A decommissioned device's token is gone from the table and from every cache.
+ */
+export function deviceAuth(keel: Keel): MiddlewareHandler<AppEnv> {
+  const ctx = agentsOf(keel);
+  return documentAccess<MiddlewareHandler<AppEnv>>(async (c, next) => {
+    const token = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header('authorization') ?? '')?.[1];
+    if (!token) throw unauthorized('A device token is required');
+    if (!token.startsWith(DEVICE_TOKEN_PREFIX)) throw unauthorized('The device token is invalid or revoked', 'invalid_device_token');
+    const tokenHash = sha256Hex(token);
+    const device = await ctx.state.device(tokenHash);
+    if (!device) throw unauthorized('The device token is invalid or revoked', 'invalid_device_token');
+    authOf.set(c.req.raw, { tokenHash, device });
+    await next();
+  }, { device: true });
+}
+
+export function deviceOf(c: Context<AppEnv>): DeviceAuth {
+  const auth = authOf.get(c.req.raw);
+  if (!auth) throw new Error('deviceAuth must run before this handler');
+  return auth;
+}

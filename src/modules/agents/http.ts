@@ -1,0 +1,167 @@
+import { z } from '@hono/zod-openapi';
+import { COMPONENTS, DAYS, minutesOf } from './decision.js';
+
+/** Request and response schemas of the agents module (every field described, every body with an example). */
+
+const d = (description: string, example?: unknown) => (example === undefined ? { description } : { description, example });
+
+export const Version = z.string().trim().min(1).max(64).regex(/^[0-9A-Za-z][0-9A-Za-z.+-]*$/, 'must be a version such as 1.4.2 or 1.5.0-rc.1');
+export const Platform = z.string().trim().min(1).max(50).regex(/^[a-z0-9_]+$/, 'must be lower-case letters, digits or _');
+export const ComponentName = z.enum(COMPONENTS).openapi(d('Agent component', 'agent'));
+
+export const Components = z
+  .object({
+    agent: Version.openapi(d('Installed agent version', '1.4.2')),
+    helper: Version.optional().openapi(d('Installed helper version', '1.4.2')),
+    watchdog: Version.optional().openapi(d('Installed watchdog version', '1.4.2')),
+  })
+  .openapi('AgentComponents');
+
+export const ComponentsOut = z
+  .object({
+    agent: z.string().optional().openapi(d('Installed agent version')),
+    helper: z.string().optional().openapi(d('Installed helper version')),
+    watchdog: z.string().optional().openapi(d('Installed watchdog version')),
+  })
+  .openapi('InstalledVersions');
+
+export const Device = z
+  .object({
+    id: z.uuid().openapi(d('Device id')),
+    orgId: z.uuid().openapi(d('Organisation of the device')),
+    siteId: z.uuid().nullable().openapi(d('Site of the device')),
+    deviceGroupId: z.uuid().nullable().openapi(d('Device group of the device')),
+    hostname: z.string().openapi(d('Host name reported by the agent')),
+    os: z.string().nullable().openapi(d('Operating system (linux, windows, darwin)')),
+    arch: z.string().nullable().openapi(d('CPU architecture (amd64, arm64)')),
+    components: ComponentsOut,
+    status: z.enum(['online', 'offline', 'updating']).openapi(d('online; offline (no heartbeat for three intervals, or updating for more than 5 minutes); updating')),
+    lastSeenAt: z.string().nullable().openapi(d('Last heartbeat (ISO 8601)')),
+    autoUpdate: z.boolean().openapi(d('Whether the device takes updates (stored by Keel, sent in every heartbeat answer)')),
+    loggedInUser: z.string().nullable().openapi(d('User logged in on the device, as last reported')),
+    updateNowPending: z.boolean().openapi(d('An update-now request waits for the next heartbeat')),
+    createdAt: z.string().openapi(d('Enrolment time')),
+  })
+  .openapi('Device');
+
+export const EnrollmentKeyCreate = z
+  .object({
+    name: z.string().trim().min(1).max(255).optional().openapi(d('Label of the key')),
+    siteId: z.uuid().nullable().optional().openapi(d('Site devices enrolled with this key join')),
+    deviceGroupId: z.uuid().nullable().optional().openapi(d('Device group devices enrolled with this key join')),
+    expiresAt: z.iso.datetime({ offset: true }).nullable().optional().openapi(d('Expiry (ISO 8601); none: never')),
+  })
+  .openapi('EnrollmentKeyCreate', { example: { name: 'Head office', expiresAt: '2030-01-01T00:00:00Z' } });
+
+const keyFields = {
+  id: z.uuid().openapi(d('Key id')),
+  name: z.string().nullable().openapi(d('Label')),
+  siteId: z.uuid().nullable().openapi(d('Site of enrolled devices')),
+  deviceGroupId: z.uuid().nullable().openapi(d('Device group of enrolled devices')),
+  expiresAt: z.string().nullable().openapi(d('Expiry')),
+  revokedAt: z.string().nullable().openapi(d('When the key was revoked')),
+  createdAt: z.string().openapi(d('Creation time')),
+};
+export const EnrollmentKey = z.object(keyFields).openapi('EnrollmentKey');
+export const EnrollmentKeyCreated = z
+  .object({ ...keyFields, key: z.string().openapi(d('The key (shown once; stored only as a hash)')) })
+  .openapi('EnrollmentKeyCreated');
+
+export const EnrollBody = z
+  .object({
+    enrollmentKey: z.string().min(1).max(200).openapi(d('Organisation enrolment key')),
+    hostname: z.string().trim().min(1).max(255).openapi(d('Host name')),
+    os: Platform.openapi(d('Operating system', 'linux')),
+    arch: Platform.openapi(d('CPU architecture', 'amd64')),
+    agentVersion: Version.openapi(d('Installed agent version', '1.4.2')),
+    siteId: z.uuid().optional().openapi(d('Site (when the key names none)')),
+    deviceGroupId: z.uuid().optional().openapi(d('Device group (when the key names none)')),
+  })
+  .openapi('EnrollRequest', { example: { enrollmentKey: 'ke_…', hostname: 'ws-042', os: 'linux', arch: 'amd64', agentVersion: '1.4.2' } });
+
+export const Enrolled = z
+  .object({
+    deviceId: z.uuid().openapi(d('Device id')),
+    deviceToken: z.string().openapi(d('Device token for heartbeats and reports (shown once; stored only as a hash)')),
+    heartbeatIntervalSeconds: z.number().int().openapi(d('Heartbeat interval')),
+  })
+  .openapi('Enrolled');
+
+export const HeartbeatBody = z
+  .object({
+    components: Components,
+    hostname: z.string().trim().min(1).max(255).optional().openapi(d('Host name, if it changed')),
+    loggedInUser: z.string().max(255).nullable().optional().openapi(d('User logged in on the device; null: nobody')),
+  })
+  .openapi('Heartbeat', { example: { components: { agent: '1.4.2', watchdog: '1.4.2' }, loggedInUser: 'alice' } });
+
+export const UpdateOffer = z
+  .object({
+    component: ComponentName,
+    version: z.string().openapi(d('Version to install')),
+    url: z.string().openapi(d('Download URL')),
+    sha256: z.string().openapi(d('SHA-256 of the binary (hex)')),
+    size: z.number().int().openapi(d('Size in bytes')),
+  })
+  .openapi('UpdateOffer');
+
+export const HeartbeatAnswer = z
+  .object({
+    nextHeartbeatSeconds: z.number().int().openapi(d('Seconds until the next heartbeat')),
+    autoUpdate: z.boolean().openapi(d('Whether this device takes updates')),
+    update: UpdateOffer.nullable().openapi(d('The update to apply now, or null')),
+  })
+  .openapi('HeartbeatAnswer');
+
+export const UpdateReportBody = z
+  .object({
+    component: ComponentName,
+    fromVersion: Version.nullable().optional().openapi(d('Version before the update', '1.4.2')),
+    toVersion: Version.openapi(d('Version the update goes to', '1.5.0')),
+    state: z.enum(['started', 'succeeded', 'failed', 'rolled_back']).openapi(d('Stage reached', 'started')),
+    error: z.string().max(2000).nullable().optional().openapi(d('What went wrong (failed, rolled_back)')),
+  })
+  .openapi('UpdateReport', { example: { component: 'agent', fromVersion: '1.4.2', toVersion: '1.5.0', state: 'started' } });
+
+export const AutoUpdateBody = z
+  .object({ enabled: z.boolean().openapi(d('Take updates', false)) })
+  .openapi('AutoUpdate', { example: { enabled: false } });
+
+export const UpdateNowBody = z
+  .object({ deviceIds: z.array(z.uuid()).min(1).max(1000).openapi(d('Devices to offer the current target at their next heartbeat')) })
+  .openapi('UpdateNow', { example: { deviceIds: ['0190a6f4-1c2d-7e3f-8a9b-0c1d2e3f4a5b'] } });
+
+export const UpdateNowAnswer = z
+  .object({ deviceIds: z.array(z.uuid()).openapi(d('Devices that will be offered the update')) })
+  .openapi('UpdateNowAccepted');
+
+const Hhmm = z.string().refine((v) => minutesOf(v) !== null, 'must be HH:MM (00:00-23:59)');
+export const MaintenanceWindow = z
+  .object({
+    days: z.array(z.enum(DAYS)).min(1).max(7).refine((a) => new Set(a).size === a.length, 'must not repeat a day').openapi(d('Days the window starts on (UTC)', ['sat', 'sun'])),
+    start: Hhmm.openapi(d('Start, HH:MM UTC', '22:00')),
+    end: Hhmm.openapi(d('End, HH:MM UTC; at or before start: the window crosses midnight and belongs to its start day', '02:00')),
+  })
+  .openapi('MaintenanceWindow');
+
+export const PinnedVersions = z
+  .object({
+    agent: Version.optional().openapi(d('Pinned agent version', '1.4.2')),
+    helper: Version.optional().openapi(d('Pinned helper version')),
+    watchdog: Version.optional().openapi(d('Pinned watchdog version')),
+  })
+  .openapi('PinnedVersions');
+
+export const SettingsBody = z
+  .object({
+    maintenanceWindow: MaintenanceWindow.nullable().optional().openapi(d('Window for updates; null clears it (any time, or the partner window)')),
+    pinnedVersions: PinnedVersions.nullable().optional().openapi(d('Versions to stay on; null clears them')),
+  })
+  .openapi('AgentUpdateSettingsUpdate', { example: { maintenanceWindow: { days: ['fri'], start: '22:00', end: '02:00' }, pinnedVersions: { agent: '1.4.2' } } });
+
+export const SettingsOut = z
+  .object({
+    maintenanceWindow: MaintenanceWindow.nullable().openapi(d('Window for updates (UTC), or null')),
+    pinnedVersions: PinnedVersions.nullable().openapi(d('Pinned versions, or null')),
+  })
+  .openapi('AgentUpdateSettings');

@@ -1,0 +1,224 @@
+import { createReadStream } from 'node:fs';
+import { Readable } from 'node:stream';
+import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
+import type { AppEnv } from '../../app-env.js';
+import type { Keel } from '../../keel.js';
+import { badRequest, validationError, zodFields } from '../../platform/http/errors.js';
+import { uploadLimitsOf } from '../../platform/http/middleware.js';
+import { errors, json, jsonBody } from '../../platform/http/schemas.js';
+import { authenticate } from '../../http/authenticate.js';
+import { requestInfo } from '../identity/http.js';
+import { requireMfa } from '../mfa/policy.js';
+import { accessOf, guard } from '../access/scope.js';
+import { deviceAuth } from './context.js';
+import { ComponentName, Platform, Version } from './http.js';
+import { listVersions, localBuild, promote, registerRemote, registerUpload, resumeRollout, syncRemote, widenRollout } from './releases.js';
+
+const d = (description: string, example?: unknown) => (example === undefined ? { description } : { description, example });
+
+const Build = z
+  .object({
+    version: z.string().openapi(d('Version')),
+    component: ComponentName,
+    os: z.string().openapi(d('Operating system')),
+    arch: z.string().openapi(d('CPU architecture')),
+    url: z.string().openapi(d('Download URL (the release host, or Keel for uploaded builds)')),
+    sha256: z.string().openapi(d('SHA-256 of the binary (hex)')),
+    size: z.number().int().openapi(d('Size in bytes')),
+    source: z.string().openapi(d('local (uploaded to Keel) or remote (release host)')),
+    createdAt: z.string().openapi(d('Registration time')),
+  })
+  .openapi('AgentBuild');
+
+const Registered = Build.extend({ promoted: z.array(z.string()).openapi(d('Platforms promoted at once (AGENT_AUTO_PROMOTE), as component:os/arch')) }).openapi('AgentBuildRegistered');
+
+const Rollout = z
+  .object({
+    percent: z.number().int().openapi(d('Share of devices (stable cohort) offered the version')),
+    status: z.enum(['active', 'halted', 'complete']).openapi(d('active; halted (too many failed or rolled-back reports); complete (100%)')),
+    succeeded: z.number().int().openapi(d('Devices whose last report for this version is succeeded')),
+    failed: z.number().int().openapi(d('Devices whose last report for this version is failed or rolled_back')),
+    devices: z.number().int().openapi(d('Devices on this version')),
+  })
+  .openapi('Rollout');
+
+const VersionEntry = z
+  .object({
+    version: z.string().openapi(d('Version')),
+    component: ComponentName,
+    prerelease: z.boolean().openapi(d('A release candidate (-rc and the like)')),
+    builds: z.array(Build).openapi(d('Registered builds of this version and component')),
+    deviceCount: z.number().int().openapi(d('Devices the caller sees that run this version of the component')),
+    target: z.array(z.string()).openapi(d('Platforms (component:os/arch) whose fleet target this version is')),
+    rollout: Rollout.nullable().openapi(d('Rollout state when the version is a target')),
+  })
+  .openapi('AgentVersion');
+
+const RemoteBody = z
+  .object({
+    version: Version.openapi(d('Version', '1.5.0')),
+    component: ComponentName,
+    os: Platform.openapi(d('Operating system', 'linux')),
+    arch: Platform.openapi(d('CPU architecture', 'amd64')),
+    url: z.string().max(2000).openapi(d('Download URL on the release host (https)', 'https://releases.example.com/1.5.0/agent-linux-amd64')),
+    sha256: z.string().regex(/^[0-9a-fA-F]{64}$/, 'must be 64 hex characters').openapi(d('SHA-256 of the binary (hex)')),
+    size: z.number().int().positive().openapi(d('Size in bytes', 1048576)),
+  })
+  .openapi('AgentBuildRemote', { example: { version: '1.5.0', component: 'agent', os: 'linux', arch: 'amd64', url: 'https://releases.example.com/1.5.0/agent-linux-amd64', sha256: 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855', size: 1048576 } });
+
+const UploadMeta = z.object({ version: Version, component: ComponentName, os: Platform, arch: Platform });
+const UploadForm = z
+  .object({
+    version: z.string().openapi(d('Version', '1.5.0')),
+    component: z.string().openapi(d('Component', 'agent')),
+    os: z.string().openapi(d('Operating system', 'linux')),
+    arch: z.string().openapi(d('CPU architecture', 'amd64')),
+    file: z.any().openapi({ type: 'string', format: 'binary', description: 'The binary (its SHA-256 is computed by Keel)' }),
+  })
+  .openapi('AgentBuildUpload', { example: { version: '1.5.0', component: 'agent', os: 'linux', arch: 'amd64', file: '(binary)' } });
+
+const PromoteBody = z
+  .object({
+    version: Version.openapi(d('Version to make the fleet target', '1.5.0')),
+    component: ComponentName.optional().openapi(d('Only this component (default: every component the version has)')),
+    rollout: z.object({ percent: z.number().int().min(1).max(100).openapi(d('Share of devices offered the version', 10)) }).optional().openapi(d('Staged rollout (default 100%)')),
+    allowDowngrade: z.boolean().optional().openapi(d('Allow a version lower than the current target', false)),
+  })
+  .openapi('Promote', { example: { version: '1.5.0', rollout: { percent: 10 } } });
+
+const Promoted = z
+  .object({
+    version: z.string().openapi(d('Promoted version')),
+    promoted: z.array(z.string()).openapi(d('Platforms (component:os/arch) whose target is now this version')),
+    missing: z.array(z.string()).openapi(d('Platforms with enrolled devices that this version has no build for (they keep their target)')),
+    rollout: z.object({ percent: z.number().int().openapi(d('Rollout share')) }).openapi(d('Rollout')),
+  })
+  .openapi('Promoted');
+
+const RolloutBody = z
+  .object({
+    component: ComponentName.optional().openapi(d('Only this component (default: all)')),
+    percent: z.number().int().min(1).max(100).openapi(d('New share (never lower than the current one)', 50)),
+  })
+  .openapi('RolloutWiden', { example: { component: 'agent', percent: 50 } });
+
+const ResumeBody = z
+  .object({ component: ComponentName.optional().openapi(d('Only this component (default: all)')) })
+  .openapi('RolloutResume', { example: { component: 'agent' } });
+
+const Synced = z
+  .object({
+    version: z.string().openapi(d('Synced version')),
+    synced: z.array(z.string()).openapi(d('Registered builds, as component:os/arch')),
+    promoted: z.array(z.string()).openapi(d('Platforms promoted at once (AGENT_AUTO_PROMOTE)')),
+  })
+  .openapi('Synced');
+
+const DownloadParams = z.object({
+  version: z.string().max(64).openapi({ param: { name: 'version', in: 'path' }, description: 'Version' }),
+  component: z.string().max(20).openapi({ param: { name: 'component', in: 'path' }, description: 'Component' }),
+  os: z.string().max(50).openapi({ param: { name: 'os', in: 'path' }, description: 'Operating system' }),
+  arch: z.string().max(50).openapi({ param: { name: 'arch', in: 'path' }, description: 'CPU architecture' }),
+});
+
+/** Releases: list, register (upload or remote), download, sync from the release host, promote, rollout. */
+export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
+  const auth = authenticate(keel);
+  const platformAdmin = [auth, ...guard(keel, { scopes: ['system'] })];
+  uploadLimitsOf(keel).set('/api/v1/agent-versions', keel.config.AGENT_UPLOAD_LIMIT_BYTES);
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/agent-versions', tags: ['agents'], summary: 'Registered versions with device counts and rollout state',
+      middleware: [auth, ...guard(keel, { permission: ['devices', 'read'] })],
+      responses: { 200: json(z.object({ data: z.array(VersionEntry).openapi(d('Versions, newest first per component')) }).openapi('AgentVersions'), 'Versions'), ...errors(401, 403) },
+    }),
+    async (c) => c.json({ data: await listVersions(keel, accessOf(c)) }, 200),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/agent-versions', tags: ['agents'], summary: 'Register a build (upload with BINARY_SOURCE=local, or a remote URL)',
+      description: 'multipart/form-data with version, component, os, arch and file (BINARY_SOURCE=local; AGENT_UPLOAD_LIMIT_BYTES), or JSON naming a URL on the release host. With AGENT_AUTO_PROMOTE the version becomes the target at once (never a downgrade).',
+      middleware: platformAdmin,
+      // `required: false` lets each content type be validated only when it is the one sent.
+      request: { body: { required: false, content: { 'application/json': { schema: RemoteBody }, 'multipart/form-data': { schema: UploadForm } } } },
+      responses: { 201: json(Registered, 'Registered'), ...errors(400, 401, 403, 409) },
+    }),
+    async (c) => {
+      const info = requestInfo(c);
+      const type = c.req.header('content-type') ?? '';
+      if (/^multipart\/form-data/i.test(type)) {
+        const form = await c.req.parseBody();
+        const file = form.file;
+        const meta = UploadMeta.safeParse({ version: form.version, component: form.component, os: form.os, arch: form.arch });
+        if (!meta.success) throw validationError(zodFields(meta.error));
+        if (!(file instanceof File)) throw validationError([{ path: 'file', message: 'is required (a file part)' }]);
+        return c.json(await registerUpload(keel, meta.data, new Uint8Array(await file.arrayBuffer()), info), 201);
+      }
+      if (!/^application\/json/i.test(type)) throw badRequest('unsupported_media_type', 'Send multipart/form-data or application/json');
+      const body = RemoteBody.strict().safeParse(await c.req.json());
+      if (!body.success) throw validationError(zodFields(body.error));
+      return c.json(await registerRemote(keel, body.data, info), 201);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/agent-versions/{version}/download/{component}/{os}/{arch}', tags: ['agents'], summary: 'Download an uploaded build',
+      middleware: [deviceAuth(keel)],
+      request: { params: DownloadParams },
+      responses: { 200: { description: 'The binary', content: { 'application/octet-stream': { schema: z.string().openapi({ type: 'string', format: 'binary', description: 'The binary' }) } } }, ...errors(401, 404) },
+    }),
+    async (c) => {
+      const p = c.req.valid('param');
+      const build = await localBuild(keel, p.version, p.component, p.os, p.arch);
+      const stream = Readable.toWeb(createReadStream(build.path)) as ReadableStream;
+      return c.body(stream, 200, { 'Content-Type': 'application/octet-stream', 'Content-Length': String(build.size), 'X-Checksum-Sha256': build.sha256 });
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/agent-versions/sync-remote', tags: ['agents'], summary: "Register a release from the release host's signed manifest",
+      description: 'Fetches AGENT_RELEASE_URL/manifest.json and manifest.json.sig (Ed25519, AGENT_RELEASE_PUBLIC_KEY; unsigned or wrongly signed: 502 manifest_signature_invalid). Without version: the latest stable release (never a prerelease).',
+      middleware: platformAdmin,
+      request: { query: z.object({ version: Version.optional().openapi({ description: 'Version to sync (default: latest stable)' }) }) },
+      responses: { 200: json(Synced, 'Synced'), ...errors(400, 401, 403, 404, 409) },
+    }),
+    async (c) => c.json(await syncRemote(keel, c.req.valid('query').version, requestInfo(c)), 200),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/agent-versions/promote', tags: ['agents'], summary: 'Make a version the fleet target (optionally staged)',
+      middleware: [...platformAdmin, requireMfa(keel)],
+      request: { body: jsonBody(PromoteBody) },
+      responses: { 200: json(Promoted, 'Promoted'), ...errors(400, 401, 403, 404, 409) },
+    }),
+    async (c) => c.json(await promote(keel, c.req.valid('json'), requestInfo(c)), 200),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/agent-versions/rollout', tags: ['agents'], summary: "Widen the current target's rollout",
+      middleware: [...platformAdmin, requireMfa(keel)],
+      request: { body: jsonBody(RolloutBody) },
+      responses: { 200: json(z.object({ updated: z.array(z.string()).openapi(d('Platforms changed')), percent: z.number().int().openapi(d('New share')) }).openapi('RolloutWidened'), 'Widened'), ...errors(400, 401, 403, 404, 409) },
+    }),
+    async (c) => {
+      const b = c.req.valid('json');
+      return c.json(await widenRollout(keel, b.component, b.percent, requestInfo(c)), 200);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/agent-versions/rollout/resume', tags: ['agents'], summary: 'Resume a halted rollout (failure counting restarts)',
+      middleware: [...platformAdmin, requireMfa(keel)],
+      request: { body: jsonBody(ResumeBody) },
+      responses: { 200: json(z.object({ resumed: z.array(z.string()).openapi(d('Platforms resumed')) }).openapi('RolloutResumed'), 'Resumed'), ...errors(400, 401, 403, 409) },
+    }),
+    async (c) => c.json(await resumeRollout(keel, c.req.valid('json').component, requestInfo(c)), 200),
+  );
+}

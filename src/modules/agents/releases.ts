@@ -1,0 +1,362 @@
+import { createPublicKey, verify, type KeyObject } from 'node:crypto';
+import { mkdirSync, renameSync, writeFileSync, existsSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { and, eq, isNull, sql } from 'drizzle-orm';
+import { z } from 'zod';
+import type { Keel } from '../../keel.js';
+import { clock } from '../../platform/clock.js';
+import { randomToken, sha256Hex } from '../../platform/crypto.js';
+import { rowsOf } from '../../platform/db/client.js';
+import { transaction } from '../../platform/db/transaction.js';
+import { AppError, badRequest, conflict, notFound } from '../../platform/http/errors.js';
+import { OutboundError, outboundRequest } from '../../platform/outbound.js';
+import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
+import { visibleOrgCondition, type AccessContext } from '../access/scope.js';
+import { agentReleases, agentTargets, devices } from './schema.js';
+import { compareVersions, COMPONENTS, isPrerelease, type Component } from './decision.js';
+import { CONFIG_TOPIC } from './state.js';
+import { reportCounts } from './heartbeat.js';
+
+type ReleaseRow = typeof agentReleases.$inferSelect;
+const PROMOTE_LOCK = 7345016; // one promote (or rollout change) at a time (docs/decisions.md)
+
+export const releaseDir = (keel: Keel) => join(resolve(keel.config.DATA_DIR), 'agent-releases');
+const platformName = (r: { component: string; os: string; arch: string }) => `${r.component}:${r.os}/${r.arch}`;
+
+export interface BuildInput {
+  version: string;
+  component: Component;
+  os: string;
+  arch: string;
+  url: string | null;
+  sha256: string;
+  size: number;
+  filePath: string | null;
+}
+
+/** Registers builds (one transaction); an existing identical build is kept, a different one is a 409. */
+async function registerBuilds(keel: Keel, builds: BuildInput[], info: AuditRequestInfo, action: string): Promise<ReleaseRow[]> {
+  const rows = await transaction(keel.db, async (tx) => {
+    const out: ReleaseRow[] = [];
+    for (const b of builds) {
+      const [existing] = await tx.db
+        .select()
+        .from(agentReleases)
+        .where(and(eq(agentReleases.version, b.version), eq(agentReleases.component, b.component), eq(agentReleases.os, b.os), eq(agentReleases.arch, b.arch)));
+      if (existing) {
+        if (existing.sha256 !== b.sha256 || existing.url !== b.url) throw conflict('release_exists', `${platformName(b)} ${b.version} is already registered with other contents`);
+        out.push(existing);
+        continue;
+      }
+      const [r] = await tx.db
+        .insert(agentReleases)
+        .values({ ...b, source: b.filePath ? 'local' : 'remote', createdAt: clock.now() })
+        .onConflictDoNothing()
+        .returning();
+      if (!r) throw conflict('release_exists', `${platformName(b)} ${b.version} is already registered`);
+      out.push(r);
+    }
+    await writeAudit(tx.db, info, { action, target: { type: 'agent_version', id: builds[0]?.version ?? '' }, details: { platforms: builds.map(platformName) } });
+    return out;
+  });
+  await keel.invalidation.publish(CONFIG_TOPIC, '*');
+  return rows;
+}
+
+export const releaseView = (r: ReleaseRow, base: string) => ({
+  version: r.version,
+  component: r.component as Component,
+  os: r.os,
+  arch: r.arch,
+  url: r.url ?? `${base}/api/v1/agent-versions/${encodeURIComponent(r.version)}/download/${r.component}/${encodeURIComponent(r.os)}/${encodeURIComponent(r.arch)}`,
+  sha256: r.sha256,
+  size: r.size,
+  source: r.source,
+  createdAt: r.createdAt.toISOString(),
+});
+
+/** Auto-promote (AGENT_AUTO_PROMOTE): never a downgrade; a refused promote leaves the target as it was. */
+async function autoPromote(keel: Keel, version: string, components: Component[], info: AuditRequestInfo): Promise<string[]> {
+  if (!keel.config.AGENT_AUTO_PROMOTE) return [];
+  const promoted: string[] = [];
+  for (const component of [...new Set(components)]) {
+    try {
+      promoted.push(...(await promote(keel, { version, component }, info)).promoted);
+    } catch (err) {
+      if (!(err instanceof AppError && err.status === 409)) throw err;
+    }
+  }
+  return promoted;
+}
+
+/** A build uploaded to Keel (BINARY_SOURCE=local): stored under DATA_DIR by its SHA-256. */
+export async function registerUpload(keel: Keel, meta: { version: string; component: Component; os: string; arch: string }, file: Uint8Array, info: AuditRequestInfo) {
+  if (keel.config.BINARY_SOURCE !== 'local') throw badRequest('binary_source_remote', 'Uploads need BINARY_SOURCE=local; register a remote build with JSON {version, component, os, arch, url, sha256, size}');
+  if (file.byteLength === 0) throw badRequest('validation_failed', 'The file is empty', { fields: [{ path: 'file', message: 'is empty' }] });
+  const sha256 = sha256Hex(Buffer.from(file));
+  const dir = releaseDir(keel);
+  mkdirSync(dir, { recursive: true });
+  const target = join(dir, sha256);
+  if (!existsSync(target)) {
+    const partial = `${target}.${randomToken(6)}.partial`;
+    writeFileSync(partial, file);
+    renameSync(partial, target);
+  }
+  const [row] = await registerBuilds(keel, [{ ...meta, url: null, sha256, size: file.byteLength, filePath: sha256 }], info, 'agent.version.register');
+  if (!row) throw new Error('release registration returned nothing');
+  const promoted = await autoPromote(keel, meta.version, [meta.component], info);
+  return { ...releaseView(row, keel.config.publicUrl), promoted };
+}
+
+export async function registerRemote(keel: Keel, b: { version: string; component: Component; os: string; arch: string; url: string; sha256: string; size: number }, info: AuditRequestInfo) {
+  checkReleaseUrl(keel, b.url);
+  const [row] = await registerBuilds(keel, [{ ...b, sha256: b.sha256.toLowerCase(), filePath: null }], info, 'agent.version.register');
+  if (!row) throw new Error('release registration returned nothing');
+  const promoted = await autoPromote(keel, b.version, [b.component], info);
+  return { ...releaseView(row, keel.config.publicUrl), promoted };
+}
+
+function checkReleaseUrl(keel: Keel, url: string): void {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    throw badRequest('validation_failed', 'url must be an absolute URL', { fields: [{ path: 'url', message: 'must be an absolute URL' }] });
+  }
+  if (u.protocol !== 'https:' && !(keel.config.ALLOW_INSECURE_TARGETS && u.protocol === 'http:')) {
+    throw badRequest('validation_failed', 'url must use https', { fields: [{ path: 'url', message: 'must use https' }] });
+  }
+}
+
+/** The stored file of a local build, for the download route. */
+export async function localBuild(keel: Keel, version: string, component: string, os: string, arch: string): Promise<{ path: string; size: number; sha256: string }> {
+  const [r] = await keel.db
+    .select()
+    .from(agentReleases)
+    .where(and(eq(agentReleases.version, version), eq(agentReleases.component, component), eq(agentReleases.os, os), eq(agentReleases.arch, arch)));
+  if (!r || !r.filePath) throw notFound('Build');
+  return { path: join(releaseDir(keel), r.filePath), size: r.size, sha256: r.sha256 };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Promote and rollout
+
+export interface PromoteInput {
+  version: string;
+  component?: Component | undefined;
+  rollout?: { percent: number } | undefined;
+  allowDowngrade?: boolean | undefined;
+}
+
+/**
+ * Sets the fleet target of each (component, os, arch) build the version has. One promote at a time
+ * (a transaction-scoped advisory lock) and a unique index on (component, os, arch): concurrent promotes
+ * leave exactly one target per platform, and the downgrade check sees the committed target.
+ */
+export async function promote(keel: Keel, input: PromoteInput, info: AuditRequestInfo) {
+  const builds = await keel.db
+    .select()
+    .from(agentReleases)
+    .where(and(eq(agentReleases.version, input.version), input.component ? eq(agentReleases.component, input.component) : undefined));
+  if (builds.length === 0) throw notFound('Agent version');
+  const percent = input.rollout?.percent ?? 100;
+  const now = clock.now();
+  const promoted = await transaction(keel.db, async (tx) => {
+    await tx.db.execute(sql`select pg_advisory_xact_lock(${PROMOTE_LOCK})`);
+    const current = await tx.db.select().from(agentTargets);
+    const byKey = new Map(current.map((t) => [platformName(t), t]));
+    for (const b of builds) {
+      const t = byKey.get(platformName(b));
+      if (t && !input.allowDowngrade && compareVersions(input.version, t.version) < 0) {
+        throw conflict('downgrade_refused', `${platformName(b)} is on ${t.version}; promoting ${input.version} would be a downgrade (set allowDowngrade)`, { platform: platformName(b), current: t.version });
+      }
+    }
+    for (const b of builds) {
+      await tx.db
+        .insert(agentTargets)
+        .values({ component: b.component, os: b.os, arch: b.arch, version: input.version, rolloutPercent: percent, rolloutStatus: 'active', promotedAt: now, reportsSince: now, updatedAt: now })
+        .onConflictDoUpdate({
+          target: [agentTargets.component, agentTargets.os, agentTargets.arch],
+          set: { version: input.version, rolloutPercent: percent, rolloutStatus: 'active', promotedAt: now, reportsSince: now, updatedAt: now },
+        });
+    }
+    const names = builds.map(platformName).sort();
+    await writeAudit(tx.db, info, { action: 'agent.version.promote', target: { type: 'agent_version', id: input.version }, details: { platforms: names, percent, allowDowngrade: Boolean(input.allowDowngrade) } });
+    return names;
+  });
+  await keel.invalidation.publish(CONFIG_TOPIC, '*');
+  // Platforms with enrolled devices that this version has no build for keep their current target.
+  const components = [...new Set(builds.map((b) => b.component))];
+  const fleet = await keel.db.selectDistinct({ os: devices.os, arch: devices.arch }).from(devices).where(isNull(devices.decommissionedAt));
+  const missing: string[] = [];
+  for (const component of components) {
+    for (const p of fleet) {
+      if (!p.os || !p.arch) continue;
+      const name = platformName({ component, os: p.os, arch: p.arch });
+      if (!promoted.includes(name)) missing.push(name);
+    }
+  }
+  return { version: input.version, promoted, missing: missing.sort(), rollout: { percent } };
+}
+
+/** Widens (never narrows) the rollout of the current targets of a component (all components when omitted). */
+export async function widenRollout(keel: Keel, component: Component | undefined, percent: number, info: AuditRequestInfo) {
+  const rows = await transaction(keel.db, async (tx) => {
+    await tx.db.execute(sql`select pg_advisory_xact_lock(${PROMOTE_LOCK})`);
+    const where = component ? eq(agentTargets.component, component) : undefined;
+    const targets = await tx.db.select().from(agentTargets).where(where);
+    if (targets.length === 0) throw notFound('Rollout');
+    const narrower = targets.find((t) => t.rolloutPercent > percent);
+    if (narrower) throw conflict('rollout_narrowing', `The rollout of ${platformName(narrower)} is already at ${narrower.rolloutPercent}%`);
+    const updated = await tx.db.update(agentTargets).set({ rolloutPercent: percent, updatedAt: clock.now() }).where(where).returning();
+    await writeAudit(tx.db, info, { action: 'agent.rollout.widen', details: { component: component ?? 'all', percent } });
+    return updated;
+  });
+  await keel.invalidation.publish(CONFIG_TOPIC, '*');
+  return { updated: rows.map(platformName).sort(), percent };
+}
+
+/** Resumes halted rollouts; failure counting restarts from now. */
+export async function resumeRollout(keel: Keel, component: Component | undefined, info: AuditRequestInfo) {
+  const rows = await transaction(keel.db, async (tx) => {
+    await tx.db.execute(sql`select pg_advisory_xact_lock(${PROMOTE_LOCK})`);
+    const updated = await tx.db
+      .update(agentTargets)
+      .set({ rolloutStatus: 'active', reportsSince: clock.now(), updatedAt: clock.now() })
+      .where(and(eq(agentTargets.rolloutStatus, 'halted'), component ? eq(agentTargets.component, component) : undefined))
+      .returning();
+    if (updated.length === 0) throw conflict('not_halted', 'No halted rollout to resume');
+    await writeAudit(tx.db, info, { action: 'agent.rollout.resume', details: { component: component ?? 'all', platforms: updated.map(platformName) } });
+    return updated;
+  });
+  await keel.invalidation.publish(CONFIG_TOPIC, '*');
+  return { resumed: rows.map(platformName).sort() };
+}
+
+/** Every registered (version, component) with its builds, the devices on it, and its rollout when it is a target. */
+export async function listVersions(keel: Keel, access: AccessContext) {
+  const releases = await keel.db.select().from(agentReleases);
+  const targets = await keel.db.select().from(agentTargets);
+  const visible = visibleOrgCondition(access, devices.orgId);
+  const countRows = rowsOf<{ component: string; version: string; n: number }>(
+    await keel.db.execute(sql`
+      select c.key as component, c.value as version, count(*)::int as n
+      from ${devices}, jsonb_each_text(${devices.components}) c
+      where ${devices.decommissionedAt} is null ${visible ? sql`and ${visible}` : sql``}
+      group by c.key, c.value`),
+  );
+  const counts = new Map(countRows.map((r) => [`${r.component}@${r.version}`, r.n]));
+  const groups = new Map<string, ReleaseRow[]>();
+  for (const r of releases) {
+    const key = `${r.component}@${r.version}`;
+    groups.set(key, [...(groups.get(key) ?? []), r]);
+  }
+  const entries = [];
+  for (const [key, builds] of groups) {
+    const first = builds[0];
+    if (!first) continue;
+    const { version, component } = first;
+    const mine = targets.filter((t) => t.component === component && t.version === version);
+    let rollout: { percent: number; status: 'halted' | 'complete' | 'active'; succeeded: number; failed: number; devices: number } | null = null;
+    if (mine.length > 0) {
+      const { succeeded, failed } = await reportCounts(keel.db, component, version);
+      const percent = Math.min(...mine.map((t) => t.rolloutPercent));
+      const halted = mine.some((t) => t.rolloutStatus === 'halted');
+      const status: 'halted' | 'complete' | 'active' = halted ? 'halted' : percent >= 100 ? 'complete' : 'active';
+      rollout = { percent, status, succeeded, failed, devices: counts.get(key) ?? 0 };
+    }
+    entries.push({
+      version,
+      component: component as Component,
+      prerelease: isPrerelease(version),
+      builds: builds.map((b) => releaseView(b, keel.config.publicUrl)),
+      deviceCount: counts.get(key) ?? 0,
+      target: mine.map(platformName).sort(),
+      rollout,
+    });
+  }
+  entries.sort((a, b) => COMPONENTS.indexOf(a.component) - COMPONENTS.indexOf(b.component) || compareVersions(b.version, a.version));
+  return entries;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sync from the release host
+
+const Asset = z.object({
+  component: z.enum(COMPONENTS),
+  os: z.string().min(1).max(50),
+  arch: z.string().min(1).max(50),
+  url: z.string().min(1).max(2000),
+  sha256: z.string().regex(/^[0-9a-fA-F]{64}$/),
+  size: z.number().int().positive(),
+});
+const Manifest = z.object({ releases: z.array(z.object({ version: z.string().min(1).max(64), assets: z.array(Asset).min(1) })) });
+
+const ED25519_SPKI_PREFIX = Buffer.from('302a300506032b6570032100', 'hex');
+
+/** AGENT_RELEASE_PUBLIC_KEY: a PEM public key, or the raw 32 bytes in base64. */
+export function releaseKey(text: string): KeyObject {
+  const t = text.trim();
+  if (t.includes('BEGIN')) return createPublicKey(t.replace(/\\n/g, '\n'));
+  const raw = Buffer.from(t, 'base64');
+  if (raw.length !== 32) throw new Error('AGENT_RELEASE_PUBLIC_KEY must be a PEM Ed25519 public key or 32 bytes in base64');
+  return createPublicKey({ key: Buffer.concat([ED25519_SPKI_PREFIX, raw]), format: 'der', type: 'spki' });
+}
+
+const unavailable = (code: string, message: string) => new AppError(503, code, message);
+const badGateway = (code: string, message: string) => new AppError(502, code, message);
+
+async function fetchBytes(keel: Keel, url: string, max: number): Promise<Buffer> {
+  try {
+    const res = await outboundRequest(url, { method: 'GET', timeoutMs: 30_000, maxResponseBytes: max }, keel.outbound);
+    if (res.status !== 200) throw badGateway('release_host_error', `The release host answered ${res.status} for ${new URL(url).pathname}`);
+    return res.body;
+  } catch (err) {
+    if (err instanceof OutboundError) throw badGateway('release_host_unreachable', `The release host could not be reached: ${err.code}`);
+    throw err;
+  }
+}
+
+/**
+ * Fetches `<AGENT_RELEASE_URL>/manifest.json` and its detached Ed25519 signature `manifest.json.sig`
+ * (base64 of the 64-byte signature over the exact bytes of manifest.json), verifies it with
+ * AGENT_RELEASE_PUBLIC_KEY (no key: refused, whatever NODE_ENV says), picks the named version or the
+ * latest stable one, registers every asset and (AGENT_AUTO_PROMOTE) promotes it.
+ */
+export async function syncRemote(keel: Keel, version: string | undefined, info: AuditRequestInfo) {
+  const base = keel.config.AGENT_RELEASE_URL;
+  if (!base) throw unavailable('release_host_unconfigured', 'AGENT_RELEASE_URL is not set');
+  if (!keel.config.AGENT_RELEASE_PUBLIC_KEY) throw unavailable('release_key_missing', 'AGENT_RELEASE_PUBLIC_KEY is not set: unsigned release metadata is never accepted');
+  const key = releaseKey(keel.config.AGENT_RELEASE_PUBLIC_KEY);
+  const root = base.endsWith('/') ? base : `${base}/`;
+  const manifestUrl = new URL('manifest.json', root).toString();
+  const body = await fetchBytes(keel, manifestUrl, 1024 * 1024);
+  let signature: Buffer;
+  try {
+    signature = Buffer.from((await fetchBytes(keel, `${manifestUrl}.sig`, 1024)).toString('utf8').trim(), 'base64');
+  } catch (err) {
+    if (err instanceof AppError && err.code === 'release_host_error') throw badGateway('manifest_signature_invalid', 'The release manifest is not signed');
+    throw err;
+  }
+  if (signature.length !== 64 || !verify(null, body, key, signature)) {
+    await writeAudit(keel.db, info, { action: 'agent.version.sync', result: 'failure', details: { reason: 'signature' } });
+    throw badGateway('manifest_signature_invalid', 'The release manifest signature does not verify with AGENT_RELEASE_PUBLIC_KEY');
+  }
+  let manifest: z.infer<typeof Manifest>;
+  try {
+    manifest = Manifest.parse(JSON.parse(body.toString('utf8')));
+  } catch {
+    throw badGateway('manifest_invalid', 'The release manifest is not in the documented format');
+  }
+  const release = version
+    ? manifest.releases.find((r) => r.version === version)
+    : manifest.releases.filter((r) => !isPrerelease(r.version)).sort((a, b) => compareVersions(b.version, a.version))[0];
+  if (!release) throw notFound(version ? `Release ${version}` : 'Stable release');
+  const builds: BuildInput[] = release.assets.map((a) => ({
+    version: release.version, component: a.component, os: a.os, arch: a.arch, url: new URL(a.url, root).toString(), sha256: a.sha256.toLowerCase(), size: a.size, filePath: null,
+  }));
+  for (const b of builds) checkReleaseUrl(keel, b.url ?? '');
+  const rows = await registerBuilds(keel, builds, info, 'agent.version.sync');
+  const promoted = await autoPromote(keel, release.version, builds.map((b) => b.component), info);
+  return { version: release.version, synced: rows.map(platformName).sort(), promoted };
+}

@@ -1,0 +1,224 @@
+import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
+import type { AppEnv } from '../../app-env.js';
+import type { Keel } from '../../keel.js';
+import { errors, json, jsonBody, page, PageQuery, paginated } from '../../platform/http/schemas.js';
+import { authenticate } from '../../http/authenticate.js';
+import { requestInfo } from '../identity/http.js';
+import { accessOf, guard } from '../access/scope.js';
+import { agentsOf, deviceAuth, deviceOf } from './context.js';
+import { createEnrollmentKey, decommission, enroll, getDevice, listDevices, listEnrollmentKeys, revokeEnrollmentKey, setAutoUpdate, updateNow } from './devices.js';
+import { heartbeat, updateReport } from './heartbeat.js';
+import { getSettings, putSettings } from './settings.js';
+import { mountReleaseRoutes } from './release-routes.js';
+import {
+  AutoUpdateBody, Device, Enrolled, EnrollBody, EnrollmentKey, EnrollmentKeyCreate, EnrollmentKeyCreated, HeartbeatAnswer, HeartbeatBody,
+  SettingsBody, SettingsOut, UpdateNowAnswer, UpdateNowBody, UpdateReportBody,
+} from './http.js';
+
+const uuidParam = (name: string, description: string) => z.uuid().openapi({ param: { name, in: 'path' }, description });
+const IdParam = z.object({ id: uuidParam('id', 'Device id') });
+const OrgParam = z.object({ orgId: uuidParam('orgId', 'Organisation id') });
+const OrgKeyParam = z.object({ orgId: uuidParam('orgId', 'Organisation id'), id: uuidParam('id', 'Enrolment key id') });
+const PartnerParam = z.object({ partnerId: uuidParam('partnerId', 'Partner id') });
+const Paging = z.object({
+  page: PageQuery.shape.page.openapi({ description: 'Page (from 1)' }),
+  limit: PageQuery.shape.limit.openapi({ description: 'Page size (1-100)' }),
+});
+const DeviceQuery = Paging.extend({
+  orgId: z.uuid().optional().openapi({ description: 'Organisation (partner and system callers)' }),
+  partnerId: z.uuid().optional().openapi({ description: 'Partner (system callers)' }),
+  status: z.enum(['online', 'offline', 'updating']).optional().openapi({ description: 'Only devices in this status' }),
+  siteId: z.uuid().optional().openapi({ description: 'Only devices of this site' }),
+  deviceGroupId: z.uuid().optional().openapi({ description: 'Only devices of this device group' }),
+  os: z.string().max(50).optional().openapi({ description: 'Only devices of this operating system' }),
+  hostname: z.string().max(255).optional().openapi({ description: 'Host name contains this text' }),
+  agentVersion: z.string().max(64).optional().openapi({ description: 'Only devices on this agent version' }),
+});
+const accepted = (schema: z.ZodType, description: string) => ({ 202: json(schema, description) });
+
+/** Devices, enrolment, heartbeats, update reports and update settings (issue 16); releases in release-routes.ts. */
+export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
+  const ctx = agentsOf(keel);
+  const interval = ctx.intervalSeconds;
+  const auth = authenticate(keel);
+  const device = deviceAuth(keel);
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/orgs/{orgId}/enrollment-keys', tags: ['devices'], summary: 'Create an enrolment key (the key is shown once)',
+      middleware: [auth, ...guard(keel, { orgIdParam: 'orgId', permission: ['devices', 'write'] })],
+      request: { params: OrgParam, body: jsonBody(EnrollmentKeyCreate) },
+      responses: { 201: json(EnrollmentKeyCreated, 'Created'), ...errors(400, 401, 403, 404) },
+    }),
+    async (c) => c.json(await createEnrollmentKey(keel, accessOf(c), c.req.valid('param').orgId, c.req.valid('json'), requestInfo(c)), 201),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/orgs/{orgId}/enrollment-keys', tags: ['devices'], summary: "An organisation's enrolment keys (never the keys themselves)",
+      middleware: [auth, ...guard(keel, { orgIdParam: 'orgId', permission: ['devices', 'read'] })],
+      request: { params: OrgParam, query: Paging },
+      responses: { 200: json(paginated(EnrollmentKey), 'Keys'), ...errors(400, 401, 403, 404) },
+    }),
+    async (c) => {
+      const q = c.req.valid('query');
+      const { data, total } = await listEnrollmentKeys(keel, accessOf(c), c.req.valid('param').orgId, q);
+      return c.json(page(data, q, total), 200);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'delete', path: '/orgs/{orgId}/enrollment-keys/{id}', tags: ['devices'], summary: 'Revoke an enrolment key',
+      middleware: [auth, ...guard(keel, { orgIdParam: 'orgId', permission: ['devices', 'write'] })],
+      request: { params: OrgKeyParam },
+      responses: { 204: { description: 'Revoked' }, ...errors(401, 403, 404) },
+    }),
+    async (c) => {
+      const p = c.req.valid('param');
+      await revokeEnrollmentKey(keel, accessOf(c), p.orgId, p.id, requestInfo(c));
+      return c.body(null, 204);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/agents/enroll', tags: ['agents'], summary: 'Enrol a device with an organisation key',
+      description: 'Answers the device id and its token (shown once). A key bound to a site or device group places the device there.',
+      request: { body: jsonBody(EnrollBody) },
+      responses: { 201: json(Enrolled, 'Enrolled'), ...errors(400, 401, 404) },
+    }),
+    async (c) => c.json(await enroll(keel, c.req.valid('json'), interval), 201),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/agents/heartbeat', tags: ['agents'], summary: 'Heartbeat: report versions, get the next interval and any update',
+      middleware: [device],
+      request: { body: jsonBody(HeartbeatBody) },
+      responses: { 200: json(HeartbeatAnswer, 'Answer'), ...errors(400, 401) },
+    }),
+    async (c) => {
+      const { tokenHash, device: d } = deviceOf(c);
+      return c.json(await heartbeat(ctx, tokenHash, d, c.req.valid('json')), 200);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/agents/update-report', tags: ['agents'], summary: 'Report an update stage',
+      middleware: [device],
+      request: { body: jsonBody(UpdateReportBody) },
+      responses: { 204: { description: 'Recorded' }, ...errors(400, 401) },
+    }),
+    async (c) => {
+      await updateReport(ctx, deviceOf(c).device, c.req.valid('json'));
+      return c.body(null, 204);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/devices', tags: ['devices'], summary: 'Devices the caller sees (its organisations, sites and device groups)',
+      middleware: [auth, ...guard(keel, { permission: ['devices', 'read'] })],
+      request: { query: DeviceQuery },
+      responses: { 200: json(paginated(Device), 'Devices'), ...errors(400, 401, 403, 404) },
+    }),
+    async (c) => {
+      const q = c.req.valid('query');
+      await ctx.state.flushLastSeen();
+      const { data, total } = await listDevices(keel, accessOf(c), q, interval);
+      return c.json(page(data, q, total), 200);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/devices/update-now', tags: ['devices'], summary: 'Offer the current target at the next heartbeat, once',
+      description: 'Ignores the maintenance window and the rollout cohort; never overrides auto-update off, a version pin or a halted rollout.',
+      middleware: [auth, ...guard(keel, { permission: ['devices', 'execute'] })],
+      request: { body: jsonBody(UpdateNowBody) },
+      responses: { ...accepted(UpdateNowAnswer, 'Accepted'), ...errors(400, 401, 403, 404) },
+    }),
+    async (c) => c.json({ deviceIds: await updateNow(keel, accessOf(c), c.req.valid('json').deviceIds, requestInfo(c)) }, 202),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/devices/{id}', tags: ['devices'], summary: 'A device',
+      middleware: [auth, ...guard(keel, { permission: ['devices', 'read'] })],
+      request: { params: IdParam },
+      responses: { 200: json(Device, 'Device'), ...errors(401, 403, 404) },
+    }),
+    async (c) => {
+      await ctx.state.flushLastSeen();
+      return c.json(await getDevice(keel, accessOf(c), c.req.valid('param').id, interval), 200);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'delete', path: '/devices/{id}', tags: ['devices'], summary: 'Decommission a device (its token stops working)',
+      middleware: [auth, ...guard(keel, { permission: ['devices', 'delete'] })],
+      request: { params: IdParam },
+      responses: { 204: { description: 'Decommissioned' }, ...errors(401, 403, 404) },
+    }),
+    async (c) => {
+      await decommission(keel, accessOf(c), c.req.valid('param').id, requestInfo(c));
+      return c.body(null, 204);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/devices/{id}/auto-update', tags: ['devices'], summary: "Turn a device's automatic updates on or off",
+      middleware: [auth, ...guard(keel, { permission: ['devices', 'execute'] })],
+      request: { params: IdParam, body: jsonBody(AutoUpdateBody) },
+      responses: { 200: json(Device, 'Device'), ...errors(400, 401, 403, 404) },
+    }),
+    async (c) => c.json(await setAutoUpdate(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json').enabled, requestInfo(c), interval), 200),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/orgs/{orgId}/agent-update-settings', tags: ['agents'], summary: "An organisation's maintenance window and version pins",
+      middleware: [auth, ...guard(keel, { orgIdParam: 'orgId', permission: ['devices', 'read'] })],
+      request: { params: OrgParam },
+      responses: { 200: json(SettingsOut, 'Settings'), ...errors(401, 403, 404) },
+    }),
+    async (c) => c.json(await getSettings(keel, accessOf(c), 'org', c.req.valid('param').orgId), 200),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'put', path: '/orgs/{orgId}/agent-update-settings', tags: ['agents'], summary: "Set an organisation's maintenance window and version pins",
+      description: 'Each field optional: absent is unchanged, null clears it. The organisation window overrides the partner window.',
+      middleware: [auth, ...guard(keel, { orgIdParam: 'orgId', permission: ['devices', 'write'] })],
+      request: { params: OrgParam, body: jsonBody(SettingsBody) },
+      responses: { 200: json(SettingsOut, 'Settings'), ...errors(400, 401, 403, 404) },
+    }),
+    async (c) => c.json(await putSettings(keel, accessOf(c), 'org', c.req.valid('param').orgId, c.req.valid('json'), requestInfo(c)), 200),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/partners/{partnerId}/agent-update-settings', tags: ['agents'], summary: "A partner's default maintenance window and version pins",
+      middleware: [auth, ...guard(keel, { scopes: ['system', 'partner'], permission: ['devices', 'read'] })],
+      request: { params: PartnerParam },
+      responses: { 200: json(SettingsOut, 'Settings'), ...errors(401, 403, 404) },
+    }),
+    async (c) => c.json(await getSettings(keel, accessOf(c), 'partner', c.req.valid('param').partnerId), 200),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'put', path: '/partners/{partnerId}/agent-update-settings', tags: ['agents'], summary: "Set a partner's default maintenance window and version pins",
+      middleware: [auth, ...guard(keel, { scopes: ['system', 'partner'], fullOrgAccess: true, permission: ['devices', 'write'] })],
+      request: { params: PartnerParam, body: jsonBody(SettingsBody) },
+      responses: { 200: json(SettingsOut, 'Settings'), ...errors(400, 401, 403, 404) },
+    }),
+    async (c) => c.json(await putSettings(keel, accessOf(c), 'partner', c.req.valid('param').partnerId, c.req.valid('json'), requestInfo(c)), 200),
+  );
+
+  mountReleaseRoutes(api, keel);
+}

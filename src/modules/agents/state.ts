@@ -1,0 +1,241 @@
+import { and, eq, isNotNull } from 'drizzle-orm';
+import type { Keel } from '../../keel.js';
+import type { Db } from '../../platform/db/client.js';
+import { clock } from '../../platform/clock.js';
+import { prepared, rawQuery } from '../../platform/db/raw.js';
+import { organizations } from '../tenancy/schema.js';
+import { agentReleases, agentTargets, agentUpdateSettings, devices, type ComponentVersions, type MaintenanceWindow, type PinnedVersions } from './schema.js';
+import type { BuildInfo, Component, TargetInfo } from './decision.js';
+
+/**
+ * What the heartbeat needs, held in memory per process (DECISIONS "Caches"): devices by token hash,
+ * the fleet targets, builds and update settings. Every write elsewhere publishes on one of two
+ * invalidation topics, which every process applies at once (Redis pub/sub or LISTEN/NOTIFY):
+ * `agents.device` (key: a device id, or `*`) and `agents.config` (targets, builds, settings: `*`).
+ * A load that raced with an invalidation is not stored (generation check, as access/role-cache.ts).
+ *
+ * Last-seen stamps are not written per heartbeat: they are buffered and flushed once a second in one
+ * statement (`flushLastSeen`), so a heartbeat that changes nothing costs no statement at all.
+ */
+
+export const DEVICE_TOPIC = 'agents.device';
+export const CONFIG_TOPIC = 'agents.config';
+
+export interface DeviceState {
+  id: string;
+  orgId: string;
+  partnerId: string | null;
+  siteId: string | null;
+  deviceGroupId: string | null;
+  hostname: string;
+  os: string | null;
+  arch: string | null;
+  status: string;
+  components: ComponentVersions;
+  autoUpdate: boolean;
+  loggedInUser: string | null;
+  updateNow: boolean;
+  updateStartedAt: number | null;
+  updateComponent: string | null;
+  updateToVersion: string | null;
+  lastSeenMs: number | null;
+}
+
+export interface UpdateSettings {
+  maintenanceWindow: MaintenanceWindow | null;
+  pinnedVersions: PinnedVersions | null;
+}
+
+const deviceByHash = prepared(
+  'agents_device_by_hash',
+  `select d.id, d.org_id, o.partner_id, d.site_id, d.device_group_id, d.hostname, d.os, d.arch, d.status, d.components,
+     d.auto_update, d.logged_in_user, d.update_now, d.update_started_at, d.update_component, d.update_to_version, d.last_seen_at
+   from devices d join organizations o on o.id = d.org_id where d.token_hash = $1 and d.decommissioned_at is null`,
+);
+
+const flushStatement = prepared(
+  'agents_flush_last_seen',
+  `update devices d set last_seen_at = v.ts
+   from (select unnest($1::uuid[]) as id, unnest($2::timestamptz[]) as ts) v
+   where d.id = v.id and (d.last_seen_at is null or d.last_seen_at < v.ts)`,
+);
+
+const ms = (v: unknown): number | null => (v === null || v === undefined ? null : new Date(v as string).getTime());
+
+export class AgentState {
+  readonly #byHash = new Map<string, DeviceState>();
+  readonly #hashOf = new Map<string, string>();
+  #deviceGeneration = 0;
+  #targets: Map<string, TargetInfo> | null = null;
+  readonly #builds = new Map<string, BuildInfo | null>();
+  readonly #settings = new Map<string, UpdateSettings | null>();
+  #configGeneration = 0;
+  readonly #lastSeen = new Map<string, number>();
+  #flushing: Promise<void> | null = null;
+  #timer: NodeJS.Timeout | null = null;
+
+  constructor(
+    private readonly keel: Keel,
+    private readonly publicBase: () => string,
+  ) {
+    keel.invalidation.on(DEVICE_TOPIC, (key) => this.dropDevice(key));
+    keel.invalidation.on(CONFIG_TOPIC, () => this.dropConfig());
+  }
+
+  get db(): Db {
+    return this.keel.db;
+  }
+
+  /** The device of a token hash (cached), or null (unknown or decommissioned). */
+  async device(tokenHash: string): Promise<DeviceState | null> {
+    const hit = this.#byHash.get(tokenHash);
+    if (hit) return hit;
+    const generation = this.#deviceGeneration;
+    const [r] = await rawQuery(this.db, deviceByHash, [tokenHash]);
+    if (!r) return null;
+    const state: DeviceState = {
+      id: r.id as string,
+      orgId: r.org_id as string,
+      partnerId: (r.partner_id as string | null) ?? null,
+      siteId: (r.site_id as string | null) ?? null,
+      deviceGroupId: (r.device_group_id as string | null) ?? null,
+      hostname: r.hostname as string,
+      os: (r.os as string | null) ?? null,
+      arch: (r.arch as string | null) ?? null,
+      status: r.status as string,
+      components: (typeof r.components === 'string' ? JSON.parse(r.components) : r.components) as ComponentVersions,
+      autoUpdate: Boolean(r.auto_update),
+      loggedInUser: (r.logged_in_user as string | null) ?? null,
+      updateNow: Boolean(r.update_now),
+      updateStartedAt: ms(r.update_started_at),
+      updateComponent: (r.update_component as string | null) ?? null,
+      updateToVersion: (r.update_to_version as string | null) ?? null,
+      lastSeenMs: this.#lastSeen.get(r.id as string) ?? ms(r.last_seen_at),
+    };
+    if (generation === this.#deviceGeneration) this.remember(tokenHash, state);
+    return state;
+  }
+
+  /** Stores a device state this process just wrote (after the invalidation went out). */
+  remember(tokenHash: string, state: DeviceState): void {
+    this.#byHash.set(tokenHash, state);
+    this.#hashOf.set(state.id, tokenHash);
+  }
+
+  dropDevice(id: string): void {
+    this.#deviceGeneration++;
+    if (id === '*') {
+      this.#byHash.clear();
+      this.#hashOf.clear();
+      return;
+    }
+    const hash = this.#hashOf.get(id);
+    if (hash !== undefined) this.#byHash.delete(hash);
+    this.#hashOf.delete(id);
+  }
+
+  dropConfig(): void {
+    this.#configGeneration++;
+    this.#targets = null;
+    this.#builds.clear();
+    this.#settings.clear();
+  }
+
+  /** Every fleet target, keyed `component/os/arch`. */
+  async targets(): Promise<Map<string, TargetInfo>> {
+    if (this.#targets) return this.#targets;
+    const generation = this.#configGeneration;
+    const rows = await this.db.select().from(agentTargets);
+    const map = new Map<string, TargetInfo>();
+    for (const r of rows) map.set(`${r.component}/${r.os}/${r.arch}`, { version: r.version, rolloutPercent: r.rolloutPercent, rolloutStatus: r.rolloutStatus === 'halted' ? 'halted' : 'active' });
+    if (generation === this.#configGeneration) this.#targets = map;
+    return map;
+  }
+
+  /** Loads (once) the builds a decision may need for this platform: every release of the platform. */
+  async loadBuilds(os: string, arch: string): Promise<void> {
+    const marker = `platform:${os}/${arch}`;
+    if (this.#builds.has(marker)) return;
+    const generation = this.#configGeneration;
+    const rows = await this.db
+      .select()
+      .from(agentReleases)
+      .where(and(eq(agentReleases.os, os), eq(agentReleases.arch, arch)));
+    if (generation !== this.#configGeneration) return;
+    for (const r of rows) {
+      const url = r.url ?? `${this.publicBase()}/api/v1/agent-versions/${encodeURIComponent(r.version)}/download/${r.component}/${encodeURIComponent(r.os)}/${encodeURIComponent(r.arch)}`;
+      this.#builds.set(`${r.version}/${r.component}/${r.os}/${r.arch}`, { url, sha256: r.sha256, size: r.size });
+    }
+    this.#builds.set(marker, null);
+  }
+
+  build(version: string, component: Component, os: string, arch: string): BuildInfo | undefined {
+    return this.#builds.get(`${version}/${component}/${os}/${arch}`) ?? undefined;
+  }
+
+  /** Update settings of `org:<id>` or `partner:<id>` (null: none set). */
+  async settings(ownerType: 'org' | 'partner', ownerId: string): Promise<UpdateSettings | null> {
+    const key = `${ownerType}:${ownerId}`;
+    if (this.#settings.has(key)) return this.#settings.get(key) ?? null;
+    const generation = this.#configGeneration;
+    const [row] = await this.db
+      .select()
+      .from(agentUpdateSettings)
+      .where(and(eq(agentUpdateSettings.ownerType, ownerType), eq(agentUpdateSettings.ownerId, ownerId)));
+    const value = row ? { maintenanceWindow: row.maintenanceWindow ?? null, pinnedVersions: row.pinnedVersions ?? null } : null;
+    if (generation === this.#configGeneration) this.#settings.set(key, value);
+    return value;
+  }
+
+  /** Records a heartbeat's time, written by the next flush. */
+  seen(id: string, atMs: number): void {
+    this.#lastSeen.set(id, atMs);
+  }
+
+  /** Writes the buffered last-seen stamps in one statement. */
+  async flushLastSeen(): Promise<void> {
+    while (this.#flushing) await this.#flushing;
+    if (this.#lastSeen.size === 0) return;
+    const ids = [...this.#lastSeen.keys()];
+    const stamps = [...this.#lastSeen.values()].map((t) => new Date(t).toISOString());
+    this.#lastSeen.clear();
+    this.#flushing = rawQuery(this.db, flushStatement, [ids, stamps]).then(
+      () => undefined,
+      (err: unknown) => this.keel.log.warn({ err: (err as Error).message }, 'agents: last-seen flush failed'),
+    );
+    try {
+      await this.#flushing;
+    } finally {
+      this.#flushing = null;
+    }
+  }
+
+  /** Flushes last-seen stamps every second and runs `tick` every `tickEverySeconds`. */
+  start(tickEverySeconds: number, tick: () => Promise<void>): void {
+    if (this.#timer) return;
+    let n = 0;
+    this.#timer = setInterval(() => {
+      n++;
+      void this.flushLastSeen();
+      if (n % tickEverySeconds === 0) void tick().catch((err: unknown) => this.keel.log.warn({ err: (err as Error).message }, 'agents: sweep failed'));
+    }, 1000);
+    this.#timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    if (this.#timer) clearInterval(this.#timer);
+    this.#timer = null;
+    await this.flushLastSeen();
+  }
+}
+
+/** Organisation of a device for settings: used by services that start from a device id. */
+export async function partnerOfOrg(db: Db, orgId: string): Promise<string | null> {
+  const [o] = await db.select({ partnerId: organizations.partnerId }).from(organizations).where(eq(organizations.id, orgId));
+  return o?.partnerId ?? null;
+}
+
+export const liveDevice = () => isNotNull(devices.tokenHash);
+
+/** `now` in ms (the controllable clock). */
+export const nowMs = () => clock.nowMs();

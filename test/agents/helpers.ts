@@ -1,0 +1,46 @@
+import type { TestApp } from '../helpers/app.js';
+import { enrollTotp, login } from '../helpers/fixtures.js';
+import type { World } from '../access/helpers.js';
+import { agentsOf } from '../../src/modules/agents/context.js';
+import { sweep } from '../../src/modules/agents/heartbeat.js';
+
+export interface Enrolled {
+  deviceId: string;
+  deviceToken: string;
+}
+
+/** An enrolment key of an organisation (through the API). */
+export async function enrollmentKey(app: TestApp, token: string, orgId: string, body: Record<string, unknown> = {}): Promise<string> {
+  const res = await app.api('POST', `/orgs/${orgId}/enrollment-keys`, { token, body });
+  if (res.status !== 201) throw new Error(`enrollment key: ${res.status} ${JSON.stringify(res.body)}`);
+  return res.body.key as string;
+}
+
+export async function enroll(app: TestApp, key: string, extra: Record<string, unknown> = {}): Promise<Enrolled> {
+  const res = await app.api('POST', '/agents/enroll', { body: { enrollmentKey: key, hostname: `host-${Math.random().toString(36).slice(2, 8)}`, os: 'linux', arch: 'amd64', agentVersion: '1.0.0', ...extra } });
+  if (res.status !== 201) throw new Error(`enroll: ${res.status} ${JSON.stringify(res.body)}`);
+  return res.body as Enrolled;
+}
+
+export function heartbeat(app: TestApp, device: Enrolled, body: Record<string, unknown> = { components: { agent: '1.0.0' } }) {
+  return app.api('POST', '/agents/heartbeat', { token: device.deviceToken, body });
+}
+
+/** A platform administrator's session established with a second factor (promote needs `mfa: true`). */
+export async function mfaAdmin(app: TestApp, w: World): Promise<string> {
+  const { accessToken } = await login(app, w.platformAdmin);
+  return (await enrollTotp(app, accessToken)).accessToken;
+}
+
+/** Registers a remote build (JSON) as the platform administrator. */
+export async function registerRemote(app: TestApp, token: string, b: { version: string; component?: string; os?: string; arch?: string; sha256?: string }) {
+  const res = await app.api('POST', '/agent-versions', {
+    token,
+    body: { component: 'agent', os: 'linux', arch: 'amd64', url: `https://releases.example.com/${b.version}/agent`, sha256: 'a'.repeat(64), size: 1000, ...b },
+  });
+  if (res.status !== 201) throw new Error(`register: ${res.status} ${JSON.stringify(res.body)}`);
+  return res.body;
+}
+
+/** The offline timer's tick, run now (it also runs every 10 seconds on its own). */
+export const runSweep = (app: TestApp) => sweep(agentsOf(app.server.keel));
