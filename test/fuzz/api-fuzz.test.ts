@@ -9,7 +9,8 @@ import { ErrorSchema } from '../../src/platform/http/schemas.js';
 /**
  * Issue 19 "Fuzzing": requests generated from Keel's own OpenAPI document (valid, near-valid and
  * hostile) against every operation, without a token, as a platform administrator (with a second
- * factor), as an organisation administrator and with an API key. Every answer: no 5xx; an error in
+ * factor), as an organisation administrator and with an API key. Every answer: no 5xx (but a 503 the
+ * operation documents, such as a dependency this test does not configure); an error in
  * the documented envelope; a success with a status the operation declares and a body its declared
  * zod schema accepts. `FUZZ_RUNS` sets the cases per operation and caller (`npm run fuzz` runs many).
  */
@@ -89,7 +90,9 @@ describe.skipIf(!backendAvailable())('fuzzing every operation of the OpenAPI doc
     sent++;
     const text = await res.text();
     const where = `${operation.method} ${req.path.slice(0, 200)}?${query.slice(0, 300)} as ${caller} (${req.body.kind}${req.body.kind === 'raw' ? ` ${req.body.contentType}` : ''}) → ${res.status} ${text.slice(0, 300)}`;
-    expect(res.status, where).toBeLessThan(500);
+    // A 503 is an answer only where the operation documents it (a dependency not configured here, a full queue).
+    const byStatus = declared.get(`${operation.method} ${operation.path}`);
+    if (!(res.status === 503 && byStatus?.has(503))) expect(res.status, where).toBeLessThan(500);
     const isJson = /^application\/json/.test(res.headers.get('content-type') ?? '');
     if (res.status >= 400) {
       expect(isJson, where).toBe(true);
@@ -99,7 +102,6 @@ describe.skipIf(!backendAvailable())('fuzzing every operation of the OpenAPI doc
       return;
     }
     if (res.status >= 300) return; // redirects (SSO) carry no JSON body
-    const byStatus = declared.get(`${operation.method} ${operation.path}`);
     expect(byStatus?.has(res.status), `${where}: status not declared`).toBe(true);
     const schema = byStatus?.get(res.status);
     if (schema && isJson) {
