@@ -94,15 +94,15 @@ describe.skipIf(backend !== 'postgres' || !backendAvailable())('faults on a mult
 
     const db = await openDatabase({ url: t.databaseUrl, poolSize: 1 });
     try {
-      const rows = (await db.query(
+      const rows = await db.query<{ email: string; partner_id: string | null }>(
         `select u.email, pu.partner_id from users u left join partner_users pu on pu.user_id = u.id where u.email = any($1::text[])`,
         [emails],
-      )) as { email: string; partner_id: string | null }[];
+      );
       // Every account that exists has its membership; every partner of theirs has its member.
       for (const row of rows) expect(row.partner_id, row.email).not.toBeNull();
-      const orphans = (await db.query(
+      const orphans = await db.query<{ id: string }>(
         `select p.id from partners p where p.name like 'Killed %' and not exists (select 1 from partner_users pu where pu.partner_id = p.id)`,
-      )) as unknown[];
+      );
       expect(orphans).toEqual([]);
       // Every registration answered 201 before the kill is there whole.
       for (const [i, a] of answers.entries()) if (a?.status === 201) expect(rows.map((r) => r.email)).toContain(emails[i]);
