@@ -7,9 +7,11 @@ import { mountTenancyRoutes } from './tenancy/routes.js';
 import { mountMfaRoutes } from './mfa/routes.js';
 import { mountUserRoutes } from './users/routes.js';
 import { mountAuditRoutes } from './audit/routes.js';
+import { mountSsoRoutes } from './sso/routes.js';
 
 /** Each module contributes one function that mounts its routes on the /api/v1 router. */
 export type MountRoutes = (api: OpenAPIHono<AppEnv>, keel: Keel) => void;
 
 export const moduleRoutes: MountRoutes[] = [mountIdentityRoutes, mountMfaRoutes];
 moduleRoutes.push(mountAccessRoutes, mountTenancyRoutes, mountUserRoutes, mountAuditRoutes);
+moduleRoutes.push(mountSsoRoutes);
