@@ -47,7 +47,7 @@ describe.skipIf(!backendAvailable())('SSO providers', () => {
     expect(res.body).toMatchObject({ status: 'inactive', hasClientSecret: true, orgId: w.tenant.orgId, scopes: 'openid profile email', authorizationUrl: `${idp.issuer}/auth`, tokenUrl: `${idp.issuer}/token`, jwksUrl: `${idp.issuer}/jwks`, userInfoUrl: `${idp.issuer}/me` });
     expect(res.body).not.toHaveProperty('clientSecret');
     const rows = await w.app.server.keel.db.execute(sql`select client_secret from sso_providers where id = ${res.body.id}`);
-    const stored = String((rows as unknown as { rows: { client_secret: string }[] }).rows[0]!.client_secret);
+    const stored = String((rows as unknown as { rows: { client_secret: unknown }[] }).rows[0]?.client_secret);
     expect(stored).toMatch(/^v1\./);
     expect(stored).not.toContain(idp.clientSecret);
     const got = await w.api('GET', `/sso/providers/${res.body.id}`, { token: w.adminToken });
@@ -132,7 +132,10 @@ describe.skipIf(!backendAvailable())('SSO providers', () => {
     await w.api('POST', `/sso/providers/${p.body.id}/status`, { token: w.adminToken, body: { status: 'active' } });
     expect((await w.app.api('GET', `/sso/login/${w.tenant.orgId}`)).status).toBe(302); // a login session now exists
     const db = w.app.server.keel.db;
-    const count = async () => Number(((await db.execute(sql`select count(*)::int as n from single_use_records where purpose = 'sso_login' and subject_id = ${p.body.id}`)) as unknown as { rows: { n: unknown }[] }).rows[0]!.n);
+    const count = async () => {
+      const result: unknown = await db.execute(sql`select count(*)::int as n from single_use_records where purpose = 'sso_login' and subject_id = ${p.body.id}`);
+      return Number((result as { rows: { n: unknown }[] }).rows[0]?.n);
+    };
     expect(await count()).toBe(1);
     expect((await w.api('DELETE', `/sso/providers/${p.body.id}`, { token: w.adminToken })).status).toBe(204);
     expect(await count()).toBe(0);
