@@ -47,7 +47,7 @@ describe.skipIf(!backendAvailable())('SSO providers', () => {
     expect(res.body).toMatchObject({ status: 'inactive', hasClientSecret: true, orgId: w.tenant.orgId, scopes: 'openid profile email', authorizationUrl: `${idp.issuer}/auth`, tokenUrl: `${idp.issuer}/token`, jwksUrl: `${idp.issuer}/jwks`, userInfoUrl: `${idp.issuer}/me` });
     expect(res.body).not.toHaveProperty('clientSecret');
     const rows = await w.app.server.keel.db.execute(sql`select client_secret from sso_providers where id = ${res.body.id}`);
-    const stored = String((rows as unknown as { rows: { client_secret: unknown }[] }).rows[0]?.client_secret);
+    const stored = String((rows as { rows: { client_secret: unknown }[] }).rows[0]?.client_secret);
     expect(stored).toMatch(/^v1\./);
     expect(stored).not.toContain(idp.clientSecret);
     const got = await w.api('GET', `/sso/providers/${res.body.id}`, { token: w.adminToken });
