@@ -107,8 +107,14 @@ describe.skipIf(!backendAvailable())('OIDC login against a real OpenID provider'
     account(email.toUpperCase(), { name: undefined, given_name: 'Ada', family_name: 'Lovelace' });
     const { location } = await ssoLogin(account(email, { name: undefined, given_name: 'Ada', family_name: 'Lovelace' }));
     expect(location.startsWith(`${w.app.publicUrl}/devices?tab=all#ssoCode=`)).toBe(true);
-    const ex = await exchange(location);
+    const events: unknown[] = [];
+    const unsubscribe = w.app.server.keel.events.subscribe('user.login', (_tx, event) => {
+      events.push(event);
+      return Promise.resolve();
+    });
+    const ex = await exchange(location).finally(unsubscribe);
     expect(ex.status).toBe(200);
+    expect(events).toMatchObject([{ type: 'user.login', orgId: w.tenant.orgId, data: { userId: ex.body.user.id, method: 'sso' } }]);
     expect(ex.body).toMatchObject({ tokenType: 'Bearer', expiresIn: 900, user: { email, name: 'Ada Lovelace', orgId: w.tenant.orgId, roleId: orgReadOnly, scope: 'organization' } });
     const me = await w.app.api('GET', '/auth/me', { token: ex.body.accessToken });
     expect(me.status).toBe(200);

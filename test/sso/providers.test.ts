@@ -149,7 +149,7 @@ describe.skipIf(!backendAvailable())('SSO providers', () => {
     let token: string;
     const logs = captureLog();
     beforeAll(async () => {
-      strict = await startTestApp({ env: { ALLOW_INSECURE_TARGETS: 'false' }, log: logs.log });
+      strict = await startTestApp({ env: { ALLOW_INSECURE_TARGETS: 'false', SSO_EXCHANGE_LIMIT: '3' }, log: logs.log });
       const t = await createTenant(strict);
       token = (await enrollTotp(strict, (await login(strict, t.orgAdmin)).accessToken)).accessToken;
     }, 60_000);
@@ -171,6 +171,13 @@ describe.skipIf(!backendAvailable())('SSO providers', () => {
       await strict.api('PATCH', `/sso/providers/${res.body.id}`, { token, body: { issuer: 'https://10.20.30.40/tenant' } });
       expect((await strict.api('POST', `/sso/providers/${res.body.id}/test`, { token })).body.message).toMatch(/blocked_address/);
       expect(idp.seen.length).toBe(before);
+    });
+
+    it('POST /sso/exchange is limited per IP (SSO_EXCHANGE_LIMIT per minute): 429 with retryAfter', async () => {
+      const answers = [];
+      for (let i = 0; i < 4; i++) answers.push(await strict.api('POST', '/sso/exchange', { body: { code: `nope-${i}` } }));
+      expect(answers.map((a) => a.status)).toEqual([400, 400, 400, 429]);
+      expect(answers[3]?.body.retryAfter).toBeGreaterThan(0);
     });
   });
 });
