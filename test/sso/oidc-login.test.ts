@@ -139,11 +139,16 @@ describe.skipIf(!backendAvailable())('OIDC login against a real OpenID provider'
     expect(String(link.access_token)).toMatch(/^v1\./);
   });
 
-  it('the same state used twice: the second callback is session_expired', async () => {
-    const { location, browser, callbackUrl } = await ssoLogin(account(uniqueEmail('twice')));
+  it('the same state used twice (its cookie kept): the second callback is session_expired', async () => {
+    const browser = new Browser(w.app);
+    const host = new URL(w.app.url).host;
+    const start = await browser.fetch(`${w.app.url}/api/v1/sso/login/${w.tenant.orgId}`);
+    const cookie = browser.jar.get(host)!.get('service_sso_state')!;
+    const { location, steps } = await browser.signInAt(start.headers.get('location')!, account(uniqueEmail('twice')), isApp);
     expect(ssoCodeOf(location)).toBeTruthy();
-    // The browser still holds nothing for the callback (the cookie was cleared); put the same cookie back.
-    const again = await browser.fetch(callbackUrl);
+    expect(browser.jar.get(host)?.has('service_sso_state')).toBe(false); // the callback cleared it
+    browser.setCookie(host, 'service_sso_state', cookie);
+    const again = await browser.fetch(steps[steps.length - 1]!);
     expect(again.headers.get('location')).toBe(`${w.app.publicUrl}/login?error=session_expired`);
   });
 

@@ -117,9 +117,14 @@ describe.skipIf(!backendAvailable())('SSO providers', () => {
       ['POST', `/sso/providers/${id}/status`, { status: 'active' }],
       ['POST', `/sso/providers/${id}/test`],
     ];
-    for (const [method, path, b] of calls) {
-      const res = await w.api(method, path, { token: t, ...(b ? { body: b } : {}) });
-      expect(res.status, `${method} ${path}`).toBe(404);
+    // An organisation user of a sibling organisation, and the administrator of another partner.
+    const otherPartner = await createTenant(w.app);
+    const outsider = (await enrollTotp(w.app, (await login(w.app, otherPartner.partnerAdmin)).accessToken)).accessToken;
+    for (const who of [t, outsider]) {
+      for (const [method, path, b] of calls) {
+        const res = await w.api(method, path, { token: who, ...(b ? { body: b } : {}) });
+        expect(res.status, `${method} ${path}`).toBe(404);
+      }
     }
     const list = await w.api('GET', `/sso/providers?orgId=${w.tenant.orgId}`, { token: t });
     expect(list.status).toBe(404);

@@ -40,13 +40,14 @@ interface AssertionOptions {
   assertionId?: string;
   notOnOrAfterMs?: number;
   groups?: string[];
+  issuer?: string;
 }
 
 function assertionXml(o: AssertionOptions): string {
   const until = iso(o.notOnOrAfterMs ?? 5 * 60_000);
   const groups = (o.groups ?? []).map((g) => `<saml:AttributeValue>${g}</saml:AttributeValue>`).join('');
   return `<saml:Assertion xmlns:saml="urn:oasis:names:tc:SAML:2.0:assertion" ID="${o.assertionId ?? id()}" Version="2.0" IssueInstant="${iso(0)}">` +
-    `<saml:Issuer>${IDP_ENTITY}</saml:Issuer>` +
+    `<saml:Issuer>${o.issuer ?? IDP_ENTITY}</saml:Issuer>` +
     `<saml:Subject><saml:NameID Format="urn:oasis:names:tc:SAML:1.1:nameid-format:emailAddress">${o.email}</saml:NameID>` +
     `<saml:SubjectConfirmation Method="urn:oasis:names:tc:SAML:2.0:cm:bearer"><saml:SubjectConfirmationData InResponseTo="${o.inResponseTo}" NotOnOrAfter="${until}" Recipient="${o.acs}"/></saml:SubjectConfirmation></saml:Subject>` +
     `<saml:Conditions NotBefore="${iso(-60_000)}" NotOnOrAfter="${until}"><saml:AudienceRestriction><saml:Audience>${o.audience}</saml:Audience></saml:AudienceRestriction></saml:Conditions>` +
@@ -211,6 +212,11 @@ describe.skipIf(!backendAvailable())('SAML service provider', () => {
     expect(lastReason()).toBe('saml: Invalid signature');
   });
 
+  it("refuses an assertion whose Issuer is not the provider's entityId (even signed with its key)", async () => {
+    expect((await signedLogin({ email: uniqueEmail('iss'), issuer: 'https://impostor.example/' })).location).toBe(failed('sso_error'));
+    expect(lastReason()).toBe('saml: issuer is not the provider entity id');
+  });
+
   it('refuses an unknown InResponseTo (unsolicited or forged) as session_expired', async () => {
     const made = id();
     const xml = responseXml(made, acs, sign(assertionXml({ inResponseTo: made, audience: spEntity, acs, email: uniqueEmail('unsol') }), 'Assertion', idpKeys));
@@ -231,8 +237,10 @@ describe.skipIf(!backendAvailable())('SAML service provider', () => {
   it('the ACS takes a form post only; other API routes still refuse form bodies (415)', async () => {
     const json = await w.app.api('POST', '/sso/saml/acs', { body: { SAMLResponse: 'x' } });
     expect(json.status).toBe(415);
+    expect(json.body.code).toBe('unsupported_media_type');
     const form = await w.app.request('POST', '/api/v1/auth/login', { raw: 'email=a%40b.c&password=x', headers: { 'content-type': 'application/x-www-form-urlencoded' } });
     expect(form.status).toBe(415);
+    expect(form.body.code).toBe('unsupported_media_type'); // the API gate's answer, not a route's
   });
 
   it('the provider test parses the certificate and reports its expiry', async () => {
