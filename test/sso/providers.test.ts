@@ -7,9 +7,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
 import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
-import { createTenant, createUser, enrollTotp, login } from '../helpers/fixtures.js';
+import { createTenant, createUser, enrollTotp, login, uniqueEmail } from '../helpers/fixtures.js';
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
-import { startOidcIdp, type OidcIdp } from './idp.js';
+import { Browser, startOidcIdp, type OidcIdp } from './idp.js';
 import { captureLog, ssoWorld, type SsoWorld } from './helpers.js';
 
 describe.skipIf(!backendAvailable())('SSO providers', () => {
@@ -135,15 +135,26 @@ describe.skipIf(!backendAvailable())('SSO providers', () => {
     const report = await w.api('POST', `/sso/providers/${p.body.id}/test`, { token: w.adminToken });
     expect(report.body).toMatchObject({ ok: true, type: 'oidc', discovered: { issuer: idp.issuer, tokenUrl: `${idp.issuer}/token` } });
     await w.api('POST', `/sso/providers/${p.body.id}/status`, { token: w.adminToken, body: { status: 'active' } });
-    expect((await w.app.api('GET', `/sso/login/${w.tenant.orgId}`)).status).toBe(302); // a login session now exists
+    // One completed login (an identity link) and one pending login session.
+    idp.accounts.set('deleted-sub', { sub: 'deleted-sub', email: uniqueEmail('del'), name: 'Del Eted' });
+    const browser = new Browser(w.app);
+    const done = await browser.signInAt(`${w.app.url}/api/v1/sso/login/${w.tenant.orgId}`, 'deleted-sub', (l) => l.startsWith(w.app.publicUrl) && !l.includes('/api/v1/sso/'));
+    expect(done.location).toContain('#ssoCode=');
+    expect((await w.app.api('GET', `/sso/login/${w.tenant.orgId}`)).status).toBe(302);
     const db = w.app.server.keel.db;
-    const count = async () => {
-      const result: unknown = await db.execute(sql`select count(*)::int as n from single_use_records where purpose = 'sso_login' and subject_id = ${p.body.id}`);
+    const count = async (table: 'single_use_records' | 'sso_identities') => {
+      const result: unknown = await db.execute(
+        table === 'single_use_records'
+          ? sql`select count(*)::int as n from single_use_records where purpose = 'sso_login' and subject_id = ${p.body.id}`
+          : sql`select count(*)::int as n from sso_identities where provider_id = ${p.body.id}`,
+      );
       return Number((result as { rows: { n: unknown }[] }).rows[0]?.n);
     };
-    expect(await count()).toBe(1);
+    expect(await count('single_use_records')).toBe(1);
+    expect(await count('sso_identities')).toBe(1);
     expect((await w.api('DELETE', `/sso/providers/${p.body.id}`, { token: w.adminToken })).status).toBe(204);
-    expect(await count()).toBe(0);
+    expect(await count('single_use_records')).toBe(0);
+    expect(await count('sso_identities')).toBe(0);
     expect((await w.api('GET', `/sso/providers/${p.body.id}`, { token: w.adminToken })).status).toBe(404);
     const audit = await w.api('GET', `/audit-logs?action=sso.provider.delete&targetId=${p.body.id}`, { token: w.adminToken });
     expect(audit.body.data).toHaveLength(1);
@@ -176,6 +187,15 @@ describe.skipIf(!backendAvailable())('SSO providers', () => {
       await strict.api('PATCH', `/sso/providers/${res.body.id}`, { token, body: { issuer: 'https://10.20.30.40/tenant' } });
       expect((await strict.api('POST', `/sso/providers/${res.body.id}/test`, { token })).body.message).toMatch(/blocked_address/);
       expect(idp.seen.length).toBe(before);
+    });
+
+    it('a login with an active provider whose endpoints cannot be discovered: 400 sso_provider_incomplete', async () => {
+      const p = await strict.api('POST', '/sso/providers', { token, body: { name: 'Broken', type: 'oidc', issuer: 'https://10.9.8.7/', clientId: 'c', clientSecret: 's' } });
+      expect((await strict.api('POST', `/sso/providers/${p.body.id}/status`, { token, body: { status: 'active' } })).status).toBe(200);
+      const orgId = p.body.orgId as string;
+      const res = await strict.api('GET', `/sso/login/${orgId}`);
+      expect(res.status).toBe(400);
+      expect(res.body.code).toBe('sso_provider_incomplete');
     });
 
     it('POST /sso/exchange is limited per IP (SSO_EXCHANGE_LIMIT per minute): 429 with retryAfter', async () => {
