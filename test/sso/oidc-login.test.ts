@@ -301,6 +301,21 @@ describe.skipIf(!backendAvailable())('OIDC login against a real OpenID provider'
     }
   });
 
+  raceTest('one callback URL (with its cookie) sent 10 times at once: one sign-in, the others session_expired', async () => {
+    const browser = new Browser(w.app);
+    const host = new URL(w.app.url).host;
+    const start = await browser.fetch(`${w.app.url}/api/v1/sso/login/${w.tenant.orgId}`);
+    const cookie = browser.jar.get(host)!.get('service_sso_state')!;
+    // Sign in at the IdP but stop before Keel's callback: that URL is what gets raced.
+    const { location: callbackUrl } = await browser.signInAt(start.headers.get('location')!, account(uniqueEmail('cbrace')), (l) => l.includes('/api/v1/sso/callback'));
+    const target = callbackUrl.replace('localhost', '127.0.0.1');
+    const answers = await together(10, () =>
+      fetch(target, { redirect: 'manual', headers: { cookie: `service_sso_state=${cookie}`, 'x-forwarded-for': w.app.ip } }).then((r) => r.headers.get('location') ?? ''),
+    );
+    expect(answers.filter((l) => ssoCodeOf(l) !== null)).toHaveLength(1);
+    expect(answers.filter((l) => l === `${w.app.publicUrl}/login?error=session_expired`)).toHaveLength(9);
+  });
+
   raceTest('the exchange code raced by 10 parallel requests: one success', async () => {
     const { location } = await ssoLogin(account(uniqueEmail('race')));
     const code = ssoCodeOf(location);

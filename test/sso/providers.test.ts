@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
 import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { createTenant, createUser, enrollTotp, login, uniqueEmail } from '../helpers/fixtures.js';
+import { expectOneWinner, raceTest, together } from '../helpers/race.js';
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
 import { Browser, startOidcIdp, type OidcIdp } from './idp.js';
 import { captureLog, ssoWorld, type SsoWorld } from './helpers.js';
@@ -103,6 +104,17 @@ describe.skipIf(!backendAvailable())('SSO providers', () => {
     const audit = await w.api('GET', `/audit-logs?action=sso.provider.status.update&targetId=${a.body.id}`, { token: w.adminToken });
     expect(audit.body.data[0].details).toEqual({ from: 'inactive', to: 'active' });
     await w.api('POST', `/sso/providers/${a.body.id}/status`, { token: w.adminToken, body: { status: 'inactive' } });
+  });
+
+  raceTest('10 providers of one organisation activated at once: one becomes active, the others 409 (the database decides)', async () => {
+    const t = await createTenant(w.app);
+    const admin = (await enrollTotp(w.app, (await login(w.app, t.orgAdmin)).accessToken)).accessToken;
+    const ids: string[] = [];
+    for (let i = 0; i < 10; i++) ids.push((await w.api('POST', '/sso/providers', { token: admin, body: { name: `P${i}`, type: 'saml' } })).body.id as string);
+    const answers = await together(10, (i) => w.app.api('POST', `/sso/providers/${ids[i]}/status`, { token: admin, body: { status: 'active' } }));
+    expectOneWinner(answers, 200, [409]);
+    const list = await w.app.api('GET', '/sso/providers', { token: admin });
+    expect((list.body.data as { status: string }[]).filter((p) => p.status === 'active')).toHaveLength(1);
   });
 
   it('another tenant sees none of it: 404 on every provider route', async () => {

@@ -12,6 +12,7 @@ import { generate } from 'selfsigned';
 import { SignedXml } from 'xml-crypto';
 import { backendAvailable } from '../helpers/app.js';
 import { createUser, uniqueEmail } from '../helpers/fixtures.js';
+import { raceTest, together } from '../helpers/race.js';
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
 import { ssoCodeOf, ssoWorld, type SsoWorld } from './helpers.js';
 
@@ -232,6 +233,14 @@ describe.skipIf(!backendAvailable())('SAML service provider', () => {
     const again = await signedLogin({ email: uniqueEmail('replay2'), assertionId });
     expect(again.location).toBe(failed('sso_error')); // same assertion id, freshly signed, new request
     expect(lastReason()).toBe('saml: assertion id replayed');
+  });
+
+  raceTest('one signed response posted 10 times at once: one sign-in, the others session_expired', async () => {
+    const { requestId } = await startLogin();
+    const xml = responseXml(requestId, acs, sign(assertionXml({ inResponseTo: requestId, audience: spEntity, acs, email: uniqueEmail('race') }), 'Assertion', idpKeys));
+    const locations = await together(10, () => post(xml));
+    expect(locations.filter((l) => ssoCodeOf(l) !== null)).toHaveLength(1);
+    expect(locations.filter((l) => l === failed('session_expired') || l === failed('sso_error'))).toHaveLength(9);
   });
 
   it('the ACS takes a form post only; other API routes still refuse form bodies (415)', async () => {
