@@ -1,7 +1,7 @@
 import type { OpenAPIHono } from '@hono/zod-openapi';
 import type { Keel } from './keel.js';
 import type { AppEnv } from './app-env.js';
-import { createRouter, mountDocs } from './platform/http/openapi.js';
+import { createRouter, declaredNonJsonBodies, mountDocs } from './platform/http/openapi.js';
 import { apiGate, requestContext, uploadLimitsOf } from './platform/http/middleware.js';
 import { AppError, errorResponse, handleError } from './platform/http/errors.js';
 import { mountHealth } from './platform/http/health.js';
@@ -29,9 +29,12 @@ export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
 
   mountHealth(app, keel.config.serviceVersion, keel.database);
 
+  const api = createRouter<AppEnv>();
   app.use(
     `${API_BASE}/*`,
     apiGate({
+      // Routes that declare a form or file body (the SAML ACS) are exempt from the JSON-only 415.
+      allowNonJson: declaredNonJsonBodies(api as unknown as OpenAPIHono<never>, API_BASE),
       maxBodyBytes: keel.config.BODY_LIMIT_BYTES,
       uploads: uploadLimitsOf(keel),
       onTooLarge: (c) => {
@@ -42,7 +45,6 @@ export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
     }),
   );
 
-  const api = createRouter<AppEnv>();
   for (const mount of moduleRoutes) mount(api, keel);
   app.route(API_BASE, api);
 

@@ -5,6 +5,7 @@ import { bootstrapAdmin } from './modules/identity/bootstrap.js';
 import { wireIdentityPorts } from './modules/identity/ports.js';
 import { enrolledMethods, loginSecondFactor, passkeyCount } from './modules/mfa/login.js';
 import { installWebhooks } from './modules/webhooks/runtime.js';
+import { registerEnforcedSso } from './modules/sso/policy.js';
 
 /**
  * The composition root of a process (docs/architecture.md): builds the container (`createKeel`),
@@ -33,6 +34,8 @@ export function wireModules(keel: Keel): void {
     passkeyCount,
     secondFactor: loginSecondFactor,
   });
+  // Enforced SSO takes part in password sign-in and reset (identity's password-policy port).
+  registerEnforcedSso(keel);
   // The event router subscribes to the bus; the engine starts where a role runs it (server.ts, main.ts)
   // and stops with the container.
   const webhooks = installWebhooks(keel);

@@ -112,6 +112,8 @@ const envSchema = z.object({
   REGISTER_LIMIT: int(5, 1, 100000),
   REGISTER_PARTNER_LIMIT: int(3, 1, 100000),
   SSO_EXCHANGE_LIMIT: int(30, 1, 100000),
+  // Keel's SAML service-provider entity id (SPEC 2.4: configurable per deployment); default {PUBLIC_URL}/api/v1/sso/saml/metadata.
+  SAML_SP_ENTITY_ID: z.string().trim().min(1).max(500).optional(),
   PASSWORD_REENTRY_LIMIT: int(5, 1, 100000),
   SMS_PER_TEMP_TOKEN_LIMIT: int(3, 1, 1000),
   SMS_PER_PHONE_HOURLY_LIMIT: int(5, 1, 100000),

@@ -9,10 +9,11 @@ import { mountUserRoutes } from './users/routes.js';
 import { mountAuditRoutes } from './audit/routes.js';
 import { mountWebhookRoutes } from './webhooks/routes.js';
 import { mountAgentRoutes } from './agents/routes.js';
+import { mountSsoRoutes } from './sso/routes.js';
 
 /** Each module contributes one function that mounts its routes on the /api/v1 router. */
 export type MountRoutes = (api: OpenAPIHono<AppEnv>, keel: Keel) => void;
 
 export const moduleRoutes: MountRoutes[] = [mountIdentityRoutes, mountMfaRoutes];
-moduleRoutes.push(mountAccessRoutes, mountTenancyRoutes, mountUserRoutes, mountAuditRoutes, mountWebhookRoutes);
-moduleRoutes.push(mountAgentRoutes);
+moduleRoutes.push(mountAccessRoutes, mountTenancyRoutes, mountUserRoutes, mountAuditRoutes);
+moduleRoutes.push(mountWebhookRoutes, mountAgentRoutes, mountSsoRoutes);

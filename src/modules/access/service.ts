@@ -251,3 +251,11 @@ export async function keepsFullAdmin<T>(db: Db, tenant: Tenant, change: () => Pr
   if (before > 0 && (await countFullAdmins(db, tenant)) === 0) throw lastAdmin();
   return result;
 }
+
+/**
+ * Sets an organisation member's role (the SSO module's group mapping). Runs in the caller's
+ * transaction, after `assertNotLastFullAdmin`; the caller publishes the user's invalidation after commit.
+ */
+export async function setOrganizationMemberRole(db: Db, orgId: string, userId: string, roleId: string): Promise<void> {
+  await db.update(organizationUsers).set({ roleId }).where(and(eq(organizationUsers.orgId, orgId), eq(organizationUsers.userId, userId)));
+}

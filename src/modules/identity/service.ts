@@ -5,7 +5,8 @@ import { transaction, transactionIf, type Tx } from '../../platform/db/transacti
 import { clock } from '../../platform/clock.js';
 import { newId } from '../../platform/db/columns.js';
 import { prepared, rawQuery, tableReader } from '../../platform/db/raw.js';
-import { AppError, conflict, notFound, unauthorized } from '../../platform/http/errors.js';
+import { AppError, conflict, forbidden, notFound, unauthorized } from '../../platform/http/errors.js';
+import { passwordPolicyVerdicts } from './password-policy.js';
 import { auditInsert, writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { identityOf } from './context.js';
 import { csrfMatchesSession } from './csrf.js';
@@ -99,7 +100,7 @@ export async function signIn(
   keel: Keel,
   user: User,
   info: RequestInfo,
-  opts: { mfa: boolean; method: 'password' | 'mfa' | 'sso' | 'registration' },
+  opts: { mfa: boolean; method: 'password' | 'mfa' | 'sso' | 'registration'; details?: Record<string, unknown> },
 ): Promise<TokenAnswer> {
   const identity = identityOf(keel);
   const ports = identityPorts(keel);
@@ -122,7 +123,7 @@ export async function signIn(
               partnerId: access.partnerId,
               orgId: access.orgId,
               target: { type: 'user', id: user.id },
-              details: { method: opts.method, mfa: opts.mfa, sessionId },
+              details: { ...opts.details, method: opts.method, mfa: opts.mfa, sessionId },
             },
             first,
           ),
@@ -169,6 +170,7 @@ export async function passwordLogin(keel: Keel, email: string, password: string,
   const user = await checkPassword(keel, email, password, info.ip ?? 'unknown');
   let signedIn = false;
   try {
+    await applyPasswordPolicies(keel, user, info);
     const challenge = await identityPorts(keel).secondFactor(keel, user);
     if (challenge) return challenge;
     const answer = await signIn(keel, user, { ...info, actor: { type: 'user', id: user.id, email: user.email } }, { mfa: false, method: 'password' });
@@ -176,6 +178,24 @@ export async function passwordLogin(keel: Keel, email: string, password: string,
     return answer;
   } finally {
     if (!signedIn) await releaseReservation(keel, user.id);
+  }
+}
+
+/**
+ * The registered password policies (password-policy.ts: the SSO module's enforced SSO) after the right
+ * password: a refusal is answered (403 `sso_required`), an allowed use they flag is audited.
+ */
+async function applyPasswordPolicies(keel: Keel, user: User, info: RequestInfo): Promise<void> {
+  for (const v of await passwordPolicyVerdicts(keel, user, 'login')) {
+    if (v.refuse) throw v.error ?? forbidden('Password sign-in is not allowed for this account', 'password_login_refused');
+    if (v.audit) {
+      await writeAudit(keel.db, { ...info, actor: { type: 'user', id: user.id, email: user.email } }, {
+        action: v.audit.action,
+        orgId: v.audit.orgId,
+        target: { type: 'user', id: user.id },
+        details: v.audit.details,
+      });
+    }
   }
 }
 
@@ -258,6 +278,8 @@ export async function forgotPassword(keel: Keel, email: string, info: RequestInf
 async function sendResetLink(keel: Keel, email: string): Promise<void> {
   const user = await findUserByEmail(keel.db, email);
   if (user?.status !== 'active') return;
+  // A member of an organisation that enforces SSO gets no link (the answer was the same 200 already).
+  if ((await passwordPolicyVerdicts(keel, user, 'reset')).some((v) => v.refuse)) return;
   const { token } = await keel.singleUse.create(keel.db, {
     purpose: PASSWORD_RESET_PURPOSE,
     subjectId: user.id,

@@ -71,6 +71,8 @@ export function handleError(err: unknown, c: Context, log: Logger): Response {
   if (err instanceof HTTPException) {
     const status = err.status;
     if (status === 413) return errorResponse(c, new AppError(413, 'payload_too_large', 'The request body is too large'));
+    // A route's validator refusing a body of a type the route does not declare (a form route given JSON).
+    if (status === 415) return errorResponse(c, new AppError(415, 'unsupported_media_type', 'The request body has a content type this route does not take'));
     if (status === 400 && /json/i.test(err.message)) {
       return errorResponse(c, new AppError(400, 'invalid_json', 'The request body is not valid JSON'));
     }

@@ -232,9 +232,9 @@ export interface ApiGateOptions {
   maxBodyBytes: number;
   /** The 413 answer. */
   onTooLarge: (c: Context) => Response;
-  /** Paths whose routes declare a body type other than JSON (release uploads). */
+  /** Paths whose routes declare a body type other than JSON (release uploads, the SAML ACS form post). */
   allowNonJson?: (path: string) => boolean;
-  /** Upload paths with their own body limit (and any body type): see `uploadLimitsOf`. */
+  /** Upload paths with their own, larger body limit: see `uploadLimitsOf`. */
   uploads?: ReadonlyMap<string, number>;
 }
 
@@ -261,7 +261,9 @@ export function uploadLimitsOf(owner: object): Map<string, number> {
 export function apiGate(opts: ApiGateOptions): MiddlewareHandler {
   const streamed = bodyLimit({ maxSize: opts.maxBodyBytes, onError: opts.onTooLarge });
   const uploads = opts.uploads ?? new Map<string, number>();
-  const allowNonJson = (path: string) => uploads.has(path) || (opts.allowNonJson?.(path) ?? false);
+  // Which routes take another body type is read from their declarations (declaredNonJsonBodies);
+  // `uploads` only sets a larger size limit for some of them.
+  const allowNonJson = (path: string) => opts.allowNonJson?.(path) ?? false;
   const withBody: MiddlewareHandler = async (c, next) => {
     const chunked = c.req.header('transfer-encoding') !== undefined;
     const length = c.req.header('content-length');

@@ -68,3 +68,26 @@ export function mountDocs(app: OpenAPIHono<never>, base: string, specPath: strin
     return c.body(readFileSync(join(swaggerDir, file)), 200, { 'Content-Type': type, 'Cache-Control': 'public, max-age=86400' });
   });
 }
+
+/**
+ * Which paths take a request body other than JSON, read from what the routes declare (their
+ * `request.body.content` types in the OpenAPI registry), so the API gate's 415 rule (DECISIONS: 415
+ * only for a body type the route does not declare) follows the route table rather than a list kept
+ * by hand. `prefix` is where the router is mounted. The set is built on first use, after every
+ * module has mounted its routes.
+ */
+export function declaredNonJsonBodies(router: OpenAPIHono<never>, prefix: string): (path: string) => boolean {
+  let patterns: RegExp[] | null = null;
+  const build = (): RegExp[] => {
+    const out: RegExp[] = [];
+    for (const d of router.openAPIRegistry.definitions) {
+      if (d.type !== 'route') continue;
+      const content = (d.route.request?.body as { content?: Record<string, unknown> } | undefined)?.content ?? {};
+      if (!Object.keys(content).some((type) => !/json/i.test(type))) continue;
+      const path = `${prefix}${d.route.path}`.replace(/[.*+?^$()|[\]\\]/g, '\\$&').replace(/\{[^/}]+\}/g, '[^/]+');
+      out.push(new RegExp(`^${path}$`));
+    }
+    return out;
+  };
+  return (path) => (patterns ??= build()).some((re) => re.test(path));
+}

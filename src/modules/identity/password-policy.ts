@@ -1,0 +1,45 @@
+import type { Keel } from '../../keel.js';
+import type { users } from './schema.js';
+
+type User = typeof users.$inferSelect;
+
+/** Where a password is about to be used: a sign-in, or a reset link about to be sent. */
+export type PasswordUse = 'login' | 'reset';
+
+/**
+ * A higher module's say on password use (the SSO module's enforced SSO): `refuse` stops it (a sign-in
+ * answers `error`; a reset link is not sent), `audit` records an allowed use worth noting (a
+ * break-glass sign-in). null: no opinion.
+ */
+export interface PasswordPolicyVerdict {
+  refuse: boolean;
+  /** The refusal answered to a sign-in. */
+  error?: Error;
+  audit?: { action: string; orgId: string | null; details: Record<string, unknown> };
+}
+
+export type PasswordPolicy = (user: User, use: PasswordUse) => Promise<PasswordPolicyVerdict | null>;
+
+const registries = new WeakMap<Keel, PasswordPolicy[]>();
+
+/**
+ * The port through which modules above identity (SSO) take part in password sign-in and reset,
+ * registered at start-up (their mount function), so identity never imports them.
+ */
+export function registerPasswordPolicy(keel: Keel, policy: PasswordPolicy): void {
+  const list = registries.get(keel) ?? [];
+  list.push(policy);
+  registries.set(keel, list);
+}
+
+/** Every registered policy's verdict, in order; the first refusal wins. */
+export async function passwordPolicyVerdicts(keel: Keel, user: User, use: PasswordUse): Promise<PasswordPolicyVerdict[]> {
+  const out: PasswordPolicyVerdict[] = [];
+  for (const policy of registries.get(keel) ?? []) {
+    const v = await policy(user, use);
+    if (!v) continue;
+    out.push(v);
+    if (v.refuse) break;
+  }
+  return out;
+}

@@ -1,0 +1,25 @@
+/** Single-use purposes (platform/single-use.ts) and lifetimes of the SSO flows (SPEC 8). */
+export const SSO_LOGIN_PURPOSE = 'sso_login';
+export const SSO_EXCHANGE_PURPOSE = 'sso_exchange';
+export const SAML_ASSERTION_PURPOSE = 'sso_saml_assertion';
+export const SSO_LOGIN_TTL_MS = 10 * 60_000;
+export const SSO_EXCHANGE_TTL_MS = 2 * 60_000;
+export const STATE_COOKIE = 'service_sso_state';
+export const CALLBACK_PATH = '/api/v1/sso/callback';
+export const ACS_PATH = '/api/v1/sso/saml/acs';
+/** Allowed difference between the IdP's clock and Keel's for SAML NotBefore / NotOnOrAfter. */
+export const SAML_CLOCK_SKEW_MS = 60_000;
+
+/** The callback error codes of SPEC 7: nothing else ever reaches the login page's URL. */
+export type SsoErrorCode = 'session_expired' | 'provider_not_found' | 'domain_not_allowed' | 'user_not_found' | 'default_role_required' | 'no_org_access' | 'sso_error';
+
+/** A callback failure with its SPEC 7 code; the internal reason goes to the log only. */
+export class SsoFailure extends Error {
+  override name = 'SsoFailure';
+  constructor(
+    readonly code: SsoErrorCode,
+    readonly reason: string,
+  ) {
+    super(reason);
+  }
+}

@@ -1,0 +1,195 @@
+import { z } from '@hono/zod-openapi';
+import { PRESETS } from './presets.js';
+
+/** Request and response schemas of the SSO routes; every field described (the API description rules). */
+
+const d = (description: string, example?: unknown) => (example === undefined ? { description } : { description, example });
+
+const Url500 = z.url().max(500);
+
+export const AttributeMappingSchema = z
+  .object({
+    email: z.string().min(1).max(500).openapi(d('Claim (OIDC) or attribute (SAML) holding the email address', 'email')),
+    name: z.string().min(1).max(500).openapi(d('Claim holding the display name', 'name')),
+    firstName: z.string().min(1).max(500).optional().openapi(d('Claim holding the given name; used with lastName when the name is missing', 'given_name')),
+    lastName: z.string().min(1).max(500).optional().openapi(d('Claim holding the family name', 'family_name')),
+    groups: z.string().min(1).max(500).optional().openapi(d('Claim holding the groups (an array of strings), read by groupRoleMappings', 'groups')),
+  })
+  .openapi('SsoAttributeMapping', { description: 'IdP claim names for each profile field (SPEC 2.4)' });
+
+export const GroupRoleMappingSchema = z
+  .object({
+    group: z.string().min(1).max(255).openapi(d('Group name or id as the IdP sends it in the groups claim', 'keel-admins')),
+    roleId: z.uuid().openapi(d('Organization-scoped role given to members of the group', '00000000-0000-7000-8000-000000000004')),
+  })
+  .openapi('SsoGroupRoleMapping', { description: 'At each SSO login the first mapping (in list order) whose group the user is in decides the role' });
+
+const GroupRoleMappings = z.array(GroupRoleMappingSchema).max(100);
+
+export const PresetSchema = z
+  .object({
+    id: z.string().openapi(d('Preset id', 'workforce-idp')),
+    type: z.enum(['oidc', 'saml']).openapi(d('Protocol')),
+    name: z.string().openapi(d('Human name of the preset')),
+    scopes: z.string().nullable().openapi(d('Default space-separated scopes (null for SAML)', 'openid profile email groups')),
+    attributeMapping: AttributeMappingSchema.openapi(d('Default attribute mapping')),
+    samlAttributes: z
+      .array(z.object({ uri: z.string().openapi(d('SAML attribute name (URI)')), field: z.string().openapi(d('Profile field it fills')) }))
+      .nullable()
+      .openapi(d('SAML only: attribute URIs mapped automatically (SPEC 2.4)')),
+    groupRoleMappingsSupported: z.boolean().openapi(d('Providers of this preset accept groupRoleMappings (the groups claim decides the role at each login)')),
+  })
+  .openapi('SsoPreset');
+
+export const presetsView = () => PRESETS.map((p) => ({ ...p, samlAttributes: p.samlAttributes, groupRoleMappingsSupported: true }));
+
+export const ProviderSchema = z
+  .object({
+    id: z.uuid().openapi(d('Provider id')),
+    orgId: z.uuid().openapi(d('Organization the provider signs users into')),
+    name: z.string().openapi(d('Display name', 'Contoso Entra ID')),
+    type: z.enum(['oidc', 'saml']).openapi(d('Protocol')),
+    status: z.enum(['inactive', 'testing', 'active']).openapi(d('Only an active provider is used for login; one per organization')),
+    preset: z.string().nullable().openapi(d('Preset id it was created from')),
+    issuer: z.string().nullable().openapi(d('OIDC issuer URL (discovery)')),
+    clientId: z.string().nullable().openapi(d('OIDC client id')),
+    hasClientSecret: z.boolean().openapi(d('Whether a client secret is stored (the secret itself is never returned)')),
+    authorizationUrl: z.string().nullable().openapi(d('OIDC authorization endpoint')),
+    tokenUrl: z.string().nullable().openapi(d('OIDC token endpoint')),
+    userInfoUrl: z.string().nullable().openapi(d('OIDC UserInfo endpoint')),
+    jwksUrl: z.string().nullable().openapi(d('OIDC JWKS endpoint')),
+    scopes: z.string().openapi(d('Space-separated scopes requested', 'openid profile email')),
+    attributeMapping: AttributeMappingSchema.openapi(d('Claim names for each profile field')),
+    autoProvision: z.boolean().openapi(d('Create unknown users at their first SSO login')),
+    defaultRoleId: z.uuid().nullable().openapi(d('Role of provisioned users when no group mapping matches')),
+    allowedDomains: z.string().openapi(d('Comma-separated email domains allowed (empty: all)', 'contoso.com')),
+    enforceSSO: z.boolean().openapi(d('Password sign-in refused for members of the organization (platform administrators keep it, audited)')),
+    entityId: z.string().nullable().openapi(d('SAML: the IdP entity id (the assertion Issuer must equal it when set)')),
+    ssoUrl: z.string().nullable().openapi(d('SAML: the IdP single sign-on URL (HTTP-Redirect binding)')),
+    certificate: z.string().nullable().openapi(d('SAML: the IdP signing certificate (PEM)')),
+    groupRoleMappings: GroupRoleMappings.openapi(d('IdP groups to roles, first match wins')),
+    createdBy: z.uuid().nullable().openapi(d('User who created the provider')),
+    createdAt: z.string().openapi(d('Creation time (ISO 8601)')),
+    updatedAt: z.string().openapi(d('Last change (ISO 8601)')),
+  })
+  .openapi('SsoProvider');
+
+const writable = {
+  issuer: Url500.nullable().optional().openapi(d('OIDC issuer; discovery fills the four endpoint URLs', 'https://login.example.com/tenant/v2.0')),
+  clientId: z.string().min(1).max(255).nullable().optional().openapi(d('OIDC client id', 'keel-client')),
+  clientSecret: z.string().min(1).max(2000).nullable().optional().openapi(d('OIDC client secret; stored encrypted, never returned', 's3cret-from-the-idp')),
+  authorizationUrl: Url500.nullable().optional().openapi(d('Authorization endpoint (set by hand or discovered)')),
+  tokenUrl: Url500.nullable().optional().openapi(d('Token endpoint (set by hand or discovered)')),
+  userInfoUrl: Url500.nullable().optional().openapi(d('UserInfo endpoint (set by hand or discovered)')),
+  jwksUrl: Url500.nullable().optional().openapi(d('JWKS endpoint (set by hand or discovered)')),
+  scopes: z.string().trim().min(1).max(500).optional().openapi(d('Space-separated scopes; default the preset\'s, else "openid profile email"', 'openid profile email')),
+  attributeMapping: AttributeMappingSchema.optional().openapi(d('Claim names; default the preset\'s, else email/name')),
+  autoProvision: z.boolean().optional().openapi(d('Create unknown users at first login (default true)')),
+  defaultRoleId: z.uuid().nullable().optional().openapi(d('Organization-scoped role of this organization given to provisioned users')),
+  allowedDomains: z.string().max(1000).optional().openapi(d('Comma-separated allowed email domains (empty: all)', 'contoso.com,contoso.co.uk')),
+  enforceSSO: z.boolean().optional().openapi(d('Refuse password sign-in for members of the organization (default false)')),
+  entityId: z.string().trim().min(1).max(500).nullable().optional().openapi(d('SAML: IdP entity id', 'https://sts.example.com/adfs/services/trust')),
+  ssoUrl: Url500.nullable().optional().openapi(d('SAML: IdP single sign-on URL', 'https://sts.example.com/adfs/ls/')),
+  certificate: z.string().min(1).max(20000).nullable().optional().openapi(d('SAML: IdP signing certificate, PEM or bare base64')),
+  groupRoleMappings: GroupRoleMappings.optional().openapi(d('IdP groups to roles (first match in list order wins)')),
+};
+
+export const ProviderCreateSchema = z
+  .object({
+    orgId: z.uuid().optional().openapi(d('Organization (partner and system callers; inferred for organization users)')),
+    name: z.string().trim().min(1).max(255).openapi(d('Display name (1-255)', 'Contoso Entra ID')),
+    type: z.enum(['oidc', 'saml']).openapi(d('Protocol', 'oidc')),
+    preset: z.string().max(100).optional().openapi(d('Preset id (GET /sso/presets): pre-fills scopes and attribute mapping', 'cloud-directory')),
+    ...writable,
+  })
+  .openapi('SsoProviderCreate', {
+    example: {
+      name: 'Contoso Entra ID',
+      type: 'oidc',
+      preset: 'cloud-directory',
+      issuer: 'https://login.example.com/tenant/v2.0',
+      clientId: 'keel-client',
+      clientSecret: 's3cret-from-the-idp',
+      defaultRoleId: '00000000-0000-7000-8000-000000000006',
+      allowedDomains: 'contoso.com',
+    },
+  });
+
+export const ProviderPatchSchema = z
+  .object({ name: z.string().trim().min(1).max(255).optional().openapi(d('Display name (1-255)', 'Contoso Entra ID')), ...writable })
+  .openapi('SsoProviderUpdate', { example: { enforceSSO: true, allowedDomains: 'contoso.com' } });
+
+export const StatusBodySchema = z
+  .object({ status: z.enum(['inactive', 'testing', 'active']).openapi(d('New status; activating a second provider of the organization is 409', 'active')) })
+  .openapi('SsoProviderStatus', { example: { status: 'active' } });
+
+export const TestReportSchema = z
+  .object({
+    ok: z.boolean().openapi(d('Whether the provider looks usable')),
+    type: z.enum(['oidc', 'saml']).openapi(d('Protocol tested')),
+    message: z.string().openapi(d('What was found, or why it failed')),
+    discovered: z
+      .object({
+        issuer: z.string().openapi(d('Issuer of the discovery document')),
+        authorizationUrl: z.string().nullable().openapi(d('authorization_endpoint')),
+        tokenUrl: z.string().nullable().openapi(d('token_endpoint')),
+        userInfoUrl: z.string().nullable().openapi(d('userinfo_endpoint')),
+        jwksUrl: z.string().nullable().openapi(d('jwks_uri')),
+      })
+      .nullable()
+      .openapi(d('OIDC: what discovery found')),
+    certificate: z
+      .object({
+        subject: z.string().openapi(d('Certificate subject')),
+        issuer: z.string().openapi(d('Certificate issuer')),
+        validFrom: z.string().openapi(d('Start of validity (ISO 8601)')),
+        validTo: z.string().openapi(d('Expiry (ISO 8601)')),
+        expired: z.boolean().openapi(d('Whether it has expired')),
+        daysLeft: z.number().int().openapi(d('Whole days until expiry (negative once expired)')),
+      })
+      .nullable()
+      .openapi(d('SAML: the signing certificate parsed')),
+  })
+  .openapi('SsoProviderTest');
+
+export const CheckSchema = z
+  .object({
+    ssoEnabled: z.boolean().openapi(d('Whether the organization has an active provider')),
+    provider: z
+      .object({ id: z.uuid().openapi(d('Provider id')), name: z.string().openapi(d('Provider name')), type: z.enum(['oidc', 'saml']).openapi(d('Protocol')) })
+      .nullable()
+      .openapi(d('The active provider, or null')),
+    enforceSSO: z.boolean().openapi(d('Whether password sign-in is refused (a login page hides its password form)')),
+    loginUrl: z.string().nullable().openapi(d('Where to send the browser to sign in', '/api/v1/sso/login/0190a5c4-0000-7000-8000-000000000001')),
+  })
+  .openapi('SsoCheck');
+
+export const ExchangeBodySchema = z
+  .object({ code: z.string().min(1).max(200).openapi(d('The one-time code from the #ssoCode= fragment (2 minutes, single use)', 'Xb3k9Qz4T1v0m6sR2pLw8yUe5nHc7aJd0fGi1oKq3sM')) })
+  .openapi('SsoExchange', { example: { code: 'Xb3k9Qz4T1v0m6sR2pLw8yUe5nHc7aJd0fGi1oKq3sM' } });
+
+export const AcsFormSchema = z
+  .object({
+    SAMLResponse: z.string().max(1_000_000).optional().openapi(d('Base64 SAML Response posted by the IdP (HTTP-POST binding)')),
+    RelayState: z.string().max(2000).optional().openapi(d('Relay state echoed by the IdP (not used to find the session)')),
+  })
+  .openapi('SamlAcsForm', { example: { SAMLResponse: 'PHNhbWxwOlJlc3BvbnNlIC4uLg==', RelayState: '' } });
+
+export const IdPathSchema = z.object({
+  id: z.uuid().openapi({ param: { name: 'id', in: 'path' }, description: 'Provider id' }),
+});
+export const OrgPathSchema = z.object({
+  orgId: z.string().openapi({ param: { name: 'orgId', in: 'path' }, description: 'Organization id' }),
+});
+export const ProviderPathSchema = z.object({
+  providerId: z.string().openapi({ param: { name: 'providerId', in: 'path' }, description: 'SAML provider id' }),
+});
+export const LoginQuerySchema = z.object({
+  redirect: z.string().optional().openapi(d('Page to return to after sign-in: a relative path on this site', '/devices')),
+});
+export const CallbackQuerySchema = z.object({
+  code: z.string().optional().openapi(d('Authorization code from the IdP')),
+  state: z.string().optional().openapi(d('State issued at login; must match the service_sso_state cookie')),
+  error: z.string().optional().openapi(d('Error reported by the IdP')),
+  iss: z.string().optional().openapi(d('Issuer identifier (RFC 9207), checked when sent')),
+});

@@ -1,0 +1,173 @@
+import type { Keel } from '../../keel.js';
+import { constantTimeEqual, hmacSha256Hex } from '../../platform/crypto.js';
+import { badRequest, validationError } from '../../platform/http/errors.js';
+import type { AuditRequestInfo } from '../audit/service.js';
+import { activeProvider, noActiveProvider, openSecret, type ProviderRow } from './providers.js';
+import { discover, clientConfig, client } from './oidc.js';
+import { completeSsoLogin, mapClaims, successLocation } from './provisioning.js';
+import { samlAuthorizeUrl } from './saml.js';
+import { CALLBACK_PATH, SSO_LOGIN_PURPOSE, SSO_LOGIN_TTL_MS, SsoFailure } from './constants.js';
+import { ssoProviders } from './schema.js';
+import { eq } from 'drizzle-orm';
+
+/** The stored part of an OIDC login session (SPEC 2.5); the PKCE verifier travels sealed beside it. */
+interface OidcSessionData {
+  type: 'oidc';
+  providerId: string;
+  orgId: string;
+  nonce: string;
+  redirectPath: string;
+}
+
+function hasControl(text: string): boolean {
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c < 0x20 || c === 0x7f) return true;
+  }
+  return false;
+}
+
+/**
+ * The post-login path: only a same-origin relative path (`/…`, not `//…` or `/\…`), at most 500
+ * characters; anything else is a 400 naming `redirect`. Default `/`.
+ */
+export function safeRedirectPath(keel: Keel, raw: string | undefined): string {
+  if (raw === undefined || raw === '') return '/';
+  const bad = () => validationError([{ path: 'redirect', message: 'must be a relative path on this site (starting with a single /)' }]);
+  if (raw.length > 500 || !raw.startsWith('/') || raw.startsWith('//') || raw.startsWith('/\\') || raw.includes('\\') || hasControl(raw)) throw bad();
+  const base = new URL(keel.config.publicUrl);
+  const resolved = new URL(raw, base);
+  if (resolved.origin !== base.origin) throw bad();
+  return `${resolved.pathname}${resolved.search}`;
+}
+
+/** The state cookie's signature: HMAC-SHA256 keyed on the encryption key (never the JWT secret), SPEC 5.9.2. */
+function stateSignature(keel: Keel, state: string): string {
+  return hmacSha256Hex(keel.secrets.encryptionKey, `keel:service_sso_state:v1:${state}`);
+}
+
+export function stateCookieValue(keel: Keel, state: string): string {
+  return `${state}.${stateSignature(keel, state)}`;
+}
+
+/** SPEC 5.9.4, first: the returned state against the signed cookie, in constant time; any mismatch is `session_expired`. */
+export function checkStateCookie(keel: Keel, cookie: string | undefined, state: string | undefined): string {
+  const expired = () => new SsoFailure('session_expired', 'state cookie missing or not matching');
+  if (!cookie || !state) throw expired();
+  const dot = cookie.lastIndexOf('.');
+  const cookieState = dot > 0 ? cookie.slice(0, dot) : '';
+  const signature = dot > 0 ? cookie.slice(dot + 1) : '';
+  const signed = constantTimeEqual(signature, stateSignature(keel, cookieState));
+  const same = constantTimeEqual(cookieState, state);
+  if (!signed || !same) throw expired();
+  return state;
+}
+
+export const callbackUrl = (keel: Keel) => `${keel.config.publicUrl}${CALLBACK_PATH}`;
+
+const incomplete = (what: string) => badRequest('sso_provider_incomplete', `The SSO provider lacks ${what}: fix it with PATCH /sso/providers/{id}`);
+
+/** The endpoints for a login: stored (discovered or set by hand), else discovered now. */
+async function oidcEndpoints(keel: Keel, p: ProviderRow) {
+  const secret = openSecret(keel, p);
+  if (!p.clientId || !secret || !p.issuer) throw incomplete('clientId, clientSecret or issuer');
+  let { authorizationUrl, tokenUrl, userInfoUrl, jwksUrl } = p;
+  if (!authorizationUrl || !tokenUrl || !jwksUrl) {
+    try {
+      const d = await discover(keel, p.issuer);
+      authorizationUrl ??= d.authorizationUrl;
+      tokenUrl ??= d.tokenUrl;
+      userInfoUrl ??= d.userInfoUrl;
+      jwksUrl ??= d.jwksUrl;
+    } catch {
+      // Reported below as missing endpoints.
+    }
+  }
+  if (!authorizationUrl || !tokenUrl) throw incomplete('its authorization and token endpoints (discovery failed)');
+  return { issuer: p.issuer, clientId: p.clientId, clientSecret: secret, authorizationUrl, tokenUrl, userInfoUrl, jwksUrl };
+}
+
+export interface LoginStart {
+  location: string;
+  /** OIDC: the state to bind to the browser with the signed cookie. */
+  state: string | null;
+}
+
+/** `GET /sso/login/:orgId` (SPEC 5.9.1-3): the organisation's active provider, a stored login session, the IdP's URL. */
+export async function startLogin(keel: Keel, orgId: string, redirectPath: string): Promise<LoginStart> {
+  const p = await activeProvider(keel.db, orgId);
+  if (!p) throw noActiveProvider();
+  if (p.type === 'saml') return { location: await samlAuthorizeUrl(keel, p, redirectPath), state: null };
+  const endpoints = await oidcEndpoints(keel, p);
+  const config = clientConfig(keel, endpoints);
+  const verifier = client.randomPKCECodeVerifier();
+  const state = client.randomState();
+  const nonce = client.randomNonce();
+  const data: OidcSessionData = { type: 'oidc', providerId: p.id, orgId: p.orgId, nonce, redirectPath };
+  await keel.singleUse.create(keel.db, { purpose: SSO_LOGIN_PURPOSE, token: state, ttlMs: SSO_LOGIN_TTL_MS, subjectId: p.id, data: { ...data }, secret: verifier });
+  const url = client.buildAuthorizationUrl(config, {
+    redirect_uri: callbackUrl(keel),
+    scope: p.scopes,
+    response_type: 'code',
+    code_challenge: await client.calculatePKCECodeChallenge(verifier),
+    code_challenge_method: 'S256',
+    state,
+    nonce,
+  });
+  return { location: url.href, state };
+}
+
+/** Where a finished login goes: the original page with the exchange code in the fragment. */
+/** The provider a login session names, if it still exists and is active. */
+export async function loginProvider(keel: Keel, providerId: unknown): Promise<ProviderRow> {
+  if (typeof providerId !== 'string') throw new SsoFailure('provider_not_found', 'session names no provider');
+  const [p] = await keel.db.select().from(ssoProviders).where(eq(ssoProviders.id, providerId));
+  if (p?.status !== 'active') throw new SsoFailure('provider_not_found', 'provider gone or not active');
+  return p;
+}
+
+/**
+ * `GET /sso/callback` (SPEC 5.9.4-10): state against the cookie first, then the login session consumed
+ * once, the code exchanged with the PKCE verifier (ID token issuer, audience, expiry and nonce checked
+ * by openid-client), UserInfo, the mapping and provisioning. Answers where to send the browser.
+ */
+export async function oidcCallback(keel: Keel, query: URLSearchParams, cookie: string | undefined, info: AuditRequestInfo): Promise<string> {
+  const state = checkStateCookie(keel, cookie, query.get('state') ?? undefined);
+  const session = await keel.singleUse.consume(keel.db, SSO_LOGIN_PURPOSE, state);
+  if (session?.data.type !== 'oidc' || !session.secret) throw new SsoFailure('session_expired', 'no live login session for this state');
+  const data = session.data as unknown as OidcSessionData;
+  const p = await loginProvider(keel, data.providerId);
+  if (p.type !== 'oidc') throw new SsoFailure('provider_not_found', 'provider is no longer OIDC');
+  let claims: Record<string, unknown>;
+  let tokens: client.TokenEndpointResponse & client.TokenEndpointResponseHelpers;
+  let config: client.Configuration;
+  try {
+    config = clientConfig(keel, await oidcEndpoints(keel, p));
+    const current = new URL(`${callbackUrl(keel)}?${query.toString()}`);
+    tokens = await client.authorizationCodeGrant(config, current, {
+      pkceCodeVerifier: session.secret,
+      expectedState: state,
+      expectedNonce: data.nonce,
+      idTokenExpected: true,
+    });
+    const idClaims = tokens.claims();
+    if (!idClaims) throw new Error('no ID token');
+    claims = { ...idClaims };
+    if (config.serverMetadata().userinfo_endpoint) {
+      const userInfo = await client.fetchUserInfo(config, tokens.access_token, idClaims.sub);
+      claims = { ...claims, ...userInfo };
+    }
+  } catch (err) {
+    if (err instanceof SsoFailure) throw err;
+    const e = err as { name?: string; code?: string; error?: string; message?: string };
+    throw new SsoFailure('sso_error', `oidc: ${e.name ?? 'Error'} ${e.code ?? ''} ${e.error ?? ''} ${(e.message ?? '').slice(0, 200)}`);
+  }
+  const profile = mapClaims(p.attributeMapping, claims, String(claims.sub), false);
+  const expiresIn = tokens.expiresIn();
+  const code = await completeSsoLogin(keel, p, profile, {
+    accessToken: tokens.access_token,
+    refreshToken: tokens.refresh_token,
+    expiresAt: expiresIn === undefined ? null : new Date(Date.now() + expiresIn * 1000),
+  }, info);
+  return successLocation(keel, data.redirectPath, code);
+}

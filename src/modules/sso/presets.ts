@@ -1,0 +1,61 @@
+import type { AttributeMapping } from './schema.js';
+
+/** The 2005/05 identity-claims namespace and the vendor claims namespace of SPEC 2.4. */
+export const CLAIMS_2005 = 'http://schemas.xmlsoap.org/ws/2005/05/identity/claims';
+export const VENDOR_CLAIMS = 'http://schemas.microsoft.com';
+
+/** SAML attribute URIs mapped automatically (SPEC 2.4), in the order they are tried. */
+export const SAML_ATTRIBUTE_URIS: readonly { uri: string; field: keyof AttributeMapping }[] = [
+  { uri: `${CLAIMS_2005}/emailaddress`, field: 'email' },
+  { uri: `${CLAIMS_2005}/name`, field: 'name' },
+  { uri: `${CLAIMS_2005}/givenname`, field: 'firstName' },
+  { uri: `${CLAIMS_2005}/surname`, field: 'lastName' },
+  { uri: `${VENDOR_CLAIMS}/ws/2008/06/identity/claims/groups`, field: 'groups' },
+  { uri: 'urn:oid:0.9.2342.19200300.100.1.3', field: 'email' },
+  { uri: 'urn:oid:2.5.4.42', field: 'firstName' },
+  { uri: 'urn:oid:2.5.4.4', field: 'lastName' },
+  { uri: 'urn:oid:2.16.840.1.113730.3.1.241', field: 'name' },
+];
+
+export const DEFAULT_SCOPES = 'openid profile email';
+export const DEFAULT_MAPPING: AttributeMapping = { email: 'email', name: 'name' };
+
+export interface Preset {
+  id: string;
+  type: 'oidc' | 'saml';
+  name: string;
+  /** Space-separated; null for SAML. */
+  scopes: string | null;
+  attributeMapping: AttributeMapping;
+  /** SAML only: attribute URIs mapped to profile fields. */
+  samlAttributes: { uri: string; field: string }[] | null;
+}
+
+const oidc = (id: string, name: string, scopes: string, mapping: AttributeMapping): Preset => ({
+  id, type: 'oidc', name, scopes, attributeMapping: mapping, samlAttributes: null,
+});
+const saml = (id: string, name: string): Preset => ({
+  id,
+  type: 'saml',
+  name,
+  scopes: null,
+  attributeMapping: { email: `${CLAIMS_2005}/emailaddress`, name: `${CLAIMS_2005}/name`, firstName: `${CLAIMS_2005}/givenname`, lastName: `${CLAIMS_2005}/surname`, groups: `${VENDOR_CLAIMS}/ws/2008/06/identity/claims/groups` },
+  samlAttributes: SAML_ATTRIBUTE_URIS.map((a) => ({ uri: a.uri, field: a.field })),
+});
+
+/** SPEC 2.4's presets (neutral ids). `groups` is mapped where the IdP sends it by default. */
+export const PRESETS: readonly Preset[] = [
+  oidc('cloud-directory', 'Cloud directory (OIDC)', 'openid profile email', { email: 'email', name: 'name', firstName: 'given_name', lastName: 'family_name', groups: 'groups' }),
+  oidc('workforce-idp', 'Workforce identity provider (OIDC)', 'openid profile email groups', { email: 'email', name: 'name', firstName: 'given_name', lastName: 'family_name', groups: 'groups' }),
+  oidc('workspace-idp', 'Workspace identity (OIDC)', 'openid profile email', { email: 'email', name: 'name', firstName: 'given_name', lastName: 'family_name' }),
+  oidc('identity-platform', 'Identity platform (OIDC)', 'openid profile email', { email: 'email', name: 'name', firstName: 'given_name', lastName: 'family_name', groups: 'groups' }),
+  saml('cloud-directory-saml', 'Cloud directory (SAML)'),
+  saml('workforce-idp-saml', 'Workforce identity provider (SAML)'),
+  saml('portal-saml', 'Identity portal (SAML)'),
+  saml('federation-server-saml', 'Federation server (SAML)'),
+  saml('workspace-idp-saml', 'Workspace identity (SAML)'),
+];
+
+export function findPreset(id: string): Preset | undefined {
+  return PRESETS.find((p) => p.id === id);
+}

@@ -1,0 +1,378 @@
+import { X509Certificate } from 'node:crypto';
+import { and, count, desc, eq } from 'drizzle-orm';
+import type { Keel } from '../../keel.js';
+import type { Db } from '../../platform/db/client.js';
+import { transaction } from '../../platform/db/transaction.js';
+import { clock } from '../../platform/clock.js';
+import { newId } from '../../platform/db/columns.js';
+import { singleUseRecords } from '../../platform/db/schema.js';
+import { AppError, badRequest, conflict, notFound, validationError } from '../../platform/http/errors.js';
+import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
+import { assignableRole } from '../access/roles.js';
+import { reachOrg, type AccessContext } from '../access/scope.js';
+import { DEFAULT_MAPPING, DEFAULT_SCOPES, findPreset } from './presets.js';
+import { ssoProviders, type AttributeMapping, type GroupRoleMapping } from './schema.js';
+import { discover, discoveryFailure } from './oidc.js';
+import { SSO_LOGIN_PURPOSE } from './constants.js';
+
+export type ProviderRow = typeof ssoProviders.$inferSelect;
+
+function one<T>(row: T | undefined): T {
+  if (row === undefined) throw new Error('sso_providers: the statement returned no row');
+  return row;
+}
+export type ProviderStatus = ProviderRow['status'];
+
+export interface ProviderView {
+  id: string;
+  orgId: string;
+  name: string;
+  type: 'oidc' | 'saml';
+  status: ProviderStatus;
+  preset: string | null;
+  issuer: string | null;
+  clientId: string | null;
+  hasClientSecret: boolean;
+  authorizationUrl: string | null;
+  tokenUrl: string | null;
+  userInfoUrl: string | null;
+  jwksUrl: string | null;
+  scopes: string;
+  attributeMapping: AttributeMapping;
+  autoProvision: boolean;
+  defaultRoleId: string | null;
+  allowedDomains: string;
+  enforceSSO: boolean;
+  entityId: string | null;
+  ssoUrl: string | null;
+  certificate: string | null;
+  groupRoleMappings: GroupRoleMapping[];
+  createdBy: string | null;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export function providerView(p: ProviderRow): ProviderView {
+  return {
+    id: p.id,
+    orgId: p.orgId,
+    name: p.name,
+    type: p.type,
+    status: p.status,
+    preset: p.preset,
+    issuer: p.issuer,
+    clientId: p.clientId,
+    hasClientSecret: p.clientSecret !== null,
+    authorizationUrl: p.authorizationUrl,
+    tokenUrl: p.tokenUrl,
+    userInfoUrl: p.userInfoUrl,
+    jwksUrl: p.jwksUrl,
+    scopes: p.scopes,
+    attributeMapping: p.attributeMapping,
+    autoProvision: p.autoProvision,
+    defaultRoleId: p.defaultRoleId,
+    allowedDomains: p.allowedDomains,
+    enforceSSO: p.enforceSso,
+    entityId: p.entityId,
+    ssoUrl: p.ssoUrl,
+    certificate: p.certificate,
+    groupRoleMappings: p.groupRoleMappings,
+    createdBy: p.createdBy,
+    createdAt: p.createdAt.toISOString(),
+    updatedAt: p.updatedAt.toISOString(),
+  };
+}
+
+/** The client secret is sealed bound to its provider's id: a sealed value cannot be moved to another row. */
+const secretAad = (providerId: string) => `sso_providers.client_secret:${providerId}`;
+export const sealSecret = (keel: Keel, providerId: string, secret: string) => keel.secrets.sealer.seal(secret, secretAad(providerId));
+export const openSecret = (keel: Keel, p: ProviderRow) => (p.clientSecret === null ? null : keel.secrets.sealer.open(p.clientSecret, secretAad(p.id)));
+
+export interface ProviderInput {
+  name?: string | undefined;
+  type?: 'oidc' | 'saml' | undefined;
+  preset?: string | null | undefined;
+  issuer?: string | null | undefined;
+  clientId?: string | null | undefined;
+  clientSecret?: string | null | undefined;
+  authorizationUrl?: string | null | undefined;
+  tokenUrl?: string | null | undefined;
+  userInfoUrl?: string | null | undefined;
+  jwksUrl?: string | null | undefined;
+  scopes?: string | undefined;
+  attributeMapping?: AttributeMapping | undefined;
+  autoProvision?: boolean | undefined;
+  defaultRoleId?: string | null | undefined;
+  allowedDomains?: string | undefined;
+  enforceSSO?: boolean | undefined;
+  entityId?: string | null | undefined;
+  ssoUrl?: string | null | undefined;
+  certificate?: string | null | undefined;
+  groupRoleMappings?: GroupRoleMapping[] | undefined;
+}
+
+/** A PEM certificate, or a bare base64 body made into one (DECISIONS). 400 when it does not parse. */
+export function normaliseCertificate(text: string): string {
+  const body = text.includes('BEGIN CERTIFICATE') ? text.trim() : `-----BEGIN CERTIFICATE-----\n${(text.replace(/\s+/g, '').match(/.{1,64}/g) ?? []).join('\n')}\n-----END CERTIFICATE-----`;
+  try {
+    new X509Certificate(body);
+  } catch {
+    throw validationError([{ path: 'certificate', message: 'is not an X.509 certificate (PEM or base64)' }]);
+  }
+  return body;
+}
+
+/** The provider if the caller may see its organisation, else 404 (another tenant's provider does not exist). */
+export async function findProvider(db: Db, access: AccessContext, id: string): Promise<ProviderRow> {
+  const [p] = await db.select().from(ssoProviders).where(eq(ssoProviders.id, id));
+  if (!p || !(await reachOrg(db, access, p.orgId))) throw notFound('SSO provider');
+  if (access.orgId && access.orgId !== p.orgId) throw notFound('SSO provider');
+  return p;
+}
+
+export async function listProviders(db: Db, orgId: string, q: { page: number; limit: number }): Promise<{ data: ProviderView[]; total: number }> {
+  const [rows, [total]] = await Promise.all([
+    db.select().from(ssoProviders).where(eq(ssoProviders.orgId, orgId)).orderBy(desc(ssoProviders.createdAt)).limit(q.limit).offset((q.page - 1) * q.limit),
+    db.select({ n: count() }).from(ssoProviders).where(eq(ssoProviders.orgId, orgId)),
+  ]);
+  return { data: rows.map(providerView), total: total?.n ?? 0 };
+}
+
+/** `defaultRoleId` and every mapped role: an organisation-scoped role usable in the provider's organisation (400). */
+async function assertRoles(db: Db, orgId: string, defaultRoleId: string | null | undefined, mappings: GroupRoleMapping[] | undefined): Promise<void> {
+  const bad: { path: string; message: string }[] = [];
+  const usable = async (roleId: string) => (await assignableRole(db, roleId, { orgId })) !== null;
+  if (defaultRoleId && !(await usable(defaultRoleId))) bad.push({ path: 'defaultRoleId', message: 'must be an organization-scoped role of this organization' });
+  for (const [i, m] of (mappings ?? []).entries()) {
+    if (!(await usable(m.roleId))) bad.push({ path: `groupRoleMappings.${i}.roleId`, message: 'must be an organization-scoped role of this organization' });
+  }
+  if (bad.length > 0) throw validationError(bad);
+}
+
+/** Fills the four endpoints from the issuer's discovery document; a failure is a warning, never a refusal (SPEC 4.4). */
+async function discoverInto(keel: Keel, set: Partial<ProviderRow>, issuer: string, providerId: string): Promise<void> {
+  try {
+    const d = await discover(keel, issuer);
+    set.authorizationUrl = d.authorizationUrl;
+    set.tokenUrl = d.tokenUrl;
+    set.userInfoUrl = d.userInfoUrl;
+    set.jwksUrl = d.jwksUrl;
+  } catch (err) {
+    keel.log.warn({ providerId, reason: discoveryFailure(err) }, 'SSO provider: OIDC discovery failed; the provider is saved without discovered endpoints');
+  }
+}
+
+const isUniqueViolation = (err: unknown): boolean => {
+  const e = err as { code?: unknown; cause?: { code?: unknown } };
+  return e.code === '23505' || e.cause?.code === '23505';
+};
+const oneActive = () => conflict('provider_already_active', 'The organization already has an active SSO provider: deactivate it first');
+
+export async function createProvider(keel: Keel, access: AccessContext, orgId: string, input: ProviderInput & { name: string; type: 'oidc' | 'saml' }, info: AuditRequestInfo): Promise<ProviderView> {
+  const preset = input.preset ? findPreset(input.preset) : undefined;
+  if (input.preset && !preset) throw validationError([{ path: 'preset', message: 'is not a known preset (GET /sso/presets)' }]);
+  if (preset && preset.type !== input.type) throw validationError([{ path: 'preset', message: `is a ${preset.type} preset` }]);
+  await assertRoles(keel.db, orgId, input.defaultRoleId, input.groupRoleMappings);
+  const id = newId();
+  const now = clock.now();
+  const row: typeof ssoProviders.$inferInsert = {
+    id,
+    orgId,
+    name: input.name.trim(),
+    type: input.type,
+    status: 'inactive',
+    preset: input.preset ?? null,
+    issuer: input.issuer ?? null,
+    clientId: input.clientId ?? null,
+    clientSecret: input.clientSecret ? sealSecret(keel, id, input.clientSecret) : null,
+    authorizationUrl: input.authorizationUrl ?? null,
+    tokenUrl: input.tokenUrl ?? null,
+    userInfoUrl: input.userInfoUrl ?? null,
+    jwksUrl: input.jwksUrl ?? null,
+    scopes: input.scopes ?? preset?.scopes ?? DEFAULT_SCOPES,
+    attributeMapping: input.attributeMapping ?? preset?.attributeMapping ?? DEFAULT_MAPPING,
+    autoProvision: input.autoProvision ?? true,
+    defaultRoleId: input.defaultRoleId ?? null,
+    allowedDomains: input.allowedDomains ?? '',
+    enforceSso: input.enforceSSO ?? false,
+    entityId: input.entityId ?? null,
+    ssoUrl: input.ssoUrl ?? null,
+    certificate: input.certificate ? normaliseCertificate(input.certificate) : null,
+    groupRoleMappings: input.groupRoleMappings ?? [],
+    createdBy: access.principal.kind === 'user' ? access.principal.userId : null,
+    createdAt: now,
+    updatedAt: now,
+  };
+  if (row.type === 'oidc' && row.issuer) {
+    // Endpoints given by hand win over discovered ones.
+    const found: Partial<ProviderRow> = {};
+    await discoverInto(keel, found, row.issuer, id);
+    row.authorizationUrl ??= found.authorizationUrl ?? null;
+    row.tokenUrl ??= found.tokenUrl ?? null;
+    row.userInfoUrl ??= found.userInfoUrl ?? null;
+    row.jwksUrl ??= found.jwksUrl ?? null;
+  }
+  const created = await transaction(keel.db, async (tx) => {
+    const [p] = await tx.db.insert(ssoProviders).values(row).returning();
+    await writeAudit(tx.db, info, {
+      action: 'sso.provider.create',
+      partnerId: access.partnerId,
+      orgId,
+      target: { type: 'sso_provider', id },
+      details: { type: row.type, status: 'inactive', name: row.name },
+    });
+    return one(p);
+  });
+  return providerView(created);
+}
+
+/** PATCH field names (SPEC 4.4's list, plus the SAML fields, preset and groupRoleMappings Keel adds) → columns. */
+const PATCH_COLUMNS = {
+  name: 'name', issuer: 'issuer', clientId: 'clientId', authorizationUrl: 'authorizationUrl', tokenUrl: 'tokenUrl',
+  userInfoUrl: 'userInfoUrl', jwksUrl: 'jwksUrl', scopes: 'scopes', attributeMapping: 'attributeMapping',
+  autoProvision: 'autoProvision', defaultRoleId: 'defaultRoleId', allowedDomains: 'allowedDomains', enforceSSO: 'enforceSso',
+  entityId: 'entityId', ssoUrl: 'ssoUrl', groupRoleMappings: 'groupRoleMappings',
+} as const satisfies Record<string, keyof ProviderRow>;
+
+export async function updateProvider(keel: Keel, access: AccessContext, id: string, input: ProviderInput, info: AuditRequestInfo): Promise<ProviderView> {
+  const p = await findProvider(keel.db, access, id);
+  await assertRoles(keel.db, p.orgId, input.defaultRoleId, input.groupRoleMappings);
+  const set: Partial<ProviderRow> = {};
+  const changes: string[] = [];
+  for (const [field, column] of Object.entries(PATCH_COLUMNS) as [keyof typeof PATCH_COLUMNS, keyof ProviderRow][]) {
+    const value = input[field];
+    if (value === undefined) continue;
+    const normalised = typeof value === 'string' && field === 'name' ? value.trim() : value;
+    if (JSON.stringify(normalised) === JSON.stringify(p[column])) continue;
+    (set as Record<string, unknown>)[column] = normalised;
+    changes.push(field);
+  }
+  if (input.certificate !== undefined) {
+    const cert = input.certificate === null ? null : normaliseCertificate(input.certificate);
+    if (cert !== p.certificate) {
+      set.certificate = cert;
+      changes.push('certificate');
+    }
+  }
+  if (input.clientSecret !== undefined) {
+    // The secret is never compared or echoed: giving one is a change.
+    set.clientSecret = input.clientSecret === null ? null : sealSecret(keel, p.id, input.clientSecret);
+    changes.push('clientSecret');
+  }
+  const issuer = set.issuer !== undefined ? set.issuer : input.issuer !== undefined ? p.issuer : undefined;
+  if (p.type === 'oidc' && issuer) {
+    const found: Partial<ProviderRow> = {};
+    await discoverInto(keel, found, issuer, p.id);
+    for (const k of ['authorizationUrl', 'tokenUrl', 'userInfoUrl', 'jwksUrl'] as const) {
+      if (input[k] === undefined && found[k] !== undefined && found[k] !== p[k]) {
+        set[k] = found[k];
+        if (!changes.includes(k)) changes.push(k);
+      }
+    }
+  }
+  if (changes.length === 0) return providerView(p);
+  const updated = await transaction(keel.db, async (tx) => {
+    const [row] = await tx.db.update(ssoProviders).set({ ...set, updatedAt: clock.now() }).where(eq(ssoProviders.id, p.id)).returning();
+    await writeAudit(tx.db, info, { action: 'sso.provider.update', partnerId: access.partnerId, orgId: p.orgId, target: { type: 'sso_provider', id: p.id }, changes });
+    return one(row);
+  });
+  return providerView(updated);
+}
+
+/** Deletes the provider, its pending login sessions and (by cascade) its identity links. */
+export async function deleteProvider(keel: Keel, access: AccessContext, id: string, info: AuditRequestInfo): Promise<void> {
+  const p = await findProvider(keel.db, access, id);
+  await transaction(keel.db, async (tx) => {
+    await tx.db.delete(singleUseRecords).where(and(eq(singleUseRecords.purpose, SSO_LOGIN_PURPOSE), eq(singleUseRecords.subjectId, p.id)));
+    await tx.db.delete(ssoProviders).where(eq(ssoProviders.id, p.id));
+    await writeAudit(tx.db, info, { action: 'sso.provider.delete', partnerId: access.partnerId, orgId: p.orgId, target: { type: 'sso_provider', id: p.id }, details: { type: p.type, name: p.name } });
+  });
+}
+
+/** Moves the status; a second `active` provider of an organisation is 409 (the partial unique index decides, so two racing activations cannot both win). */
+export async function setProviderStatus(keel: Keel, access: AccessContext, id: string, status: ProviderStatus, info: AuditRequestInfo): Promise<ProviderView> {
+  const p = await findProvider(keel.db, access, id);
+  try {
+    const updated = await transaction(keel.db, async (tx) => {
+      const [row] = await tx.db.update(ssoProviders).set({ status, updatedAt: clock.now() }).where(eq(ssoProviders.id, p.id)).returning();
+      await writeAudit(tx.db, info, {
+        action: 'sso.provider.status.update',
+        partnerId: access.partnerId,
+        orgId: p.orgId,
+        target: { type: 'sso_provider', id: p.id },
+        details: { from: p.status, to: status },
+      });
+      return one(row);
+    });
+    return providerView(updated);
+  } catch (err) {
+    if (isUniqueViolation(err)) throw oneActive();
+    throw err;
+  }
+}
+
+export interface TestReport {
+  ok: boolean;
+  type: 'oidc' | 'saml';
+  message: string;
+  discovered: { issuer: string; authorizationUrl: string | null; tokenUrl: string | null; userInfoUrl: string | null; jwksUrl: string | null } | null;
+  certificate: { subject: string; issuer: string; validFrom: string; validTo: string; expired: boolean; daysLeft: number } | null;
+}
+
+/** OIDC: discovery against the issuer, reporting what was found or why not. SAML: the certificate parsed, its expiry. Audited either way. */
+export async function testProvider(keel: Keel, access: AccessContext, id: string, info: AuditRequestInfo): Promise<TestReport> {
+  const p = await findProvider(keel.db, access, id);
+  let report: TestReport;
+  if (p.type === 'oidc') {
+    if (!p.issuer) {
+      report = { ok: false, type: 'oidc', message: 'The provider has no issuer: set it with PATCH', discovered: null, certificate: null };
+    } else {
+      try {
+        const d = await discover(keel, p.issuer);
+        const missing = [!d.authorizationUrl && 'authorization_endpoint', !d.tokenUrl && 'token_endpoint', !d.jwksUrl && 'jwks_uri'].filter(Boolean);
+        report = {
+          ok: missing.length === 0,
+          type: 'oidc',
+          message: missing.length === 0 ? 'Discovery succeeded' : `Discovery document lacks ${missing.join(', ')}`,
+          discovered: { issuer: d.issuer, authorizationUrl: d.authorizationUrl, tokenUrl: d.tokenUrl, userInfoUrl: d.userInfoUrl, jwksUrl: d.jwksUrl },
+          certificate: null,
+        };
+      } catch (err) {
+        report = { ok: false, type: 'oidc', message: `Discovery failed: ${discoveryFailure(err)}`, discovered: null, certificate: null };
+      }
+    }
+  } else if (!p.certificate) {
+    report = { ok: false, type: 'saml', message: 'The provider has no signing certificate: set it with PATCH', discovered: null, certificate: null };
+  } else {
+    const cert = new X509Certificate(p.certificate);
+    const validTo = new Date(cert.validTo);
+    const daysLeft = Math.floor((validTo.getTime() - clock.nowMs()) / 86_400_000);
+    const expired = validTo.getTime() <= clock.nowMs();
+    const gaps = [!p.ssoUrl && 'ssoUrl', !p.entityId && 'entityId'].filter(Boolean);
+    report = {
+      ok: !expired && gaps.length === 0,
+      type: 'saml',
+      message: expired ? 'The signing certificate has expired' : gaps.length > 0 ? `Missing ${gaps.join(', ')}` : `Certificate valid for ${daysLeft} more days`,
+      discovered: null,
+      certificate: { subject: cert.subject, issuer: cert.issuer, validFrom: new Date(cert.validFrom).toISOString(), validTo: validTo.toISOString(), expired, daysLeft },
+    };
+  }
+  await writeAudit(keel.db, info, {
+    action: 'sso.provider.test',
+    partnerId: access.partnerId,
+    orgId: p.orgId,
+    target: { type: 'sso_provider', id: p.id },
+    details: { ok: report.ok },
+    result: report.ok ? 'success' : 'failure',
+  });
+  return report;
+}
+
+/** The organisation's active provider, if any. */
+export async function activeProvider(db: Db, orgId: string): Promise<ProviderRow | null> {
+  const [p] = await db.select().from(ssoProviders).where(and(eq(ssoProviders.orgId, orgId), eq(ssoProviders.status, 'active')));
+  return p ?? null;
+}
+
+export const noActiveProvider = () => new AppError(404, 'not_found', 'There is no active SSO provider for this organization');
+export { badRequest };

@@ -1,0 +1,202 @@
+import { eq } from 'drizzle-orm';
+import type { Keel } from '../../keel.js';
+import { transaction } from '../../platform/db/transaction.js';
+import { clock } from '../../platform/clock.js';
+import { AppError } from '../../platform/http/errors.js';
+import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
+import { assignableRole } from '../access/roles.js';
+import { addOrganizationMember, assertNotLastFullAdmin, getMembership, setOrganizationMemberRole } from '../access/service.js';
+import { identityOf } from '../identity/context.js';
+import { findUserByEmail, signIn, type RequestInfo, type TokenAnswer } from '../identity/service.js';
+import { users } from '../identity/schema.js';
+import { ssoIdentities, type AttributeMapping } from './schema.js';
+import type { ProviderRow } from './providers.js';
+import { SAML_ATTRIBUTE_URIS } from './presets.js';
+import { SSO_EXCHANGE_PURPOSE, SSO_EXCHANGE_TTL_MS, SsoFailure } from './constants.js';
+
+/** The profile an IdP asserted, after the provider's attribute mapping. */
+export interface MappedProfile {
+  externalId: string;
+  email: string;
+  name: string;
+  groups: string[];
+  /** Everything the IdP sent (UserInfo claims or SAML attributes), kept on the identity link. */
+  raw: Record<string, unknown>;
+}
+
+const str = (v: unknown): string | undefined => {
+  if (typeof v === 'string' && v.trim() !== '') return v.trim();
+  if (Array.isArray(v) && typeof v[0] === 'string' && v[0].trim() !== '') return v[0].trim();
+  return undefined;
+};
+const list = (v: unknown): string[] => (Array.isArray(v) ? v.filter((x): x is string => typeof x === 'string') : typeof v === 'string' ? [v] : []);
+
+/**
+ * Maps claims with the provider's `attributeMapping` (SPEC 2.4): `email` and `name` required; a
+ * missing name is built from firstName/lastName, else the email; `groups` an array of strings. For
+ * SAML the URI table of SPEC 2.4 fills whatever the mapping left empty.
+ */
+export function mapClaims(mapping: AttributeMapping, claims: Record<string, unknown>, externalId: string, saml: boolean): MappedProfile {
+  const pick = (field: keyof AttributeMapping): unknown => {
+    const claim = mapping[field];
+    if (claim && claims[claim] !== undefined) return claims[claim];
+    if (!saml) return undefined;
+    for (const a of SAML_ATTRIBUTE_URIS) if (a.field === field && claims[a.uri] !== undefined) return claims[a.uri];
+    return undefined;
+  };
+  const email = str(pick('email'));
+  if (!email || !/^[^@\s]+@[^@\s]+$/.test(email)) throw new SsoFailure('sso_error', 'the IdP sent no usable email claim');
+  const first = str(pick('firstName'));
+  const last = str(pick('lastName'));
+  const name = str(pick('name')) ?? ([first, last].filter(Boolean).join(' ') || email);
+  return { externalId, email: email.slice(0, 255), name: name.slice(0, 255), groups: list(pick('groups')), raw: claims };
+}
+
+/** `allowedDomains` (comma-separated, empty = any): the email's domain must be one of them, case-insensitively. */
+export function domainAllowed(allowed: string, email: string): boolean {
+  const domains = allowed.split(',').map((d) => d.trim().toLowerCase().replace(/^@/, '')).filter(Boolean);
+  if (domains.length === 0) return true;
+  const domain = email.slice(email.lastIndexOf('@') + 1).toLowerCase();
+  return domains.includes(domain);
+}
+
+/** The first mapping (in list order) whose group the user is in, when its role is still usable in the organisation. */
+async function mappedRole(keel: Keel, p: ProviderRow, groups: string[]): Promise<string | null> {
+  for (const m of p.groupRoleMappings) {
+    if (!groups.includes(m.group)) continue;
+    if (await assignableRole(keel.db, m.roleId, { orgId: p.orgId })) return m.roleId;
+    keel.log.warn({ providerId: p.id, roleId: m.roleId }, 'SSO group mapping names a role no longer usable in the organization; skipped');
+  }
+  return null;
+}
+
+export interface IdpTokens {
+  accessToken?: string | undefined;
+  refreshToken?: string | undefined;
+  expiresAt?: Date | null | undefined;
+}
+
+const tokenAad = (providerId: string, userId: string, which: string) => `sso_identities.${which}:${providerId}:${userId}`;
+
+/**
+ * SPEC 5.9 steps 7-9 for a verified profile: allowed domain, user by email (case-insensitive), JIT
+ * provisioning with `defaultRoleId` (or the mapped group's role), organisation membership, group to
+ * role mapping, the identity link; then a single-use exchange code (2 minutes, any instance).
+ */
+export async function completeSsoLogin(keel: Keel, p: ProviderRow, profile: MappedProfile, idp: IdpTokens, info: AuditRequestInfo): Promise<string> {
+  if (!domainAllowed(p.allowedDomains, profile.email)) throw new SsoFailure('domain_not_allowed', 'email domain not allowed');
+  const system: AuditRequestInfo = { ...info, actor: { type: 'system' } };
+  const fromGroups = await mappedRole(keel, p, profile.groups);
+  let user = await findUserByEmail(keel.db, profile.email);
+  let roleChanged = false;
+  if (!user) {
+    if (!p.autoProvision) throw new SsoFailure('user_not_found', 'no account and autoProvision is off');
+    const roleId = fromGroups ?? p.defaultRoleId;
+    if (!roleId || !(await assignableRole(keel.db, roleId, { orgId: p.orgId }))) throw new SsoFailure('default_role_required', 'no usable role for a new user');
+    user = await transaction(keel.db, async (tx) => {
+      const now = clock.now();
+      const [created] = await tx.db
+        .insert(users)
+        .values({ email: profile.email, name: profile.name, passwordHash: null, status: 'active', createdAt: now, updatedAt: now })
+        .onConflictDoNothing()
+        .returning();
+      if (!created) throw new SsoFailure('sso_error', 'account created concurrently');
+      await addOrganizationMember(tx.db, { orgId: p.orgId, userId: created.id, roleId });
+      await writeAudit(tx.db, { ...system, actor: { type: 'user', id: created.id, email: created.email } }, {
+        action: 'user.sso.provision',
+        orgId: p.orgId,
+        target: { type: 'user', id: created.id },
+        details: { providerId: p.id, roleId, fromGroupMapping: fromGroups !== null },
+      });
+      return created;
+    });
+  } else {
+    if (user.status !== 'active') throw new SsoFailure('sso_error', `account is ${user.status}`);
+    const m = await getMembership(keel.db, user.id);
+    if (m?.kind !== 'organization' || m.orgId !== p.orgId) throw new SsoFailure('no_org_access', 'no membership of the provider organization');
+    if (fromGroups && fromGroups !== m.roleId) {
+      const target = user;
+      roleChanged = await transaction(keel.db, async (tx) => {
+        try {
+          await assertNotLastFullAdmin(tx.db, { orgId: p.orgId }, target.id, fromGroups);
+        } catch (err) {
+          if (err instanceof AppError && err.code === 'last_admin') {
+            keel.log.warn({ providerId: p.id, userId: target.id }, 'SSO group mapping would remove the last full administrator; role kept');
+            return false;
+          }
+          throw err;
+        }
+        await setOrganizationMemberRole(tx.db, p.orgId, target.id, fromGroups);
+        await writeAudit(tx.db, system, {
+          action: 'user.role.assign',
+          orgId: p.orgId,
+          target: { type: 'user', id: target.id },
+          details: { from: m.roleId, to: fromGroups, source: 'sso_group_mapping', providerId: p.id },
+        });
+        return true;
+      });
+    }
+  }
+  const account = user;
+  if (roleChanged) await identityOf(keel).sessions.userChanged(account.id);
+  const membership = await getMembership(keel.db, account.id);
+  if (membership?.kind !== 'organization' || membership.orgId !== p.orgId) throw new SsoFailure('no_org_access', 'no membership of the provider organization');
+  await linkIdentity(keel, p, account.id, profile, idp);
+  const { token } = await keel.singleUse.create(keel.db, {
+    purpose: SSO_EXCHANGE_PURPOSE,
+    ttlMs: SSO_EXCHANGE_TTL_MS,
+    subjectId: account.id,
+    data: { providerId: p.id, orgId: p.orgId, type: p.type },
+  });
+  return token;
+}
+
+/** Creates or updates the identity link (profile, sealed IdP tokens, last login). */
+async function linkIdentity(keel: Keel, p: ProviderRow, userId: string, profile: MappedProfile, idp: IdpTokens): Promise<void> {
+  const seal = (v: string | undefined, which: string) => (v ? keel.secrets.sealer.seal(v, tokenAad(p.id, userId, which)) : null);
+  const now = clock.now();
+  const values = {
+    externalId: profile.externalId.slice(0, 255),
+    email: profile.email,
+    profile: profile.raw,
+    accessToken: seal(idp.accessToken, 'access_token'),
+    refreshToken: seal(idp.refreshToken, 'refresh_token'),
+    tokenExpiresAt: idp.expiresAt ?? null,
+    lastLoginAt: now,
+    updatedAt: now,
+  };
+  try {
+    await keel.db
+      .insert(ssoIdentities)
+      .values({ ...values, userId, providerId: p.id, createdAt: now })
+      .onConflictDoUpdate({ target: [ssoIdentities.providerId, ssoIdentities.userId], set: values });
+  } catch (err) {
+    // The IdP subject is linked to another account of this provider (its email changed at the IdP).
+    throw new SsoFailure('sso_error', `identity link refused: ${(err as { code?: string }).code ?? 'error'}`);
+  }
+}
+
+export const invalidExchangeCode = () => new AppError(400, 'invalid_code', 'The code is invalid or expired');
+
+/** `POST /sso/exchange`: consumes the code once (any instance) and starts the session, audited `user.login` with the provider. */
+export async function exchangeCode(keel: Keel, code: string, info: RequestInfo): Promise<TokenAnswer> {
+  const record = await keel.singleUse.consume(keel.db, SSO_EXCHANGE_PURPOSE, code);
+  if (!record?.subjectId) throw invalidExchangeCode();
+  const [user] = await keel.db.select().from(users).where(eq(users.id, record.subjectId));
+  if (user?.status !== 'active') throw invalidExchangeCode();
+  return signIn(keel, user, { ...info, actor: { type: 'user', id: user.id, email: user.email } }, {
+    mfa: false,
+    method: 'sso',
+    details: { providerId: record.data.providerId, providerType: record.data.type },
+  });
+}
+
+/** Where the browser goes after an SSO login: the original page, the one-time code in the fragment. */
+export function successLocation(keel: Keel, redirectPath: string, code: string): string {
+  return `${keel.config.publicUrl}${redirectPath}#ssoCode=${encodeURIComponent(code)}`;
+}
+
+/** Where the browser goes after a failed SSO login: only the SPEC 7 code, never an internal message. */
+export function errorLocation(keel: Keel, code: string): string {
+  return `${keel.config.publicUrl}/login?error=${code}`;
+}

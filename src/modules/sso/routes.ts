@@ -1,0 +1,266 @@
+import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
+import type { Context } from 'hono';
+import { getCookie, setCookie, deleteCookie } from 'hono/cookie';
+import type { AppEnv } from '../../app-env.js';
+import type { Keel } from '../../keel.js';
+import { ErrorSchema, errors, json, jsonBody, page, PageQuery, paginated } from '../../platform/http/schemas.js';
+import { AppError } from '../../platform/http/errors.js';
+import type { Limit } from '../../platform/rate-limit.js';
+import { authenticate } from '../../http/authenticate.js';
+import { requestInfo, tokenResponse, TokenAnswerSchema } from '../identity/http.js';
+import { accessOf, guard } from '../access/scope.js';
+import { requireMfa } from '../mfa/policy.js';
+import {
+  AcsFormSchema,
+  CallbackQuerySchema,
+  CheckSchema,
+  ExchangeBodySchema,
+  IdPathSchema,
+  LoginQuerySchema,
+  OrgPathSchema,
+  PresetSchema,
+  presetsView,
+  ProviderCreateSchema,
+  ProviderPatchSchema,
+  ProviderPathSchema,
+  ProviderSchema,
+  StatusBodySchema,
+  TestReportSchema,
+} from './http.js';
+import { activeProvider, createProvider, deleteProvider, findProvider, listProviders, providerView, setProviderStatus, testProvider, updateProvider } from './providers.js';
+import { oidcCallback, safeRedirectPath, startLogin, stateCookieValue } from './login.js';
+import { errorLocation } from './provisioning.js';
+import { exchangeCode } from './provisioning.js';
+import { samlAcs, samlMetadata } from './saml.js';
+import { CALLBACK_PATH, SSO_LOGIN_TTL_MS, SsoFailure, STATE_COOKIE } from './constants.js';
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const tags = ['sso'];
+const redirect = (description: string) => ({ 302: { description, headers: z.object({ Location: z.string().openapi({ description: 'Where the browser goes next' }) }) } });
+
+const exchangeLimits = new WeakMap<Keel, Limit>();
+
+/** The organisation a `requireOrg` route acts in (the guard has answered 400 without one). */
+function orgOf(c: Context<AppEnv>): string {
+  const orgId = accessOf(c).orgId;
+  if (!orgId) throw new AppError(400, 'org_required', 'Organization context is required: name the organization with orgId');
+  return orgId;
+}
+
+/**
+ * Organisation single sign-on (SPEC 2.4, 2.5, 4.4, 5.9-5.11; DECISIONS "SSO"): presets, providers
+ * (writes need `organizations:write` and an `mfa: true` session), the OIDC and SAML login flows and
+ * the exchange of the one-time code. (Enforced SSO is registered with identity by the composition root.)
+ */
+export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
+  const exchangeLimit = exchangeLimits.get(keel) ?? keel.limits.define('sso-exchange', keel.config.SSO_EXCHANGE_LIMIT, 60);
+  exchangeLimits.set(keel, exchangeLimit);
+  const auth = authenticate(keel);
+  // Partner and system callers name the organisation (orgId); a route that needs one checks it in the
+  // handler (orgOf), after the body is validated, so a bad body is always answered as such.
+  const read = () => [auth, ...guard(keel)];
+  const write = () => [auth, ...guard(keel, { permission: ['organizations', 'write'] }), requireMfa(keel)];
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/sso/presets', tags, summary: 'Provider presets with default scopes and attribute mappings',
+      middleware: [auth],
+      responses: { 200: json(z.object({ data: z.array(PresetSchema).openapi({ description: 'Every preset of SPEC 2.4' }) }), 'Presets'), ...errors(401) },
+    }),
+    (c) => c.json({ data: presetsView() }, 200),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/sso/providers', tags, summary: "Providers of an organization (orgId; an organization user's own)",
+      middleware: read(),
+      request: { query: PageQuery.extend({ orgId: z.uuid().optional().openapi({ description: 'Organization whose providers to list (partner and system callers)' }) }) },
+      responses: { 200: json(paginated(ProviderSchema), 'Providers'), ...errors(400, 401, 403, 404) },
+    }),
+    async (c) => {
+      const q = c.req.valid('query');
+      const { data, total } = await listProviders(keel.db, orgOf(c), q);
+      return c.json(page(data, q, total), 200);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/sso/providers/{id}', tags, summary: 'A provider (hasClientSecret, never the secret)',
+      middleware: read(),
+      request: { params: IdPathSchema },
+      responses: { 200: json(ProviderSchema, 'Provider'), ...errors(400, 401, 403, 404) },
+    }),
+    async (c) => c.json(providerView(await findProvider(keel.db, accessOf(c), c.req.valid('param').id)), 200),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/sso/providers', tags, summary: 'Create a provider (status inactive); OIDC discovery when issuer is set',
+      middleware: write(),
+      request: { body: jsonBody(ProviderCreateSchema) },
+      responses: { 201: json(ProviderSchema, 'Created'), ...errors(400, 401, 403, 404) },
+    }),
+    async (c) => {
+      const access = accessOf(c);
+      const { orgId: _named, ...input } = c.req.valid('json');
+      return c.json(await createProvider(keel, access, orgOf(c), input, requestInfo(c)), 201);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'patch', path: '/sso/providers/{id}', tags, summary: 'Change a provider (audit names the changed fields)',
+      middleware: write(),
+      request: { params: IdPathSchema, body: jsonBody(ProviderPatchSchema) },
+      responses: { 200: json(ProviderSchema, 'Updated'), ...errors(400, 401, 403, 404) },
+    }),
+    async (c) => c.json(await updateProvider(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json'), requestInfo(c)), 200),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'delete', path: '/sso/providers/{id}', tags, summary: 'Delete a provider, its login sessions and identity links',
+      middleware: write(),
+      request: { params: IdPathSchema },
+      responses: { 204: { description: 'Deleted' }, ...errors(401, 403, 404) },
+    }),
+    async (c) => {
+      await deleteProvider(keel, accessOf(c), c.req.valid('param').id, requestInfo(c));
+      return c.body(null, 204);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/sso/providers/{id}/status', tags, summary: 'Set the status (one active provider per organization: 409)',
+      middleware: write(),
+      request: { params: IdPathSchema, body: jsonBody(StatusBodySchema) },
+      responses: { 200: json(ProviderSchema, 'Updated'), ...errors(400, 401, 403, 404, 409) },
+    }),
+    async (c) => c.json(await setProviderStatus(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json').status, requestInfo(c)), 200),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/sso/providers/{id}/test', tags, summary: 'OIDC: run discovery; SAML: parse the certificate and report its expiry',
+      middleware: write(),
+      request: { params: IdPathSchema },
+      responses: { 200: json(TestReportSchema, 'Report'), ...errors(401, 403, 404) },
+    }),
+    async (c) => c.json(await testProvider(keel, accessOf(c), c.req.valid('param').id, requestInfo(c)), 200),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/sso/check/{orgId}', tags, summary: 'Whether an organization signs in with SSO (public, for the login page)',
+      request: { params: OrgPathSchema },
+      responses: { 200: json(CheckSchema, 'SSO status') },
+    }),
+    async (c) => {
+      const { orgId } = c.req.valid('param');
+      const p = UUID.test(orgId) ? await activeProvider(keel.db, orgId.toLowerCase()) : null;
+      return c.json(
+        p
+          ? { ssoEnabled: true, provider: { id: p.id, name: p.name, type: p.type }, enforceSSO: p.enforceSso, loginUrl: `/api/v1/sso/login/${p.orgId}` }
+          : { ssoEnabled: false, provider: null, enforceSSO: false, loginUrl: null },
+        200,
+      );
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/sso/login/{orgId}', tags, summary: 'Start SSO: redirect to the IdP (OIDC with PKCE, or a SAML AuthnRequest)',
+      request: { params: OrgPathSchema, query: LoginQuerySchema },
+      responses: { ...redirect('To the identity provider'), ...errors(400, 404) },
+    }),
+    async (c) => {
+      const { orgId } = c.req.valid('param');
+      const redirectPath = safeRedirectPath(keel, c.req.valid('query').redirect);
+      if (!UUID.test(orgId)) throw new AppError(404, 'not_found', 'There is no active SSO provider for this organization');
+      const start = await startLogin(keel, orgId.toLowerCase(), redirectPath);
+      if (start.state) {
+        setCookie(c, STATE_COOKIE, stateCookieValue(keel, start.state), {
+          httpOnly: true,
+          sameSite: 'Lax',
+          secure: keel.config.production,
+          path: CALLBACK_PATH,
+          maxAge: SSO_LOGIN_TTL_MS / 1000,
+        });
+      }
+      return c.redirect(start.location, 302);
+    },
+  );
+
+  /** Every failure of a callback or the ACS: logged with its reason, answered with only its SPEC 7 code. */
+  const failed = (c: Context<AppEnv>, err: unknown) => {
+    const failure = err instanceof SsoFailure ? err : new SsoFailure('sso_error', 'unexpected error');
+    if (!(err instanceof SsoFailure)) keel.log.error({ reqId: c.get('requestId'), error: (err as Error).name }, 'SSO login: unexpected error');
+    keel.log.warn({ reqId: c.get('requestId'), code: failure.code, reason: failure.reason }, 'SSO login refused');
+    return c.redirect(errorLocation(keel, failure.code), 302);
+  };
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/sso/callback', tags, summary: 'OIDC callback: back to the original page with #ssoCode=, or /login?error=<code>',
+      request: { query: CallbackQuerySchema },
+      responses: { ...redirect('To the application') },
+    }),
+    async (c) => {
+      const cookie = getCookie(c, STATE_COOKIE);
+      deleteCookie(c, STATE_COOKIE, { path: CALLBACK_PATH, httpOnly: true, sameSite: 'Lax', secure: keel.config.production });
+      try {
+        return c.redirect(await oidcCallback(keel, new URL(c.req.url).searchParams, cookie, requestInfo(c)), 302);
+      } catch (err) {
+        return failed(c, err);
+      }
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/sso/saml/acs', tags, summary: 'SAML assertion consumer service (HTTP-POST binding)',
+      request: { body: { required: true, content: { 'application/x-www-form-urlencoded': { schema: AcsFormSchema } } } },
+      responses: { ...redirect('To the application'), 415: { description: 'Not a form post', content: { 'application/json': { schema: ErrorSchema } } } },
+    }),
+    async (c) => {
+      if (!/^application\/x-www-form-urlencoded\b/i.test(c.req.header('content-type') ?? '')) {
+        throw new AppError(415, 'unsupported_media_type', 'The ACS takes application/x-www-form-urlencoded');
+      }
+      try {
+        const form = await c.req.parseBody();
+        const text = (v: unknown) => (typeof v === 'string' ? v : undefined);
+        return c.redirect(await samlAcs(keel, { SAMLResponse: text(form.SAMLResponse), RelayState: text(form.RelayState) }, requestInfo(c)), 302);
+      } catch (err) {
+        return failed(c, err);
+      }
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/sso/saml/metadata/{providerId}', tags, summary: 'SAML service-provider metadata (XML) for a SAML provider',
+      request: { params: ProviderPathSchema },
+      responses: { 200: { description: 'SP metadata', content: { 'application/samlmetadata+xml': { schema: z.string().openapi({ description: 'EntityDescriptor XML' }) } } }, ...errors(404) },
+    }),
+    async (c) => {
+      const { providerId } = c.req.valid('param');
+      if (!UUID.test(providerId)) throw new AppError(404, 'not_found', 'SAML provider not found');
+      return c.body(await samlMetadata(keel, providerId.toLowerCase()), 200, { 'Content-Type': 'application/samlmetadata+xml; charset=utf-8' });
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/sso/exchange', tags, summary: 'Exchange the one-time #ssoCode for tokens (2 minutes, single use, any instance)',
+      request: { body: jsonBody(ExchangeBodySchema) },
+      responses: { 200: json(TokenAnswerSchema, 'Signed in'), ...errors(400, 429) },
+    }),
+    async (c) => {
+      const info = requestInfo(c);
+      await exchangeLimit.consume(info.ip ?? 'unknown');
+      return c.json(tokenResponse(c, keel, await exchangeCode(keel, c.req.valid('json').code, info)), 200);
+    },
+  );
+}

@@ -1,0 +1,141 @@
+/**
+ * Real identity providers for the SSO tests, on 127.0.0.1:
+ * - `startOidcIdp`: oidc-provider (a certified OpenID provider) with its development interactions
+ *   (login form, consent form); accounts are whatever the test puts in `accounts`.
+ * - `Browser`: a cookie jar that follows redirects and submits the IdP's forms, as a browser would.
+ */
+import { createServer, type Server } from 'node:http';
+import Provider from 'oidc-provider';
+import { freePort, type TestApp } from '../helpers/app.js';
+
+export interface IdpAccount {
+  sub: string;
+  email?: string;
+  name?: string;
+  given_name?: string;
+  family_name?: string;
+  groups?: string[];
+}
+
+export interface OidcIdp {
+  issuer: string;
+  clientId: string;
+  clientSecret: string;
+  accounts: Map<string, IdpAccount>;
+  /** Requests the IdP received (path only), to prove what Keel called. */
+  seen: string[];
+  close(): Promise<void>;
+}
+
+export async function startOidcIdp(opts: { redirectUri: string; clientId?: string; clientSecret?: string }): Promise<OidcIdp> {
+  const port = await freePort();
+  const issuer = `http://127.0.0.1:${port}`;
+  const clientId = opts.clientId ?? 'keel-test-client';
+  const clientSecret = opts.clientSecret ?? 'idp-client-secret-' + Math.random().toString(36).slice(2);
+  const accounts = new Map<string, IdpAccount>();
+  const provider = new Provider(issuer, {
+    clients: [{ client_id: clientId, client_secret: clientSecret, redirect_uris: [opts.redirectUri], grant_types: ['authorization_code'], response_types: ['code'] }],
+    cookies: { keys: ['test-cookie-key-0123456789'] },
+    scopes: ['openid', 'profile', 'email', 'groups'],
+    claims: { openid: ['sub'], email: ['email', 'email_verified'], profile: ['name', 'given_name', 'family_name'], groups: ['groups'] },
+    findAccount: (_ctx, id) => {
+      const account = accounts.get(id);
+      if (!account) return undefined;
+      return { accountId: id, claims: () => ({ ...account, email_verified: true }) };
+    },
+    pkce: { required: () => true },
+  });
+  const seen: string[] = [];
+  const callback = provider.callback();
+  const server: Server = createServer((req, res) => {
+    seen.push((req.url ?? '').split('?')[0] ?? '');
+    callback(req, res);
+  });
+  await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
+  return {
+    issuer,
+    clientId,
+    clientSecret,
+    accounts,
+    seen,
+    close: () => new Promise((resolve) => { server.closeAllConnections(); server.close(() => resolve()); }),
+  };
+}
+
+/** A browser: a cookie jar per host:port, redirects followed by hand, IdP forms submitted. */
+export class Browser {
+  readonly jar = new Map<string, Map<string, string>>();
+  constructor(private readonly app: TestApp) {}
+
+  /** Keel's public URL (localhost) is reached on its loopback address. */
+  #target(url: string): URL {
+    const u = new URL(url);
+    if (u.hostname === 'localhost') u.hostname = '127.0.0.1';
+    return u;
+  }
+
+  cookieHeader(u: URL): string {
+    return [...(this.jar.get(u.host)?.entries() ?? [])].map(([k, v]) => `${k}=${v}`).join('; ');
+  }
+
+  setCookie(host: string, name: string, value: string): void {
+    const m = this.jar.get(host) ?? new Map<string, string>();
+    m.set(name, value);
+    this.jar.set(host, m);
+  }
+
+  async fetch(url: string, init: { method?: string; form?: Record<string, string> } = {}): Promise<Response> {
+    const u = this.#target(url);
+    const headers: Record<string, string> = { 'x-forwarded-for': this.app.ip };
+    const cookies = this.cookieHeader(u);
+    if (cookies) headers.cookie = cookies;
+    let body: string | undefined;
+    if (init.form) {
+      body = new URLSearchParams(init.form).toString();
+      headers['content-type'] = 'application/x-www-form-urlencoded';
+    }
+    const res = await fetch(u, { method: init.method ?? (body ? 'POST' : 'GET'), headers, redirect: 'manual', ...(body ? { body } : {}) });
+    for (const line of res.headers.getSetCookie()) {
+      const [pair = ''] = line.split(';');
+      const eq = pair.indexOf('=');
+      const name = pair.slice(0, eq).trim();
+      const value = pair.slice(eq + 1).trim();
+      if (/max-age=0|expires=thu, 01 jan 1970/i.test(line) || value === '') this.jar.get(u.host)?.delete(name);
+      else this.setCookie(u.host, name, value);
+    }
+    return res;
+  }
+
+  /**
+   * Follows redirects from `url`, signing in at the IdP as `login` and consenting, until a redirect
+   * leaves for a URL under `stopAt` (Keel's public URL outside /api/v1/sso/callback): returns that URL.
+   */
+  async signInAt(url: string, login: string, stopAt: (location: string) => boolean): Promise<{ location: string; steps: string[] }> {
+    let next = url;
+    const steps: string[] = [];
+    for (let i = 0; i < 20; i++) {
+      steps.push(next);
+      const res = await this.fetch(next);
+      if (res.status >= 300 && res.status < 400) {
+        const location = new URL(res.headers.get('location') ?? '', next).href;
+        await res.text();
+        if (stopAt(location)) return { location, steps };
+        next = location;
+        continue;
+      }
+      const html = await res.text();
+      if (res.status !== 200) throw new Error(`unexpected ${res.status} at ${next}: ${html.slice(0, 300)}`);
+      const action = /<form[^>]*action="([^"]+)"/.exec(html)?.[1];
+      if (!action) throw new Error(`no form at ${next}: ${html.slice(0, 300)}`);
+      const prompt = /name="prompt" value="(\w+)"/.exec(html)?.[1] ?? 'login';
+      const form: Record<string, string> = prompt === 'login' ? { prompt, login, password: 'any' } : { prompt };
+      const post = await this.fetch(new URL(action, next).href, { form });
+      await post.text();
+      if (post.status < 300 || post.status >= 400) throw new Error(`form post answered ${post.status}`);
+      next = new URL(post.headers.get('location') ?? '', next).href;
+    }
+    throw new Error(`too many steps: ${steps.join(' → ')}`);
+  }
+}
+
+export { Provider };

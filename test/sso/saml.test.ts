@@ -1,0 +1,261 @@
+/**
+ * SAML 2.0 service provider (DECISIONS "SSO", "Shapes for what Keel adds"): a test IdP signs real
+ * responses (xml-crypto, RSA-SHA256, a certificate generated here with selfsigned) and posts them to
+ * the ACS as a browser would. Acceptance (assertion signed, or response signed), and refusal of an
+ * unsigned response, a tampered assertion, signature wrapping, a wrong audience, an expired assertion,
+ * another key, an unknown InResponseTo and a replayed assertion id.
+ */
+import { randomBytes } from 'node:crypto';
+import { inflateRawSync } from 'node:zlib';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { generate } from 'selfsigned';
+import { SignedXml } from 'xml-crypto';
+import { backendAvailable } from '../helpers/app.js';
+import { createUser, uniqueEmail } from '../helpers/fixtures.js';
+import { raceTest, together } from '../helpers/race.js';
+import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
+import { ssoCodeOf, ssoWorld, type SsoWorld } from './helpers.js';
+
+const IDP_ENTITY = 'https://idp.example.test/entity';
+const IDP_SSO_URL = 'https://idp.example.test/sso';
+const C = 'http://schemas.xmlsoap.org/ws/2005/05/identity/claims';
+
+interface Keys {
+  cert: string;
+  key: string;
+}
+
+async function keys(): Promise<Keys> {
+  const pems = await generate([{ name: 'commonName', value: 'Test IdP' }], { keySize: 2048, algorithm: 'sha256' });
+  return { cert: pems.cert, key: pems.private };
+}
+
+const iso = (offsetMs: number) => new Date(Date.now() + offsetMs).toISOString();
+const id = () => `_${randomBytes(16).toString('hex')}`;
+
+interface AssertionOptions {
+  inResponseTo: string;
+  audience: string;
+  acs: string;
+  email: string;
+  assertionId?: string;
+  notOnOrAfterMs?: number;
+  groups?: string[];
+  issuer?: string;
+}
+
+function assertionXml(o: AssertionOptions): string {
+  const until = iso(o.notOnOrAfterMs ?? 5 * 60_000);
+  const groups = (o.groups ?? []).map((g) => `<saml:AttributeValue>${g}</saml:AttributeValue>`).join('');
+  return `<saml:Assertion xmlns:saml="urn:oasis:names:tc:SAML:2.0:assertion" ID="${o.assertionId ?? id()}" Version="2.0" IssueInstant="${iso(0)}">` +
+    `<saml:Issuer>${o.issuer ?? IDP_ENTITY}</saml:Issuer>` +
+    `<saml:Subject><saml:NameID Format="urn:oasis:names:tc:SAML:1.1:nameid-format:emailAddress">${o.email}</saml:NameID>` +
+    `<saml:SubjectConfirmation Method="urn:oasis:names:tc:SAML:2.0:cm:bearer"><saml:SubjectConfirmationData InResponseTo="${o.inResponseTo}" NotOnOrAfter="${until}" Recipient="${o.acs}"/></saml:SubjectConfirmation></saml:Subject>` +
+    `<saml:Conditions NotBefore="${iso(-60_000)}" NotOnOrAfter="${until}"><saml:AudienceRestriction><saml:Audience>${o.audience}</saml:Audience></saml:AudienceRestriction></saml:Conditions>` +
+    `<saml:AuthnStatement AuthnInstant="${iso(0)}" SessionIndex="${id()}"><saml:AuthnContext><saml:AuthnContextClassRef>urn:oasis:names:tc:SAML:2.0:ac:classes:PasswordProtectedTransport</saml:AuthnContextClassRef></saml:AuthnContext></saml:AuthnStatement>` +
+    `<saml:AttributeStatement>` +
+    `<saml:Attribute Name="${C}/emailaddress"><saml:AttributeValue>${o.email}</saml:AttributeValue></saml:Attribute>` +
+    `<saml:Attribute Name="${C}/givenname"><saml:AttributeValue>Grace</saml:AttributeValue></saml:Attribute>` +
+    `<saml:Attribute Name="urn:oid:2.5.4.4"><saml:AttributeValue>Hopper</saml:AttributeValue></saml:Attribute>` +
+    (groups ? `<saml:Attribute Name="http://schemas.microsoft.com/ws/2008/06/identity/claims/groups">${groups}</saml:Attribute>` : '') +
+    `</saml:AttributeStatement></saml:Assertion>`;
+}
+
+function responseXml(inResponseTo: string, acs: string, assertion: string): string {
+  return `<samlp:Response xmlns:samlp="urn:oasis:names:tc:SAML:2.0:protocol" xmlns:saml="urn:oasis:names:tc:SAML:2.0:assertion" ID="${id()}" Version="2.0" IssueInstant="${iso(0)}" Destination="${acs}" InResponseTo="${inResponseTo}">` +
+    `<saml:Issuer>${IDP_ENTITY}</saml:Issuer><samlp:Status><samlp:StatusCode Value="urn:oasis:names:tc:SAML:2.0:status:Success"/></samlp:Status>` +
+    assertion + `</samlp:Response>`;
+}
+
+/** Signs the element `what` (Assertion or Response) of `xml` with RSA-SHA256, the signature placed after its Issuer. */
+function sign(xml: string, what: 'Assertion' | 'Response', k: Keys): string {
+  const sig = new SignedXml({ privateKey: k.key, publicCert: k.cert, signatureAlgorithm: 'http://www.w3.org/2001/04/xmldsig-more#rsa-sha256', canonicalizationAlgorithm: 'http://www.w3.org/2001/10/xml-exc-c14n#' });
+  sig.addReference({
+    xpath: `//*[local-name(.)='${what}']`,
+    digestAlgorithm: 'http://www.w3.org/2001/04/xmlenc#sha256',
+    transforms: ['http://www.w3.org/2000/09/xmldsig#enveloped-signature', 'http://www.w3.org/2001/10/xml-exc-c14n#'],
+  });
+  sig.computeSignature(xml, { prefix: 'ds', location: { reference: `//*[local-name(.)='${what}']/*[local-name(.)='Issuer']`, action: 'after' } });
+  return sig.getSignedXml();
+}
+
+describe.skipIf(!backendAvailable())('SAML service provider', () => {
+  let w: SsoWorld;
+  let idpKeys: Keys;
+  let otherKeys: Keys;
+  let providerId: string;
+  let acs: string;
+  let spEntity: string;
+
+  beforeAll(async () => {
+    w = await ssoWorld();
+    [idpKeys, otherKeys] = await Promise.all([keys(), keys()]);
+    acs = `${w.app.publicUrl}/api/v1/sso/saml/acs`;
+    spEntity = `${w.app.publicUrl}/api/v1/sso/saml/metadata`;
+    const created = await w.api('POST', '/sso/providers', {
+      token: w.adminToken,
+      body: { name: 'ADFS', type: 'saml', preset: 'federation-server-saml', entityId: IDP_ENTITY, ssoUrl: IDP_SSO_URL, certificate: idpKeys.cert, defaultRoleId: SYSTEM_ROLES.orgReadOnly.id },
+    });
+    expect(created.status).toBe(201);
+    providerId = created.body.id;
+    expect((await w.api('POST', `/sso/providers/${providerId}/status`, { token: w.adminToken, body: { status: 'active' } })).status).toBe(200);
+  }, 60_000);
+  afterAll(async () => w?.app.close());
+
+  /** Why the last refusal happened, as logged (the URL carries only the code). */
+  const lastReason = (): string => {
+    const line = w.logs.text.filter((l) => l.includes('SSO login refused')).at(-1);
+    return line ? (JSON.parse(line) as { reason: string }).reason : '';
+  };
+
+  /** `/sso/login/:orgId` as a browser: the AuthnRequest's ID and where the IdP is asked to post. */
+  async function startLogin(): Promise<{ requestId: string; acsUrl: string; location: URL }> {
+    const res = await w.app.api('GET', `/sso/login/${w.tenant.orgId}?redirect=/reports`);
+    expect(res.status).toBe(302);
+    const location = new URL(res.headers.get('location')!);
+    expect(`${location.origin}${location.pathname}`).toBe(IDP_SSO_URL);
+    const request = inflateRawSync(Buffer.from(location.searchParams.get('SAMLRequest')!, 'base64')).toString();
+    return { requestId: /ID="([^"]+)"/.exec(request)![1]!, acsUrl: /AssertionConsumerServiceURL="([^"]+)"/.exec(request)![1]!, location };
+  }
+
+  /** Posts a response to the ACS as the IdP's auto-submitting form would. */
+  async function post(xml: string): Promise<string> {
+    const res = await w.app.request('POST', '/api/v1/sso/saml/acs', {
+      raw: new URLSearchParams({ SAMLResponse: Buffer.from(xml).toString('base64'), RelayState: '' }).toString(),
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    });
+    expect(res.status).toBe(302);
+    return res.headers.get('location')!;
+  }
+
+  const failed = (code: string) => `${w.app.publicUrl}/login?error=${code}`;
+
+  async function signedLogin(opts: Partial<AssertionOptions> & { email: string }, what: 'Assertion' | 'Response' = 'Assertion', k = idpKeys) {
+    const { requestId } = await startLogin();
+    const a = assertionXml({ inResponseTo: requestId, audience: spEntity, acs, ...opts });
+    const xml = what === 'Assertion' ? responseXml(requestId, acs, sign(a, 'Assertion', k)) : sign(responseXml(requestId, acs, a), 'Response', k);
+    return { requestId, xml, location: await post(xml) };
+  }
+
+  it('SP metadata: entity id, ACS by HTTP-POST, email NameID, WantAssertionsSigned', async () => {
+    const res = await w.app.request('GET', `/api/v1/sso/saml/metadata/${providerId}`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toMatch(/samlmetadata\+xml/);
+    const xml = res.body as string;
+    expect(xml).toContain(`entityID="${spEntity}"`);
+    expect(xml).toMatch(new RegExp(`AssertionConsumerService[^>]*Binding="urn:oasis:names:tc:SAML:2.0:bindings:HTTP-POST"[^>]*Location="${acs}"`));
+    expect(xml).toContain('urn:oasis:names:tc:SAML:1.1:nameid-format:emailAddress');
+    expect(xml).toContain('WantAssertionsSigned="true"');
+    expect((await w.app.request('GET', `/api/v1/sso/saml/metadata/${crypto.randomUUID()}`)).status).toBe(404);
+  });
+
+  it('the AuthnRequest goes by HTTP-Redirect, names Keel as issuer and the ACS', async () => {
+    const { acsUrl, location } = await startLogin();
+    expect(acsUrl).toBe(acs);
+    const request = inflateRawSync(Buffer.from(location.searchParams.get('SAMLRequest')!, 'base64')).toString();
+    expect(request).toContain(`>${spEntity}</saml:Issuer>`);
+  });
+
+  it('a response with a signed assertion signs in: URI attributes mapped, user provisioned, back to the page with #ssoCode', async () => {
+    const email = uniqueEmail('saml');
+    const { location } = await signedLogin({ email, groups: ['g1', 'g2'] });
+    expect(location.startsWith(`${w.app.publicUrl}/reports#ssoCode=`)).toBe(true);
+    const ex = await w.app.api('POST', '/sso/exchange', { body: { code: ssoCodeOf(location) } });
+    expect(ex.status).toBe(200);
+    expect(ex.body.user).toMatchObject({ email, name: 'Grace Hopper', orgId: w.tenant.orgId, roleId: SYSTEM_ROLES.orgReadOnly.id });
+  });
+
+  it('a signed response around an unsigned assertion signs in too; an existing user is linked', async () => {
+    const existing = await createUser(w.app, { email: uniqueEmail('samlx'), org: { orgId: w.tenant.orgId, roleId: SYSTEM_ROLES.orgTechnician.id } });
+    const { location } = await signedLogin({ email: existing.email }, 'Response');
+    const ex = await w.app.api('POST', '/sso/exchange', { body: { code: ssoCodeOf(location) } });
+    expect(ex.body.user.id).toBe(existing.id);
+  });
+
+  it('refuses an unsigned response', async () => {
+    const { requestId } = await startLogin();
+    expect(await post(responseXml(requestId, acs, assertionXml({ inResponseTo: requestId, audience: spEntity, acs, email: uniqueEmail('unsigned') })))).toBe(failed('sso_error'));
+    expect(lastReason()).toBe('saml: Invalid signature');
+  });
+
+  it('refuses a tampered assertion (the email changed after signing)', async () => {
+    const { requestId } = await startLogin();
+    const honest = uniqueEmail('honest');
+    const signed = sign(assertionXml({ inResponseTo: requestId, audience: spEntity, acs, email: honest }), 'Assertion', idpKeys);
+    const tampered = signed.split(honest).join('ceo@example.com');
+    expect(tampered).not.toBe(signed);
+    expect(await post(responseXml(requestId, acs, tampered))).toBe(failed('sso_error'));
+    expect(lastReason()).toBe('saml: Invalid signature');
+  });
+
+  it('refuses signature wrapping: a forged assertion carrying the signed one inside, or beside it', async () => {
+    const { requestId } = await startLogin();
+    const signed = sign(assertionXml({ inResponseTo: requestId, audience: spEntity, acs, email: uniqueEmail('victim') }), 'Assertion', idpKeys);
+    const forged = assertionXml({ inResponseTo: requestId, audience: spEntity, acs, email: 'attacker@example.com' });
+    // Variant 1: the signed assertion hidden inside the forged one's Subject.
+    const nested = forged.replace('</saml:Subject>', `${signed}</saml:Subject>`);
+    expect(await post(responseXml(requestId, acs, nested))).toBe(failed('sso_error'));
+    expect(lastReason()).toBe('saml: Invalid signature');
+    // Variant 2: both side by side (the signature still verifies for the original).
+    const { requestId: second } = await startLogin();
+    const signed2 = sign(assertionXml({ inResponseTo: second, audience: spEntity, acs, email: uniqueEmail('victim2') }), 'Assertion', idpKeys);
+    const forged2 = assertionXml({ inResponseTo: second, audience: spEntity, acs, email: 'attacker@example.com' });
+    expect(await post(responseXml(second, acs, forged2 + signed2))).toBe(failed('sso_error'));
+    expect(lastReason()).toBe('saml: Invalid signature: multiple assertions');
+  });
+
+  it('refuses a wrong audience, an expired assertion and a signature by another key', async () => {
+    expect((await signedLogin({ email: uniqueEmail('aud'), audience: 'https://other-sp.example/' })).location).toBe(failed('sso_error'));
+    expect(lastReason()).toMatch(/audience mismatch/);
+    expect((await signedLogin({ email: uniqueEmail('old'), notOnOrAfterMs: -5 * 60_000 })).location).toBe(failed('sso_error'));
+    expect(lastReason()).toMatch(/No valid subject confirmation/); // its NotOnOrAfter has passed
+    expect((await signedLogin({ email: uniqueEmail('key') }, 'Assertion', otherKeys)).location).toBe(failed('sso_error'));
+    expect(lastReason()).toBe('saml: Invalid signature');
+  });
+
+  it("refuses an assertion whose Issuer is not the provider's entityId (even signed with its key)", async () => {
+    expect((await signedLogin({ email: uniqueEmail('iss'), issuer: 'https://impostor.example/' })).location).toBe(failed('sso_error'));
+    expect(lastReason()).toBe('saml: issuer is not the provider entity id');
+  });
+
+  it('refuses an unknown InResponseTo (unsolicited or forged) as session_expired', async () => {
+    const made = id();
+    const xml = responseXml(made, acs, sign(assertionXml({ inResponseTo: made, audience: spEntity, acs, email: uniqueEmail('unsol') }), 'Assertion', idpKeys));
+    expect(await post(xml)).toBe(failed('session_expired'));
+    expect(lastReason()).toBe('saml: InResponseTo is not valid');
+  });
+
+  it('refuses a replayed response, and a replayed assertion id under a new request', async () => {
+    const assertionId = id();
+    const first = await signedLogin({ email: uniqueEmail('replay'), assertionId });
+    expect(ssoCodeOf(first.location)).toBeTruthy();
+    expect(await post(first.xml)).toBe(failed('session_expired')); // the login session was used
+    const again = await signedLogin({ email: uniqueEmail('replay2'), assertionId });
+    expect(again.location).toBe(failed('sso_error')); // same assertion id, freshly signed, new request
+    expect(lastReason()).toBe('saml: assertion id replayed');
+  });
+
+  raceTest('one signed response posted 10 times at once: one sign-in, the others session_expired', async () => {
+    const { requestId } = await startLogin();
+    const xml = responseXml(requestId, acs, sign(assertionXml({ inResponseTo: requestId, audience: spEntity, acs, email: uniqueEmail('race') }), 'Assertion', idpKeys));
+    const locations = await together(10, () => post(xml));
+    expect(locations.filter((l) => ssoCodeOf(l) !== null)).toHaveLength(1);
+    expect(locations.filter((l) => l === failed('session_expired') || l === failed('sso_error'))).toHaveLength(9);
+  });
+
+  it('the ACS takes a form post only; other API routes still refuse form bodies (415)', async () => {
+    const json = await w.app.api('POST', '/sso/saml/acs', { body: { SAMLResponse: 'x' } });
+    expect(json.status).toBe(415);
+    expect(json.body.code).toBe('unsupported_media_type');
+    const form = await w.app.request('POST', '/api/v1/auth/login', { raw: 'email=a%40b.c&password=x', headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+    expect(form.status).toBe(415);
+    expect(form.body.code).toBe('unsupported_media_type'); // the API gate's answer, not a route's
+  });
+
+  it('the provider test parses the certificate and reports its expiry', async () => {
+    const res = await w.api('POST', `/sso/providers/${providerId}/test`, { token: w.adminToken });
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ ok: true, type: 'saml', certificate: { expired: false, subject: expect.stringContaining('Test IdP') as unknown } });
+    expect(res.body.certificate.daysLeft).toBeGreaterThan(300);
+  });
+});
