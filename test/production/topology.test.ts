@@ -4,6 +4,7 @@ import { backend, backendAvailable } from '../helpers/app.js';
 import { STRONG_PASSWORD, uniqueEmail } from '../helpers/fixtures.js';
 import { call, startTopology, TOPOLOGY_ADMIN, type Topology } from '../helpers/topology.js';
 import { startReceiver, type Receiver } from '../webhooks/receiver.js';
+import { Browser, startOidcIdp } from '../sso/idp.js';
 import { openDatabase, type Database } from '../../src/platform/db/client.js';
 import { users } from '../../src/modules/identity/schema.js';
 import { hashPassword } from '../../src/modules/identity/passwords.js';
@@ -134,6 +135,35 @@ describe.skipIf(backend !== 'postgres' || !backendAvailable())('many processes o
     const again = await call(A, 'POST', '/auth/mfa/verify', { body: { tempToken: challenge.body.tempToken, code: (enable.body.recoveryCodes as string[])[1] } });
     expect(again.status).toBe(401);
   });
+
+  it('an SSO login started on one process is exchanged on the other, once', async () => {
+    const portA = t.apis[0]!.port;
+    const idp = await startOidcIdp({ redirectUri: `http://localhost:${portA}/api/v1/sso/callback` });
+    try {
+      // Provider writes need a session with a second factor.
+      const setup = await call(A, 'POST', '/auth/mfa/setup', { token: admin });
+      const enabled = await call(A, 'POST', '/auth/mfa/enable', { token: admin, body: { code: await generate({ secret: setup.body.secret as string }) } });
+      expect(enabled.status, JSON.stringify(enabled.body)).toBe(200);
+      admin = enabled.body.accessToken as string;
+      const created = await call(B, 'POST', '/sso/providers', {
+        token: admin,
+        body: { orgId, name: 'Topology IdP', type: 'oidc', issuer: idp.issuer, clientId: idp.clientId, clientSecret: idp.clientSecret, defaultRoleId: SYSTEM_ROLES.orgReadOnly.id },
+      });
+      expect(created.status, JSON.stringify(created.body)).toBe(201);
+      expect((await call(A, 'POST', `/sso/providers/${created.body.id}/status?orgId=${orgId}`, { token: admin, body: { status: 'active' } })).status).toBe(200);
+      idp.accounts.set('topo-sso', { sub: 'topo-sso', email: uniqueEmail('sso'), name: 'Single Sign' });
+      const app = `http://localhost:${portA}`;
+      const { location } = await new Browser({ ip: '127.0.0.1' }).signInAt(`${A}/api/v1/sso/login/${orgId}`, 'topo-sso', (l) => l.startsWith(app) && !l.includes('/api/v1/sso/callback'));
+      const code = new URL(location).hash.replace(/^#ssoCode=/, '');
+      expect(code).not.toBe('');
+      const exchanged = await call(B, 'POST', '/sso/exchange', { body: { code: decodeURIComponent(code) } });
+      expect(exchanged.status, JSON.stringify(exchanged.body)).toBe(200);
+      expect(exchanged.body.user.orgId).toBe(orgId);
+      expect((await call(A, 'POST', '/sso/exchange', { body: { code: decodeURIComponent(code) } })).status).toBe(400);
+    } finally {
+      await idp.close();
+    }
+  }, 120_000);
 
   it('spreads webhook deliveries over both workers and never attempts one twice', async () => {
     const rx: Receiver = await startReceiver();

@@ -65,7 +65,7 @@ export async function startOidcIdp(opts: { redirectUri: string; clientId?: strin
 /** A browser: a cookie jar per host:port, redirects followed by hand, IdP forms submitted. */
 export class Browser {
   readonly jar = new Map<string, Map<string, string>>();
-  constructor(private readonly app: TestApp) {}
+  constructor(private readonly app: Pick<TestApp, 'ip'>) {}
 
   /** Keel's public URL (localhost) is reached on its loopback address. */
   #target(url: string): URL {
