@@ -11,9 +11,14 @@ export type InvalidationHandler = (key: string) => void;
  * Cross-process cache invalidation. `publish(topic, key)` runs local handlers at once and pushes the
  * message to every other process (Redis pub/sub when REDIS_URL is set, PostgreSQL NOTIFY otherwise),
  * so a revoked session or a changed role stops working everywhere within a second (DECISIONS "Caches").
+ *
+ * With Redis on PostgreSQL every process listens on both; a message goes by Redis, and by NOTIFY when
+ * Redis is not connected or refuses it, so a revocation still reaches every process while Redis is
+ * down (issue 19 "Redis stopped"). Handlers drop cache entries, so a message heard twice is harmless.
  */
 export class Invalidation {
   readonly #handlers = new Map<string, Set<InvalidationHandler>>();
+  readonly #resync = new Set<() => void>();
   readonly #origin = Math.random().toString(36).slice(2);
   #stop: (() => Promise<void>) | null = null;
 
@@ -28,6 +33,15 @@ export class Invalidation {
     this.#handlers.set(topic, set);
   }
 
+  /**
+   * `drop` empties a whole cache. It runs when messages may have been missed: the Redis subscription
+   * or the PostgreSQL LISTEN connection came back after a loss (a server restart). Every cache that
+   * listens to a topic registers one, so a revocation sent while this process was deaf still applies.
+   */
+  onResync(drop: () => void): void {
+    this.#resync.add(drop);
+  }
+
   async start(): Promise<void> {
     const receive = (raw: string) => {
       try {
@@ -37,30 +51,54 @@ export class Invalidation {
         this.log.warn('malformed invalidation message ignored');
       }
     };
+    const stops: (() => Promise<void>)[] = [];
     if (this.transport.redisUrl) {
       const sub = await connectRedis(this.transport.redisUrl);
       await sub.subscribe(CHANNEL);
       sub.on('message', (_channel: string, message: string) => receive(message));
-      this.#stop = async () => {
+      // ioredis subscribes again by itself after a reconnect; what was published meanwhile is lost.
+      let connected = true;
+      sub.on('close', () => (connected = false));
+      sub.on('ready', () => {
+        if (!connected) this.#lost('Redis');
+        connected = true;
+      });
+      stops.push(async () => {
         sub.disconnect();
         return Promise.resolve();
-      };
-    } else if (this.transport.database.kind === 'postgres') {
-      this.#stop = await this.transport.database.listen(CHANNEL, receive);
+      });
     }
+    if (this.transport.database.kind === 'postgres') stops.push(await this.transport.database.listen(CHANNEL, receive, () => this.#lost('PostgreSQL')));
     // PGlite is one process: local dispatch is all there is.
+    this.#stop = async () => {
+      for (const stop of stops) await stop();
+    };
   }
 
   async publish(topic: string, key: string): Promise<void> {
     this.#dispatch(topic, key);
     const message = JSON.stringify({ o: this.#origin, t: topic, k: key });
-    if (this.transport.redis) await this.transport.redis.publish(CHANNEL, message);
-    else if (this.transport.database.kind === 'postgres') await this.transport.database.notify(CHANNEL, message);
+    const { redis, database } = this.transport;
+    if (redis && redis.status === 'ready') {
+      try {
+        await redis.publish(CHANNEL, message);
+        return;
+      } catch (err) {
+        if (database.kind !== 'postgres') throw err;
+        this.log.warn({ topic }, 'invalidation: Redis refused the message; sent by PostgreSQL NOTIFY instead');
+      }
+    }
+    if (database.kind === 'postgres') await database.notify(CHANNEL, message);
   }
 
   async stop(): Promise<void> {
     await this.#stop?.();
     this.#stop = null;
+  }
+
+  #lost(via: string): void {
+    this.log.warn({ via }, 'invalidation: the connection came back; every cache is dropped (messages may have been missed)');
+    for (const drop of this.#resync) drop();
   }
 
   #dispatch(topic: string, key: string): void {

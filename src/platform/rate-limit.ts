@@ -17,6 +17,10 @@ export interface Limit {
 /**
  * Named limits backed by Redis when REDIS_URL is set (shared by every instance), in-process memory
  * otherwise. One factory so every limit in Keel counts and answers the same way.
+ *
+ * While Redis is unreachable a limit falls back to this process's own memory at once (never waits for
+ * Redis, never fails the request): the limits still hold, per process instead of across all of them,
+ * until Redis answers again (issue 19 "Redis stopped").
  */
 export class RateLimits {
   constructor(private readonly redis: Redis | null) {}
@@ -24,7 +28,7 @@ export class RateLimits {
   define(name: string, points: number, durationSeconds: number): Limit {
     const opts = { keyPrefix: `service:rl:${name}`, points, duration: durationSeconds };
     const limiter: RateLimiterAbstract = this.redis
-      ? new RateLimiterRedis({ ...opts, storeClient: this.redis })
+      ? new RateLimiterRedis({ ...opts, storeClient: this.redis, rejectIfRedisNotReady: true, insuranceLimiter: new RateLimiterMemory(opts) })
       : new RateLimiterMemory(opts);
     const waitSeconds = (res: RateLimiterRes) => Math.max(1, Math.ceil(res.msBeforeNext / 1000));
     return {

@@ -34,18 +34,18 @@ const execFileAsync = promisify(execFile);
 const STARTUP_TIMEOUT_MS = 30_000;
 const PORT_ATTEMPTS = 3;
 
-interface Binaries {
+export interface Binaries {
   initdb: string;
   postgres: string;
   redisServer: string;
 }
 
-interface RunAs {
+export interface RunAs {
   uid: number;
   gid: number;
 }
 
-interface Server {
+export interface Server {
   name: string;
   child: ChildProcess;
   port: number;
@@ -123,7 +123,7 @@ export function findBinaries(): { binaries: Binaries } | { missing: string[] } {
 }
 
 /** PostgreSQL refuses to run as root; find the unprivileged user to run it as. */
-function resolveRunAs(): RunAs | undefined {
+export function resolveRunAs(): RunAs | undefined {
   if (process.getuid?.() !== 0) return undefined;
   try {
     const uid = Number(execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' }).trim());
@@ -217,7 +217,7 @@ async function waitForExit(child: ChildProcess, timeoutMs: number): Promise<bool
   });
 }
 
-async function stopServer(server: Server, signal: NodeJS.Signals, timeoutMs: number): Promise<void> {
+export async function stopServer(server: Server, signal: NodeJS.Signals, timeoutMs: number): Promise<void> {
   const { child } = server;
   if (hasExited(child) || child.pid === undefined) return;
   child.kill(signal);
@@ -293,7 +293,7 @@ async function initDb(bin: Binaries, dir: string, dataDir: string, runAs: RunAs 
   }
 }
 
-function pgUrlFor(port: number): string {
+export function pgUrlFor(port: number): string {
   return `postgres://postgres@127.0.0.1:${port}/postgres`;
 }
 
@@ -308,31 +308,26 @@ async function pgProbe(port: number): Promise<void> {
   }
 }
 
-async function startPostgres(bin: Binaries, dir: string, runAs: RunAs | undefined): Promise<{ server: Server; version: string }> {
+function postgresArgs(dataDir: string, dir: string, port: number): string[] {
+  return [
+    '-D', dataDir,
+    '-c', 'listen_addresses=127.0.0.1',
+    '-c', `port=${port}`,
+    '-c', `unix_socket_directories=${dir}`,
+    '-c', 'fsync=off',
+    '-c', 'full_page_writes=off',
+    '-c', 'synchronous_commit=off',
+    '-c', 'max_connections=200',
+    '-c', 'logging_collector=off',
+  ];
+}
+
+export async function startPostgres(bin: Binaries, dir: string, runAs: RunAs | undefined): Promise<{ server: Server; version: string }> {
   const dataDir = join(dir, 'data');
   await initDb(bin, dir, dataDir, runAs);
   const server = await startOnFreePort(
     'PostgreSQL',
-    (port) =>
-      spawnServer(
-        'PostgreSQL',
-        bin.postgres,
-        [
-          '-D', dataDir,
-          '-c', 'listen_addresses=127.0.0.1',
-          '-c', `port=${port}`,
-          '-c', `unix_socket_directories=${dir}`,
-          '-c', 'fsync=off',
-          '-c', 'full_page_writes=off',
-          '-c', 'synchronous_commit=off',
-          '-c', 'max_connections=200',
-          '-c', 'logging_collector=off',
-        ],
-        join(dir, 'postgres.log'),
-        port,
-        dir,
-        runAs,
-      ),
+    (port) => spawnServer('PostgreSQL', bin.postgres, postgresArgs(dataDir, dir, port), join(dir, 'postgres.log'), port, dir, runAs),
     pgProbe,
   );
   const client = new pg.Client({ connectionString: pgUrlFor(server.port) });
@@ -344,6 +339,13 @@ async function startPostgres(bin: Binaries, dir: string, runAs: RunAs | undefine
   } finally {
     await client.end();
   }
+}
+
+/** Starts a stopped PostgreSQL of `startPostgres` again, on its data directory and port (fault tests). */
+export async function restartPostgres(bin: Binaries, dir: string, runAs: RunAs | undefined, port: number): Promise<Server> {
+  const server = spawnServer('PostgreSQL', bin.postgres, postgresArgs(join(dir, 'data'), dir, port), join(dir, 'postgres.log'), port, dir, runAs);
+  await waitUntilReady(server, () => pgProbe(port));
+  return server;
 }
 
 // ---------------------------------------------------------------------------
@@ -373,10 +375,8 @@ async function redisPing(port: number): Promise<void> {
   });
 }
 
-async function startRedis(bin: Binaries, dir: string): Promise<Server> {
-  return startOnFreePort(
-    'Redis',
-    (port) =>
+export async function startRedis(bin: Binaries, dir: string, port?: number): Promise<Server> {
+  const start = (port: number): Server =>
       spawnServer(
         'Redis',
         bin.redisServer,
@@ -393,9 +393,12 @@ async function startRedis(bin: Binaries, dir: string): Promise<Server> {
         join(dir, 'redis.stdout.log'),
         port,
         dir,
-      ),
-    redisPing,
-  );
+      );
+  if (port === undefined) return startOnFreePort('Redis', start, redisPing);
+  // Again on a known port (a fault test restarting its own Redis).
+  const server = start(port);
+  await waitUntilReady(server, () => redisPing(port));
+  return server;
 }
 
 // ---------------------------------------------------------------------------

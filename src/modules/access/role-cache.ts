@@ -130,6 +130,7 @@ export function roleCacheFor(keel: Keel): RoleCache {
   if (!cache) {
     const created = new RoleCache(keel.db);
     keel.invalidation.on(ROLES_TOPIC, (key) => created.invalidate(key));
+    keel.invalidation.onResync(() => created.invalidate('*'));
     caches.set(keel.db, created);
     cache = created;
   }

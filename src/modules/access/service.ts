@@ -120,6 +120,7 @@ export function membershipCacheFor(keel: Keel): void {
   keel.invalidation.on(ROLES_TOPIC, (roleId) => {
     if (roleId === '*') cache.invalidate('*');
   });
+  keel.invalidation.onResync(() => cache.invalidate('*'));
   membershipCaches.set(keel.db, cache);
 }
 

@@ -80,6 +80,10 @@ export class AgentState {
   ) {
     keel.invalidation.on(DEVICE_TOPIC, (key) => this.dropDevice(key));
     keel.invalidation.on(CONFIG_TOPIC, () => this.dropConfig());
+    keel.invalidation.onResync(() => {
+      this.dropDevice('*');
+      this.dropConfig();
+    });
   }
 
   get db(): Db {

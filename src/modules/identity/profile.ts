@@ -96,6 +96,7 @@ class ProfileCache {
   constructor(keel: Keel) {
     keel.invalidation.on(USER_TOPIC, (userId) => this.#drop(userId));
     keel.invalidation.on(PROFILE_TOPIC, (userId) => this.#drop(userId));
+    keel.invalidation.onResync(() => this.#drop('*'));
   }
 
   async get(keel: Keel, userId: string): Promise<SelfProfile> {

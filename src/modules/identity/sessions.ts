@@ -66,6 +66,10 @@ export class SessionService {
       if (userId === '*') return; // memberships only: sessions stay valid
       for (const [sid, s] of this.#cache) if (s.userId === userId) this.#cache.delete(sid);
     });
+    keel.invalidation.onResync(() => {
+      this.#epoch++;
+      this.#cache.clear();
+    });
   }
 
   /**

@@ -14,8 +14,11 @@ export interface Database {
   db: Db;
   /** Runs one SQL statement with parameters and returns its rows (used by the migrator and probes). */
   query<T extends Record<string, unknown>>(text: string, params?: unknown[]): Promise<T[]>;
-  /** LISTEN on a channel; returns a function that stops listening. */
-  listen(channel: string, onPayload: (payload: string) => void): Promise<() => Promise<void>>;
+  /**
+   * LISTEN on a channel; returns a function that stops listening. `onReconnect` runs when a dropped
+   * connection was opened again (notifications sent meanwhile were missed).
+   */
+  listen(channel: string, onPayload: (payload: string) => void, onReconnect?: () => void): Promise<() => Promise<void>>;
   notify(channel: string, payload: string): Promise<void>;
   close(): Promise<void>;
   /** PGlite only: the whole data dir as a tarball (test templates, backups). */
@@ -117,18 +120,49 @@ async function openPostgres(url: string, max: number): Promise<Database> {
       const r = await pool.query<T>(text, params);
       return r.rows;
     },
-    async listen(channel, onPayload) {
-      const client = new pg.Client({ connectionString: url });
-      client.on('error', () => undefined);
-      await client.connect();
-      client.on('notification', (n) => {
-        if (n.channel === channel && n.payload !== undefined) onPayload(n.payload);
-      });
-      await client.query(`LISTEN "${channel.replace(/"/g, '')}"`);
-      listeners.add(client);
+    async listen(channel, onPayload, onReconnect) {
+      // One connection of its own; when the server drops it (a restart), it is opened again with a
+      // growing pause, LISTEN is repeated and `onReconnect` says messages may have been missed.
+      let current: pg.Client | null = null;
+      let closed = false;
+      let pause = 100;
+      const open = async (): Promise<void> => {
+        const client = new pg.Client({ connectionString: url });
+        client.on('error', () => undefined);
+        await client.connect();
+        client.on('notification', (n) => {
+          if (n.channel === channel && n.payload !== undefined) onPayload(n.payload);
+        });
+        await client.query(`LISTEN "${channel.replace(/"/g, '')}"`);
+        client.once('end', () => {
+          listeners.delete(client);
+          if (!closed) void reopen();
+        });
+        current = client;
+        listeners.add(client);
+      };
+      const reopen = async (): Promise<void> => {
+        while (!closed) {
+          await new Promise((r) => setTimeout(r, pause).unref());
+          pause = Math.min(pause * 2, 5_000);
+          try {
+            await open();
+            pause = 100;
+            onReconnect?.();
+            return;
+          } catch {
+            // the server is still away: try again after a longer pause
+          }
+        }
+      };
+      await open();
       return async () => {
-        listeners.delete(client);
-        await client.end().catch(() => undefined);
+        closed = true;
+        const c = current as pg.Client | null;
+        if (c) {
+          listeners.delete(c);
+          await c.end().catch(() => undefined);
+        }
       };
     },
     async notify(channel, payload) {

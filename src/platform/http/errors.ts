@@ -4,6 +4,7 @@ import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import { z } from 'zod';
 import type { Logger } from '../logger.js';
 import { loggableError } from '../safe-error.js';
+import { databaseUnavailable } from '../db/unavailable.js';
 import { printable } from './validation.js';
 
 /** The one error envelope: `{ error, code, details? }` (DECISIONS "API conventions"). */
@@ -60,7 +61,7 @@ export function zodFields(error: z.ZodError, prefix?: string): FieldIssue[] {
 export function errorResponse(c: Context, err: AppError): Response {
   const body: ErrorBody = { error: err.message, code: err.code };
   if (err.details) body.details = err.details;
-  if (err.status === 429) body.retryAfter = Number(err.headers?.['Retry-After'] ?? 1);
+  if (err.status === 429 || (err.status === 503 && err.headers?.['Retry-After'])) body.retryAfter = Number(err.headers?.['Retry-After'] ?? 1);
   return c.json(body, err.status, err.headers);
 }
 
@@ -79,6 +80,11 @@ export function handleError(err: unknown, c: Context, log: Logger): Response {
     if (status >= 400 && status < 500) {
       return errorResponse(c, new AppError(status, 'bad_request', 'The request could not be processed'));
     }
+  }
+  // The database is down or restarting (issue 19): the request can be tried again shortly.
+  if (databaseUnavailable(err)) {
+    log.warn({ error: loggableError(err), reqId: c.get('requestId') as string | undefined }, 'database unavailable');
+    return errorResponse(c, new AppError(503, 'database_unavailable', 'The database is unavailable; try again shortly', undefined, { 'Retry-After': '5' }));
   }
   // Never the error object itself: a database error carries the query's parameters (loggableError).
   // Under `error`, not pino's `err`, whose serializer would fold the causes into one message.
