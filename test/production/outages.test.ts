@@ -23,7 +23,7 @@ describe.skipIf(backend !== 'postgres' || !backendAvailable())('outages of Postg
 
   function env(extra: Record<string, string>): Record<string, string> {
     const dir = mkdtempSync(join(tmpdir(), 'keel-outage-'));
-    cleanup.push(async () => rmSync(dir, { recursive: true, force: true }));
+    cleanup.push(() => Promise.resolve(rmSync(dir, { recursive: true, force: true })));
     return cliEnv(dir, { LOG_LEVEL: 'warn', ALLOW_INSECURE_TARGETS: 'true', ADMIN_EMAIL: TOPOLOGY_ADMIN.email, ADMIN_PASSWORD: TOPOLOGY_ADMIN.password, ...extra });
   }
 

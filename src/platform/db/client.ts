@@ -158,7 +158,7 @@ async function openPostgres(url: string, max: number): Promise<Database> {
       await open();
       return async () => {
         closed = true;
-        const c = current as pg.Client | null;
+        const c = current;
         if (c) {
           listeners.delete(c);
           await c.end().catch(() => undefined);
