@@ -1,0 +1,2 @@
+import { PageHeader } from '../../ui';
+export function ApiKeys() { return <PageHeader title="ApiKeys" />; }

@@ -1,0 +1,2 @@
+import { PageHeader } from '../../ui';
+export function Audit() { return <PageHeader title="Audit" />; }
