@@ -4,6 +4,7 @@
 // installed package set, so an edit or an `npm install` makes the next start rebuild instead of
 // serving a stale console. Builds land in a scratch folder renamed into place, so two processes
 // starting at once never serve a half-written console.
+import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
@@ -42,7 +43,12 @@ export function consoleFingerprint(root = ROOT) {
   return hash.digest('hex').slice(0, 16);
 }
 
-/** Builds the console for `print` into dist/console/<print>/ and removes older builds. */
+/**
+ * Builds the console for `print` into dist/console/<print>/ and removes older builds. Runs Vite in
+ * this process: call it from `node bin/console.js` (NODE_ENV=production there), or through
+ * ensureConsoleBuilt, which does that in a child process so the caller's NODE_ENV (a test runner's
+ * `test`) never turns the build into React's development build.
+ */
 export async function buildConsole(print = consoleFingerprint()) {
   const { build } = await import('vite');
   const target = join(OUT, print);
@@ -77,10 +83,18 @@ export async function ensureConsoleBuilt() {
   const dir = join(OUT, print);
   if (existsSync(join(dir, 'index.html'))) return dir;
   process.stderr.write('keel: web console changed, building dist/console/ ...\n');
-  return buildConsole(print);
+  await new Promise((resolve, reject) => {
+    execFile(process.execPath, [fileURLToPath(import.meta.url), print], { env: { ...process.env, NODE_ENV: 'production' } }, (err, _out, stderr) => {
+      if (err) reject(new Error(`the console build failed: ${stderr.trim() || err.message}`));
+      else resolve(undefined);
+    });
+  });
+  return dir;
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
-  const dir = await buildConsole();
+  // A production build whoever starts it (`npm run build`, or ensureConsoleBuilt with a fingerprint).
+  process.env.NODE_ENV = 'production';
+  const dir = await buildConsole(process.argv[2] ?? consoleFingerprint());
   process.stdout.write(`built ${relative(ROOT, dir)}\n`);
 }

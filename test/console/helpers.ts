@@ -1,6 +1,53 @@
+import { mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { ensureConsoleBuilt } from '../../bin/console.js';
 
 /** The built console (dist/console/<fingerprint>/), built once here when web/ changed. */
 export function consoleBuild(): Promise<string> {
   return ensureConsoleBuilt();
+}
+
+/** Where the browser tests leave a screenshot of each page they check (KEEL_SCREENSHOTS, else the temp dir). */
+export const SCREENSHOTS = process.env.KEEL_SCREENSHOTS ?? join(tmpdir(), 'keel-console-screenshots');
+
+export interface ConsoleTab {
+  context: BrowserContext;
+  page: Page;
+  /** Console errors and CSP violations the page reported (a test asserts none). */
+  problems: string[];
+  screenshot(name: string): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** A fresh browser context (its own cookies) on Keel's console. */
+export async function openConsole(browser: Browser, viewport = { width: 1280, height: 800 }): Promise<ConsoleTab> {
+  const context = await browser.newContext({ viewport });
+  const page = await context.newPage();
+  // Fail a step within 10 s with what it waited for, well inside the test's own timeout.
+  page.setDefaultTimeout(10_000);
+  const problems: string[] = [];
+  page.on('console', (msg) => {
+    // A 4xx the page handles itself is logged by chromium as a failed resource: not a problem.
+    if (msg.type() === 'error' && !/Failed to load resource: the server responded with a status of 4\d\d/.test(msg.text())) problems.push(msg.text());
+  });
+  page.on('pageerror', (err) => problems.push(`pageerror: ${err.message}`));
+  mkdirSync(SCREENSHOTS, { recursive: true });
+  return {
+    context,
+    page,
+    problems,
+    screenshot: async (name) => {
+      await page.screenshot({ path: join(SCREENSHOTS, `${name}.png`), fullPage: true });
+    },
+    close: () => context.close(),
+  };
+}
+
+/** Fills the sign-in form and submits it. */
+export async function submitPassword(page: Page, email: string, password: string): Promise<void> {
+  await page.getByLabel('Email', { exact: true }).fill(email);
+  await page.getByLabel('Password', { exact: true }).fill(password);
+  await page.getByRole('button', { name: 'Sign in', exact: true }).click();
 }

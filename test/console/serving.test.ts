@@ -53,6 +53,12 @@ describe.skipIf(!backendAvailable())('web console serving', () => {
     expect(asset.headers.get('content-type')).toBe('text/javascript; charset=utf-8');
     expect(asset.headers.get('cache-control')).toBe('public, max-age=31536000, immutable');
 
+    // Text files go gzipped to a client that accepts it (a third of the script's size).
+    const raw = await fetch(`${app.url}/assets/${script}`, { headers: { 'accept-encoding': 'gzip' } });
+    expect(raw.headers.get('content-encoding')).toBe('gzip');
+    expect(raw.headers.get('vary')).toBe('Accept-Encoding');
+    expect(await raw.text()).toBe(String(asset.body));
+
     const page = await app.request('GET', '/login');
     const etag = page.headers.get('etag')!;
     expect(etag).toMatch(/^"[\w-]+"$/);

@@ -1,6 +1,7 @@
 // Who is signed in: boots from an `#ssoCode` fragment or the refresh cookie, keeps the self-profile
 // (with its effective permissions) and says what the caller may do.
 import { createContext, useCallback, useContext, useEffect, useMemo, useState, type ReactNode } from 'react';
+import { useLocation } from 'wouter';
 import { api, grants, hasSessionCookie, on, refresh, setTokens, type SelfProfile, type TokenAnswer } from './api';
 
 type Status = 'loading' | 'signedOut' | 'signedIn';
@@ -55,6 +56,7 @@ export function AuthProvider({ children }: { children: ReactNode }) {
   const [status, setStatus] = useState<Status>('loading');
   const [me, setMe] = useState<SelfProfile | null>(null);
   const [notice, setNotice] = useState<string | null>(null);
+  const [, navigate] = useLocation();
 
   const signIn = useCallback((t: TokenAnswer) => {
     setTokens(t);
@@ -90,10 +92,12 @@ export function AuthProvider({ children }: { children: ReactNode }) {
       // signed out locally either way
     }
     setTokens(null);
+    // To the sign-in page itself, not back to this page after the next sign-in.
+    navigate('/login', { replace: true });
     setMe(null);
     setNotice(null);
     setStatus('signedOut');
-  }, []);
+  }, [navigate]);
 
   const reloadMe = useCallback(async () => {
     setMe(await api<SelfProfile>('GET', '/auth/me'));

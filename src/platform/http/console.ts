@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { gzipSync } from 'node:zlib';
 import { readdirSync, readFileSync } from 'node:fs';
 import { extname, join, relative, sep } from 'node:path';
 import type { Context } from 'hono';
@@ -46,6 +47,8 @@ const IMMUTABLE = 'public, max-age=31536000, immutable';
 
 interface StaticFile {
   body: Uint8Array;
+  /** The body gzipped once at load (text files), for clients that accept it. */
+  gzip: Uint8Array | null;
   type: string;
   etag: string;
   cacheControl: string;
@@ -54,9 +57,12 @@ interface StaticFile {
 function load(dir: string, file: string): StaticFile {
   const body = readFileSync(file);
   const path = `/${relative(dir, file).split(sep).join('/')}`;
+  const type = TYPES[extname(file)] ?? 'application/octet-stream';
+  const text = /^(text\/|image\/svg|application\/json)/.test(type);
   return {
     body,
-    type: TYPES[extname(file)] ?? 'application/octet-stream',
+    gzip: text && body.length > 1024 ? gzipSync(body, { level: 9 }) : null,
+    type,
     etag: `"${createHash('sha256').update(body).digest('base64url').slice(0, 22)}"`,
     cacheControl: path.startsWith('/assets/') ? IMMUTABLE : 'no-cache',
   };
@@ -97,8 +103,14 @@ export function consoleHandler(dir: string): (c: Context) => Response | null {
       'Referrer-Policy': 'no-referrer',
       'X-Frame-Options': 'DENY',
     };
+    if (file.gzip) headers.Vary = 'Accept-Encoding';
     if (c.req.header('if-none-match') === file.etag) return new Response(null, { status: 304, headers });
-    return new Response(c.req.method === 'HEAD' ? null : file.body, { status: 200, headers });
+    let body = file.body;
+    if (file.gzip && /\bgzip\b/.test(c.req.header('accept-encoding') ?? '')) {
+      headers['Content-Encoding'] = 'gzip';
+      body = file.gzip;
+    }
+    return new Response(c.req.method === 'HEAD' ? null : body, { status: 200, headers });
   };
 
   return (c) => {

@@ -136,7 +136,8 @@ function UsersPage() {
                       <td>{u.status}</td>
                       <td>{u.mfaEnabled ? 'on' : 'off'}</td>
                       <td>{when(u.lastLoginAt)}</td>
-                      <td className="row">
+                      <td>
+                        <div className="row">
                         {u.status === 'invited' && can('users', 'invite') && (
                           <Button kind="link" onClick={() => void act(() => api('POST', '/users/resend-invite', { query: t.query, body: body({ userId: u.id }) }), `A new invitation was sent to ${u.email}.`)}>
                             Resend
@@ -165,6 +166,7 @@ function UsersPage() {
                             Remove
                           </Button>
                         )}
+                        </div>
                       </td>
                     </tr>
                   ))}

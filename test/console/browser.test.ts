@@ -1,0 +1,206 @@
+/**
+ * The web console in a real browser: Debian's chromium driven by playwright-core against a started
+ * Keel serving the built console. Each test signs in the way a person would and checks what the page
+ * shows; screenshots land in SCREENSHOTS (test/console/helpers.ts).
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFailed } from 'vitest';
+import type { Browser } from 'playwright-core';
+import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
+import { createTenant, createUser, enrollTotp, login, nextTotpStep, STRONG_PASSWORD, totpCode, uniqueEmail, type Tenant } from '../helpers/fixtures.js';
+import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
+import { chromiumAvailable, launchChromium } from '../helpers/browser.js';
+import { startSmtpServer, type SmtpTestServer } from '../helpers/smtp.js';
+import { clock } from '../../src/platform/clock.js';
+import { consoleBuild, openConsole, submitPassword, type ConsoleTab } from './helpers.js';
+
+afterEach(() => clock.reset());
+
+const haveChromium = chromiumAvailable();
+
+describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium', () => {
+  let app: TestApp;
+  let browser: Browser;
+  let smtp: SmtpTestServer;
+  let tenant: Tenant;
+  const tabs: ConsoleTab[] = [];
+
+  beforeAll(async () => {
+    const [dir, mail] = await Promise.all([consoleBuild(), startSmtpServer()]);
+    smtp = mail;
+    app = await startTestApp({ publicUrlFromPort: true, env: { CONSOLE_DIR: dir, SMTP_URL: smtp.url } });
+    browser = await launchChromium();
+    tenant = await createTenant(app);
+  });
+  afterAll(async () => {
+    for (const t of tabs) await t.close().catch(() => undefined);
+    await browser?.close();
+    await app?.close();
+    await smtp?.close();
+  });
+
+  async function tab(viewport?: { width: number; height: number }): Promise<ConsoleTab> {
+    const t = await openConsole(browser, viewport);
+    tabs.push(t);
+    onTestFailed(async () => {
+      await t.screenshot(`failed-${tabs.length}`).catch(() => undefined);
+      console.error(`console page problems: ${JSON.stringify(t.problems)}; at ${t.page.url()}`);
+    });
+    return t;
+  }
+
+  it('signs in with email and password, stays signed in across a reload (refresh cookie + CSRF header), and signs out', async () => {
+    const t = await tab();
+    const { page } = t;
+    await page.goto(`${app.publicUrl}/admin/users`);
+    // Not signed in: the sign-in page, remembering where to go.
+    await page.waitForURL(/\/login\?next=%2Fadmin%2Fusers/);
+    await t.screenshot('login');
+    await submitPassword(page, tenant.orgAdmin.email, tenant.orgAdmin.password);
+    await page.getByRole('heading', { name: 'Users' }).waitFor();
+    expect(new URL(page.url()).pathname).toBe('/admin/users');
+    await page.getByRole('cell', { name: tenant.orgReadOnly.email }).waitFor();
+
+    const refresh = page.waitForRequest((r) => r.url().endsWith('/api/v1/auth/refresh'));
+    await page.reload();
+    const sent = await refresh;
+    const csrf = (await t.context.cookies()).find((c) => c.name === 'service_csrf');
+    expect(csrf?.value).toBeTruthy();
+    expect(sent.headers()['x-service-csrf']).toBe(csrf?.value);
+    await page.getByRole('cell', { name: tenant.orgReadOnly.email }).waitFor();
+    await t.screenshot('users');
+
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.waitForURL((u) => u.pathname === '/login' && u.search === '');
+    await page.reload();
+    await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+    expect(t.problems).toEqual([]);
+  });
+
+  it('signs in with a TOTP second factor', async () => {
+    const user = await createUser(app, { name: 'Totp User', org: { orgId: tenant.orgId, roleId: SYSTEM_ROLES.orgTechnician.id } });
+    const { secret } = await enrollTotp(app, (await login(app, user)).accessToken);
+    // A code is accepted once per step: the sign-in uses the next step's.
+    await nextTotpStep();
+    const t = await tab();
+    const { page } = t;
+    await page.goto(`${app.publicUrl}/login`);
+    await submitPassword(page, user.email, user.password);
+    await page.getByRole('heading', { name: 'Second step' }).waitFor();
+    await t.screenshot('login-second-step');
+    const code = page.getByLabel('6-digit code from your authenticator app');
+    await code.fill('000000');
+    await page.getByRole('button', { name: 'Verify' }).click();
+    await page.getByRole('alert').waitFor();
+    await code.fill(await totpCode(secret));
+    await page.getByRole('button', { name: 'Verify' }).click();
+    await page.getByRole('heading', { name: 'Welcome, Totp User' }).waitFor();
+    expect(t.problems).toEqual([]);
+  });
+
+  it('adds a passkey on the security page, then signs in with it (CDP virtual authenticator)', async () => {
+    const user = await createUser(app, { name: 'Passkey User', org: { orgId: tenant.orgId, roleId: SYSTEM_ROLES.orgTechnician.id } });
+    const t = await tab();
+    const { page } = t;
+    const cdp = await t.context.newCDPSession(page);
+    await cdp.send('WebAuthn.enable', { enableUI: false });
+    const { authenticatorId } = await cdp.send('WebAuthn.addVirtualAuthenticator', {
+      options: { protocol: 'ctap2', ctap2Version: 'ctap2_1', transport: 'internal', hasResidentKey: true, hasUserVerification: true, isUserVerified: true, automaticPresenceSimulation: true },
+    });
+    await page.goto(`${app.publicUrl}/account/security`);
+    await submitPassword(page, user.email, user.password);
+    await page.getByRole('heading', { name: 'Sign-in and security' }).waitFor();
+    await page.getByRole('button', { name: 'Add a passkey' }).click();
+    await page.getByLabel('Name for this passkey').fill('Work laptop');
+    await page.getByLabel('Current password').fill(user.password);
+    await page.getByRole('button', { name: 'Create passkey' }).click();
+    await page.getByText('Work laptop', { exact: true }).waitFor();
+    // The first factor of an account without recovery codes brings them, shown once.
+    await page.getByRole('list', { name: 'Recovery codes' }).waitFor();
+    expect((await cdp.send('WebAuthn.getCredentials', { authenticatorId })).credentials).toHaveLength(1);
+    await t.screenshot('security-passkey');
+
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await submitPassword(page, user.email, user.password);
+    await page.getByRole('heading', { name: 'Second step' }).waitFor();
+    await page.getByRole('tab', { name: 'Passkey' }).click();
+    const verify = page.waitForResponse((r) => r.url().endsWith('/api/v1/auth/mfa/passkey/verify'));
+    await page.getByRole('button', { name: 'Use a passkey' }).click();
+    expect((await verify).status()).toBe(200);
+    await page.getByRole('heading', { name: 'Welcome, Passkey User' }).waitFor();
+    expect(t.problems).toEqual([]);
+  });
+
+  it('consumes #ssoCode through POST /sso/exchange and explains a refused code; shows SSO callback errors in plain words', async () => {
+    const t = await tab();
+    const { page } = t;
+    const exchange = page.waitForRequest((r) => r.url().endsWith('/api/v1/sso/exchange') && r.method() === 'POST');
+    await page.goto(`${app.publicUrl}/account#ssoCode=not-a-real-code`);
+    expect((await exchange).postDataJSON()).toEqual({ code: 'not-a-real-code' });
+    await page.getByText('That single sign-on link is invalid or has expired. Sign in again.').waitFor();
+    expect(new URL(page.url()).pathname).toBe('/login');
+    // The single-use code leaves the address bar (and so the history) at once.
+    expect(page.url()).not.toContain('ssoCode');
+
+    await page.goto(`${app.publicUrl}/login?error=domain_not_allowed`);
+    await page.getByText('Your email domain is not allowed to sign in to this organisation.').waitFor();
+    // An organisation's sign-in link: without SSO (the check answers 404) the password form stays.
+    await page.goto(`${app.publicUrl}/login?org=${tenant.orgId}`);
+    await page.getByLabel('Password', { exact: true }).waitFor();
+    await t.screenshot('login-sso-error');
+    expect(t.problems).toEqual([]);
+  });
+
+  it('an organisation admin invites a user on the Users page; the invitee accepts from the emailed link and lands signed in', async () => {
+    const invitee = uniqueEmail('invitee');
+    const t = await tab();
+    const { page } = t;
+    await page.goto(`${app.publicUrl}/admin/users`);
+    await submitPassword(page, tenant.orgAdmin.email, tenant.orgAdmin.password);
+    await page.getByRole('button', { name: 'Invite a user' }).click();
+    const dialog = page.getByRole('dialog', { name: 'Invite a user' });
+    await dialog.getByLabel('Email').fill(invitee);
+    await dialog.getByLabel('Name').fill('New Colleague');
+    await dialog.getByLabel('Role').selectOption({ label: 'Organization Technician' });
+    await t.screenshot('users-invite');
+    await dialog.getByRole('button', { name: 'Send invitation' }).click();
+    await page.getByText(`An invitation was sent to ${invitee}.`).waitFor();
+    await page.getByRole('cell', { name: invitee }).first().waitFor();
+
+    const mail = await smtp.waitFor((m) => m.to.includes(invitee));
+    const link = mail.urls.find((u) => u.includes('/accept-invite?token='));
+    expect(link?.startsWith(`${app.publicUrl}/accept-invite?token=`)).toBe(true);
+    const other = await tab();
+    await other.page.goto(link!);
+    await other.page.getByRole('heading', { name: 'Accept your invitation' }).waitFor();
+    await other.page.getByLabel('Password', { exact: true }).fill(STRONG_PASSWORD);
+    await other.page.getByRole('button', { name: 'Accept and sign in' }).click();
+    await other.page.getByRole('heading', { name: 'Welcome, New Colleague' }).waitFor();
+    expect(t.problems).toEqual([]);
+    expect(other.problems).toEqual([]);
+  });
+
+  it('a role with Force MFA and no factor: the 428 leads straight to enrolment, with the QR code and recovery codes to download', async () => {
+    const t = await tab();
+    const { page } = t;
+    await page.goto(`${app.publicUrl}/login`);
+    await submitPassword(page, tenant.partnerAdmin.email, tenant.partnerAdmin.password);
+    await page.waitForURL((u) => u.pathname === '/account/security' && u.searchParams.get('enrol') === '1');
+    await page.getByText('Your role requires a second factor before you can continue.').waitFor();
+    await page.getByRole('button', { name: 'Set up an authenticator app' }).click();
+    await page.getByRole('img', { name: 'QR code for your authenticator app' }).waitFor();
+    const secret = (await page.locator('code.secret').textContent())!.trim();
+    await page.getByLabel('Code from the app').fill(await totpCode(secret));
+    await page.getByRole('button', { name: 'Turn on' }).click();
+    const codes = page.getByRole('list', { name: 'Recovery codes' });
+    await codes.waitFor();
+    expect(await codes.getByRole('listitem').count()).toBeGreaterThanOrEqual(8);
+    await t.screenshot('security-totp-enrolled');
+    const download = page.waitForEvent('download');
+    await page.getByRole('button', { name: 'Download' }).click();
+    expect((await download).suggestedFilename()).toBe('keel-recovery-codes.txt');
+    // Enrolled: the administration pages answer now.
+    await page.getByRole('link', { name: 'Users' }).click();
+    await page.getByRole('cell', { name: tenant.partnerAdmin.email }).waitFor();
+    expect(t.problems).toEqual([]);
+  });
+});
