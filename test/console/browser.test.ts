@@ -203,4 +203,66 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     await page.getByRole('cell', { name: tenant.partnerAdmin.email }).waitFor();
     expect(t.problems).toEqual([]);
   });
+
+  it('an organisation admin builds a role on a parent and sees its effective permissions, creates an API key shown once, and exports the audit log', async () => {
+    const t = await tab();
+    const { page } = t;
+    await page.goto(`${app.publicUrl}/admin/roles`);
+    await submitPassword(page, tenant.orgAdmin.email, tenant.orgAdmin.password);
+    await page.getByRole('button', { name: 'New role' }).click();
+    const form = page.getByRole('form', { name: 'New role' });
+    await form.getByLabel('Role name').fill('Helpdesk');
+    await form.getByLabel('Parent role (its permissions are inherited)').selectOption({ label: 'Organization Read Only' });
+    await form.getByText(/Inherits \d+ permission\(s\) from Organization Read Only/).waitFor();
+    await form.getByRole('checkbox', { name: 'Execute scripts' }).check();
+    await t.screenshot('roles-builder');
+    await form.getByRole('button', { name: 'Create role' }).click();
+    await page.getByRole('link', { name: 'Helpdesk' }).click();
+    const effective = page.getByRole('table', { name: 'Effective permissions' });
+    await effective.getByRole('row', { name: /scripts:execute this role/ }).waitFor();
+    await effective.getByRole('row', { name: /\*:read inherited from Organization Read Only/ }).waitFor();
+    await t.screenshot('role-effective');
+
+    await page.getByRole('link', { name: 'API keys' }).click();
+    await page.getByRole('button', { name: 'New API key' }).click();
+    const keyForm = page.getByRole('form', { name: 'New API key' });
+    await keyForm.getByLabel('Name').fill('Monitoring');
+    await keyForm.getByRole('checkbox', { name: 'Read devices' }).check();
+    await keyForm.getByRole('button', { name: 'Create key' }).click();
+    const shown = (await page.getByLabel('New API key').textContent())!;
+    expect(shown).toMatch(/^kk_/);
+    // The key works, once shown: a client can use it.
+    expect((await app.api('GET', '/devices', { token: shown })).status).not.toBe(401);
+
+    await page.getByRole('link', { name: 'Audit log' }).click();
+    await page.getByRole('cell', { name: 'role.create', exact: true }).first().waitFor();
+    await t.screenshot('audit');
+    const download = page.waitForEvent('download');
+    await page.getByRole('button', { name: 'Export CSV' }).click();
+    const file = await download;
+    expect(file.suggestedFilename()).toBe('keel-audit.csv');
+    const { readFileSync } = await import('node:fs');
+    expect(readFileSync((await file.path())!, 'utf8')).toContain('role.create');
+    expect(t.problems).toEqual([]);
+  });
+
+  it('fits a 390-pixel-wide screen: the navigation folds behind the Menu button', async () => {
+    const t = await tab({ width: 390, height: 844 });
+    const { page } = t;
+    await page.goto(`${app.publicUrl}/login`);
+    await submitPassword(page, tenant.orgAdmin.email, tenant.orgAdmin.password);
+    await page.getByRole('heading', { name: /^Welcome/ }).waitFor();
+    const nav = page.getByRole('navigation', { name: 'Console' });
+    expect(await nav.isVisible()).toBe(false);
+    await page.getByRole('button', { name: 'Menu' }).click();
+    await nav.getByRole('link', { name: 'Users' }).click();
+    await page.getByRole('heading', { name: 'Users' }).waitFor();
+    // Nothing wider than the screen but the tables, which scroll inside their frame.
+    const widest = await page.evaluate(`[...document.querySelectorAll('body *')].filter((e) => !e.closest('.table-wrap')).map((e) => [e.getBoundingClientRect().right, e.tagName + '.' + e.className]).sort((a, b) => b[0] - a[0])[0]`);
+    expect(widest, 'the element reaching furthest right').toEqual([expect.any(Number), expect.any(String)]);
+    expect((widest as [number, string])[0], String(widest)).toBeLessThanOrEqual(390);
+    expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+    await t.screenshot('users-390');
+    expect(t.problems).toEqual([]);
+  });
 });

@@ -124,7 +124,7 @@ function Shell({ children }: { children: ReactNode }) {
             <ul>
               {s.items.map((i) => (
                 <li key={i.to}>
-                  <Link href={i.to} className={location === i.to || location.startsWith(`${i.to}/`) ? 'active' : ''} aria-current={location === i.to ? 'page' : undefined}>
+                  <Link href={i.to} className={location === i.to || (i.to.startsWith('/admin/') && location.startsWith(`${i.to}/`)) ? 'active' : ''} aria-current={location === i.to ? 'page' : undefined}>
                     {i.label}
                   </Link>
                 </li>

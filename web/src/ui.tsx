@@ -117,9 +117,9 @@ export function useSubmit<T>(fn: () => Promise<T>) {
   return { submit, run, busy, error, fields, setError };
 }
 
-export function Button({ busy, children, kind = 'primary', ...props }: React.ButtonHTMLAttributes<HTMLButtonElement> & { busy?: boolean; kind?: 'primary' | 'secondary' | 'danger' | 'link' }) {
+export function Button({ busy, children, kind = 'primary', className, ...props }: React.ButtonHTMLAttributes<HTMLButtonElement> & { busy?: boolean; kind?: 'primary' | 'secondary' | 'danger' | 'link' }) {
   return (
-    <button className={`btn btn-${kind}`} disabled={busy || props.disabled} aria-busy={busy || undefined} {...props}>
+    <button {...props} className={`btn btn-${kind}${className ? ` ${className}` : ''}`} disabled={busy || props.disabled} aria-busy={busy || undefined}>
       {busy ? <span className="spinner" aria-hidden="true" /> : null}
       {children}
     </button>

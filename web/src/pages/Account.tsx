@@ -384,10 +384,12 @@ function ManageMfa({ onCodes }: { onCodes: (c: string[]) => void }) {
       )}
       <form onSubmit={regen.submit} className="inline-form">
         <Field label="Current code" inputMode="numeric" autoComplete="one-time-code" required pattern="[0-9]{6}" value={code} onChange={(e) => setCode(e.target.value)} error={regen.fields.code ?? disable.fields.code} />
-        <Button type="submit" busy={regen.busy}>New recovery codes</Button>
-        <Button type="button" kind="danger" busy={disable.busy} onClick={() => disable.submit()} disabled={!/^[0-9]{6}$/.test(code.trim())}>
-          Turn off authenticator and SMS
-        </Button>
+        <div className="row">
+          <Button type="submit" busy={regen.busy}>New recovery codes</Button>
+          <Button type="button" kind="danger" busy={disable.busy} onClick={() => disable.submit()} disabled={!/^[0-9]{6}$/.test(code.trim())}>
+            Turn off authenticator and SMS
+          </Button>
+        </div>
       </form>
     </Card>
   );

@@ -100,7 +100,7 @@ export function Login() {
                 {loginError ? <Alert>{loginError}</Alert> : <ErrorAlert error={login.error} />}
                 <Field label="Email" type="email" name="email" autoComplete="username" required value={email} onChange={(e) => setEmail(e.target.value)} error={login.fields.email} />
                 <Field label="Password" type="password" name="password" autoComplete="current-password" required value={password} onChange={(e) => setPassword(e.target.value)} error={login.fields.password} />
-                <Button type="submit" busy={login.busy} className="btn btn-primary block">
+                <Button type="submit" busy={login.busy} className="block">
                   Sign in
                 </Button>
                 <p className="small">
