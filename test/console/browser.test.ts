@@ -59,6 +59,9 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     await page.getByRole('heading', { name: 'Users' }).waitFor();
     expect(new URL(page.url()).pathname).toBe('/admin/users');
     await page.getByRole('cell', { name: tenant.orgReadOnly.email }).waitFor();
+    // Navigation follows the effective permissions: an organisation admin has no partners page.
+    await page.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Audit log' }).waitFor();
+    expect(await page.getByRole('link', { name: 'Partners' }).count()).toBe(0);
 
     const refresh = page.waitForRequest((r) => r.url().endsWith('/api/v1/auth/refresh'));
     await page.reload();
@@ -133,12 +136,19 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
   it('consumes #ssoCode through POST /sso/exchange and explains a refused code; shows SSO callback errors in plain words', async () => {
     const t = await tab();
     const { page } = t;
+    // Held while the request is in flight: the address bar at that moment must no longer carry the code.
+    let addressDuringExchange = '';
+    await page.route('**/api/v1/sso/exchange', async (route) => {
+      addressDuringExchange = String(await page.evaluate('location.href'));
+      await route.continue();
+    });
     const exchange = page.waitForRequest((r) => r.url().endsWith('/api/v1/sso/exchange') && r.method() === 'POST');
     await page.goto(`${app.publicUrl}/account#ssoCode=not-a-real-code`);
     expect((await exchange).postDataJSON()).toEqual({ code: 'not-a-real-code' });
     await page.getByText('That single sign-on link is invalid or has expired. Sign in again.').waitFor();
     expect(new URL(page.url()).pathname).toBe('/login');
-    // The single-use code leaves the address bar (and so the history) at once.
+    // The single-use code leaves the address bar (and so the history) before it is sent.
+    expect(addressDuringExchange).toBe(`${app.publicUrl}/account`);
     expect(page.url()).not.toContain('ssoCode');
 
     await page.goto(`${app.publicUrl}/login?error=domain_not_allowed`);
