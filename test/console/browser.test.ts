@@ -239,7 +239,7 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     await keyForm.getByLabel('Name').fill('Monitoring');
     await keyForm.getByRole('checkbox', { name: 'Read devices' }).check();
     await keyForm.getByRole('button', { name: 'Create key' }).click();
-    const shown = (await page.getByLabel('New API key').textContent())!;
+    const shown = (await page.getByLabel('API key, shown once', { exact: true }).textContent())!;
     expect(shown).toMatch(/^kk_/);
     // The key works, once shown: a client can use it.
     expect((await app.api('GET', '/devices', { token: shown })).status).not.toBe(401);

@@ -52,7 +52,7 @@ function ApiKeysPage() {
             <strong>Copy the key {created.name} now:</strong> it is not shown again.
           </p>
           <p>
-            <code className="secret" aria-label="New API key">{created.key}</code>
+            <code className="secret" aria-label="API key, shown once">{created.key}</code>
           </p>
           <Button kind="secondary" onClick={() => void navigator.clipboard.writeText(created.key).then(() => setCopied(true), () => setCopied(false))}>
             {copied ? 'Copied' : 'Copy'}
