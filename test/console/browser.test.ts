@@ -11,7 +11,7 @@ import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
 import { chromiumAvailable, launchChromium } from '../helpers/browser.js';
 import { startSmtpServer, type SmtpTestServer } from '../helpers/smtp.js';
 import { clock } from '../../src/platform/clock.js';
-import { consoleBuild, openConsole, submitPassword, type ConsoleTab } from './helpers.js';
+import { axeViolations, consoleBuild, openConsole, submitPassword, type ConsoleTab } from './helpers.js';
 
 afterEach(() => clock.reset());
 
@@ -55,6 +55,7 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     // Not signed in: the sign-in page, remembering where to go.
     await page.waitForURL(/\/login\?next=%2Fadmin%2Fusers/);
     await t.screenshot('login');
+    expect(await axeViolations(page)).toEqual([]);
     await submitPassword(page, tenant.orgAdmin.email, tenant.orgAdmin.password);
     await page.getByRole('heading', { name: 'Users' }).waitFor();
     expect(new URL(page.url()).pathname).toBe('/admin/users');
@@ -71,6 +72,7 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     expect(sent.headers()['x-service-csrf']).toBe(csrf?.value);
     await page.getByRole('cell', { name: tenant.orgReadOnly.email }).waitFor();
     await t.screenshot('users');
+    expect(await axeViolations(page)).toEqual([]);
 
     await page.getByRole('button', { name: 'Sign out' }).click();
     await page.waitForURL((u) => u.pathname === '/login' && u.search === '');
@@ -90,6 +92,7 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     await submitPassword(page, user.email, user.password);
     await page.getByRole('heading', { name: 'Second step' }).waitFor();
     await t.screenshot('login-second-step');
+    expect(await axeViolations(page)).toEqual([]);
     const code = page.getByLabel('6-digit code from your authenticator app');
     await code.fill('000000');
     await page.getByRole('button', { name: 'Verify' }).click();
@@ -172,6 +175,7 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     await dialog.getByLabel('Name').fill('New Colleague');
     await dialog.getByLabel('Role').selectOption({ label: 'Organization Technician' });
     await t.screenshot('users-invite');
+    expect(await axeViolations(page)).toEqual([]);
     await dialog.getByRole('button', { name: 'Send invitation' }).click();
     await page.getByText(`An invitation was sent to ${invitee}.`).waitFor();
     await page.getByRole('cell', { name: invitee }).first().waitFor();
@@ -205,6 +209,7 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     await codes.waitFor();
     expect(await codes.getByRole('listitem').count()).toBeGreaterThanOrEqual(8);
     await t.screenshot('security-totp-enrolled');
+    expect(await axeViolations(page)).toEqual([]);
     const download = page.waitForEvent('download');
     await page.getByRole('button', { name: 'Download' }).click();
     expect((await download).suggestedFilename()).toBe('keel-recovery-codes.txt');
@@ -226,12 +231,14 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     await form.getByText(/Inherits \d+ permission\(s\) from Organization Read Only/).waitFor();
     await form.getByRole('checkbox', { name: 'Execute scripts' }).check();
     await t.screenshot('roles-builder');
+    expect(await axeViolations(page)).toEqual([]);
     await form.getByRole('button', { name: 'Create role' }).click();
     await page.getByRole('link', { name: 'Helpdesk' }).click();
     const effective = page.getByRole('table', { name: 'Effective permissions' });
     await effective.getByRole('row', { name: /scripts:execute this role/ }).waitFor();
     await effective.getByRole('row', { name: /\*:read inherited from Organization Read Only/ }).waitFor();
     await t.screenshot('role-effective');
+    expect(await axeViolations(page)).toEqual([]);
 
     await page.getByRole('link', { name: 'API keys' }).click();
     await page.getByRole('button', { name: 'New API key' }).click();
@@ -247,6 +254,7 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     await page.getByRole('link', { name: 'Audit log' }).click();
     await page.getByRole('cell', { name: 'role.create', exact: true }).first().waitFor();
     await t.screenshot('audit');
+    expect(await axeViolations(page)).toEqual([]);
     const download = page.waitForEvent('download');
     await page.getByRole('button', { name: 'Export CSV' }).click();
     const file = await download;
@@ -256,7 +264,7 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     expect(t.problems).toEqual([]);
   });
 
-  it('fits a 390-pixel-wide screen: the navigation folds behind the Menu button', async () => {
+  it('fits a 390-pixel-wide screen (the navigation folds behind the Menu button), in the light and the dark theme', async () => {
     const t = await tab({ width: 390, height: 844 });
     const { page } = t;
     await page.goto(`${app.publicUrl}/login`);
@@ -273,6 +281,12 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     expect((widest as [number, string])[0], String(widest)).toBeLessThanOrEqual(390);
     expect(await page.evaluate('document.documentElement.scrollWidth')).toBeLessThanOrEqual(390);
     await t.screenshot('users-390');
+    expect(await axeViolations(page)).toEqual([]);
+    // The dark theme follows the system and keeps its contrast.
+    await page.emulateMedia({ colorScheme: 'dark' });
+    expect(await page.evaluate('getComputedStyle(document.body).backgroundColor')).toBe('rgb(13, 17, 23)');
+    await t.screenshot('users-390-dark');
+    expect(await axeViolations(page)).toEqual([]);
     expect(t.problems).toEqual([]);
   });
 });

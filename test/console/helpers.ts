@@ -51,3 +51,30 @@ export async function submitPassword(page: Page, email: string, password: string
   await page.getByLabel('Password', { exact: true }).fill(password);
   await page.getByRole('button', { name: 'Sign in', exact: true }).click();
 }
+
+export interface AxeViolation {
+  id: string;
+  impact: string | null;
+  help: string;
+  nodes: { target: string[] }[];
+}
+
+let axeSource: string | null = null;
+
+/**
+ * Runs axe-core (WCAG 2.0/2.1 A and AA rules) on the page as it is now and returns the serious and
+ * critical violations. The script is evaluated through the DevTools protocol, which the page's CSP
+ * does not govern, so the console's own policy stays as it is in production.
+ */
+export async function axeViolations(page: Page): Promise<AxeViolation[]> {
+  if (!axeSource) {
+    const { readFileSync } = await import('node:fs');
+    const { createRequire } = await import('node:module');
+    axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+  }
+  if (!(await page.evaluate('typeof window.axe !== "undefined"'))) await page.evaluate(axeSource);
+  const result = (await page.evaluate(
+    `axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] } }).then((r) => r.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.map((n) => ({ target: n.target })) })))`,
+  )) as AxeViolation[];
+  return result.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+}
