@@ -73,8 +73,8 @@ export async function axeViolations(page: Page): Promise<AxeViolation[]> {
     axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
   }
   if (!(await page.evaluate('typeof window.axe !== "undefined"'))) await page.evaluate(axeSource);
-  const result = (await page.evaluate(
+  const result = await page.evaluate<AxeViolation[]>(
     `axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] } }).then((r) => r.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.map((n) => ({ target: n.target })) })))`,
-  )) as AxeViolation[];
+  );
   return result.filter((v) => v.impact === 'serious' || v.impact === 'critical');
 }
