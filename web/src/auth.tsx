@@ -92,6 +92,9 @@ export function AuthProvider({ children }: { children: ReactNode }) {
       // signed out locally either way
     }
     setTokens(null);
+    // The next person on this browser starts without this one's partner / organisation choice.
+    sessionStorage.removeItem('keel.partnerId');
+    sessionStorage.removeItem('keel.orgId');
     // To the sign-in page itself, not back to this page after the next sign-in.
     navigate('/login', { replace: true });
     setMe(null);
