@@ -289,4 +289,38 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     expect(await axeViolations(page)).toEqual([]);
     expect(t.problems).toEqual([]);
   });
+
+  it('resets a forgotten password from the emailed link, then lists the new session on the sessions page', async () => {
+    const user = await createUser(app, { name: 'Forgetful', org: { orgId: tenant.orgId, roleId: SYSTEM_ROLES.orgReadOnly.id } });
+    const t = await tab();
+    const { page } = t;
+    await page.goto(`${app.publicUrl}/login`);
+    await page.getByRole('link', { name: 'Forgot your password?' }).click();
+    await page.getByLabel('Email').fill(user.email);
+    await page.getByRole('button', { name: 'Email me a link' }).click();
+    await page.getByText(`If an account exists for ${user.email}`).waitFor();
+    const mail = await smtp.waitFor((m) => m.to.includes(user.email));
+    const link = mail.urls.find((u) => u.includes('/reset-password?token='));
+    expect(link?.startsWith(`${app.publicUrl}/reset-password?token=`)).toBe(true);
+
+    await page.goto(link!);
+    const fresh = 'a-new-and-long-passphrase-77';
+    await page.getByLabel('New password', { exact: true }).fill(fresh);
+    await page.getByLabel('Repeat the new password').fill(`${fresh}x`);
+    await page.getByText('The two passwords differ').waitFor();
+    await page.getByLabel('Repeat the new password').fill(fresh);
+    await page.getByRole('button', { name: 'Set password' }).click();
+    await page.getByText('Your password is changed').waitFor();
+    await page.getByRole('link', { name: 'Sign in' }).click();
+    await submitPassword(page, user.email, fresh);
+    await page.getByRole('heading', { name: 'Welcome, Forgetful' }).waitFor();
+
+    await page.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Sessions' }).click();
+    await page.getByRole('cell', { name: /this one/ }).waitFor();
+    expect(await axeViolations(page)).toEqual([]);
+    // Ending the current session signs this browser out.
+    await page.getByRole('button', { name: 'End this session' }).click();
+    await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+    expect(t.problems).toEqual([]);
+  });
 });

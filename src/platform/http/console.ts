@@ -61,7 +61,7 @@ function load(dir: string, file: string): StaticFile {
   const text = /^(text\/|image\/svg|application\/json)/.test(type);
   return {
     body,
-    gzip: text && body.length > 1024 ? gzipSync(body, { level: 9 }) : null,
+    gzip: text && body.length > 1024 ? gzipSync(body) : null,
     type,
     etag: `"${createHash('sha256').update(body).digest('base64url').slice(0, 22)}"`,
     cacheControl: path.startsWith('/assets/') ? IMMUTABLE : 'no-cache',

@@ -453,7 +453,7 @@ export function Sessions() {
                     <td>{when(s.lastUsedAt)}</td>
                     <td>
                       <Button kind="link" onClick={() => void end(s)}>
-                        {s.current ? 'Sign out' : 'Revoke'}
+                        {s.current ? 'End this session' : 'Revoke'}
                       </Button>
                     </td>
                   </tr>
