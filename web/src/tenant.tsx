@@ -1,7 +1,7 @@
 // Which partner and organisation the administration pages act in. Organisation users have one;
 // partner users pick one of their organisations (or the partner itself); platform administrators
 // pick a partner, then optionally one of its organisations. Sent as `partnerId` / `orgId` queries.
-import { createContext, useContext, useMemo, useState, type ReactNode } from 'react';
+import { createContext, useContext, useId, useMemo, useState, type ReactNode } from 'react';
 import { useQuery } from '@tanstack/react-query';
 import { api, type Page } from './api';
 import { useAuth } from './auth';
@@ -91,6 +91,7 @@ export function TenantPicker() {
     enabled: isSystem,
   });
   const orgQuery = isSystem ? (t.partnerId ? { partnerId: t.partnerId, limit: 100 } : null) : { limit: 100 };
+  const id = useId();
   const orgs = useQuery({
     queryKey: ['orgs', 'picker', orgQuery],
     queryFn: () => api<Page<Org>>('GET', '/orgs', { query: orgQuery ?? {} }),
@@ -100,9 +101,9 @@ export function TenantPicker() {
   return (
     <div className="tenant-picker">
       {isSystem && (
-        <label>
-          <span>Partner</span>
-          <select value={t.partnerId ?? ''} onChange={(e) => t.setPartnerId(e.target.value || null)}>
+        <div className="pick">
+          <label htmlFor={`${id}-partner`}>Partner</label>
+          <select id={`${id}-partner`} value={t.partnerId ?? ''} onChange={(e) => t.setPartnerId(e.target.value || null)}>
             <option value="">— platform —</option>
             {partners.data?.data.map((p) => (
               <option key={p.id} value={p.id}>
@@ -110,12 +111,12 @@ export function TenantPicker() {
               </option>
             ))}
           </select>
-        </label>
+        </div>
       )}
       {(!isSystem || t.partnerId) && (
-        <label>
-          <span>Organisation</span>
-          <select value={t.orgId ?? ''} onChange={(e) => t.setOrgId(e.target.value || null)}>
+        <div className="pick">
+          <label htmlFor={`${id}-org`}>Organisation</label>
+          <select id={`${id}-org`} value={t.orgId ?? ''} onChange={(e) => t.setOrgId(e.target.value || null)}>
             <option value="">{isSystem ? '— whole partner —' : '— partner level —'}</option>
             {orgs.data?.data.map((o) => (
               <option key={o.id} value={o.id}>
@@ -123,7 +124,7 @@ export function TenantPicker() {
               </option>
             ))}
           </select>
-        </label>
+        </div>
       )}
     </div>
   );

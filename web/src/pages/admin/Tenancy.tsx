@@ -76,7 +76,7 @@ function PartnersPage() {
       <QueryState query={list}>
         {() => (
           <>
-            <ul className="list card">
+            <ul className="list card" aria-label="Partners">
               {list.data?.data.map((p) => (
                 <li key={p.id}>
                   <div>
@@ -216,7 +216,7 @@ export function OrgDetail({ id }: { id: string }) {
               )}
               <Card title="Security">
                 <SecurityEditor
-                  key={org.data.updatedAt}
+                  key={id}
                   value={org.data.settings.security}
                   canEdit={can('organizations', 'write')}
                   save={(security) => api('PATCH', `/orgs/${id}`, { body: { settings: { security } } }).then(() => qc.invalidateQueries({ queryKey: ['org', id] }))}
