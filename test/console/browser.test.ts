@@ -385,4 +385,30 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     expect(await page.getByLabel('Password', { exact: true }).count()).toBe(0);
     expect(t.problems).toEqual([]);
   });
+
+  it('an existing account with an authenticator accepts an invitation: password, then its second factor, then it joins signed in', async () => {
+    const user = await createUser(app, { name: 'Existing Person' });
+    const { secret } = await enrollTotp(app, (await login(app, user)).accessToken);
+    await nextTotpStep();
+    const admin = await login(app, tenant.orgAdmin);
+    const invited = await app.api('POST', '/users/invite', { token: admin.accessToken, body: { email: user.email, name: 'Existing Person', roleId: SYSTEM_ROLES.orgReadOnly.id } });
+    expect(invited.status).toBe(201);
+    const mail = await smtp.waitFor((m) => m.to.includes(user.email) && m.urls.some((u) => u.includes('/accept-invite?token=')));
+    const link = mail.urls.find((u) => u.includes('/accept-invite?token='))!;
+
+    const t = await tab();
+    const { page } = t;
+    await page.goto(link);
+    await page.getByLabel('Password', { exact: true }).fill(user.password);
+    await page.getByRole('button', { name: 'Accept and sign in' }).click();
+    await page.getByRole('heading', { name: 'Second step' }).waitFor();
+    await page.getByLabel('6-digit code from your authenticator app').fill(await totpCode(secret));
+    await page.getByRole('button', { name: 'Verify' }).click();
+    await page.getByRole('heading', { name: 'Welcome, Existing Person' }).waitFor();
+    // Joined: the organisation's pages are there, and the organisation lists the account as active.
+    await page.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Audit log' }).waitFor();
+    const listed = await app.api('GET', `/users?search=${encodeURIComponent(user.email)}`, { token: admin.accessToken });
+    expect(listed.body.data).toEqual([expect.objectContaining({ email: user.email, status: 'active', roleId: SYSTEM_ROLES.orgReadOnly.id })]);
+    expect(t.problems).toEqual([]);
+  });
 });
