@@ -10,6 +10,7 @@ import { createTenant, createUser, enrollTotp, login, nextTotpStep, STRONG_PASSW
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
 import { chromiumAvailable, launchChromium } from '../helpers/browser.js';
 import { startSmtpServer, type SmtpTestServer } from '../helpers/smtp.js';
+import { randomPhone, startTwilioStub, type TwilioStub } from '../mfa/twilio-stub.js';
 import { clock } from '../../src/platform/clock.js';
 import { axeViolations, consoleBuild, openConsole, submitPassword, type ConsoleTab } from './helpers.js';
 
@@ -21,13 +22,15 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
   let app: TestApp;
   let browser: Browser;
   let smtp: SmtpTestServer;
+  let sms: TwilioStub;
   let tenant: Tenant;
   const tabs: ConsoleTab[] = [];
 
   beforeAll(async () => {
-    const [dir, mail] = await Promise.all([consoleBuild(), startSmtpServer()]);
+    const [dir, mail, gateway] = await Promise.all([consoleBuild(), startSmtpServer(), startTwilioStub()]);
     smtp = mail;
-    app = await startTestApp({ publicUrlFromPort: true, env: { CONSOLE_DIR: dir, SMTP_URL: smtp.url } });
+    sms = gateway;
+    app = await startTestApp({ publicUrlFromPort: true, env: { CONSOLE_DIR: dir, SMTP_URL: smtp.url, ...sms.env() } });
     browser = await launchChromium();
     tenant = await createTenant(app);
   });
@@ -36,6 +39,7 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     await browser?.close();
     await app?.close();
     await smtp?.close();
+    await sms?.close();
   });
 
   async function tab(viewport?: { width: number; height: number }): Promise<ConsoleTab> {
@@ -409,6 +413,36 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     await page.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Audit log' }).waitFor();
     const listed = await app.api('GET', `/users?search=${encodeURIComponent(user.email)}`, { token: admin.accessToken });
     expect(listed.body.data).toEqual([expect.objectContaining({ email: user.email, status: 'active', roleId: SYSTEM_ROLES.orgReadOnly.id })]);
+    expect(t.problems).toEqual([]);
+  });
+
+  it('verifies a phone on the security page, makes SMS the second factor, and signs in with a texted code', async () => {
+    const user = await createUser(app, { name: 'Sms User', org: { orgId: tenant.orgId, roleId: SYSTEM_ROLES.orgTechnician.id } });
+    const phone = randomPhone();
+    const t = await tab();
+    const { page } = t;
+    await page.goto(`${app.publicUrl}/account/security`);
+    await submitPassword(page, user.email, user.password);
+    await page.getByLabel('Phone number').fill(phone);
+    await page.getByRole('button', { name: 'Send a code' }).click();
+    await page.getByText('A code was sent to').waitFor();
+    await page.getByLabel('Code from the text message').fill(sms.lastCode(phone));
+    await page.getByRole('button', { name: 'Verify phone' }).click();
+    await page.getByText(/^Verified phone:/).waitFor();
+    await page.getByRole('button', { name: 'Use text messages as my second factor' }).click();
+    await page.getByRole('list', { name: 'Recovery codes' }).waitFor();
+
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await submitPassword(page, user.email, user.password);
+    await page.getByRole('heading', { name: 'Second step' }).waitFor();
+    expect(await page.getByRole('tab', { name: 'Text message' }).getAttribute('aria-selected')).toBe('true');
+    const sent = sms.received.length;
+    await page.getByRole('button', { name: 'Send code' }).click();
+    await page.getByLabel('6-digit code from the text message').waitFor();
+    expect(sms.received.length).toBe(sent + 1);
+    await page.getByLabel('6-digit code from the text message').fill(sms.lastCode(phone));
+    await page.getByRole('button', { name: 'Verify' }).click();
+    await page.getByRole('heading', { name: 'Welcome, Sms User' }).waitFor();
     expect(t.problems).toEqual([]);
   });
 });
