@@ -445,4 +445,18 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     await page.getByRole('heading', { name: 'Welcome, Sms User' }).waitFor();
     expect(t.problems).toEqual([]);
   });
+
+  it('an organisation user whose role forces MFA is sent to enrolment from the start page', async () => {
+    const admin = await login(app, tenant.orgAdmin);
+    const role = await app.api('POST', '/roles', { token: admin.accessToken, body: { name: `Strict ${Date.now()}`, parentRoleId: SYSTEM_ROLES.orgReadOnly.id, forceMfa: true, permissions: [] } });
+    expect(role.status).toBe(201);
+    const user = await createUser(app, { name: 'Strict User', org: { orgId: tenant.orgId, roleId: role.body.id } });
+    const t = await tab();
+    const { page } = t;
+    await page.goto(`${app.publicUrl}/login`);
+    await submitPassword(page, user.email, user.password);
+    await page.waitForURL((u) => u.pathname === '/account/security' && u.searchParams.get('enrol') === '1');
+    await page.getByText('Your role requires a second factor before you can continue.').waitFor();
+    expect(t.problems).toEqual([]);
+  });
 });

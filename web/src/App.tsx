@@ -1,7 +1,7 @@
 import { useEffect, useState, type ReactNode } from 'react';
-import { QueryClient, QueryClientProvider } from '@tanstack/react-query';
+import { QueryClient, QueryClientProvider, useQuery } from '@tanstack/react-query';
 import { Link, Redirect, Route, Switch, useLocation } from 'wouter';
-import { ApiError, on } from './api';
+import { api, ApiError, on, type Page } from './api';
 import { AuthProvider, useAuth } from './auth';
 import { NAV } from './nav';
 import { TenantPicker, TenantProvider } from './tenant';
@@ -91,7 +91,13 @@ function Shell({ children }: { children: ReactNode }) {
   const [location, navigate] = useLocation();
   const [menuOpen, setMenuOpen] = useState(false);
   // A 428 anywhere: the role needs a second factor first; straight to enrolment.
-  useEffect(() => on('enrolmentRequired', () => navigate('/account/security?enrol=1')), [navigate]);
+  useEffect(
+    () =>
+      on('enrolmentRequired', () => {
+        if (window.location.pathname !== '/account/security') navigate('/account/security?enrol=1');
+      }),
+    [navigate],
+  );
   useEffect(() => setMenuOpen(false), [location]);
   if (!me) return null;
   const sections = NAV.map((s) => ({ ...s, items: s.items.filter((i) => i.show(me, can)) })).filter((s) => s.items.length > 0);
@@ -142,6 +148,9 @@ function Shell({ children }: { children: ReactNode }) {
 
 function Home() {
   const { me, can } = useAuth();
+  // Also the first protected call after sign-in: a role that forces MFA answers 428 here, which
+  // opens enrolment at once.
+  const sessions = useQuery({ queryKey: ['sessions'], queryFn: () => api<Page<unknown>>('GET', '/auth/sessions') });
   if (!me) return null;
   const items = NAV.flatMap((s) => s.items).filter((i) => i.show(me, can) && i.to !== '/');
   return (
@@ -152,6 +161,12 @@ function Home() {
         <Alert kind="info">
           Protect your account with a second factor: <Link href="/account/security">set one up</Link>.
         </Alert>
+      )}
+      {sessions.data && (
+        <p className="muted">
+          {sessions.data.pagination.total === 1 ? 'This is your only active session.' : `You have ${sessions.data.pagination.total} active sessions.`}{' '}
+          <Link href="/account/sessions">Review sessions</Link>
+        </p>
       )}
       <div className="tiles">
         {items.map((i) => (
