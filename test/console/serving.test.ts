@@ -64,6 +64,10 @@ describe.skipIf(!backendAvailable())('web console serving', () => {
     expect(etag).toMatch(/^"[\w-]+"$/);
     const again = await app.request('GET', '/users', { headers: { 'if-none-match': etag } });
     expect(again.status).toBe(304);
+    const head = await fetch(`${app.url}/reset-password`, { method: 'HEAD' });
+    expect(head.status).toBe(200);
+    expect(head.headers.get('content-type')).toBe('text/html; charset=utf-8');
+    expect(await head.text()).toBe('');
   });
 
   it('leaves the API, /health, missing assets and other methods to their JSON answers', async () => {

@@ -1,6 +1,6 @@
 // The console's small component kit: labelled fields that show the API's `details.fields`, buttons,
 // alerts that explain an error (403, 428, 429, network) in plain words, tables and a pager.
-import { useId, useState, type SyntheticEvent, type InputHTMLAttributes, type ReactNode, type SelectHTMLAttributes } from 'react';
+import { useEffect, useId, useState, type SyntheticEvent, type InputHTMLAttributes, type ReactNode, type SelectHTMLAttributes } from 'react';
 import { ApiError } from './api';
 
 export function describeError(err: unknown): string {
@@ -188,6 +188,13 @@ export function when(iso: string | null | undefined): string {
 }
 
 export function Dialog({ title, children, onClose }: { title: string; children: ReactNode; onClose: () => void }) {
+  // Focus goes back to what opened the dialog when it closes (keyboard users keep their place).
+  useEffect(() => {
+    const opener = document.activeElement;
+    return () => {
+      if (opener instanceof HTMLElement) opener.focus();
+    };
+  }, []);
   return (
     <div className="dialog-backdrop" onKeyDown={(e) => e.key === 'Escape' && onClose()}>
       <div className="dialog" role="dialog" aria-modal="true" aria-label={title}>
