@@ -45,8 +45,9 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
   async function tab(viewport?: { width: number; height: number }): Promise<ConsoleTab> {
     const t = await openConsole(browser, viewport);
     tabs.push(t);
+    const n = tabs.length;
     onTestFailed(async () => {
-      await t.screenshot(`failed-${tabs.length}`).catch(() => undefined);
+      await t.screenshot(`failed-${n}`).catch(() => undefined);
       console.error(`console page problems: ${JSON.stringify(t.problems)}; at ${t.page.url()}`);
     });
     return t;
@@ -193,6 +194,18 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     await other.page.getByLabel('Password', { exact: true }).fill(STRONG_PASSWORD);
     await other.page.getByRole('button', { name: 'Accept and sign in' }).click();
     await other.page.getByRole('heading', { name: 'Welcome, New Colleague' }).waitFor();
+
+    // Back on the admin's page: the colleague is active; change the role, then disable the account.
+    await page.reload();
+    await page.getByLabel(`Role of ${invitee}`).selectOption({ label: 'Organization Read Only' });
+    await page.getByText(`${invitee} now has the role Organization Read Only.`).waitFor();
+    const row = page.getByRole('row').filter({ hasText: invitee });
+    await row.getByRole('button', { name: 'Disable' }).click();
+    await page.getByText(`${invitee} is disabled and signed out everywhere.`).waitFor();
+    await row.getByRole('cell', { name: 'disabled', exact: true }).waitFor();
+    // The colleague's open page loses its session at the next call.
+    await other.page.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Sign-in and security' }).click();
+    await other.page.getByText('Your session has ended. Sign in again.').waitFor();
     expect(t.problems).toEqual([]);
     expect(other.problems).toEqual([]);
   });
@@ -243,6 +256,12 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     await effective.getByRole('row', { name: /\*:read inherited from Organization Read Only/ }).waitFor();
     await t.screenshot('role-effective');
     expect(await axeViolations(page)).toEqual([]);
+    // A clone keeps the permissions and the parent.
+    await page.getByLabel('Name of the copy').fill('Helpdesk nights');
+    await page.getByRole('button', { name: 'Clone role' }).click();
+    await page.getByRole('heading', { name: 'Helpdesk nights' }).waitFor();
+    await page.getByRole('table', { name: 'Effective permissions' }).getByRole('row', { name: /scripts:execute this role/ }).waitFor();
+    await page.getByRole('table', { name: 'Effective permissions' }).getByRole('row', { name: /\*:read inherited from Organization Read Only/ }).waitFor();
 
     await page.getByRole('link', { name: 'API keys' }).click();
     await page.getByRole('button', { name: 'New API key' }).click();
