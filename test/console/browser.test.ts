@@ -105,6 +105,10 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     await code.fill(await totpCode(secret));
     await page.getByRole('button', { name: 'Verify' }).click();
     await page.getByRole('heading', { name: 'Welcome, Totp User' }).waitFor();
+    // A technician has no users page: not in the navigation, and its address explains instead of showing nothing.
+    expect(await page.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Users' }).count()).toBe(0);
+    await page.goto(`${app.publicUrl}/admin/users`);
+    await page.getByText('You do not have permission to see users.').waitFor();
     expect(t.problems).toEqual([]);
   });
 
