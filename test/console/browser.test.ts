@@ -88,7 +88,7 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
 
   it('signs in with a TOTP second factor', async () => {
     const user = await createUser(app, { name: 'Totp User', org: { orgId: tenant.orgId, roleId: SYSTEM_ROLES.orgTechnician.id } });
-    const { secret } = await enrollTotp(app, (await login(app, user)).accessToken);
+    const { secret, recoveryCodes } = await enrollTotp(app, (await login(app, user)).accessToken);
     // A code is accepted once per step: the sign-in uses the next step's.
     await nextTotpStep();
     const t = await tab();
@@ -109,6 +109,14 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     expect(await page.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Users' }).count()).toBe(0);
     await page.goto(`${app.publicUrl}/admin/users`);
     await page.getByText('You do not have permission to see users.').waitFor();
+
+    // Without the phone at hand: a recovery code signs in once.
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await submitPassword(page, user.email, user.password);
+    await page.getByRole('tab', { name: 'Recovery code' }).click();
+    await page.getByLabel('Recovery code (XXXX-XXXX)').fill(recoveryCodes[0]!);
+    await page.getByRole('button', { name: 'Verify' }).click();
+    await page.getByRole('heading', { name: 'Welcome, Totp User' }).waitFor();
     expect(t.problems).toEqual([]);
   });
 
@@ -142,6 +150,17 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     await page.getByRole('button', { name: 'Use a passkey' }).click();
     expect((await verify).status()).toBe(200);
     await page.getByRole('heading', { name: 'Welcome, Passkey User' }).waitFor();
+
+    // Signed in with the passkey (a session with a second factor): rename it, then remove it.
+    await page.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Sign-in and security' }).click();
+    await page.getByRole('button', { name: 'Rename Work laptop' }).click();
+    await page.getByLabel('Passkey name').fill('Home laptop');
+    await page.getByRole('button', { name: 'Save', exact: true }).click();
+    await page.getByText('Home laptop', { exact: true }).waitFor();
+    await page.getByRole('button', { name: 'Remove Home laptop' }).click();
+    await page.getByLabel('Current password').fill(user.password);
+    await page.getByRole('button', { name: 'Remove passkey' }).click();
+    await page.getByText('No passkeys yet.').waitFor();
     expect(t.problems).toEqual([]);
   });
 
@@ -341,6 +360,20 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     await page.getByRole('link', { name: 'Sign in' }).click();
     await submitPassword(page, user.email, fresh);
     await page.getByRole('heading', { name: 'Welcome, Forgetful' }).waitFor();
+
+    await page.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Profile' }).click();
+    await page.getByLabel('Name').fill('Remembers Now');
+    await page.getByRole('button', { name: 'Save', exact: true }).click();
+    await page.getByText('Saved.').waitFor();
+    await page.getByRole('banner').getByText('Remembers Now').waitFor();
+    // Changing the password ends every session, this one too; the new one signs in.
+    const newer = 'an-even-newer-passphrase-88';
+    await page.getByLabel('Current password').fill(fresh);
+    await page.getByLabel('New password').fill(newer);
+    await page.getByRole('button', { name: 'Change password' }).click();
+    await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+    await submitPassword(page, user.email, newer);
+    await page.getByRole('heading', { name: 'Welcome, Remembers Now' }).waitFor();
 
     await page.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Sessions' }).click();
     await page.getByRole('cell', { name: /this one/ }).waitFor();

@@ -1,6 +1,7 @@
 // Who is signed in: boots from an `#ssoCode` fragment or the refresh cookie, keeps the self-profile
 // (with its effective permissions) and says what the caller may do.
 import { createContext, useCallback, useContext, useEffect, useMemo, useState, type ReactNode } from 'react';
+import { useQueryClient } from '@tanstack/react-query';
 import { useLocation } from 'wouter';
 import { api, grants, hasSessionCookie, on, refresh, setTokens, type SelfProfile, type TokenAnswer } from './api';
 
@@ -57,13 +58,16 @@ export function AuthProvider({ children }: { children: ReactNode }) {
   const [me, setMe] = useState<SelfProfile | null>(null);
   const [notice, setNotice] = useState<string | null>(null);
   const [, navigate] = useLocation();
+  // Cached answers belong to one session: a sign-in or sign-out starts from an empty cache.
+  const queryClient = useQueryClient();
 
   const signIn = useCallback((t: TokenAnswer) => {
+    queryClient.clear();
     setTokens(t);
     setMe(t.user);
     setNotice(null);
     setStatus('signedIn');
-  }, []);
+  }, [queryClient]);
 
   useEffect(() => {
     void boot().then((r) => {
@@ -74,6 +78,7 @@ export function AuthProvider({ children }: { children: ReactNode }) {
       }
     });
     const offOut = on('signedOut', () => {
+      queryClient.clear();
       setMe(null);
       setNotice('Your session has ended. Sign in again.');
       setStatus('signedOut');
@@ -83,7 +88,7 @@ export function AuthProvider({ children }: { children: ReactNode }) {
       offOut();
       offRefresh();
     };
-  }, [signIn]);
+  }, [signIn, queryClient]);
 
   const signOut = useCallback(async () => {
     try {
@@ -92,6 +97,7 @@ export function AuthProvider({ children }: { children: ReactNode }) {
       // signed out locally either way
     }
     setTokens(null);
+    queryClient.clear();
     // The next person on this browser starts without this one's partner / organisation choice.
     sessionStorage.removeItem('keel.partnerId');
     sessionStorage.removeItem('keel.orgId');
@@ -100,7 +106,7 @@ export function AuthProvider({ children }: { children: ReactNode }) {
     setMe(null);
     setNotice(null);
     setStatus('signedOut');
-  }, [navigate]);
+  }, [navigate, queryClient]);
 
   const reloadMe = useCallback(async () => {
     setMe(await api<SelfProfile>('GET', '/auth/me'));
