@@ -18,7 +18,8 @@ afterEach(() => clock.reset());
 
 const haveChromium = chromiumAvailable();
 
-describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium', () => {
+// Each test walks a person's path through several pages: room for a slow, shared machine.
+describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium', { timeout: 60_000 }, () => {
   let app: TestApp;
   let browser: Browser;
   let smtp: SmtpTestServer;

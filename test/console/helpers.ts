@@ -25,8 +25,8 @@ export interface ConsoleTab {
 export async function openConsole(browser: Browser, viewport = { width: 1280, height: 800 }): Promise<ConsoleTab> {
   const context = await browser.newContext({ viewport });
   const page = await context.newPage();
-  // Fail a step within 10 s with what it waited for, well inside the test's own timeout.
-  page.setDefaultTimeout(10_000);
+  // Fail a step within 15 s with what it waited for, well inside the test's own timeout.
+  page.setDefaultTimeout(15_000);
   const problems: string[] = [];
   page.on('console', (msg) => {
     // A 4xx the page handles itself is logged by chromium as a failed resource: not a problem.
