@@ -257,6 +257,26 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     // Enrolled: the administration pages answer now.
     await page.getByRole('link', { name: 'Users' }).click();
     await page.getByRole('cell', { name: tenant.partnerAdmin.email }).waitFor();
+
+    // A partner-level invitation reaching only the organisations picked.
+    const invitee = uniqueEmail('partner-tech');
+    await page.getByRole('button', { name: 'Invite a user' }).click();
+    const dialog = page.getByRole('dialog', { name: 'Invite a user' });
+    await dialog.getByLabel('Email').fill(invitee);
+    await dialog.getByLabel('Name').fill('Field Tech');
+    await dialog.getByLabel('Role').selectOption({ label: 'Partner Technician' });
+    await dialog.getByLabel('Access').selectOption('selected');
+    await dialog.getByRole('button', { name: 'Send invitation' }).click();
+    await dialog.getByText('Pick at least one organisation.').waitFor();
+    await dialog.getByRole('checkbox', { name: 'Org A' }).check();
+    await dialog.getByRole('button', { name: 'Send invitation' }).click();
+    await page.getByText(`An invitation was sent to ${invitee}.`).waitFor();
+    // What the API holds, read as the same admin (signed in with the next step's code).
+    await nextTotpStep();
+    const challenge = await app.api('POST', '/auth/login', { body: { email: tenant.partnerAdmin.email, password: tenant.partnerAdmin.password } });
+    const verified = await app.api('POST', '/auth/mfa/verify', { body: { tempToken: challenge.body.tempToken, code: await totpCode(secret) } });
+    const pending = await app.api('GET', '/users/invitations', { token: verified.body.accessToken });
+    expect(pending.body.data).toContainEqual(expect.objectContaining({ email: invitee, orgAccess: 'selected', orgIds: [tenant.orgId] }));
     expect(t.problems).toEqual([]);
   });
 
