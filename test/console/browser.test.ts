@@ -141,6 +141,8 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     // The first factor of an account without recovery codes brings them, shown once.
     await page.getByRole('list', { name: 'Recovery codes' }).waitFor();
     expect((await cdp.send('WebAuthn.getCredentials', { authenticatorId })).credentials).toHaveLength(1);
+    // Codes from an authenticator or a phone manage those factors: nothing to offer a passkey-only account.
+    expect(await page.getByRole('region', { name: 'Recovery codes and turning MFA off' }).count()).toBe(0);
     await t.screenshot('security-passkey');
 
     await page.getByRole('button', { name: 'Sign out' }).click();

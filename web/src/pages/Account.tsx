@@ -132,7 +132,7 @@ export function Security() {
       <TotpCard onCodes={setCodes} />
       <SmsCard onCodes={setCodes} />
       <PasskeysCard onCodes={setCodes} />
-      {me.mfaEnabled && <ManageMfa onCodes={setCodes} />}
+      {me.mfaEnabled && (me.mfaMethod === 'totp' || me.mfaMethod === 'sms') && <ManageMfa onCodes={setCodes} />}
     </>
   );
 }
