@@ -2,7 +2,7 @@
 // (`/login?org=<orgId>`), the `/login?error=<code>` answers of the SSO callback in plain words.
 import { useState } from 'react';
 import { useQuery } from '@tanstack/react-query';
-import { Link, useLocation, useSearch } from 'wouter';
+import { Link, Redirect, useLocation, useSearch } from 'wouter';
 import { api, ApiError, isMfaChallenge, type MfaChallenge, type TokenAnswer } from '../api';
 import { useAuth } from '../auth';
 import { Alert, Button, ErrorAlert, Field, Loading, useSubmit } from '../ui';
@@ -34,7 +34,7 @@ function safeNext(next: string | null): string {
 export function Login() {
   const params = new URLSearchParams(useSearch());
   const [, navigate] = useLocation();
-  const { signIn, notice } = useAuth();
+  const { signIn, notice, status } = useAuth();
   const org = params.get('org');
   const errorCode = params.get('error');
   const next = safeNext(params.get('next'));
@@ -73,6 +73,9 @@ export function Login() {
     login.error instanceof ApiError && login.error.code === 'sso_required'
       ? 'Your organisation signs in with single sign-on. Use the link your administrator gave you (it ends in ?org=…).'
       : null;
+
+  // Already signed in (a bookmarked /login, the back button): straight on.
+  if (status === 'signedIn' && !challenge) return <Redirect to={next} replace />;
 
   return (
     <main className="auth-page">

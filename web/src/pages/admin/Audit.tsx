@@ -5,7 +5,6 @@ import { api, download, type Page } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
 import { Button, ErrorAlert, Field, Gate, PageHeader, Pager, QueryState, useSubmit, when } from '../../ui';
-import { NeedsTenant } from './common';
 
 interface AuditEntry {
   id: string;
@@ -34,9 +33,7 @@ export function Audit() {
   const { can } = useAuth();
   return (
     <Gate allow={can('audit', 'read')} what="Audit log">
-      <NeedsTenant>
-        <AuditPage />
-      </NeedsTenant>
+      <AuditPage />
     </Gate>
   );
 }
