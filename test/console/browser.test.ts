@@ -217,7 +217,14 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     const other = await tab();
     await other.page.goto(link!);
     await other.page.getByRole('heading', { name: 'Accept your invitation' }).waitFor();
-    await other.page.getByLabel('Password', { exact: true }).fill(STRONG_PASSWORD);
+    // The API's details.fields land beside the field they name.
+    const password = other.page.getByLabel('Password', { exact: true });
+    await password.fill('password1');
+    await other.page.getByRole('button', { name: 'Accept and sign in' }).click();
+    await other.page.getByText(/^is too weak/).waitFor();
+    expect(await password.getAttribute('aria-invalid')).toBe('true');
+    expect(await password.getAttribute('aria-describedby')).toContain(await other.page.getByText(/^is too weak/).getAttribute('id'));
+    await password.fill(STRONG_PASSWORD);
     await other.page.getByRole('button', { name: 'Accept and sign in' }).click();
     await other.page.getByRole('heading', { name: 'Welcome, New Colleague' }).waitFor();
 
