@@ -114,7 +114,10 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     // Without the phone at hand: a recovery code signs in once.
     await page.getByRole('button', { name: 'Sign out' }).click();
     await submitPassword(page, user.email, user.password);
-    await page.getByRole('tab', { name: 'Recovery code' }).click();
+    // By keyboard: the method tabs follow the tab pattern (arrows, Home, End).
+    await page.getByRole('tab', { name: 'Authenticator app' }).focus();
+    await page.keyboard.press('End');
+    expect(await page.getByRole('tab', { name: 'Recovery code' }).getAttribute('aria-selected')).toBe('true');
     await page.getByLabel('Recovery code (XXXX-XXXX)').fill(recoveryCodes[0]!);
     await page.getByRole('button', { name: 'Verify' }).click();
     await page.getByRole('heading', { name: 'Welcome, Totp User' }).waitFor();

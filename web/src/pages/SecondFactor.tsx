@@ -25,9 +25,32 @@ export function SecondFactor({ challenge, onDone, onCancel }: { challenge: MfaCh
         <Alert kind="warning">Your organisation does not allow the second factor you enrolled. Use a recovery code, or ask an administrator to reset it.</Alert>
       )}
       {tabs.length > 1 && (
-        <div className="tabs" role="tablist" aria-label="Second factor">
+        <div
+          className="tabs"
+          role="tablist"
+          aria-label="Second factor"
+          onKeyDown={(e) => {
+            // The tab pattern's keys: arrows move between methods, Home and End to the ends.
+            const i = tabs.indexOf(tab);
+            const next = { ArrowRight: i + 1, ArrowLeft: i - 1 + tabs.length, Home: 0, End: tabs.length - 1 }[e.key];
+            if (next === undefined) return;
+            e.preventDefault();
+            const to = tabs[next % tabs.length] ?? tab;
+            setTab(to);
+            document.getElementById(`mfa-tab-${to}`)?.focus();
+          }}
+        >
           {tabs.map((t) => (
-            <button key={t} role="tab" type="button" aria-selected={tab === t} className={tab === t ? 'tab active' : 'tab'} onClick={() => setTab(t)}>
+            <button
+              key={t}
+              id={`mfa-tab-${t}`}
+              role="tab"
+              type="button"
+              aria-selected={tab === t}
+              tabIndex={tab === t ? 0 : -1}
+              className={tab === t ? 'tab active' : 'tab'}
+              onClick={() => setTab(t)}
+            >
               {LABELS[t]}
             </button>
           ))}
