@@ -7,6 +7,7 @@ import { AppError, errorResponse, handleError } from './platform/http/errors.js'
 import { mountHealth } from './platform/http/health.js';
 import { methodIndex } from './platform/http/router.js';
 import { moduleRoutes } from './modules/index.js';
+import { consoleHandler } from './platform/http/console.js';
 
 export const API_BASE = '/api/v1';
 
@@ -19,7 +20,11 @@ export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
   app.onError((err, c) => handleError(err, c, keel.log));
   // A path that exists with other methods is 405 with Allow; anything else 404.
   const allowedOn = methodIndex(() => app.routes);
+  // The web console (CONSOLE_DIR, set by `keel serve`) answers the GET paths no route claims.
+  const consolePage = keel.config.CONSOLE_DIR ? consoleHandler(keel.config.CONSOLE_DIR) : null;
   app.notFound((c) => {
+    const page = consolePage?.(c);
+    if (page) return page;
     const allowed = allowedOn(c.req.path);
     if (allowed.length > 0) {
       return errorResponse(c, new AppError(405, 'method_not_allowed', `${c.req.method} is not allowed on ${c.req.path}`, undefined, { Allow: allowed.join(', ') }));

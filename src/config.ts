@@ -123,6 +123,8 @@ const envSchema = z.object({
   // Invitation emails to one address per hour (invite, re-invite, resend), and resends by one inviter per hour.
   INVITE_EMAILS_PER_INVITEE_LIMIT: int(5, 1, 100000),
   INVITE_RESENDS_PER_INVITER_LIMIT: int(30, 1, 100000),
+  // The built web console served at / (bin/keel.js sets it for `serve`); unset: no console.
+  CONSOLE_DIR: optionalString,
   BODY_LIMIT_BYTES: int(1024 * 1024, 1024, 1024 * 1024 * 1024),
   // Webhook delivery (SPEC 8: 30,000 ms per attempt): the overall deadline of one attempt, attempts in
   // flight per worker process, and per webhook (so one slow receiver never takes every slot).

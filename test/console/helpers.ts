@@ -1,0 +1,80 @@
+import { mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
+import { ensureConsoleBuilt } from '../../bin/console.js';
+
+/** The built console (dist/console/<fingerprint>/), built once here when web/ changed. */
+export function consoleBuild(): Promise<string> {
+  return ensureConsoleBuilt();
+}
+
+/** Where the browser tests leave a screenshot of each page they check (KEEL_SCREENSHOTS, else the temp dir). */
+export const SCREENSHOTS = process.env.KEEL_SCREENSHOTS ?? join(tmpdir(), 'keel-console-screenshots');
+
+export interface ConsoleTab {
+  context: BrowserContext;
+  page: Page;
+  /** Console errors and CSP violations the page reported (a test asserts none). */
+  problems: string[];
+  screenshot(name: string): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** A fresh browser context (its own cookies) on Keel's console. */
+export async function openConsole(browser: Browser, viewport = { width: 1280, height: 800 }): Promise<ConsoleTab> {
+  const context = await browser.newContext({ viewport });
+  const page = await context.newPage();
+  // Fail a step within 15 s with what it waited for, well inside the test's own timeout.
+  page.setDefaultTimeout(15_000);
+  const problems: string[] = [];
+  page.on('console', (msg) => {
+    // A 4xx the page handles itself is logged by chromium as a failed resource: not a problem.
+    if (msg.type() === 'error' && !/Failed to load resource: the server responded with a status of 4\d\d/.test(msg.text())) problems.push(msg.text());
+  });
+  page.on('pageerror', (err) => problems.push(`pageerror: ${err.message}`));
+  mkdirSync(SCREENSHOTS, { recursive: true });
+  return {
+    context,
+    page,
+    problems,
+    screenshot: async (name) => {
+      await page.screenshot({ path: join(SCREENSHOTS, `${name}.png`), fullPage: true });
+    },
+    close: () => context.close(),
+  };
+}
+
+/** Fills the sign-in form and submits it. */
+export async function submitPassword(page: Page, email: string, password: string): Promise<void> {
+  await page.getByLabel('Email', { exact: true }).fill(email);
+  await page.getByLabel('Password', { exact: true }).fill(password);
+  await page.getByRole('button', { name: 'Sign in', exact: true }).click();
+}
+
+export interface AxeViolation {
+  id: string;
+  impact: string | null;
+  help: string;
+  nodes: { target: string[] }[];
+}
+
+let axeSource: string | null = null;
+
+/**
+ * Runs axe-core (WCAG 2.0/2.1 A and AA rules) on the page as it is now and returns the serious and
+ * critical violations. The script is evaluated through the DevTools protocol, which the page's CSP
+ * does not govern, so the console's own policy stays as it is in production.
+ */
+export async function axeViolations(page: Page): Promise<AxeViolation[]> {
+  if (!axeSource) {
+    const { readFileSync } = await import('node:fs');
+    const { createRequire } = await import('node:module');
+    axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+  }
+  if (!(await page.evaluate('typeof window.axe !== "undefined"'))) await page.evaluate(axeSource);
+  const result = await page.evaluate<AxeViolation[]>(
+    `axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] } }).then((r) => r.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.map((n) => ({ target: n.target })) })))`,
+  );
+  return result.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+}

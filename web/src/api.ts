@@ -1,0 +1,265 @@
+// The console's one way to call Keel: JSON in and out under /api/v1, the access token in memory
+// only, a silent refresh by the HttpOnly cookie (with the CSRF header) when it runs out, and every
+// error turned into an ApiError carrying the envelope `{error, code, details?}`.
+
+export const API = '/api/v1';
+
+export type MfaMethod = 'totp' | 'sms' | 'passkey';
+
+export interface Permission {
+  resource: string;
+  action: string;
+}
+
+export interface SelfProfile {
+  id: string;
+  email: string;
+  name: string;
+  avatarUrl: string | null;
+  status: 'active' | 'invited' | 'disabled';
+  isPlatformAdmin: boolean;
+  mfaEnabled: boolean;
+  mfaMethod: MfaMethod | null;
+  passkeyCount: number;
+  phoneNumberMasked: string | null;
+  phoneVerified: boolean;
+  lastLoginAt: string | null;
+  createdAt: string;
+  scope: 'system' | 'partner' | 'organization' | null;
+  partnerId: string | null;
+  orgId: string | null;
+  roleId: string | null;
+  permissions: Permission[];
+}
+
+export interface TokenAnswer {
+  accessToken: string;
+  refreshToken: string;
+  tokenType: 'Bearer';
+  expiresIn: number;
+  user: SelfProfile;
+}
+
+export interface MfaChallenge {
+  mfaRequired: true;
+  mfaMethod: MfaMethod;
+  tempToken: string;
+  availableMethods: MfaMethod[];
+}
+
+export interface Page<T> {
+  data: T[];
+  pagination: { page: number; limit: number; total: number };
+}
+
+export interface FieldError {
+  path: string;
+  message: string;
+}
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly details?: Record<string, unknown>,
+    readonly retryAfter?: number,
+  ) {
+    super(message);
+  }
+
+  /** `details.fields` of a validation failure, by field path. */
+  get fields(): Record<string, string> {
+    const out: Record<string, string> = {};
+    const list = this.details?.fields;
+    if (Array.isArray(list)) {
+      for (const f of list as FieldError[]) out[f.path] ??= f.message;
+    }
+    return out;
+  }
+}
+
+export function isMfaChallenge(x: unknown): x is MfaChallenge {
+  return typeof x === 'object' && x !== null && (x as { mfaRequired?: unknown }).mfaRequired === true;
+}
+
+export function isTokenAnswer(x: unknown): x is TokenAnswer {
+  return typeof x === 'object' && x !== null && typeof (x as { accessToken?: unknown }).accessToken === 'string';
+}
+
+// ---- session state (memory only: a reload signs in again through the refresh cookie) ----
+
+let accessToken: string | null = null;
+let refreshTimer: ReturnType<typeof setTimeout> | undefined;
+const listeners = {
+  /** The session ended (refresh refused): the app shows the sign-in page. */
+  signedOut: new Set<() => void>(),
+  /** A route answered 428 mfa_enrollment_required. */
+  enrolmentRequired: new Set<() => void>(),
+  /** A refresh brought new tokens (and the current profile). */
+  refreshed: new Set<(t: TokenAnswer) => void>(),
+};
+
+export function on<K extends keyof typeof listeners>(event: K, fn: (typeof listeners)[K] extends Set<infer F> ? F : never): () => void {
+  const set = listeners[event] as Set<typeof fn>;
+  set.add(fn);
+  return () => set.delete(fn);
+}
+
+export function setTokens(t: TokenAnswer | null): void {
+  accessToken = t?.accessToken ?? null;
+  clearTimeout(refreshTimer);
+  // Renew a minute before the access token runs out, so a page left open stays signed in.
+  if (t) refreshTimer = setTimeout(() => void refresh(), Math.max(30, t.expiresIn - 60) * 1000);
+}
+
+export function hasAccessToken(): boolean {
+  return accessToken !== null;
+}
+
+function cookie(name: string): string | null {
+  for (const part of document.cookie.split(';')) {
+    const [k, ...v] = part.trim().split('=');
+    if (k === name) return decodeURIComponent(v.join('='));
+  }
+  return null;
+}
+
+/** True when the browser holds a session cookie pair worth trying to refresh. */
+export function hasSessionCookie(): boolean {
+  return cookie('service_csrf') !== null;
+}
+
+async function parseError(res: Response): Promise<ApiError> {
+  let body: { error?: string; code?: string; details?: Record<string, unknown>; retryAfter?: number } = {};
+  try {
+    body = (await res.json()) as typeof body;
+  } catch {
+    // not JSON: described by its status below
+  }
+  const fallback = res.status >= 500 ? 'Keel could not answer right now. Try again in a moment.' : `The request failed (${res.status}).`;
+  return new ApiError(res.status, body.code ?? `http_${res.status}`, body.error ?? fallback, body.details, body.retryAfter);
+}
+
+let refreshing: Promise<TokenAnswer | null> | null = null;
+
+/**
+ * Rotates the refresh cookie (one at a time per page). A 409 `refresh_raced` means another tab
+ * rotated it a moment ago: the browser now holds the new cookie, so one more try succeeds.
+ */
+export function refresh(): Promise<TokenAnswer | null> {
+  refreshing ??= (async () => {
+    try {
+      for (let attempt = 0; attempt < 2; attempt++) {
+        const csrf = cookie('service_csrf');
+        if (!csrf) break;
+        const res = await fetch(`${API}/auth/refresh`, {
+          method: 'POST',
+          credentials: 'same-origin',
+          headers: { 'x-service-csrf': csrf },
+        });
+        if (res.ok) {
+          const t = (await res.json()) as TokenAnswer;
+          setTokens(t);
+          for (const fn of listeners.refreshed) fn(t);
+          return t;
+        }
+        if (res.status === 409 && attempt === 0) {
+          await new Promise((r) => setTimeout(r, 250));
+          continue;
+        }
+        break;
+      }
+      if (accessToken) {
+        setTokens(null);
+        for (const fn of listeners.signedOut) fn();
+      }
+      return null;
+    } catch {
+      return null;
+    } finally {
+      refreshing = null;
+    }
+  })();
+  return refreshing;
+}
+
+export interface CallOptions {
+  body?: unknown;
+  query?: Record<string, string | number | boolean | undefined | null>;
+  /** Use this bearer instead of the session's (never refreshed). */
+  token?: string;
+  /** Give the raw Response (downloads). */
+  raw?: boolean;
+}
+
+export function withQuery(path: string, query?: CallOptions['query']): string {
+  if (!query) return path;
+  const qs = new URLSearchParams();
+  for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== null && v !== '') qs.set(k, String(v));
+  const s = qs.toString();
+  return s ? `${path}${path.includes('?') ? '&' : '?'}${s}` : path;
+}
+
+async function send(method: string, path: string, opts: CallOptions): Promise<Response> {
+  const headers: Record<string, string> = {};
+  const bearer = opts.token ?? accessToken;
+  if (bearer) headers.authorization = `Bearer ${bearer}`;
+  let body: string | undefined;
+  if (opts.body !== undefined) {
+    headers['content-type'] = 'application/json';
+    body = JSON.stringify(opts.body);
+  }
+  try {
+    return await fetch(`${API}${withQuery(path, opts.query)}`, { method, headers, body: body ?? null, credentials: 'same-origin' });
+  } catch {
+    throw new ApiError(0, 'network_error', 'Keel cannot be reached. Check the connection and try again.');
+  }
+}
+
+/** Calls the API; resolves to the parsed JSON (undefined for 204), or throws an ApiError. */
+export async function api<T = unknown>(method: string, path: string, opts: CallOptions = {}): Promise<T> {
+  let res = await send(method, path, opts);
+  // The access token ran out (or the session was rotated elsewhere): refresh once and retry.
+  if (res.status === 401 && !opts.token && accessToken && !path.startsWith('/auth/refresh')) {
+    if (await refresh()) res = await send(method, path, opts);
+  }
+  if (!res.ok) {
+    const err = await parseError(res);
+    if (err.status === 428 && err.code === 'mfa_enrollment_required') for (const fn of listeners.enrolmentRequired) fn();
+    throw err;
+  }
+  if (opts.raw) return res as T;
+  if (res.status === 204) return undefined as T;
+  return (await res.json()) as T;
+}
+
+/** Fetches a file the API streams (audit export) and hands it to the browser as a download. */
+export async function download(path: string, query: CallOptions['query'], filename: string): Promise<void> {
+  const res = await api<Response>('GET', path, { query, raw: true });
+  saveBlob(await res.blob(), filename);
+}
+
+export function saveBlob(blob: Blob, filename: string): void {
+  const url = URL.createObjectURL(blob);
+  const a = document.createElement('a');
+  a.href = url;
+  a.download = filename;
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
+/** True when `perms` grant `resource:action` (`*` is a wildcard on either side). */
+export function grants(perms: readonly Permission[], resource: string, action: string): boolean {
+  return perms.some((p) => (p.resource === '*' || p.resource === resource) && (p.action === '*' || p.action === action));
+}
+
+/** What a failed WebAuthn ceremony in the browser means, as an error the pages show. */
+export function passkeyError(err: unknown): ApiError {
+  const name = err instanceof Error ? err.name : '';
+  if (name === 'NotAllowedError') return new ApiError(0, 'passkey_cancelled', 'The passkey prompt was closed or timed out. Try again.');
+  if (name === 'InvalidStateError') return new ApiError(0, 'passkey_exists', 'This device already holds a passkey for your account.');
+  return new ApiError(0, 'passkey_unavailable', 'This browser could not use a passkey here.');
+}

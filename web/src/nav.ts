@@ -1,0 +1,42 @@
+// The console's navigation, one table: each entry shows only when the signed-in caller may use it.
+// Areas whose APIs land later (webhooks, single sign-on, devices, agent versions, update windows)
+// add an entry here and a route in App.tsx.
+import type { SelfProfile } from './api';
+
+export interface NavItem {
+  to: string;
+  label: string;
+  /** Whether the caller sees the entry (effective permissions from /auth/me). */
+  show: (me: SelfProfile, can: (resource: string, action: string) => boolean) => boolean;
+}
+
+export interface NavSection {
+  title: string;
+  items: NavItem[];
+}
+
+const tenant = (me: SelfProfile) => me.scope !== null;
+
+export const NAV: NavSection[] = [
+  {
+    title: 'Account',
+    items: [
+      { to: '/account', label: 'Profile', show: () => true },
+      { to: '/account/security', label: 'Sign-in and security', show: () => true },
+      { to: '/account/sessions', label: 'Sessions', show: () => true },
+    ],
+  },
+  {
+    title: 'Administration',
+    items: [
+      { to: '/admin/partners', label: 'Partners', show: (me) => me.isPlatformAdmin },
+      { to: '/admin/orgs', label: 'Organisations', show: (me, can) => tenant(me) && can('organizations', 'read') },
+      { to: '/admin/users', label: 'Users', show: (me, can) => tenant(me) && can('users', 'read') },
+      { to: '/admin/roles', label: 'Roles', show: (me, can) => tenant(me) && can('users', 'read') },
+      { to: '/admin/api-keys', label: 'API keys', show: tenant },
+      { to: '/admin/audit', label: 'Audit log', show: (me, can) => tenant(me) && can('audit', 'read') },
+    ],
+  },
+  // { title: 'Integrations', items: webhooks (webhooks:read), single sign-on (organizations:read) }
+  // { title: 'Devices', items: devices (devices:read), agent versions, update windows }
+];

@@ -1,0 +1,161 @@
+// The caller's API keys: create (permissions within the caller's own, the key shown once), revoke.
+import { useState } from 'react';
+import { useQuery, useQueryClient } from '@tanstack/react-query';
+import { api, type Page, type Permission } from '../../api';
+import { useAuth } from '../../auth';
+import { Alert, Button, Card, ErrorAlert, Field, Gate, PageHeader, Pager, QueryState, useSubmit, when } from '../../ui';
+import { PermissionGrid } from './Roles';
+
+interface ApiKey {
+  id: string;
+  name: string;
+  keyPrefix: string;
+  permissions: Permission[];
+  expiresAt: string | null;
+  lastUsedAt: string | null;
+  createdAt: string;
+}
+
+export function ApiKeys() {
+  const { me } = useAuth();
+  return (
+    <Gate allow={!!me && me.scope !== null} what="API keys">
+      <ApiKeysPage />
+    </Gate>
+  );
+}
+
+function ApiKeysPage() {
+  const qc = useQueryClient();
+  const [page, setPage] = useState(1);
+  const [creating, setCreating] = useState(false);
+  const [created, setCreated] = useState<{ name: string; key: string } | null>(null);
+  const [copied, setCopied] = useState(false);
+  const [error, setError] = useState<unknown>(null);
+  const list = useQuery({ queryKey: ['api-keys', page], queryFn: () => api<Page<ApiKey>>('GET', '/api-keys', { query: { page, limit: 25 } }) });
+  const revoke = async (k: ApiKey) => {
+    if (!window.confirm(`Revoke the key ${k.name}? Anything using it stops working at once.`)) return;
+    setError(null);
+    try {
+      await api('DELETE', `/api-keys/${k.id}`);
+      await qc.invalidateQueries({ queryKey: ['api-keys'] });
+    } catch (err) {
+      setError(err);
+    }
+  };
+  return (
+    <>
+      <PageHeader title="API keys">{!creating && <Button onClick={() => { setCreating(true); setCreated(null); }}>New API key</Button>}</PageHeader>
+      {created && (
+        <Alert kind="warning">
+          <p>
+            <strong>Copy the key {created.name} now:</strong> it is not shown again.
+          </p>
+          <p>
+            <code className="secret" aria-label="API key, shown once">{created.key}</code>
+          </p>
+          <Button kind="secondary" onClick={() => void navigator.clipboard.writeText(created.key).then(() => setCopied(true), () => setCopied(false))}>
+            {copied ? 'Copied' : 'Copy'}
+          </Button>
+        </Alert>
+      )}
+      {creating && (
+        <CreateKey
+          onDone={(k) => {
+            setCreating(false);
+            if (k) {
+              setCreated(k);
+              setCopied(false);
+              void qc.invalidateQueries({ queryKey: ['api-keys'] });
+            }
+          }}
+        />
+      )}
+      <ErrorAlert error={error} />
+      <QueryState query={list}>
+        {() => (
+          <>
+            <div className="table-wrap">
+              <table>
+                <thead>
+                  <tr>
+                    <th>Name</th>
+                    <th>Key</th>
+                    <th>Permissions</th>
+                    <th>Expires</th>
+                    <th>Last used</th>
+                    <th>
+                      <span className="sr-only">Actions</span>
+                    </th>
+                  </tr>
+                </thead>
+                <tbody>
+                  {list.data?.data.length === 0 && (
+                    <tr>
+                      <td colSpan={6} className="muted">
+                        No API keys yet.
+                      </td>
+                    </tr>
+                  )}
+                  {list.data?.data.map((k) => (
+                    <tr key={k.id}>
+                      <td>{k.name}</td>
+                      <td>
+                        <code>{k.keyPrefix}…</code>
+                      </td>
+                      <td className="small">{k.permissions.map((p) => `${p.resource}:${p.action}`).join(', ')}</td>
+                      <td>{when(k.expiresAt)}</td>
+                      <td>{when(k.lastUsedAt)}</td>
+                      <td>
+                        <Button kind="link" onClick={() => void revoke(k)} aria-label={`Revoke ${k.name}`}>
+                          Revoke
+                        </Button>
+                      </td>
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+            </div>
+            {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
+          </>
+        )}
+      </QueryState>
+    </>
+  );
+}
+
+function CreateKey({ onDone }: { onDone: (k: { name: string; key: string } | null) => void }) {
+  const [name, setName] = useState('');
+  const [expires, setExpires] = useState('');
+  const [perms, setPerms] = useState<Set<string>>(new Set());
+  const s = useSubmit(async () => {
+    const permissions = [...perms].map((k) => {
+      const i = k.lastIndexOf(':');
+      return { resource: k.slice(0, i), action: k.slice(i + 1) };
+    });
+    const r = await api<ApiKey & { key: string }>('POST', '/api-keys', {
+      body: { name: name.trim(), permissions, expiresAt: expires ? new Date(`${expires}T23:59:59Z`).toISOString() : null },
+    });
+    onDone({ name: r.name, key: r.key });
+  });
+  return (
+    <Card title="New API key">
+      <form onSubmit={s.submit} aria-label="New API key">
+        <ErrorAlert error={s.error} />
+        <Field label="Name" required maxLength={100} value={name} onChange={(e) => setName(e.target.value)} error={s.fields.name} />
+        <Field label="Expires (optional)" type="date" value={expires} onChange={(e) => setExpires(e.target.value)} error={s.fields.expiresAt} />
+        <p className="muted small">A key can hold only permissions you hold yourself, and loses any you lose later.</p>
+        {s.fields.permissions && <div className="field-error">{s.fields.permissions}</div>}
+        <PermissionGrid value={perms} onChange={setPerms} />
+        <div className="row">
+          <Button type="submit" busy={s.busy} disabled={perms.size === 0}>
+            Create key
+          </Button>
+          <Button type="button" kind="link" onClick={() => onDone(null)}>
+            Cancel
+          </Button>
+        </div>
+      </form>
+    </Card>
+  );
+}

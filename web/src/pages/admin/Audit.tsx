@@ -1,0 +1,156 @@
+// The audit log of the scope in context: filters, pagination, each entry's changes, and export.
+import { Fragment, useState } from 'react';
+import { useQuery } from '@tanstack/react-query';
+import { api, download, type Page } from '../../api';
+import { useAuth } from '../../auth';
+import { useTenant } from '../../tenant';
+import { Button, ErrorAlert, Field, Gate, PageHeader, Pager, QueryState, useSubmit, when } from '../../ui';
+
+interface AuditEntry {
+  id: string;
+  createdAt: string;
+  action: string;
+  actorType: string;
+  actorId: string | null;
+  actorEmail: string | null;
+  orgId: string | null;
+  targetType: string | null;
+  targetId: string | null;
+  changes: unknown[] | null;
+  details: Record<string, unknown> | null;
+  result: string;
+  ipAddress: string | null;
+}
+
+const EMPTY = { action: '', actorId: '', targetType: '', targetId: '', from: '', to: '' };
+
+/** A datetime-local value (the browser's local time) as ISO 8601 UTC. */
+function iso(local: string): string {
+  return local ? new Date(local).toISOString() : '';
+}
+
+export function Audit() {
+  const { can } = useAuth();
+  return (
+    <Gate allow={can('audit', 'read')} what="Audit log">
+      <AuditPage />
+    </Gate>
+  );
+}
+
+function AuditPage() {
+  const { can } = useAuth();
+  const t = useTenant();
+  const [draft, setDraft] = useState(EMPTY);
+  const [filters, setFilters] = useState(EMPTY);
+  const [page, setPage] = useState(1);
+  const [open, setOpen] = useState<string | null>(null);
+  const query = { ...t.query, ...filters, from: iso(filters.from), to: iso(filters.to) };
+  const list = useQuery({ queryKey: ['audit', query, page], queryFn: () => api<Page<AuditEntry>>('GET', '/audit-logs', { query: { ...query, page, limit: 50 } }) });
+  const set = (k: keyof typeof EMPTY) => (e: React.ChangeEvent<HTMLInputElement>) => setDraft({ ...draft, [k]: e.target.value });
+  return (
+    <>
+      <PageHeader title="Audit log">
+        {can('audit', 'export') && (
+          <>
+            <ExportButton query={query} format="jsonl" />
+            <ExportButton query={query} format="csv" />
+          </>
+        )}
+      </PageHeader>
+      <form
+        className="filters"
+        role="search"
+        onSubmit={(e) => {
+          e.preventDefault();
+          setFilters(draft);
+          setPage(1);
+        }}
+      >
+        <Field label="Action" placeholder="user.login" value={draft.action} onChange={set('action')} />
+        <Field label="Actor id" value={draft.actorId} onChange={set('actorId')} />
+        <Field label="Target type" placeholder="user" value={draft.targetType} onChange={set('targetType')} />
+        <Field label="Target id" value={draft.targetId} onChange={set('targetId')} />
+        <Field label="From" type="datetime-local" value={draft.from} onChange={set('from')} />
+        <Field label="To" type="datetime-local" value={draft.to} onChange={set('to')} />
+        <div className="row">
+          <Button type="submit">Filter</Button>
+          <Button type="button" kind="link" onClick={() => { setDraft(EMPTY); setFilters(EMPTY); setPage(1); }}>
+            Clear
+          </Button>
+        </div>
+      </form>
+      <QueryState query={list}>
+        {() => (
+          <>
+            <div className="table-wrap">
+              <table>
+                <thead>
+                  <tr>
+                    <th>When</th>
+                    <th>Action</th>
+                    <th>Actor</th>
+                    <th>Target</th>
+                    <th>Result</th>
+                    <th>
+                      <span className="sr-only">Details</span>
+                    </th>
+                  </tr>
+                </thead>
+                <tbody>
+                  {list.data?.data.length === 0 && (
+                    <tr>
+                      <td colSpan={6} className="muted">
+                        No entries match.
+                      </td>
+                    </tr>
+                  )}
+                  {list.data?.data.map((e) => (
+                    <Fragment key={e.id}>
+                      <tr>
+                        <td>{when(e.createdAt)}</td>
+                        <td>
+                          <code>{e.action}</code>
+                        </td>
+                        <td>{e.actorEmail ?? e.actorType}</td>
+                        <td>{e.targetType ? `${e.targetType} ${e.targetId ?? ''}` : '—'}</td>
+                        <td>{e.result}</td>
+                        <td>
+                          {(e.changes || e.details) && (
+                            <Button kind="link" aria-expanded={open === e.id} onClick={() => setOpen(open === e.id ? null : e.id)}>
+                              Details
+                            </Button>
+                          )}
+                        </td>
+                      </tr>
+                      {open === e.id && (
+                        <tr>
+                          <td colSpan={6}>
+                            <pre className="small">{JSON.stringify({ changes: e.changes, details: e.details, ipAddress: e.ipAddress }, null, 2)}</pre>
+                          </td>
+                        </tr>
+                      )}
+                    </Fragment>
+                  ))}
+                </tbody>
+              </table>
+            </div>
+            {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
+          </>
+        )}
+      </QueryState>
+    </>
+  );
+}
+
+function ExportButton({ query, format }: { query: Record<string, string>; format: 'jsonl' | 'csv' }) {
+  const s = useSubmit(() => download('/audit-logs/export', { ...query, format }, `keel-audit.${format}`));
+  return (
+    <>
+      <Button kind="secondary" busy={s.busy} onClick={() => s.submit()}>
+        Export {format.toUpperCase()}
+      </Button>
+      <ErrorAlert error={s.error} />
+    </>
+  );
+}

@@ -1,0 +1,224 @@
+// The console's small component kit: labelled fields that show the API's `details.fields`, buttons,
+// alerts that explain an error (403, 428, 429, network) in plain words, tables and a pager.
+import { useEffect, useId, useState, type SyntheticEvent, type InputHTMLAttributes, type ReactNode, type SelectHTMLAttributes } from 'react';
+import { ApiError } from './api';
+
+export function describeError(err: unknown): string {
+  if (!(err instanceof ApiError)) return 'Something went wrong in the console. Reload the page and try again.';
+  switch (err.code) {
+    case 'mfa_enrollment_required':
+      return 'Your role requires a second factor. Set up an authenticator app, a phone or a passkey first.';
+    case 'mfa_required':
+      return 'This needs a session signed in with your second factor. Sign out and sign in again with it.';
+    case 'forbidden':
+    case 'permission_denied':
+      return `You do not have permission to do this. ${err.message}`;
+    case 'context_required':
+      return 'Your account does not belong to a partner or an organisation yet, so there is nothing to manage here.';
+  }
+  if (err.status === 429) {
+    const wait = err.retryAfter ? ` Try again in ${err.retryAfter < 90 ? `${err.retryAfter} seconds` : `${Math.ceil(err.retryAfter / 60)} minutes`}.` : '';
+    return `Too many attempts.${wait}`;
+  }
+  if (err.status === 403) return `You do not have permission to do this: ${err.message}`;
+  return err.message;
+}
+
+export function Alert({ kind = 'error', children }: { kind?: 'error' | 'info' | 'success' | 'warning'; children: ReactNode }) {
+  return (
+    <div className={`alert alert-${kind}`} role={kind === 'error' ? 'alert' : 'status'}>
+      {children}
+    </div>
+  );
+}
+
+export function ErrorAlert({ error }: { error: unknown }) {
+  if (!error) return null;
+  return <Alert>{describeError(error)}</Alert>;
+}
+
+type FieldProps = InputHTMLAttributes<HTMLInputElement> & { label: string; error?: string | undefined; hint?: ReactNode };
+
+export function Field({ label, error, hint, id, ...input }: FieldProps) {
+  const auto = useId();
+  const fid = id ?? auto;
+  const describedBy = [error ? `${fid}-err` : '', hint ? `${fid}-hint` : ''].filter(Boolean).join(' ') || undefined;
+  return (
+    <div className="field">
+      <label htmlFor={fid}>{label}</label>
+      <input id={fid} aria-invalid={error ? true : undefined} aria-describedby={describedBy} {...input} />
+      {hint && (
+        <div className="hint" id={`${fid}-hint`}>
+          {hint}
+        </div>
+      )}
+      {error && (
+        <div className="field-error" id={`${fid}-err`}>
+          {error}
+        </div>
+      )}
+    </div>
+  );
+}
+
+type SelectProps = SelectHTMLAttributes<HTMLSelectElement> & { label: string; error?: string | undefined; children: ReactNode };
+
+export function Select({ label, error, id, children, ...select }: SelectProps) {
+  const auto = useId();
+  const fid = id ?? auto;
+  return (
+    <div className="field">
+      <label htmlFor={fid}>{label}</label>
+      <select id={fid} aria-invalid={error ? true : undefined} aria-describedby={error ? `${fid}-err` : undefined} {...select}>
+        {children}
+      </select>
+      {error && (
+        <div className="field-error" id={`${fid}-err`}>
+          {error}
+        </div>
+      )}
+    </div>
+  );
+}
+
+export function Checkbox({ label, checked, onChange, disabled }: { label: string; checked: boolean; onChange: (v: boolean) => void; disabled?: boolean }) {
+  return (
+    <label className="checkbox">
+      <input type="checkbox" checked={checked} disabled={disabled} onChange={(e) => onChange(e.target.checked)} /> {label}
+    </label>
+  );
+}
+
+/**
+ * A form's submit: the browser's own validation runs first (required, type, length), then `fn`;
+ * while it runs the button is busy; an ApiError lands in `error` and its `details.fields` in `fields`.
+ */
+export function useSubmit<T>(fn: () => Promise<T>) {
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<unknown>(null);
+  const fields = error instanceof ApiError ? error.fields : {};
+  const run = async (): Promise<T | undefined> => {
+    setBusy(true);
+    setError(null);
+    try {
+      return await fn();
+    } catch (err) {
+      setError(err);
+      return undefined;
+    } finally {
+      setBusy(false);
+    }
+  };
+  /** For onSubmit and onClick: prevents the browser's own submit, then runs. */
+  const submit = (e?: SyntheticEvent): void => {
+    e?.preventDefault();
+    void run();
+  };
+  return { submit, run, busy, error, fields, setError };
+}
+
+export function Button({ busy, children, kind = 'primary', className, ...props }: React.ButtonHTMLAttributes<HTMLButtonElement> & { busy?: boolean; kind?: 'primary' | 'secondary' | 'danger' | 'link' }) {
+  return (
+    <button {...props} className={`btn btn-${kind}${className ? ` ${className}` : ''}`} disabled={busy || props.disabled} aria-busy={busy || undefined}>
+      {busy ? <span className="spinner" aria-hidden="true" /> : null}
+      {children}
+    </button>
+  );
+}
+
+export function PageHeader({ title, children }: { title: string; children?: ReactNode }) {
+  return (
+    <div className="page-header">
+      <h1>{title}</h1>
+      {children && <div className="page-actions">{children}</div>}
+    </div>
+  );
+}
+
+export function Card({ title, children, actions }: { title?: string; children: ReactNode; actions?: ReactNode }) {
+  return (
+    <section className="card" aria-label={title}>
+      {(title || actions) && (
+        <div className="card-head">
+          {title && <h2>{title}</h2>}
+          {actions}
+        </div>
+      )}
+      {children}
+    </section>
+  );
+}
+
+export function Loading({ label = 'Loading…' }: { label?: string }) {
+  return (
+    <div className="loading" role="status">
+      <span className="spinner" aria-hidden="true" /> {label}
+    </div>
+  );
+}
+
+/** What a query shows while it loads or when it failed (never a blank page). */
+export function QueryState({ query, children }: { query: { isPending: boolean; error: unknown }; children: () => ReactNode }) {
+  if (query.error) return <ErrorAlert error={query.error} />;
+  if (query.isPending) return <Loading />;
+  return <>{children()}</>;
+}
+
+export function Pager({ pagination, onPage }: { pagination: { page: number; limit: number; total: number }; onPage: (page: number) => void }) {
+  const pages = Math.max(1, Math.ceil(pagination.total / pagination.limit));
+  if (pages <= 1) return <p className="muted small">{pagination.total} in all</p>;
+  return (
+    <nav className="pager" aria-label="Pages">
+      <Button kind="secondary" disabled={pagination.page <= 1} onClick={() => onPage(pagination.page - 1)}>
+        Previous
+      </Button>
+      <span>
+        Page {pagination.page} of {pages} ({pagination.total} in all)
+      </span>
+      <Button kind="secondary" disabled={pagination.page >= pages} onClick={() => onPage(pagination.page + 1)}>
+        Next
+      </Button>
+    </nav>
+  );
+}
+
+export function when(iso: string | null | undefined): string {
+  if (!iso) return '—';
+  return new Date(iso).toLocaleString();
+}
+
+export function Dialog({ title, children, onClose }: { title: string; children: ReactNode; onClose: () => void }) {
+  // Focus goes back to what opened the dialog when it closes (keyboard users keep their place).
+  useEffect(() => {
+    const opener = document.activeElement;
+    return () => {
+      if (opener instanceof HTMLElement) opener.focus();
+    };
+  }, []);
+  return (
+    <div className="dialog-backdrop" onKeyDown={(e) => e.key === 'Escape' && onClose()}>
+      <div className="dialog" role="dialog" aria-modal="true" aria-label={title}>
+        <div className="card-head">
+          <h2>{title}</h2>
+          <Button kind="link" onClick={onClose} aria-label="Close">
+            ✕
+          </Button>
+        </div>
+        {children}
+      </div>
+    </div>
+  );
+}
+
+/** A page the caller may not use (reached by its address): said plainly, never a blank page. */
+export function Gate({ allow, what, children }: { allow: boolean; what: string; children: ReactNode }) {
+  if (!allow) {
+    return (
+      <>
+        <PageHeader title={what} />
+        <Alert>You do not have permission to see {what.toLowerCase()}. Ask an administrator if you need it.</Alert>
+      </>
+    );
+  }
+  return <>{children}</>;
+}
