@@ -109,7 +109,9 @@ describe.skipIf(!backendAvailable())(`releases and promotion (${backend})`, () =
     expect(rows.map((r) => r.component).sort()).toEqual(['agent', 'watchdog']);
     // Both components were set by the same promote: one version, one of the winners'.
     expect(new Set(rows.map((r) => r.version)).size).toBe(1);
-    expect(winners.map((a) => a.body.version)).toContain(rows[0]!.version);
+    // Never a silent downgrade: the target is the highest version any promote was told succeeded.
+    const highest = winners.map((a) => a.body.version as string).sort((x, y) => Number(x.split('.')[2]) - Number(y.split('.')[2])).pop();
+    expect(rows[0]!.version).toBe(highest);
   });
 
   it('sync-remote: a signed manifest registers every asset of the latest stable release (never an -rc unless named)', async () => {
