@@ -66,7 +66,7 @@ describe.skipIf(!backendAvailable() || process.platform !== 'linux')(`the refere
   }
 
   const device = async (id: string) => (await app.api('GET', `/devices/${id}`, { token: w.tokens.orgAdmin })).body;
-  const rolloutOf = async (version: string) => (await app.api('GET', '/agent-versions', { token: admin })).body.data.find((v: any) => v.version === version)?.rollout;
+  const rolloutOf = async (version: string) => (await app.api('GET', '/agent-versions?limit=100', { token: admin })).body.data.find((v: any) => v.version === version)?.rollout;
 
   it('applies an offered update on real files: download, SHA-256 check, backup, replace, restart, report the new version at once', async () => {
     const { agent, bin, arch: a } = await agentOn();

@@ -5,7 +5,7 @@ import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import { badRequest, validationError, zodFields } from '../../platform/http/errors.js';
 import { uploadLimitsOf } from '../../platform/http/middleware.js';
-import { errors, json, jsonBody } from '../../platform/http/schemas.js';
+import { errors, json, jsonBody, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { authenticate } from '../identity/middleware.js';
 import { requestInfo } from '../identity/http.js';
 import { requireMfa } from '../mfa/policy.js';
@@ -131,9 +131,19 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'get', path: '/agent-versions', tags: ['agents'], summary: 'Registered versions with device counts and rollout state',
       middleware: [auth, ...guard(keel, { permission: ['devices', 'read'] })],
-      responses: { 200: json(z.object({ data: z.array(VersionEntry).openapi(d('Versions, newest first per component')) }).openapi('AgentVersions'), 'Versions'), ...errors(401, 403) },
+      request: {
+        query: z.object({
+          page: PageQuery.shape.page.openapi({ description: 'Page (from 1)' }),
+          limit: PageQuery.shape.limit.openapi({ description: 'Page size (1-100)' }),
+        }),
+      },
+      responses: { 200: json(paginated(VersionEntry), 'Versions, newest first per component'), ...errors(400, 401, 403) },
     }),
-    async (c) => c.json({ data: await listVersions(keel, accessOf(c)) }, 200),
+    async (c) => {
+      const q = c.req.valid('query');
+      const all = await listVersions(keel, accessOf(c));
+      return c.json(page(all.slice((q.page - 1) * q.limit, q.page * q.limit), q, all.length), 200);
+    },
   );
 
   api.openapi(
