@@ -119,19 +119,27 @@ export async function benchFleet(backend: BenchBackend): Promise<FleetResult> {
     const agentLoop = async (a: { token: string; version: string }, phase: number) => {
       await sleep(phase);
       while (!stop) {
-        const h = { authorization: `Bearer ${a.token}` };
-        const res = await postJson(`${keel.url}/api/v1/agents/heartbeat`, { components: { agent: a.version } }, h);
-        const offer = res.body?.update as { version: string } | null | undefined;
-        if (offer) {
-          await postJson(`${keel.url}/api/v1/agents/update-report`, { component: 'agent', fromVersion: a.version, toVersion: offer.version, state: 'started' }, h);
-          const from = a.version;
-          a.version = offer.version;
-          await postJson(`${keel.url}/api/v1/agents/heartbeat`, { components: { agent: a.version } }, h); // at once, no jitter
-          await postJson(`${keel.url}/api/v1/agents/update-report`, { component: 'agent', fromVersion: from, toVersion: offer.version, state: 'succeeded' }, h);
-          continue;
+        try {
+          await beat(a);
+        } catch {
+          // A keep-alive connection the server closed as it was reused: a real agent retries.
+          await sleep(100);
         }
-        await sleep(ROLLOUT_INTERVAL_S * 1000);
       }
+    };
+    const beat = async (a: { token: string; version: string }) => {
+      const h = { authorization: `Bearer ${a.token}` };
+      const res = await postJson(`${keel.url}/api/v1/agents/heartbeat`, { components: { agent: a.version } }, h);
+      const offer = res.body?.update as { version: string } | null | undefined;
+      if (offer) {
+        await postJson(`${keel.url}/api/v1/agents/update-report`, { component: 'agent', fromVersion: a.version, toVersion: offer.version, state: 'started' }, h);
+        const from = a.version;
+        a.version = offer.version;
+        await postJson(`${keel.url}/api/v1/agents/heartbeat`, { components: { agent: a.version } }, h); // at once, no jitter
+        await postJson(`${keel.url}/api/v1/agents/update-report`, { component: 'agent', fromVersion: from, toVersion: offer.version, state: 'succeeded' }, h);
+        return;
+      }
+      await sleep(ROLLOUT_INTERVAL_S * 1000);
     };
     const loops = fleet.map((a, i) => agentLoop(a, (i / fleet.length) * ROLLOUT_INTERVAL_S * 1000));
     await sleep(ROLLOUT_INTERVAL_S * 1000); // every agent has heartbeated once
