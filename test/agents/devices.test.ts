@@ -162,6 +162,18 @@ describe.skipIf(!backendAvailable())(`devices and heartbeats (${backend})`, () =
     expect(audit.find((a) => a.action === 'device.auto_update')?.details).toEqual({ enabled: false });
   });
 
+  it('AGENT_AUTO_PROMOTE (default true): a registered release is the target at once, never a downgrade', async () => {
+    const body = (version: string) => ({ version, component: 'agent', os: 'linux', arch: 'auto', url: `https://releases.example.com/${version}`, sha256: 'f'.repeat(64), size: 9 });
+    const first = await app.api('POST', '/agent-versions', { token: w.tokens.platformAdmin, body: body('2.0.0') });
+    expect(first.status).toBe(201);
+    expect(first.body.promoted).toEqual(['agent:linux/auto']);
+    const lower = await app.api('POST', '/agent-versions', { token: w.tokens.platformAdmin, body: body('1.9.0') });
+    expect(lower.status).toBe(201);
+    expect(lower.body.promoted).toEqual([]);
+    const d = await enroll(app, await enrollmentKey(app, w.tokens.orgAdmin, w.orgId), { arch: 'auto' });
+    expect((await heartbeat(app, d)).body.update).toMatchObject({ version: '2.0.0' });
+  });
+
   it('an organisation user restricted to one site sees only that site\'s devices', async () => {
     const siteA = await app.api('POST', `/orgs/${w.orgId}/sites`, { token: w.tokens.orgAdmin, body: { name: 'Site A' } });
     const siteB = await app.api('POST', `/orgs/${w.orgId}/sites`, { token: w.tokens.orgAdmin, body: { name: 'Site B' } });
