@@ -188,6 +188,15 @@ describe.skipIf(!backendAvailable() || process.platform !== 'linux')(`the refere
     expect(elsewhere.status).toBe(415);
   });
 
+  it('a malformed upload is a 4xx, never a 500', async () => {
+    const post = (type: string, body: string) => fetch(`${app.url}/api/v1/agent-versions`, { method: 'POST', headers: { authorization: `Bearer ${admin}`, 'x-forwarded-for': app.ip, 'content-type': type }, body });
+    expect((await post('multipart/form-data; boundary=zz', '--zz\r\nContent-Disposition: form-data; name="version"\r\n\r\n1.0')).status).toBeLessThan(500);
+    const missing = await post('multipart/form-data; boundary=zz', '--zz\r\nContent-Disposition: form-data; name="version"\r\n\r\n1.0.0\r\n--zz--\r\n');
+    expect(missing.status).toBe(400);
+    expect(((await missing.json()) as { code: string }).code).toBe('validation_failed');
+    expect((await post('text/plain', 'hello')).status).toBe(415);
+  });
+
   it('downloads need a device token', async () => {
     const a = `dl${++arch}`;
     const reg = await upload('1.6.0', script('1.6.0'), a);

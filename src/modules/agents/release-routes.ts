@@ -3,7 +3,7 @@ import { Readable } from 'node:stream';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
-import { badRequest, validationError, zodFields } from '../../platform/http/errors.js';
+import { AppError, badRequest, validationError, zodFields } from '../../platform/http/errors.js';
 import { uploadLimitsOf } from '../../platform/http/middleware.js';
 import { errors, json, jsonBody, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { authenticate } from '../identity/middleware.js';
@@ -159,15 +159,26 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       const info = requestInfo(c);
       const type = c.req.header('content-type') ?? '';
       if (/^multipart\/form-data/i.test(type)) {
-        const form = await c.req.parseBody();
+        let form: Record<string, string | File | (string | File)[]>;
+        try {
+          form = await c.req.parseBody();
+        } catch {
+          throw badRequest('invalid_multipart', 'The multipart body could not be read');
+        }
         const file = form.file;
         const meta = UploadMeta.safeParse({ version: form.version, component: form.component, os: form.os, arch: form.arch });
         if (!meta.success) throw validationError(zodFields(meta.error));
         if (!(file instanceof File)) throw validationError([{ path: 'file', message: 'is required (a file part)' }]);
         return c.json(await registerUpload(keel, meta.data, new Uint8Array(await file.arrayBuffer()), info), 201);
       }
-      if (!/^application\/json/i.test(type)) throw badRequest('unsupported_media_type', 'Send multipart/form-data or application/json');
-      const body = RemoteBody.strict().safeParse(await c.req.json());
+      if (!/^application\/json/i.test(type)) throw new AppError(415, 'unsupported_media_type', 'Send multipart/form-data or application/json');
+      let json: unknown;
+      try {
+        json = await c.req.json();
+      } catch {
+        throw badRequest('invalid_json', 'The request body is not valid JSON');
+      }
+      const body = RemoteBody.strict().safeParse(json);
       if (!body.success) throw validationError(zodFields(body.error));
       return c.json(await registerRemote(keel, body.data, info), 201);
     },
