@@ -162,6 +162,26 @@ describe.skipIf(!backendAvailable())(`devices and heartbeats (${backend})`, () =
     expect(audit.find((a) => a.action === 'device.auto_update')?.details).toEqual({ enabled: false });
   });
 
+  it('device list filters and pages; a site-restricted user creates keys only for its sites', async () => {
+    const site = await app.api('POST', `/orgs/${w.orgId}/sites`, { token: w.tokens.orgAdmin, body: { name: 'Filter site' } });
+    const key = await enrollmentKey(app, w.tokens.orgAdmin, w.orgId, { siteId: site.body.id });
+    const made = [];
+    for (const name of ['filter-a', 'filter-b', 'filter-c']) made.push(await enroll(app, key, { hostname: name, os: 'windows' }));
+    const first = await app.api('GET', `/devices?siteId=${site.body.id}&os=windows&limit=2&page=1`, { token: w.tokens.orgAdmin });
+    expect(first.body.pagination).toEqual({ page: 1, limit: 2, total: 3 });
+    expect(first.body.data.map((d: any) => d.hostname)).toEqual(['filter-a', 'filter-b']);
+    const second = await app.api('GET', `/devices?siteId=${site.body.id}&os=windows&limit=2&page=2`, { token: w.tokens.orgAdmin });
+    expect(second.body.data.map((d: any) => d.hostname)).toEqual(['filter-c']);
+    const byName = await app.api('GET', '/devices?hostname=ter-b', { token: w.tokens.orgAdmin });
+    expect(byName.body.data.map((d: any) => d.id)).toEqual([made[1]!.deviceId]);
+    expect((await app.api('GET', '/devices?status=sleeping', { token: w.tokens.orgAdmin })).status).toBe(400);
+    const restricted = await orgUserWithRole(app, w.orgId, ROLE.orgAdmin, { siteIds: [site.body.id] });
+    expect((await app.api('POST', `/orgs/${w.orgId}/enrollment-keys`, { token: restricted.token, body: { siteId: site.body.id } })).status).toBe(201);
+    const outside = await app.api('POST', `/orgs/${w.orgId}/enrollment-keys`, { token: restricted.token, body: {} });
+    expect(outside.status).toBe(403);
+    expect(outside.body.code).toBe('placement_forbidden');
+  });
+
   it('AGENT_AUTO_PROMOTE (default true): a registered release is the target at once, never a downgrade', async () => {
     const body = (version: string) => ({ version, component: 'agent', os: 'linux', arch: 'auto', url: `https://releases.example.com/${version}`, sha256: 'f'.repeat(64), size: 9 });
     const first = await app.api('POST', '/agent-versions', { token: w.tokens.platformAdmin, body: body('2.0.0') });
