@@ -160,6 +160,14 @@ describe.skipIf(!backendAvailable())(`devices and heartbeats (${backend})`, () =
     expect((await heartbeat(app, d)).body.autoUpdate).toBe(false);
     const audit = await app.server.keel.db.select().from(auditLogs).where(eq(auditLogs.targetId, d.deviceId));
     expect(audit.find((a) => a.action === 'device.auto_update')?.details).toEqual({ enabled: false });
+    // An API key with devices:execute may do it too; one with devices:read only may not.
+    const exec = await app.api('POST', '/api-keys', { token: w.tokens.orgAdmin, body: { name: 'ops', permissions: [{ resource: 'devices', action: 'execute' }] } });
+    expect(exec.status).toBe(201);
+    const on = await app.api('POST', `/devices/${d.deviceId}/auto-update`, { token: exec.body.key, body: { enabled: true } });
+    expect(on.status).toBe(200);
+    expect((await heartbeat(app, d)).body.autoUpdate).toBe(true);
+    const read = await app.api('POST', '/api-keys', { token: w.tokens.orgAdmin, body: { name: 'reader', permissions: [{ resource: 'devices', action: 'read' }] } });
+    expect((await app.api('POST', `/devices/${d.deviceId}/auto-update`, { token: read.body.key, body: { enabled: false } })).status).toBe(403);
   });
 
   it('device list filters and pages; a site-restricted user creates keys only for its sites', async () => {
