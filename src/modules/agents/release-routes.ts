@@ -12,7 +12,8 @@ import { requireMfa } from '../mfa/policy.js';
 import { accessOf, guard } from '../access/scope.js';
 import { deviceAuth } from './context.js';
 import { ComponentName, Platform, Version } from './http.js';
-import { listVersions, localBuild, promote, registerRemote, registerUpload, resumeRollout, syncRemote, widenRollout } from './releases.js';
+import { listVersions, localBuild, promote, registerRemote, registerUpload, resumeRollout, widenRollout } from './releases.js';
+import { syncRemote } from './sync.js';
 
 const d = (description: string, example?: unknown) => (example === undefined ? { description } : { description, example });
 
