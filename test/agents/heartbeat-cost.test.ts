@@ -25,7 +25,7 @@ describe.skipIf(!backendAvailable())(`heartbeat cost (${backend})`, () => {
     const client = (app.server.keel.db as unknown as { session: { client: Record<string, Fn> } }).session.client;
     let n = 0;
     const originals: [string, Fn][] = [];
-    for (const name of ['query', 'connect', 'transaction', 'exec']) {
+    for (const name of ['query', 'connect', 'transaction', 'exec', 'execProtocol']) {
       const original = client[name];
       if (typeof original !== 'function') continue;
       originals.push([name, original]);
