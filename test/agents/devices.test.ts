@@ -142,6 +142,9 @@ describe.skipIf(!backendAvailable())(`devices and heartbeats (${backend})`, () =
     expect((await app.api('DELETE', `/devices/${d.deviceId}`, { token: w.tokens.orgAdmin })).status).toBe(204);
     const hb = await heartbeat(app, d);
     expect(hb.status).toBe(401);
+    // The token is gone at rest too, not only refused.
+    const [row] = await app.server.keel.db.select().from(devices).where(eq(devices.id, d.deviceId));
+    expect(row!.tokenHash).toBeNull();
     expect((await app.api('GET', `/devices/${d.deviceId}`, { token: w.tokens.orgAdmin })).status).toBe(404);
     expect(eventsOf(d.deviceId)).toContain('device.decommissioned');
     const audit = await app.server.keel.db.select().from(auditLogs).where(eq(auditLogs.targetId, d.deviceId));
