@@ -75,6 +75,8 @@ describe('the decision', () => {
     const closed: DecisionInput = { ...base, window: { days: ['sun'], start: '01:00', end: '02:00' }, target: () => ({ version: '1.1.0', rolloutPercent: 1, rolloutStatus: 'active' }) };
     const outside = ['d1', 'd2', 'd3', 'd4', 'd5'].find((id) => !inCohort(id, '1.1.0', 1)) ?? '';
     expect(decideUpdate({ ...closed, deviceId: outside })).toBeNull();
+    // Window open: the cohort alone keeps a device outside it from the update.
+    expect(decideUpdate({ ...closed, window: null, deviceId: outside })).toBeNull();
     expect(decideUpdate({ ...closed, updateNow: true })).toMatchObject({ version: '1.1.0', viaUpdateNow: true });
     expect(decideUpdate({ ...closed, updateNow: true, autoUpdate: false })).toBeNull();
   });
