@@ -34,4 +34,9 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     void agent.shutdown().then(() => process.exit(0));
   });
 }
-await agent.run();
+try {
+  await agent.run();
+} catch (err) {
+  process.stderr.write(`keel-agent: ${(err as Error).message}\n`);
+  process.exit(1);
+}

@@ -5,7 +5,8 @@
  *    API; then autocannon sends POST /agents/heartbeat round-robin over all their device tokens (each
  *    up to date with the promoted target: the full update decision runs and answers `update: null`),
  *    next to bare hono answering the same JSON to the same POST (bench/bare-server.ts) in the same
- *    run. Goals printed: ≥ 5,000 heartbeats/s, p99 < 50 ms, ≥ 0.3 of bare.
+ *    run, in BENCH_FLEET_ROUNDS (default 3) alternating rounds, the median round reported. Goals
+ *    printed: ≥ 5,000 heartbeats/s, p99 < 50 ms, ≥ 0.3 of bare.
  * 2. Rollout: ROLLOUT_AGENTS (default 1,000) of those devices run as simulated agents, each
  *    heartbeating every ROLLOUT_INTERVAL_S (default 5 s, phases spread; Keel's own interval stays 60 s,
  *    the client paces itself) and applying an offered update at once (started, the new version,
@@ -27,6 +28,7 @@ const DEVICES = Number(process.env.FLEET_DEVICES ?? '10000');
 const ROLLOUT_AGENTS = Math.min(DEVICES, Number(process.env.ROLLOUT_AGENTS ?? '1000'));
 const ROLLOUT_INTERVAL_S = Number(process.env.ROLLOUT_INTERVAL_S ?? '5');
 const CONNECTIONS = 20;
+const ROUNDS = Math.max(1, Number(process.env.BENCH_FLEET_ROUNDS ?? '3'));
 
 export interface FleetResult {
   backend: string;
@@ -108,9 +110,16 @@ export async function benchFleet(backend: BenchBackend): Promise<FleetResult> {
       });
     await heartbeats(`${keel.url}/api/v1/agents/heartbeat`, true, 2);
     await heartbeats(`${bare.url}/heartbeat`, false, 2);
-    process.stderr.write(`[fleet/${backend.name}] heartbeats: Keel then bare hono, ${BENCH_SECONDS} s each at ${CONNECTIONS} connections...\n`);
-    const keelRun = await heartbeats(`${keel.url}/api/v1/agents/heartbeat`, true, BENCH_SECONDS);
-    const bareRun = await heartbeats(`${bare.url}/heartbeat`, false, BENCH_SECONDS);
+    // Alternating rounds (the machine's load moves between runs); the median round's ratio is reported.
+    const rounds: { keel: Result; bare: Result; ratio: number }[] = [];
+    for (let round = 1; round <= ROUNDS; round++) {
+      process.stderr.write(`[fleet/${backend.name}] round ${round}/${ROUNDS}: Keel then bare hono, ${BENCH_SECONDS} s each at ${CONNECTIONS} connections...\n`);
+      const k = await heartbeats(`${keel.url}/api/v1/agents/heartbeat`, true, BENCH_SECONDS);
+      const b = await heartbeats(`${bare.url}/heartbeat`, false, BENCH_SECONDS);
+      rounds.push({ keel: k, bare: b, ratio: okPerSecond(k) / okPerSecond(b) });
+    }
+    const sorted = [...rounds].sort((x, y) => x.ratio - y.ratio);
+    const { keel: keelRun, bare: bareRun } = sorted[Math.floor(sorted.length / 2)] ?? { keel: rounds[0]!.keel, bare: rounds[0]!.bare };
 
     // Rollout: simulated agents, a promoted version, the time until all report it.
     process.stderr.write(`[fleet/${backend.name}] rollout to ${ROLLOUT_AGENTS} online agents (heartbeat every ${ROLLOUT_INTERVAL_S} s)...\n`);
@@ -119,19 +128,27 @@ export async function benchFleet(backend: BenchBackend): Promise<FleetResult> {
     const agentLoop = async (a: { token: string; version: string }, phase: number) => {
       await sleep(phase);
       while (!stop) {
-        const h = { authorization: `Bearer ${a.token}` };
-        const res = await postJson(`${keel.url}/api/v1/agents/heartbeat`, { components: { agent: a.version } }, h);
-        const offer = res.body?.update as { version: string } | null | undefined;
-        if (offer) {
-          await postJson(`${keel.url}/api/v1/agents/update-report`, { component: 'agent', fromVersion: a.version, toVersion: offer.version, state: 'started' }, h);
-          const from = a.version;
-          a.version = offer.version;
-          await postJson(`${keel.url}/api/v1/agents/heartbeat`, { components: { agent: a.version } }, h); // at once, no jitter
-          await postJson(`${keel.url}/api/v1/agents/update-report`, { component: 'agent', fromVersion: from, toVersion: offer.version, state: 'succeeded' }, h);
-          continue;
+        try {
+          await beat(a);
+        } catch {
+          // A keep-alive connection the server closed as it was reused: a real agent retries.
+          await sleep(100);
         }
-        await sleep(ROLLOUT_INTERVAL_S * 1000);
       }
+    };
+    const beat = async (a: { token: string; version: string }) => {
+      const h = { authorization: `Bearer ${a.token}` };
+      const res = await postJson(`${keel.url}/api/v1/agents/heartbeat`, { components: { agent: a.version } }, h);
+      const offer = res.body?.update as { version: string } | null | undefined;
+      if (offer) {
+        await postJson(`${keel.url}/api/v1/agents/update-report`, { component: 'agent', fromVersion: a.version, toVersion: offer.version, state: 'started' }, h);
+        const from = a.version;
+        a.version = offer.version;
+        await postJson(`${keel.url}/api/v1/agents/heartbeat`, { components: { agent: a.version } }, h); // at once, no jitter
+        await postJson(`${keel.url}/api/v1/agents/update-report`, { component: 'agent', fromVersion: from, toVersion: offer.version, state: 'succeeded' }, h);
+        return;
+      }
+      await sleep(ROLLOUT_INTERVAL_S * 1000);
     };
     const loops = fleet.map((a, i) => agentLoop(a, (i / fleet.length) * ROLLOUT_INTERVAL_S * 1000));
     await sleep(ROLLOUT_INTERVAL_S * 1000); // every agent has heartbeated once
@@ -148,7 +165,7 @@ export async function benchFleet(backend: BenchBackend): Promise<FleetResult> {
       heartbeatsPerSecond: okPerSecond(keelRun),
       p50: keelRun.latency.p50,
       p99: keelRun.latency.p99,
-      failures: keelRun.non2xx + keelRun.errors + keelRun.timeouts,
+      failures: rounds.reduce((n, r) => n + r.keel.non2xx + r.keel.errors + r.keel.timeouts, 0),
       barePerSecond: okPerSecond(bareRun),
       bareP99: bareRun.latency.p99,
       ratio: okPerSecond(keelRun) / okPerSecond(bareRun),

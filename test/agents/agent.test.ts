@@ -22,7 +22,7 @@ describe.skipIf(!backendAvailable() || process.platform !== 'linux')(`the refere
   const dirs: string[] = [];
   beforeAll(async () => {
     // The agent talks to PUBLIC_URL, the base of the download URLs Keel hands out.
-    app = await startTestApp({ env: { LOGIN_LIMIT: '1000', BINARY_SOURCE: 'local', AGENT_AUTO_PROMOTE: 'false' }, publicUrlFromPort: true });
+    app = await startTestApp({ env: { LOGIN_LIMIT: '1000', BINARY_SOURCE: 'local', AGENT_AUTO_PROMOTE: 'false', AGENT_UPLOAD_LIMIT_BYTES: '65536' }, publicUrlFromPort: true });
     w = await createWorld(app);
     admin = await mfaAdmin(app, w);
     key = await enrollmentKey(app, w.tokens.orgAdmin, w.orgId);
@@ -66,7 +66,7 @@ describe.skipIf(!backendAvailable() || process.platform !== 'linux')(`the refere
   }
 
   const device = async (id: string) => (await app.api('GET', `/devices/${id}`, { token: w.tokens.orgAdmin })).body;
-  const rolloutOf = async (version: string) => (await app.api('GET', '/agent-versions', { token: admin })).body.data.find((v: any) => v.version === version)?.rollout;
+  const rolloutOf = async (version: string) => (await app.api('GET', '/agent-versions?limit=100', { token: admin })).body.data.find((v: any) => v.version === version)?.rollout;
 
   it('applies an offered update on real files: download, SHA-256 check, backup, replace, restart, report the new version at once', async () => {
     const { agent, bin, arch: a } = await agentOn();
@@ -153,10 +153,11 @@ describe.skipIf(!backendAvailable() || process.platform !== 'linux')(`the refere
 
   it('watchdog mode restarts a crashed binary, and restores the backup when the binary no longer starts', async () => {
     const { agent, bin } = await agentOn({ watchdog: true });
+    // Resolves once a new process of the good binary runs (the poll only paces the check).
     const restarted = (before: number | undefined) =>
       new Promise<void>((resolve) => {
         const poll = setInterval(() => {
-          if (agent.running && agent.pid !== before) {
+          if (agent.running && agent.pid !== before && readFileSync(bin, 'utf8') === script('1.0.0')) {
             clearInterval(poll);
             resolve();
           }
@@ -174,6 +175,26 @@ describe.skipIf(!backendAvailable() || process.platform !== 'linux')(`the refere
     await restarted(pid);
     expect(readFileSync(bin, 'utf8')).toBe(script('1.0.0'));
     expect(readdirSync(join(bin, '..')).sort()).toEqual(['agent-bin', 'agent-bin.bak', 'state']);
+  });
+
+  it('uploads have their own body limit (AGENT_UPLOAD_LIMIT_BYTES): over it is 413; other routes keep the JSON limit', async () => {
+    const form = new FormData();
+    for (const [k, v] of Object.entries({ version: '1.7.0', component: 'agent', os: 'linux', arch: 'big' })) form.set(k, v);
+    form.set('file', new Blob([Buffer.alloc(70_000, 1)]), 'agent');
+    const res = await fetch(`${app.url}/api/v1/agent-versions`, { method: 'POST', headers: { authorization: `Bearer ${admin}`, 'x-forwarded-for': app.ip }, body: form });
+    expect(res.status).toBe(413);
+    // Above the JSON limit of other routes (1 MiB would not matter here) but a multipart body elsewhere is 415.
+    const elsewhere = await fetch(`${app.url}/api/v1/agents/heartbeat`, { method: 'POST', headers: { 'x-forwarded-for': app.ip }, body: new FormData() });
+    expect(elsewhere.status).toBe(415);
+  });
+
+  it('a malformed upload is a 4xx, never a 500', async () => {
+    const post = (type: string, body: string) => fetch(`${app.url}/api/v1/agent-versions`, { method: 'POST', headers: { authorization: `Bearer ${admin}`, 'x-forwarded-for': app.ip, 'content-type': type }, body });
+    expect((await post('multipart/form-data; boundary=zz', '--zz\r\nContent-Disposition: form-data; name="version"\r\n\r\n1.0')).status).toBeLessThan(500);
+    const missing = await post('multipart/form-data; boundary=zz', '--zz\r\nContent-Disposition: form-data; name="version"\r\n\r\n1.0.0\r\n--zz--\r\n');
+    expect(missing.status).toBe(400);
+    expect(((await missing.json()) as { code: string }).code).toBe('validation_failed');
+    expect((await post('text/plain', 'hello')).status).toBe(415);
   });
 
   it('downloads need a device token', async () => {

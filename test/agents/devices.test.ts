@@ -142,6 +142,9 @@ describe.skipIf(!backendAvailable())(`devices and heartbeats (${backend})`, () =
     expect((await app.api('DELETE', `/devices/${d.deviceId}`, { token: w.tokens.orgAdmin })).status).toBe(204);
     const hb = await heartbeat(app, d);
     expect(hb.status).toBe(401);
+    // The token is gone at rest too, not only refused.
+    const [row] = await app.server.keel.db.select().from(devices).where(eq(devices.id, d.deviceId));
+    expect(row!.tokenHash).toBeNull();
     expect((await app.api('GET', `/devices/${d.deviceId}`, { token: w.tokens.orgAdmin })).status).toBe(404);
     expect(eventsOf(d.deviceId)).toContain('device.decommissioned');
     const audit = await app.server.keel.db.select().from(auditLogs).where(eq(auditLogs.targetId, d.deviceId));
@@ -160,6 +163,46 @@ describe.skipIf(!backendAvailable())(`devices and heartbeats (${backend})`, () =
     expect((await heartbeat(app, d)).body.autoUpdate).toBe(false);
     const audit = await app.server.keel.db.select().from(auditLogs).where(eq(auditLogs.targetId, d.deviceId));
     expect(audit.find((a) => a.action === 'device.auto_update')?.details).toEqual({ enabled: false });
+    // An API key with devices:execute may do it too; one with devices:read only may not.
+    const exec = await app.api('POST', '/api-keys', { token: w.tokens.orgAdmin, body: { name: 'ops', permissions: [{ resource: 'devices', action: 'execute' }] } });
+    expect(exec.status).toBe(201);
+    const on = await app.api('POST', `/devices/${d.deviceId}/auto-update`, { token: exec.body.key, body: { enabled: true } });
+    expect(on.status).toBe(200);
+    expect((await heartbeat(app, d)).body.autoUpdate).toBe(true);
+    const read = await app.api('POST', '/api-keys', { token: w.tokens.orgAdmin, body: { name: 'reader', permissions: [{ resource: 'devices', action: 'read' }] } });
+    expect((await app.api('POST', `/devices/${d.deviceId}/auto-update`, { token: read.body.key, body: { enabled: false } })).status).toBe(403);
+  });
+
+  it('device list filters and pages; a site-restricted user creates keys only for its sites', async () => {
+    const site = await app.api('POST', `/orgs/${w.orgId}/sites`, { token: w.tokens.orgAdmin, body: { name: 'Filter site' } });
+    const key = await enrollmentKey(app, w.tokens.orgAdmin, w.orgId, { siteId: site.body.id });
+    const made = [];
+    for (const name of ['filter-a', 'filter-b', 'filter-c']) made.push(await enroll(app, key, { hostname: name, os: 'windows' }));
+    const first = await app.api('GET', `/devices?siteId=${site.body.id}&os=windows&limit=2&page=1`, { token: w.tokens.orgAdmin });
+    expect(first.body.pagination).toEqual({ page: 1, limit: 2, total: 3 });
+    expect(first.body.data.map((d: any) => d.hostname)).toEqual(['filter-a', 'filter-b']);
+    const second = await app.api('GET', `/devices?siteId=${site.body.id}&os=windows&limit=2&page=2`, { token: w.tokens.orgAdmin });
+    expect(second.body.data.map((d: any) => d.hostname)).toEqual(['filter-c']);
+    const byName = await app.api('GET', '/devices?hostname=ter-b', { token: w.tokens.orgAdmin });
+    expect(byName.body.data.map((d: any) => d.id)).toEqual([made[1]!.deviceId]);
+    expect((await app.api('GET', '/devices?status=sleeping', { token: w.tokens.orgAdmin })).status).toBe(400);
+    const restricted = await orgUserWithRole(app, w.orgId, ROLE.orgAdmin, { siteIds: [site.body.id] });
+    expect((await app.api('POST', `/orgs/${w.orgId}/enrollment-keys`, { token: restricted.token, body: { siteId: site.body.id } })).status).toBe(201);
+    const outside = await app.api('POST', `/orgs/${w.orgId}/enrollment-keys`, { token: restricted.token, body: {} });
+    expect(outside.status).toBe(403);
+    expect(outside.body.code).toBe('placement_forbidden');
+  });
+
+  it('AGENT_AUTO_PROMOTE (default true): a registered release is the target at once, never a downgrade', async () => {
+    const body = (version: string) => ({ version, component: 'agent', os: 'linux', arch: 'auto', url: `https://releases.example.com/${version}`, sha256: 'f'.repeat(64), size: 9 });
+    const first = await app.api('POST', '/agent-versions', { token: w.tokens.platformAdmin, body: body('2.0.0') });
+    expect(first.status).toBe(201);
+    expect(first.body.promoted).toEqual(['agent:linux/auto']);
+    const lower = await app.api('POST', '/agent-versions', { token: w.tokens.platformAdmin, body: body('1.9.0') });
+    expect(lower.status).toBe(201);
+    expect(lower.body.promoted).toEqual([]);
+    const d = await enroll(app, await enrollmentKey(app, w.tokens.orgAdmin, w.orgId), { arch: 'auto' });
+    expect((await heartbeat(app, d)).body.update).toMatchObject({ version: '2.0.0' });
   });
 
   it('an organisation user restricted to one site sees only that site\'s devices', async () => {

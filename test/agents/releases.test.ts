@@ -87,8 +87,9 @@ describe.skipIf(!backendAvailable())(`releases and promotion (${backend})`, () =
     expect(down.status).toBe(409);
     expect(down.body.code).toBe('downgrade_refused');
     expect((await app.api('POST', '/agent-versions/promote', { token: admin, body: { version: '1.1.0', allowDowngrade: true } })).status).toBe(200);
-    const list = await app.api('GET', '/agent-versions', { token: w.tokens.orgAdmin });
+    const list = await app.api('GET', '/agent-versions?limit=100', { token: w.tokens.orgAdmin });
     expect(list.status).toBe(200);
+    expect(list.body.pagination).toEqual({ page: 1, limit: 100, total: list.body.data.length });
     const v110 = list.body.data.find((v: any) => v.version === '1.1.0' && v.component === 'agent');
     expect(v110.target).toEqual(['agent:linux/dg']);
     expect(v110.rollout).toMatchObject({ percent: 100, status: 'complete' });
@@ -109,7 +110,9 @@ describe.skipIf(!backendAvailable())(`releases and promotion (${backend})`, () =
     expect(rows.map((r) => r.component).sort()).toEqual(['agent', 'watchdog']);
     // Both components were set by the same promote: one version, one of the winners'.
     expect(new Set(rows.map((r) => r.version)).size).toBe(1);
-    expect(winners.map((a) => a.body.version)).toContain(rows[0]!.version);
+    // Never a silent downgrade: the target is the highest version any promote was told succeeded.
+    const highest = winners.map((a) => a.body.version as string).sort((x, y) => Number(x.split('.')[2]) - Number(y.split('.')[2])).pop();
+    expect(rows[0]!.version).toBe(highest);
   });
 
   it('sync-remote: a signed manifest registers every asset of the latest stable release (never an -rc unless named)', async () => {
@@ -121,7 +124,7 @@ describe.skipIf(!backendAvailable())(`releases and promotion (${backend})`, () =
     expect(res.body).toEqual({ version: '2.1.0', synced: ['agent:linux/amd64', 'watchdog:linux/amd64'], promoted: [] });
     const rc = await app.api('POST', '/agent-versions/sync-remote?version=2.2.0-rc.1', { token: admin });
     expect(rc.body).toMatchObject({ version: '2.2.0-rc.1', synced: ['agent:linux/amd64'] });
-    const list = (await app.api('GET', '/agent-versions', { token: admin })).body.data;
+    const list = (await app.api('GET', '/agent-versions?limit=100', { token: admin })).body.data;
     const synced = list.find((v: any) => v.version === '2.1.0' && v.component === 'agent');
     expect(synced.builds[0].url).toBe(`${host.url}/v2.1.0/agent-linux-amd64`);
     expect(list.find((v: any) => v.version === '2.2.0-rc.1').prerelease).toBe(true);
@@ -141,7 +144,7 @@ describe.skipIf(!backendAvailable())(`releases and promotion (${backend})`, () =
     const unsigned = await app.api('POST', '/agent-versions/sync-remote', { token: admin });
     expect(unsigned.status).toBe(502);
     expect(unsigned.body.code).toBe('manifest_signature_invalid');
-    const list = (await app.api('GET', '/agent-versions', { token: admin })).body.data;
+    const list = (await app.api('GET', '/agent-versions?limit=100', { token: admin })).body.data;
     expect(list.find((v: any) => v.version === '2.1.1')).toBeUndefined();
   });
 

@@ -42,7 +42,7 @@ describe.skipIf(!backendAvailable())(`staged rollout with automatic halt (${back
     const again = await inBatches(FLEET, 50, async (i) => (await heartbeat(app, fleet[i]!)).body.update?.version === '1.1.0');
     expect(again).toEqual(offers);
 
-    let entry = (await app.api('GET', '/agent-versions', { token: admin })).body.data.find((v: any) => v.version === '1.1.0');
+    let entry = (await app.api('GET', '/agent-versions?limit=100', { token: admin })).body.data.find((v: any) => v.version === '1.1.0');
     expect(entry.rollout).toMatchObject({ percent: 10, status: 'active', succeeded: 0, failed: 0 });
 
     // 4 succeed, then failures: halted once failed ≥ 20% of at least 5 reports.
@@ -52,10 +52,10 @@ describe.skipIf(!backendAvailable())(`staged rollout with automatic halt (${back
       expect((await report(d, 'started')).status).toBe(204);
       expect((await report(d, 'succeeded')).status).toBe(204);
     }
-    entry = (await app.api('GET', '/agent-versions', { token: admin })).body.data.find((v: any) => v.version === '1.1.0');
+    entry = (await app.api('GET', '/agent-versions?limit=100', { token: admin })).body.data.find((v: any) => v.version === '1.1.0');
     expect(entry.rollout).toMatchObject({ status: 'active', succeeded: 4, failed: 0 });
     expect((await report(cohort[4]!, 'failed')).status).toBe(204);
-    entry = (await app.api('GET', '/agent-versions', { token: admin })).body.data.find((v: any) => v.version === '1.1.0');
+    entry = (await app.api('GET', '/agent-versions?limit=100', { token: admin })).body.data.find((v: any) => v.version === '1.1.0');
     expect(entry.rollout).toMatchObject({ status: 'halted', succeeded: 4, failed: 1 });
     // Halted: nobody is offered the version any more, update-now included.
     const left = cohort.slice(5);
@@ -72,7 +72,7 @@ describe.skipIf(!backendAvailable())(`staged rollout with automatic halt (${back
     const resumed = await app.api('POST', '/agent-versions/rollout/resume', { token: admin, body: {} });
     expect(resumed.status).toBe(200);
     expect((await heartbeat(app, left[0]!)).body.update?.version).toBe('1.1.0');
-    entry = (await app.api('GET', '/agent-versions', { token: admin })).body.data.find((v: any) => v.version === '1.1.0');
+    entry = (await app.api('GET', '/agent-versions?limit=100', { token: admin })).body.data.find((v: any) => v.version === '1.1.0');
     expect(entry.rollout).toMatchObject({ percent: 20, status: 'active', succeeded: 0, failed: 0 });
   }, 240_000);
 });

@@ -140,6 +140,18 @@ describe.skipIf(!backendAvailable())(`full partner organisation access (${backen
       { method: 'PATCH', route: '/device-groups/:id', path: `/device-groups/${groupA}`, body: { name: 'G2' }, expect: { selected: 200, none: 404 } },
       { method: 'PATCH', route: '/device-groups/:id', path: `/device-groups/${groupB}`, body: { name: 'G2' }, expect: { selected: 404, none: 404 } },
       { method: 'DELETE', route: '/device-groups/:id', path: `/device-groups/${groupB}`, expect: { selected: 404, none: 404 } },
+      // Agents (issue 16): enrolment keys and update settings of an organisation; the partner's settings are partner-wide.
+      { method: 'GET', route: '/orgs/:orgId/enrollment-keys', path: `/orgs/${w.orgId}/enrollment-keys`, expect: { selected: 200, none: 404 } },
+      { method: 'GET', route: '/orgs/:orgId/enrollment-keys', path: `/orgs/${w.otherOrgId}/enrollment-keys`, expect: { selected: 404, none: 404 } },
+      { method: 'POST', route: '/orgs/:orgId/enrollment-keys', path: `/orgs/${w.orgId}/enrollment-keys`, body: {}, expect: { selected: 201, none: 404 } },
+      { method: 'POST', route: '/orgs/:orgId/enrollment-keys', path: `/orgs/${w.otherOrgId}/enrollment-keys`, body: {}, expect: { selected: 404, none: 404 } },
+      { method: 'DELETE', route: '/orgs/:orgId/enrollment-keys/:id', path: `/orgs/${w.otherOrgId}/enrollment-keys/${randomUUID()}`, expect: { selected: 404, none: 404 } },
+      { method: 'GET', route: '/orgs/:orgId/agent-update-settings', path: `/orgs/${w.orgId}/agent-update-settings`, expect: { selected: 200, none: 404 } },
+      { method: 'GET', route: '/orgs/:orgId/agent-update-settings', path: `/orgs/${w.otherOrgId}/agent-update-settings`, expect: { selected: 404, none: 404 } },
+      { method: 'PUT', route: '/orgs/:orgId/agent-update-settings', path: `/orgs/${w.orgId}/agent-update-settings`, body: { maintenanceWindow: null }, expect: { selected: 200, none: 404 } },
+      { method: 'PUT', route: '/orgs/:orgId/agent-update-settings', path: `/orgs/${w.otherOrgId}/agent-update-settings`, body: { maintenanceWindow: null }, expect: { selected: 404, none: 404 } },
+      { method: 'GET', route: '/partners/:partnerId/agent-update-settings', path: `/partners/${w.partnerId}/agent-update-settings`, expect: { selected: 200, none: 200 } },
+      { method: 'PUT', route: '/partners/:partnerId/agent-update-settings', path: `/partners/${w.partnerId}/agent-update-settings`, body: { maintenanceWindow: null }, expect: { selected: 'full', none: 'full' } },
       // Last: deletes that succeed for the selected user in its own organisation.
       { method: 'DELETE', route: '/sites/:id', path: `/sites/${siteA}`, expect: { selected: 204, none: 404 } },
       { method: 'DELETE', route: '/device-groups/:id', path: `/device-groups/${groupA}`, expect: { selected: 204, none: 404 } },

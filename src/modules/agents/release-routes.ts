@@ -3,16 +3,17 @@ import { Readable } from 'node:stream';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
-import { badRequest, validationError, zodFields } from '../../platform/http/errors.js';
+import { AppError, badRequest, validationError, zodFields } from '../../platform/http/errors.js';
 import { uploadLimitsOf } from '../../platform/http/middleware.js';
-import { errors, json, jsonBody } from '../../platform/http/schemas.js';
+import { errors, json, jsonBody, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { authenticate } from '../../http/authenticate.js';
 import { requestInfo } from '../identity/http.js';
 import { requireMfa } from '../mfa/policy.js';
 import { accessOf, guard } from '../access/scope.js';
 import { deviceAuth } from './context.js';
 import { ComponentName, Platform, Version } from './http.js';
-import { listVersions, localBuild, promote, registerRemote, registerUpload, resumeRollout, syncRemote, widenRollout } from './releases.js';
+import { listVersions, localBuild, promote, registerRemote, registerUpload, resumeRollout, widenRollout } from './releases.js';
+import { syncRemote } from './sync.js';
 
 const d = (description: string, example?: unknown) => (example === undefined ? { description } : { description, example });
 
@@ -131,9 +132,19 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'get', path: '/agent-versions', tags: ['agents'], summary: 'Registered versions with device counts and rollout state',
       middleware: [auth, ...guard(keel, { permission: ['devices', 'read'] })],
-      responses: { 200: json(z.object({ data: z.array(VersionEntry).openapi(d('Versions, newest first per component')) }).openapi('AgentVersions'), 'Versions'), ...errors(401, 403) },
+      request: {
+        query: z.object({
+          page: PageQuery.shape.page.openapi({ description: 'Page (from 1)' }),
+          limit: PageQuery.shape.limit.openapi({ description: 'Page size (1-100)' }),
+        }),
+      },
+      responses: { 200: json(paginated(VersionEntry), 'Versions, newest first per component'), ...errors(400, 401, 403) },
     }),
-    async (c) => c.json({ data: await listVersions(keel, accessOf(c)) }, 200),
+    async (c) => {
+      const q = c.req.valid('query');
+      const all = await listVersions(keel, accessOf(c));
+      return c.json(page(all.slice((q.page - 1) * q.limit, q.page * q.limit), q, all.length), 200);
+    },
   );
 
   api.openapi(
@@ -149,15 +160,26 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       const info = requestInfo(c);
       const type = c.req.header('content-type') ?? '';
       if (/^multipart\/form-data/i.test(type)) {
-        const form = await c.req.parseBody();
+        let form: Record<string, string | File | (string | File)[]>;
+        try {
+          form = await c.req.parseBody();
+        } catch {
+          throw badRequest('invalid_multipart', 'The multipart body could not be read');
+        }
         const file = form.file;
         const meta = UploadMeta.safeParse({ version: form.version, component: form.component, os: form.os, arch: form.arch });
         if (!meta.success) throw validationError(zodFields(meta.error));
         if (!(file instanceof File)) throw validationError([{ path: 'file', message: 'is required (a file part)' }]);
         return c.json(await registerUpload(keel, meta.data, new Uint8Array(await file.arrayBuffer()), info), 201);
       }
-      if (!/^application\/json/i.test(type)) throw badRequest('unsupported_media_type', 'Send multipart/form-data or application/json');
-      const body = RemoteBody.strict().safeParse(await c.req.json());
+      if (!/^application\/json/i.test(type)) throw new AppError(415, 'unsupported_media_type', 'Send multipart/form-data or application/json');
+      let json: unknown;
+      try {
+        json = await c.req.json();
+      } catch {
+        throw badRequest('invalid_json', 'The request body is not valid JSON');
+      }
+      const body = RemoteBody.strict().safeParse(json);
       if (!body.success) throw validationError(zodFields(body.error));
       return c.json(await registerRemote(keel, body.data, info), 201);
     },

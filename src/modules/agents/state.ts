@@ -20,6 +20,8 @@ import type { BuildInfo, Component, TargetInfo } from './decision.js';
 
 export const DEVICE_TOPIC = 'agents.device';
 export const CONFIG_TOPIC = 'agents.config';
+/** Devices kept per process (about 0.5 KB each); past it the oldest entry is dropped and read again when needed. */
+const DEVICE_CACHE_MAX = 500_000;
 
 export interface DeviceState {
   id: string;
@@ -120,8 +122,15 @@ export class AgentState {
     return state;
   }
 
-  /** Stores a device state this process just wrote (after the invalidation went out). */
+  /** Stores a device state (a load, or what this process just wrote); the oldest entry goes past the cap. */
   remember(tokenHash: string, state: DeviceState): void {
+    if (this.#byHash.size >= DEVICE_CACHE_MAX && !this.#byHash.has(tokenHash)) {
+      const oldest = this.#byHash.entries().next().value;
+      if (oldest) {
+        this.#byHash.delete(oldest[0]);
+        this.#hashOf.delete(oldest[1].id);
+      }
+    }
     this.#byHash.set(tokenHash, state);
     this.#hashOf.set(state.id, tokenHash);
   }

@@ -1,0 +1,62 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
+import { createWorld, type World } from '../access/helpers.js';
+import { agentsOf } from '../../src/modules/agents/context.js';
+import { enroll, enrollmentKey, heartbeat } from './helpers.js';
+
+type Fn = (...args: unknown[]) => unknown;
+
+/**
+ * The hottest route: a heartbeat that changes nothing costs no statement and no transaction (last
+ * seen is batched, the answer's inputs cached). Counted at the driver: every query, transaction and
+ * pooled connection taken by the process's database client.
+ */
+describe.skipIf(!backendAvailable())(`heartbeat cost (${backend})`, () => {
+  let app: TestApp;
+  let w: World;
+  beforeAll(async () => {
+    app = await startTestApp({ env: { LOGIN_LIMIT: '1000' } });
+    w = await createWorld(app);
+  });
+  afterAll(async () => app?.close());
+
+  /** Counts calls into the driver client behind Keel's database handle until `stop` is called. */
+  function countDriverCalls(): { count: () => number; stop: () => void } {
+    const client = (app.server.keel.db as unknown as { session: { client: Record<string, Fn> } }).session.client;
+    let n = 0;
+    const originals: [string, Fn][] = [];
+    for (const name of ['query', 'connect', 'transaction', 'exec', 'execProtocol']) {
+      const original = client[name];
+      if (typeof original !== 'function') continue;
+      originals.push([name, original]);
+      client[name] = function (this: unknown, ...args: unknown[]) {
+        n++;
+        return original.apply(this, args);
+      };
+    }
+    return { count: () => n, stop: () => originals.forEach(([name, fn]) => (client[name] = fn)) };
+  }
+
+  it('200 unchanged heartbeats of 20 devices run no statement; the batched last-seen write is one', async () => {
+    const key = await enrollmentKey(app, w.tokens.orgAdmin, w.orgId);
+    const devices = await Promise.all(Array.from({ length: 20 }, () => enroll(app, key)));
+    for (const d of devices) expect((await heartbeat(app, d)).status).toBe(200); // online: a change, one transaction each
+    const state = agentsOf(app.server.keel).state;
+    await state.flushLastSeen();
+    const calls = countDriverCalls();
+    try {
+      for (let round = 0; round < 10; round++) {
+        const answers = await Promise.all(devices.map((d) => heartbeat(app, d)));
+        for (const a of answers) expect(a.body).toEqual({ nextHeartbeatSeconds: 60, autoUpdate: true, update: null });
+      }
+      // The once-a-second timer may have flushed meanwhile: at most a statement per flush.
+      expect(calls.count()).toBeLessThanOrEqual(10);
+      const before = calls.count();
+      await state.flushLastSeen();
+      // One statement (node-postgres's Pool.query takes a connection for it: two calls there).
+      expect(calls.count() - before).toBeLessThanOrEqual(backend === 'postgres' ? 2 : 1);
+    } finally {
+      calls.stop();
+    }
+  });
+});
