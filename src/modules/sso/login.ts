@@ -1,4 +1,6 @@
+import { eq } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
+import { clock } from '../../platform/clock.js';
 import { constantTimeEqual, hmacSha256Hex } from '../../platform/crypto.js';
 import { badRequest, validationError } from '../../platform/http/errors.js';
 import type { AuditRequestInfo } from '../audit/service.js';
@@ -8,7 +10,7 @@ import { completeSsoLogin, mapClaims } from './provisioning.js';
 import { samlAuthorizeUrl } from './saml.js';
 import { CALLBACK_PATH, SSO_LOGIN_PURPOSE, SSO_LOGIN_TTL_MS, SsoFailure } from './constants.js';
 import { ssoProviders } from './schema.js';
-import { eq } from 'drizzle-orm';
+import { successLocation } from './locations.js';
 
 /** The stored part of an OIDC login session (SPEC 2.5); the PKCE verifier travels sealed beside it. */
 interface OidcSessionData {
@@ -117,15 +119,6 @@ export async function startLogin(keel: Keel, orgId: string, redirectPath: string
   return { location: url.href, state };
 }
 
-/** Where a finished login goes: the original page with the exchange code in the fragment. */
-export function successLocation(keel: Keel, redirectPath: string, code: string): string {
-  return `${keel.config.publicUrl}${redirectPath}#ssoCode=${encodeURIComponent(code)}`;
-}
-
-export function errorLocation(keel: Keel, code: string): string {
-  return `${keel.config.publicUrl}/login?error=${code}`;
-}
-
 /** The provider a login session names, if it still exists and is active. */
 export async function loginProvider(keel: Keel, providerId: unknown): Promise<ProviderRow> {
   if (typeof providerId !== 'string') throw new SsoFailure('provider_not_found', 'session names no provider');
@@ -175,7 +168,7 @@ export async function oidcCallback(keel: Keel, query: URLSearchParams, cookie: s
   const code = await completeSsoLogin(keel, p, profile, {
     accessToken: tokens.access_token,
     refreshToken: tokens.refresh_token,
-    expiresAt: expiresIn === undefined ? null : new Date(Date.now() + expiresIn * 1000),
+    expiresAt: expiresIn === undefined ? null : new Date(clock.nowMs() + expiresIn * 1000),
   }, info);
   return successLocation(keel, data.redirectPath, code);
 }

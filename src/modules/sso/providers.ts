@@ -6,7 +6,7 @@ import { transaction } from '../../platform/db/transaction.js';
 import { clock } from '../../platform/clock.js';
 import { newId } from '../../platform/db/columns.js';
 import { singleUseRecords } from '../../platform/db/schema.js';
-import { AppError, badRequest, conflict, notFound, validationError } from '../../platform/http/errors.js';
+import { AppError, conflict, notFound, validationError } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { assignableRole } from '../access/roles.js';
 import { reachOrg, type AccessContext } from '../access/scope.js';
@@ -375,4 +375,3 @@ export async function activeProvider(db: Db, orgId: string): Promise<ProviderRow
 }
 
 export const noActiveProvider = () => new AppError(404, 'not_found', 'There is no active SSO provider for this organization');
-export { badRequest };

@@ -3,12 +3,13 @@ import { eq } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import { randomBytes } from 'node:crypto';
 import { clock } from '../../platform/clock.js';
-import { notFound } from '../../platform/http/errors.js';
+import { badRequest, notFound } from '../../platform/http/errors.js';
 import type { SingleUseRecord } from '../../platform/single-use.js';
 import type { AuditRequestInfo } from '../audit/service.js';
 import type { ProviderRow } from './providers.js';
 import { ssoProviders } from './schema.js';
 import { completeSsoLogin, mapClaims } from './provisioning.js';
+import { successLocation } from './locations.js';
 import { ACS_PATH, SAML_ASSERTION_PURPOSE, SAML_CLOCK_SKEW_MS, SSO_LOGIN_PURPOSE, SSO_LOGIN_TTL_MS, SsoFailure } from './constants.js';
 
 const EMAIL_FORMAT = 'urn:oasis:names:tc:SAML:1.1:nameid-format:emailAddress';
@@ -52,7 +53,6 @@ export async function samlMetadata(keel: Keel, providerId: string): Promise<stri
  */
 export async function samlAuthorizeUrl(keel: Keel, p: ProviderRow, redirectPath: string): Promise<string> {
   if (!p.ssoUrl || !p.certificate) {
-    const { badRequest } = await import('../../platform/http/errors.js');
     throw badRequest('sso_provider_incomplete', 'The SSO provider lacks ssoUrl or certificate: fix it with PATCH /sso/providers/{id}');
   }
   const requestId = `_${randomBytes(20).toString('hex')}`;
@@ -148,7 +148,6 @@ export async function samlAcs(keel: Keel, form: { SAMLResponse?: string | undefi
   if (profile.nameIDFormat === EMAIL_FORMAT && claims.email === undefined) claims.email = profile.nameID;
   const mapped = mapClaims(p.attributeMapping, claims, profile.nameID, true);
   const code = await completeSsoLogin(keel, p, mapped, {}, info);
-  const { successLocation } = await import('./login.js');
   return successLocation(keel, (s.data as unknown as SamlSessionData).redirectPath, code);
 }
 
