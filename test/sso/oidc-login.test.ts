@@ -243,6 +243,21 @@ describe.skipIf(!backendAvailable())('OIDC login against a real OpenID provider'
     }
   });
 
+  it('the token, JWKS and UserInfo calls go through the outbound guard: a private address is refused before any connection', async () => {
+    for (const field of ['tokenUrl', 'jwksUrl', 'userInfoUrl'] as const) {
+      const saved = (await w.api('GET', `/sso/providers/${providerId}`, { token: w.adminToken })).body[field] as string;
+      expect((await patch({ [field]: 'http://10.1.2.3/blocked' })).status).toBe(200);
+      try {
+        const { location } = await ssoLogin(account(uniqueEmail(field)));
+        expect(location, field).toBe(`${w.app.publicUrl}/login?error=sso_error`);
+        const reason = w.logs.text.filter((l) => l.includes('SSO login refused')).at(-1) ?? '';
+        expect(reason, field).toContain('outbound blocked_address');
+      } finally {
+        await patch({ [field]: saved });
+      }
+    }
+  });
+
   it('an ID token whose nonce is not the stored one: sso_error', async () => {
     const browser = new Browser(w.app);
     const sub = account(uniqueEmail('nonce'));
