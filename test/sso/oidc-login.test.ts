@@ -213,6 +213,12 @@ describe.skipIf(!backendAvailable())('OIDC login against a real OpenID provider'
     }
   });
 
+  it('a disabled account of the organisation: sso_error (an SSO login never revives it)', async () => {
+    const disabled = await createUser(w.app, { email: uniqueEmail('off'), status: 'disabled', org: { orgId: w.tenant.orgId, roleId: orgReadOnly } });
+    expect((await ssoLogin(account(disabled.email))).location).toBe(`${w.app.publicUrl}/login?error=sso_error`);
+    expect(w.logs.text.filter((l) => l.includes('SSO login refused')).at(-1)).toContain('account is disabled');
+  });
+
   it('a user of another organisation or a partner: no_org_access', async () => {
     const other = await createUser(w.app, { email: uniqueEmail('other'), org: { orgId: w.tenant.otherOrgId, roleId: SYSTEM_ROLES.orgAdmin.id } });
     expect((await ssoLogin(account(other.email))).location).toBe(`${w.app.publicUrl}/login?error=no_org_access`);
