@@ -4,7 +4,7 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
-import { backendAvailable } from '../helpers/app.js';
+import { backend, backendAvailable } from '../helpers/app.js';
 import { createUser, login, uniqueEmail } from '../helpers/fixtures.js';
 import { raceTest, together, expectOneWinner } from '../helpers/race.js';
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
@@ -13,6 +13,7 @@ import { identityOf } from '../../src/modules/identity/context.js';
 import { openDatabase } from '../../src/platform/db/client.js';
 import { startServer, type RunningServer } from '../../src/server.js';
 import { Browser, startOidcIdp, type OidcIdp } from './idp.js';
+import { SSO_PROVIDERS_TOPIC } from '../../src/modules/sso/active-cache.js';
 import { ssoCodeOf, ssoWorld, type SsoWorld } from './helpers.js';
 
 describe.skipIf(!backendAvailable())('OIDC login against a real OpenID provider', () => {
@@ -213,6 +214,12 @@ describe.skipIf(!backendAvailable())('OIDC login against a real OpenID provider'
     }
   });
 
+  it('a disabled account of the organisation: sso_error (an SSO login never revives it)', async () => {
+    const disabled = await createUser(w.app, { email: uniqueEmail('off'), status: 'disabled', org: { orgId: w.tenant.orgId, roleId: orgReadOnly } });
+    expect((await ssoLogin(account(disabled.email))).location).toBe(`${w.app.publicUrl}/login?error=sso_error`);
+    expect(w.logs.text.filter((l) => l.includes('SSO login refused')).at(-1)).toContain('account is disabled');
+  });
+
   it('a user of another organisation or a partner: no_org_access', async () => {
     const other = await createUser(w.app, { email: uniqueEmail('other'), org: { orgId: w.tenant.otherOrgId, roleId: SYSTEM_ROLES.orgAdmin.id } });
     expect((await ssoLogin(account(other.email))).location).toBe(`${w.app.publicUrl}/login?error=no_org_access`);
@@ -240,6 +247,21 @@ describe.skipIf(!backendAvailable())('OIDC login against a real OpenID provider'
       expect(w.logs.text.some((l) => /SSO login refused/.test(l) && /WWW_AUTHENTICATE_CHALLENGE/.test(l))).toBe(true);
     } finally {
       await patch({ clientSecret: idp.clientSecret });
+    }
+  });
+
+  it('the token, JWKS and UserInfo calls go through the outbound guard: a private address is refused before any connection', async () => {
+    for (const field of ['tokenUrl', 'jwksUrl', 'userInfoUrl'] as const) {
+      const saved = (await w.api('GET', `/sso/providers/${providerId}`, { token: w.adminToken })).body[field] as string;
+      expect((await patch({ [field]: 'http://10.1.2.3/blocked' })).status).toBe(200);
+      try {
+        const { location } = await ssoLogin(account(uniqueEmail(field)));
+        expect(location, field).toBe(`${w.app.publicUrl}/login?error=sso_error`);
+        const reason = w.logs.text.filter((l) => l.includes('SSO login refused')).at(-1) ?? '';
+        expect(reason, field).toContain('outbound blocked_address');
+      } finally {
+        await patch({ [field]: saved });
+      }
     }
   });
 
@@ -298,6 +320,41 @@ describe.skipIf(!backendAvailable())('OIDC login against a real OpenID provider'
     } finally {
       await second?.close();
       if (database !== keel.database) await database.close();
+    }
+  });
+
+  it.skipIf(backend !== 'postgres')('enforceSSO switched on through one instance reaches another at once (its cached answer dropped)', async () => {
+    const keel = w.app.server.keel;
+    const database = await openDatabase({ url: keel.config.DATABASE_URL!, poolSize: 2 });
+    let second: RunningServer | null = null;
+    try {
+      second = await startServer({ config: { ...keel.config }, log: keel.log, database, port: 0, host: '127.0.0.1', skipMigrate: true });
+      // The second instance caches that the organisation does not enforce SSO (a member's password
+      // login); switching enforceSSO on through the first instance reaches it at once.
+      const member = await createUser(w.app, { email: uniqueEmail('cached'), org: { orgId: w.tenant.orgId, roleId: orgReadOnly } });
+      const passwordAt = (url: string) => fetch(`${url}/api/v1/auth/login`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-forwarded-for': w.app.ip }, body: JSON.stringify({ email: member.email, password: member.password }) });
+      expect((await passwordAt(second.url)).status).toBe(200);
+      // Shown by what happens, not a stopwatch: the second instance's own topic hook (after its cache's) says it heard.
+      const secondServer = second;
+      let heard = () => {};
+      secondServer.keel.invalidation.on(SSO_PROVIDERS_TOPIC, (orgId) => orgId === w.tenant.orgId && heard());
+      const nextHeard = () => new Promise<void>((resolve) => { heard = resolve; });
+      let next = nextHeard();
+      expect((await patch({ enforceSSO: true })).status).toBe(200);
+      await next;
+      try {
+        const refused = await passwordAt(second.url);
+        expect(refused.status).toBe(403);
+        expect(((await refused.json()) as { code: string }).code).toBe('sso_required');
+      } finally {
+        next = nextHeard();
+        await patch({ enforceSSO: false });
+        await next;
+      }
+      expect((await passwordAt(second.url)).status).toBe(200);
+    } finally {
+      await second?.close();
+      await database.close();
     }
   });
 

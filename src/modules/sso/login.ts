@@ -1,14 +1,17 @@
+import { eq } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
+import { clock } from '../../platform/clock.js';
 import { constantTimeEqual, hmacSha256Hex } from '../../platform/crypto.js';
 import { badRequest, validationError } from '../../platform/http/errors.js';
+import { OutboundError } from '../../platform/outbound.js';
 import type { AuditRequestInfo } from '../audit/service.js';
 import { activeProvider, noActiveProvider, openSecret, type ProviderRow } from './providers.js';
-import { discover, clientConfig, client } from './oidc.js';
-import { completeSsoLogin, mapClaims, successLocation } from './provisioning.js';
+import { discover, clientConfig, client, rememberJwks } from './oidc.js';
+import { completeSsoLogin, mapClaims } from './provisioning.js';
 import { samlAuthorizeUrl } from './saml.js';
 import { CALLBACK_PATH, SSO_LOGIN_PURPOSE, SSO_LOGIN_TTL_MS, SsoFailure } from './constants.js';
 import { ssoProviders } from './schema.js';
-import { eq } from 'drizzle-orm';
+import { successLocation } from './locations.js';
 
 /** The stored part of an OIDC login session (SPEC 2.5); the PKCE verifier travels sealed beside it. */
 interface OidcSessionData {
@@ -83,7 +86,7 @@ async function oidcEndpoints(keel: Keel, p: ProviderRow) {
       // Reported below as missing endpoints.
     }
   }
-  if (!authorizationUrl || !tokenUrl) throw incomplete('its authorization and token endpoints (discovery failed)');
+  if (!authorizationUrl || !tokenUrl || !jwksUrl) throw incomplete('its authorization, token or JWKS endpoint (discovery failed)');
   return { issuer: p.issuer, clientId: p.clientId, clientSecret: secret, authorizationUrl, tokenUrl, userInfoUrl, jwksUrl };
 }
 
@@ -117,7 +120,6 @@ export async function startLogin(keel: Keel, orgId: string, redirectPath: string
   return { location: url.href, state };
 }
 
-/** Where a finished login goes: the original page with the exchange code in the fragment. */
 /** The provider a login session names, if it still exists and is active. */
 export async function loginProvider(keel: Keel, providerId: unknown): Promise<ProviderRow> {
   if (typeof providerId !== 'string') throw new SsoFailure('provider_not_found', 'session names no provider');
@@ -142,7 +144,8 @@ export async function oidcCallback(keel: Keel, query: URLSearchParams, cookie: s
   let tokens: client.TokenEndpointResponse & client.TokenEndpointResponseHelpers;
   let config: client.Configuration;
   try {
-    config = clientConfig(keel, await oidcEndpoints(keel, p));
+    const endpoints = await oidcEndpoints(keel, p);
+    config = clientConfig(keel, endpoints);
     const current = new URL(`${callbackUrl(keel)}?${query.toString()}`);
     tokens = await client.authorizationCodeGrant(config, current, {
       pkceCodeVerifier: session.secret,
@@ -150,6 +153,7 @@ export async function oidcCallback(keel: Keel, query: URLSearchParams, cookie: s
       expectedNonce: data.nonce,
       idTokenExpected: true,
     });
+    rememberJwks(keel, endpoints, config);
     const idClaims = tokens.claims();
     if (!idClaims) throw new Error('no ID token');
     claims = { ...idClaims };
@@ -159,15 +163,17 @@ export async function oidcCallback(keel: Keel, query: URLSearchParams, cookie: s
     }
   } catch (err) {
     if (err instanceof SsoFailure) throw err;
-    const e = err as { name?: string; code?: string; error?: string; message?: string };
-    throw new SsoFailure('sso_error', `oidc: ${e.name ?? 'Error'} ${e.code ?? ''} ${e.error ?? ''} ${(e.message ?? '').slice(0, 200)}`);
+    const e = err as { name?: string; code?: string; error?: string; message?: string; cause?: unknown };
+    // The outbound guard's refusal (blocked address, timeout, size) may arrive as the library error's cause.
+    const cause = e.cause instanceof OutboundError ? ` (outbound ${e.cause.code}: ${e.cause.message})` : '';
+    throw new SsoFailure('sso_error', `oidc: ${e.name ?? 'Error'} ${e.code ?? ''} ${e.error ?? ''} ${(e.message ?? '').slice(0, 200)}${cause}`);
   }
   const profile = mapClaims(p.attributeMapping, claims, String(claims.sub), false);
   const expiresIn = tokens.expiresIn();
   const code = await completeSsoLogin(keel, p, profile, {
     accessToken: tokens.access_token,
     refreshToken: tokens.refresh_token,
-    expiresAt: expiresIn === undefined ? null : new Date(Date.now() + expiresIn * 1000),
+    expiresAt: expiresIn === undefined ? null : new Date(clock.nowMs() + expiresIn * 1000),
   }, info);
   return successLocation(keel, data.redirectPath, code);
 }

@@ -3,6 +3,7 @@ import { AppError } from '../../platform/http/errors.js';
 import { getMembership } from '../access/service.js';
 import { registerPasswordPolicy, type PasswordPolicy } from '../identity/password-policy.js';
 import { activeProvider } from './providers.js';
+import { activeCacheOf } from './active-cache.js';
 
 export const ssoRequired = () =>
   new AppError(403, 'sso_required', 'Your organization requires single sign-on: sign in through your identity provider');
@@ -17,10 +18,15 @@ export function enforcedSsoPolicy(keel: Keel): PasswordPolicy {
   return async (user, use) => {
     const m = await getMembership(keel.db, user.id);
     if (m?.kind !== 'organization') return null;
-    const p = await activeProvider(keel.db, m.orgId);
+    const orgId = m.orgId;
+    // Cached per process with cross-process invalidation: a password login of a member costs no statement here once known.
+    const p = await activeCacheOf(keel).get(orgId, async () => {
+      const row = await activeProvider(keel.db, orgId);
+      return row ? { providerId: row.id, enforceSso: row.enforceSso } : null;
+    });
     if (!p?.enforceSso) return null;
     if (user.isPlatformAdmin) {
-      return use === 'login' ? { refuse: false, audit: { action: 'user.login.break_glass', orgId: m.orgId, details: { providerId: p.id, reason: 'enforced_sso' } } } : null;
+      return use === 'login' ? { refuse: false, audit: { action: 'user.login.break_glass', orgId, details: { providerId: p.providerId, reason: 'enforced_sso' } } } : null;
     }
     return { refuse: true, error: ssoRequired() };
   };

@@ -6,7 +6,7 @@ import { transaction } from '../../platform/db/transaction.js';
 import { clock } from '../../platform/clock.js';
 import { newId } from '../../platform/db/columns.js';
 import { singleUseRecords } from '../../platform/db/schema.js';
-import { AppError, badRequest, conflict, notFound, validationError } from '../../platform/http/errors.js';
+import { AppError, conflict, notFound, validationError } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { assignableRole } from '../access/roles.js';
 import { reachOrg, type AccessContext } from '../access/scope.js';
@@ -14,6 +14,7 @@ import { DEFAULT_MAPPING, DEFAULT_SCOPES, findPreset } from './presets.js';
 import { ssoProviders, type AttributeMapping, type GroupRoleMapping } from './schema.js';
 import { discover, discoveryFailure } from './oidc.js';
 import { SSO_LOGIN_PURPOSE } from './constants.js';
+import { activeCacheOf } from './active-cache.js';
 
 export type ProviderRow = typeof ssoProviders.$inferSelect;
 
@@ -274,6 +275,7 @@ export async function updateProvider(keel: Keel, access: AccessContext, id: stri
   const updated = await transaction(keel.db, async (tx) => {
     const [row] = await tx.db.update(ssoProviders).set({ ...set, updatedAt: clock.now() }).where(eq(ssoProviders.id, p.id)).returning();
     await writeAudit(tx.db, info, { action: 'sso.provider.update', partnerId: access.partnerId, orgId: p.orgId, target: { type: 'sso_provider', id: p.id }, changes });
+    tx.afterCommit(() => activeCacheOf(keel).changed(p.orgId));
     return one(row);
   });
   return providerView(updated);
@@ -285,6 +287,7 @@ export async function deleteProvider(keel: Keel, access: AccessContext, id: stri
   await transaction(keel.db, async (tx) => {
     await tx.db.delete(singleUseRecords).where(and(eq(singleUseRecords.purpose, SSO_LOGIN_PURPOSE), eq(singleUseRecords.subjectId, p.id)));
     await tx.db.delete(ssoProviders).where(eq(ssoProviders.id, p.id));
+    tx.afterCommit(() => activeCacheOf(keel).changed(p.orgId));
     await writeAudit(tx.db, info, { action: 'sso.provider.delete', partnerId: access.partnerId, orgId: p.orgId, target: { type: 'sso_provider', id: p.id }, details: { type: p.type, name: p.name } });
   });
 }
@@ -302,6 +305,7 @@ export async function setProviderStatus(keel: Keel, access: AccessContext, id: s
         target: { type: 'sso_provider', id: p.id },
         details: { from: p.status, to: status },
       });
+      tx.afterCommit(() => activeCacheOf(keel).changed(p.orgId));
       return one(row);
     });
     return providerView(updated);
@@ -375,4 +379,3 @@ export async function activeProvider(db: Db, orgId: string): Promise<ProviderRow
 }
 
 export const noActiveProvider = () => new AppError(404, 'not_found', 'There is no active SSO provider for this organization');
-export { badRequest };

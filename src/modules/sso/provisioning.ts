@@ -190,13 +190,3 @@ export async function exchangeCode(keel: Keel, code: string, info: RequestInfo):
     details: { providerId: record.data.providerId, providerType: record.data.type },
   });
 }
-
-/** Where the browser goes after an SSO login: the original page, the one-time code in the fragment. */
-export function successLocation(keel: Keel, redirectPath: string, code: string): string {
-  return `${keel.config.publicUrl}${redirectPath}#ssoCode=${encodeURIComponent(code)}`;
-}
-
-/** Where the browser goes after a failed SSO login: only the SPEC 7 code, never an internal message. */
-export function errorLocation(keel: Keel, code: string): string {
-  return `${keel.config.publicUrl}/login?error=${code}`;
-}

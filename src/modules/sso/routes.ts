@@ -29,7 +29,7 @@ import {
 } from './http.js';
 import { activeProvider, createProvider, deleteProvider, findProvider, listProviders, providerView, setProviderStatus, testProvider, updateProvider } from './providers.js';
 import { oidcCallback, safeRedirectPath, startLogin, stateCookieValue } from './login.js';
-import { errorLocation } from './provisioning.js';
+import { errorLocation } from './locations.js';
 import { exchangeCode } from './provisioning.js';
 import { samlAcs, samlMetadata } from './saml.js';
 import { CALLBACK_PATH, SSO_LOGIN_TTL_MS, SsoFailure, STATE_COOKIE } from './constants.js';

@@ -8,7 +8,8 @@ import type { SingleUseRecord } from '../../platform/single-use.js';
 import type { AuditRequestInfo } from '../audit/service.js';
 import type { ProviderRow } from './providers.js';
 import { ssoProviders } from './schema.js';
-import { completeSsoLogin, mapClaims, successLocation } from './provisioning.js';
+import { completeSsoLogin, mapClaims } from './provisioning.js';
+import { successLocation } from './locations.js';
 import { ACS_PATH, SAML_ASSERTION_PURPOSE, SAML_CLOCK_SKEW_MS, SSO_LOGIN_PURPOSE, SSO_LOGIN_TTL_MS, SsoFailure } from './constants.js';
 
 const EMAIL_FORMAT = 'urn:oasis:names:tc:SAML:1.1:nameid-format:emailAddress';
