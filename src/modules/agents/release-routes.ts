@@ -206,7 +206,7 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       description: 'Fetches AGENT_RELEASE_URL/manifest.json and manifest.json.sig (Ed25519, AGENT_RELEASE_PUBLIC_KEY; unsigned or wrongly signed: 502 manifest_signature_invalid). Without version: the latest stable release (never a prerelease).',
       middleware: platformAdmin,
       request: { query: z.object({ version: Version.optional().openapi({ description: 'Version to sync (default: latest stable)' }) }) },
-      responses: { 200: json(Synced, 'Synced'), ...errors(400, 401, 403, 404, 409) },
+      responses: { 200: json(Synced, 'Synced'), ...errors(400, 401, 403, 404, 409, 502, 503) },
     }),
     async (c) => c.json(await syncRemote(keel, c.req.valid('query').version, requestInfo(c)), 200),
   );

@@ -30,7 +30,7 @@ const ERROR_EXAMPLES: Record<number, object> = {
 };
 
 /** Standard error responses for route declarations. */
-export function errors(...codes: (400 | 401 | 403 | 404 | 409 | 428 | 429)[]) {
+export function errors(...codes: (400 | 401 | 403 | 404 | 409 | 428 | 429 | 502 | 503)[]) {
   const text: Record<number, string> = {
     400: 'Invalid request',
     401: 'Not authenticated',
@@ -39,6 +39,8 @@ export function errors(...codes: (400 | 401 | 403 | 404 | 409 | 428 | 429)[]) {
     409: 'Conflict',
     428: 'MFA enrolment required',
     429: 'Too many requests',
+    502: 'A server Keel depends on answered wrongly',
+    503: 'Not available now (a dependency is not configured or is down); retry later',
   };
   return Object.fromEntries(
     codes.map((code) => [
