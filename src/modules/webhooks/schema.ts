@@ -87,5 +87,9 @@ export const webhookDeliveries = pgTable(
     index('webhook_deliveries_due_idx')
       .on(t.nextRetryAt)
       .where(sql`${t.status} in ('pending', 'retrying')`),
+    // The claim: a webhook's oldest due rows.
+    index('webhook_deliveries_webhook_due_idx')
+      .on(t.webhookId, t.nextRetryAt)
+      .where(sql`${t.status} in ('pending', 'retrying')`),
   ],
 );

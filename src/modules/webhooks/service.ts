@@ -442,8 +442,9 @@ export async function routeEvent(keel: Keel, tx: Tx, event: KeelEvent): Promise<
   const hooks = await rawQuery<{ id: string }>(tx.db, subscribedWebhooks, [event.orgId, JSON.stringify([event.type])]);
   if (hooks.length === 0) return;
   const body = JSON.stringify(eventBody(event));
-  const ids = await enqueueDeliveries(tx.db, hooks.map((h) => h.id), event.orgId, event.type, event.id, body);
-  tx.afterCommit(() => webhooksRuntime(keel)?.announce(ids));
+  const webhookIds = hooks.map((h) => h.id);
+  const ids = await enqueueDeliveries(tx.db, webhookIds, event.orgId, event.type, event.id, body);
+  tx.afterCommit(() => webhooksRuntime(keel)?.announce(ids, webhookIds));
 }
 
 export const TEST_EVENT = 'webhook.test';
@@ -465,7 +466,7 @@ export async function testWebhook(
   const [deliveryId] = await transaction(keel.db, async (tx) => {
     const ids = await enqueueDeliveries(tx.db, [id], hook.orgId, event, eventId, body);
     await writeAudit(tx.db, info, { action: 'webhook.test', partnerId: access.partnerId, orgId: hook.orgId, target: { type: 'webhook', id }, details: { event } });
-    tx.afterCommit(() => webhooksRuntime(keel)?.announce(ids));
+    tx.afterCommit(() => webhooksRuntime(keel)?.announce(ids, [id]));
     return ids;
   });
   return { message: 'Test delivery queued', delivery: { id: deliveryId ?? '', webhookId: id, status: 'pending', event, attempt: 0 } };
@@ -496,7 +497,7 @@ export async function retryDelivery(
       target: { type: 'webhook_delivery', id: deliveryId },
       details: { webhookId, newDeliveryId: ids[0] },
     });
-    tx.afterCommit(() => webhooksRuntime(keel)?.announce(ids));
+    tx.afterCommit(() => webhooksRuntime(keel)?.announce(ids, [webhookId]));
     return ids;
   });
   return { message: 'Delivery queued for retry', delivery: { id: id ?? '', webhookId, status: 'pending', event: original.event_type, attempt: 0 } };
@@ -511,8 +512,8 @@ export async function publishEvent(keel: Keel, orgId: string, type: EventType, d
 // The runtime (engine and wake-ups) of a Keel instance, installed by runtime.ts; imported lazily here
 // as a registry to keep the service free of the engine.
 export interface RuntimeHooks {
-  /** New deliveries were committed: wake a worker (here, and through Redis or NOTIFY elsewhere). */
-  announce(ids: string[]): void;
+  /** New deliveries (of these webhooks) were committed: wake a worker (here, and through Redis or NOTIFY elsewhere). */
+  announce(deliveryIds: string[], webhookIds: string[]): void;
   /** Something may be due again (a webhook re-activated). */
   wake(): void;
 }
