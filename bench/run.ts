@@ -4,7 +4,7 @@
  * when /usr/lib/postgresql/<v>/bin exists, on a PostgreSQL server started here on loopback.
  *
  *   npm run bench                          everything
- *   npm run bench -- login authed-read     some of: startup, login, authed-read
+ *   npm run bench -- login authed-read     some of: startup, login, authed-read, webhooks
  *   npm run bench -- --pglite              only the embedded backend
  *   BENCH_SECONDS=10 BENCH_USERS=200 BENCH_READ_ROUNDS=3 STARTUP_RUNS=3
  *
@@ -15,6 +15,7 @@ import { cpus, loadavg } from 'node:os';
 import { benchStartup, printStartup, type StartupResult } from './startup.js';
 import { benchLogin, LOGIN_GOAL, printLogin, printLoginCpu, type LoginResult } from './login.js';
 import { benchAuthedRead, printAuthedRead, READ_P99_GOAL_MS, READ_RATIO_GOAL, readGoal, type AuthedReadResult } from './authed-read.js';
+import { benchWebhooks, printWebhooks, webhookGoal, WEBHOOK_DELIVERIES_GOAL, WEBHOOK_P95_GOAL_MS, WEBHOOK_RATIO_GOAL, type WebhookBenchResult } from './webhooks.js';
 import { fmt, pgliteBackend, postgresBackend, printTable, startPostgres, type BenchBackend } from './lib.js';
 
 const args = process.argv.slice(2);
@@ -29,6 +30,7 @@ process.stdout.write(
 let startup: StartupResult | null = null;
 const logins: LoginResult[] = [];
 const reads: AuthedReadResult[] = [];
+const hooks: WebhookBenchResult[] = [];
 
 if (want('startup')) {
   process.stderr.write('[startup] npm start on a temp DATA_DIR: first start, then restarts...\n');
@@ -47,9 +49,13 @@ async function onBackend(backend: BenchBackend): Promise<void> {
     reads.push(...rows);
     printAuthedRead(rows);
   }
+  if (want('webhooks')) {
+    hooks.push(await benchWebhooks(backend));
+    printWebhooks(hooks.slice(-1));
+  }
 }
 
-if (want('login') || want('authed-read')) {
+if (want('login') || want('authed-read') || want('webhooks')) {
   await onBackend(pgliteBackend());
   if (!pgliteOnly) {
     const server = await startPostgres();
@@ -84,6 +90,17 @@ for (const r of reads) {
     `${fmt(r.barePerSecond)} req/s, p99 ${fmt(r.bareP99)} ms`,
     `${fmt(r.ratio, 2)} (${fmt(r.ratioMin, 2)}-${fmt(r.ratioMax, 2)})`,
     r.hasGoal ? `>= ${READ_RATIO_GOAL} and p99 < ${READ_P99_GOAL_MS} ms: ${readGoal(r)}` : 'recorded, no goal',
+  ]);
+}
+for (const r of hooks) {
+  rows.push([
+    'webhooks',
+    r.backend,
+    `${r.events} events x 10 webhooks; latency at ${r.rate} events/s`,
+    `${fmt(r.deliveriesPerSecond)} deliveries/s, p50/p95/p99 ${fmt(r.p50)}/${fmt(r.p95)}/${fmt(r.p99)} ms`,
+    `${fmt(r.bareSignedPerSecond)} bare signed POST/s`,
+    fmt(r.ratio, 2),
+    `>= ${WEBHOOK_DELIVERIES_GOAL}/s, >= ${WEBHOOK_RATIO_GOAL}, p95 < ${WEBHOOK_P95_GOAL_MS} ms: ${webhookGoal(r)}`,
   ]);
 }
 printTable('Summary', ['benchmark', 'backend', 'what', 'Keel', 'physical limit', 'ratio', 'goal'], rows);
