@@ -41,9 +41,9 @@ export const SWEEP_MS = 5_000;
 const WINDOW = 4;
 /** A failing webhook gets this many attempts at a time until one succeeds. */
 const FAILING_WEBHOOK_SLOTS = 2;
-const FLUSH_BATCH = 500;
+const FLUSH_BATCH = 1_000;
 /** How long a finished attempt's result may wait to be written with others. */
-const FLUSH_DELAY_MS = 50;
+const FLUSH_DELAY_MS = 100;
 /** DECISIONS "Webhooks": at least this many dead-lettered deliveries, and every one of 24 hours. */
 export const AUTO_FAIL_MIN_DEAD = 10;
 export const AUTO_FAIL_WINDOW_MS = 24 * 60 * 60 * 1000;
