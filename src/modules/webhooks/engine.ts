@@ -100,20 +100,18 @@ const claimStatement = prepared(
   'webhook_deliveries_claim',
   `with want as (
      select * from unnest($3::uuid[], $4::int[]) as w(webhook_id, room)
-   ), cand as (
-     select want.webhook_id, want.room, x.id, x.next_retry_at
+   ), picked as (
+     select x.id
        from want cross join lateral (
-         select d.id, d.next_retry_at from webhook_deliveries d
+         select d.id from webhook_deliveries d
           where d.webhook_id = want.webhook_id and d.status in ('pending', 'retrying') and d.next_retry_at <= $1::timestamptz
             and (d.lease_expires_at is null or d.lease_expires_at <= $1::timestamptz)
           order by d.next_retry_at
-          limit $5
+          limit want.room
           for update of d skip locked
        ) x
-   ), picked as (
-     select id from (select id, room, row_number() over (partition by webhook_id order by next_retry_at, id) as rn from cand) r where rn <= room
    )
-   update webhook_deliveries d set claim_id = $2::uuid, lease_expires_at = $6::timestamptz
+   update webhook_deliveries d set claim_id = $2::uuid, lease_expires_at = $5::timestamptz
      from picked, webhooks w
     where d.id = picked.id and w.id = d.webhook_id and w.status = 'active'
    returning d.id, d.webhook_id, d.org_id, d.event_type, d.event_id, d.payload::text as body, d.attempts,
@@ -412,7 +410,6 @@ export class DeliveryEngine {
       claimId,
       want.map((w) => w.id),
       want.map((w) => w.room),
-      Math.max(...want.map((w) => w.room)),
       new Date(leaseUntil).toISOString(),
     ]).finally(() => {
       this.#claimingFor = null;

@@ -84,10 +84,7 @@ export const webhookDeliveries = pgTable(
   },
   (t) => [
     index('webhook_deliveries_webhook_idx').on(t.webhookId, t.createdAt),
-    index('webhook_deliveries_due_idx')
-      .on(t.nextRetryAt)
-      .where(sql`${t.status} in ('pending', 'retrying')`),
-    // The claim: a webhook's oldest due rows.
+    // The claim (a webhook's oldest due rows) and the discovery of webhooks with due rows.
     index('webhook_deliveries_webhook_due_idx')
       .on(t.webhookId, t.nextRetryAt)
       .where(sql`${t.status} in ('pending', 'retrying')`),
