@@ -572,6 +572,8 @@ export class DeliveryEngine {
   /** A timer to the earliest retry this process scheduled (real time, as far as the clock moves with it). */
   #dueSoon(atMs: number): void {
     this.#dues.push(atMs);
+    // The earliest ones are what the timer needs; later ones are found by the sweep if dropped here.
+    if (this.#dues.length > 1_000) this.#dues = this.#dues.sort((a, b) => a - b).slice(0, 500);
     this.#armDueTimer();
   }
 
