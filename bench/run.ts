@@ -4,7 +4,7 @@
  * when /usr/lib/postgresql/<v>/bin exists, on a PostgreSQL server started here on loopback.
  *
  *   npm run bench                          everything
- *   npm run bench -- login authed-read     some of: startup, login, authed-read, fleet
+ *   npm run bench -- login authed-read     some of: startup, login, authed-read, fleet, webhooks
  *   npm run bench -- --pglite              only the embedded backend
  *   BENCH_SECONDS=10 BENCH_USERS=200 BENCH_READ_ROUNDS=3 STARTUP_RUNS=3
  *
@@ -16,6 +16,7 @@ import { benchStartup, printStartup, type StartupResult } from './startup.js';
 import { benchLogin, LOGIN_GOAL, printLogin, printLoginCpu, type LoginResult } from './login.js';
 import { benchAuthedRead, printAuthedRead, READ_P99_GOAL_MS, READ_RATIO_GOAL, readGoal, type AuthedReadResult } from './authed-read.js';
 import { benchFleet, fleetGoal, printFleet, FLEET_P99_GOAL_MS, FLEET_RATE_GOAL, FLEET_RATIO_GOAL, type FleetResult } from './fleet.js';
+import { benchWebhooks, printWebhooks, webhookGoal, WEBHOOK_DELIVERIES_GOAL, WEBHOOK_P95_GOAL_MS, WEBHOOK_RATIO_GOAL, type WebhookBenchResult } from './webhooks.js';
 import { fmt, pgliteBackend, postgresBackend, printTable, startPostgres, type BenchBackend } from './lib.js';
 
 const args = process.argv.slice(2);
@@ -31,6 +32,7 @@ let startup: StartupResult | null = null;
 const logins: LoginResult[] = [];
 const reads: AuthedReadResult[] = [];
 const fleets: FleetResult[] = [];
+const hooks: WebhookBenchResult[] = [];
 
 if (want('startup')) {
   process.stderr.write('[startup] npm start on a temp DATA_DIR: first start, then restarts...\n');
@@ -53,9 +55,13 @@ async function onBackend(backend: BenchBackend): Promise<void> {
     fleets.push(await benchFleet(backend));
     printFleet(fleets.slice(-1));
   }
+  if (want('webhooks')) {
+    hooks.push(await benchWebhooks(backend));
+    printWebhooks(hooks.slice(-1));
+  }
 }
 
-if (want('login') || want('authed-read') || want('fleet')) {
+if (want('login') || want('authed-read') || want('fleet') || want('webhooks')) {
   await onBackend(pgliteBackend());
   if (!pgliteOnly) {
     const server = await startPostgres();
@@ -98,6 +104,17 @@ for (const r of fleets) {
     `>= ${FLEET_RATE_GOAL}/s, p99 < ${FLEET_P99_GOAL_MS} ms, >= ${FLEET_RATIO_GOAL}: ${fleetGoal(r)}`,
   ]);
   rows.push(['  rollout', r.backend, `promoted version to 100% of ${r.rolloutAgents} online agents`, `${fmt(r.rolloutSeconds, 1)} s`, '-', '-', 'recorded']);
+}
+for (const r of hooks) {
+  rows.push([
+    'webhooks',
+    r.backend,
+    `${r.events} events x 10 webhooks; latency at ${r.rate} events/s`,
+    `${fmt(r.deliveriesPerSecond)} deliveries/s, p50/p95/p99 ${fmt(r.p50)}/${fmt(r.p95)}/${fmt(r.p99)} ms`,
+    `${fmt(r.bareSignedPerSecond)} bare signed POST/s`,
+    fmt(r.ratio, 2),
+    `>= ${WEBHOOK_DELIVERIES_GOAL}/s, >= ${WEBHOOK_RATIO_GOAL}, p95 < ${WEBHOOK_P95_GOAL_MS} ms: ${webhookGoal(r)}`,
+  ]);
 }
 printTable('Summary', ['benchmark', 'backend', 'what', 'Keel', 'physical limit', 'ratio', 'goal'], rows);
 process.stdout.write(`load average at the end: ${loadavg().map((l) => l.toFixed(2)).join(' ')}\n`);

@@ -60,7 +60,12 @@ export class EventBus {
 
   /** True when something would receive `type`: without a subscriber, a publisher need not open a transaction for it. */
   hasSubscribers(type: EventType): boolean {
-    return (this.#handlers.get(type)?.length ?? 0) > 0 || (this.#handlers.get('*')?.length ?? 0) > 0;
+    return this.subscriberCount(type) > 0;
+  }
+
+  /** How many subscribers receive `type` (a publisher whose only write is one subscriber's single statement needs no transaction). */
+  subscriberCount(type: EventType): number {
+    return (this.#handlers.get(type)?.length ?? 0) + (this.#handlers.get('*')?.length ?? 0);
   }
 
   async publish<T extends EventType>(tx: Tx, type: T, orgId: string | null, data: EventData<T>): Promise<KeelEvent<T>> {

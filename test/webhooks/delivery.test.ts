@@ -170,9 +170,11 @@ describe.skipIf(!backendAvailable())('webhook deliveries', () => {
       expect(new Date(d.nextAttemptAt).getTime() - clock.nowMs()).toBe(expected[i]);
       const arrivals = rx.received.filter((x) => x.headers['x-service-event-id'] === event.id).length;
       expect(arrivals).toBe(i + 1);
-      // One millisecond early: nothing is due, no request.
+      // One millisecond early: nothing is due, nothing claimed (so no request can follow).
+      const claimed = engine.stats.claimed;
       clock.advance(expected[i]! - 1);
       await engine.pumpNow();
+      expect(engine.stats.claimed).toBe(claimed);
       expect(rx.received.filter((x) => x.headers['x-service-event-id'] === event.id)).toHaveLength(i + 1);
       clock.advance(1);
       await engine.pumpNow();
@@ -262,6 +264,11 @@ describe.skipIf(!backendAvailable())('webhook deliveries', () => {
     rx.behave(status(200));
     clock.advance(60_000);
     await engineOf(app).pumpNow();
+    // Even named by a hint (as another process's Redis hint would name it), a paused webhook's row is not taken.
+    const claimedBefore = engineOf(app).stats.claimed;
+    engineOf(app).wake([hook.id]);
+    await engineOf(app).pumpNow();
+    expect(engineOf(app).stats.claimed).toBe(claimedBefore);
     expect(rx.received.filter((x) => x.headers['x-service-event-id'] === event.id)).toHaveLength(1);
     const held = await app.api('GET', `/webhooks/${hook.id}/deliveries`, { token: w.admin });
     expect(held.body.data[0]).toMatchObject({ status: 'retrying', attempt: 1 });

@@ -37,10 +37,13 @@ export const RESPONSE_BODY_CHARS = 1_000;
 export const RESPONSE_READ_BYTES = 4_096;
 /** The safety sweep: how long a due row can wait when every wake-up was lost. */
 export const SWEEP_MS = 5_000;
+/** Rows a webhook may hold in this process, in multiples of its slots (in flight + queued); claimed again at half. */
+const WINDOW = 4;
 /** A failing webhook gets this many attempts at a time until one succeeds. */
 const FAILING_WEBHOOK_SLOTS = 2;
-const CLAIM_BATCH = 64;
-const FLUSH_BATCH = 256;
+const FLUSH_BATCH = 1_000;
+/** How long a finished attempt's result may wait to be written with others. */
+const FLUSH_DELAY_MS = 100;
 /** DECISIONS "Webhooks": at least this many dead-lettered deliveries, and every one of 24 hours. */
 export const AUTO_FAIL_MIN_DEAD = 10;
 export const AUTO_FAIL_WINDOW_MS = 24 * 60 * 60 * 1000;
@@ -87,24 +90,46 @@ interface Result {
   attemptedAt: string;
 }
 
+/**
+ * The claim, per webhook: for each webhook named ($3) up to its room ($4) of its oldest due rows, each
+ * locked with SKIP LOCKED (concurrent claims never block on, or take, the same row), stamped with the
+ * claim id and the lease. Only rows of `active` webhooks are taken (others are held). The index on
+ * (webhook_id, next_retry_at) makes the cost proportional to the rows taken, whatever the backlog.
+ */
 const claimStatement = prepared(
   'webhook_deliveries_claim',
-  `with due as (
-     select d.id from webhook_deliveries d
-      where d.status in ('pending', 'retrying') and d.next_retry_at <= $1::timestamptz
-        and (d.lease_expires_at is null or d.lease_expires_at <= $1::timestamptz)
-        and not (d.webhook_id = any($4::uuid[]))
-        and exists (select 1 from webhooks w where w.id = d.webhook_id and w.status = 'active')
-      order by d.next_retry_at
-      limit $3
-      for update of d skip locked
+  `with want as (
+     select * from unnest($3::uuid[], $4::int[]) as w(webhook_id, room)
+   ), picked as (
+     select x.id
+       from want cross join lateral (
+         select d.id from webhook_deliveries d
+          where d.webhook_id = want.webhook_id and d.status in ('pending', 'retrying') and d.next_retry_at <= $1::timestamptz
+            and (d.lease_expires_at is null or d.lease_expires_at <= $1::timestamptz)
+          order by d.next_retry_at
+          limit want.room
+          for update of d skip locked
+       ) x
    )
    update webhook_deliveries d set claim_id = $2::uuid, lease_expires_at = $5::timestamptz
-     from due, webhooks w
-    where d.id = due.id and w.id = d.webhook_id
+     from picked, webhooks w
+    where d.id = picked.id and w.id = d.webhook_id and w.status = 'active'
    returning d.id, d.webhook_id, d.org_id, d.event_type, d.event_id, d.payload::text as body, d.attempts,
              w.url_sealed, w.secret_sealed, w.previous_secret_sealed, w.previous_secret_expires_at, w.headers_sealed, w.retry_policy`,
 );
+
+/** Which active webhooks have due rows (at start, the safety sweep, a re-activation, a retry falling due). */
+const discoverStatement = prepared(
+  'webhook_deliveries_discover',
+  `select distinct d.webhook_id from webhook_deliveries d
+    where d.status in ('pending', 'retrying') and d.next_retry_at <= $1::timestamptz
+      and (d.lease_expires_at is null or d.lease_expires_at <= $1::timestamptz)
+      and exists (select 1 from webhooks w where w.id = d.webhook_id and w.status = 'active')
+    limit 10000`,
+);
+
+/** The webhooks of deliveries named by a hint from another process (Redis). */
+const hintedWebhooksStatement = prepared('webhook_deliveries_hinted', 'select distinct webhook_id from webhook_deliveries where id = any($1::uuid[])');
 
 const releaseStatement = prepared(
   'webhook_deliveries_release',
@@ -180,19 +205,28 @@ export class DeliveryEngine {
   #results: Result[] = [];
   #releases: { id: string; claimId: string }[] = [];
   #flushing: Promise<void> | null = null;
-  #flushScheduled = false;
+  #flushTimer: NodeJS.Timeout | null = null;
+  /** Webhooks that may have due rows: claimed for as they have room; dropped when a claim finds none. */
+  readonly #candidates = new Set<string>();
+  /** Hinted while a claim for them ran: kept as candidates even if that claim came back short. */
+  readonly #rehinted = new Set<string>();
+  #claimingFor: Set<string> | null = null;
+  /** Run the discovery query at the next pump. */
+  #discover = true;
+  /** Due times of retries this process scheduled (a timer wakes the engine at the earliest). */
+  #dues: number[] = [];
   #sweep: NodeJS.Timeout | null = null;
   #dueTimer: NodeJS.Timeout | null = null;
-  #dueAt = Infinity;
   readonly #opened = new Map<string, string>();
   readonly #stopHooks: (() => Promise<void> | void)[] = [];
   /** Counters for tests and logs. */
-  readonly stats = { claimed: 0, attempted: 0, recorded: 0, fencedOut: 0, released: 0 };
+  readonly stats = { claimed: 0, attempted: 0, recorded: 0, fencedOut: 0, released: 0, claims: 0, claimMs: 0, records: 0, recordMs: 0 };
 
   constructor(keel: Keel, opts: EngineOptions) {
     this.#keel = keel;
     this.#opts = opts;
-    // A claimed row may wait for one attempt of its webhook before its own: two deadlines and a margin.
+    // A claimed row may wait for attempts of its webhook before its own: it starts only with a whole
+    // deadline of lease left (else it is released), so two deadlines and a margin.
     this.#leaseMs = opts.timeoutMs * 2 + 10_000;
   }
 
@@ -210,12 +244,14 @@ export class DeliveryEngine {
     if (this.#keel.database.kind === 'pglite') await rawQuery(this.#keel.db, releaseAllStatement, []);
     this.#running = true;
     this.#stopping = false;
+    this.#discover = true;
     this.#sweep = setInterval(() => this.wake(), SWEEP_MS);
-    this.wake();
+    this.#schedulePump();
   }
 
   /** Claims what is due now and resolves once that claim has run (tests, after moving the clock). */
   async pumpNow(): Promise<void> {
+    this.#discover = true;
     await this.#pump();
     while (this.#pumping) await new Promise((r) => setTimeout(r, 2));
   }
@@ -225,8 +261,33 @@ export class DeliveryEngine {
     this.#stopHooks.push(fn);
   }
 
-  /** Something may be due: claim soon (coalesced within a tick). */
-  wake(): void {
+  /**
+   * Something may be due: these webhooks have new deliveries (this process routed them), or, without
+   * ids (a sweep, a re-activation), anything may be: look for it. Claims soon, coalesced within a tick.
+   */
+  wake(webhookIds?: Iterable<string>): void {
+    if (webhookIds) {
+      for (const id of webhookIds) {
+        this.#candidates.add(id);
+        if (this.#claimingFor?.has(id)) this.#rehinted.add(id);
+      }
+    } else this.#discover = true;
+    this.#schedulePump();
+  }
+
+  /** A hint from another process: delivery ids (Redis), looked up to their webhooks. */
+  async hinted(deliveryIds: string[]): Promise<void> {
+    const ids = deliveryIds.filter((id) => /^[0-9a-f-]{36}$/i.test(id));
+    if (ids.length === 0) return this.wake();
+    try {
+      const rows = await rawQuery<{ webhook_id: string }>(this.#keel.db, hintedWebhooksStatement, [ids]);
+      this.wake(rows.map((r) => r.webhook_id));
+    } catch {
+      this.wake();
+    }
+  }
+
+  #schedulePump(): void {
     if (!this.#running || this.#stopping || this.#wakeScheduled) return;
     this.#wakeScheduled = true;
     setImmediate(() => {
@@ -245,6 +306,8 @@ export class DeliveryEngine {
     this.#stopping = true;
     if (this.#sweep) clearInterval(this.#sweep);
     if (this.#dueTimer) clearTimeout(this.#dueTimer);
+    if (this.#flushTimer) clearTimeout(this.#flushTimer);
+    this.#flushTimer = null;
     for (const fn of this.#stopHooks.splice(0)) {
       try {
         await fn();
@@ -277,6 +340,18 @@ export class DeliveryEngine {
     return this.#failing.has(webhookId) ? Math.min(FAILING_WEBHOOK_SLOTS, this.#opts.perWebhook) : this.#opts.perWebhook;
   }
 
+  /** Rows this process holds for a webhook: in flight and queued behind them. */
+  #held(webhookId: string): number {
+    return (this.#perHook.get(webhookId) ?? 0) + (this.#queued.get(webhookId)?.length ?? 0);
+  }
+
+  /**
+   * Claims while some candidate webhook has room. A webhook holds at most twice its slots (in flight,
+   * and as many queued behind them, started without another claim as attempts finish) and is claimed
+   * for again once it has drained to half; the process holds at most twice WEBHOOK_CONCURRENCY. So a
+   * busy engine claims in batches, never once per finished attempt, and one webhook's backlog never
+   * takes another's room.
+   */
   async #pump(): Promise<void> {
     if (this.#pumping) {
       this.#pumpAgain = true;
@@ -286,16 +361,34 @@ export class DeliveryEngine {
     try {
       do {
         this.#pumpAgain = false;
-        const lowWater = Math.max(1, Math.floor(this.#opts.concurrency / 8));
+        if (this.#discover && this.#active()) {
+          this.#discover = false;
+          const rows = await rawQuery<{ webhook_id: string }>(this.#keel.db, discoverStatement, [clock.now().toISOString()]);
+          for (const r of rows) this.#candidates.add(r.webhook_id);
+        }
         while (this.#active()) {
-          const free = this.#opts.concurrency - this.#inflight - this.#queuedCount;
-          if (free <= 0 || (free < lowWater && this.#inflight >= lowWater)) break;
-          const want = Math.min(free, CLAIM_BATCH);
-          const saturated: string[] = [];
-          for (const [hook, n] of this.#perHook) if (n + (this.#queued.get(hook)?.length ?? 0) >= this.#capFor(hook)) saturated.push(hook);
-          const rows = await this.#claim(want, saturated);
-          for (const row of rows) this.#dispatch(row);
-          if (rows.length < want) break;
+          let free = this.#opts.concurrency * WINDOW - this.#inflight - this.#queuedCount;
+          const want: { id: string; room: number }[] = [];
+          for (const id of this.#candidates) {
+            const cap = this.#capFor(id);
+            const held = this.#held(id);
+            if (held > (WINDOW / 2) * cap) continue; // not drained to half yet
+            const room = Math.min(WINDOW * cap - held, free);
+            if (room <= 0) break;
+            want.push({ id, room });
+            free -= room;
+            if (want.length >= 200) break;
+          }
+          if (want.length === 0) break;
+          const rows = await this.#claim(want);
+          const got = new Map<string, number>();
+          for (const row of rows) {
+            got.set(row.webhookId, (got.get(row.webhookId) ?? 0) + 1);
+            this.#dispatch(row);
+          }
+          // A webhook that had fewer due rows than its room has none left for now, unless hinted meanwhile.
+          for (const w of want) if ((got.get(w.id) ?? 0) < w.room && !this.#rehinted.has(w.id)) this.#candidates.delete(w.id);
+          this.#rehinted.clear();
         }
       } while (this.#again() && this.#active());
     } catch (err) {
@@ -306,17 +399,23 @@ export class DeliveryEngine {
     }
   }
 
-  async #claim(limit: number, saturated: string[]): Promise<Claimed[]> {
+  async #claim(want: { id: string; room: number }[]): Promise<Claimed[]> {
     const now = clock.nowMs();
     const claimId = newId();
     const leaseUntil = now + this.#leaseMs;
+    this.#claimingFor = new Set(want.map((w) => w.id));
+    const t0 = performance.now();
     const rows = await rawQuery(this.#keel.db, claimStatement, [
       new Date(now).toISOString(),
       claimId,
-      limit,
-      saturated,
+      want.map((w) => w.id),
+      want.map((w) => w.room),
       new Date(leaseUntil).toISOString(),
-    ]);
+    ]).finally(() => {
+      this.#claimingFor = null;
+    });
+    this.stats.claims++;
+    this.stats.claimMs += performance.now() - t0;
     this.stats.claimed += rows.length;
     return rows.map((r) => ({
       id: r.id as string,
@@ -339,10 +438,9 @@ export class DeliveryEngine {
 
   #dispatch(row: Claimed): void {
     const cap = this.#capFor(row.webhookId);
-    const busy = this.#perHook.get(row.webhookId) ?? 0;
-    if (busy < cap) return this.#start(row);
+    if ((this.#perHook.get(row.webhookId) ?? 0) < cap && this.#inflight < this.#opts.concurrency) return this.#start(row);
     const queue = this.#queued.get(row.webhookId) ?? [];
-    if (queue.length >= cap) {
+    if (queue.length >= (WINDOW - 1) * cap) {
       // More than this process should hold for one webhook: back to the queue for anyone.
       this.#releases.push({ id: row.id, claimId: row.claimId });
       this.#scheduleFlush();
@@ -381,19 +479,26 @@ export class DeliveryEngine {
     this.#attempts.set(key, { controller, done });
   }
 
-  /** Starts the next queued row of a webhook when it has a slot, else looks for more work. */
+  /** Starts queued rows where there are slots (this webhook's first), then claims more if this webhook drained. */
   #next(webhookId: string): void {
+    this.#startQueued(webhookId);
+    if (this.#inflight < this.#opts.concurrency && this.#queuedCount > 0) for (const hook of this.#queued.keys()) this.#startQueued(hook);
+    if (this.#candidates.has(webhookId) && this.#held(webhookId) <= (WINDOW / 2) * this.#capFor(webhookId)) this.#schedulePump();
+  }
+
+  #startQueued(webhookId: string): void {
     const queue = this.#queued.get(webhookId);
-    while (queue && queue.length > 0 && !this.#stopping && (this.#perHook.get(webhookId) ?? 0) < this.#capFor(webhookId)) {
+    while (queue && queue.length > 0 && !this.#stopping && this.#inflight < this.#opts.concurrency && (this.#perHook.get(webhookId) ?? 0) < this.#capFor(webhookId)) {
       const row = queue.shift();
       if (!row) break;
       this.#queuedCount--;
       // Too little lease left for a whole attempt: let it go rather than race another worker.
-      if (row.leaseUntil - clock.nowMs() < this.#opts.timeoutMs + 5_000) this.#releases.push({ id: row.id, claimId: row.claimId });
-      else this.#start(row);
+      if (row.leaseUntil - clock.nowMs() < this.#opts.timeoutMs + 5_000) {
+        this.#releases.push({ id: row.id, claimId: row.claimId });
+        this.#scheduleFlush();
+      } else this.#start(row);
     }
     if (queue && queue.length === 0) this.#queued.delete(webhookId);
-    this.wake();
   }
 
   #open(sealed: string, context: string): string {
@@ -464,26 +569,42 @@ export class DeliveryEngine {
     return { ...base, status: 'failed', nextRetryAt: null, deliveredAt: null };
   }
 
-  /** A timer to a retry this process scheduled (real time, as far as the clock has moved with it). */
+  /** A timer to the earliest retry this process scheduled (real time, as far as the clock moves with it). */
   #dueSoon(atMs: number): void {
-    if (atMs >= this.#dueAt) return;
-    this.#dueAt = atMs;
+    this.#dues.push(atMs);
+    // The earliest ones are what the timer needs; later ones are found by the sweep if dropped here.
+    if (this.#dues.length > 1_000) this.#dues = this.#dues.sort((a, b) => a - b).slice(0, 500);
+    this.#armDueTimer();
+  }
+
+  #armDueTimer(): void {
     if (this.#dueTimer) clearTimeout(this.#dueTimer);
-    const delay = Math.max(0, Math.min(atMs - clock.nowMs(), SWEEP_MS)) + 5;
+    this.#dueTimer = null;
+    if (this.#dues.length === 0 || this.#stopping) return;
+    const earliest = Math.min(...this.#dues);
+    const delay = Math.max(0, Math.min(earliest - clock.nowMs(), SWEEP_MS)) + 5;
     this.#dueTimer = setTimeout(() => {
-      this.#dueAt = Infinity;
       this.#dueTimer = null;
-      this.wake();
+      const now = clock.nowMs();
+      const before = this.#dues.length;
+      this.#dues = this.#dues.filter((d) => d > now);
+      if (this.#dues.length < before) this.wake();
+      this.#armDueTimer();
     }, delay);
   }
 
+  /** Results are written in batches: at once from FLUSH_BATCH, else FLUSH_DELAY_MS after the first (arrival is not delayed by it). */
   #scheduleFlush(): void {
-    if (this.#flushScheduled) return;
-    this.#flushScheduled = true;
-    setImmediate(() => {
-      this.#flushScheduled = false;
+    if (this.#results.length + this.#releases.length >= FLUSH_BATCH || this.#stopping) {
+      if (this.#flushTimer) clearTimeout(this.#flushTimer);
+      this.#flushTimer = null;
       void this.#flush();
-    });
+      return;
+    }
+    this.#flushTimer ??= setTimeout(() => {
+      this.#flushTimer = null;
+      void this.#flush();
+    }, FLUSH_DELAY_MS);
   }
 
   /** Writes buffered results and releases, one statement each per batch; serialised. */
@@ -524,6 +645,7 @@ export class DeliveryEngine {
 
   async #record(batch: Result[]): Promise<void> {
     const nowIso = clock.now().toISOString();
+    const t0 = performance.now();
     const [out] = await rawQuery<{ recorded: number; dead: unknown; auto_failed: unknown }>(this.#keel.db, recordStatement, [
       batch.map((r) => r.id),
       batch.map((r) => r.claimId),
@@ -539,6 +661,8 @@ export class DeliveryEngine {
       AUTO_FAIL_MIN_DEAD,
       String(AUTO_FAIL_WINDOW_MS),
     ]);
+    this.stats.records++;
+    this.stats.recordMs += performance.now() - t0;
     const recorded = out?.recorded ?? 0;
     this.stats.recorded += recorded;
     if (recorded < batch.length) {

@@ -6,7 +6,7 @@ import { errors, json, jsonBody, page, PageQuery, paginated } from '../../platfo
 import { authenticate } from '../../http/authenticate.js';
 import { principalOf, requestInfo } from '../identity/http.js';
 import { IdParam, ScopeQuery } from '../access/http.js';
-import { accessOf, guard } from '../access/scope.js';
+import { accessOf, guard, orgRequired, type AccessContext } from '../access/scope.js';
 import { EVENT_TYPES } from '../../events.js';
 import { DELIVERY_STATUSES, HEADER_LIMITS, RETRY_BOUNDS, WEBHOOK_EVENT_TYPES } from './model.js';
 import {
@@ -150,6 +150,12 @@ const EventOut = z.object({ id: z.uuid(), type: z.string(), timestamp: z.string(
 
 const noContent = { 204: { description: 'Deleted, with its deliveries' } } as const;
 
+/** The request's organisation, or SPEC 7's "organization context is required" (400 `org_required`) for a partner or system caller that named none. */
+function inOrg(access: AccessContext): AccessContext & { orgId: string } {
+  if (!access.orgId) throw orgRequired();
+  return access as AccessContext & { orgId: string };
+}
+
 /**
  * SPEC 4.5 and DECISIONS "Shapes for what Keel adds": webhooks (`webhooks:read` / `webhooks:write`),
  * their deliveries, test and retry, secret rotation; and `POST /events` for API keys holding
@@ -180,11 +186,15 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'post', path: '/webhooks', tags, summary: 'Subscribe a URL to events of the organisation',
-      middleware: write(true),
+      middleware: write(),
       request: { query: ScopeQuery, body: jsonBody(WebhookCreate) },
       responses: { 201: json(Webhook, 'Created, status active'), ...errors(400, 401, 403, 404, 428) },
     }),
-    async (c) => c.json(await createWebhook(keel, accessOf(c), c.req.valid('json'), requestInfo(c)), 201),
+    async (c) => {
+      // The body is validated first; then the organisation must be known (SPEC 7).
+      const body = c.req.valid('json');
+      return c.json(await createWebhook(keel, inOrg(accessOf(c)), body, requestInfo(c)), 201);
+    },
   );
 
   api.openapi(
@@ -281,14 +291,14 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'post', path: '/events', tags: ['events'], summary: 'Publish an event of another component (API keys with events:publish)',
-      middleware: [auth, ...guard(keel, { requireOrg: true, permission: ['events', 'publish'] })],
+      middleware: [auth, ...guard(keel, { permission: ['events', 'publish'] })],
       request: { query: ScopeQuery, body: jsonBody(EventIn) },
       responses: { 202: json(EventOut, 'Published: one delivery per subscribed active webhook'), ...errors(400, 401, 403, 404, 428) },
     }),
     async (c) => {
-      if (principalOf(c)?.kind !== 'api_key') throw forbidden('Events are published with an API key holding events:publish', 'api_key_required');
       const { type, data } = c.req.valid('json');
-      const event = await publishEvent(keel, accessOf(c).orgId ?? '', type, data);
+      if (principalOf(c)?.kind !== 'api_key') throw forbidden('Events are published with an API key holding events:publish', 'api_key_required');
+      const event = await publishEvent(keel, inOrg(accessOf(c)).orgId, type, data);
       return c.json({ id: event.id, type: event.type, timestamp: event.timestamp, orgId: event.orgId ?? '' }, 202);
     },
   );

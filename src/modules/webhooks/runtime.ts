@@ -35,8 +35,8 @@ export function installWebhooks(keel: Keel): Webhooks {
   });
   keel.events.subscribe('*', (tx, event) => routeEvent(keel, tx, event));
   setWebhooksRuntime(keel, {
-    announce(ids) {
-      engine.wake();
+    announce(ids, webhookIds) {
+      engine.wake(webhookIds);
       // Other processes: a Redis hint (delivery ids only), or a NOTIFY on PostgreSQL without Redis.
       if (keel.redis) {
         keel.redis
@@ -45,8 +45,9 @@ export function installWebhooks(keel: Keel): Webhooks {
           .ltrim(DELIVERY_LIST, 0, LIST_CAP - 1)
           .exec()
           .catch((err: unknown) => keel.log.warn({ error: loggableError(err) }, 'webhooks: wake-up hint not pushed to Redis (the safety sweep finds the deliveries)'));
-      } else if (keel.database.kind === 'postgres' && !engine.running) {
-        keel.database.notify(NOTIFY_CHANNEL, '').catch(() => undefined);
+      } else if (keel.database.kind === 'postgres') {
+        // The payload names the webhooks (NOTIFY payloads stay under 8,000 bytes).
+        keel.database.notify(NOTIFY_CHANNEL, webhookIds.slice(0, 200).join(',')).catch(() => undefined);
       }
     },
     wake() {
@@ -89,8 +90,8 @@ async function listenForWakeUps(keel: Keel, engine: DeliveryEngine): Promise<voi
           if (!isOpen()) break;
           if (got) {
             // Drain the other hints: one claim serves them all.
-            await blocking.rpop(DELIVERY_LIST, 1_000);
-            engine.wake();
+            const more = (await blocking.rpop(DELIVERY_LIST, 1_000)) ?? [];
+            await engine.hinted([got[1], ...more]);
           }
         } catch {
           if (!isOpen()) break;
@@ -101,7 +102,10 @@ async function listenForWakeUps(keel: Keel, engine: DeliveryEngine): Promise<voi
     return;
   }
   if (keel.database.kind === 'postgres') {
-    const unlisten = await keel.database.listen(NOTIFY_CHANNEL, () => engine.wake());
+    const unlisten = await keel.database.listen(NOTIFY_CHANNEL, (payload) => {
+      const ids = payload.split(',').filter((id) => /^[0-9a-f-]{36}$/i.test(id));
+      engine.wake(ids.length > 0 ? ids : undefined);
+    });
     engine.onStop(unlisten);
   }
 }

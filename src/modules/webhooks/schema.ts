@@ -84,8 +84,9 @@ export const webhookDeliveries = pgTable(
   },
   (t) => [
     index('webhook_deliveries_webhook_idx').on(t.webhookId, t.createdAt),
-    index('webhook_deliveries_due_idx')
-      .on(t.nextRetryAt)
+    // The claim (a webhook's oldest due rows) and the discovery of webhooks with due rows.
+    index('webhook_deliveries_webhook_due_idx')
+      .on(t.webhookId, t.nextRetryAt)
       .where(sql`${t.status} in ('pending', 'retrying')`),
   ],
 );

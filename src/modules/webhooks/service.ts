@@ -6,7 +6,7 @@ import { randomToken } from '../../platform/crypto.js';
 import type { Db } from '../../platform/db/client.js';
 import { newId } from '../../platform/db/columns.js';
 import { prepared, rawQuery } from '../../platform/db/raw.js';
-import { transaction, type Tx } from '../../platform/db/transaction.js';
+import { transaction, transactionIf, type Tx } from '../../platform/db/transaction.js';
 import { AppError, conflict, notFound, validationError } from '../../platform/http/errors.js';
 import { OutboundError, vetTarget } from '../../platform/outbound.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
@@ -426,9 +426,20 @@ export async function enqueueDeliveries(db: Db, webhookIds: string[], orgId: str
   return ids;
 }
 
-const subscribedWebhooks = prepared(
-  'webhooks_subscribed',
-  `select id from webhooks where org_id = $1 and status = 'active' and events @> $2::jsonb`,
+/**
+ * Routing in one statement: a pending delivery for each active webhook of the organisation subscribed
+ * to the type. Ids are UUIDv7 made in SQL (a millisecond timestamp over `gen_random_uuid()`'s random
+ * bits; PostgreSQL 13+, no `uuidv7()`), so a row needs no id from the application and the statement no
+ * lookup before it.
+ */
+const routeStatement = prepared(
+  'webhook_deliveries_route',
+  `insert into webhook_deliveries (id, webhook_id, org_id, event_type, event_id, payload, status, attempts, next_retry_at, created_at)
+   select encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid()) placing substring(int8send((extract(epoch from clock_timestamp()) * 1000)::bigint) from 3) from 1 for 6), 52, 1), 53, 1), 'hex')::uuid,
+          w.id, w.org_id, $3, $4, $5::json, 'pending', 0, $6::timestamptz, $6::timestamptz
+     from webhooks w
+    where w.org_id = $1 and w.status = 'active' and w.events @> $2::jsonb
+   returning id, webhook_id`,
 );
 
 /**
@@ -439,11 +450,18 @@ const subscribedWebhooks = prepared(
  */
 export async function routeEvent(keel: Keel, tx: Tx, event: KeelEvent): Promise<void> {
   if (!event.orgId) return;
-  const hooks = await rawQuery<{ id: string }>(tx.db, subscribedWebhooks, [event.orgId, JSON.stringify([event.type])]);
-  if (hooks.length === 0) return;
-  const body = JSON.stringify(eventBody(event));
-  const ids = await enqueueDeliveries(tx.db, hooks.map((h) => h.id), event.orgId, event.type, event.id, body);
-  tx.afterCommit(() => webhooksRuntime(keel)?.announce(ids));
+  const rows = await rawQuery<{ id: string; webhook_id: string }>(tx.db, routeStatement, [
+    event.orgId,
+    JSON.stringify([event.type]),
+    event.type,
+    event.id,
+    JSON.stringify(eventBody(event)),
+    clock.now().toISOString(),
+  ]);
+  if (rows.length === 0) return;
+  const ids = rows.map((r) => r.id);
+  const webhookIds = rows.map((r) => r.webhook_id);
+  tx.afterCommit(() => webhooksRuntime(keel)?.announce(ids, webhookIds));
 }
 
 export const TEST_EVENT = 'webhook.test';
@@ -465,7 +483,7 @@ export async function testWebhook(
   const [deliveryId] = await transaction(keel.db, async (tx) => {
     const ids = await enqueueDeliveries(tx.db, [id], hook.orgId, event, eventId, body);
     await writeAudit(tx.db, info, { action: 'webhook.test', partnerId: access.partnerId, orgId: hook.orgId, target: { type: 'webhook', id }, details: { event } });
-    tx.afterCommit(() => webhooksRuntime(keel)?.announce(ids));
+    tx.afterCommit(() => webhooksRuntime(keel)?.announce(ids, [id]));
     return ids;
   });
   return { message: 'Test delivery queued', delivery: { id: deliveryId ?? '', webhookId: id, status: 'pending', event, attempt: 0 } };
@@ -496,23 +514,25 @@ export async function retryDelivery(
       target: { type: 'webhook_delivery', id: deliveryId },
       details: { webhookId, newDeliveryId: ids[0] },
     });
-    tx.afterCommit(() => webhooksRuntime(keel)?.announce(ids));
+    tx.afterCommit(() => webhooksRuntime(keel)?.announce(ids, [webhookId]));
     return ids;
   });
   return { message: 'Delivery queued for retry', delivery: { id: id ?? '', webhookId, status: 'pending', event: original.event_type, attempt: 0 } };
 }
 
-/** `POST /events`: publishes an event of another component on the bus, in one transaction. */
+/**
+ * `POST /events`: publishes an event of another component on the bus. The routing is one statement:
+ * a transaction is opened only when another subscriber adds writes of its own.
+ */
 export async function publishEvent(keel: Keel, orgId: string, type: EventType, data: Record<string, unknown>): Promise<KeelEvent> {
-  return transaction(keel.db, (tx) => keel.events.publish(tx, type as never, orgId, data as never));
+  return transactionIf(keel.events.subscriberCount(type) > 1, keel.db, (tx) => keel.events.publish(tx, type, orgId, data as never));
 }
-
 
 // The runtime (engine and wake-ups) of a Keel instance, installed by runtime.ts; imported lazily here
 // as a registry to keep the service free of the engine.
 export interface RuntimeHooks {
-  /** New deliveries were committed: wake a worker (here, and through Redis or NOTIFY elsewhere). */
-  announce(ids: string[]): void;
+  /** New deliveries (of these webhooks) were committed: wake a worker (here, and through Redis or NOTIFY elsewhere). */
+  announce(deliveryIds: string[], webhookIds: string[]): void;
   /** Something may be due again (a webhook re-activated). */
   wake(): void;
 }

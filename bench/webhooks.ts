@@ -1,0 +1,211 @@
+/**
+ * Webhook delivery against its physical limit (issue 15): N events, each fanned out to 10 webhooks on
+ * one local receiver (bench/webhook-receiver.ts, its own process), Keel at its default settings
+ * (`node bin/keel.js serve`, LOG_LEVEL info, the worker inline) with ALLOW_INSECURE_TARGETS for the
+ * http loopback receiver. Printed:
+ *
+ * - deliveries per second: from the first `POST /events` to the last arrival (publishing included);
+ * - beside it, bare undici POSTs per second to the same receiver in the same run, each signed with
+ *   HMAC-SHA256 as Keel signs (concurrency 64, one process): the ratio (goal >= 0.15, and >= 2,000/s);
+ * - publish-to-arrival p50/p95/p99 at a steady 200 events per second (2,000 deliveries per second),
+ *   from the event's `timestamp` to its arrival at the receiver (goal p95 < 50 ms).
+ *
+ *   npm run bench -- webhooks            (both backends; or: tsx bench/webhooks.ts [pglite|postgres])
+ *   BENCH_WEBHOOK_EVENTS=2000 BENCH_WEBHOOK_SECONDS=5 BENCH_WEBHOOK_RATE=200
+ */
+import { createHmac } from 'node:crypto';
+import { Pool } from 'undici';
+import { fmt, freePort, httpGet, isMain, postJson, printTable, sleep, spawnGroup, waitForHealthy, withBackends, type BenchBackend } from './lib.js';
+
+export const WEBHOOK_DELIVERIES_GOAL = 2_000;
+export const WEBHOOK_RATIO_GOAL = 0.15;
+export const WEBHOOK_P95_GOAL_MS = 50;
+const HOOKS = 10;
+const EVENTS = Number(process.env.BENCH_WEBHOOK_EVENTS ?? '2000');
+const SECONDS = Number(process.env.BENCH_WEBHOOK_SECONDS ?? '5');
+const RATE = Number(process.env.BENCH_WEBHOOK_RATE ?? '200');
+const ADMIN = { email: 'bench-hooks@example.com', password: 'harbour-velvet-compass-93-lilac' };
+const SECRET = 'bench-webhook-signing-secret-0123456789';
+
+export interface WebhookBenchResult {
+  backend: string;
+  events: number;
+  deliveries: number;
+  deliveriesPerSecond: number;
+  bareSignedPerSecond: number;
+  ratio: number;
+  rate: number;
+  rateDeliveries: number;
+  rateArrived: number;
+  p50: number;
+  p95: number;
+  p99: number;
+}
+
+interface Stats {
+  count: number;
+  first: number;
+  last: number;
+  p50: number;
+  p95: number;
+  p99: number;
+  max: number;
+}
+
+async function stats(rx: string): Promise<Stats> {
+  return JSON.parse((await httpGet(`${rx}/stats`)).body) as Stats;
+}
+
+async function waitForCount(rx: string, n: number, timeoutMs: number): Promise<Stats> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const s = await stats(rx);
+    if (s.count >= n || Date.now() > deadline) return s;
+    await sleep(20);
+  }
+}
+
+/** Bare undici: signed POSTs of a webhook-sized body, `connections` at a time, for `seconds`. */
+async function bareSigned(rx: string, seconds: number, connections = 64): Promise<number> {
+  const pool = new Pool(rx, { connections });
+  let done = 0;
+  const end = Date.now() + seconds * 1000;
+  const worker = async (): Promise<void> => {
+    while (Date.now() < end) {
+      const ts = String(Date.now());
+      const body = JSON.stringify({ id: '0192f3a4-5b6c-7d8e-9f00-112233445566', type: 'device.online', timestamp: new Date().toISOString(), orgId: '0192f3a4-5b6c-7d8e-9f00-112233445567', data: { deviceId: 'd-1' } });
+      const res = await pool.request({
+        path: '/hook',
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-service-signature': `sha256=${createHmac('sha256', SECRET).update(`${ts}.${body}`).digest('hex')}`, 'x-service-signature-timestamp': ts },
+        body,
+      });
+      await res.body.text();
+      if (res.statusCode === 200) done++;
+    }
+  };
+  const started = Date.now();
+  await Promise.all(Array.from({ length: connections }, worker));
+  const elapsed = (Date.now() - started) / 1000;
+  await pool.close();
+  return done / elapsed;
+}
+
+export async function benchWebhooks(backend: BenchBackend): Promise<WebhookBenchResult> {
+  const rxPort = await freePort();
+  const rxProc = spawnGroup(process.execPath, ['--import', 'tsx', 'bench/webhook-receiver.ts'], { PORT: String(rxPort) });
+  const rx = `http://127.0.0.1:${rxPort}`;
+  await waitForHealthy(`${rx}/health`, rxProc, 30_000, 50);
+  // BENCH_KEEL_NODE_OPTIONS reaches Keel's process only (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`).
+  const profiling = process.env.BENCH_KEEL_NODE_OPTIONS ? { NODE_OPTIONS: process.env.BENCH_KEEL_NODE_OPTIONS } : {};
+  const keel = await backend.startKeel({ ADMIN_EMAIL: ADMIN.email, ADMIN_PASSWORD: ADMIN.password, ALLOW_INSECURE_TARGETS: 'true', ...profiling });
+  const api = new Pool(keel.url, { connections: 32 });
+  try {
+    const token = (await postJson(`${keel.url}/api/v1/auth/login`, ADMIN)).body.accessToken as string;
+    const auth = { authorization: `Bearer ${token}` };
+    const org = await postJson(`${keel.url}/api/v1/orgs`, { name: 'Bench Org' }, auth);
+    const orgId = org.body.id as string;
+    for (let i = 0; i < HOOKS; i++) {
+      const h = await postJson(`${keel.url}/api/v1/webhooks`, { orgId, name: `bench-${i}`, url: `${rx}/hook`, secret: SECRET, events: ['device.online'] }, auth);
+      if (h.status !== 201) throw new Error(`webhook: ${h.status} ${JSON.stringify(h.body)}`);
+    }
+    const key = await postJson(`${keel.url}/api/v1/api-keys`, { name: 'bench', permissions: [{ resource: 'events', action: 'publish' }] }, auth);
+    const apiKey = key.body.key as string;
+    const publishOne = async (i: number): Promise<void> => {
+      const res = await api.request({
+        path: '/api/v1/events',
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${apiKey}` },
+        body: JSON.stringify({ type: 'device.online', orgId, data: { deviceId: `d-${i}` } }),
+      });
+      await res.body.text();
+      if (res.statusCode !== 202) throw new Error(`publish: ${res.statusCode}`);
+    };
+    const publishMany = async (n: number, concurrency: number): Promise<void> => {
+      let next = 0;
+      await Promise.all(
+        Array.from({ length: concurrency }, async () => {
+          while (next < n) await publishOne(next++);
+        }),
+      );
+    };
+
+    // Warm-up: connections, prepared statements, JIT.
+    await publishMany(100, 16);
+    await waitForCount(rx, 100 * HOOKS, 60_000);
+
+    // Throughput: N events as fast as the API takes them; deliveries counted at the receiver.
+    await postJson(`${rx}/reset`, {});
+    const t0 = Date.now();
+    await publishMany(EVENTS, 32);
+    const thr = await waitForCount(rx, EVENTS * HOOKS, 120_000);
+    const deliveriesPerSecond = thr.count / ((thr.last - t0) / 1000);
+
+    // The physical limit: bare signed POSTs to the same receiver.
+    await postJson(`${rx}/reset`, {});
+    const bareSignedPerSecond = await bareSigned(rx, SECONDS);
+
+    // Latency at a steady rate.
+    await postJson(`${rx}/reset`, {});
+    const total = RATE * SECONDS;
+    const start = Date.now();
+    const inflight: Promise<void>[] = [];
+    for (let i = 0; i < total; i++) {
+      const due = start + (i * 1000) / RATE;
+      const wait = due - Date.now();
+      if (wait > 1) await sleep(wait);
+      inflight.push(publishOne(i));
+    }
+    await Promise.all(inflight);
+    const lat = await waitForCount(rx, total * HOOKS, 60_000);
+    return {
+      backend: backend.name,
+      events: EVENTS,
+      deliveries: thr.count,
+      deliveriesPerSecond,
+      bareSignedPerSecond,
+      ratio: deliveriesPerSecond / bareSignedPerSecond,
+      rate: RATE,
+      rateDeliveries: total * HOOKS,
+      rateArrived: lat.count,
+      p50: lat.p50,
+      p95: lat.p95,
+      p99: lat.p99,
+    };
+  } finally {
+    await api.close();
+    await keel.stop();
+    await rxProc.stop();
+  }
+}
+
+const goal = (met: boolean): string => (met ? 'met' : 'NOT met');
+
+export function webhookGoal(r: WebhookBenchResult): string {
+  return goal(r.deliveriesPerSecond >= WEBHOOK_DELIVERIES_GOAL && r.ratio >= WEBHOOK_RATIO_GOAL && r.p95 < WEBHOOK_P95_GOAL_MS && r.rateArrived === r.rateDeliveries);
+}
+
+export function printWebhooks(results: WebhookBenchResult[]): void {
+  printTable(
+    `Webhooks: ${HOOKS} webhooks on one local receiver, Keel at its defaults`,
+    ['backend', 'events', 'deliveries/s', 'bare signed POST/s', 'ratio', `at ${RATE} events/s: arrived`, 'p50 ms', 'p95 ms', 'p99 ms', 'goal'],
+    results.map((r) => [
+      r.backend,
+      String(r.events),
+      fmt(r.deliveriesPerSecond),
+      fmt(r.bareSignedPerSecond),
+      fmt(r.ratio, 2),
+      `${r.rateArrived}/${r.rateDeliveries}`,
+      fmt(r.p50),
+      fmt(r.p95),
+      fmt(r.p99),
+      `>= ${WEBHOOK_DELIVERIES_GOAL}/s, >= ${WEBHOOK_RATIO_GOAL}, p95 < ${WEBHOOK_P95_GOAL_MS} ms: ${webhookGoal(r)}`,
+    ]),
+  );
+}
+
+if (isMain(import.meta.url)) {
+  const only = process.argv[2] as 'pglite' | 'postgres' | undefined;
+  printWebhooks(await withBackends(benchWebhooks, only));
+  process.exit(0);
+}
