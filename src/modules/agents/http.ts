@@ -15,7 +15,7 @@ export const Components = z
     helper: Version.optional().openapi(d('Installed helper version', '1.4.2')),
     watchdog: Version.optional().openapi(d('Installed watchdog version', '1.4.2')),
   })
-  .openapi('AgentComponents');
+  .openapi('AgentComponents', { description: 'The versions of the agent\'s components installed on the device' });
 
 export const ComponentsOut = z
   .object({
@@ -23,7 +23,7 @@ export const ComponentsOut = z
     helper: z.string().optional().openapi(d('Installed helper version')),
     watchdog: z.string().optional().openapi(d('Installed watchdog version')),
   })
-  .openapi('InstalledVersions');
+  .openapi('InstalledVersions', { description: 'The component versions the device last reported' });
 
 export const Device = z
   .object({

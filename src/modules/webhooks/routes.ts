@@ -24,92 +24,113 @@ import {
   webhookView,
 } from './service.js';
 
-const EventType = z.enum(EVENT_TYPES).openapi({ description: 'An event type of SPEC 6.1' });
-const ApiStatus = z.enum(['active', 'paused', 'failed']);
-const Header = z.object({ key: z.string().min(1).max(HEADER_LIMITS.nameLength), value: z.string().max(HEADER_LIMITS.valueLength) }).strict();
-const Headers = z.array(Header).max(HEADER_LIMITS.count);
-const Url = z.string().trim().min(1).max(2048);
+const d = (description: string) => ({ description });
+const EventType = z.enum(EVENT_TYPES).openapi({ description: 'An event type of SPEC 6.1 (device.*, alert.*, script.*, automation.*, policy.*, patch.*, security.score_changed, remote.*, user.login/logout, session.login/logout, webhook.test)' });
+const ApiStatus = z.enum(['active', 'paused', 'failed']).openapi({
+  description: '`active`: deliveries are made; `paused`: deliveries are held (not attempted) until active again; `failed`: set by Keel after 24 hours in which every delivery (at least 10) was dead-lettered, held until a person makes it active',
+});
+const Header = z
+  .object({
+    key: z.string().min(1).max(HEADER_LIMITS.nameLength).openapi(d(`Header name (1-${HEADER_LIMITS.nameLength} characters, no CR/LF; Content-Type, User-Agent, X-Service-* and webhook-* are Keel's own)`)),
+    value: z.string().max(HEADER_LIMITS.valueLength).openapi(d(`Header value (at most ${HEADER_LIMITS.valueLength} characters, no CR/LF)`)),
+  })
+  .strict();
+const Headers = z.array(Header).max(HEADER_LIMITS.count).openapi(d(`Custom headers sent on each delivery, after the standard ones (at most ${HEADER_LIMITS.count})`));
+const Url = z.string().trim().min(1).max(2048).openapi(d('The receiver: HTTPS, not a local or private address (checked at save and before every attempt); stored encrypted'));
 const Secret = z.string().min(16).max(256).openapi({ description: 'HMAC signing secret (16-256 characters); never returned' });
-const bounded = (k: keyof typeof RETRY_BOUNDS, intOnly = true) => {
+const bounded = (k: keyof typeof RETRY_BOUNDS, description: string, intOnly = true) => {
   const [min, max] = RETRY_BOUNDS[k];
   const n = intOnly ? z.number().int() : z.number();
-  return n.min(min).max(max).optional();
+  return n.min(min).max(max).optional().openapi(d(`${description} (${min}-${max}; default from SPEC 8 when omitted)`));
 };
 const RetryPolicyIn = z
   .object({
-    maxRetries: bounded('maxRetries'),
-    initialDelayMs: bounded('initialDelayMs'),
-    backoffMultiplier: bounded('backoffMultiplier', false),
-    maxDelayMs: bounded('maxDelayMs'),
+    maxRetries: bounded('maxRetries', 'Retries after the first attempt'),
+    initialDelayMs: bounded('initialDelayMs', 'Delay before the first retry, in ms'),
+    backoffMultiplier: bounded('backoffMultiplier', 'Factor applied to the delay for each further retry', false),
+    maxDelayMs: bounded('maxDelayMs', 'Longest delay between two attempts, in ms'),
   })
   .strict()
-  .openapi('WebhookRetryPolicyInput');
+  .openapi('WebhookRetryPolicyInput', { description: 'Retry schedule override: delay of retry n (from 0) is min(initialDelayMs × backoffMultiplier^n, maxDelayMs)' });
 const RetryPolicyOut = z
-  .object({ maxRetries: z.number().int(), initialDelayMs: z.number().int(), backoffMultiplier: z.number(), maxDelayMs: z.number().int() })
-  .openapi('WebhookRetryPolicy');
-const Events = z.array(EventType).min(1).max(WEBHOOK_EVENT_TYPES.length);
+  .object({
+    maxRetries: z.number().int().openapi(d('Retries after the first attempt (default 5: six attempts in all)')),
+    initialDelayMs: z.number().int().openapi(d('Delay before the first retry, in ms (default 1,000)')),
+    backoffMultiplier: z.number().openapi(d('Factor applied for each further retry (default 2)')),
+    maxDelayMs: z.number().int().openapi(d('Longest delay, in ms (default 300,000)')),
+  })
+  .openapi('WebhookRetryPolicy', { description: 'The retry schedule in force' });
+const Events = z.array(EventType).min(1).max(WEBHOOK_EVENT_TYPES.length).openapi(d('Event types this webhook receives (at least one)'));
 
 const Webhook = z
   .object({
-    id: z.uuid(),
-    orgId: z.uuid(),
-    name: z.string(),
+    id: z.uuid().openapi(d('Webhook id')),
+    orgId: z.uuid().openapi(d('The organisation whose events it receives')),
+    name: z.string().openapi(d('Display name')),
     url: z.string().openapi({ description: 'The URL with userinfo removed and credential-like query values REDACTED' }),
-    events: z.array(z.string()),
-    headers: z.array(z.object({ key: z.string(), value: z.string() })),
+    events: z.array(z.string()).openapi(d('Subscribed event types')),
+    headers: z.array(z.object({ key: z.string().openapi(d('Header name')), value: z.string().openapi(d('Header value')) })).openapi(d('Custom headers sent on each delivery')),
     status: ApiStatus,
-    hasSecret: z.boolean(),
-    previousSecretExpiresAt: z.string().nullable(),
+    hasSecret: z.boolean().openapi(d('Whether deliveries are signed (the secret itself is never returned)')),
+    previousSecretExpiresAt: z.string().nullable().openapi(d('While a rotated-out secret still signs (24 hours after a rotation): when it stops; else null')),
     retryPolicy: RetryPolicyOut,
-    successCount: z.number().int(),
-    failureCount: z.number().int(),
-    lastDeliveryAt: z.string().nullable(),
-    lastSuccessAt: z.string().nullable(),
-    createdBy: z.string().nullable(),
-    createdAt: z.string(),
-    updatedAt: z.string(),
+    successCount: z.number().int().openapi(d('Attempts answered 2xx, ever')),
+    failureCount: z.number().int().openapi(d('Attempts that failed, ever')),
+    lastDeliveryAt: z.string().nullable().openapi(d('Time of the most recent attempt (ISO 8601), or null')),
+    lastSuccessAt: z.string().nullable().openapi(d('Time of the most recent 2xx (ISO 8601), or null')),
+    createdBy: z.string().nullable().openapi(d('User id of its creator')),
+    createdAt: z.string().openapi(d('Creation time (ISO 8601)')),
+    updatedAt: z.string().openapi(d('Last change (ISO 8601)')),
   })
-  .openapi('Webhook');
+  .openapi('Webhook', { description: 'A subscription of an HTTPS receiver to an organisation\'s events' });
 const Stats = z
   .object({
-    total: z.number().int(),
-    pending: z.number().int(),
-    delivered: z.number().int(),
-    failed: z.number().int(),
-    retrying: z.number().int(),
-    lastDeliveredAt: z.string().nullable(),
+    total: z.number().int().openapi(d('Delivery records of the webhook')),
+    pending: z.number().int().openapi(d('Waiting for their first attempt')),
+    delivered: z.number().int().openapi(d('Answered 2xx')),
+    failed: z.number().int().openapi(d('Retries exhausted (dead-lettered)')),
+    retrying: z.number().int().openapi(d('Failed at least once, another attempt scheduled')),
+    lastDeliveredAt: z.string().nullable().openapi(d('Time of the latest 2xx (ISO 8601), or null')),
   })
-  .openapi('WebhookDeliveryStats');
-const WebhookWithStats = Webhook.extend({ deliveryStats: Stats }).openapi('WebhookWithStats');
+  .openapi('WebhookDeliveryStats', { description: 'Counts of the webhook\'s deliveries by status' });
+const WebhookWithStats = Webhook.extend({ deliveryStats: Stats }).openapi('WebhookWithStats', { description: 'A webhook with the counts of its deliveries' });
 const Delivery = z
   .object({
-    id: z.uuid(),
-    webhookId: z.uuid(),
-    orgId: z.uuid(),
-    status: z.enum(['pending', 'delivered', 'failed', 'retrying']),
-    event: z.string(),
-    eventId: z.string(),
-    payload: z.unknown(),
-    responseStatus: z.number().int().nullable(),
-    responseBody: z.string().nullable(),
-    responseTimeMs: z.number().int().nullable(),
-    errorMessage: z.string().nullable(),
-    attempt: z.number().int(),
-    nextAttemptAt: z.string().nullable(),
-    createdAt: z.string(),
-    deliveredAt: z.string().nullable(),
+    id: z.uuid().openapi(d('Delivery id: X-Service-Delivery-Id and webhook-id, the same across its automatic retries')),
+    webhookId: z.uuid().openapi(d('The webhook')),
+    orgId: z.uuid().openapi(d('The organisation of the event')),
+    status: z.enum(['pending', 'delivered', 'failed', 'retrying']).openapi(d('`pending` (no attempt yet), `delivered` (2xx), `retrying` (next attempt at nextAttemptAt), `failed` (retries exhausted, dead-lettered)')),
+    event: z.string().openapi(d('Event type')),
+    eventId: z.string().openapi(d('Event id (X-Service-Event-Id), shared by a manual retry')),
+    payload: z.unknown().openapi(d('The JSON body sent: id, type, timestamp, orgId, data')),
+    responseStatus: z.number().int().nullable().openapi(d('HTTP status of the latest attempt, or null (no answer)')),
+    responseBody: z.string().nullable().openapi(d('Its body, first 1,000 characters')),
+    responseTimeMs: z.number().int().nullable().openapi(d('How long the latest attempt took, in ms')),
+    errorMessage: z.string().nullable().openapi(d('Why the latest attempt failed (timeout, network error, unsafe URL, non-2xx), or null')),
+    attempt: z.number().int().openapi(d('Attempts made so far (0 when created)')),
+    nextAttemptAt: z.string().nullable().openapi(d('When the next attempt is due (ISO 8601), while retrying')),
+    createdAt: z.string().openapi(d('When the delivery was queued (ISO 8601)')),
+    deliveredAt: z.string().nullable().openapi(d('When a 2xx was received (ISO 8601), or null')),
   })
-  .openapi('WebhookDelivery');
+  .openapi('WebhookDelivery', { description: 'One event sent to one webhook, with its latest attempt' });
 const Queued = z
   .object({
-    message: z.string(),
-    delivery: z.object({ id: z.uuid(), webhookId: z.uuid(), status: z.literal('pending'), event: z.string(), attempt: z.number().int() }),
+    message: z.string().openapi(d('What happened, in words')),
+    delivery: z
+      .object({
+        id: z.uuid().openapi(d('The new delivery\'s id')),
+        webhookId: z.uuid().openapi(d('The webhook')),
+        status: z.literal('pending').openapi(d('Always `pending`: queued for an immediate attempt')),
+        event: z.string().openapi(d('Event type')),
+        attempt: z.number().int().openapi(d('Attempts made (0)')),
+      })
+      .openapi(d('The queued delivery')),
   })
-  .openapi('WebhookDeliveryQueued');
+  .openapi('WebhookDeliveryQueued', { description: 'A delivery queued by a test or a manual retry' });
 
 const WebhookCreate = z
   .object({
-    name: z.string().trim().min(1).max(255),
+    name: z.string().trim().min(1).max(255).openapi(d('Display name (1-255 characters)')),
     url: Url,
     secret: Secret.optional(),
     events: Events,
@@ -118,35 +139,56 @@ const WebhookCreate = z
     orgId: z.uuid().optional().openapi({ description: 'Required for partner and system callers' }),
   })
   .strict()
-  .openapi('WebhookCreate');
+  .openapi('WebhookCreate', {
+    description: 'A new webhook (status `active`)',
+    example: { name: 'PSA tickets', url: 'https://psa.example.com/hooks/keel', secret: 'a-long-random-signing-secret-42', events: ['alert.triggered', 'device.offline'], headers: [{ key: 'X-Tenant', value: 'acme' }] },
+  });
 const WebhookPatch = z
   .object({
-    name: z.string().trim().min(1).max(255).optional(),
+    name: z.string().trim().min(1).max(255).optional().openapi(d('Display name (1-255 characters)')),
     url: Url.optional(),
     secret: Secret.nullable().optional().openapi({ description: 'Replaces the secret at once (no overlap); null removes it' }),
     events: Events.optional(),
     headers: Headers.optional(),
     status: ApiStatus.optional(),
     retryPolicy: RetryPolicyIn.nullable().optional().openapi({ description: 'null: back to the defaults' }),
-    orgId: z.uuid().optional(),
+    orgId: z.uuid().optional().openapi(d('The organisation (partner and system callers)')),
   })
   .strict()
-  .openapi('WebhookUpdate');
-const RotateBody = z.object({ secret: Secret.optional(), orgId: z.uuid().optional() }).strict().openapi('WebhookSecretRotate');
-const Rotated = Webhook.extend({ secret: z.string().optional().openapi({ description: 'The generated secret, shown once' }) }).openapi('WebhookRotated');
-const TestBody = z
-  .object({ event: EventType.optional(), payload: z.record(z.string(), z.unknown()).optional(), orgId: z.uuid().optional() })
+  .openapi('WebhookUpdate', { description: 'Any of the fields; an absent field is unchanged', example: { status: 'paused' } });
+const RotateBody = z
+  .object({ secret: Secret.optional(), orgId: z.uuid().optional().openapi(d('The organisation (partner and system callers)')) })
   .strict()
-  .openapi('WebhookTest');
+  .openapi('WebhookSecretRotate', { description: 'A new secret, or none to have Keel generate one (shown once); the previous one keeps signing for 24 hours', example: {} });
+const Rotated = Webhook.extend({ secret: z.string().optional().openapi({ description: 'The generated secret, shown once' }) }).openapi('WebhookRotated', { description: 'The webhook after a rotation' });
+const TestBody = z
+  .object({
+    event: EventType.optional(),
+    payload: z.record(z.string(), z.unknown()).optional().openapi(d('The `data` to send (default: a message, a timestamp and the webhook id)')),
+    orgId: z.uuid().optional().openapi(d('The organisation (partner and system callers)')),
+  })
+  .strict()
+  .openapi('WebhookTest', { description: 'A test delivery (default event `webhook.test`)', example: { event: 'webhook.test' } });
 const DeliveryParams = z.object({
-  id: z.uuid().openapi({ param: { name: 'id', in: 'path' } }),
-  deliveryId: z.uuid().openapi({ param: { name: 'deliveryId', in: 'path' } }),
+  id: z.uuid().openapi({ description: 'Webhook id', param: { name: 'id', in: 'path' } }),
+  deliveryId: z.uuid().openapi({ description: 'Delivery id (a `failed` one)', param: { name: 'deliveryId', in: 'path' } }),
 });
 const EventIn = z
-  .object({ type: EventType, orgId: z.uuid().optional(), data: z.record(z.string(), z.unknown()).default({}) })
+  .object({
+    type: EventType,
+    orgId: z.uuid().optional().openapi(d('The organisation the event belongs to (required for partner and system keys)')),
+    data: z.record(z.string(), z.unknown()).default({}).openapi(d('The event\'s data, sent as `data` in each delivery')),
+  })
   .strict()
-  .openapi('EventPublish');
-const EventOut = z.object({ id: z.uuid(), type: z.string(), timestamp: z.string(), orgId: z.uuid() }).openapi('EventPublished');
+  .openapi('EventPublish', { description: 'An event of another component', example: { type: 'alert.triggered', data: { alertId: 'a-1', severity: 'critical' } } });
+const EventOut = z
+  .object({
+    id: z.uuid().openapi(d('Event id')),
+    type: z.string().openapi(d('Event type')),
+    timestamp: z.string().openapi(d('When it was published (ISO 8601)')),
+    orgId: z.uuid().openapi(d('Its organisation')),
+  })
+  .openapi('EventPublished', { description: 'The published event; one delivery was queued per subscribed active webhook' });
 
 const noContent = { 204: { description: 'Deleted, with its deliveries' } } as const;
 
@@ -173,7 +215,7 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'get', path: '/webhooks', tags, summary: 'Webhooks of the organisation',
       middleware: read(true),
-      request: { query: PageQuery.extend(ScopeQuery.shape).extend({ status: ApiStatus.optional() }) },
+      request: { query: PageQuery.extend(ScopeQuery.shape).extend({ status: ApiStatus.optional().openapi(d('Only webhooks of this status')) }) },
       responses: { 200: json(paginated(Webhook), 'Webhooks'), ...errors(400, 401, 403, 404, 428) },
     }),
     async (c) => {
@@ -252,7 +294,7 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'get', path: '/webhooks/{id}/deliveries', tags, summary: 'Delivery history, newest first',
       middleware: read(),
-      request: { params: IdParam, query: PageQuery.extend(ScopeQuery.shape).extend({ status: z.enum(DELIVERY_STATUSES as ['pending', 'delivered', 'failed', 'retrying']).optional() }) },
+      request: { params: IdParam, query: PageQuery.extend(ScopeQuery.shape).extend({ status: z.enum(DELIVERY_STATUSES as ['pending', 'delivered', 'failed', 'retrying']).optional().openapi(d('Only deliveries of this status')) }) },
       responses: { 200: json(paginated(Delivery), 'Deliveries'), ...errors(400, 401, 403, 404, 428) },
     }),
     async (c) => {
