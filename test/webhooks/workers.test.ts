@@ -9,7 +9,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { flushRedis } from '../helpers/backends.js';
 import { raceTest } from '../helpers/race.js';
-import { createKeel, type Keel } from '../../src/keel.js';
+import type { Keel } from '../../src/keel.js';
+import { openKeel } from '../../src/compose.js';
 import { transaction } from '../../src/platform/db/transaction.js';
 import { DELIVERY_LIST } from '../../src/modules/webhooks/engine.js';
 import { webhooksOf } from '../../src/modules/webhooks/runtime.js';
@@ -45,7 +46,7 @@ describe.skipIf(!backendAvailable() || backend !== 'postgres')('race: the delive
     const [{ n }] = (await keel.database.query<{ n: number }>(`select count(*)::int as n from webhook_deliveries where event_type = 'device.online'`)) as [{ n: number }];
     expect(n).toBe(5_000);
 
-    second = await createKeel({ config: { ...keel.config }, log: keel.log, skipMigrate: true });
+    second = await openKeel({ config: { ...keel.config }, log: keel.log, skipMigrate: true });
     const a = webhooksOf(keel);
     const b = webhooksOf(second);
     await Promise.all([a.startWorker(), b.startWorker()]);
