@@ -1,6 +1,7 @@
 import { Worker } from 'node:worker_threads';
 import { availableParallelism } from 'node:os';
 import { createRequire } from 'node:module';
+import { AppError } from './http/errors.js';
 
 /**
  * Argon2id on a pool of worker threads of its own, one per core up to 4 (docs/decisions.md
@@ -59,7 +60,59 @@ export class HashWorkerLost extends Error {
   }
 }
 
+/** Hashes in hand per hashing thread before new ones are refused, unless HASH_QUEUE_MAX says otherwise. */
+export const HASH_QUEUE_PER_THREAD = 16;
+
+/** Seconds a refused caller is told to wait (`Retry-After`): a full queue drains in about a second on 2 cores. */
+export const HASH_RETRY_AFTER_SECONDS = 1;
+
+/**
+ * The hash queue is full: the request is refused at once (503 `overloaded`, `Retry-After`) instead of
+ * waiting behind seconds of hashes (docs/decisions.md "Production readiness"). Like HashWorkerLost it
+ * says nothing about the password: callers must not count it as a wrong one.
+ */
+export class HashQueueFull extends AppError {
+  constructor() {
+    super(503, 'overloaded', 'The server is busy checking passwords; try again shortly', undefined, { 'Retry-After': String(HASH_RETRY_AFTER_SECONDS) });
+  }
+}
+
 const workers: PoolWorker[] = [];
+let queueMax = HASH_THREADS * HASH_QUEUE_PER_THREAD;
+let inHand = 0;
+let refused = 0;
+
+/**
+ * The most hashes this process holds at once (queued or running, all threads together); beyond it
+ * `argon2Hash`/`argon2Verify` reject with HashQueueFull. One pool per process: the last Keel built
+ * sets it (HASH_QUEUE_MAX; 0 or undefined for HASH_THREADS × HASH_QUEUE_PER_THREAD).
+ */
+export function setHashQueueMax(max: number | undefined): void {
+  queueMax = max && max > 0 ? max : HASH_THREADS * HASH_QUEUE_PER_THREAD;
+}
+
+/** Hashes queued or running now (the `keel_hash_queue_depth` gauge). */
+export function hashQueueDepth(): number {
+  return inHand;
+}
+
+/** Hashes refused since the process started (`keel_hash_refused_total`). */
+export function hashRefusals(): number {
+  return refused;
+}
+
+/** The bound in force (`keel_hash_queue_capacity`). */
+export function hashQueueMax(): number {
+  return queueMax;
+}
+
+/** Throws HashQueueFull when a new hash would be refused: lets a login say so before its database work. */
+export function assertHashCapacity(): void {
+  if (inHand >= queueMax) {
+    refused++;
+    throw new HashQueueFull();
+  }
+}
 let argon2Path: string | undefined;
 let nextId = 0;
 
@@ -89,13 +142,28 @@ function start(): PoolWorker {
 }
 
 function run(request: Request): Promise<unknown> {
+  if (inHand >= queueMax) {
+    refused++;
+    return Promise.reject(new HashQueueFull());
+  }
   while (workers.length < HASH_THREADS) workers.push(start());
   let target: PoolWorker | undefined;
   for (const w of workers) if (!target || w.pending.size < target.pending.size) target = w;
   if (!target) return Promise.reject(new Error('no argon2 worker'));
   const id = nextId++;
+  inHand++;
   return new Promise((resolve, reject) => {
-    target.pending.set(id, { resolve, reject });
+    let settled = false;
+    const done = (): boolean => {
+      if (settled) return false;
+      settled = true;
+      inHand--;
+      return true;
+    };
+    target.pending.set(id, {
+      resolve: (value) => done() && resolve(value),
+      reject: (err) => done() && reject(err),
+    });
     target.worker.postMessage({ id, ...request });
   });
 }

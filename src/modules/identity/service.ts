@@ -11,6 +11,8 @@ import { identityOf } from './context.js';
 import { csrfMatchesSession } from './csrf.js';
 import { identityPorts, type SecondFactorChallenge, type TenantOf } from './ports.js';
 import { assertStrongPassword, hashPassword } from './passwords.js';
+import { assertHashCapacity } from '../../platform/argon2-pool.js';
+import { countAuthOutcome } from '../../platform/metrics.js';
 import { checkPasswordUnderLockout, releaseReservation, verifyReenteredPassword } from './lockout.js';
 import { profileOf, selfProfile, type SelfProfile } from './profile.js';
 import { sessions, users } from './schema.js';
@@ -152,10 +154,16 @@ export async function signIn(
  * stays until the caller signs in (which clears the count) or releases it.
  */
 export async function checkPassword(keel: Keel, email: string, password: string, ip: string): Promise<User> {
+  // A full hash queue refuses at once (503 overloaded), before the limits and the lockout count anything.
+  assertHashCapacity();
   const { limits } = identityOf(keel);
   await Promise.all([limits.login.consume(`${ip}|${email.trim().toLowerCase()}`), limits.loginIp.consume(ip)]);
-  const user = await checkPasswordUnderLockout(keel, { email }, password, { release: false });
-  if (!user) throw invalidCredentials();
+  const seen = { locked: false };
+  const user = await checkPasswordUnderLockout(keel, { email }, password, { release: false, onLocked: () => (seen.locked = true) });
+  if (!user) {
+    countAuthOutcome(keel.metrics, 'login', seen.locked ? 'locked' : 'failure');
+    throw invalidCredentials();
+  }
   await limits.loginIp.refund(ip);
   return user;
 }
@@ -170,9 +178,13 @@ export async function passwordLogin(keel: Keel, email: string, password: string,
   let signedIn = false;
   try {
     const challenge = await identityPorts(keel).secondFactor(keel, user);
-    if (challenge) return challenge;
+    if (challenge) {
+      countAuthOutcome(keel.metrics, 'login', 'challenge');
+      return challenge;
+    }
     const answer = await signIn(keel, user, { ...info, actor: { type: 'user', id: user.id, email: user.email } }, { mfa: false, method: 'password' });
     signedIn = true;
+    countAuthOutcome(keel.metrics, 'login', 'success');
     return answer;
   } finally {
     if (!signedIn) await releaseReservation(keel, user.id);

@@ -61,6 +61,7 @@ export function errorResponse(c: Context, err: AppError): Response {
   const body: ErrorBody = { error: err.message, code: err.code };
   if (err.details) body.details = err.details;
   if (err.status === 429) body.retryAfter = Number(err.headers?.['Retry-After'] ?? 1);
+  else if (err.headers?.['Retry-After'] !== undefined) body.retryAfter = Number(err.headers['Retry-After']);
   return c.json(body, err.status, err.headers);
 }
 
