@@ -28,12 +28,18 @@ interface PoolWorker {
   fail: (err: Error) => void;
 }
 
-type Request = { op: 'hash'; password: string } | { op: 'verify'; hash: string; password: string };
+type Request = { op: 'hash'; password: string } | { op: 'verify'; hash: string; password: string } | { op: 'hold'; gate: SharedArrayBuffer };
 
 const WORKER = `
 const { parentPort, workerData } = require('node:worker_threads');
 const { hashSync, verifySync } = require(workerData.argon2);
-parentPort.on('message', ({ id, op, hash, password }) => {
+parentPort.on('message', ({ id, op, hash, password, gate }) => {
+  if (op === 'hold') {
+    // Tests: occupy this thread like a hash that does not end until the gate opens.
+    Atomics.wait(new Int32Array(gate), 0, 0);
+    parentPort.postMessage({ id, value: true });
+    return;
+  }
   try {
     parentPort.postMessage({ id, value: op === 'hash' ? hashSync(password) : verifySync(hash, password) });
   } catch (err) {
@@ -181,6 +187,24 @@ export function argon2Verify(hash: string, password: string): Promise<boolean> {
 /** How many hashes each worker has queued or running (tests). */
 export function hashPoolLoad(): number[] {
   return workers.map((w) => w.pending.size);
+}
+
+/**
+ * Tests: puts `count` jobs in the pool that occupy their threads (and places in the queue) like
+ * hashes that never end, until the answered function is called; resolves once they have ended.
+ * With every thread held, what the queue admits and refuses no longer depends on timing.
+ */
+export function holdHashWorkers(count = HASH_THREADS): { release: () => Promise<void> } {
+  const gate = new SharedArrayBuffer(4);
+  const held = Array.from({ length: count }, () => run({ op: 'hold', gate }));
+  return {
+    release: async () => {
+      const flag = new Int32Array(gate);
+      Atomics.store(flag, 0, 1);
+      Atomics.notify(flag, 0);
+      await Promise.all(held);
+    },
+  };
 }
 
 /** Stops every worker; jobs in hand fail with HashWorkerLost and the next hash starts new workers (tests). */
