@@ -4,7 +4,7 @@
  * when /usr/lib/postgresql/<v>/bin exists, on a PostgreSQL server started here on loopback.
  *
  *   npm run bench                          everything
- *   npm run bench -- login authed-read     some of: startup, login, authed-read
+ *   npm run bench -- login authed-read     some of: startup, login, authed-read, overload
  *   npm run bench -- --pglite              only the embedded backend
  *   BENCH_SECONDS=10 BENCH_USERS=200 BENCH_READ_ROUNDS=3 STARTUP_RUNS=3
  *
@@ -15,6 +15,7 @@ import { cpus, loadavg } from 'node:os';
 import { benchStartup, printStartup, type StartupResult } from './startup.js';
 import { benchLogin, LOGIN_GOAL, printLogin, printLoginCpu, type LoginResult } from './login.js';
 import { benchAuthedRead, printAuthedRead, READ_P99_GOAL_MS, READ_RATIO_GOAL, readGoal, type AuthedReadResult } from './authed-read.js';
+import { benchOverload, overloadGoal, printOverload, OVERLOAD_READ_P99_GOAL_MS, type OverloadResult } from './overload.js';
 import { fmt, pgliteBackend, postgresBackend, printTable, startPostgres, type BenchBackend } from './lib.js';
 
 const args = process.argv.slice(2);
@@ -29,6 +30,7 @@ process.stdout.write(
 let startup: StartupResult | null = null;
 const logins: LoginResult[] = [];
 const reads: AuthedReadResult[] = [];
+const overloads: OverloadResult[] = [];
 
 if (want('startup')) {
   process.stderr.write('[startup] npm start on a temp DATA_DIR: first start, then restarts...\n');
@@ -47,9 +49,13 @@ async function onBackend(backend: BenchBackend): Promise<void> {
     reads.push(...rows);
     printAuthedRead(rows);
   }
+  if (want('overload')) {
+    overloads.push(await benchOverload(backend));
+    printOverload(overloads.slice(-1));
+  }
 }
 
-if (want('login') || want('authed-read')) {
+if (want('login') || want('authed-read') || want('overload')) {
   await onBackend(pgliteBackend());
   if (!pgliteOnly) {
     const server = await startPostgres();
@@ -84,6 +90,17 @@ for (const r of reads) {
     `${fmt(r.barePerSecond)} req/s, p99 ${fmt(r.bareP99)} ms`,
     `${fmt(r.ratio, 2)} (${fmt(r.ratioMin, 2)}-${fmt(r.ratioMax, 2)})`,
     r.hasGoal ? `>= ${READ_RATIO_GOAL} and p99 < ${READ_P99_GOAL_MS} ms: ${readGoal(r)}` : 'recorded, no goal',
+  ]);
+}
+for (const r of overloads) {
+  rows.push([
+    'overload',
+    r.backend,
+    `logins at ${r.offered}/s (5× capacity) beside GET /users/me`,
+    `reads p99 ${fmt(r.readP99Flood)} ms (alone ${fmt(r.readP99Idle)} ms), ${fmt(r.refusedShare * 100, 1)}% of logins refused`,
+    `${fmt(r.capacity, 1)} login/s capacity`,
+    fmt(r.loginsOk / r.capacity, 2),
+    `reads p99 < ${OVERLOAD_READ_P99_GOAL_MS} ms, only 200/503: ${goal(overloadGoal(r))}`,
   ]);
 }
 printTable('Summary', ['benchmark', 'backend', 'what', 'Keel', 'physical limit', 'ratio', 'goal'], rows);

@@ -28,6 +28,8 @@ export interface GaugeHandle {
 
 export interface HistogramHandle {
   observe(labels: Labels, value: number): void;
+  /** The series of one set of labels, resolved once: its `observe` skips prom-client's label hashing (hot paths). */
+  series(labels: Labels): { observe(value: number): void };
 }
 
 export interface Metrics {
@@ -43,7 +45,8 @@ export interface Metrics {
   render(): Promise<{ contentType: string; body: string }>;
 }
 
-const NOOP_HANDLE: CounterHandle & GaugeHandle & HistogramHandle = { inc: () => undefined, set: () => undefined, observe: () => undefined };
+const NOOP_SERIES = { observe: () => undefined };
+const NOOP_HANDLE: CounterHandle & GaugeHandle & HistogramHandle = { inc: () => undefined, set: () => undefined, observe: () => undefined, series: () => NOOP_SERIES };
 
 /** The port when metrics are off. */
 export const noMetrics: Metrics = {
@@ -80,7 +83,9 @@ export function countAuthOutcome(metrics: Metrics, step: AuthStep, outcome: Auth
 /** A prom-client backed port with its own registry (one per Keel: tests run several in one process). */
 export async function createMetrics(enabled: boolean): Promise<Metrics> {
   if (!enabled) return noMetrics;
-  const prom = await import('prom-client');
+  // A CommonJS package: bundled or not, its exports may arrive on `default`.
+  const loaded = (await import('prom-client')) as typeof PromClient & { default?: typeof PromClient };
+  const prom = loaded.default ?? loaded;
   const registry = new prom.Registry();
   prom.collectDefaultMetrics({ register: registry, prefix: 'keel_process_' });
   const byName = new Map<string, unknown>();
@@ -113,7 +118,10 @@ export async function createMetrics(enabled: boolean): Promise<Metrics> {
       });
     },
     histogram(name, help, labelNames, buckets) {
-      return once(name, () => new prom.Histogram({ name, help, labelNames: [...labelNames], buckets: [...buckets], registers: [registry] }));
+      return once(name, (): HistogramHandle => {
+        const histogram = new prom.Histogram({ name, help, labelNames: [...labelNames], buckets: [...buckets], registers: [registry] });
+        return { observe: (labels, value) => histogram.observe(labels, value), series: (labels) => histogram.labels(labels) };
+      });
     },
     register(define) {
       define(prom, registry);

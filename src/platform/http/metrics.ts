@@ -35,7 +35,18 @@ export function latencyObserver(metrics: Metrics): OnAnswered | undefined {
   if (!metrics.enabled) return undefined;
   const histogram = metrics.histogram(METRIC.httpDuration, 'Time from the first middleware to the end of the answer, by method, route template and status class', ['method', 'route', 'status'], LATENCY_BUCKETS);
   const classes = ['1xx', '2xx', '3xx', '4xx', '5xx'];
+  // One series per method, route template and status class (a bounded set), resolved once.
+  const series = new Map<string, { observe(value: number): void }>();
   return (c: Context, status: number, ms: number) => {
-    histogram.observe({ method: c.req.method, route: routePath(c), status: classes[Math.floor(status / 100) - 1] ?? 'other' }, ms / 1000);
+    const method = c.req.method;
+    const route = routePath(c);
+    const cls = classes[Math.floor(status / 100) - 1] ?? 'other';
+    const key = `${method} ${cls} ${route}`;
+    let s = series.get(key);
+    if (!s) {
+      s = histogram.series({ method, route, status: cls });
+      series.set(key, s);
+    }
+    s.observe(ms / 1000);
   };
 }
