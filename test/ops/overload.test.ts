@@ -5,6 +5,7 @@
  * does not end until the test releases it (`holdHashWorkers`), so the queue admits exactly
  * HASH_QUEUE_MAX − threads logins and refuses the rest.
  */
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { createUser, login, type TestUser } from '../helpers/fixtures.js';
@@ -69,10 +70,18 @@ describe.skipIf(!backendAvailable())(`overload: the bounded hash queue (${backen
     // A refusal is not a wrong password: every refused account signs in now (3 refusals would have locked it).
     for (const u of flood.slice(0, 5)) expect((await app.api('POST', '/auth/login', { body: { email: u.email, password: u.password } })).status).toBe(200);
   }, 60_000);
+});
 
-  it('a refused login is not counted towards the lockout', async () => {
+describe.skipIf(!backendAvailable())(`overload: a refusal spends nothing (${backend})`, () => {
+  let app: TestApp;
+  beforeAll(async () => {
+    app = await startTestApp({ env: { HASH_QUEUE_MAX: String(HASH_THREADS), LOGIN_LIMIT: '3', LOCKOUT_THRESHOLD: '2' } });
+  }, 60_000);
+  afterAll(async () => app?.close());
+
+  it('a login refused for a full queue spends no rate-limit point and no lockout count', async () => {
     const user = await createUser(app);
-    const hold = holdHashWorkers(QUEUE_MAX);
+    const hold = holdHashWorkers();
     try {
       for (let i = 0; i < 5; i++) {
         const r = await app.api('POST', '/auth/login', { body: { email: user.email, password: 'a wrong password, refused before it is checked' } });
@@ -82,6 +91,41 @@ describe.skipIf(!backendAvailable())(`overload: the bounded hash queue (${backen
     } finally {
       await hold.release();
     }
+    // 5 refusals: over LOGIN_LIMIT (3) and LOCKOUT_THRESHOLD (2) had they counted.
+    expect((await app.api('POST', '/auth/login', { body: { email: user.email, password: user.password } })).status).toBe(200);
+  }, 60_000);
+
+  it.skipIf(backend !== 'postgres')('a login that finds the queue full only at its verify gives its lockout reservation back', async () => {
+    const user = await createUser(app);
+    // Hold the user's row so the login stops at its lockout reservation, past the first capacity check.
+    const admin = new pg.Client({ connectionString: app.server.keel.config.DATABASE_URL });
+    await admin.connect();
+    let hold: { release: () => Promise<void> } | undefined;
+    try {
+      await admin.query('begin');
+      await admin.query('select id from users where id = $1 for update', [user.id]);
+      const login = app.api('POST', '/auth/login', { body: { email: user.email, password: 'a wrong password, refused at the verify' } });
+      let waiting = 0;
+      for (let i = 0; i < 400 && waiting === 0; i++) {
+        const { rows } = await admin.query<{ n: number }>(
+          // The login's connection, waiting for the row lock (its reported query text can lag behind).
+          "select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and datname = current_database() and pid <> pg_backend_pid()",
+        );
+        waiting = rows[0]?.n ?? 0;
+        if (waiting === 0) await new Promise((r) => setTimeout(r, 25));
+      }
+      expect(waiting).toBe(1);
+      hold = holdHashWorkers();
+      await admin.query('commit');
+      const refused = await login;
+      expect(refused.status).toBe(503);
+      expect(refused.body.code).toBe('overloaded');
+    } finally {
+      await hold?.release();
+      await admin.end();
+    }
+    const [row] = await app.server.keel.database.query<{ failed_login_count: number }>('select failed_login_count from users where id = $1', [user.id]);
+    expect(Number(row?.failed_login_count)).toBe(0);
     expect((await app.api('POST', '/auth/login', { body: { email: user.email, password: user.password } })).status).toBe(200);
   }, 60_000);
 });
