@@ -15,7 +15,7 @@ import { cpus, loadavg } from 'node:os';
 import { benchStartup, printStartup, type StartupResult } from './startup.js';
 import { benchLogin, LOGIN_GOAL, printLogin, printLoginCpu, type LoginResult } from './login.js';
 import { benchAuthedRead, printAuthedRead, READ_P99_GOAL_MS, READ_RATIO_GOAL, readGoal, type AuthedReadResult } from './authed-read.js';
-import { benchOverload, overloadGoal, printOverload, OVERLOAD_READ_P99_GOAL_MS, type OverloadResult } from './overload.js';
+import { benchOverloadAll, overloadGoal, printOverload, OVERLOAD_READ_P99_GOAL_MS, type OverloadResult } from './overload.js';
 import { fmt, pgliteBackend, postgresBackend, printTable, startPostgres, type BenchBackend } from './lib.js';
 
 const args = process.argv.slice(2);
@@ -50,8 +50,9 @@ async function onBackend(backend: BenchBackend): Promise<void> {
     printAuthedRead(rows);
   }
   if (want('overload')) {
-    overloads.push(await benchOverload(backend));
-    printOverload(overloads.slice(-1));
+    const rows = await benchOverloadAll(backend);
+    overloads.push(...rows);
+    printOverload(rows);
   }
 }
 
@@ -96,7 +97,7 @@ for (const r of overloads) {
   rows.push([
     'overload',
     r.backend,
-    `logins at ${r.offered}/s (5× capacity) beside GET /users/me`,
+    `logins at ${r.offered}/s (5× capacity) beside GET /users/me${r.settings ? `, ${r.settings}` : ''}`,
     `reads p99 ${fmt(r.readP99Flood)} ms (alone ${fmt(r.readP99Idle)} ms), ${fmt(r.refusedShare * 100, 1)}% of logins refused`,
     `${fmt(r.capacity, 1)} login/s capacity`,
     fmt(r.loginsOk / r.capacity, 2),

@@ -11,7 +11,7 @@ import { Invalidation } from './platform/invalidation.js';
 import { EventBus } from './events.js';
 import { SingleUseStore } from './platform/single-use.js';
 import type { OutboundPolicy } from './platform/outbound.js';
-import { setHashQueueMax } from './platform/argon2-pool.js';
+import { setHashQueueMax, setHashThreadNice } from './platform/argon2-pool.js';
 import { createMetrics, type Metrics } from './platform/metrics.js';
 
 /** Everything a module needs, built once per process and handed to each module's routes and services. */
@@ -57,6 +57,7 @@ export async function createKeel(opts: KeelOptions = {}): Promise<Keel> {
   const config: Config = { ...(opts.config ?? loadConfig()) };
   const log = opts.log ?? createLogger(config.LOG_LEVEL);
   setHashQueueMax(config.HASH_QUEUE_MAX);
+  setHashThreadNice(config.HASH_THREAD_NICE);
   const secrets = resolveSecrets(config, log);
   const sms = createSmsGateway({
     provider: config.SMS_PROVIDER,

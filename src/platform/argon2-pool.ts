@@ -33,6 +33,13 @@ type Request = { op: 'hash'; password: string } | { op: 'verify'; hash: string; 
 const WORKER = `
 const { parentPort, workerData } = require('node:worker_threads');
 const { hashSync, verifySync } = require(workerData.argon2);
+if (workerData.nice > 0) {
+  // Linux: setpriority on a thread id sets that thread's nice value alone (HASH_THREAD_NICE).
+  try {
+    const tid = Number(require('node:fs').readlinkSync('/proc/thread-self').split('/').pop());
+    require('node:os').setPriority(tid, workerData.nice);
+  } catch {}
+}
 parentPort.on('message', ({ id, op, hash, password, gate }) => {
   if (op === 'hold') {
     // Tests: occupy this thread like a hash that does not end until the gate opens.
@@ -85,6 +92,16 @@ export class HashQueueFull extends AppError {
 
 const workers: PoolWorker[] = [];
 let queueMax = HASH_THREADS * HASH_QUEUE_PER_THREAD;
+let threadNice = 0;
+
+/**
+ * The nice value of hashing threads started from now on (HASH_THREAD_NICE, Linux; 0 leaves them as
+ * the process): above 0 the event loop (reads, heartbeats) gets a core before a hash does when
+ * both wait, and the hashes still use every idle core.
+ */
+export function setHashThreadNice(nice: number): void {
+  threadNice = nice;
+}
 let inHand = 0;
 let refused = 0;
 
@@ -125,7 +142,7 @@ let nextId = 0;
 function start(): PoolWorker {
   // Resolved with the first hash, not at import (start-up).
   argon2Path ??= createRequire(import.meta.url).resolve('@node-rs/argon2');
-  const worker = new Worker(WORKER, { eval: true, workerData: { argon2: argon2Path } });
+  const worker = new Worker(WORKER, { eval: true, workerData: { argon2: argon2Path, nice: threadNice } });
   const entry: PoolWorker = { worker, pending: new Map(), fail: () => undefined };
   // The pool never keeps a process alive on its own.
   worker.unref();
