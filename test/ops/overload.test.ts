@@ -95,37 +95,41 @@ describe.skipIf(!backendAvailable())(`overload: a refusal spends nothing (${back
     expect((await app.api('POST', '/auth/login', { body: { email: user.email, password: user.password } })).status).toBe(200);
   }, 60_000);
 
-  it.skipIf(backend !== 'postgres')('a login that finds the queue full only at its verify gives its lockout reservation back', async () => {
+  it.skipIf(backend !== 'postgres')('a login that finds the queue full only at its verify gives back its rate-limit point and lockout reservation', async () => {
     const user = await createUser(app);
-    // Hold the user's row so the login stops at its lockout reservation, past the first capacity check.
-    const admin = new pg.Client({ connectionString: app.server.keel.config.DATABASE_URL });
-    await admin.connect();
-    let hold: { release: () => Promise<void> } | undefined;
-    try {
-      await admin.query('begin');
-      await admin.query('select id from users where id = $1 for update', [user.id]);
-      const login = app.api('POST', '/auth/login', { body: { email: user.email, password: 'a wrong password, refused at the verify' } });
-      let waiting = 0;
-      for (let i = 0; i < 400 && waiting === 0; i++) {
-        const { rows } = await admin.query<{ n: number }>(
-          // The login's connection, waiting for the row lock (its reported query text can lag behind).
-          "select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and datname = current_database() and pid <> pg_backend_pid()",
-        );
-        waiting = rows[0]?.n ?? 0;
-        if (waiting === 0) await new Promise((r) => setTimeout(r, 25));
+    /** One login held at its lockout reservation (a row lock) while the queue fills; then let go. */
+    async function refusedAtVerify(): Promise<void> {
+      const admin = new pg.Client({ connectionString: app.server.keel.config.DATABASE_URL });
+      await admin.connect();
+      let hold: { release: () => Promise<void> } | undefined;
+      try {
+        await admin.query('begin');
+        await admin.query('select id from users where id = $1 for update', [user.id]);
+        const login = app.api('POST', '/auth/login', { body: { email: user.email, password: 'a wrong password, refused at the verify' } });
+        let waiting = 0;
+        for (let i = 0; i < 400 && waiting === 0; i++) {
+          const { rows } = await admin.query<{ n: number }>(
+            // The login's connection, waiting for the row lock (its reported query text can lag behind).
+            "select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and datname = current_database() and pid <> pg_backend_pid()",
+          );
+          waiting = rows[0]?.n ?? 0;
+          if (waiting === 0) await new Promise((r) => setTimeout(r, 25));
+        }
+        expect(waiting).toBe(1);
+        hold = holdHashWorkers();
+        await admin.query('commit');
+        const refused = await login;
+        expect(refused.status).toBe(503);
+        expect(refused.body.code).toBe('overloaded');
+      } finally {
+        await hold?.release();
+        await admin.end();
       }
-      expect(waiting).toBe(1);
-      hold = holdHashWorkers();
-      await admin.query('commit');
-      const refused = await login;
-      expect(refused.status).toBe(503);
-      expect(refused.body.code).toBe('overloaded');
-    } finally {
-      await hold?.release();
-      await admin.end();
+      const [row] = await app.server.keel.database.query<{ failed_login_count: number }>('select failed_login_count from users where id = $1', [user.id]);
+      expect(Number(row?.failed_login_count)).toBe(0);
     }
-    const [row] = await app.server.keel.database.query<{ failed_login_count: number }>('select failed_login_count from users where id = $1', [user.id]);
-    expect(Number(row?.failed_login_count)).toBe(0);
+    // Three: LOGIN_LIMIT, had they been spent; each also over LOCKOUT_THRESHOLD (2) had it counted.
+    for (let i = 0; i < 3; i++) await refusedAtVerify();
     expect((await app.api('POST', '/auth/login', { body: { email: user.email, password: user.password } })).status).toBe(200);
   }, 60_000);
 });
