@@ -187,6 +187,7 @@ describe.skipIf(!backendAvailable())(`metrics without a token (${backend})`, () 
   it('answers any scraper when METRICS_TOKEN is not set', async () => {
     const res = await app.request<string>('GET', '/metrics');
     expect(res.status).toBe(200);
-    expect(res.body).toContain('keel_process_');
+    expect(res.body).toMatch(/^keel_process_memory_bytes\{kind="rss"\} \d+/m);
+    expect(res.body).toMatch(/^keel_process_event_loop_utilization [\d.e-]+$/m);
   });
 });
