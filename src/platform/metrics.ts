@@ -83,8 +83,8 @@ export function countAuthOutcome(metrics: Metrics, step: AuthStep, outcome: Auth
 /**
  * The process's own figures, all read on each scrape. Not prom-client's `collectDefaultMetrics`: its
  * GC observer runs on every garbage collection, and with it `GET /users/me` measured 25-50% fewer
- * requests a second beside the same Keel without metrics (three runs); without it, no difference
- * the benchmark can see (docs/decisions.md "Production readiness").
+ * requests a second beside the same Keel without metrics (three runs); the next run without it showed
+ * no difference, a later one did (docs/decisions.md "Production readiness": not settled).
  */
 function processMetrics(metrics: Metrics): void {
   const started = Date.now() / 1000 - process.uptime();
