@@ -11,7 +11,7 @@ import { identityOf } from './context.js';
 import { csrfMatchesSession } from './csrf.js';
 import { identityPorts, type SecondFactorChallenge, type TenantOf } from './ports.js';
 import { assertStrongPassword, hashPassword } from './passwords.js';
-import { assertHashCapacity } from '../../platform/argon2-pool.js';
+import { assertHashCapacity, HashQueueFull } from '../../platform/argon2-pool.js';
 import { countAuthOutcome } from '../../platform/metrics.js';
 import { checkPasswordUnderLockout, releaseReservation, verifyReenteredPassword } from './lockout.js';
 import { profileOf, selfProfile, type SelfProfile } from './profile.js';
@@ -157,9 +157,17 @@ export async function checkPassword(keel: Keel, email: string, password: string,
   // A full hash queue refuses at once (503 overloaded), before the limits and the lockout count anything.
   assertHashCapacity();
   const { limits } = identityOf(keel);
-  await Promise.all([limits.login.consume(`${ip}|${email.trim().toLowerCase()}`), limits.loginIp.consume(ip)]);
+  const key = `${ip}|${email.trim().toLowerCase()}`;
+  await Promise.all([limits.login.consume(key), limits.loginIp.consume(ip)]);
   const seen = { locked: false };
-  const user = await checkPasswordUnderLockout(keel, { email }, password, { release: false, onLocked: () => (seen.locked = true) });
+  let user: User | null;
+  try {
+    user = await checkPasswordUnderLockout(keel, { email }, password, { release: false, onLocked: () => (seen.locked = true) });
+  } catch (err) {
+    // The queue filled between the check above and the verify: nothing was tried, nothing is spent.
+    if (err instanceof HashQueueFull) await Promise.all([limits.login.refund(key), limits.loginIp.refund(ip)]);
+    throw err;
+  }
   if (!user) {
     countAuthOutcome(keel.metrics, 'login', seen.locked ? 'locked' : 'failure');
     throw invalidCredentials();
