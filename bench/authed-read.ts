@@ -80,12 +80,15 @@ async function inheritedReader(keel: RunningKeel, admin: { email: string; passwo
 }
 
 const INHERITED_ROUTE = '/api/v1/roles/permissions/available';
+export const METRICS_ROUTE = 'GET /users/me, METRICS_ENABLED=true';
 
 export async function benchAuthedRead(backend: BenchBackend): Promise<AuthedReadResult[]> {
   const admin = { email: `admin-${randomBytes(4).toString('hex')}@example.com`, password: 'correct-horse-battery-admin-staple' };
   // Keel's default LOG_LEVEL (info): an access line per request, to a file; the development email
   // sink's invitation link is read from the same file.
   const keel = await backend.startKeel({ ADMIN_EMAIL: admin.email, ADMIN_PASSWORD: admin.password });
+  // The same read on a Keel with METRICS_ENABLED (issue 19): the latency histogram's cost on the hot path.
+  const withMetrics = await backend.startKeel({ METRICS_ENABLED: 'true' });
   const bare = await startBare();
   const rounds: { route: string; keel: Result; bare: Result }[][] = [];
   try {
@@ -94,21 +97,24 @@ export async function benchAuthedRead(backend: BenchBackend): Promise<AuthedRead
     const token = reg.body.accessToken;
     if (reg.status !== 201 || !token) throw new Error(`register: ${reg.status} ${JSON.stringify(reg.body)}`);
     const inheritedToken = await inheritedReader(keel, admin);
+    const metricsReg = await postJson(`${withMetrics.url}/api/v1/auth/register`, user);
+    if (metricsReg.status !== 201) throw new Error(`register (metrics on): ${metricsReg.status}`);
     const routes = [
-      ['GET /users/me', '/api/v1/users/me', token as string],
-      ['GET /roles/permissions/available (users:read via a 3-level inherited role)', INHERITED_ROUTE, inheritedToken],
+      ['GET /users/me', '/api/v1/users/me', token as string, keel.url],
+      [METRICS_ROUTE, '/api/v1/users/me', metricsReg.body.accessToken as string, withMetrics.url],
+      ['GET /roles/permissions/available (users:read via a 3-level inherited role)', INHERITED_ROUTE, inheritedToken, keel.url],
     ] as const;
-    for (const [, path, bearer] of routes) {
-      const probe = await fetch(`${keel.url}${path}`, { headers: { authorization: `Bearer ${bearer}` } });
+    for (const [, path, bearer, base] of routes) {
+      const probe = await fetch(`${base}${path}`, { headers: { authorization: `Bearer ${bearer}` } });
       if (probe.status !== 200) throw new Error(`GET ${path}: ${probe.status} ${await probe.text()}`);
-      await measure(`${keel.url}${path}`, { authorization: `Bearer ${bearer}` }, 2);
+      await measure(`${base}${path}`, { authorization: `Bearer ${bearer}` }, 2);
     }
     await measure(`${bare.url}/me`, {}, 2);
     for (let round = 1; round <= ROUNDS; round++) {
       const runs: { route: string; keel: Result; bare: Result }[] = [];
-      for (const [route, path, bearer] of routes) {
+      for (const [route, path, bearer, base] of routes) {
         process.stderr.write(`[authed-read/${backend.name}] round ${round}/${ROUNDS}: Keel ${route}, then bare hono, ${BENCH_SECONDS} s each at ${CONNECTIONS} connections...\n`);
-        const keelResult = await measure(`${keel.url}${path}`, { authorization: `Bearer ${bearer}` });
+        const keelResult = await measure(`${base}${path}`, { authorization: `Bearer ${bearer}` });
         runs.push({ route, keel: keelResult, bare: await measure(`${bare.url}/me`, {}) });
       }
       rounds.push(runs);
@@ -118,6 +124,7 @@ export async function benchAuthedRead(backend: BenchBackend): Promise<AuthedRead
     if (after.status !== 200) throw new Error('Keel unhealthy after the run');
   } finally {
     await bare.stop();
+    await withMetrics.stop();
     await keel.stop();
   }
   const byRoute = new Map<string, { keel: Result; bare: Result; ratio: number }[]>();

@@ -29,6 +29,8 @@ declare module 'autocannon' {
   interface Options {
     url: string;
     connections?: number;
+    /** Requests per second across all connections (an open-loop offered rate). */
+    overallRate?: number;
     duration?: number;
     amount?: number;
     timeout?: number;

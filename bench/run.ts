@@ -4,7 +4,7 @@
  * when /usr/lib/postgresql/<v>/bin exists, on a PostgreSQL server started here on loopback.
  *
  *   npm run bench                          everything
- *   npm run bench -- login authed-read     some of: startup, login, authed-read, fleet, webhooks
+ *   npm run bench -- login authed-read     some of: startup, login, authed-read, fleet, webhooks, overload
  *   npm run bench -- --pglite              only the embedded backend
  *   BENCH_SECONDS=10 BENCH_USERS=200 BENCH_READ_ROUNDS=3 STARTUP_RUNS=3
  *
@@ -17,6 +17,7 @@ import { benchLogin, LOGIN_GOAL, printLogin, printLoginCpu, type LoginResult } f
 import { benchAuthedRead, printAuthedRead, READ_P99_GOAL_MS, READ_RATIO_GOAL, readGoal, type AuthedReadResult } from './authed-read.js';
 import { benchFleet, fleetGoal, printFleet, FLEET_P99_GOAL_MS, FLEET_RATE_GOAL, FLEET_RATIO_GOAL, type FleetResult } from './fleet.js';
 import { benchWebhooks, printWebhooks, webhookGoal, WEBHOOK_DELIVERIES_GOAL, WEBHOOK_P95_GOAL_MS, WEBHOOK_RATIO_GOAL, type WebhookBenchResult } from './webhooks.js';
+import { benchOverloadAll, overloadGoal, printOverload, OVERLOAD_READ_P99_GOAL_MS, type OverloadResult } from './overload.js';
 import { fmt, pgliteBackend, postgresBackend, printTable, startPostgres, type BenchBackend } from './lib.js';
 
 const args = process.argv.slice(2);
@@ -33,6 +34,7 @@ const logins: LoginResult[] = [];
 const reads: AuthedReadResult[] = [];
 const fleets: FleetResult[] = [];
 const hooks: WebhookBenchResult[] = [];
+const overloads: OverloadResult[] = [];
 
 if (want('startup')) {
   process.stderr.write('[startup] npm start on a temp DATA_DIR: first start, then restarts...\n');
@@ -59,9 +61,14 @@ async function onBackend(backend: BenchBackend): Promise<void> {
     hooks.push(await benchWebhooks(backend));
     printWebhooks(hooks.slice(-1));
   }
+  if (want('overload')) {
+    const rows = await benchOverloadAll(backend);
+    overloads.push(...rows);
+    printOverload(rows);
+  }
 }
 
-if (want('login') || want('authed-read') || want('fleet') || want('webhooks')) {
+if (want('login') || want('authed-read') || want('fleet') || want('webhooks') || want('overload')) {
   await onBackend(pgliteBackend());
   if (!pgliteOnly) {
     const server = await startPostgres();
@@ -114,6 +121,17 @@ for (const r of hooks) {
     `${fmt(r.bareSignedPerSecond)} bare signed POST/s`,
     fmt(r.ratio, 2),
     `>= ${WEBHOOK_DELIVERIES_GOAL}/s, >= ${WEBHOOK_RATIO_GOAL}, p95 < ${WEBHOOK_P95_GOAL_MS} ms: ${webhookGoal(r)}`,
+  ]);
+}
+for (const r of overloads) {
+  rows.push([
+    'overload',
+    r.backend,
+    `logins at ${r.offered}/s (5× capacity) beside GET /users/me${r.settings ? `, ${r.settings}` : ''}`,
+    `reads p99 ${fmt(r.readP99Flood)} ms (alone ${fmt(r.readP99Idle)} ms), ${fmt(r.refusedShare * 100, 1)}% of logins refused`,
+    `${fmt(r.capacity, 1)} login/s capacity`,
+    fmt(r.loginsOk / r.capacity, 2),
+    `reads p99 < ${OVERLOAD_READ_P99_GOAL_MS} ms, only 200/503: ${goal(overloadGoal(r))}`,
   ]);
 }
 printTable('Summary', ['benchmark', 'backend', 'what', 'Keel', 'physical limit', 'ratio', 'goal'], rows);

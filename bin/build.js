@@ -35,6 +35,8 @@ const EXTERNAL = [
   '@zxcvbn-ts/*',
   // Large and used only by outbound requests (webhooks, SSO, releases).
   'undici',
+  // Loaded only with METRICS_ENABLED.
+  'prom-client',
 ];
 
 function listFiles(dir, out = []) {

@@ -4,7 +4,8 @@ import type { AppEnv } from './app-env.js';
 import { createRouter, declaredNonJsonBodies, mountDocs } from './platform/http/openapi.js';
 import { apiGate, requestContext, uploadLimitsOf } from './platform/http/middleware.js';
 import { AppError, errorResponse, handleError } from './platform/http/errors.js';
-import { mountHealth } from './platform/http/health.js';
+import { mountHealth, mountReady } from './platform/http/health.js';
+import { latencyObserver, mountMetrics } from './platform/http/metrics.js';
 import { methodIndex } from './platform/http/router.js';
 import { moduleRoutes } from './modules/index.js';
 import { consoleHandler } from './platform/http/console.js';
@@ -16,7 +17,7 @@ export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
   const app = createRouter<AppEnv>();
   const trusted = new Set((keel.config.TRUST_PROXY ?? '').split(',').map((s) => s.trim()).filter(Boolean));
 
-  app.use('*', requestContext(keel.log, trusted));
+  app.use('*', requestContext(keel.log, trusted, latencyObserver(keel.metrics)));
   app.onError((err, c) => handleError(err, c, keel.log));
   // A path that exists with other methods is 405 with Allow; anything else 404.
   const allowedOn = methodIndex(() => app.routes);
@@ -33,6 +34,8 @@ export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
   });
 
   mountHealth(app, keel.config.serviceVersion, keel.database);
+  mountReady(app, { database: keel.database, redis: keel.redis });
+  mountMetrics(app, keel.metrics, keel.config.METRICS_TOKEN);
 
   const api = createRouter<AppEnv>();
   app.use(

@@ -131,6 +131,12 @@ const envSchema = z.object({
   WEBHOOK_TIMEOUT_MS: int(30_000, 100, 120_000),
   WEBHOOK_CONCURRENCY: int(128, 1, 4096),
   WEBHOOK_CONCURRENCY_PER_WEBHOOK: int(8, 1, 256),
+  // Production readiness (issue 19): GET /metrics (off unless enabled; a bearer token when set) and the
+  // bound of the password-hashing queue (0: 16 per hashing thread), beyond which logins answer 503.
+  METRICS_ENABLED: bool(false),
+  METRICS_TOKEN: optionalString.refine((v) => v === undefined || v.length >= 16, { message: 'must be at least 16 characters' }),
+  HASH_QUEUE_MAX: int(0, 0, 100000),
+  HASH_THREAD_NICE: int(0, 0, 19),
 });
 
 export type Env = z.infer<typeof envSchema>;

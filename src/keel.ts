@@ -11,6 +11,8 @@ import { Invalidation } from './platform/invalidation.js';
 import { EventBus } from './events.js';
 import { SingleUseStore } from './platform/single-use.js';
 import type { OutboundPolicy } from './platform/outbound.js';
+import { setHashQueueMax, setHashThreadNice } from './platform/argon2-pool.js';
+import { createMetrics, type Metrics } from './platform/metrics.js';
 
 /** Everything a module needs, built once per process and handed to each module's routes and services. */
 export interface Keel {
@@ -29,6 +31,8 @@ export interface Keel {
   singleUse: SingleUseStore;
   /** The policy every outbound request passes (platform/outbound.ts); one object, so one connection pool. */
   outbound: OutboundPolicy;
+  /** Counters, gauges and histograms (platform/metrics.ts): no-ops unless METRICS_ENABLED. */
+  metrics: Metrics;
   /** Registers what `close` must stop before the container's own parts (a module's worker). */
   onClose(stop: () => Promise<void>): void;
   close(): Promise<void>;
@@ -52,6 +56,8 @@ export async function createKeel(opts: KeelOptions = {}): Promise<Keel> {
   // A copy: the server completes `publicUrl` from the port it listens on (server.ts), per process.
   const config: Config = { ...(opts.config ?? loadConfig()) };
   const log = opts.log ?? createLogger(config.LOG_LEVEL);
+  setHashQueueMax(config.HASH_QUEUE_MAX);
+  setHashThreadNice(config.HASH_THREAD_NICE);
   const secrets = resolveSecrets(config, log);
   const sms = createSmsGateway({
     provider: config.SMS_PROVIDER,
@@ -80,6 +86,7 @@ export async function createKeel(opts: KeelOptions = {}): Promise<Keel> {
   const invalidation = new Invalidation({ database, redisUrl: config.REDIS_URL, redis }, log);
   await invalidation.start();
   const closers: (() => Promise<void>)[] = [];
+  const metrics = await createMetrics(config.METRICS_ENABLED);
   const keel: Keel = {
     config,
     log,
@@ -94,6 +101,7 @@ export async function createKeel(opts: KeelOptions = {}): Promise<Keel> {
     invalidation,
     singleUse: new SingleUseStore(secrets.sealer),
     outbound: { allowInsecure: config.ALLOW_INSECURE_TARGETS },
+    metrics,
     onClose(stop) {
       closers.push(stop);
     },

@@ -1,6 +1,7 @@
 import { Worker } from 'node:worker_threads';
 import { availableParallelism } from 'node:os';
 import { createRequire } from 'node:module';
+import { AppError } from './http/errors.js';
 
 /**
  * Argon2id on a pool of worker threads of its own, one per core up to 4 (docs/decisions.md
@@ -27,12 +28,25 @@ interface PoolWorker {
   fail: (err: Error) => void;
 }
 
-type Request = { op: 'hash'; password: string } | { op: 'verify'; hash: string; password: string };
+type Request = { op: 'hash'; password: string } | { op: 'verify'; hash: string; password: string } | { op: 'hold'; gate: SharedArrayBuffer };
 
 const WORKER = `
 const { parentPort, workerData } = require('node:worker_threads');
 const { hashSync, verifySync } = require(workerData.argon2);
-parentPort.on('message', ({ id, op, hash, password }) => {
+if (workerData.nice > 0) {
+  // Linux: setpriority on a thread id sets that thread's nice value alone (HASH_THREAD_NICE).
+  try {
+    const tid = Number(require('node:fs').readlinkSync('/proc/thread-self').split('/').pop());
+    require('node:os').setPriority(tid, workerData.nice);
+  } catch {}
+}
+parentPort.on('message', ({ id, op, hash, password, gate }) => {
+  if (op === 'hold') {
+    // Tests: occupy this thread like a hash that does not end until the gate opens.
+    Atomics.wait(new Int32Array(gate), 0, 0);
+    parentPort.postMessage({ id, value: true });
+    return;
+  }
   try {
     parentPort.postMessage({ id, value: op === 'hash' ? hashSync(password) : verifySync(hash, password) });
   } catch (err) {
@@ -59,14 +73,76 @@ export class HashWorkerLost extends Error {
   }
 }
 
+/** Hashes in hand per hashing thread before new ones are refused, unless HASH_QUEUE_MAX says otherwise. */
+export const HASH_QUEUE_PER_THREAD = 16;
+
+/** Seconds a refused caller is told to wait (`Retry-After`): a full queue drains in about a second on 2 cores. */
+export const HASH_RETRY_AFTER_SECONDS = 1;
+
+/**
+ * The hash queue is full: the request is refused at once (503 `overloaded`, `Retry-After`) instead of
+ * waiting behind seconds of hashes (docs/decisions.md "Production readiness"). Like HashWorkerLost it
+ * says nothing about the password: callers must not count it as a wrong one.
+ */
+export class HashQueueFull extends AppError {
+  constructor() {
+    super(503, 'overloaded', 'The server is busy checking passwords; try again shortly', undefined, { 'Retry-After': String(HASH_RETRY_AFTER_SECONDS) });
+  }
+}
+
 const workers: PoolWorker[] = [];
+let queueMax = HASH_THREADS * HASH_QUEUE_PER_THREAD;
+let threadNice = 0;
+
+/**
+ * The nice value of hashing threads started from now on (HASH_THREAD_NICE, Linux; 0 leaves them as
+ * the process): above 0 the event loop (reads, heartbeats) gets a core before a hash does when
+ * both wait, and the hashes still use every idle core.
+ */
+export function setHashThreadNice(nice: number): void {
+  threadNice = nice;
+}
+let inHand = 0;
+let refused = 0;
+
+/**
+ * The most hashes this process holds at once (queued or running, all threads together); beyond it
+ * `argon2Hash`/`argon2Verify` reject with HashQueueFull. One pool per process: the last Keel built
+ * sets it (HASH_QUEUE_MAX; 0 or undefined for HASH_THREADS × HASH_QUEUE_PER_THREAD).
+ */
+export function setHashQueueMax(max: number | undefined): void {
+  queueMax = max && max > 0 ? max : HASH_THREADS * HASH_QUEUE_PER_THREAD;
+}
+
+/** Hashes queued or running now (the `keel_hash_queue_depth` gauge). */
+export function hashQueueDepth(): number {
+  return inHand;
+}
+
+/** Hashes refused since the process started (`keel_hash_refused_total`). */
+export function hashRefusals(): number {
+  return refused;
+}
+
+/** The bound in force (`keel_hash_queue_capacity`). */
+export function hashQueueMax(): number {
+  return queueMax;
+}
+
+/** Throws HashQueueFull when a new hash would be refused: lets a login say so before its database work. */
+export function assertHashCapacity(): void {
+  if (inHand >= queueMax) {
+    refused++;
+    throw new HashQueueFull();
+  }
+}
 let argon2Path: string | undefined;
 let nextId = 0;
 
 function start(): PoolWorker {
   // Resolved with the first hash, not at import (start-up).
   argon2Path ??= createRequire(import.meta.url).resolve('@node-rs/argon2');
-  const worker = new Worker(WORKER, { eval: true, workerData: { argon2: argon2Path } });
+  const worker = new Worker(WORKER, { eval: true, workerData: { argon2: argon2Path, nice: threadNice } });
   const entry: PoolWorker = { worker, pending: new Map(), fail: () => undefined };
   // The pool never keeps a process alive on its own.
   worker.unref();
@@ -89,13 +165,28 @@ function start(): PoolWorker {
 }
 
 function run(request: Request): Promise<unknown> {
+  if (inHand >= queueMax) {
+    refused++;
+    return Promise.reject(new HashQueueFull());
+  }
   while (workers.length < HASH_THREADS) workers.push(start());
   let target: PoolWorker | undefined;
   for (const w of workers) if (!target || w.pending.size < target.pending.size) target = w;
   if (!target) return Promise.reject(new Error('no argon2 worker'));
   const id = nextId++;
+  inHand++;
   return new Promise((resolve, reject) => {
-    target.pending.set(id, { resolve, reject });
+    let settled = false;
+    const done = (): boolean => {
+      if (settled) return false;
+      settled = true;
+      inHand--;
+      return true;
+    };
+    target.pending.set(id, {
+      resolve: (value) => done() && resolve(value),
+      reject: (err) => done() && reject(err),
+    });
     target.worker.postMessage({ id, ...request });
   });
 }
@@ -113,6 +204,24 @@ export function argon2Verify(hash: string, password: string): Promise<boolean> {
 /** How many hashes each worker has queued or running (tests). */
 export function hashPoolLoad(): number[] {
   return workers.map((w) => w.pending.size);
+}
+
+/**
+ * Tests: puts `count` jobs in the pool that occupy their threads (and places in the queue) like
+ * hashes that never end, until the answered function is called; resolves once they have ended.
+ * With every thread held, what the queue admits and refuses no longer depends on timing.
+ */
+export function holdHashWorkers(count = HASH_THREADS): { release: () => Promise<void> } {
+  const gate = new SharedArrayBuffer(4);
+  const held = Array.from({ length: count }, () => run({ op: 'hold', gate }));
+  return {
+    release: async () => {
+      const flag = new Int32Array(gate);
+      Atomics.store(flag, 0, 1);
+      Atomics.notify(flag, 0);
+      await Promise.all(held);
+    },
+  };
 }
 
 /** Stops every worker; jobs in hand fail with HashWorkerLost and the next hash starts new workers (tests). */

@@ -59,7 +59,12 @@ export async function releaseReservation(keel: Keel, userId: string): Promise<vo
  * clears the count (sessions.ts, the login statement); a caller that stops short of one after a
  * right password calls `releaseReservation`, as this does on a server fault.
  */
-export async function checkPasswordUnderLockout(keel: Keel, by: { email: string } | { id: string }, password: string, opts: { release: boolean }): Promise<User | null> {
+export async function checkPasswordUnderLockout(
+  keel: Keel,
+  by: { email: string } | { id: string },
+  password: string,
+  opts: { release: boolean; onLocked?: () => void },
+): Promise<User | null> {
   const user = await reserve(keel, by);
   if (!user?.passwordHash) {
     await dummyVerify(password);
@@ -73,7 +78,11 @@ export async function checkPasswordUnderLockout(keel: Keel, by: { email: string 
     await releaseReservation(keel, user.id);
     throw err;
   }
-  if (!ok) return null;
+  if (!ok) {
+    // This failure's reservation set the lock (metrics count it as the login's `locked` outcome).
+    if (user.lockedUntil && user.lockedUntil.getTime() > clock.now().getTime()) opts.onLocked?.();
+    return null;
+  }
   if (opts.release) await releaseReservation(keel, user.id);
   return user;
 }

@@ -1,7 +1,7 @@
 import type { ZxcvbnFactory } from '@zxcvbn-ts/core';
 import { validationError } from '../../platform/http/errors.js';
 import { lazy } from '../../platform/lazy.js';
-import { argon2Hash, argon2Verify, HashWorkerLost } from '../../platform/argon2-pool.js';
+import { argon2Hash, argon2Verify, HashQueueFull, HashWorkerLost } from '../../platform/argon2-pool.js';
 
 // Argon2id with the library's defaults (OWASP's 19 MiB, t=2, p=1), on the hashing threads.
 export function hashPassword(password: string): Promise<string> {
@@ -12,8 +12,9 @@ export async function verifyPassword(passwordHash: string, password: string): Pr
   try {
     return await argon2Verify(passwordHash, password);
   } catch (err) {
-    // A lost hashing thread is a server fault (500), never a wrong password that counts towards a lockout.
-    if (err instanceof HashWorkerLost) throw err;
+    // A lost hashing thread is a server fault (500) and a full hash queue a refusal (503 overloaded):
+    // neither is a wrong password that counts towards a lockout.
+    if (err instanceof HashWorkerLost || err instanceof HashQueueFull) throw err;
     return false;
   }
 }
@@ -21,7 +22,14 @@ export async function verifyPassword(passwordHash: string, password: string): Pr
 let dummyHash: Promise<string> | null = null;
 /** Spends the same time as a real verify, so an unknown email is not told apart by timing. */
 export async function dummyVerify(password: string): Promise<void> {
-  dummyHash ??= argon2Hash('keel-dummy-password-for-timing');
+  if (!dummyHash) {
+    const made = argon2Hash('keel-dummy-password-for-timing');
+    dummyHash = made;
+    // A refused or failed first hash is tried again by the next caller, not kept as the answer.
+    made.catch(() => {
+      if (dummyHash === made) dummyHash = null;
+    });
+  }
   await verifyPassword(await dummyHash, password);
 }
 

@@ -111,7 +111,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
     createRoute({
       method: 'post', path: '/auth/register', tags: tag, summary: 'Create a standalone account (ENABLE_REGISTRATION)',
       request: { body: jsonBody(RegisterBody) },
-      responses: { 201: json(TokenAnswerSchema, 'Registered and signed in'), ...errors(400, 404, 409, 429) },
+      responses: { 201: json(TokenAnswerSchema, 'Registered and signed in'), ...errors(400, 404, 409, 429, 503) },
     }),
     async (c) => {
       registrationOpen();
@@ -124,7 +124,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
     createRoute({
       method: 'post', path: '/auth/register-partner', tags: tag, summary: 'Create a partner, its admin user and sign in (ENABLE_REGISTRATION)',
       request: { body: jsonBody(RegisterPartnerBody) },
-      responses: { 201: json(TokenAnswerSchema.extend({ partner: PartnerSchema }), 'Registered'), ...errors(400, 404, 409, 429) },
+      responses: { 201: json(TokenAnswerSchema.extend({ partner: PartnerSchema }), 'Registered'), ...errors(400, 404, 409, 429, 503) },
     }),
     async (c) => {
       registrationOpen();
@@ -140,7 +140,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
       request: { body: jsonBody(LoginBody) },
       responses: {
         200: json(z.union([TokenAnswerSchema, MfaChallengeSchema]), 'Tokens, or a second-factor challenge'),
-        ...errors(400, 401, 403, 429),
+        ...errors(400, 401, 403, 429, 503),
       },
     }),
     async (c) => {
@@ -212,7 +212,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
     createRoute({
       method: 'post', path: '/auth/reset-password', tags: tag, summary: 'Set a new password with a reset token; ends every session',
       request: { body: jsonBody(ResetBody) },
-      responses: { 200: json(MessageSchema), ...errors(400) },
+      responses: { 200: json(MessageSchema), ...errors(400, 503) },
     }),
     async (c) => {
       const { token, password } = c.req.valid('json');
@@ -226,7 +226,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
       method: 'post', path: '/auth/change-password', tags: tag, summary: 'Change the password; ends every session',
       middleware: [auth] as const,
       request: { body: jsonBody(ChangeBody) },
-      responses: { 200: json(MessageSchema), ...errors(400, 401, 403, 429) },
+      responses: { 200: json(MessageSchema), ...errors(400, 401, 403, 429, 503) },
     }),
     async (c) => {
       const { currentPassword, newPassword } = c.req.valid('json');

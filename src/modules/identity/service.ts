@@ -12,6 +12,8 @@ import { identityOf } from './context.js';
 import { csrfMatchesSession } from './csrf.js';
 import { identityPorts, type SecondFactorChallenge, type TenantOf } from './ports.js';
 import { assertStrongPassword, hashPassword } from './passwords.js';
+import { assertHashCapacity, HashQueueFull } from '../../platform/argon2-pool.js';
+import { countAuthOutcome } from '../../platform/metrics.js';
 import { checkPasswordUnderLockout, releaseReservation, verifyReenteredPassword } from './lockout.js';
 import { profileOf, selfProfile, type SelfProfile } from './profile.js';
 import { sessions, users } from './schema.js';
@@ -153,10 +155,24 @@ export async function signIn(
  * stays until the caller signs in (which clears the count) or releases it.
  */
 export async function checkPassword(keel: Keel, email: string, password: string, ip: string): Promise<User> {
+  // A full hash queue refuses at once (503 overloaded), before the limits and the lockout count anything.
+  assertHashCapacity();
   const { limits } = identityOf(keel);
-  await Promise.all([limits.login.consume(`${ip}|${email.trim().toLowerCase()}`), limits.loginIp.consume(ip)]);
-  const user = await checkPasswordUnderLockout(keel, { email }, password, { release: false });
-  if (!user) throw invalidCredentials();
+  const key = `${ip}|${email.trim().toLowerCase()}`;
+  await Promise.all([limits.login.consume(key), limits.loginIp.consume(ip)]);
+  const seen = { locked: false };
+  let user: User | null;
+  try {
+    user = await checkPasswordUnderLockout(keel, { email }, password, { release: false, onLocked: () => (seen.locked = true) });
+  } catch (err) {
+    // The queue filled between the check above and the verify: nothing was tried, nothing is spent.
+    if (err instanceof HashQueueFull) await Promise.all([limits.login.refund(key), limits.loginIp.refund(ip)]);
+    throw err;
+  }
+  if (!user) {
+    countAuthOutcome(keel.metrics, 'login', seen.locked ? 'locked' : 'failure');
+    throw invalidCredentials();
+  }
   await limits.loginIp.refund(ip);
   return user;
 }
@@ -172,9 +188,13 @@ export async function passwordLogin(keel: Keel, email: string, password: string,
   try {
     await applyPasswordPolicies(keel, user, info);
     const challenge = await identityPorts(keel).secondFactor(keel, user);
-    if (challenge) return challenge;
+    if (challenge) {
+      countAuthOutcome(keel.metrics, 'login', 'challenge');
+      return challenge;
+    }
     const answer = await signIn(keel, user, { ...info, actor: { type: 'user', id: user.id, email: user.email } }, { mfa: false, method: 'password' });
     signedIn = true;
+    countAuthOutcome(keel.metrics, 'login', 'success');
     return answer;
   } finally {
     if (!signedIn) await releaseReservation(keel, user.id);

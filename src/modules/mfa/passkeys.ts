@@ -9,6 +9,7 @@ import type {
 } from '@simplewebauthn/server';
 
 import type { Keel } from '../../keel.js';
+import { countAuthOutcome } from '../../platform/metrics.js';
 import { clock } from '../../platform/clock.js';
 import { sha256Hex } from '../../platform/crypto.js';
 import { transaction } from '../../platform/db/transaction.js';
@@ -344,6 +345,18 @@ export async function passkeyLoginOptions(keel: Keel, tempToken: string): Promis
  * refused and audited as a possibly cloned authenticator.
  */
 export async function verifyPasskeyLogin(keel: Keel, tempToken: string, credential: AuthenticationResponseJSON, info: RequestInfo): Promise<TokenAnswer> {
+  try {
+    const answer = await checkPasskeyLogin(keel, tempToken, credential, info);
+    countAuthOutcome(keel.metrics, 'mfa', 'success');
+    return answer;
+  } catch (err) {
+    // A refused assertion (401) is the second factor's failure; an expired attempt or a 4xx of the request is not counted.
+    if (err instanceof AppError && err.status === 401 && err.code !== 'invalid_temp_token') countAuthOutcome(keel.metrics, 'mfa', 'failure');
+    throw err;
+  }
+}
+
+async function checkPasskeyLogin(keel: Keel, tempToken: string, credential: AuthenticationResponseJSON, info: RequestInfo): Promise<TokenAnswer> {
   if (!keel.config.ENABLE_2FA) throw mfaDisabled();
   const rp = requireRelyingParty(keel);
   const pending = await keel.singleUse.peek(keel.db, MFA_LOGIN_PURPOSE, tempToken);

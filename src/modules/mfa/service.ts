@@ -15,6 +15,7 @@ import { MFA_LOGIN_PURPOSE } from './login.js';
 import { claimTotpStep, newTotpSecret, otpAuthUrl, qrCodeDataUrl, totpStep } from './totp.js';
 import { consumeRecoveryCode, hashRecoveryCode, newRecoveryCodes, RECOVERY_CODE_PATTERN } from './recovery.js';
 import { assertMethodAllowed, methodAllowed, methodNotAllowed, securityPolicy } from './policy.js';
+import { countAuthOutcome } from '../../platform/metrics.js';
 import { invalidCode, invalidTempToken, loadUser, mfaDisabled, mfaLimits } from './common.js';
 import { checkSmsCode, smsEnrolled } from './sms.js';
 
@@ -139,13 +140,23 @@ export async function verifyLoginCode(keel: Keel, tempToken: string, code: strin
   const expired = invalidTempToken;
   const pending = await keel.singleUse.peek(keel.db, MFA_LOGIN_PURPOSE, tempToken);
   if (!pending?.subjectId) throw expired();
-  await verifyLimit(keel).consume(pending.subjectId);
+  try {
+    await verifyLimit(keel).consume(pending.subjectId);
+  } catch (err) {
+    countAuthOutcome(keel.metrics, 'mfa', 'locked');
+    throw err;
+  }
   const user = await loadUser(keel, pending.subjectId);
   if (user.status !== 'active') throw expired();
-  if (!(await checkSecondFactor(keel, user, code))) throw invalidCode(401);
+  if (!(await checkSecondFactor(keel, user, code))) {
+    countAuthOutcome(keel.metrics, 'mfa', 'failure');
+    throw invalidCode(401);
+  }
   const consumed = await keel.singleUse.consume(keel.db, MFA_LOGIN_PURPOSE, tempToken);
   if (consumed?.subjectId !== user.id) throw expired();
-  return signIn(keel, user, { ...info, actor: { type: 'user', id: user.id, email: user.email } }, { mfa: true, method: 'mfa' });
+  const answer = await signIn(keel, user, { ...info, actor: { type: 'user', id: user.id, email: user.email } }, { mfa: true, method: 'mfa' });
+  countAuthOutcome(keel.metrics, 'mfa', 'success');
+  return answer;
 }
 
 /** Proves the caller holds the active factor (TOTP or SMS code, or a recovery code), for disable and rotation. */

@@ -293,7 +293,7 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       security: [{}, { bearerAuth: [] }],
       summary: 'Accept an invitation: a new account sets its password; an existing one proves itself (password, then its second factor, then accepts signed in)',
       request: { body: jsonBody(AcceptBody) },
-      responses: { 200: json(z.union([TokenAnswerSchema, MfaChallengeSchema, InviteAcceptedSchema])), ...errors(400, 401, 403, 409, 429) },
+      responses: { 200: json(z.union([TokenAnswerSchema, MfaChallengeSchema, InviteAcceptedSchema])), ...errors(400, 401, 403, 409, 429, 503) },
     }),
     async (c) => {
       const answer = await acceptInvite(keel, c.req.valid('json'), requestInfo(c), c.req.header('authorization'));

@@ -52,6 +52,9 @@ export const DELIVERY_LIST = 'service:webhooks:delivery';
 export const DLQ_LIST = 'service:webhooks:dlq';
 export const LIST_CAP = 10_000;
 
+/** The counter of attempt results (README "Operating"). */
+export const DELIVERY_ATTEMPTS_METRIC = 'keel_webhook_delivery_attempts_total';
+
 export interface EngineOptions {
   concurrency: number;
   perWebhook: number;
@@ -665,6 +668,11 @@ export class DeliveryEngine {
     this.stats.recordMs += performance.now() - t0;
     const recorded = out?.recorded ?? 0;
     this.stats.recorded += recorded;
+    if (this.#keel.metrics.enabled) {
+      const attempts = this.#keel.metrics.counter(DELIVERY_ATTEMPTS_METRIC, 'Webhook delivery attempts by result: delivered, retrying (will be tried again), failed (dead-lettered), fenced_out (a late result of an expired lease, not recorded)', ['outcome']);
+      if (recorded === batch.length) for (const r of batch) attempts.inc({ outcome: r.status });
+      else attempts.inc({ outcome: 'fenced_out' }, batch.length - recorded);
+    }
     if (recorded < batch.length) {
       this.stats.fencedOut += batch.length - recorded;
       this.#keel.log.warn({ dropped: batch.length - recorded }, 'webhooks: late results of expired leases were not recorded');

@@ -1,7 +1,12 @@
 import type { Keel } from '../../keel.js';
 import { loggableError } from '../../platform/safe-error.js';
+import { prepared, rawQuery } from '../../platform/db/raw.js';
 import { DELIVERY_LIST, DeliveryEngine, LIST_CAP } from './engine.js';
 import { routeEvent, setWebhooksRuntime, webhooksRuntime } from './service.js';
+
+/** The gauge of deliveries waiting (README "Operating"). */
+export const QUEUE_DEPTH_METRIC = 'keel_webhook_queue_depth';
+const QUEUE_DEPTH = prepared('webhooks_queue_depth', "select count(*)::int as n from webhook_deliveries where status in ('pending', 'retrying')");
 
 /** PostgreSQL without Redis: workers of other processes are woken by NOTIFY on this channel. */
 export const NOTIFY_CHANNEL = 'keel_webhooks';
@@ -34,6 +39,11 @@ export function installWebhooks(keel: Keel): Webhooks {
     timeoutMs: keel.config.WEBHOOK_TIMEOUT_MS,
   });
   keel.events.subscribe('*', (tx, event) => routeEvent(keel, tx, event));
+  // Deliveries waiting (pending or retrying, due or not): one COUNT over the partial due index, on each scrape.
+  keel.metrics.gauge(QUEUE_DEPTH_METRIC, 'Webhook deliveries waiting to be attempted (pending or retrying), across every process', [], async (g) => {
+    const [row] = await rawQuery<{ n: number }>(keel.db, QUEUE_DEPTH, []);
+    g.set({}, row?.n ?? 0);
+  });
   setWebhooksRuntime(keel, {
     announce(ids, webhookIds) {
       engine.wake(webhookIds);

@@ -61,7 +61,8 @@ export function zodFields(error: z.ZodError, prefix?: string): FieldIssue[] {
 export function errorResponse(c: Context, err: AppError): Response {
   const body: ErrorBody = { error: err.message, code: err.code };
   if (err.details) body.details = err.details;
-  if (err.status === 429 || (err.status === 503 && err.headers?.['Retry-After'])) body.retryAfter = Number(err.headers?.['Retry-After'] ?? 1);
+  if (err.status === 429) body.retryAfter = Number(err.headers?.['Retry-After'] ?? 1);
+  else if (err.headers?.['Retry-After'] !== undefined) body.retryAfter = Number(err.headers['Retry-After']);
   return c.json(body, err.status, err.headers);
 }
 

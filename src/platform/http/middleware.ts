@@ -7,12 +7,21 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from '../logger.js';
 import { AppError, errorResponse, validationError } from './errors.js';
 import { unstorableInUrl } from './validation.js';
+import { runInRequest, validTraceparent, type RequestFields } from '../request-scope.js';
 
 export interface PlatformVariables {
   requestId: string;
   /** Client IP: the socket address, or X-Forwarded-For when the socket peer is a trusted proxy. */
   ip: string;
+  /** The client's W3C `traceparent`, when it sent a valid one (kept, logged on every line, echoed). */
+  traceparent: string | undefined;
 }
+
+/**
+ * Told when each answer leaves (platform/metrics.ts observes latency by route template): the
+ * context still holds the matched route; `ms` is the time from the first middleware to the close.
+ */
+export type OnAnswered = (c: Context, status: number, ms: number) => void;
 
 /*
  * Cost notes (bench/README.md "Reads"): on a cached authenticated read the middleware, not the work,
@@ -22,7 +31,8 @@ export interface PlatformVariables {
  *   the Node adapter rebuild its lightweight response as a full web Response; before it, every
  *   answer paid for undici's Headers validation. Outside Node (`app.request` in unit tests) they
  *   are prepared on the context instead.
- * - No pino child logger per request: log lines about a request carry `reqId` in their object.
+ * - No pino child logger per request: the request's fields (`reqId`, `traceparent`) live in an
+ *   AsyncLocalStorage (platform/request-scope.ts) that Keel's logger reads for every line.
  * - A body is judged by its Content-Length and left unread until the route parses it, so the Node
  *   adapter reads it straight from the socket (touching `c.req.raw.body` builds a web stream).
  */
@@ -47,6 +57,7 @@ function ensurePrepared(c: Context, headers: readonly (readonly [string, string]
 
 interface AccessLine {
   reqId: string;
+  traceparent?: string;
   method: string;
   path: string;
   status: number;
@@ -144,10 +155,12 @@ function keepReadingBody(incoming: IncomingMessage, outgoing: ServerResponse): v
  * measured part of a cached read): the access line is written when Node's response closes, and only
  * when the logger would write one at all.
  */
-export function requestContext(log: Logger, trustedProxies: Set<string>): MiddlewareHandler<{ Variables: PlatformVariables }> {
+export function requestContext(log: Logger, trustedProxies: Set<string>, onAnswered?: OnAnswered): MiddlewareHandler<{ Variables: PlatformVariables }> {
   return (c, next) => {
     const incoming = c.req.header('x-request-id');
     const requestId = incoming && /^[\w.-]{1,100}$/.test(incoming) ? incoming : randomUUID();
+    const traceparent = validTraceparent(c.req.header('traceparent'));
+    const fields: RequestFields = traceparent ? { reqId: requestId, traceparent } : { reqId: requestId };
     let ip: string;
     try {
       ip = getConnInfo(c).remote.address ?? '';
@@ -162,29 +175,38 @@ export function requestContext(log: Logger, trustedProxies: Set<string>): Middle
     if (ip.startsWith('::ffff:')) ip = ip.slice(7);
     c.set('requestId', requestId);
     c.set('ip', ip.slice(0, 45));
+    c.set('traceparent', traceparent);
     const started = performance.now();
-    const line = (status: number): AccessLine => ({ reqId: requestId, method: c.req.method, path: c.req.path, status, ms: Math.round((performance.now() - started) * 10) / 10 });
+    const line = (status: number, ms: number): AccessLine => ({ ...fields, method: c.req.method, path: c.req.path, status, ms: Math.round(ms * 10) / 10 });
     const outgoing = nodeResponse(c);
     if (!outgoing) {
       c.header('X-Request-Id', requestId);
-      return (async () => {
+      if (traceparent) c.header('traceparent', traceparent);
+      return runInRequest(fields, async () => {
         await next();
-        ensurePrepared(c, [['X-Request-Id', requestId]]);
-        if (c.res.status >= 500 || log.isLevelEnabled('info')) logAccess(log, line(c.res.status));
-      })();
+        ensurePrepared(c, traceparent ? [['X-Request-Id', requestId], ['traceparent', traceparent]] : [['X-Request-Id', requestId]]);
+        const ms = performance.now() - started;
+        onAnswered?.(c, c.res.status, ms);
+        if (c.res.status >= 500 || log.isLevelEnabled('info')) logAccess(log, line(c.res.status, ms));
+      });
     }
-    if (!outgoing.headersSent) outgoing.setHeader('X-Request-Id', requestId);
+    if (!outgoing.headersSent) {
+      outgoing.setHeader('X-Request-Id', requestId);
+      if (traceparent) outgoing.setHeader('traceparent', traceparent);
+    }
     const method = c.req.method;
     if (method !== 'GET' && method !== 'HEAD') {
       const incoming = (c.env as { incoming?: IncomingMessage }).incoming;
       if (incoming && !incoming.readableEnded) keepReadingBody(incoming, outgoing);
     }
-    if (log.isLevelEnabled('error')) {
+    if (onAnswered || log.isLevelEnabled('error')) {
       outgoing.once('close', () => {
-        if (outgoing.statusCode >= 500 || log.isLevelEnabled('info')) logAccess(log, line(outgoing.statusCode));
+        const ms = performance.now() - started;
+        onAnswered?.(c, outgoing.statusCode, ms);
+        if (outgoing.statusCode >= 500 || log.isLevelEnabled('info')) logAccess(log, line(outgoing.statusCode, ms));
       });
     }
-    return next();
+    return runInRequest(fields, next);
   };
 }
 

@@ -13,7 +13,7 @@ export const ErrorSchema = z
       description:
         'Facts about this error, by code: `fields: [{path, message}]` for `validation_failed` (each bad field, e.g. "is required", "is not a known field"), `required` (the `resource:action`) for `permission_denied`, `{users, childRoles}` for a blocked role delete, `missing`/`permissions` for `privilege_escalation`',
     }),
-    retryAfter: z.number().int().optional().openapi({ description: 'On 429 only: seconds to wait before trying again (also sent as the `Retry-After` header)' }),
+    retryAfter: z.number().int().optional().openapi({ description: 'On 429 (`rate_limited`) and 503 (`overloaded`) only: seconds to wait before trying again (also sent as the `Retry-After` header)' }),
   })
   .openapi('Error');
 
@@ -27,6 +27,7 @@ const ERROR_EXAMPLES: Record<number, object> = {
   404: { error: 'Resource not found', code: 'not_found' },
   428: { error: 'Your role requires multi-factor authentication: enrol an authenticator app first', code: 'mfa_enrollment_required' },
   429: { error: 'Too many requests; try again later', code: 'rate_limited', retryAfter: 30 },
+  503: { error: 'The server is busy checking passwords; try again shortly', code: 'overloaded', retryAfter: 1 },
 };
 
 /** Standard error responses for route declarations. */
@@ -40,7 +41,7 @@ export function errors(...codes: (400 | 401 | 403 | 404 | 409 | 428 | 429 | 502 
     428: 'MFA enrolment required',
     429: 'Too many requests',
     502: 'A server Keel depends on answered wrongly',
-    503: 'Not available now (a dependency is not configured or is down); retry later',
+    503: 'Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds',
   };
   return Object.fromEntries(
     codes.map((code) => [

@@ -1,0 +1,153 @@
+/**
+ * Overload (issue 19): a login flood at five times the login capacity measured in the same run, while
+ * authenticated reads (GET /api/v1/users/me) go on at a steady rate. The password-hashing queue is
+ * bounded (HASH_QUEUE_MAX, default 16 per hashing thread): logins beyond it answer 503 `overloaded`
+ * at once, so the reads keep their latency. Printed: the capacity, the offered and answered login
+ * rates, the share refused, any other answer (there should be none), and the reads' p99 with no flood
+ * and during it (goal p99 < 50 ms during the flood).
+ *
+ *   npm run bench -- overload          (both backends; or: tsx bench/overload.ts [pglite|postgres])
+ */
+import { randomBytes } from 'node:crypto';
+import type { Options, Result } from 'autocannon';
+import { BENCH_SECONDS, fmt, isMain, load, pool, postJson, printTable, withBackends, type BenchBackend } from './lib.js';
+
+export const OVERLOAD_READ_P99_GOAL_MS = 50;
+const FLOOD_FACTOR = 5;
+const USERS = Number(process.env.BENCH_USERS ?? '100');
+/** Authenticated reads per second beside the flood (an open-loop rate, so the figure is their latency). */
+const READ_RATE = Number(process.env.BENCH_OVERLOAD_READ_RATE ?? '200');
+const READ_CONNECTIONS = 10;
+/** Enough connections for the offered rate while the admitted logins wait in the queue. */
+const FLOOD_CONNECTIONS = 256;
+
+export interface OverloadResult {
+  backend: string;
+  /** The settings that differ from the defaults ('' for none). */
+  settings: string;
+  /** Logins per second at concurrency 8, no flood (the capacity). */
+  capacity: number;
+  offered: number;
+  loginsOk: number;
+  refused: number;
+  /** Answers that were neither 200 nor 503 (errors and timeouts included). */
+  other: number;
+  refusedShare: number;
+  floodP50: number;
+  readP99Idle: number;
+  readP50Flood: number;
+  readP99Flood: number;
+  readFailures: number;
+}
+
+const count = (r: Result, status: number): number => r.statusCodeStats?.[String(status)]?.count ?? 0;
+
+/** Keel's settings for each row: the defaults, then hashing threads at nice 10 (HASH_THREAD_NICE). */
+export const OVERLOAD_VARIANTS: Record<string, string>[] = [{}, { HASH_THREAD_NICE: '10' }];
+
+export async function benchOverloadAll(backend: BenchBackend): Promise<OverloadResult[]> {
+  const out: OverloadResult[] = [];
+  for (const env of OVERLOAD_VARIANTS) out.push(await benchOverload(backend, env));
+  return out;
+}
+
+export async function benchOverload(backend: BenchBackend, env: Record<string, string> = {}): Promise<OverloadResult> {
+  // LOGIN_IP_LIMIT counts every login in flight from one address until its password proves right: a
+  // flood from one loopback client would hit it (429) and measure that limit, not the hash queue.
+  const keel = await backend.startKeel({ LOGIN_IP_LIMIT: '1000000', ...env });
+  const label = Object.entries(env).map(([k, v]) => `${k}=${v}`).join(' ');
+  try {
+    const run = randomBytes(3).toString('hex');
+    const users = Array.from({ length: USERS }, (_, i) => ({ email: `flood-${run}-${i}@example.com`, password: `correct-horse-battery-${i}-staple`, name: `Flood ${i}` }));
+    process.stderr.write(`[overload/${backend.name}${label ? ` ${label}` : ''}] registering ${USERS} users...\n`);
+    await pool(users, 4, async (u) => {
+      const res = await postJson(`${keel.url}/api/v1/auth/register`, u);
+      if (res.status !== 201) throw new Error(`register ${u.email}: ${res.status} ${JSON.stringify(res.body)}`);
+    });
+    const reader = await postJson(`${keel.url}/api/v1/auth/login`, { email: users[0]!.email, password: users[0]!.password });
+    const token = reader.body.accessToken as string | undefined;
+    if (!token) throw new Error(`reader login: ${reader.status} ${JSON.stringify(reader.body)}`);
+
+    let next = 0;
+    const logins = (extra: Partial<Options>): Options => ({
+      url: keel.url,
+      requests: [
+        {
+          method: 'POST',
+          path: '/api/v1/auth/login',
+          headers: { 'content-type': 'application/json' },
+          setupRequest: (req) => {
+            const u = users[next++ % users.length]!;
+            return { ...req, body: JSON.stringify({ email: u.email, password: u.password }) };
+          },
+        },
+      ],
+      ...extra,
+    });
+    const reads = (seconds: number): Promise<Result> =>
+      load({ url: `${keel.url}/api/v1/users/me`, headers: { authorization: `Bearer ${token}` }, connections: READ_CONNECTIONS, overallRate: READ_RATE, duration: seconds });
+
+    process.stderr.write(`[overload/${backend.name}] capacity: logins at concurrency 8 for ${BENCH_SECONDS} s...\n`);
+    await load(logins({ connections: 8, duration: 2 }));
+    const cap = await load(logins({ connections: 8, duration: BENCH_SECONDS }));
+    const capacity = count(cap, 200) / cap.duration;
+    process.stderr.write(`[overload/${backend.name}] reads alone at ${READ_RATE}/s for ${BENCH_SECONDS} s...\n`);
+    const idle = await reads(BENCH_SECONDS);
+    const offered = Math.max(1, Math.round(capacity * FLOOD_FACTOR));
+    process.stderr.write(`[overload/${backend.name}] flood: ${offered} logins/s (${FLOOD_FACTOR} × ${fmt(capacity, 1)}) with reads at ${READ_RATE}/s for ${BENCH_SECONDS} s...\n`);
+    const [flood, during] = await Promise.all([load(logins({ connections: FLOOD_CONNECTIONS, overallRate: offered, duration: BENCH_SECONDS })), reads(BENCH_SECONDS)]);
+    process.stderr.write(`[overload/${backend.name}${label ? ` ${label}` : ''}] flood answers by status: ${JSON.stringify(flood.statusCodeStats ?? {})}, errors ${flood.errors}, timeouts ${flood.timeouts}\n`);
+    const ok = count(flood, 200);
+    const refused = count(flood, 503);
+    const answered = flood.requests.total ?? ok + refused + flood.non2xx;
+    return {
+      backend: backend.name,
+      settings: label,
+      capacity,
+      offered,
+      loginsOk: ok / flood.duration,
+      refused: refused / flood.duration,
+      other: Math.max(0, answered - ok - refused) + flood.errors + flood.timeouts,
+      refusedShare: refused / Math.max(1, ok + refused),
+      floodP50: flood.latency.p50,
+      readP99Idle: idle.latency.p99,
+      readP50Flood: during.latency.p50,
+      readP99Flood: during.latency.p99,
+      readFailures: during.non2xx + during.errors + during.timeouts,
+    };
+  } finally {
+    await keel.stop();
+  }
+}
+
+export function overloadGoal(r: OverloadResult): boolean {
+  return r.readP99Flood < OVERLOAD_READ_P99_GOAL_MS && r.readFailures === 0 && r.other === 0;
+}
+
+export function printOverload(results: OverloadResult[]): void {
+  printTable(
+    `Overload: logins at ${FLOOD_FACTOR}× capacity for ${BENCH_SECONDS} s beside GET /users/me at ${READ_RATE}/s (goal: reads p99 < ${OVERLOAD_READ_P99_GOAL_MS} ms, no answer but 200/503 overloaded)`,
+    ['backend', 'settings', 'capacity login/s', 'offered/s', 'ok/s', '503/s', 'refused share', 'other', 'login p50 ms', 'read p99 alone', 'read p50 flood', 'read p99 flood', 'read failed', 'goal'],
+    results.map((r) => [
+      r.backend,
+      r.settings || 'defaults',
+      fmt(r.capacity, 1),
+      String(r.offered),
+      fmt(r.loginsOk, 1),
+      fmt(r.refused, 1),
+      `${fmt(r.refusedShare * 100, 1)}%`,
+      String(r.other),
+      fmt(r.floodP50),
+      fmt(r.readP99Idle),
+      fmt(r.readP50Flood),
+      fmt(r.readP99Flood),
+      String(r.readFailures),
+      overloadGoal(r) ? 'met' : 'NOT met',
+    ]),
+  );
+}
+
+if (isMain(import.meta.url)) {
+  const only = process.argv[2] as 'pglite' | 'postgres' | undefined;
+  printOverload((await withBackends(benchOverloadAll, only)).flat());
+}
