@@ -14,6 +14,7 @@ import { Orgs, OrgDetail, Partners } from './pages/admin/Tenancy';
 import { RoleDetail, Roles } from './pages/admin/Roles';
 import { ApiKeys } from './pages/admin/ApiKeys';
 import { Audit } from './pages/admin/Audit';
+import { WebhookDetail, Webhooks } from './pages/integrations/Webhooks';
 
 const queryClient = new QueryClient({
   defaultOptions: {
@@ -61,6 +62,8 @@ function Routes() {
               <Route path="/admin/roles/:id">{(p) => <RoleDetail id={p.id} />}</Route>
               <Route path="/admin/api-keys" component={ApiKeys} />
               <Route path="/admin/audit" component={Audit} />
+              <Route path="/integrations/webhooks" component={Webhooks} />
+              <Route path="/integrations/webhooks/:id">{(p) => <WebhookDetail id={p.id} />}</Route>
               <Route>
                 <PageHeader title="Not found" />
                 <p>
@@ -130,7 +133,7 @@ function Shell({ children }: { children: ReactNode }) {
             <ul>
               {s.items.map((i) => (
                 <li key={i.to}>
-                  <Link href={i.to} className={location === i.to || (i.to.startsWith('/admin/') && location.startsWith(`${i.to}/`)) ? 'active' : ''} aria-current={location === i.to ? 'page' : undefined}>
+                  <Link href={i.to} className={location === i.to || (/^\/(admin|integrations)\//.test(i.to) && location.startsWith(`${i.to}/`)) ? 'active' : ''} aria-current={location === i.to ? 'page' : undefined}>
                     {i.label}
                   </Link>
                 </li>
