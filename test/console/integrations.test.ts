@@ -6,11 +6,10 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFailed } from 'vitest';
 import type { Browser } from 'playwright-core';
 import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
-import { createTenant, enrollTotp, login, type Tenant } from '../helpers/fixtures.js';
+import { createTenant, type Tenant } from '../helpers/fixtures.js';
 import { chromiumAvailable, launchChromium } from '../helpers/browser.js';
 import { startReceiver, type Receiver } from '../webhooks/receiver.js';
 import { startOidcIdp, type OidcIdp } from '../sso/idp.js';
-import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
 import { clock } from '../../src/platform/clock.js';
 import { axeViolations, consoleBuild, openConsole, submitPassword, type ConsoleTab } from './helpers.js';
 
@@ -95,8 +94,3 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks,
     expect(t.problems).toEqual([]);
   });
 });
-
-// Keep the imports used by the tests below this point.
-void enrollTotp;
-void login;
-void SYSTEM_ROLES;

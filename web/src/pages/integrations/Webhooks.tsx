@@ -382,7 +382,8 @@ function WebhookPage({ id }: { id: string }) {
   return (
     <QueryState query={hook}>
       {() => {
-        const w = hook.data!;
+        const w = hook.data;
+        if (!w) return null;
         return (
           <>
             <PageHeader title={`Webhook ${w.name}`}>
