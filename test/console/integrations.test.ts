@@ -6,10 +6,11 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFailed } from 'vitest';
 import type { Browser } from 'playwright-core';
 import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
-import { createTenant, type Tenant } from '../helpers/fixtures.js';
+import { createTenant, enrollTotp, login, nextTotpStep, totpCode, type Tenant } from '../helpers/fixtures.js';
 import { chromiumAvailable, launchChromium } from '../helpers/browser.js';
 import { startReceiver, type Receiver } from '../webhooks/receiver.js';
 import { startOidcIdp, type OidcIdp } from '../sso/idp.js';
+import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
 import { clock } from '../../src/platform/clock.js';
 import { axeViolations, consoleBuild, openConsole, submitPassword, type ConsoleTab } from './helpers.js';
 
@@ -92,5 +93,77 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks,
     await t.screenshot('webhook-detail');
     expect(await axeViolations(page)).toEqual([]);
     expect(t.problems).toEqual([]);
+  });
+  it('an organisation admin with a second factor sets up an OIDC provider from a preset, tests discovery and activates it with SSO enforced; a member then signs in through the real IdP in the browser', async () => {
+    const { secret } = await enrollTotp(app, (await login(app, tenant.orgAdmin)).accessToken);
+    await nextTotpStep();
+    const t = await tab();
+    const { page } = t;
+    await page.goto(`${app.publicUrl}/integrations/sso`);
+    await submitPassword(page, tenant.orgAdmin.email, tenant.orgAdmin.password);
+    await page.getByLabel('6-digit code from your authenticator app').fill(await totpCode(secret));
+    await page.getByRole('button', { name: 'Verify' }).click();
+    await page.getByRole('heading', { name: 'Single sign-on' }).waitFor();
+    await page.getByText('No providers yet.').waitFor();
+    await page.getByRole('button', { name: 'New provider' }).click();
+    const create = page.getByRole('form', { name: 'New provider' });
+    await create.getByLabel('Preset').selectOption('workforce-idp');
+    await create.getByLabel('Name', { exact: true }).fill('Test IdP');
+    await create.getByRole('button', { name: 'Create provider' }).click();
+
+    await page.getByRole('heading', { name: 'Provider Test IdP' }).waitFor();
+    const form = page.getByRole('form', { name: 'Provider settings' });
+    // The preset filled the scopes and the attribute mapping.
+    expect(await form.getByLabel('Scopes').inputValue()).toBe('openid profile email groups');
+    expect(await form.getByLabel('Groups from').inputValue()).toBe('groups');
+    await form.getByLabel('Client id').fill(idp.clientId);
+    await form.getByLabel('Client secret').fill(idp.clientSecret);
+    await form.getByLabel('Issuer URL').fill(idp.issuer);
+    await form.getByLabel('Role of new users').selectOption({ label: SYSTEM_ROLES.orgReadOnly.name });
+    await form.getByRole('button', { name: 'Add a mapping' }).click();
+    await form.getByLabel('Group 1', { exact: true }).fill('noc-admins');
+    await form.getByLabel('Role for group 1').selectOption({ label: SYSTEM_ROLES.orgTechnician.name });
+    await form.getByRole('checkbox', { name: /Enforce single sign-on/ }).check();
+    await form.getByRole('button', { name: 'Save settings' }).click();
+    await form.getByText('Saved.').waitFor();
+    await page.getByRole('button', { name: 'Test discovery' }).click();
+    await page.getByText('Test passed.').waitFor();
+    await page.getByRole('button', { name: 'Activate' }).click();
+    await page.getByText('Active: offered at sign-in').waitFor();
+    // Discovery on save filled the endpoints.
+    expect(await form.getByLabel('JWKS endpoint').inputValue()).toMatch(new RegExp(`^${idp.issuer}/`));
+    await t.screenshot('sso-provider');
+    expect(await axeViolations(page)).toEqual([]);
+    expect(t.problems).toEqual([]);
+
+    // A member of the organisation, in another browser context: the sign-in page of the organisation.
+    const sub = `sub-${Math.random().toString(36).slice(2)}`;
+    idp.accounts.set(sub, { sub, email: tenant.orgReadOnly.email, name: 'Read Only' });
+    const m = await tab();
+    // The IdP's development pages link a web font from the internet, which this machine cannot reach.
+    await m.context.route((u) => u.hostname !== 'localhost' && u.hostname !== '127.0.0.1', (r) => r.fulfill({ status: 200, body: '' }));
+    await m.page.goto(`${app.publicUrl}/login?org=${tenant.orgId}`);
+    const button = m.page.getByRole('link', { name: 'Sign in with Test IdP' });
+    await button.waitFor();
+    await m.page.getByText('This organisation signs in only through single sign-on.').waitFor();
+    expect(await m.page.getByLabel('Password', { exact: true }).count()).toBe(0);
+    await m.screenshot('login-sso');
+    expect(await axeViolations(m.page)).toEqual([]);
+    await button.click();
+    // The IdP's own login and consent forms (oidc-provider's development interactions).
+    await m.page.waitForURL((u) => u.origin === idp.issuer);
+    await m.page.locator('input[name="login"]').fill(sub);
+    await m.page.locator('input[name="password"]').fill('any');
+    await m.page.locator('button[type="submit"]').click();
+    await m.page.getByRole('button', { name: 'Continue' }).click();
+    // Back in the console: #ssoCode consumed (and taken out of the address bar), signed in.
+    await m.page.getByRole('button', { name: 'Sign out' }).waitFor();
+    await m.page.locator(`.user-name[title="${tenant.orgReadOnly.email}"]`).waitFor();
+    await m.page.getByRole('heading', { name: /^Welcome/ }).waitFor();
+    expect(new URL(m.page.url()).hash).toBe('');
+    expect(new URL(m.page.url()).origin).toBe(app.publicUrl);
+    const refreshed = await m.page.evaluate(async () => (await fetch('/api/v1/auth/refresh', { method: 'POST', headers: { 'x-service-csrf': /service_csrf=([^;]+)/.exec(document.cookie)?.[1] ?? '' } })).status);
+    expect(refreshed).toBe(200);
+    expect(m.problems).toEqual([]);
   });
 });

@@ -15,6 +15,7 @@ import { RoleDetail, Roles } from './pages/admin/Roles';
 import { ApiKeys } from './pages/admin/ApiKeys';
 import { Audit } from './pages/admin/Audit';
 import { WebhookDetail, Webhooks } from './pages/integrations/Webhooks';
+import { SsoProviderDetail, SsoProviders } from './pages/integrations/Sso';
 
 const queryClient = new QueryClient({
   defaultOptions: {
@@ -64,6 +65,8 @@ function Routes() {
               <Route path="/admin/audit" component={Audit} />
               <Route path="/integrations/webhooks" component={Webhooks} />
               <Route path="/integrations/webhooks/:id">{(p) => <WebhookDetail id={p.id} />}</Route>
+              <Route path="/integrations/sso" component={SsoProviders} />
+              <Route path="/integrations/sso/:id">{(p) => <SsoProviderDetail id={p.id} />}</Route>
               <Route>
                 <PageHeader title="Not found" />
                 <p>
