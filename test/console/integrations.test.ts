@@ -6,11 +6,12 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFailed } from 'vitest';
 import type { Browser } from 'playwright-core';
 import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
-import { createTenant, enrollTotp, login, nextTotpStep, totpCode, type Tenant } from '../helpers/fixtures.js';
+import { createTenant, createUser, enrollTotp, login, nextTotpStep, totpCode, type Tenant } from '../helpers/fixtures.js';
 import { chromiumAvailable, launchChromium } from '../helpers/browser.js';
 import { startReceiver, type Receiver } from '../webhooks/receiver.js';
 import { startOidcIdp, type OidcIdp } from '../sso/idp.js';
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
+import { enroll, enrollmentKey, heartbeat, registerRemote } from '../agents/helpers.js';
 import { clock } from '../../src/platform/clock.js';
 import { axeViolations, consoleBuild, openConsole, submitPassword, type ConsoleTab } from './helpers.js';
 
@@ -27,7 +28,7 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks,
   beforeAll(async () => {
     const [dir, rec] = await Promise.all([consoleBuild(), startReceiver()]);
     receiver = rec;
-    app = await startTestApp({ publicUrlFromPort: true, env: { CONSOLE_DIR: dir } });
+    app = await startTestApp({ publicUrlFromPort: true, env: { CONSOLE_DIR: dir, AGENT_AUTO_PROMOTE: 'false' } });
     idp = await startOidcIdp({ redirectUri: `${app.publicUrl}/api/v1/sso/callback` });
     browser = await launchChromium();
     tenant = await createTenant(app);
@@ -166,5 +167,59 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks,
     await m.page.reload();
     await m.page.locator(`.user-name[title="${tenant.orgReadOnly.email}"]`).waitFor();
     expect(m.problems).toEqual([]);
+  });
+  it('devices: an organisation admin filters by site, opens a device and turns its automatic updates off; a platform administrator with a second factor promotes a version to 25% and sees the rollout', async () => {
+    const adminToken = (await login(app, tenant.orgAdmin)).accessToken;
+    const site = await app.api('POST', `/orgs/${tenant.orgId}/sites`, { token: adminToken, body: { name: 'Head office' } });
+    expect(site.status).toBe(201);
+    const hq = await enroll(app, await enrollmentKey(app, adminToken, tenant.orgId, { siteId: site.body.id }), { hostname: 'hq-desk-01' });
+    const branch = await enroll(app, await enrollmentKey(app, adminToken, tenant.orgId), { hostname: 'branch-laptop-07' });
+    expect((await heartbeat(app, hq)).status).toBe(200);
+    expect((await heartbeat(app, branch)).status).toBe(200);
+
+    const t = await tab();
+    const { page } = t;
+    await page.goto(`${app.publicUrl}/devices`);
+    await submitPassword(page, tenant.orgAdmin.email, tenant.orgAdmin.password);
+    await page.getByRole('heading', { name: 'Devices', level: 1 }).waitFor();
+    await page.getByRole('link', { name: 'branch-laptop-07' }).waitFor();
+    await page.getByRole('link', { name: 'hq-desk-01' }).waitFor();
+    await page.getByLabel('Site').selectOption({ label: 'Head office' });
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await expect.poll(() => page.getByRole('link', { name: 'branch-laptop-07' }).count()).toBe(0);
+    await page.getByRole('link', { name: 'hq-desk-01' }).waitFor();
+    await t.screenshot('devices');
+    expect(await axeViolations(page)).toEqual([]);
+    await page.getByRole('link', { name: 'hq-desk-01' }).click();
+    await page.getByRole('heading', { name: 'Device hq-desk-01' }).waitFor();
+    await page.getByText('1.0.0').first().waitFor();
+    await page.getByRole('button', { name: 'Turn automatic updates off' }).click();
+    await page.getByText('Automatic updates are off.').waitFor();
+    const after = await app.api('GET', `/devices/${hq.deviceId}`, { token: adminToken });
+    expect(after.body.autoUpdate).toBe(false);
+    expect(await page.getByRole('button', { name: 'Update now' }).isDisabled()).toBe(true);
+    expect(t.problems).toEqual([]);
+
+    // The platform administrator: a registered version, promoted to a quarter of the fleet.
+    const admin = await createUser(app, { name: 'Fleet Admin', platformAdmin: true });
+    const { accessToken: systemToken, secret } = await enrollTotp(app, (await login(app, admin)).accessToken);
+    await registerRemote(app, systemToken, { version: '1.1.0' });
+    await nextTotpStep();
+    const p = await tab();
+    await p.page.goto(`${app.publicUrl}/devices/agent-versions`);
+    await submitPassword(p.page, admin.email, admin.password);
+    await p.page.getByLabel('6-digit code from your authenticator app').fill(await totpCode(secret));
+    await p.page.getByRole('button', { name: 'Verify' }).click();
+    await p.page.getByRole('heading', { name: 'Agent versions' }).waitFor();
+    await p.page.getByRole('button', { name: 'Promote agent 1.1.0' }).click();
+    const dialog = p.page.getByRole('dialog', { name: 'Promote agent 1.1.0' });
+    await dialog.getByLabel('Offer to this share of devices (%)').fill('25');
+    await dialog.getByRole('button', { name: 'Promote' }).click();
+    await p.page.getByText('agent 1.1.0 is the fleet target for 25% of devices.').waitFor();
+    await p.page.getByRole('button', { name: 'Widen the rollout of agent 1.1.0' }).waitFor();
+    await p.page.getByRole('cell', { name: /active 25%/ }).waitFor();
+    await p.screenshot('agent-versions');
+    expect(await axeViolations(p.page)).toEqual([]);
+    expect(p.problems).toEqual([]);
   });
 });

@@ -16,6 +16,8 @@ import { ApiKeys } from './pages/admin/ApiKeys';
 import { Audit } from './pages/admin/Audit';
 import { WebhookDetail, Webhooks } from './pages/integrations/Webhooks';
 import { SsoProviderDetail, SsoProviders } from './pages/integrations/Sso';
+import { DeviceDetail, Devices } from './pages/devices/Devices';
+import { AgentVersions, UpdateWindows } from './pages/devices/AgentVersions';
 
 const queryClient = new QueryClient({
   defaultOptions: {
@@ -67,6 +69,10 @@ function Routes() {
               <Route path="/integrations/webhooks/:id">{(p) => <WebhookDetail id={p.id} />}</Route>
               <Route path="/integrations/sso" component={SsoProviders} />
               <Route path="/integrations/sso/:id">{(p) => <SsoProviderDetail id={p.id} />}</Route>
+              <Route path="/devices" component={Devices} />
+              <Route path="/devices/agent-versions" component={AgentVersions} />
+              <Route path="/devices/update-windows" component={UpdateWindows} />
+              <Route path="/devices/:id">{(p) => <DeviceDetail id={p.id} />}</Route>
               <Route>
                 <PageHeader title="Not found" />
                 <p>
