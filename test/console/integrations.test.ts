@@ -96,6 +96,17 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks,
     expect(t.problems).toEqual([]);
   });
   it('an organisation admin with a second factor sets up an OIDC provider from a preset, tests discovery and activates it with SSO enforced; a member then signs in through the real IdP in the browser', async () => {
+    // Signed in with the password only: a provider write is refused (403 mfa_required), and the page says why.
+    const before = await tab();
+    await before.page.goto(`${app.publicUrl}/integrations/sso`);
+    await submitPassword(before.page, tenant.orgAdmin.email, tenant.orgAdmin.password);
+    await before.page.getByRole('button', { name: 'New provider' }).click();
+    await before.page.getByRole('form', { name: 'New provider' }).getByLabel('Name', { exact: true }).fill('Too early');
+    await before.page.getByRole('button', { name: 'Create provider' }).click();
+    await before.page.getByRole('alert').getByText('can only be changed from a session signed in with a second factor').waitFor();
+    expect(before.problems).toEqual([]);
+    await before.close();
+
     const { secret } = await enrollTotp(app, (await login(app, tenant.orgAdmin)).accessToken);
     await nextTotpStep();
     const t = await tab();
@@ -169,6 +180,8 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks,
     expect(m.problems).toEqual([]);
   });
   it('devices: an organisation admin filters by site, opens a device and turns its automatic updates off; a platform administrator with a second factor promotes a version to 25% and sees the rollout', async () => {
+    // A tenant of its own: the organisation of the test above now enforces single sign-on.
+    const tenant = await createTenant(app);
     const adminToken = (await login(app, tenant.orgAdmin)).accessToken;
     const site = await app.api('POST', `/orgs/${tenant.orgId}/sites`, { token: adminToken, body: { name: 'Head office' } });
     expect(site.status).toBe(201);
