@@ -8,7 +8,7 @@ import type { Browser } from 'playwright-core';
 import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { createTenant, createUser, enrollTotp, login, nextTotpStep, totpCode, type Tenant } from '../helpers/fixtures.js';
 import { chromiumAvailable, launchChromium } from '../helpers/browser.js';
-import { startReceiver, type Receiver } from '../webhooks/receiver.js';
+import { startReceiver, verifyServiceSignature, type Receiver } from '../webhooks/receiver.js';
 import { startOidcIdp, type OidcIdp } from '../sso/idp.js';
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
 import { enroll, enrollmentKey, heartbeat, registerRemote } from '../agents/helpers.js';
@@ -93,6 +93,25 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks,
     await dialog.getByRole('button', { name: 'Close' }).click();
     await t.screenshot('webhook-detail');
     expect(await axeViolations(page)).toEqual([]);
+
+    // Rotation: the generated secret is shown once, and the next delivery is signed with it.
+    page.once('dialog', (d) => void d.accept());
+    await page.getByRole('button', { name: 'Rotate secret' }).click();
+    const secret = (await page.getByLabel('Signing secret, shown once').textContent()) ?? '';
+    expect(secret.length).toBeGreaterThanOrEqual(16);
+    await page.getByRole('button', { name: 'Send test' }).click();
+    const [, signed] = await receiver.waitFor(2);
+    expect(signed && verifyServiceSignature(secret, signed)).toBe(true);
+    // Paused from the edit form: the list shows it under the status filter.
+    await page.getByRole('button', { name: 'Edit', exact: true }).click();
+    await page.getByRole('form', { name: 'Edit webhook' }).getByLabel('Status').selectOption('paused');
+    await page.getByRole('button', { name: 'Save changes' }).click();
+    await page.locator('dd .badge', { hasText: 'paused' }).waitFor();
+    await page.getByRole('link', { name: 'All webhooks' }).click();
+    await page.getByLabel('Status').selectOption('active');
+    await page.getByText('No webhooks with this status.').waitFor();
+    await page.getByLabel('Status').selectOption('paused');
+    await page.getByRole('link', { name: 'Ticketing' }).waitFor();
     expect(t.problems).toEqual([]);
   });
   it('an organisation admin with a second factor sets up an OIDC provider from a preset, tests discovery and activates it with SSO enforced; a member then signs in through the real IdP in the browser', async () => {
@@ -211,6 +230,20 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks,
     const after = await app.api('GET', `/devices/${hq.deviceId}`, { token: adminToken });
     expect(after.body.autoUpdate).toBe(false);
     expect(await page.getByRole('button', { name: 'Update now' }).isDisabled()).toBe(true);
+    // The organisation's update window and a pin.
+    await page.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Update windows' }).click();
+    await page.getByRole('heading', { name: 'Update windows' }).waitFor();
+    await page.getByRole('checkbox', { name: 'Updates only inside a window' }).check();
+    await page.getByRole('checkbox', { name: 'Saturday' }).uncheck();
+    await page.getByRole('checkbox', { name: 'Friday' }).check();
+    await page.getByLabel('Starts at').fill('23:00');
+    await page.getByLabel('Ends at').fill('03:30');
+    await page.getByLabel('Pinned agent version').fill('1.0.0');
+    await page.getByRole('button', { name: 'Save', exact: true }).click();
+    await page.getByText('Saved.').waitFor();
+    const settings = await app.api('GET', `/orgs/${tenant.orgId}/agent-update-settings`, { token: adminToken });
+    expect(settings.body).toEqual({ maintenanceWindow: { days: ['fri', 'sun'], start: '23:00', end: '03:30' }, pinnedVersions: { agent: '1.0.0' } });
+    expect(await axeViolations(page)).toEqual([]);
     expect(t.problems).toEqual([]);
 
     // The platform administrator: a registered version, promoted to a quarter of the fleet.
