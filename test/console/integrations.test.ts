@@ -165,6 +165,10 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks,
     expect(await form.getByLabel('JWKS endpoint').inputValue()).toMatch(new RegExp(`^${idp.issuer}/`));
     await t.screenshot('sso-provider');
     expect(await axeViolations(page)).toEqual([]);
+    // The dark theme keeps its contrast on these pages too (alerts, badges, fieldsets).
+    await page.emulateMedia({ colorScheme: 'dark' });
+    expect(await axeViolations(page)).toEqual([]);
+    await page.emulateMedia({ colorScheme: 'light' });
     expect(t.problems).toEqual([]);
 
     // A member of the organisation, in another browser context: the sign-in page of the organisation.
@@ -266,6 +270,9 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks,
     await p.page.getByRole('cell', { name: /active 25%/ }).waitFor();
     await p.screenshot('agent-versions');
     expect(await axeViolations(p.page)).toEqual([]);
+    await p.page.emulateMedia({ colorScheme: 'dark' });
+    expect(await axeViolations(p.page)).toEqual([]);
+    await p.screenshot('agent-versions-dark');
     expect(p.problems).toEqual([]);
   });
 });
