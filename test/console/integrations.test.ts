@@ -8,7 +8,7 @@ import type { Browser } from 'playwright-core';
 import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { createTenant, createUser, enrollTotp, login, nextTotpStep, totpCode, type Tenant } from '../helpers/fixtures.js';
 import { chromiumAvailable, launchChromium } from '../helpers/browser.js';
-import { startReceiver, verifyServiceSignature, type Receiver } from '../webhooks/receiver.js';
+import { ok, startReceiver, status, verifyServiceSignature, type Receiver } from '../webhooks/receiver.js';
 import { startOidcIdp, type OidcIdp } from '../sso/idp.js';
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
 import { enroll, enrollmentKey, heartbeat, registerRemote } from '../agents/helpers.js';
@@ -52,7 +52,7 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks,
     return t;
   }
 
-  it('an organisation admin creates a webhook (grouped event picker, a custom header), sends a test and sees it delivered in the history with its payload', async () => {
+  it('an organisation admin creates a webhook (grouped event picker, a custom header), sends a test and sees it delivered with its payload; rotates the secret (shown once), pauses it, and retries a failed delivery from the history', async () => {
     const t = await tab();
     const { page } = t;
     await page.goto(`${app.publicUrl}/integrations/webhooks`);
@@ -112,6 +112,29 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks,
     await page.getByText('No webhooks with this status.').waitFor();
     await page.getByLabel('Status').selectOption('paused');
     await page.getByRole('link', { name: 'Ticketing' }).waitFor();
+
+    // A failed delivery (the receiver answers 500, no retries) is retried from the history.
+    const token = (await login(app, tenant.orgAdmin)).accessToken;
+    const flaky = await app.api('POST', '/webhooks', { token, body: { name: 'Flaky', url: receiver.url, events: ['webhook.test'], retryPolicy: { maxRetries: 0 } } });
+    expect(flaky.status).toBe(201);
+    receiver.behave(status(500));
+    expect((await app.api('POST', `/webhooks/${flaky.body.id}/test`, { token })).status).toBe(202);
+    await receiver.waitFor(3);
+    await page.goto(`${app.publicUrl}/integrations/webhooks/${flaky.body.id}`);
+    await page.getByLabel('Delivery status').selectOption('failed');
+    await expect.poll(async () => {
+      await page.getByRole('button', { name: 'Refresh' }).click();
+      return page.getByRole('button', { name: /^Retry delivery webhook\.test/ }).count();
+    }, { timeout: 15_000 }).toBe(1);
+    await page.getByRole('cell', { name: 'HTTP 500' }).first().waitFor();
+    receiver.behave(ok);
+    await page.getByRole('button', { name: /^Retry delivery webhook\.test/ }).click();
+    await receiver.waitFor(4);
+    await page.getByLabel('Delivery status').selectOption('delivered');
+    await expect.poll(async () => {
+      await page.getByRole('button', { name: 'Refresh' }).click();
+      return page.getByRole('cell', { name: 'delivered' }).count();
+    }, { timeout: 15_000 }).toBe(1);
     expect(t.problems).toEqual([]);
   });
   it('an organisation admin with a second factor sets up an OIDC provider from a preset, tests discovery and activates it with SSO enforced; a member then signs in through the real IdP in the browser', async () => {
