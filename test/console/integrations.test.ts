@@ -271,6 +271,10 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks,
     const settings = await app.api('GET', `/orgs/${tenant.orgId}/agent-update-settings`, { token: adminToken });
     expect(settings.body).toEqual({ maintenanceWindow: { days: ['fri', 'sun'], start: '23:00', end: '03:30' }, pinnedVersions: { agent: '1.0.0' } });
     expect(await axeViolations(page)).toEqual([]);
+    // Agent versions are the platform's: not in an organisation admin's navigation, and explained at their address.
+    expect(await page.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Agent versions' }).count()).toBe(0);
+    await page.goto(`${app.publicUrl}/devices/agent-versions`);
+    await page.getByText('You do not have permission to see agent versions.').waitFor();
     expect(t.problems).toEqual([]);
 
     // The platform administrator: a registered version, promoted to a quarter of the fleet.
