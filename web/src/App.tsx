@@ -14,6 +14,10 @@ import { Orgs, OrgDetail, Partners } from './pages/admin/Tenancy';
 import { RoleDetail, Roles } from './pages/admin/Roles';
 import { ApiKeys } from './pages/admin/ApiKeys';
 import { Audit } from './pages/admin/Audit';
+import { WebhookDetail, Webhooks } from './pages/integrations/Webhooks';
+import { SsoProviderDetail, SsoProviders } from './pages/integrations/Sso';
+import { DeviceDetail, Devices } from './pages/devices/Devices';
+import { AgentVersions, UpdateWindows } from './pages/devices/AgentVersions';
 
 const queryClient = new QueryClient({
   defaultOptions: {
@@ -61,6 +65,14 @@ function Routes() {
               <Route path="/admin/roles/:id">{(p) => <RoleDetail id={p.id} />}</Route>
               <Route path="/admin/api-keys" component={ApiKeys} />
               <Route path="/admin/audit" component={Audit} />
+              <Route path="/integrations/webhooks" component={Webhooks} />
+              <Route path="/integrations/webhooks/:id">{(p) => <WebhookDetail id={p.id} />}</Route>
+              <Route path="/integrations/sso" component={SsoProviders} />
+              <Route path="/integrations/sso/:id">{(p) => <SsoProviderDetail id={p.id} />}</Route>
+              <Route path="/devices" component={Devices} />
+              <Route path="/devices/agent-versions" component={AgentVersions} />
+              <Route path="/devices/update-windows" component={UpdateWindows} />
+              <Route path="/devices/:id">{(p) => <DeviceDetail id={p.id} />}</Route>
               <Route>
                 <PageHeader title="Not found" />
                 <p>
@@ -130,7 +142,7 @@ function Shell({ children }: { children: ReactNode }) {
             <ul>
               {s.items.map((i) => (
                 <li key={i.to}>
-                  <Link href={i.to} className={location === i.to || (i.to.startsWith('/admin/') && location.startsWith(`${i.to}/`)) ? 'active' : ''} aria-current={location === i.to ? 'page' : undefined}>
+                  <Link href={i.to} className={location === i.to || (/^\/(admin|integrations)\//.test(i.to) && location.startsWith(`${i.to}/`)) ? 'active' : ''} aria-current={location === i.to ? 'page' : undefined}>
                     {i.label}
                   </Link>
                 </li>

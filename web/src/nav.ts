@@ -1,6 +1,5 @@
 // The console's navigation, one table: each entry shows only when the signed-in caller may use it.
-// Areas whose APIs land later (webhooks, single sign-on, devices, agent versions, update windows)
-// add an entry here and a route in App.tsx.
+// A new page adds an entry here and a route in App.tsx.
 import type { SelfProfile } from './api';
 
 export interface NavItem {
@@ -37,6 +36,19 @@ export const NAV: NavSection[] = [
       { to: '/admin/audit', label: 'Audit log', show: (me, can) => tenant(me) && can('audit', 'read') },
     ],
   },
-  // { title: 'Integrations', items: webhooks (webhooks:read), single sign-on (organizations:read) }
-  // { title: 'Devices', items: devices (devices:read), agent versions, update windows }
+  {
+    title: 'Integrations',
+    items: [
+      { to: '/integrations/webhooks', label: 'Webhooks', show: (me, can) => tenant(me) && can('webhooks', 'read') },
+      { to: '/integrations/sso', label: 'Single sign-on', show: (me, can) => tenant(me) && can('organizations', 'read') },
+    ],
+  },
+  {
+    title: 'Devices',
+    items: [
+      { to: '/devices', label: 'Devices', show: (me, can) => tenant(me) && can('devices', 'read') },
+      { to: '/devices/agent-versions', label: 'Agent versions', show: (me) => me.isPlatformAdmin },
+      { to: '/devices/update-windows', label: 'Update windows', show: (me, can) => tenant(me) && can('devices', 'read') },
+    ],
+  },
 ];

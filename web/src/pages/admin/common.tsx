@@ -70,3 +70,16 @@ export function useDeviceGroups(orgId: string | null) {
     queryFn: () => api<Page<DeviceGroup>>('GET', `/orgs/${orgId ?? ''}/device-groups`, { query: { limit: 100 } }),
   });
 }
+
+/**
+ * Pages of one organisation's resources (webhooks, single sign-on): partner users and platform
+ * administrators pick the organisation first; organisation users act in their own.
+ */
+export function NeedsOrg({ children }: { children: ReactNode }) {
+  const { me } = useAuth();
+  const t = useTenant();
+  if (me?.scope !== 'organization' && !t.orgId) {
+    return <Alert kind="info">Pick an organisation at the top of the page: this page manages one organisation at a time.</Alert>;
+  }
+  return <>{children}</>;
+}

@@ -1,0 +1,284 @@
+// Devices the caller sees (its organisations, sites and device groups): filters and pages, each
+// device's installed versions and status, the auto-update toggle and "update now".
+import { Fragment, useState } from 'react';
+import { useQuery, useQueryClient } from '@tanstack/react-query';
+import { Link } from 'wouter';
+import { api, type Page } from '../../api';
+import { useAuth } from '../../auth';
+import { useTenant } from '../../tenant';
+import { Alert, Button, Card, ErrorAlert, Field, Gate, PageHeader, Pager, QueryState, Select, when } from '../../ui';
+import { NeedsTenant, useDeviceGroups, useSites } from '../admin/common';
+
+export interface Device {
+  id: string;
+  orgId: string;
+  siteId: string | null;
+  deviceGroupId: string | null;
+  hostname: string;
+  os: string | null;
+  arch: string | null;
+  components: { agent?: string; helper?: string; watchdog?: string };
+  status: 'online' | 'offline' | 'updating';
+  lastSeenAt: string | null;
+  autoUpdate: boolean;
+  loggedInUser: string | null;
+  updateNowPending: boolean;
+  createdAt: string;
+}
+
+const EMPTY = { status: '', siteId: '', deviceGroupId: '', hostname: '' };
+
+function StatusBadge({ status }: { status: Device['status'] }) {
+  return <span className={`badge ${status === 'online' ? 'badge-ok' : 'badge-warn'}`}>{status}</span>;
+}
+
+export function Devices() {
+  const { me, can } = useAuth();
+  return (
+    <Gate allow={!!me && me.scope !== null && can('devices', 'read')} what="Devices">
+      <NeedsTenant>
+        <DeviceList />
+      </NeedsTenant>
+    </Gate>
+  );
+}
+
+function DeviceList() {
+  const { can } = useAuth();
+  const t = useTenant();
+  const qc = useQueryClient();
+  const [draft, setDraft] = useState(EMPTY);
+  const [filters, setFilters] = useState(EMPTY);
+  const [page, setPage] = useState(1);
+  const [notice, setNotice] = useState<string | null>(null);
+  const [error, setError] = useState<unknown>(null);
+  const sites = useSites(t.orgId);
+  const groups = useDeviceGroups(t.orgId);
+  const list = useQuery({
+    queryKey: ['devices', t.query, filters, page],
+    queryFn: () => api<Page<Device>>('GET', '/devices', { query: { ...t.query, ...filters, page, limit: 25 } }),
+  });
+  const execute = can('devices', 'execute');
+  const updateNow = async (d: Device) => {
+    setError(null);
+    setNotice(null);
+    try {
+      await api('POST', '/devices/update-now', { body: { deviceIds: [d.id] } });
+      setNotice(`${d.hostname} is offered the current version at its next heartbeat.`);
+      await qc.invalidateQueries({ queryKey: ['devices'] });
+    } catch (err) {
+      setError(err);
+    }
+  };
+  return (
+    <>
+      <PageHeader title="Devices" />
+      <form
+        className="filters"
+        role="search"
+        onSubmit={(e) => {
+          e.preventDefault();
+          setFilters(draft);
+          setPage(1);
+        }}
+      >
+        <Field label="Host name" value={draft.hostname} onChange={(e) => setDraft({ ...draft, hostname: e.target.value })} />
+        <Select label="Status" value={draft.status} onChange={(e) => setDraft({ ...draft, status: e.target.value })}>
+          <option value="">Any</option>
+          <option value="online">Online</option>
+          <option value="offline">Offline</option>
+          <option value="updating">Updating</option>
+        </Select>
+        {t.orgId && (
+          <>
+            <Select label="Site" value={draft.siteId} onChange={(e) => setDraft({ ...draft, siteId: e.target.value })}>
+              <option value="">Any</option>
+              {sites.data?.data.map((s) => (
+                <option key={s.id} value={s.id}>
+                  {s.name}
+                </option>
+              ))}
+            </Select>
+            <Select label="Device group" value={draft.deviceGroupId} onChange={(e) => setDraft({ ...draft, deviceGroupId: e.target.value })}>
+              <option value="">Any</option>
+              {groups.data?.data.map((g) => (
+                <option key={g.id} value={g.id}>
+                  {g.name}
+                </option>
+              ))}
+            </Select>
+          </>
+        )}
+        <div className="row">
+          <Button type="submit">Filter</Button>
+          <Button type="button" kind="link" onClick={() => { setDraft(EMPTY); setFilters(EMPTY); setPage(1); }}>
+            Clear
+          </Button>
+        </div>
+      </form>
+      <ErrorAlert error={error} />
+      {notice && <Alert kind="success">{notice}</Alert>}
+      <QueryState query={list}>
+        {() => (
+          <>
+            <div className="table-wrap">
+              <table>
+                <thead>
+                  <tr>
+                    <th>Host name</th>
+                    <th>Status</th>
+                    <th>Platform</th>
+                    <th>Agent</th>
+                    <th>Auto-update</th>
+                    <th>Last seen</th>
+                    {execute && (
+                      <th>
+                        <span className="sr-only">Actions</span>
+                      </th>
+                    )}
+                  </tr>
+                </thead>
+                <tbody>
+                  {list.data?.data.length === 0 && (
+                    <tr>
+                      <td colSpan={7} className="muted">
+                        No devices match.
+                      </td>
+                    </tr>
+                  )}
+                  {list.data?.data.map((d) => (
+                    <tr key={d.id}>
+                      <td>
+                        <Link href={`/devices/${d.id}`}>{d.hostname}</Link>
+                      </td>
+                      <td>
+                        <StatusBadge status={d.status} />
+                      </td>
+                      <td>{[d.os, d.arch].filter(Boolean).join('/') || '—'}</td>
+                      <td>{d.components.agent ?? '—'}</td>
+                      <td>{d.autoUpdate ? 'on' : 'off'}</td>
+                      <td>{when(d.lastSeenAt)}</td>
+                      {execute && (
+                        <td>
+                          {d.updateNowPending ? (
+                            <span className="muted small">update requested</span>
+                          ) : (
+                            <Button kind="link" disabled={!d.autoUpdate} onClick={() => void updateNow(d)} aria-label={`Update now: ${d.hostname}`}>
+                              Update now
+                            </Button>
+                          )}
+                        </td>
+                      )}
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+            </div>
+            {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
+          </>
+        )}
+      </QueryState>
+    </>
+  );
+}
+
+export function DeviceDetail({ id }: { id: string }) {
+  const { me, can } = useAuth();
+  return (
+    <Gate allow={!!me && me.scope !== null && can('devices', 'read')} what="Devices">
+      <DevicePage id={id} />
+    </Gate>
+  );
+}
+
+function DevicePage({ id }: { id: string }) {
+  const { can } = useAuth();
+  const qc = useQueryClient();
+  const [error, setError] = useState<unknown>(null);
+  const [notice, setNotice] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  const device = useQuery({ queryKey: ['device', id], queryFn: () => api<Device>('GET', `/devices/${id}`) });
+  const execute = can('devices', 'execute');
+  const run = async (fn: () => Promise<string>) => {
+    setError(null);
+    setNotice(null);
+    setBusy(true);
+    try {
+      setNotice(await fn());
+      await qc.invalidateQueries({ queryKey: ['device', id] });
+      await qc.invalidateQueries({ queryKey: ['devices'] });
+    } catch (err) {
+      setError(err);
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <QueryState query={device}>
+      {() => {
+        const d = device.data;
+        if (!d) return null;
+        return (
+          <>
+            <PageHeader title={`Device ${d.hostname}`}>
+              {execute && (
+                <Button busy={busy} disabled={!d.autoUpdate || d.updateNowPending} onClick={() => void run(async () => {
+                  await api('POST', '/devices/update-now', { body: { deviceIds: [d.id] } });
+                  return 'The current version is offered at the next heartbeat.';
+                })}>
+                  Update now
+                </Button>
+              )}
+            </PageHeader>
+            <p>
+              <Link href="/devices">All devices</Link>
+            </p>
+            <ErrorAlert error={error} />
+            {notice && <Alert kind="success">{notice}</Alert>}
+            <Card title="Status">
+              <dl className="facts">
+                <dt>Status</dt>
+                <dd>
+                  <StatusBadge status={d.status} />
+                </dd>
+                <dt>Last seen</dt>
+                <dd>{when(d.lastSeenAt)}</dd>
+                <dt>Platform</dt>
+                <dd>{[d.os, d.arch].filter(Boolean).join('/') || '—'}</dd>
+                <dt>Logged-in user</dt>
+                <dd>{d.loggedInUser ?? '—'}</dd>
+                <dt>Enrolled</dt>
+                <dd>{when(d.createdAt)}</dd>
+                <dt>Update now</dt>
+                <dd>{d.updateNowPending ? 'requested, waiting for the next heartbeat' : '—'}</dd>
+              </dl>
+            </Card>
+            <Card title="Installed versions">
+              <dl className="facts">
+                {(['agent', 'helper', 'watchdog'] as const).map((c) => (
+                  <Fragment key={c}>
+                    <dt>{c}</dt>
+                    <dd>{d.components[c] ?? 'not reported'}</dd>
+                  </Fragment>
+                ))}
+              </dl>
+            </Card>
+            <Card title="Automatic updates">
+              <p>{d.autoUpdate ? 'On: the device takes new versions inside its maintenance window.' : 'Off: the device is not offered any update, not even "update now".'}</p>
+              {execute ? (
+                <Button kind="secondary" busy={busy} onClick={() => void run(async () => {
+                  await api('POST', `/devices/${d.id}/auto-update`, { body: { enabled: !d.autoUpdate } });
+                  return d.autoUpdate ? 'Automatic updates are off.' : 'Automatic updates are on.';
+                })}>
+                  {d.autoUpdate ? 'Turn automatic updates off' : 'Turn automatic updates on'}
+                </Button>
+              ) : (
+                <p className="muted small">Changing this needs the devices:execute permission.</p>
+              )}
+            </Card>
+          </>
+        );
+      }}
+    </QueryState>
+  );
+}

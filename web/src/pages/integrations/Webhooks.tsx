@@ -1,0 +1,601 @@
+// Webhooks of the organisation in context: list, create and edit (events, headers, retry policy,
+// status), secret rotation (a generated secret shown once), delivery history with each delivery's
+// payload and response, retry of a failed delivery, and a test delivery.
+import { useState } from 'react';
+import { useQuery, useQueryClient } from '@tanstack/react-query';
+import { Link, useLocation } from 'wouter';
+import { api, type Page } from '../../api';
+import { useAuth } from '../../auth';
+import { useTenant } from '../../tenant';
+import { Alert, Button, Card, Dialog, ErrorAlert, Field, Gate, PageHeader, Pager, QueryState, Select, useSubmit, when } from '../../ui';
+import { NeedsOrg } from '../admin/common';
+
+type WebhookStatus = 'active' | 'paused' | 'failed';
+type DeliveryStatus = 'pending' | 'delivered' | 'failed' | 'retrying';
+
+interface RetryPolicy {
+  maxRetries: number;
+  initialDelayMs: number;
+  backoffMultiplier: number;
+  maxDelayMs: number;
+}
+
+interface Webhook {
+  id: string;
+  orgId: string;
+  name: string;
+  url: string;
+  events: string[];
+  headers: { key: string; value: string }[];
+  status: WebhookStatus;
+  hasSecret: boolean;
+  previousSecretExpiresAt: string | null;
+  retryPolicy: RetryPolicy;
+  successCount: number;
+  failureCount: number;
+  lastDeliveryAt: string | null;
+  lastSuccessAt: string | null;
+  createdAt: string;
+  deliveryStats?: { total: number; pending: number; delivered: number; failed: number; retrying: number; lastDeliveredAt: string | null };
+}
+
+interface Delivery {
+  id: string;
+  status: DeliveryStatus;
+  event: string;
+  eventId: string;
+  payload: unknown;
+  responseStatus: number | null;
+  responseBody: string | null;
+  responseTimeMs: number | null;
+  errorMessage: string | null;
+  attempt: number;
+  nextAttemptAt: string | null;
+  createdAt: string;
+  deliveredAt: string | null;
+}
+
+/** SPEC 6.1's event types, grouped by what they are about. */
+export const EVENT_GROUPS: { title: string; types: string[] }[] = [
+  { title: 'Devices', types: ['device.enrolled', 'device.online', 'device.offline', 'device.updated', 'device.decommissioned'] },
+  { title: 'Alerts', types: ['alert.triggered', 'alert.acknowledged', 'alert.resolved', 'alert.escalated'] },
+  { title: 'Scripts', types: ['script.started', 'script.completed', 'script.failed'] },
+  { title: 'Automations', types: ['automation.started', 'automation.completed', 'automation.failed'] },
+  { title: 'Policies', types: ['policy.evaluated', 'policy.violation', 'policy.compliant'] },
+  { title: 'Patches', types: ['patch.available', 'patch.approved', 'patch.installed', 'patch.failed', 'patch.rollback'] },
+  { title: 'Security and remote access', types: ['security.score_changed', 'remote.session.started', 'remote.session.ended', 'remote.file.transferred'] },
+  { title: 'Users and sessions', types: ['user.login', 'user.logout', 'session.login', 'session.logout'] },
+  { title: 'Testing', types: ['webhook.test'] },
+];
+
+const STATUS_LABEL: Record<WebhookStatus, string> = { active: 'Active', paused: 'Paused', failed: 'Failed' };
+
+function StatusBadge({ status }: { status: string }) {
+  const ok = status === 'active' || status === 'delivered';
+  return <span className={`badge ${ok ? 'badge-ok' : 'badge-warn'}`}>{status}</span>;
+}
+
+export function Webhooks() {
+  const { me, can } = useAuth();
+  return (
+    <Gate allow={!!me && me.scope !== null && can('webhooks', 'read')} what="Webhooks">
+      <NeedsOrg>
+        <WebhookList />
+      </NeedsOrg>
+    </Gate>
+  );
+}
+
+function WebhookList() {
+  const { can } = useAuth();
+  const t = useTenant();
+  const qc = useQueryClient();
+  const [, navigate] = useLocation();
+  const [status, setStatus] = useState('');
+  const [page, setPage] = useState(1);
+  const [creating, setCreating] = useState(false);
+  const list = useQuery({
+    queryKey: ['webhooks', t.query, status, page],
+    queryFn: () => api<Page<Webhook>>('GET', '/webhooks', { query: { ...t.query, status, page, limit: 25 } }),
+  });
+  return (
+    <>
+      <PageHeader title="Webhooks">{can('webhooks', 'write') && !creating && <Button onClick={() => setCreating(true)}>New webhook</Button>}</PageHeader>
+      {creating && (
+        <Card title="New webhook">
+          <WebhookForm
+            onCancel={() => setCreating(false)}
+            onSaved={(w) => {
+              setCreating(false);
+              void qc.invalidateQueries({ queryKey: ['webhooks'] });
+              navigate(`/integrations/webhooks/${w.id}`);
+            }}
+          />
+        </Card>
+      )}
+      <div className="filters" role="search">
+        <Select label="Status" value={status} onChange={(e) => { setStatus(e.target.value); setPage(1); }}>
+          <option value="">Any</option>
+          <option value="active">Active</option>
+          <option value="paused">Paused</option>
+          <option value="failed">Failed</option>
+        </Select>
+      </div>
+      <QueryState query={list}>
+        {() => (
+          <>
+            <div className="table-wrap">
+              <table>
+                <thead>
+                  <tr>
+                    <th>Name</th>
+                    <th>URL</th>
+                    <th>Events</th>
+                    <th>Status</th>
+                    <th>Delivered / failed</th>
+                    <th>Last delivery</th>
+                  </tr>
+                </thead>
+                <tbody>
+                  {list.data?.data.length === 0 && (
+                    <tr>
+                      <td colSpan={6} className="muted">
+                        No webhooks{status ? ' with this status' : ' yet'}.
+                      </td>
+                    </tr>
+                  )}
+                  {list.data?.data.map((w) => (
+                    <tr key={w.id}>
+                      <td>
+                        <Link href={`/integrations/webhooks/${w.id}`}>{w.name}</Link>
+                      </td>
+                      <td className="small secret">{w.url}</td>
+                      <td className="small">{w.events.length === 1 ? w.events[0] : `${w.events.length} types`}</td>
+                      <td>
+                        <StatusBadge status={w.status} />
+                      </td>
+                      <td>
+                        {w.successCount} / {w.failureCount}
+                      </td>
+                      <td>{when(w.lastDeliveryAt)}</td>
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+            </div>
+            {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
+          </>
+        )}
+      </QueryState>
+    </>
+  );
+}
+
+function EventPicker({ value, onChange, error }: { value: Set<string>; onChange: (v: Set<string>) => void; error?: string | undefined }) {
+  const toggle = (types: string[], on: boolean) => {
+    const next = new Set(value);
+    for (const ty of types) if (on) next.add(ty);
+    else next.delete(ty);
+    onChange(next);
+  };
+  return (
+    <div className="field">
+      <div className="row">
+        <strong id="events-label">Events</strong>
+        <span className="muted small">{value.size} chosen</span>
+      </div>
+      {error && <div className="field-error">{error}</div>}
+      <div className="events" role="group" aria-labelledby="events-label">
+        {EVENT_GROUPS.map((g) => {
+          const all = g.types.every((ty) => value.has(ty));
+          return (
+            <fieldset key={g.title}>
+              <legend>{g.title}</legend>
+              <label className="checkbox small">
+                <input type="checkbox" checked={all} onChange={(e) => toggle(g.types, e.target.checked)} /> All {g.title.toLowerCase()}
+              </label>
+              {g.types.map((ty) => (
+                <label key={ty} className="checkbox">
+                  <input type="checkbox" checked={value.has(ty)} onChange={(e) => toggle([ty], e.target.checked)} /> <code>{ty}</code>
+                </label>
+              ))}
+            </fieldset>
+          );
+        })}
+      </div>
+    </div>
+  );
+}
+
+function HeadersEditor({ value, onChange, fields }: { value: { key: string; value: string }[]; onChange: (v: { key: string; value: string }[]) => void; fields: Record<string, string> }) {
+  const set = (i: number, patch: Partial<{ key: string; value: string }>) => onChange(value.map((h, j) => (j === i ? { ...h, ...patch } : h)));
+  return (
+    <div className="field">
+      <strong>Custom headers</strong>
+      <p className="hint">Sent with every delivery. Keel's own headers (signature, event, delivery id, content type) cannot be overridden.</p>
+      {fields.headers && <div className="field-error">{fields.headers}</div>}
+      {value.map((h, i) => (
+        <div className="kv-row" key={i}>
+          <Field label={`Header ${i + 1} name`} required maxLength={100} value={h.key} onChange={(e) => set(i, { key: e.target.value })} error={fields[`headers.${i}.key`] ?? fields[`headers.${i}`]} />
+          <Field label={`Header ${i + 1} value`} maxLength={2000} value={h.value} onChange={(e) => set(i, { value: e.target.value })} error={fields[`headers.${i}.value`]} />
+          <Button type="button" kind="link" onClick={() => onChange(value.filter((_, j) => j !== i))} aria-label={`Remove header ${i + 1}`}>
+            Remove
+          </Button>
+        </div>
+      ))}
+      {value.length < 20 && (
+        <Button type="button" kind="secondary" onClick={() => onChange([...value, { key: '', value: '' }])}>
+          Add a header
+        </Button>
+      )}
+    </div>
+  );
+}
+
+const POLICY_FIELDS: { key: keyof RetryPolicy; label: string; hint: string; step?: string }[] = [
+  { key: 'maxRetries', label: 'Retries after the first attempt', hint: '0-10 (default 5)' },
+  { key: 'initialDelayMs', label: 'First retry after (ms)', hint: '100-3,600,000 (default 1,000)' },
+  { key: 'backoffMultiplier', label: 'Backoff multiplier', hint: '1-10 (default 2)', step: '0.1' },
+  { key: 'maxDelayMs', label: 'Longest wait (ms)', hint: '100-86,400,000 (default 300,000)' },
+];
+
+function WebhookForm({ webhook, onSaved, onCancel }: { webhook?: Webhook; onSaved: (w: Webhook) => void; onCancel: () => void }) {
+  const t = useTenant();
+  const [name, setName] = useState(webhook?.name ?? '');
+  const [url, setUrl] = useState(webhook ? '' : 'https://');
+  const [secret, setSecret] = useState('');
+  const [events, setEvents] = useState<Set<string>>(new Set(webhook?.events ?? []));
+  const [headers, setHeaders] = useState(webhook?.headers ?? []);
+  const [status, setStatus] = useState<WebhookStatus>(webhook?.status ?? 'active');
+  const [policy, setPolicy] = useState<Record<keyof RetryPolicy, string>>(() => {
+    const p = webhook?.retryPolicy;
+    return { maxRetries: String(p?.maxRetries ?? ''), initialDelayMs: String(p?.initialDelayMs ?? ''), backoffMultiplier: String(p?.backoffMultiplier ?? ''), maxDelayMs: String(p?.maxDelayMs ?? '') };
+  });
+  const s = useSubmit(async () => {
+    const retryPolicy: Partial<RetryPolicy> = {};
+    for (const f of POLICY_FIELDS) if (policy[f.key].trim() !== '') retryPolicy[f.key] = Number(policy[f.key]);
+    const body: Record<string, unknown> = { name: name.trim(), events: [...events], headers, retryPolicy };
+    if (url.trim()) body.url = url.trim();
+    if (secret) body.secret = secret;
+    if (webhook) {
+      if (status !== webhook.status) body.status = status;
+      return onSaved(await api<Webhook>('PATCH', `/webhooks/${webhook.id}`, { query: t.query, body }));
+    }
+    return onSaved(await api<Webhook>('POST', '/webhooks', { query: t.query, body }));
+  });
+  return (
+    <form onSubmit={s.submit} aria-label={webhook ? 'Edit webhook' : 'New webhook'}>
+      <ErrorAlert error={s.error} />
+      <Field label="Name" required maxLength={255} value={name} onChange={(e) => setName(e.target.value)} error={s.fields.name} />
+      <Field
+        label="URL"
+        type="url"
+        required={!webhook}
+        maxLength={2048}
+        value={url}
+        onChange={(e) => setUrl(e.target.value)}
+        error={s.fields.url}
+        hint={webhook ? `Now ${webhook.url} (credentials hidden). Leave empty to keep it.` : 'HTTPS; private and loopback addresses are refused.'}
+      />
+      <Field
+        label={webhook ? 'New signing secret (optional)' : 'Signing secret (optional)'}
+        type="password"
+        autoComplete="new-password"
+        minLength={16}
+        maxLength={256}
+        value={secret}
+        onChange={(e) => setSecret(e.target.value)}
+        error={s.fields.secret}
+        hint={webhook ? 'Replaces the secret at once. To keep the old one valid for a day, use Rotate secret instead.' : '16-256 characters. Deliveries are signed with HMAC-SHA256 of it.'}
+      />
+      {webhook && (
+        <Select label="Status" value={status} onChange={(e) => setStatus(e.target.value as WebhookStatus)} error={s.fields.status}>
+          <option value="active">Active</option>
+          <option value="paused">Paused (events are not delivered)</option>
+          {webhook.status === 'failed' && <option value="failed">Failed (stopped after repeated failures)</option>}
+        </Select>
+      )}
+      <EventPicker value={events} onChange={setEvents} error={s.fields.events} />
+      <HeadersEditor value={headers} onChange={setHeaders} fields={s.fields} />
+      <fieldset className="card">
+        <legend>Retry policy</legend>
+        <p className="hint">Leave a field empty for its default. The wait doubles (by the multiplier) after each failed attempt, up to the longest wait.</p>
+        <div className="filters">
+          {POLICY_FIELDS.map((f) => (
+            <Field
+              key={f.key}
+              label={f.label}
+              type="number"
+              step={f.step ?? '1'}
+              value={policy[f.key]}
+              onChange={(e) => setPolicy({ ...policy, [f.key]: e.target.value })}
+              hint={f.hint}
+              error={s.fields[`retryPolicy.${f.key}`]}
+            />
+          ))}
+        </div>
+      </fieldset>
+      <div className="row">
+        <Button type="submit" busy={s.busy} disabled={events.size === 0}>
+          {webhook ? 'Save changes' : 'Create webhook'}
+        </Button>
+        <Button type="button" kind="link" onClick={onCancel}>
+          Cancel
+        </Button>
+      </div>
+    </form>
+  );
+}
+
+export function WebhookDetail({ id }: { id: string }) {
+  const { me, can } = useAuth();
+  return (
+    <Gate allow={!!me && me.scope !== null && can('webhooks', 'read')} what="Webhooks">
+      <NeedsOrg>
+        <WebhookPage id={id} />
+      </NeedsOrg>
+    </Gate>
+  );
+}
+
+function WebhookPage({ id }: { id: string }) {
+  const { can } = useAuth();
+  const t = useTenant();
+  const qc = useQueryClient();
+  const [, navigate] = useLocation();
+  const [editing, setEditing] = useState(false);
+  const [secret, setSecret] = useState<string | null>(null);
+  const [notice, setNotice] = useState<string | null>(null);
+  const [error, setError] = useState<unknown>(null);
+  const writable = can('webhooks', 'write');
+  const hook = useQuery({ queryKey: ['webhook', id, t.query], queryFn: () => api<Webhook>('GET', `/webhooks/${id}`, { query: t.query }) });
+  const refresh = () => qc.invalidateQueries({ queryKey: ['webhook', id] });
+  const act = async (fn: () => Promise<void>) => {
+    setError(null);
+    setNotice(null);
+    try {
+      await fn();
+    } catch (err) {
+      setError(err);
+    }
+  };
+  const rotate = () =>
+    act(async () => {
+      if (!window.confirm('Rotate the signing secret? The previous one keeps signing beside the new one for 24 hours.')) return;
+      const r = await api<Webhook & { secret?: string }>('POST', `/webhooks/${id}/rotate-secret`, { query: t.query, body: {} });
+      setSecret(r.secret ?? null);
+      await refresh();
+    });
+  const sendTest = () =>
+    act(async () => {
+      await api('POST', `/webhooks/${id}/test`, { query: t.query, body: {} });
+      setNotice('A webhook.test delivery is queued: it appears in the history below.');
+      await qc.invalidateQueries({ queryKey: ['deliveries', id] });
+    });
+  const remove = () =>
+    act(async () => {
+      if (!window.confirm('Delete this webhook and its whole delivery history?')) return;
+      await api('DELETE', `/webhooks/${id}`, { query: t.query });
+      await qc.invalidateQueries({ queryKey: ['webhooks'] });
+      navigate('/integrations/webhooks');
+    });
+  return (
+    <QueryState query={hook}>
+      {() => {
+        const w = hook.data;
+        if (!w) return null;
+        return (
+          <>
+            <PageHeader title={`Webhook ${w.name}`}>
+              {writable && (
+                <>
+                  <Button kind="secondary" onClick={() => void sendTest()}>
+                    Send test
+                  </Button>
+                  <Button kind="secondary" onClick={() => void rotate()}>
+                    Rotate secret
+                  </Button>
+                  {!editing && <Button onClick={() => setEditing(true)}>Edit</Button>}
+                  <Button kind="danger" onClick={() => void remove()}>
+                    Delete
+                  </Button>
+                </>
+              )}
+            </PageHeader>
+            <p>
+              <Link href="/integrations/webhooks">All webhooks</Link>
+            </p>
+            <ErrorAlert error={error} />
+            {notice && <Alert kind="success">{notice}</Alert>}
+            {secret && (
+              <Alert kind="warning">
+                <p>
+                  <strong>Copy the new signing secret now:</strong> it is not shown again. The previous secret keeps signing for 24 hours.
+                </p>
+                <p>
+                  <code className="secret" aria-label="Signing secret, shown once">
+                    {secret}
+                  </code>
+                </p>
+                <Button kind="secondary" onClick={() => void navigator.clipboard.writeText(secret)}>
+                  Copy
+                </Button>
+              </Alert>
+            )}
+            {editing ? (
+              <Card title="Edit webhook">
+                <WebhookForm
+                  webhook={w}
+                  onCancel={() => setEditing(false)}
+                  onSaved={() => {
+                    setEditing(false);
+                    void refresh();
+                    void qc.invalidateQueries({ queryKey: ['webhooks'] });
+                  }}
+                />
+              </Card>
+            ) : (
+              <Card title="Settings">
+                <dl className="facts">
+                  <dt>Status</dt>
+                  <dd>
+                    <StatusBadge status={w.status} /> {STATUS_LABEL[w.status]}
+                  </dd>
+                  <dt>URL</dt>
+                  <dd className="secret">{w.url}</dd>
+                  <dt>Events</dt>
+                  <dd>{w.events.join(', ')}</dd>
+                  <dt>Custom headers</dt>
+                  <dd>{w.headers.length ? w.headers.map((h) => h.key).join(', ') : 'none'}</dd>
+                  <dt>Signing secret</dt>
+                  <dd>{w.hasSecret ? `set${w.previousSecretExpiresAt ? `; the previous one signs too until ${when(w.previousSecretExpiresAt)}` : ''}` : 'none (deliveries are unsigned)'}</dd>
+                  <dt>Retries</dt>
+                  <dd>
+                    {w.retryPolicy.maxRetries} after {w.retryPolicy.initialDelayMs} ms, ×{w.retryPolicy.backoffMultiplier}, at most {w.retryPolicy.maxDelayMs} ms apart
+                  </dd>
+                  {w.deliveryStats && (
+                    <>
+                      <dt>Deliveries</dt>
+                      <dd>
+                        {w.deliveryStats.total} in all: {w.deliveryStats.delivered} delivered, {w.deliveryStats.failed} failed, {w.deliveryStats.retrying} retrying, {w.deliveryStats.pending} pending
+                      </dd>
+                    </>
+                  )}
+                </dl>
+              </Card>
+            )}
+            <Deliveries id={id} writable={writable} />
+          </>
+        );
+      }}
+    </QueryState>
+  );
+}
+
+function Deliveries({ id, writable }: { id: string; writable: boolean }) {
+  const t = useTenant();
+  const qc = useQueryClient();
+  const [status, setStatus] = useState('');
+  const [page, setPage] = useState(1);
+  const [open, setOpen] = useState<Delivery | null>(null);
+  const [error, setError] = useState<unknown>(null);
+  const list = useQuery({
+    queryKey: ['deliveries', id, t.query, status, page],
+    queryFn: () => api<Page<Delivery>>('GET', `/webhooks/${id}/deliveries`, { query: { ...t.query, status, page, limit: 25 } }),
+  });
+  const retry = async (d: Delivery) => {
+    setError(null);
+    try {
+      await api('POST', `/webhooks/${id}/retry/${d.id}`, { query: t.query });
+      await qc.invalidateQueries({ queryKey: ['deliveries', id] });
+    } catch (err) {
+      setError(err);
+    }
+  };
+  return (
+    <Card
+      title="Delivery history"
+      actions={
+        <Button kind="secondary" onClick={() => void list.refetch()}>
+          Refresh
+        </Button>
+      }
+    >
+      <div className="filters" role="search">
+        <Select label="Delivery status" value={status} onChange={(e) => { setStatus(e.target.value); setPage(1); }}>
+          <option value="">Any</option>
+          <option value="pending">Pending</option>
+          <option value="delivered">Delivered</option>
+          <option value="retrying">Retrying</option>
+          <option value="failed">Failed</option>
+        </Select>
+      </div>
+      <ErrorAlert error={error} />
+      <QueryState query={list}>
+        {() => (
+          <>
+            <div className="table-wrap">
+              <table>
+                <thead>
+                  <tr>
+                    <th>When</th>
+                    <th>Event</th>
+                    <th>Status</th>
+                    <th>Attempt</th>
+                    <th>Response</th>
+                    <th>
+                      <span className="sr-only">Actions</span>
+                    </th>
+                  </tr>
+                </thead>
+                <tbody>
+                  {list.data?.data.length === 0 && (
+                    <tr>
+                      <td colSpan={6} className="muted">
+                        No deliveries{status ? ' with this status' : ' yet'}.
+                      </td>
+                    </tr>
+                  )}
+                  {list.data?.data.map((d) => (
+                    <tr key={d.id}>
+                      <td>{when(d.createdAt)}</td>
+                      <td>
+                        <code>{d.event}</code>
+                      </td>
+                      <td>
+                        <StatusBadge status={d.status} />
+                      </td>
+                      <td>{d.attempt}</td>
+                      <td>{d.responseStatus ? `HTTP ${d.responseStatus}${d.responseTimeMs !== null ? `, ${d.responseTimeMs} ms` : ''}` : (d.errorMessage ?? '—')}</td>
+                      <td>
+                        <Button kind="link" onClick={() => setOpen(d)} aria-label={`View delivery ${d.event} of ${when(d.createdAt)}`}>
+                          View
+                        </Button>
+                        {writable && d.status === 'failed' && (
+                          <Button kind="link" onClick={() => void retry(d)} aria-label={`Retry delivery ${d.event} of ${when(d.createdAt)}`}>
+                            Retry
+                          </Button>
+                        )}
+                      </td>
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+            </div>
+            {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
+          </>
+        )}
+      </QueryState>
+      {open && (
+        <Dialog title={`Delivery ${open.event}`} onClose={() => setOpen(null)}>
+          <dl className="facts">
+            <dt>Status</dt>
+            <dd>{open.status}</dd>
+            <dt>Attempt</dt>
+            <dd>{open.attempt}</dd>
+            <dt>Delivered</dt>
+            <dd>{when(open.deliveredAt)}</dd>
+            <dt>Next attempt</dt>
+            <dd>{when(open.nextAttemptAt)}</dd>
+            <dt>Response</dt>
+            <dd>{open.responseStatus ? `HTTP ${open.responseStatus}` : '—'}</dd>
+            {open.errorMessage && (
+              <>
+                <dt>Error</dt>
+                <dd>{open.errorMessage}</dd>
+              </>
+            )}
+          </dl>
+          <h3>Payload</h3>
+          <pre className="payload" tabIndex={0} aria-label="Payload">
+            {JSON.stringify(open.payload, null, 2)}
+          </pre>
+          <h3>Response body</h3>
+          <pre className="payload" tabIndex={0} aria-label="Response body">
+            {open.responseBody ?? '(none)'}
+          </pre>
+        </Dialog>
+      )}
+    </Card>
+  );
+}
