@@ -93,6 +93,9 @@ describe.skipIf(backend !== 'postgres' || !backendAvailable())('outages of Postg
     const key = (await call(A, 'POST', '/api-keys', { token: admin, body: { name: 'events', permissions: [{ resource: 'events', action: 'publish' }] } })).body.key as string;
 
     await redis.stop();
+    const ready = await fetch(`${A}/health/ready`);
+    expect(ready.status).toBe(503);
+    expect(((await ready.json()) as { details: { down: string[] } }).details.down).toContain('redis');
 
     // Sign-in and refresh.
     const session = await call(A, 'POST', '/auth/login', { body: TOPOLOGY_ADMIN });
@@ -117,5 +120,6 @@ describe.skipIf(backend !== 'postgres' || !backendAvailable())('outages of Postg
     expect((await call(A, 'POST', '/events', { token: key, body: { orgId: org, type: 'alert.triggered', data: { after: 'outage' } } })).status).toBe(202);
     await rx.waitFor(2, undefined, 60_000);
     await until('sign-in with Redis back', async () => (await call(A, 'POST', '/auth/login', { body: TOPOLOGY_ADMIN })).status === 200, 30_000);
+    await until('ready again', async () => (await fetch(`${A}/health/ready`)).status === 200, 30_000);
   }, 240_000);
 });
