@@ -375,7 +375,9 @@ export class DeliveryEngine {
           for (const id of this.#candidates) {
             const cap = this.#capFor(id);
             const held = this.#held(id);
-            if (held > (WINDOW / 2) * cap) continue; // not drained to half yet
+            // Claims start when one webhook drained to half (or on a hint); each tops up every candidate
+            // with room for at least a full set of slots, so rows come in few, large claims.
+            if (WINDOW * cap - held < cap) continue;
             const room = Math.min(WINDOW * cap - held, free);
             if (room <= 0) break;
             want.push({ id, room });
