@@ -3,7 +3,7 @@ import type { AppEnv } from '../app-env.js';
 import type { Keel } from '../keel.js';
 import { mountIdentityRoutes } from './identity/routes.js';
 import { mountAccessRoutes } from './access/routes.js';
-import { mountTenancyRoutes } from './orgs/routes.js';
+import { mountOrgRoutes } from './orgs/routes.js';
 import { mountMfaRoutes } from './mfa/routes.js';
 import { mountUserRoutes } from './users/routes.js';
 import { mountAuditRoutes } from './audit/routes.js';
@@ -15,5 +15,5 @@ import { mountSsoRoutes } from './sso/routes.js';
 export type MountRoutes = (api: OpenAPIHono<AppEnv>, keel: Keel) => void;
 
 export const moduleRoutes: MountRoutes[] = [mountIdentityRoutes, mountMfaRoutes];
-moduleRoutes.push(mountAccessRoutes, mountTenancyRoutes, mountUserRoutes, mountAuditRoutes);
+moduleRoutes.push(mountAccessRoutes, mountOrgRoutes, mountUserRoutes, mountAuditRoutes);
 moduleRoutes.push(mountWebhookRoutes, mountAgentRoutes, mountSsoRoutes);

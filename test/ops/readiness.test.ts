@@ -5,19 +5,14 @@
  * a free port (the shared test Redis serves other files in parallel), killed and started again. The
  * database is taken away on PostgreSQL by refusing connections to the test's own database.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { createConnection } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { backend, backendAvailable, freePort, startTestApp, type ApiResponse, type TestApp } from '../helpers/app.js';
+import { backend, backendAvailable, startTestApp, type ApiResponse, type TestApp } from '../helpers/app.js';
 import { pgAdminUrl } from '../helpers/backends.js';
+import { startOwnRedis, type OwnServer } from '../helpers/servers.js';
 import { findBinaries } from '../setup/real-backends.js';
 
-const found = findBinaries();
-const redisServer = 'binaries' in found ? found.binaries.redisServer : undefined;
+const redisServer = 'binaries' in findBinaries();
 
 /** Asks until `done` holds (a bounded number of times, paced; no assertion on how long it took). */
 async function until(ask: () => Promise<ApiResponse>, done: (r: ApiResponse) => boolean, tries = 400): Promise<ApiResponse> {
@@ -27,34 +22,6 @@ async function until(ask: () => Promise<ApiResponse>, done: (r: ApiResponse) => 
     last = await ask();
   }
   return last;
-}
-
-function pong(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = createConnection({ host: '127.0.0.1', port });
-    socket.once('error', () => resolve(false));
-    socket.once('connect', () => socket.write('PING\r\n'));
-    socket.once('data', (d) => {
-      socket.destroy();
-      resolve(d.toString().startsWith('+PONG'));
-    });
-  });
-}
-
-/** A redis-server of this test's own, on `port`. */
-async function startRedis(port: number, dir: string): Promise<ChildProcess> {
-  if (!redisServer) throw new Error('redis-server not found');
-  const child = spawn(redisServer, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir], { stdio: 'ignore' });
-  child.on('error', () => undefined);
-  for (let i = 0; i < 400 && !(await pong(port)); i++) await new Promise((r) => setTimeout(r, 25));
-  return child;
-}
-
-async function stopRedis(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise((r) => child.once('exit', r));
-  child.kill('SIGKILL');
-  await exited;
 }
 
 describe.skipIf(!backendAvailable())(`readiness (${backend})`, () => {
@@ -103,24 +70,20 @@ describe.skipIf(!backendAvailable())(`readiness (${backend})`, () => {
 
 describe.skipIf(!backendAvailable() || !redisServer)(`readiness with Redis stopped (${backend})`, () => {
   let app: TestApp;
-  let redis: ChildProcess;
-  let port: number;
-  const dir = mkdtempSync(join(tmpdir(), 'keel-ready-redis-'));
+  let redis: OwnServer;
 
   beforeAll(async () => {
-    port = await freePort();
-    redis = await startRedis(port, dir);
-    app = await startTestApp({ env: { REDIS_URL: `redis://127.0.0.1:${port}` } });
+    redis = await startOwnRedis();
+    app = await startTestApp({ env: { REDIS_URL: redis.url } });
   }, 60_000);
   afterAll(async () => {
     await app?.close();
-    if (redis) await stopRedis(redis);
-    rmSync(dir, { recursive: true, force: true });
+    await redis?.close();
   });
 
   it('is 503 naming redis while it is down, and 200 again once it is back', async () => {
     expect((await app.request('GET', '/health/ready')).status).toBe(200);
-    await stopRedis(redis);
+    await redis.stop();
     const down = await until(() => app.request('GET', '/health/ready'), (r) => r.status === 503);
     expect(down.status).toBe(503);
     expect(down.body).toEqual({
@@ -131,7 +94,7 @@ describe.skipIf(!backendAvailable() || !redisServer)(`readiness with Redis stopp
     // Liveness does not depend on Redis.
     expect((await app.request('GET', '/health')).status).toBe(200);
 
-    redis = await startRedis(port, dir);
+    await redis.restart();
     const back = await until(() => app.request('GET', '/health/ready'), (r) => r.status === 200);
     expect(back.status).toBe(200);
     expect(back.body.checks.redis.status).toBe('up');

@@ -6,74 +6,33 @@
  * beside it is refused by the data-directory lock); on PostgreSQL `serve` runs with WORKER=off and
  * separate `keel worker` processes deliver.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ServerResponse } from 'node:http';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { backend, backendAvailable } from '../helpers/app.js';
 import { createPgDatabase, redisUrl, type PgTestDatabase } from '../helpers/backends.js';
-import { cliEnv, ROOT, runCli, startServe, type ServeProcess } from '../helpers/cli.js';
+import { cliEnv, runCli, startServe, type ServeProcess } from '../helpers/cli.js';
+import { call, startWorkerProcess, type WorkerProcess } from '../helpers/topology.js';
 import { startReceiver, status, type Receiver } from './receiver.js';
 
 const ADMIN = { email: 'hooks-admin@example.com', password: 'harbour-velvet-compass-93-lilac' };
 
-interface Worker {
-  child: ChildProcess;
-  output(): string;
-  exited: Promise<number | null>;
-}
-
-const children = new Set<ChildProcess>();
-afterAll(() => {
-  for (const c of children) c.kill('SIGKILL');
-});
-
-/** `keel worker`, resolved once it logs that it delivers. */
-async function startWorker(env: Record<string, string>): Promise<Worker> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', 'worker'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
-  children.add(child);
-  let out = '';
-  child.stdout.on('data', (c: Buffer) => (out += c.toString('utf8')));
-  child.stderr.on('data', (c: Buffer) => (out += c.toString('utf8')));
-  const exited = new Promise<number | null>((resolve) => child.on('close', (code) => {
-    children.delete(child);
-    resolve(code);
-  }));
-  const deadline = Date.now() + 60_000;
-  while (!out.includes('Keel worker is delivering webhooks')) {
-    if (child.exitCode !== null) throw new Error(`worker exited early: ${out}`);
-    if (Date.now() > deadline) throw new Error(`worker did not start: ${out}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  return { child, output: () => out, exited };
-}
-
-async function api(url: string, method: string, path: string, token?: string, body?: unknown): Promise<{ status: number; body: any }> {
-  const res = await fetch(`${url}/api/v1${path}`, {
-    method,
-    headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
-    ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-  });
-  const text = await res.text();
-  return { status: res.status, body: text ? JSON.parse(text) : null };
-}
-
 /** Signs in the administrator, makes an organisation and a webhook on `target`; answers what later steps need. */
 async function arrange(url: string, target: string): Promise<{ token: string; orgId: string; hookId: string }> {
-  const login = await api(url, 'POST', '/auth/login', undefined, ADMIN);
+  const login = await call(url, 'POST', '/auth/login', { body: ADMIN });
   expect(login.status).toBe(200);
   const token = login.body.accessToken as string;
-  const org = await api(url, 'POST', '/orgs', token, { name: 'Hooks Inc' });
+  const org = await call(url, 'POST', '/orgs', { token, body: { name: 'Hooks Inc' } });
   expect(org.status).toBe(201);
-  const hook = await api(url, 'POST', '/webhooks', token, { orgId: org.body.id, name: 'psa', url: target, events: ['alert.triggered'] });
+  const hook = await call(url, 'POST', '/webhooks', { token, body: { orgId: org.body.id, name: 'psa', url: target, events: ['alert.triggered'] } });
   expect(hook.status).toBe(201);
   return { token, orgId: org.body.id, hookId: hook.body.id };
 }
 
 async function deliveries(url: string, token: string, orgId: string, hookId: string): Promise<any[]> {
-  const res = await api(url, 'GET', `/webhooks/${hookId}/deliveries?orgId=${orgId}&limit=100`, token);
+  const res = await call(url, 'GET', `/webhooks/${hookId}/deliveries?orgId=${orgId}&limit=100`, { token });
   expect(res.status).toBe(200);
   return res.body.data;
 }
@@ -91,12 +50,13 @@ async function until<T>(fn: () => Promise<T>, check: (v: T) => boolean, timeoutM
 describe.skipIf(!backendAvailable())('worker processes', () => {
   const dirs: string[] = [];
   const serves: ServeProcess[] = [];
+  const workers: WorkerProcess[] = [];
   let rx: Receiver | null = null;
   let pg: PgTestDatabase | null = null;
   const hung = new Set<ServerResponse>();
 
   afterEach(async () => {
-    for (const c of children) c.kill('SIGKILL');
+    while (workers.length) await workers.pop()!.stop('SIGKILL');
     while (serves.length) await serves.pop()!.stop('SIGKILL');
     for (const r of hung) r.destroy();
     hung.clear();
@@ -124,7 +84,7 @@ describe.skipIf(!backendAvailable())('worker processes', () => {
     serves.push(first);
     const { token, orgId, hookId } = await arrange(first.url, receiver.url);
     const ids: string[] = [];
-    for (let i = 0; i < 3; i++) ids.push((await api(first.url, 'POST', `/webhooks/${hookId}/test?orgId=${orgId}`, token)).body.delivery.id);
+    for (let i = 0; i < 3; i++) ids.push((await call(first.url, 'POST', `/webhooks/${hookId}/test?orgId=${orgId}`, { token })).body.delivery.id);
     await receiver.waitFor(3);
 
     const beside = await runCli(['worker'], e);
@@ -136,7 +96,7 @@ describe.skipIf(!backendAvailable())('worker processes', () => {
     receiver.behave(status(200));
     const second = await startServe(e);
     serves.push(second);
-    const login = await api(second.url, 'POST', '/auth/login', undefined, ADMIN);
+    const login = await call(second.url, 'POST', '/auth/login', { body: ADMIN });
     const done = await until(
       () => deliveries(second.url, login.body.accessToken, orgId, hookId),
       (l) => l.length === 3 && l.every((d) => d.status === 'delivered'),
@@ -165,14 +125,16 @@ describe.skipIf(!backendAvailable())('worker processes', () => {
     receiver.behave((_r, res) => {
       hung.add(res);
     });
-    const worker1 = await startWorker(e);
+    const worker1 = await startWorkerProcess(e);
+    workers.push(worker1);
     const ids: string[] = [];
-    for (let i = 0; i < 3; i++) ids.push((await api(server.url, 'POST', `/webhooks/${hookId}/test?orgId=${orgId}`, token)).body.delivery.id);
+    for (let i = 0; i < 3; i++) ids.push((await call(server.url, 'POST', `/webhooks/${hookId}/test?orgId=${orgId}`, { token })).body.delivery.id);
     await receiver.waitFor(1);
     worker1.child.kill('SIGKILL');
     await worker1.exited;
     receiver.behave(status(200));
-    const worker2 = await startWorker(e);
+    const worker2 = await startWorkerProcess(e);
+    workers.push(worker2);
     const done = await until(
       () => deliveries(server.url, token, orgId, hookId),
       (l) => l.length === 3 && l.every((d) => d.status === 'delivered'),
@@ -186,7 +148,7 @@ describe.skipIf(!backendAvailable())('worker processes', () => {
     receiver.behave((_r, res) => {
       answer = () => res.end('late but fine');
     });
-    const slow = (await api(server.url, 'POST', `/webhooks/${hookId}/test?orgId=${orgId}`, token)).body.delivery.id as string;
+    const slow = (await call(server.url, 'POST', `/webhooks/${hookId}/test?orgId=${orgId}`, { token })).body.delivery.id as string;
     await receiver.waitFor(1, (r) => r.headers['x-service-delivery-id'] === slow);
     worker2.child.kill('SIGTERM');
     await until(() => Promise.resolve(worker2.output()), (o) => o.includes('worker shutting down'), 10_000, 'shutdown line');

@@ -132,7 +132,7 @@ type Action = 'read' | 'write' | 'delete';
  * Partner-wide writes (a partner's settings, creating or deleting an organisation) carry the guard's
  * `fullOrgAccess`: a partner user without `orgAccess: all` gets 403 `full_org_access_required`.
  */
-export function mountTenancyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
+export function mountOrgRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   const auth = authenticate(keel);
   const orgs = (action: Action, extra: Parameters<typeof guard>[1] = {}) => [auth, ...guard(keel, { ...extra, permission: ['organizations', action] })];
   const inOrg = (resource: 'sites' | 'devices', action: Action) => [auth, ...guard(keel, { orgIdParam: 'orgId', permission: [resource, action] })];
