@@ -96,9 +96,8 @@ export async function benchWebhooks(backend: BenchBackend): Promise<WebhookBench
   const rxProc = spawnGroup(process.execPath, ['--import', 'tsx', 'bench/webhook-receiver.ts'], { PORT: String(rxPort) });
   const rx = `http://127.0.0.1:${rxPort}`;
   await waitForHealthy(`${rx}/health`, rxProc, 30_000, 50);
-  // BENCH_KEEL_NODE_OPTIONS reaches Keel's process only (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`).
-  const profiling = process.env.BENCH_KEEL_NODE_OPTIONS ? { NODE_OPTIONS: process.env.BENCH_KEEL_NODE_OPTIONS } : {};
-  const keel = await backend.startKeel({ ADMIN_EMAIL: ADMIN.email, ADMIN_PASSWORD: ADMIN.password, ALLOW_INSECURE_TARGETS: 'true', ...profiling });
+  // Profile Keel with BENCH_KEEL_NODE_ARGS (bench/lib.ts startKeel).
+  const keel = await backend.startKeel({ ADMIN_EMAIL: ADMIN.email, ADMIN_PASSWORD: ADMIN.password, ALLOW_INSECURE_TARGETS: 'true' });
   const api = new Pool(keel.url, { connections: 32 });
   try {
     const token = (await postJson(`${keel.url}/api/v1/auth/login`, ADMIN)).body.accessToken as string;

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BatchedWriter, createLogger, redactSecrets } from '../../src/platform/logger.js';
+import { accessLogger, BatchedWriter, createLogger, redactSecrets } from '../../src/platform/logger.js';
 
 describe('log redaction', () => {
   function capture(): { lines: Record<string, unknown>[]; stream: Writable } {
@@ -23,6 +23,35 @@ describe('log redaction', () => {
     });
     return { lines, stream };
   }
+
+  it('writes the hand-formatted access line exactly as pino writes the same fields: same keys in the same order, escaped path, level and bindings', async () => {
+    const { lines, stream } = capture();
+    const log = createLogger('info', { role: 'serve' }, stream);
+    const access = accessLogger(log);
+    const reqId = 'f4dc0dd4-9e2f-4db0-8083-0badf26c4019';
+    const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+    const path = '/api/v1/odd"path\\with\u0001control\u2028and unicode é';
+    access(reqId, traceparent, 'GET', path, 200, 1.26);
+    log.info({ reqId, traceparent, method: 'GET', path, status: 200, ms: 1.3 }, 'request');
+    access(reqId, undefined, 'POST', '/x', 404, 0.04);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(lines).toHaveLength(3);
+    const [hand, viaPino, plain] = lines as [Record<string, unknown>, Record<string, unknown>, Record<string, unknown>];
+    expect(Object.keys(hand)).toEqual(Object.keys(viaPino));
+    expect({ ...hand, time: 't' }).toEqual({ ...viaPino, time: 't' });
+    expect(hand).toMatchObject({ level: 30, service: 'keel', role: 'serve', path, ms: 1.3, msg: 'request' });
+    expect(plain).toEqual(expect.objectContaining({ reqId, method: 'POST', path: '/x', status: 404, ms: 0, msg: 'request' }));
+    expect(plain).not.toHaveProperty('traceparent');
+  });
+
+  it('writes an access line only at info or below, and a 5xx at error whatever the level', async () => {
+    const { lines, stream } = capture();
+    const access = accessLogger(createLogger('warn', {}, stream));
+    access('id-1', undefined, 'GET', '/a', 200, 1);
+    access('id-2', undefined, 'GET', '/b', 503, 2);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(lines).toEqual([expect.objectContaining({ level: 50, reqId: 'id-2', status: 503, msg: 'request' })]);
+  });
 
   it('censors secret keys at any depth, in arrays and in logged errors, and leaves the logged object alone', async () => {
     const { lines, stream } = capture();

@@ -4,7 +4,7 @@ import { getConnInfo } from '@hono/node-server/conninfo';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { randomUUID } from 'node:crypto';
-import type { Logger } from '../logger.js';
+import { accessLogger, type Logger } from '../logger.js';
 import { AppError, errorResponse, validationError } from './errors.js';
 import { unstorableInUrl } from './validation.js';
 import { runInRequest, validTraceparent, type RequestFields } from '../request-scope.js';
@@ -53,21 +53,6 @@ function fixedHeader(c: Context, name: string, value: string): void {
 function ensurePrepared(c: Context, headers: readonly (readonly [string, string])[]): void {
   if (nodeResponse(c)) return;
   for (const [name, value] of headers) if (!c.res.headers.has(name)) c.header(name, value);
-}
-
-interface AccessLine {
-  reqId: string;
-  traceparent?: string;
-  method: string;
-  path: string;
-  status: number;
-  ms: number;
-}
-
-/** The access-log line: every request at info, and at error whatever the level when the answer is a 5xx. */
-function logAccess(log: Logger, line: AccessLine): void {
-  if (line.status >= 500) log.error(line, 'request');
-  else log.info(line, 'request');
 }
 
 /*
@@ -148,6 +133,12 @@ function keepReadingBody(incoming: IncomingMessage, outgoing: ServerResponse): v
   socket[BODY_IN_FLIGHT] = { incoming, outgoing, draining: false };
 }
 
+/** The path of a request target as the client sent it, without its query string (which may carry a code or token). */
+function pathOf(target: string): string {
+  const query = target.indexOf('?');
+  return query < 0 ? target : target.slice(0, query);
+}
+
 /**
  * Request id (echoed as X-Request-Id), the client IP and one access-log line carrying the id.
  *
@@ -156,6 +147,8 @@ function keepReadingBody(incoming: IncomingMessage, outgoing: ServerResponse): v
  * when the logger would write one at all.
  */
 export function requestContext(log: Logger, trustedProxies: Set<string>, onAnswered?: OnAnswered): MiddlewareHandler<{ Variables: PlatformVariables }> {
+  // The access-log line: every request at info, and at error whatever the level when the answer is a 5xx.
+  const logAccess = accessLogger(log);
   return (c, next) => {
     const incoming = c.req.header('x-request-id');
     const requestId = incoming && /^[\w.-]{1,100}$/.test(incoming) ? incoming : randomUUID();
@@ -177,7 +170,6 @@ export function requestContext(log: Logger, trustedProxies: Set<string>, onAnswe
     c.set('ip', ip.slice(0, 45));
     c.set('traceparent', traceparent);
     const started = performance.now();
-    const line = (status: number, ms: number): AccessLine => ({ ...fields, method: c.req.method, path: c.req.path, status, ms: Math.round(ms * 10) / 10 });
     const outgoing = nodeResponse(c);
     if (!outgoing) {
       c.header('X-Request-Id', requestId);
@@ -187,7 +179,7 @@ export function requestContext(log: Logger, trustedProxies: Set<string>, onAnswe
         ensurePrepared(c, traceparent ? [['X-Request-Id', requestId], ['traceparent', traceparent]] : [['X-Request-Id', requestId]]);
         const ms = performance.now() - started;
         onAnswered?.(c, c.res.status, ms);
-        if (c.res.status >= 500 || log.isLevelEnabled('info')) logAccess(log, line(c.res.status, ms));
+        logAccess(requestId, traceparent, c.req.method, c.req.path, c.res.status, ms);
       });
     }
     if (!outgoing.headersSent) {
@@ -195,15 +187,14 @@ export function requestContext(log: Logger, trustedProxies: Set<string>, onAnswe
       if (traceparent) outgoing.setHeader('traceparent', traceparent);
     }
     const method = c.req.method;
-    if (method !== 'GET' && method !== 'HEAD') {
-      const incoming = (c.env as { incoming?: IncomingMessage }).incoming;
-      if (incoming && !incoming.readableEnded) keepReadingBody(incoming, outgoing);
-    }
+    const request = (c.env as { incoming?: IncomingMessage }).incoming;
+    if (request && method !== 'GET' && method !== 'HEAD' && !request.readableEnded) keepReadingBody(request, outgoing);
     if (onAnswered || log.isLevelEnabled('error')) {
-      outgoing.once('close', () => {
+      // The response is used once: `on` spares the wrapper `once` makes.
+      outgoing.on('close', () => {
         const ms = performance.now() - started;
         onAnswered?.(c, outgoing.statusCode, ms);
-        if (outgoing.statusCode >= 500 || log.isLevelEnabled('info')) logAccess(log, line(outgoing.statusCode, ms));
+        logAccess(requestId, traceparent, method, pathOf(request?.url ?? c.req.path), outgoing.statusCode, ms);
       });
     }
     return runInRequest(fields, next);
