@@ -2,8 +2,8 @@
 import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { api, type Page, type Permission } from '../../api';
-import { useAuth } from '../../auth';
-import { Alert, Button, Card, ErrorAlert, Field, Gate, PageHeader, Pager, QueryState, useSubmit, when } from '../../ui';
+import { Alert, Button, Card, ErrorAlert, Field, PageHeader, Pager, QueryState, useSubmit, when } from '../../ui';
+import { permissionPage } from '../../permission';
 import { PermissionGrid } from './Roles';
 
 interface ApiKey {
@@ -16,14 +16,7 @@ interface ApiKey {
   createdAt: string;
 }
 
-export function ApiKeys() {
-  const { me } = useAuth();
-  return (
-    <Gate allow={!!me && me.scope !== null} what="API keys">
-      <ApiKeysPage />
-    </Gate>
-  );
-}
+export const ApiKeys = permissionPage(ApiKeysPage, '/admin/api-keys');
 
 function ApiKeysPage() {
   const qc = useQueryClient();

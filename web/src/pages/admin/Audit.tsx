@@ -4,7 +4,8 @@ import { useQuery } from '@tanstack/react-query';
 import { api, download, type Page } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
-import { Button, ErrorAlert, Field, Gate, PageHeader, Pager, QueryState, useSubmit, when } from '../../ui';
+import { Button, ErrorAlert, Field, PageHeader, Pager, QueryState, useSubmit, when } from '../../ui';
+import { permissionPage } from '../../permission';
 
 interface AuditEntry {
   id: string;
@@ -29,14 +30,7 @@ function iso(local: string): string {
   return local ? new Date(local).toISOString() : '';
 }
 
-export function Audit() {
-  const { can } = useAuth();
-  return (
-    <Gate allow={can('audit', 'read')} what="Audit log">
-      <AuditPage />
-    </Gate>
-  );
-}
+export const Audit = permissionPage(AuditPage, '/admin/audit');
 
 function AuditPage() {
   const { can } = useAuth();

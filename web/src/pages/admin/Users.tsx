@@ -5,8 +5,9 @@ import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { api, type Page } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant, type Org } from '../../tenant';
-import { Alert, Button, Checkbox, Dialog, ErrorAlert, Field, Gate, PageHeader, Pager, QueryState, Select, useSubmit, when } from '../../ui';
-import { NeedsTenant, useDeviceGroups, useRoles, useSites } from './common';
+import { Alert, Button, Checkbox, Dialog, ErrorAlert, Field, PageHeader, Pager, QueryState, Select, useSubmit, when } from '../../ui';
+import { permissionPage } from '../../permission';
+import { useDeviceGroups, useRoles, useSites } from './common';
 
 interface User {
   id: string;
@@ -33,16 +34,7 @@ interface Invitation {
   expiresAt: string;
 }
 
-export function Users() {
-  const { can } = useAuth();
-  return (
-    <Gate allow={can('users', 'read')} what="Users">
-      <NeedsTenant>
-        <UsersPage />
-      </NeedsTenant>
-    </Gate>
-  );
-}
+export const Users = permissionPage(UsersPage, '/admin/users', { context: 'tenant' });
 
 function UsersPage() {
   const { me, can } = useAuth();

@@ -6,8 +6,9 @@ import { Link } from 'wouter';
 import { api, type Page } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
-import { Alert, Button, Card, ErrorAlert, Field, Gate, PageHeader, Pager, QueryState, Select, when } from '../../ui';
-import { NeedsTenant, useDeviceGroups, useSites } from '../admin/common';
+import { Alert, Button, Card, ErrorAlert, Field, PageHeader, Pager, QueryState, Select, when } from '../../ui';
+import { permissionPage } from '../../permission';
+import { useDeviceGroups, useSites } from '../admin/common';
 
 export interface Device {
   id: string;
@@ -32,16 +33,7 @@ function StatusBadge({ status }: { status: Device['status'] }) {
   return <span className={`badge ${status === 'online' ? 'badge-ok' : 'badge-warn'}`}>{status}</span>;
 }
 
-export function Devices() {
-  const { me, can } = useAuth();
-  return (
-    <Gate allow={!!me && me.scope !== null && can('devices', 'read')} what="Devices">
-      <NeedsTenant>
-        <DeviceList />
-      </NeedsTenant>
-    </Gate>
-  );
-}
+export const Devices = permissionPage(DeviceList, '/devices', { context: 'tenant' });
 
 function DeviceList() {
   const { can } = useAuth();
@@ -182,14 +174,7 @@ function DeviceList() {
   );
 }
 
-export function DeviceDetail({ id }: { id: string }) {
-  const { me, can } = useAuth();
-  return (
-    <Gate allow={!!me && me.scope !== null && can('devices', 'read')} what="Devices">
-      <DevicePage id={id} />
-    </Gate>
-  );
-}
+export const DeviceDetail = permissionPage(DevicePage, '/devices');
 
 function DevicePage({ id }: { id: string }) {
   const { can } = useAuth();

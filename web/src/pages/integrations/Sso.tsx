@@ -1,14 +1,15 @@
 // Single sign-on providers of the organisation in context: list, create from a preset, edit (OIDC
 // or SAML fields, attribute mapping, group-to-role mappings), status, the discovery or certificate
 // test with its report, and the SAML metadata link. Writes need a session with a second factor.
-import { useId, useState } from 'react';
+import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { Link, useLocation } from 'wouter';
-import { API, api, ApiError, type Page } from '../../api';
+import { API, api, type Page } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
-import { Alert, Button, Card, Checkbox, ErrorAlert, Field, Gate, PageHeader, Pager, QueryState, Select, useSubmit, when } from '../../ui';
-import { NeedsOrg, useRoles } from '../admin/common';
+import { Alert, Button, Card, Checkbox, ErrorAlert, Field, MfaNote, PageHeader, Pager, QueryState, Select, TextArea, useSubmit, when } from '../../ui';
+import { permissionPage } from '../../permission';
+import { useRoles } from '../admin/common';
 
 type SsoStatus = 'inactive' | 'testing' | 'active';
 
@@ -70,34 +71,9 @@ const STATUS_TEXT: Record<SsoStatus, string> = {
   active: 'Active: offered at sign-in (one per organisation)',
 };
 
-/** The second-factor rule, said before a write fails on it. */
-function MfaNote() {
-  return <p className="muted small">Changing single sign-on needs a session signed in with your second factor (authenticator, texted code or passkey); a session without one is refused.</p>;
-}
+const MFA_SUBJECT = 'Single sign-on settings';
 
-function explain(err: unknown): unknown {
-  if (err instanceof ApiError && err.status === 403 && err.code === 'mfa_required') {
-    return new ApiError(403, 'mfa_required', 'Single sign-on settings can only be changed from a session signed in with a second factor. Sign out, sign in again with your authenticator, texted code or passkey, and retry.');
-  }
-  return err;
-}
-
-function MfaAwareError({ error }: { error: unknown }) {
-  const e = explain(error);
-  if (e instanceof ApiError && e.code === 'mfa_required') return <Alert>{e.message}</Alert>;
-  return <ErrorAlert error={e} />;
-}
-
-export function SsoProviders() {
-  const { me, can } = useAuth();
-  return (
-    <Gate allow={!!me && me.scope !== null && can('organizations', 'read')} what="Single sign-on">
-      <NeedsOrg>
-        <ProviderList />
-      </NeedsOrg>
-    </Gate>
-  );
-}
+export const SsoProviders = permissionPage(ProviderList, '/integrations/sso', { context: 'org', mfa: MFA_SUBJECT });
 
 function ProviderList() {
   const { can } = useAuth();
@@ -171,21 +147,17 @@ function CreateProvider({ onCancel }: { onCancel: () => void }) {
   const [name, setName] = useState('');
   const chosen = presets.data?.data.find((p) => p.id === preset);
   const s = useSubmit(async () => {
-    try {
-      const body: Record<string, unknown> = { name: name.trim(), type: chosen?.type ?? customType };
-      if (chosen) body.preset = chosen.id;
-      if (t.query.orgId) body.orgId = t.query.orgId;
-      const p = await api<Provider>('POST', '/sso/providers', { body });
-      await qc.invalidateQueries({ queryKey: ['sso-providers'] });
-      navigate(`/integrations/sso/${p.id}`);
-    } catch (err) {
-      throw explain(err);
-    }
+    const body: Record<string, unknown> = { name: name.trim(), type: chosen?.type ?? customType };
+    if (chosen) body.preset = chosen.id;
+    if (t.query.orgId) body.orgId = t.query.orgId;
+    const p = await api<Provider>('POST', '/sso/providers', { body });
+    await qc.invalidateQueries({ queryKey: ['sso-providers'] });
+    navigate(`/integrations/sso/${p.id}`);
   });
   return (
     <Card title="New provider">
       <form onSubmit={s.submit} aria-label="New provider">
-        <MfaAwareError error={s.error} />
+        <ErrorAlert error={s.error} />
         <MfaNote />
         <Select label="Preset" value={preset} onChange={(e) => setPreset(e.target.value)} error={s.fields.preset}>
           <option value="">None: set every field myself</option>
@@ -217,14 +189,7 @@ function CreateProvider({ onCancel }: { onCancel: () => void }) {
   );
 }
 
-export function SsoProviderDetail({ id }: { id: string }) {
-  const { me, can } = useAuth();
-  return (
-    <Gate allow={!!me && me.scope !== null && can('organizations', 'read')} what="Single sign-on">
-      <ProviderPage id={id} />
-    </Gate>
-  );
-}
+export const SsoProviderDetail = permissionPage(ProviderPage, '/integrations/sso', { mfa: MFA_SUBJECT });
 
 function ProviderPage({ id }: { id: string }) {
   const { can } = useAuth();
@@ -243,7 +208,7 @@ function ProviderPage({ id }: { id: string }) {
     try {
       await fn();
     } catch (err) {
-      setError(explain(err));
+      setError(err);
     } finally {
       setBusy(null);
     }
@@ -287,7 +252,7 @@ function ProviderPage({ id }: { id: string }) {
             <p>
               <Link href="/integrations/sso">All providers</Link>
             </p>
-            <MfaAwareError error={error} />
+            <ErrorAlert error={error} />
             {report && <Report report={report} />}
             <Card title="Status">
               <p>
@@ -371,10 +336,21 @@ const OIDC_URLS = [
 
 type Draft = Record<string, string>;
 
+/**
+ * Said before sending: text that is neither a PEM certificate nor bare base64 (the two forms the
+ * API takes). Whether it parses as X.509 is the API's to say (`details.fields.certificate`).
+ */
+function certificateProblem(text: string | undefined): string | null {
+  const t = (text ?? '').trim();
+  if (!t) return null;
+  if (/^-----BEGIN CERTIFICATE-----[\s\S]+-----END CERTIFICATE-----$/.test(t)) return null;
+  if (!t.includes('-----') && /^[A-Za-z0-9+/=\s]+$/.test(t)) return null;
+  return 'is not a certificate: paste the PEM text (-----BEGIN CERTIFICATE----- …) or its base64 body';
+}
+
 function ProviderForm({ provider: p, writable, saved, onSaved }: { provider: Provider; writable: boolean; saved: boolean; onSaved: () => void }) {
   const qc = useQueryClient();
   const roles = useRoles('users');
-  const textId = useId();
   const orgRoles = (roles.data?.data ?? []).filter((r) => r.scope === 'organization' && (r.orgId === null || r.orgId === p.orgId));
   const [d, setD] = useState<Draft>(() => ({
     name: p.name,
@@ -422,15 +398,11 @@ function ProviderForm({ provider: p, writable, saved, onSaved }: { provider: Pro
       if (d.clientSecret) body.clientSecret = d.clientSecret;
       if (d.scopes?.trim() !== p.scopes) body.scopes = d.scopes?.trim();
     }
-    try {
-      await api('PATCH', `/sso/providers/${p.id}`, { body });
-    } catch (err) {
-      throw explain(err);
-    }
+    await api('PATCH', `/sso/providers/${p.id}`, { body });
     onSaved();
     await qc.invalidateQueries({ queryKey: ['sso-provider', p.id] });
     await qc.invalidateQueries({ queryKey: ['sso-providers'] });
-  });
+  }, () => ({ certificate: p.type === 'saml' && certificateProblem(d.certificate) }));
   const f = s.fields;
   return (
     <Card title="Settings">
@@ -460,11 +432,16 @@ function ProviderForm({ provider: p, writable, saved, onSaved }: { provider: Pro
             <>
               <Field label="IdP entity id" maxLength={500} value={d.entityId} onChange={set('entityId')} error={f.entityId} hint="When set, the assertion's issuer must equal it." />
               <Field label="IdP sign-in URL" type="url" maxLength={500} value={d.ssoUrl} onChange={set('ssoUrl')} error={f.ssoUrl} />
-              <div className="field">
-                <label htmlFor={`${textId}-cert`}>IdP signing certificate</label>
-                <textarea id={`${textId}-cert`} rows={6} value={d.certificate} onChange={set('certificate')} aria-invalid={f.certificate ? true : undefined} placeholder="-----BEGIN CERTIFICATE-----" />
-                {f.certificate && <div className="field-error">{f.certificate}</div>}
-              </div>
+              <TextArea
+                label="IdP signing certificate"
+                rows={6}
+                maxLength={20000}
+                value={d.certificate}
+                onChange={set('certificate')}
+                error={f.certificate}
+                placeholder="-----BEGIN CERTIFICATE-----"
+                hint="From the identity provider's metadata or its signing-certificate download: PEM, or the base64 body alone."
+              />
             </>
           )}
         </fieldset>
@@ -517,7 +494,7 @@ function ProviderForm({ provider: p, writable, saved, onSaved }: { provider: Pro
         </fieldset>
         {writable && (
           <>
-            <MfaAwareError error={s.error} />
+            <ErrorAlert error={s.error} />
             {saved && <Alert kind="success">Saved.</Alert>}
             <MfaNote />
             <Button type="submit" busy={s.busy}>

@@ -7,8 +7,8 @@ import { Link, useLocation } from 'wouter';
 import { api, type Page } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
-import { Alert, Button, Card, Dialog, ErrorAlert, Field, Gate, PageHeader, Pager, QueryState, Select, useSubmit, when } from '../../ui';
-import { NeedsOrg } from '../admin/common';
+import { Alert, Button, Card, Dialog, ErrorAlert, Field, PageHeader, Pager, QueryState, Select, useSubmit, when } from '../../ui';
+import { permissionPage } from '../../permission';
 
 type WebhookStatus = 'active' | 'paused' | 'failed';
 type DeliveryStatus = 'pending' | 'delivered' | 'failed' | 'retrying';
@@ -75,16 +75,7 @@ function StatusBadge({ status }: { status: string }) {
   return <span className={`badge ${ok ? 'badge-ok' : 'badge-warn'}`}>{status}</span>;
 }
 
-export function Webhooks() {
-  const { me, can } = useAuth();
-  return (
-    <Gate allow={!!me && me.scope !== null && can('webhooks', 'read')} what="Webhooks">
-      <NeedsOrg>
-        <WebhookList />
-      </NeedsOrg>
-    </Gate>
-  );
-}
+export const Webhooks = permissionPage(WebhookList, '/integrations/webhooks', { context: 'org' });
 
 function WebhookList() {
   const { can } = useAuth();
@@ -327,16 +318,7 @@ function WebhookForm({ webhook, onSaved, onCancel }: { webhook?: Webhook; onSave
   );
 }
 
-export function WebhookDetail({ id }: { id: string }) {
-  const { me, can } = useAuth();
-  return (
-    <Gate allow={!!me && me.scope !== null && can('webhooks', 'read')} what="Webhooks">
-      <NeedsOrg>
-        <WebhookPage id={id} />
-      </NeedsOrg>
-    </Gate>
-  );
-}
+export const WebhookDetail = permissionPage(WebhookPage, '/integrations/webhooks', { context: 'org' });
 
 function WebhookPage({ id }: { id: string }) {
   const { can } = useAuth();
