@@ -244,3 +244,17 @@ export function Dialog({ title, children, onClose }: { title: string; children: 
     </div>
   );
 }
+
+/**
+ * A table in a frame that scrolls sideways when the screen is narrower than the table: the frame is
+ * a labelled region that takes focus, so a keyboard can scroll it too.
+ */
+export function TableFrame({ label, className, children }: { label: string; className?: string; children: ReactNode }) {
+  return (
+    <div className="table-wrap" role="region" aria-label={label} tabIndex={0}>
+      <table aria-label={label} className={className}>
+        {children}
+      </table>
+    </div>
+  );
+}

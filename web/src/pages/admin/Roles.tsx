@@ -6,7 +6,7 @@ import { Link, useLocation } from 'wouter';
 import { api, type Page, type Permission } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
-import { Alert, Button, Card, Checkbox, ErrorAlert, Field, PageHeader, QueryState, Select, useSubmit } from '../../ui';
+import { Alert, Button, Card, Checkbox, ErrorAlert, Field, PageHeader, QueryState, Select, TableFrame, useSubmit } from '../../ui';
 import { permissionPage } from '../../permission';
 import { useRoles, type Role } from './common';
 
@@ -35,32 +35,30 @@ function RolesPage() {
       {building && <RoleBuilder onDone={() => setBuilding(false)} />}
       <QueryState query={roles}>
         {() => (
-          <div className="table-wrap">
-            <table>
-              <thead>
-                <tr>
-                  <th>Name</th>
-                  <th>Kind</th>
-                  <th>Parent</th>
-                  <th>Force MFA</th>
-                  <th>Users</th>
+          <TableFrame label="Roles">
+            <thead>
+              <tr>
+                <th>Name</th>
+                <th>Kind</th>
+                <th>Parent</th>
+                <th>Force MFA</th>
+                <th>Users</th>
+              </tr>
+            </thead>
+            <tbody>
+              {roles.data?.data.map((r) => (
+                <tr key={r.id}>
+                  <td>
+                    <Link href={`/admin/roles/${r.id}`}>{r.name}</Link>
+                  </td>
+                  <td>{r.isSystem ? 'built in' : 'custom'} · {r.scope}</td>
+                  <td>{byId(r.parentRoleId) ?? '—'}</td>
+                  <td>{r.forceMfa ? 'yes' : 'no'}</td>
+                  <td>{r.userCount}</td>
                 </tr>
-              </thead>
-              <tbody>
-                {roles.data?.data.map((r) => (
-                  <tr key={r.id}>
-                    <td>
-                      <Link href={`/admin/roles/${r.id}`}>{r.name}</Link>
-                    </td>
-                    <td>{r.isSystem ? 'built in' : 'custom'} · {r.scope}</td>
-                    <td>{byId(r.parentRoleId) ?? '—'}</td>
-                    <td>{r.forceMfa ? 'yes' : 'no'}</td>
-                    <td>{r.userCount}</td>
-                  </tr>
-                ))}
-              </tbody>
-            </table>
-          </div>
+              ))}
+            </tbody>
+          </TableFrame>
         )}
       </QueryState>
     </>
@@ -88,54 +86,52 @@ export function PermissionGrid({ value, onChange, inherited, disabled }: { value
   return (
     <QueryState query={catalog}>
       {() => (
-        <div className="table-wrap">
-          <table className="perm-grid">
-            <thead>
-              <tr>
-                <th>Resource</th>
-                {CANONICAL.map((a) => (
-                  <th key={a}>{a}</th>
-                ))}
-                <th>other</th>
-              </tr>
-            </thead>
-            <tbody>
-              {rows.map(([resource, entries]) => (
-                <tr key={resource}>
-                  <td>{resource}</td>
-                  {CANONICAL.map((a) => {
-                    const entry = entries.find((e) => e.action === a);
-                    const k = `${resource}:${a}`;
-                    return (
-                      <td key={a}>
-                        {entry && (
-                          <input
-                            type="checkbox"
-                            aria-label={entry.description}
-                            title={inherited?.has(k) ? 'Also inherited from the parent role' : entry.description}
-                            checked={value.has(k)}
-                            disabled={disabled}
-                            onChange={(e) => toggle(k, e.target.checked)}
-                          />
-                        )}
-                        {inherited?.has(k) && !value.has(k) && <span className="small muted"> inherited</span>}
-                      </td>
-                    );
-                  })}
-                  <td>
-                    {entries
-                      .filter((e) => !CANONICAL.includes(e.action))
-                      .map((e) => (
-                        <label key={e.action} className="checkbox small">
-                          <input type="checkbox" checked={value.has(key(e))} disabled={disabled} onChange={(ev) => toggle(key(e), ev.target.checked)} /> {e.action}
-                        </label>
-                      ))}
-                  </td>
-                </tr>
+        <TableFrame label="Permissions" className="perm-grid">
+          <thead>
+            <tr>
+              <th>Resource</th>
+              {CANONICAL.map((a) => (
+                <th key={a}>{a}</th>
               ))}
-            </tbody>
-          </table>
-        </div>
+              <th>other</th>
+            </tr>
+          </thead>
+          <tbody>
+            {rows.map(([resource, entries]) => (
+              <tr key={resource}>
+                <td>{resource}</td>
+                {CANONICAL.map((a) => {
+                  const entry = entries.find((e) => e.action === a);
+                  const k = `${resource}:${a}`;
+                  return (
+                    <td key={a}>
+                      {entry && (
+                        <input
+                          type="checkbox"
+                          aria-label={entry.description}
+                          title={inherited?.has(k) ? 'Also inherited from the parent role' : entry.description}
+                          checked={value.has(k)}
+                          disabled={disabled}
+                          onChange={(e) => toggle(k, e.target.checked)}
+                        />
+                      )}
+                      {inherited?.has(k) && !value.has(k) && <span className="small muted"> inherited</span>}
+                    </td>
+                  );
+                })}
+                <td>
+                  {entries
+                    .filter((e) => !CANONICAL.includes(e.action))
+                    .map((e) => (
+                      <label key={e.action} className="checkbox small">
+                        <input type="checkbox" checked={value.has(key(e))} disabled={disabled} onChange={(ev) => toggle(key(e), ev.target.checked)} /> {e.action}
+                      </label>
+                    ))}
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </TableFrame>
       )}
     </QueryState>
   );
@@ -256,36 +252,34 @@ function RolePage({ id }: { id: string }) {
             <Card title="Effective permissions">
               <QueryState query={effective}>
                 {() => (
-                  <div className="table-wrap">
-                    <table aria-label="Effective permissions">
-                      <thead>
-                        <tr>
-                          <th>Permission</th>
-                          <th>From</th>
+                  <TableFrame label="Effective permissions">
+                    <thead>
+                      <tr>
+                        <th>Permission</th>
+                        <th>From</th>
+                      </tr>
+                    </thead>
+                    <tbody>
+                      {effective.data?.direct.map((p) => (
+                        <tr key={`d-${key(p)}`}>
+                          <td>
+                            <code>{key(p)}</code>
+                          </td>
+                          <td>this role</td>
                         </tr>
-                      </thead>
-                      <tbody>
-                        {effective.data?.direct.map((p) => (
-                          <tr key={`d-${key(p)}`}>
-                            <td>
-                              <code>{key(p)}</code>
-                            </td>
-                            <td>this role</td>
-                          </tr>
-                        ))}
-                        {effective.data?.inherited.map((p) => (
-                          <tr key={`i-${key(p)}-${p.sourceRoleId}`}>
-                            <td>
-                              <code>{key(p)}</code>
-                            </td>
-                            <td>
-                              inherited from <Link href={`/admin/roles/${p.sourceRoleId}`}>{p.sourceRoleName}</Link>
-                            </td>
-                          </tr>
-                        ))}
-                      </tbody>
-                    </table>
-                  </div>
+                      ))}
+                      {effective.data?.inherited.map((p) => (
+                        <tr key={`i-${key(p)}-${p.sourceRoleId}`}>
+                          <td>
+                            <code>{key(p)}</code>
+                          </td>
+                          <td>
+                            inherited from <Link href={`/admin/roles/${p.sourceRoleId}`}>{p.sourceRoleName}</Link>
+                          </td>
+                        </tr>
+                      ))}
+                    </tbody>
+                  </TableFrame>
                 )}
               </QueryState>
             </Card>

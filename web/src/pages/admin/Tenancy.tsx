@@ -6,7 +6,7 @@ import { Link, useLocation } from 'wouter';
 import { api, type Page } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant, type Org, type Partner, type SecuritySettings } from '../../tenant';
-import { Alert, Button, Card, Checkbox, ErrorAlert, Field, PageHeader, Pager, QueryState, Select, useSubmit, when } from '../../ui';
+import { Alert, Button, Card, Checkbox, ErrorAlert, Field, PageHeader, Pager, QueryState, Select, TableFrame, useSubmit, when } from '../../ui';
 import { permissionPage } from '../../permission';
 import { useDeviceGroups, useSites } from './common';
 
@@ -134,28 +134,26 @@ function OrgsPage() {
       <QueryState query={list}>
         {() => (
           <>
-            <div className="table-wrap">
-              <table>
-                <thead>
-                  <tr>
-                    <th>Name</th>
-                    <th>Requires MFA</th>
-                    <th>Created</th>
+            <TableFrame label="Organisations">
+              <thead>
+                <tr>
+                  <th>Name</th>
+                  <th>Requires MFA</th>
+                  <th>Created</th>
+                </tr>
+              </thead>
+              <tbody>
+                {list.data?.data.map((o) => (
+                  <tr key={o.id}>
+                    <td>
+                      <Link href={`/admin/orgs/${o.id}`}>{o.name}</Link>
+                    </td>
+                    <td>{o.settings.security?.requireMfa ? 'yes' : 'no'}</td>
+                    <td>{when(o.createdAt)}</td>
                   </tr>
-                </thead>
-                <tbody>
-                  {list.data?.data.map((o) => (
-                    <tr key={o.id}>
-                      <td>
-                        <Link href={`/admin/orgs/${o.id}`}>{o.name}</Link>
-                      </td>
-                      <td>{o.settings.security?.requireMfa ? 'yes' : 'no'}</td>
-                      <td>{when(o.createdAt)}</td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
+                ))}
+              </tbody>
+            </TableFrame>
             {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
           </>
         )}

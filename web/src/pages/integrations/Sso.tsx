@@ -7,7 +7,7 @@ import { Link, useLocation } from 'wouter';
 import { API, api, type Page } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
-import { Alert, Button, Card, Checkbox, ErrorAlert, Field, MfaNote, PageHeader, Pager, QueryState, Select, TextArea, useSubmit, when } from '../../ui';
+import { Alert, Button, Card, Checkbox, ErrorAlert, Field, MfaNote, PageHeader, Pager, QueryState, Select, TableFrame, TextArea, useSubmit, when } from '../../ui';
 import { permissionPage } from '../../permission';
 import { useRoles } from '../admin/common';
 
@@ -92,43 +92,41 @@ function ProviderList() {
       <QueryState query={list}>
         {() => (
           <>
-            <div className="table-wrap">
-              <table>
-                <thead>
+            <TableFrame label="Providers">
+              <thead>
+                <tr>
+                  <th>Name</th>
+                  <th>Protocol</th>
+                  <th>Preset</th>
+                  <th>Status</th>
+                  <th>Password sign-in</th>
+                  <th>Changed</th>
+                </tr>
+              </thead>
+              <tbody>
+                {list.data?.data.length === 0 && (
                   <tr>
-                    <th>Name</th>
-                    <th>Protocol</th>
-                    <th>Preset</th>
-                    <th>Status</th>
-                    <th>Password sign-in</th>
-                    <th>Changed</th>
+                    <td colSpan={6} className="muted">
+                      No providers yet.
+                    </td>
                   </tr>
-                </thead>
-                <tbody>
-                  {list.data?.data.length === 0 && (
-                    <tr>
-                      <td colSpan={6} className="muted">
-                        No providers yet.
-                      </td>
-                    </tr>
-                  )}
-                  {list.data?.data.map((p) => (
-                    <tr key={p.id}>
-                      <td>
-                        <Link href={`/integrations/sso/${p.id}`}>{p.name}</Link>
-                      </td>
-                      <td>{p.type.toUpperCase()}</td>
-                      <td>{p.preset ?? '—'}</td>
-                      <td>
-                        <span className={`badge ${p.status === 'active' ? 'badge-ok' : 'badge-warn'}`}>{p.status}</span>
-                      </td>
-                      <td>{p.enforceSSO ? 'turned off (SSO enforced)' : 'allowed'}</td>
-                      <td>{when(p.updatedAt)}</td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
+                )}
+                {list.data?.data.map((p) => (
+                  <tr key={p.id}>
+                    <td>
+                      <Link href={`/integrations/sso/${p.id}`}>{p.name}</Link>
+                    </td>
+                    <td>{p.type.toUpperCase()}</td>
+                    <td>{p.preset ?? '—'}</td>
+                    <td>
+                      <span className={`badge ${p.status === 'active' ? 'badge-ok' : 'badge-warn'}`}>{p.status}</span>
+                    </td>
+                    <td>{p.enforceSSO ? 'turned off (SSO enforced)' : 'allowed'}</td>
+                    <td>{when(p.updatedAt)}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </TableFrame>
             {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
           </>
         )}
@@ -344,7 +342,8 @@ function certificateProblem(text: string | undefined): string | null {
   const t = (text ?? '').trim();
   if (!t) return null;
   if (/^-----BEGIN CERTIFICATE-----[\s\S]+-----END CERTIFICATE-----$/.test(t)) return null;
-  if (!t.includes('-----') && /^[A-Za-z0-9+/=\s]+$/.test(t)) return null;
+  // A bare body: base64 only, and long enough to hold one (an X.509 certificate is hundreds of bytes).
+  if (!t.includes('-----') && /^[A-Za-z0-9+/=\s]+$/.test(t) && t.replace(/\s+/g, '').length >= 100) return null;
   return 'is not a certificate: paste the PEM text (-----BEGIN CERTIFICATE----- …) or its base64 body';
 }
 
