@@ -183,7 +183,11 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: SAML fiel
     const { secret, accessToken } = await enrollTotp(app, (await login(app, tenant.partnerAdmin)).accessToken);
     const t = await tab();
     const { page } = t;
-    await signInWithTotp(page, '/devices/update-windows', tenant.partnerAdmin, secret);
+    await signInWithTotp(page, '/integrations/webhooks', tenant.partnerAdmin, secret);
+    // A page of one organisation asks a partner user to pick it first (PermissionPage's context).
+    await page.getByRole('heading', { name: 'Webhooks', level: 1 }).waitFor();
+    await page.getByText('Pick an organisation at the top of the page: this page manages one organisation at a time.').waitFor();
+    await page.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Update windows' }).click();
     await page.getByRole('heading', { name: 'Update windows' }).waitFor();
     await page.getByText(/^Partner level: the default window/).waitFor();
     const card = page.getByRole('region', { name: "The partner's default window and pins" });
