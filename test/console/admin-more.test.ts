@@ -4,22 +4,23 @@
  * a rollout halted by a failure report and resumed from the console, update windows at partner and
  * organisation level, and the newer pages on a 390-pixel-wide screen in both themes.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFailed } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser, Locator, Page } from 'playwright-core';
 import { generate } from 'selfsigned';
 import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
-import { createTenant, createUser, enrollTotp, login, nextTotpStep, totpCode, type TestUser } from '../helpers/fixtures.js';
+import { createTenant, createUser, enrollTotp, login } from '../helpers/fixtures.js';
 import { chromiumAvailable, launchChromium } from '../helpers/browser.js';
 import { enroll, enrollmentKey, heartbeat, registerRemote } from '../agents/helpers.js';
 import { clock } from '../../src/platform/clock.js';
-import { axeViolations, consoleBuild, openConsole, submitPassword, type ConsoleTab } from './helpers.js';
+import { axeViolations, consoleBuild, consoleTabs, signInWithTotp, submitPassword } from './helpers.js';
 
 afterEach(() => clock.reset());
 
 describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: SAML fields, halted rollouts, update windows, small screens', { timeout: 60_000 }, () => {
   let app: TestApp;
   let browser: Browser;
-  const tabs: ConsoleTab[] = [];
+  const tabs = consoleTabs(() => browser, 'admin-more');
+  const tab = tabs.open;
 
   beforeAll(async () => {
     const dir = await consoleBuild();
@@ -28,30 +29,10 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: SAML fiel
     browser = await launchChromium();
   });
   afterAll(async () => {
-    for (const t of tabs) await t.close().catch(() => undefined);
+    await tabs.closeAll();
     await browser?.close();
     await app?.close();
   });
-
-  async function tab(viewport?: { width: number; height: number }): Promise<ConsoleTab> {
-    const t = await openConsole(browser, viewport);
-    tabs.push(t);
-    const n = tabs.length;
-    onTestFailed(async () => {
-      await t.screenshot(`admin-more-failed-${n}`).catch(() => undefined);
-      console.error(`console page problems: ${JSON.stringify(t.problems)}; at ${t.page.url()}`);
-    });
-    return t;
-  }
-
-  /** Signs in at `path` with password and the authenticator's next code. */
-  async function signInWithTotp(page: Page, path: string, user: TestUser, secret: string): Promise<void> {
-    await nextTotpStep();
-    await page.goto(`${app.publicUrl}${path}`);
-    await submitPassword(page, user.email, user.password);
-    await page.getByLabel('6-digit code from your authenticator app').fill(await totpCode(secret));
-    await page.getByRole('button', { name: 'Verify' }).click();
-  }
 
   async function bothThemesPass(page: Page): Promise<void> {
     await page.emulateMedia({ colorScheme: 'light' });
@@ -71,7 +52,7 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: SAML fiel
     page.on('request', (r) => {
       if (r.method() === 'PATCH' && r.url().includes('/api/v1/sso/providers/')) patches.push(r.url());
     });
-    await signInWithTotp(page, '/integrations/sso', tenant.orgAdmin, secret);
+    await signInWithTotp(page, `${app.publicUrl}/integrations/sso`, tenant.orgAdmin, secret);
     await page.getByRole('button', { name: 'New provider' }).click();
     const create = page.getByRole('form', { name: 'New provider' });
     await create.getByLabel('Protocol').selectOption('saml');
@@ -144,7 +125,7 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: SAML fiel
 
     const t = await tab();
     const { page } = t;
-    await signInWithTotp(page, '/devices/agent-versions', admin, secret);
+    await signInWithTotp(page, `${app.publicUrl}/devices/agent-versions`, admin, secret);
     await page.getByRole('button', { name: 'Promote agent 2.1.0' }).click();
     const dialog = page.getByRole('dialog', { name: 'Promote agent 2.1.0' });
     await dialog.getByLabel('Offer to this share of devices (%)').fill('40');
@@ -183,7 +164,7 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: SAML fiel
     const { secret, accessToken } = await enrollTotp(app, (await login(app, tenant.partnerAdmin)).accessToken);
     const t = await tab();
     const { page } = t;
-    await signInWithTotp(page, '/integrations/webhooks', tenant.partnerAdmin, secret);
+    await signInWithTotp(page, `${app.publicUrl}/integrations/webhooks`, tenant.partnerAdmin, secret);
     // A page of one organisation asks a partner user to pick it first (PermissionPage's context).
     await page.getByRole('heading', { name: 'Webhooks', level: 1 }).waitFor();
     await page.getByText('Pick an organisation at the top of the page: this page manages one organisation at a time.').waitFor();
@@ -263,7 +244,7 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: SAML fiel
     await submitPassword(orgTab.page, tenant.orgAdmin.email, tenant.orgAdmin.password);
     await orgTab.page.getByRole('heading', { name: /^Welcome/ }).waitFor();
     const platformTab = await tab({ width: 390, height: 844 });
-    await signInWithTotp(platformTab.page, '/', platform, secret);
+    await signInWithTotp(platformTab.page, `${app.publicUrl}/`, platform, secret);
     await platformTab.page.getByRole('heading', { name: /^Welcome/ }).waitFor();
 
     for (const p of pages) {
