@@ -3,7 +3,7 @@
  * Keel serving the built console. Each test signs in the way a person would and checks what the page
  * shows; screenshots land in SCREENSHOTS (test/console/helpers.ts).
  */
-import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFailed } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser } from 'playwright-core';
 import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { createTenant, createUser, enrollTotp, login, nextTotpStep, STRONG_PASSWORD, totpCode, uniqueEmail, type Tenant } from '../helpers/fixtures.js';
@@ -12,7 +12,7 @@ import { chromiumAvailable, launchChromium } from '../helpers/browser.js';
 import { startSmtpServer, type SmtpTestServer } from '../helpers/smtp.js';
 import { randomPhone, startTwilioStub, type TwilioStub } from '../mfa/twilio-stub.js';
 import { clock } from '../../src/platform/clock.js';
-import { axeViolations, consoleBuild, openConsole, submitPassword, type ConsoleTab } from './helpers.js';
+import { axeViolations, consoleBuild, consoleTabs, submitPassword } from './helpers.js';
 
 afterEach(() => clock.reset());
 
@@ -25,7 +25,8 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
   let smtp: SmtpTestServer;
   let sms: TwilioStub;
   let tenant: Tenant;
-  const tabs: ConsoleTab[] = [];
+  const tabs = consoleTabs(() => browser, 'browser');
+  const tab = tabs.open;
 
   beforeAll(async () => {
     const [dir, mail, gateway] = await Promise.all([consoleBuild(), startSmtpServer(), startTwilioStub()]);
@@ -36,23 +37,12 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     tenant = await createTenant(app);
   });
   afterAll(async () => {
-    for (const t of tabs) await t.close().catch(() => undefined);
+    await tabs.closeAll();
     await browser?.close();
     await app?.close();
     await smtp?.close();
     await sms?.close();
   });
-
-  async function tab(viewport?: { width: number; height: number }): Promise<ConsoleTab> {
-    const t = await openConsole(browser, viewport);
-    tabs.push(t);
-    const n = tabs.length;
-    onTestFailed(async () => {
-      await t.screenshot(`failed-${n}`).catch(() => undefined);
-      console.error(`console page problems: ${JSON.stringify(t.problems)}; at ${t.page.url()}`);
-    });
-    return t;
-  }
 
   it('signs in with email and password, stays signed in across a reload (refresh cookie + CSRF header), and signs out', async () => {
     const t = await tab();

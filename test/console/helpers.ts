@@ -1,8 +1,10 @@
 import { mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { onTestFailed } from 'vitest';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { ensureConsoleBuilt } from '../../bin/console.js';
+import { nextTotpStep, totpCode } from '../helpers/fixtures.js';
 
 /** The built console (dist/console/<fingerprint>/), built once here when web/ changed. */
 export function consoleBuild(): Promise<string> {
@@ -43,6 +45,39 @@ export async function openConsole(browser: Browser, viewport = { width: 1280, he
     },
     close: () => context.close(),
   };
+}
+
+/**
+ * The tabs of one test file: `open` gives a fresh context (its own cookies) and, when the test
+ * that opened it fails, saves a screenshot `<prefix>-failed-<n>` and prints what the page reported;
+ * `closeAll` in afterAll.
+ */
+export function consoleTabs(browser: () => Browser, prefix: string) {
+  const tabs: ConsoleTab[] = [];
+  return {
+    open: async (viewport?: { width: number; height: number }): Promise<ConsoleTab> => {
+      const t = await openConsole(browser(), viewport);
+      tabs.push(t);
+      const n = tabs.length;
+      onTestFailed(async () => {
+        await t.screenshot(`${prefix}-failed-${n}`).catch(() => undefined);
+        console.error(`console page problems: ${JSON.stringify(t.problems)}; at ${t.page.url()}`);
+      });
+      return t;
+    },
+    closeAll: async (): Promise<void> => {
+      for (const t of tabs) await t.close().catch(() => undefined);
+    },
+  };
+}
+
+/** Opens `url`, signs in with the password and the authenticator's code of the next 30-second step. */
+export async function signInWithTotp(page: Page, url: string, user: { email: string; password: string }, secret: string): Promise<void> {
+  await nextTotpStep();
+  await page.goto(url);
+  await submitPassword(page, user.email, user.password);
+  await page.getByLabel('6-digit code from your authenticator app').fill(await totpCode(secret));
+  await page.getByRole('button', { name: 'Verify' }).click();
 }
 
 /** Fills the sign-in form and submits it. */

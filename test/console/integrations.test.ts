@@ -3,17 +3,17 @@
  * with real peers on loopback: a node:http webhook receiver, and a real OpenID provider
  * (oidc-provider) whose login and consent forms the browser fills in.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFailed } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser } from 'playwright-core';
 import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
-import { createTenant, createUser, enrollTotp, login, nextTotpStep, totpCode, type Tenant } from '../helpers/fixtures.js';
+import { createTenant, createUser, enrollTotp, login, type Tenant } from '../helpers/fixtures.js';
 import { chromiumAvailable, launchChromium } from '../helpers/browser.js';
 import { ok, startReceiver, status, verifyServiceSignature, type Receiver } from '../webhooks/receiver.js';
 import { startOidcIdp, type OidcIdp } from '../sso/idp.js';
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
 import { enroll, enrollmentKey, heartbeat, registerRemote } from '../agents/helpers.js';
 import { clock } from '../../src/platform/clock.js';
-import { axeViolations, consoleBuild, openConsole, submitPassword, type ConsoleTab } from './helpers.js';
+import { axeViolations, consoleBuild, consoleTabs, signInWithTotp, submitPassword } from './helpers.js';
 
 afterEach(() => clock.reset());
 
@@ -23,7 +23,8 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks,
   let tenant: Tenant;
   let receiver: Receiver;
   let idp: OidcIdp;
-  const tabs: ConsoleTab[] = [];
+  const tabs = consoleTabs(() => browser, 'integrations');
+  const tab = tabs.open;
 
   beforeAll(async () => {
     const [dir, rec] = await Promise.all([consoleBuild(), startReceiver()]);
@@ -34,23 +35,12 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks,
     tenant = await createTenant(app);
   });
   afterAll(async () => {
-    for (const t of tabs) await t.close().catch(() => undefined);
+    await tabs.closeAll();
     await browser?.close();
     await app?.close();
     await receiver?.close();
     await idp?.close();
   });
-
-  async function tab(): Promise<ConsoleTab> {
-    const t = await openConsole(browser);
-    tabs.push(t);
-    const n = tabs.length;
-    onTestFailed(async () => {
-      await t.screenshot(`integrations-failed-${n}`).catch(() => undefined);
-      console.error(`console page problems: ${JSON.stringify(t.problems)}; at ${t.page.url()}`);
-    });
-    return t;
-  }
 
   it('an organisation admin creates a webhook (grouped event picker, a custom header), sends a test and sees it delivered with its payload; rotates the secret (shown once), pauses it, and retries a failed delivery from the history', async () => {
     const t = await tab();
@@ -150,13 +140,9 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks,
     await before.close();
 
     const { secret } = await enrollTotp(app, (await login(app, tenant.orgAdmin)).accessToken);
-    await nextTotpStep();
     const t = await tab();
     const { page } = t;
-    await page.goto(`${app.publicUrl}/integrations/sso`);
-    await submitPassword(page, tenant.orgAdmin.email, tenant.orgAdmin.password);
-    await page.getByLabel('6-digit code from your authenticator app').fill(await totpCode(secret));
-    await page.getByRole('button', { name: 'Verify' }).click();
+    await signInWithTotp(page, `${app.publicUrl}/integrations/sso`, tenant.orgAdmin, secret);
     await page.getByRole('heading', { name: 'Single sign-on' }).waitFor();
     await page.getByText('No providers yet.').waitFor();
     await page.getByRole('button', { name: 'New provider' }).click();
@@ -281,12 +267,8 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks,
     const admin = await createUser(app, { name: 'Fleet Admin', platformAdmin: true });
     const { accessToken: systemToken, secret } = await enrollTotp(app, (await login(app, admin)).accessToken);
     await registerRemote(app, systemToken, { version: '1.1.0' });
-    await nextTotpStep();
     const p = await tab();
-    await p.page.goto(`${app.publicUrl}/devices/agent-versions`);
-    await submitPassword(p.page, admin.email, admin.password);
-    await p.page.getByLabel('6-digit code from your authenticator app').fill(await totpCode(secret));
-    await p.page.getByRole('button', { name: 'Verify' }).click();
+    await signInWithTotp(p.page, `${app.publicUrl}/devices/agent-versions`, admin, secret);
     await p.page.getByRole('heading', { name: 'Agent versions' }).waitFor();
     await p.page.getByRole('button', { name: 'Promote agent 1.1.0' }).click();
     const dialog = p.page.getByRole('dialog', { name: 'Promote agent 1.1.0' });

@@ -17,7 +17,8 @@ import { Audit } from './pages/admin/Audit';
 import { WebhookDetail, Webhooks } from './pages/integrations/Webhooks';
 import { SsoProviderDetail, SsoProviders } from './pages/integrations/Sso';
 import { DeviceDetail, Devices } from './pages/devices/Devices';
-import { AgentVersions, UpdateWindows } from './pages/devices/AgentVersions';
+import { AgentVersions } from './pages/devices/AgentVersions';
+import { UpdateWindows } from './pages/devices/UpdateWindows';
 
 const queryClient = new QueryClient({
   defaultOptions: {

@@ -1,15 +1,23 @@
 // The console's small component kit: labelled fields that show the API's `details.fields`, buttons,
 // alerts that explain an error (403, 428, 429, network) in plain words, tables and a pager.
-import { useEffect, useId, useState, type SyntheticEvent, type InputHTMLAttributes, type ReactNode, type SelectHTMLAttributes } from 'react';
+import { createContext, useContext, useEffect, useId, useState, type SyntheticEvent, type InputHTMLAttributes, type ReactNode, type SelectHTMLAttributes, type TextareaHTMLAttributes } from 'react';
 import { ApiError } from './api';
 
-export function describeError(err: unknown): string {
+/**
+ * What the writes of the page in view change ("Single sign-on settings"), set by PermissionPage:
+ * the sentences about a session without a second factor name it.
+ */
+export const MfaSubject = createContext<string | null>(null);
+
+/** `mfaSubject`: what the refused write changes (MfaSubject of the page). */
+export function describeError(err: unknown, mfaSubject?: string | null): string {
   if (!(err instanceof ApiError)) return 'Something went wrong in the console. Reload the page and try again.';
   switch (err.code) {
     case 'mfa_enrollment_required':
       return 'Your role requires a second factor. Set up an authenticator app, a phone or a passkey first.';
     case 'mfa_required':
-      return 'This needs a session signed in with your second factor. Sign out and sign in again with it.';
+      // The console cannot upgrade a session in place (the API has no step-up route).
+      return `${mfaSubject ?? 'This'} can only be changed from a session signed in with a second factor. Sign out, sign in again with your authenticator, texted code or passkey, and retry.`;
     case 'forbidden':
     case 'permission_denied':
       return `You do not have permission to do this. ${err.message}`;
@@ -33,20 +41,35 @@ export function Alert({ kind = 'error', children }: { kind?: 'error' | 'info' | 
 }
 
 export function ErrorAlert({ error }: { error: unknown }) {
+  const subject = useContext(MfaSubject);
   if (!error) return null;
-  return <Alert>{describeError(error)}</Alert>;
+  return <Alert>{describeError(error, subject)}</Alert>;
 }
 
-type FieldProps = InputHTMLAttributes<HTMLInputElement> & { label: string; error?: string | undefined; hint?: ReactNode };
+/** Said beside a save button whose write needs a session with a second factor (before it fails on it). */
+export function MfaNote() {
+  const subject = useContext(MfaSubject);
+  const what = subject ? subject.charAt(0).toLowerCase() + subject.slice(1) : 'this';
+  return <p className="muted small">Changing {what} needs a session signed in with your second factor (authenticator, texted code or passkey); a session without one is refused.</p>;
+}
 
-export function Field({ label, error, hint, id, ...input }: FieldProps) {
+interface Labelled {
+  label: string;
+  error?: string | undefined;
+  hint?: ReactNode;
+}
+
+type FieldProps = InputHTMLAttributes<HTMLInputElement> & Labelled;
+
+/** A label, the control, its hint and its error (the API's `details.fields` entry), tied by ids. */
+function Labelled({ label, error, hint, id, control }: Labelled & { id: string | undefined; control: (a: { id: string; 'aria-invalid'?: true; 'aria-describedby'?: string }) => ReactNode }) {
   const auto = useId();
   const fid = id ?? auto;
-  const describedBy = [error ? `${fid}-err` : '', hint ? `${fid}-hint` : ''].filter(Boolean).join(' ') || undefined;
+  const describedBy = [error ? `${fid}-err` : '', hint ? `${fid}-hint` : ''].filter(Boolean).join(' ');
   return (
     <div className="field">
       <label htmlFor={fid}>{label}</label>
-      <input id={fid} aria-invalid={error ? true : undefined} aria-describedby={describedBy} {...input} />
+      {control({ id: fid, ...(error ? { 'aria-invalid': true as const } : {}), ...(describedBy ? { 'aria-describedby': describedBy } : {}) })}
       {hint && (
         <div className="hint" id={`${fid}-hint`}>
           {hint}
@@ -61,23 +84,28 @@ export function Field({ label, error, hint, id, ...input }: FieldProps) {
   );
 }
 
+export function Field({ label, error, hint, id, ...input }: FieldProps) {
+  return <Labelled label={label} error={error} hint={hint} id={id} control={(a) => <input {...a} {...input} />} />;
+}
+
+export function TextArea({ label, error, hint, id, ...area }: TextareaHTMLAttributes<HTMLTextAreaElement> & Labelled) {
+  return <Labelled label={label} error={error} hint={hint} id={id} control={(a) => <textarea {...a} {...area} />} />;
+}
+
 type SelectProps = SelectHTMLAttributes<HTMLSelectElement> & { label: string; error?: string | undefined; children: ReactNode };
 
 export function Select({ label, error, id, children, ...select }: SelectProps) {
-  const auto = useId();
-  const fid = id ?? auto;
   return (
-    <div className="field">
-      <label htmlFor={fid}>{label}</label>
-      <select id={fid} aria-invalid={error ? true : undefined} aria-describedby={error ? `${fid}-err` : undefined} {...select}>
-        {children}
-      </select>
-      {error && (
-        <div className="field-error" id={`${fid}-err`}>
-          {error}
-        </div>
+    <Labelled
+      label={label}
+      error={error}
+      id={id}
+      control={(a) => (
+        <select {...a} {...select}>
+          {children}
+        </select>
       )}
-    </div>
+    />
   );
 }
 
@@ -90,16 +118,23 @@ export function Checkbox({ label, checked, onChange, disabled }: { label: string
 }
 
 /**
- * A form's submit: the browser's own validation runs first (required, type, length), then `fn`;
- * while it runs the button is busy; an ApiError lands in `error` and its `details.fields` in `fields`.
+ * A form's submit: the browser's own validation runs first (required, type, length), then
+ * `validate` (checks the browser has no attribute for: field path to message, shown like the
+ * API's), then `fn`; while it runs the button is busy; an ApiError lands in `error` and its
+ * `details.fields` in `fields`.
  */
-export function useSubmit<T>(fn: () => Promise<T>) {
+export function useSubmit<T>(fn: () => Promise<T>, validate?: () => Record<string, string | false | null | undefined>) {
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<unknown>(null);
   const fields = error instanceof ApiError ? error.fields : {};
   const run = async (): Promise<T | undefined> => {
-    setBusy(true);
     setError(null);
+    const invalid = Object.entries(validate?.() ?? {}).flatMap(([path, message]) => (message ? [{ path, message }] : []));
+    if (invalid.length > 0) {
+      setError(new ApiError(0, 'invalid_input', 'Check the fields marked below.', { fields: invalid }));
+      return undefined;
+    }
+    setBusy(true);
     try {
       return await fn();
     } catch (err) {
@@ -210,15 +245,16 @@ export function Dialog({ title, children, onClose }: { title: string; children: 
   );
 }
 
-/** A page the caller may not use (reached by its address): said plainly, never a blank page. */
-export function Gate({ allow, what, children }: { allow: boolean; what: string; children: ReactNode }) {
-  if (!allow) {
-    return (
-      <>
-        <PageHeader title={what} />
-        <Alert>You do not have permission to see {what.toLowerCase()}. Ask an administrator if you need it.</Alert>
-      </>
-    );
-  }
-  return <>{children}</>;
+/**
+ * A table in a frame that scrolls sideways when the screen is narrower than the table: the frame is
+ * a labelled region that takes focus, so a keyboard can scroll it too.
+ */
+export function TableFrame({ label, className, children }: { label: string; className?: string; children: ReactNode }) {
+  return (
+    <div className="table-wrap" role="region" aria-label={label} tabIndex={0}>
+      <table aria-label={label} className={className}>
+        {children}
+      </table>
+    </div>
+  );
 }

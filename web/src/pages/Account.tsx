@@ -6,7 +6,7 @@ import { useSearch } from 'wouter';
 import { startRegistration, type PublicKeyCredentialCreationOptionsJSON } from '@simplewebauthn/browser';
 import { api, passkeyError, saveBlob, type Page, type SelfProfile, type TokenAnswer } from '../api';
 import { useAuth } from '../auth';
-import { Alert, Button, Card, ErrorAlert, Field, PageHeader, QueryState, useSubmit, when } from '../ui';
+import { Alert, Button, Card, ErrorAlert, Field, PageHeader, QueryState, TableFrame, useSubmit, when } from '../ui';
 
 export function Profile() {
   const { me, reloadMe } = useAuth();
@@ -427,40 +427,38 @@ export function Sessions() {
       <ErrorAlert error={error} />
       <QueryState query={list}>
         {() => (
-          <div className="table-wrap">
-            <table>
-              <thead>
-                <tr>
-                  <th>Device</th>
-                  <th>Address</th>
-                  <th>Second factor</th>
-                  <th>Signed in</th>
-                  <th>Last used</th>
-                  <th>
-                    <span className="sr-only">Actions</span>
-                  </th>
+          <TableFrame label="Active sessions">
+            <thead>
+              <tr>
+                <th>Device</th>
+                <th>Address</th>
+                <th>Second factor</th>
+                <th>Signed in</th>
+                <th>Last used</th>
+                <th>
+                  <span className="sr-only">Actions</span>
+                </th>
+              </tr>
+            </thead>
+            <tbody>
+              {list.data?.data.map((s) => (
+                <tr key={s.id}>
+                  <td>
+                    {s.userAgent ?? 'unknown'} {s.current && <span className="badge">this one</span>}
+                  </td>
+                  <td>{s.ipAddress ?? '—'}</td>
+                  <td>{s.mfa ? 'yes' : 'no'}</td>
+                  <td>{when(s.createdAt)}</td>
+                  <td>{when(s.lastUsedAt)}</td>
+                  <td>
+                    <Button kind="link" onClick={() => void end(s)}>
+                      {s.current ? 'End this session' : 'Revoke'}
+                    </Button>
+                  </td>
                 </tr>
-              </thead>
-              <tbody>
-                {list.data?.data.map((s) => (
-                  <tr key={s.id}>
-                    <td>
-                      {s.userAgent ?? 'unknown'} {s.current && <span className="badge">this one</span>}
-                    </td>
-                    <td>{s.ipAddress ?? '—'}</td>
-                    <td>{s.mfa ? 'yes' : 'no'}</td>
-                    <td>{when(s.createdAt)}</td>
-                    <td>{when(s.lastUsedAt)}</td>
-                    <td>
-                      <Button kind="link" onClick={() => void end(s)}>
-                        {s.current ? 'End this session' : 'Revoke'}
-                      </Button>
-                    </td>
-                  </tr>
-                ))}
-              </tbody>
-            </table>
-          </div>
+              ))}
+            </tbody>
+          </TableFrame>
         )}
       </QueryState>
     </>

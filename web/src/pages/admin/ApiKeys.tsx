@@ -2,8 +2,8 @@
 import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { api, type Page, type Permission } from '../../api';
-import { useAuth } from '../../auth';
-import { Alert, Button, Card, ErrorAlert, Field, Gate, PageHeader, Pager, QueryState, useSubmit, when } from '../../ui';
+import { Alert, Button, Card, ErrorAlert, Field, PageHeader, Pager, QueryState, TableFrame, useSubmit, when } from '../../ui';
+import { permissionPage } from '../../permission';
 import { PermissionGrid } from './Roles';
 
 interface ApiKey {
@@ -16,14 +16,7 @@ interface ApiKey {
   createdAt: string;
 }
 
-export function ApiKeys() {
-  const { me } = useAuth();
-  return (
-    <Gate allow={!!me && me.scope !== null} what="API keys">
-      <ApiKeysPage />
-    </Gate>
-  );
-}
+export const ApiKeys = permissionPage(ApiKeysPage, '/admin/api-keys');
 
 function ApiKeysPage() {
   const qc = useQueryClient();
@@ -75,47 +68,45 @@ function ApiKeysPage() {
       <QueryState query={list}>
         {() => (
           <>
-            <div className="table-wrap">
-              <table>
-                <thead>
+            <TableFrame label="API keys">
+              <thead>
+                <tr>
+                  <th>Name</th>
+                  <th>Key</th>
+                  <th>Permissions</th>
+                  <th>Expires</th>
+                  <th>Last used</th>
+                  <th>
+                    <span className="sr-only">Actions</span>
+                  </th>
+                </tr>
+              </thead>
+              <tbody>
+                {list.data?.data.length === 0 && (
                   <tr>
-                    <th>Name</th>
-                    <th>Key</th>
-                    <th>Permissions</th>
-                    <th>Expires</th>
-                    <th>Last used</th>
-                    <th>
-                      <span className="sr-only">Actions</span>
-                    </th>
+                    <td colSpan={6} className="muted">
+                      No API keys yet.
+                    </td>
                   </tr>
-                </thead>
-                <tbody>
-                  {list.data?.data.length === 0 && (
-                    <tr>
-                      <td colSpan={6} className="muted">
-                        No API keys yet.
-                      </td>
-                    </tr>
-                  )}
-                  {list.data?.data.map((k) => (
-                    <tr key={k.id}>
-                      <td>{k.name}</td>
-                      <td>
-                        <code>{k.keyPrefix}…</code>
-                      </td>
-                      <td className="small">{k.permissions.map((p) => `${p.resource}:${p.action}`).join(', ')}</td>
-                      <td>{when(k.expiresAt)}</td>
-                      <td>{when(k.lastUsedAt)}</td>
-                      <td>
-                        <Button kind="link" onClick={() => void revoke(k)} aria-label={`Revoke ${k.name}`}>
-                          Revoke
-                        </Button>
-                      </td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
+                )}
+                {list.data?.data.map((k) => (
+                  <tr key={k.id}>
+                    <td>{k.name}</td>
+                    <td>
+                      <code>{k.keyPrefix}…</code>
+                    </td>
+                    <td className="small">{k.permissions.map((p) => `${p.resource}:${p.action}`).join(', ')}</td>
+                    <td>{when(k.expiresAt)}</td>
+                    <td>{when(k.lastUsedAt)}</td>
+                    <td>
+                      <Button kind="link" onClick={() => void revoke(k)} aria-label={`Revoke ${k.name}`}>
+                        Revoke
+                      </Button>
+                    </td>
+                  </tr>
+                ))}
+              </tbody>
+            </TableFrame>
             {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
           </>
         )}

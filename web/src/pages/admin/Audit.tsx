@@ -4,7 +4,8 @@ import { useQuery } from '@tanstack/react-query';
 import { api, download, type Page } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
-import { Button, ErrorAlert, Field, Gate, PageHeader, Pager, QueryState, useSubmit, when } from '../../ui';
+import { Button, ErrorAlert, Field, PageHeader, Pager, QueryState, TableFrame, useSubmit, when } from '../../ui';
+import { permissionPage } from '../../permission';
 
 interface AuditEntry {
   id: string;
@@ -29,14 +30,7 @@ function iso(local: string): string {
   return local ? new Date(local).toISOString() : '';
 }
 
-export function Audit() {
-  const { can } = useAuth();
-  return (
-    <Gate allow={can('audit', 'read')} what="Audit log">
-      <AuditPage />
-    </Gate>
-  );
-}
+export const Audit = permissionPage(AuditPage, '/admin/audit');
 
 function AuditPage() {
   const { can } = useAuth();
@@ -83,58 +77,56 @@ function AuditPage() {
       <QueryState query={list}>
         {() => (
           <>
-            <div className="table-wrap">
-              <table>
-                <thead>
+            <TableFrame label="Audit log entries">
+              <thead>
+                <tr>
+                  <th>When</th>
+                  <th>Action</th>
+                  <th>Actor</th>
+                  <th>Target</th>
+                  <th>Result</th>
+                  <th>
+                    <span className="sr-only">Details</span>
+                  </th>
+                </tr>
+              </thead>
+              <tbody>
+                {list.data?.data.length === 0 && (
                   <tr>
-                    <th>When</th>
-                    <th>Action</th>
-                    <th>Actor</th>
-                    <th>Target</th>
-                    <th>Result</th>
-                    <th>
-                      <span className="sr-only">Details</span>
-                    </th>
+                    <td colSpan={6} className="muted">
+                      No entries match.
+                    </td>
                   </tr>
-                </thead>
-                <tbody>
-                  {list.data?.data.length === 0 && (
+                )}
+                {list.data?.data.map((e) => (
+                  <Fragment key={e.id}>
                     <tr>
-                      <td colSpan={6} className="muted">
-                        No entries match.
+                      <td>{when(e.createdAt)}</td>
+                      <td>
+                        <code>{e.action}</code>
+                      </td>
+                      <td>{e.actorEmail ?? e.actorType}</td>
+                      <td>{e.targetType ? `${e.targetType} ${e.targetId ?? ''}` : '—'}</td>
+                      <td>{e.result}</td>
+                      <td>
+                        {(e.changes || e.details) && (
+                          <Button kind="link" aria-expanded={open === e.id} onClick={() => setOpen(open === e.id ? null : e.id)}>
+                            Details
+                          </Button>
+                        )}
                       </td>
                     </tr>
-                  )}
-                  {list.data?.data.map((e) => (
-                    <Fragment key={e.id}>
+                    {open === e.id && (
                       <tr>
-                        <td>{when(e.createdAt)}</td>
-                        <td>
-                          <code>{e.action}</code>
-                        </td>
-                        <td>{e.actorEmail ?? e.actorType}</td>
-                        <td>{e.targetType ? `${e.targetType} ${e.targetId ?? ''}` : '—'}</td>
-                        <td>{e.result}</td>
-                        <td>
-                          {(e.changes || e.details) && (
-                            <Button kind="link" aria-expanded={open === e.id} onClick={() => setOpen(open === e.id ? null : e.id)}>
-                              Details
-                            </Button>
-                          )}
+                        <td colSpan={6}>
+                          <pre className="small">{JSON.stringify({ changes: e.changes, details: e.details, ipAddress: e.ipAddress }, null, 2)}</pre>
                         </td>
                       </tr>
-                      {open === e.id && (
-                        <tr>
-                          <td colSpan={6}>
-                            <pre className="small">{JSON.stringify({ changes: e.changes, details: e.details, ipAddress: e.ipAddress }, null, 2)}</pre>
-                          </td>
-                        </tr>
-                      )}
-                    </Fragment>
-                  ))}
-                </tbody>
-              </table>
-            </div>
+                    )}
+                  </Fragment>
+                ))}
+              </tbody>
+            </TableFrame>
             {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
           </>
         )}

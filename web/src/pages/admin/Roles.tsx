@@ -6,8 +6,9 @@ import { Link, useLocation } from 'wouter';
 import { api, type Page, type Permission } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
-import { Alert, Button, Card, Checkbox, ErrorAlert, Field, Gate, PageHeader, QueryState, Select, useSubmit } from '../../ui';
-import { NeedsTenant, useRoles, type Role } from './common';
+import { Alert, Button, Card, Checkbox, ErrorAlert, Field, PageHeader, QueryState, Select, TableFrame, useSubmit } from '../../ui';
+import { permissionPage } from '../../permission';
+import { useRoles, type Role } from './common';
 
 interface CatalogEntry extends Permission {
   description: string;
@@ -21,16 +22,7 @@ interface Effective {
 const CANONICAL = ['read', 'write', 'delete', 'execute'];
 const key = (p: Permission) => `${p.resource}:${p.action}`;
 
-export function Roles() {
-  const { can } = useAuth();
-  return (
-    <Gate allow={can('users', 'read')} what="Roles">
-      <NeedsTenant>
-        <RolesPage />
-      </NeedsTenant>
-    </Gate>
-  );
-}
+export const Roles = permissionPage(RolesPage, '/admin/roles', { context: 'tenant' });
 
 function RolesPage() {
   const { can } = useAuth();
@@ -43,32 +35,30 @@ function RolesPage() {
       {building && <RoleBuilder onDone={() => setBuilding(false)} />}
       <QueryState query={roles}>
         {() => (
-          <div className="table-wrap">
-            <table>
-              <thead>
-                <tr>
-                  <th>Name</th>
-                  <th>Kind</th>
-                  <th>Parent</th>
-                  <th>Force MFA</th>
-                  <th>Users</th>
+          <TableFrame label="Roles">
+            <thead>
+              <tr>
+                <th>Name</th>
+                <th>Kind</th>
+                <th>Parent</th>
+                <th>Force MFA</th>
+                <th>Users</th>
+              </tr>
+            </thead>
+            <tbody>
+              {roles.data?.data.map((r) => (
+                <tr key={r.id}>
+                  <td>
+                    <Link href={`/admin/roles/${r.id}`}>{r.name}</Link>
+                  </td>
+                  <td>{r.isSystem ? 'built in' : 'custom'} · {r.scope}</td>
+                  <td>{byId(r.parentRoleId) ?? '—'}</td>
+                  <td>{r.forceMfa ? 'yes' : 'no'}</td>
+                  <td>{r.userCount}</td>
                 </tr>
-              </thead>
-              <tbody>
-                {roles.data?.data.map((r) => (
-                  <tr key={r.id}>
-                    <td>
-                      <Link href={`/admin/roles/${r.id}`}>{r.name}</Link>
-                    </td>
-                    <td>{r.isSystem ? 'built in' : 'custom'} · {r.scope}</td>
-                    <td>{byId(r.parentRoleId) ?? '—'}</td>
-                    <td>{r.forceMfa ? 'yes' : 'no'}</td>
-                    <td>{r.userCount}</td>
-                  </tr>
-                ))}
-              </tbody>
-            </table>
-          </div>
+              ))}
+            </tbody>
+          </TableFrame>
         )}
       </QueryState>
     </>
@@ -96,54 +86,52 @@ export function PermissionGrid({ value, onChange, inherited, disabled }: { value
   return (
     <QueryState query={catalog}>
       {() => (
-        <div className="table-wrap">
-          <table className="perm-grid">
-            <thead>
-              <tr>
-                <th>Resource</th>
-                {CANONICAL.map((a) => (
-                  <th key={a}>{a}</th>
-                ))}
-                <th>other</th>
-              </tr>
-            </thead>
-            <tbody>
-              {rows.map(([resource, entries]) => (
-                <tr key={resource}>
-                  <td>{resource}</td>
-                  {CANONICAL.map((a) => {
-                    const entry = entries.find((e) => e.action === a);
-                    const k = `${resource}:${a}`;
-                    return (
-                      <td key={a}>
-                        {entry && (
-                          <input
-                            type="checkbox"
-                            aria-label={entry.description}
-                            title={inherited?.has(k) ? 'Also inherited from the parent role' : entry.description}
-                            checked={value.has(k)}
-                            disabled={disabled}
-                            onChange={(e) => toggle(k, e.target.checked)}
-                          />
-                        )}
-                        {inherited?.has(k) && !value.has(k) && <span className="small muted"> inherited</span>}
-                      </td>
-                    );
-                  })}
-                  <td>
-                    {entries
-                      .filter((e) => !CANONICAL.includes(e.action))
-                      .map((e) => (
-                        <label key={e.action} className="checkbox small">
-                          <input type="checkbox" checked={value.has(key(e))} disabled={disabled} onChange={(ev) => toggle(key(e), ev.target.checked)} /> {e.action}
-                        </label>
-                      ))}
-                  </td>
-                </tr>
+        <TableFrame label="Permissions" className="perm-grid">
+          <thead>
+            <tr>
+              <th>Resource</th>
+              {CANONICAL.map((a) => (
+                <th key={a}>{a}</th>
               ))}
-            </tbody>
-          </table>
-        </div>
+              <th>other</th>
+            </tr>
+          </thead>
+          <tbody>
+            {rows.map(([resource, entries]) => (
+              <tr key={resource}>
+                <td>{resource}</td>
+                {CANONICAL.map((a) => {
+                  const entry = entries.find((e) => e.action === a);
+                  const k = `${resource}:${a}`;
+                  return (
+                    <td key={a}>
+                      {entry && (
+                        <input
+                          type="checkbox"
+                          aria-label={entry.description}
+                          title={inherited?.has(k) ? 'Also inherited from the parent role' : entry.description}
+                          checked={value.has(k)}
+                          disabled={disabled}
+                          onChange={(e) => toggle(k, e.target.checked)}
+                        />
+                      )}
+                      {inherited?.has(k) && !value.has(k) && <span className="small muted"> inherited</span>}
+                    </td>
+                  );
+                })}
+                <td>
+                  {entries
+                    .filter((e) => !CANONICAL.includes(e.action))
+                    .map((e) => (
+                      <label key={e.action} className="checkbox small">
+                        <input type="checkbox" checked={value.has(key(e))} disabled={disabled} onChange={(ev) => toggle(key(e), ev.target.checked)} /> {e.action}
+                      </label>
+                    ))}
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </TableFrame>
       )}
     </QueryState>
   );
@@ -216,7 +204,9 @@ function RoleBuilder({ role, onDone }: { role?: Role; onDone: (r?: Role) => void
   );
 }
 
-export function RoleDetail({ id }: { id: string }) {
+export const RoleDetail = permissionPage(RolePage, '/admin/roles');
+
+function RolePage({ id }: { id: string }) {
   const { can } = useAuth();
   const t = useTenant();
   const qc = useQueryClient();
@@ -239,87 +229,83 @@ export function RoleDetail({ id }: { id: string }) {
   });
   const r = role.data;
   return (
-    <Gate allow={can('users', 'read')} what="Roles">
-      <QueryState query={role}>
-        {() =>
-          r && (
-            <>
-              <PageHeader title={r.name}>
-                <Link href="/admin/roles">All roles</Link>
-              </PageHeader>
-              <p className="muted">
-                {r.isSystem ? 'Built-in role (read only: clone it to change it)' : 'Custom role'} · {r.scope} · {r.userCount} user(s){r.forceMfa ? ' · Force MFA' : ''}
-              </p>
-              {editing ? (
-                <RoleBuilder role={r} onDone={() => setEditing(false)} />
-              ) : (
-                !r.isSystem &&
-                can('users', 'write') && (
-                  <p>
-                    <Button onClick={() => setEditing(true)}>Edit role</Button>
-                  </p>
-                )
-              )}
-              <Card title="Effective permissions">
-                <QueryState query={effective}>
-                  {() => (
-                    <div className="table-wrap">
-                      <table aria-label="Effective permissions">
-                        <thead>
-                          <tr>
-                            <th>Permission</th>
-                            <th>From</th>
-                          </tr>
-                        </thead>
-                        <tbody>
-                          {effective.data?.direct.map((p) => (
-                            <tr key={`d-${key(p)}`}>
-                              <td>
-                                <code>{key(p)}</code>
-                              </td>
-                              <td>this role</td>
-                            </tr>
-                          ))}
-                          {effective.data?.inherited.map((p) => (
-                            <tr key={`i-${key(p)}-${p.sourceRoleId}`}>
-                              <td>
-                                <code>{key(p)}</code>
-                              </td>
-                              <td>
-                                inherited from <Link href={`/admin/roles/${p.sourceRoleId}`}>{p.sourceRoleName}</Link>
-                              </td>
-                            </tr>
-                          ))}
-                        </tbody>
-                      </table>
-                    </div>
-                  )}
-                </QueryState>
-              </Card>
-              {can('users', 'write') && (
-                <Card title="Clone">
-                  <form onSubmit={clone.submit} className="row">
-                    <ErrorAlert error={clone.error} />
-                    <Field label="Name of the copy" required maxLength={100} value={cloneName} onChange={(e) => setCloneName(e.target.value)} error={clone.fields.name} />
-                    <Button type="submit" busy={clone.busy}>
-                      Clone role
-                    </Button>
-                  </form>
-                </Card>
-              )}
-              {!r.isSystem && can('users', 'delete') && (
-                <Card title="Delete">
-                  <ErrorAlert error={remove.error} />
-                  {r.userCount > 0 && <Alert kind="info">A role can be deleted only when no user holds it and no role inherits from it.</Alert>}
-                  <Button kind="danger" busy={remove.busy} onClick={() => remove.submit()}>
-                    Delete role
+    <QueryState query={role}>
+      {() =>
+        r && (
+          <>
+            <PageHeader title={r.name}>
+              <Link href="/admin/roles">All roles</Link>
+            </PageHeader>
+            <p className="muted">
+              {r.isSystem ? 'Built-in role (read only: clone it to change it)' : 'Custom role'} · {r.scope} · {r.userCount} user(s){r.forceMfa ? ' · Force MFA' : ''}
+            </p>
+            {editing ? (
+              <RoleBuilder role={r} onDone={() => setEditing(false)} />
+            ) : (
+              !r.isSystem &&
+              can('users', 'write') && (
+                <p>
+                  <Button onClick={() => setEditing(true)}>Edit role</Button>
+                </p>
+              )
+            )}
+            <Card title="Effective permissions">
+              <QueryState query={effective}>
+                {() => (
+                  <TableFrame label="Effective permissions">
+                    <thead>
+                      <tr>
+                        <th>Permission</th>
+                        <th>From</th>
+                      </tr>
+                    </thead>
+                    <tbody>
+                      {effective.data?.direct.map((p) => (
+                        <tr key={`d-${key(p)}`}>
+                          <td>
+                            <code>{key(p)}</code>
+                          </td>
+                          <td>this role</td>
+                        </tr>
+                      ))}
+                      {effective.data?.inherited.map((p) => (
+                        <tr key={`i-${key(p)}-${p.sourceRoleId}`}>
+                          <td>
+                            <code>{key(p)}</code>
+                          </td>
+                          <td>
+                            inherited from <Link href={`/admin/roles/${p.sourceRoleId}`}>{p.sourceRoleName}</Link>
+                          </td>
+                        </tr>
+                      ))}
+                    </tbody>
+                  </TableFrame>
+                )}
+              </QueryState>
+            </Card>
+            {can('users', 'write') && (
+              <Card title="Clone">
+                <form onSubmit={clone.submit} className="row">
+                  <ErrorAlert error={clone.error} />
+                  <Field label="Name of the copy" required maxLength={100} value={cloneName} onChange={(e) => setCloneName(e.target.value)} error={clone.fields.name} />
+                  <Button type="submit" busy={clone.busy}>
+                    Clone role
                   </Button>
-                </Card>
-              )}
-            </>
-          )
-        }
-      </QueryState>
-    </Gate>
+                </form>
+              </Card>
+            )}
+            {!r.isSystem && can('users', 'delete') && (
+              <Card title="Delete">
+                <ErrorAlert error={remove.error} />
+                {r.userCount > 0 && <Alert kind="info">A role can be deleted only when no user holds it and no role inherits from it.</Alert>}
+                <Button kind="danger" busy={remove.busy} onClick={() => remove.submit()}>
+                  Delete role
+                </Button>
+              </Card>
+            )}
+          </>
+        )
+      }
+    </QueryState>
   );
 }

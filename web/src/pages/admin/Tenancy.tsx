@@ -6,7 +6,8 @@ import { Link, useLocation } from 'wouter';
 import { api, type Page } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant, type Org, type Partner, type SecuritySettings } from '../../tenant';
-import { Alert, Button, Card, Checkbox, ErrorAlert, Field, Gate, PageHeader, Pager, QueryState, Select, useSubmit, when } from '../../ui';
+import { Alert, Button, Card, Checkbox, ErrorAlert, Field, PageHeader, Pager, QueryState, Select, TableFrame, useSubmit, when } from '../../ui';
+import { permissionPage } from '../../permission';
 import { useDeviceGroups, useSites } from './common';
 
 /** settings.security: require MFA, and which methods are allowed (the stricter of partner and organisation wins). */
@@ -40,14 +41,7 @@ function SecurityEditor({ value, canEdit, save }: { value: SecuritySettings | un
   );
 }
 
-export function Partners() {
-  const { me } = useAuth();
-  return (
-    <Gate allow={!!me?.isPlatformAdmin} what="Partners">
-      <PartnersPage />
-    </Gate>
-  );
-}
+export const Partners = permissionPage(PartnersPage, '/admin/partners');
 
 function PartnersPage() {
   const qc = useQueryClient();
@@ -107,14 +101,7 @@ function PartnersPage() {
   );
 }
 
-export function Orgs() {
-  const { can } = useAuth();
-  return (
-    <Gate allow={can('organizations', 'read')} what="Organisations">
-      <OrgsPage />
-    </Gate>
-  );
-}
+export const Orgs = permissionPage(OrgsPage, '/admin/orgs');
 
 function OrgsPage() {
   const { me, can } = useAuth();
@@ -147,28 +134,26 @@ function OrgsPage() {
       <QueryState query={list}>
         {() => (
           <>
-            <div className="table-wrap">
-              <table>
-                <thead>
-                  <tr>
-                    <th>Name</th>
-                    <th>Requires MFA</th>
-                    <th>Created</th>
+            <TableFrame label="Organisations">
+              <thead>
+                <tr>
+                  <th>Name</th>
+                  <th>Requires MFA</th>
+                  <th>Created</th>
+                </tr>
+              </thead>
+              <tbody>
+                {list.data?.data.map((o) => (
+                  <tr key={o.id}>
+                    <td>
+                      <Link href={`/admin/orgs/${o.id}`}>{o.name}</Link>
+                    </td>
+                    <td>{o.settings.security?.requireMfa ? 'yes' : 'no'}</td>
+                    <td>{when(o.createdAt)}</td>
                   </tr>
-                </thead>
-                <tbody>
-                  {list.data?.data.map((o) => (
-                    <tr key={o.id}>
-                      <td>
-                        <Link href={`/admin/orgs/${o.id}`}>{o.name}</Link>
-                      </td>
-                      <td>{o.settings.security?.requireMfa ? 'yes' : 'no'}</td>
-                      <td>{when(o.createdAt)}</td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
+                ))}
+              </tbody>
+            </TableFrame>
             {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
           </>
         )}
@@ -177,7 +162,9 @@ function OrgsPage() {
   );
 }
 
-export function OrgDetail({ id }: { id: string }) {
+export const OrgDetail = permissionPage(OrgPage, '/admin/orgs');
+
+function OrgPage({ id }: { id: string }) {
   const { can } = useAuth();
   const qc = useQueryClient();
   const [, navigate] = useLocation();
@@ -195,48 +182,46 @@ export function OrgDetail({ id }: { id: string }) {
     navigate('/admin/orgs');
   });
   return (
-    <Gate allow={can('organizations', 'read')} what="Organisations">
-      <QueryState query={org}>
-        {() =>
-          org.data && (
-            <>
-              <PageHeader title={org.data.name}>
-                <Link href="/admin/orgs">All organisations</Link>
-              </PageHeader>
-              {can('organizations', 'write') && (
-                <Card title="Name">
-                  <form onSubmit={rename.submit} className="row">
-                    <ErrorAlert error={rename.error} />
-                    <Field label="Organisation name" required maxLength={200} value={name ?? org.data.name} onChange={(e) => setName(e.target.value)} error={rename.fields.name} />
-                    <Button type="submit" busy={rename.busy} disabled={name === null}>
-                      Rename
-                    </Button>
-                  </form>
-                </Card>
-              )}
-              <Card title="Security">
-                <SecurityEditor
-                  key={id}
-                  value={org.data.settings.security}
-                  canEdit={can('organizations', 'write')}
-                  save={(security) => api('PATCH', `/orgs/${id}`, { body: { settings: { security } } }).then(() => qc.invalidateQueries({ queryKey: ['org', id] }))}
-                />
-              </Card>
-              {can('sites', 'read') && <Sites orgId={id} />}
-              {can('devices', 'read') && <DeviceGroups orgId={id} />}
-              {can('organizations', 'delete') && (
-                <Card title="Delete organisation">
-                  <ErrorAlert error={remove.error} />
-                  <Button kind="danger" busy={remove.busy} onClick={() => remove.submit()}>
-                    Delete this organisation
+    <QueryState query={org}>
+      {() =>
+        org.data && (
+          <>
+            <PageHeader title={org.data.name}>
+              <Link href="/admin/orgs">All organisations</Link>
+            </PageHeader>
+            {can('organizations', 'write') && (
+              <Card title="Name">
+                <form onSubmit={rename.submit} className="row">
+                  <ErrorAlert error={rename.error} />
+                  <Field label="Organisation name" required maxLength={200} value={name ?? org.data.name} onChange={(e) => setName(e.target.value)} error={rename.fields.name} />
+                  <Button type="submit" busy={rename.busy} disabled={name === null}>
+                    Rename
                   </Button>
-                </Card>
-              )}
-            </>
-          )
-        }
-      </QueryState>
-    </Gate>
+                </form>
+              </Card>
+            )}
+            <Card title="Security">
+              <SecurityEditor
+                key={id}
+                value={org.data.settings.security}
+                canEdit={can('organizations', 'write')}
+                save={(security) => api('PATCH', `/orgs/${id}`, { body: { settings: { security } } }).then(() => qc.invalidateQueries({ queryKey: ['org', id] }))}
+              />
+            </Card>
+            {can('sites', 'read') && <Sites orgId={id} />}
+            {can('devices', 'read') && <DeviceGroups orgId={id} />}
+            {can('organizations', 'delete') && (
+              <Card title="Delete organisation">
+                <ErrorAlert error={remove.error} />
+                <Button kind="danger" busy={remove.busy} onClick={() => remove.submit()}>
+                  Delete this organisation
+                </Button>
+              </Card>
+            )}
+          </>
+        )
+      }
+    </QueryState>
   );
 }
 

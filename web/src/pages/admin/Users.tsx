@@ -5,8 +5,9 @@ import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { api, type Page } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant, type Org } from '../../tenant';
-import { Alert, Button, Checkbox, Dialog, ErrorAlert, Field, Gate, PageHeader, Pager, QueryState, Select, useSubmit, when } from '../../ui';
-import { NeedsTenant, useDeviceGroups, useRoles, useSites } from './common';
+import { Alert, Button, Checkbox, Dialog, ErrorAlert, Field, PageHeader, Pager, QueryState, Select, TableFrame, useSubmit, when } from '../../ui';
+import { permissionPage } from '../../permission';
+import { useDeviceGroups, useRoles, useSites } from './common';
 
 interface User {
   id: string;
@@ -33,16 +34,7 @@ interface Invitation {
   expiresAt: string;
 }
 
-export function Users() {
-  const { can } = useAuth();
-  return (
-    <Gate allow={can('users', 'read')} what="Users">
-      <NeedsTenant>
-        <UsersPage />
-      </NeedsTenant>
-    </Gate>
-  );
-}
+export const Users = permissionPage(UsersPage, '/admin/users', { context: 'tenant' });
 
 function UsersPage() {
   const { me, can } = useAuth();
@@ -96,83 +88,81 @@ function UsersPage() {
       <QueryState query={users}>
         {() => (
           <>
-            <div className="table-wrap">
-              <table>
-                <thead>
-                  <tr>
-                    <th>Name</th>
-                    <th>Email</th>
-                    <th>Role</th>
-                    <th>Status</th>
-                    <th>MFA</th>
-                    <th>Last sign-in</th>
-                    <th>
-                      <span className="sr-only">Actions</span>
-                    </th>
+            <TableFrame label="Users">
+              <thead>
+                <tr>
+                  <th>Name</th>
+                  <th>Email</th>
+                  <th>Role</th>
+                  <th>Status</th>
+                  <th>MFA</th>
+                  <th>Last sign-in</th>
+                  <th>
+                    <span className="sr-only">Actions</span>
+                  </th>
+                </tr>
+              </thead>
+              <tbody>
+                {users.data?.data.map((u) => (
+                  <tr key={u.id}>
+                    <td>{u.name}</td>
+                    <td>{u.email}</td>
+                    <td>
+                      {can('users', 'write') && u.id !== me?.id && roles.data ? (
+                        <select
+                          aria-label={`Role of ${u.email}`}
+                          value={u.roleId ?? ''}
+                          onChange={(e) => void act(() => api('POST', `/users/${u.id}/role`, { query: t.query, body: body({ roleId: e.target.value }) }), `${u.email} now has the role ${roleName(e.target.value)}.`)}
+                        >
+                          {roles.data.data.map((r) => (
+                            <option key={r.id} value={r.id}>
+                              {r.name}
+                            </option>
+                          ))}
+                        </select>
+                      ) : (
+                        roleName(u.roleId)
+                      )}
+                    </td>
+                    <td>{u.status}</td>
+                    <td>{u.mfaEnabled ? 'on' : 'off'}</td>
+                    <td>{when(u.lastLoginAt)}</td>
+                    <td>
+                      <div className="row">
+                      {u.status === 'invited' && can('users', 'invite') && (
+                        <Button kind="link" onClick={() => void act(() => api('POST', '/users/resend-invite', { query: t.query, body: body({ userId: u.id }) }), `A new invitation was sent to ${u.email}.`)}>
+                          Resend
+                        </Button>
+                      )}
+                      {u.id !== me?.id && u.status !== 'invited' && can('users', 'write') && (
+                        <Button
+                          kind="link"
+                          onClick={() =>
+                            void act(
+                              () => api('PATCH', `/users/${u.id}`, { query: t.query, body: body({ status: u.status === 'disabled' ? 'active' : 'disabled' }) }),
+                              u.status === 'disabled' ? `${u.email} is enabled.` : `${u.email} is disabled and signed out everywhere.`,
+                            )
+                          }
+                        >
+                          {u.status === 'disabled' ? 'Enable' : 'Disable'}
+                        </Button>
+                      )}
+                      {u.id !== me?.id && can('users', 'delete') && (
+                        <Button
+                          kind="link"
+                          onClick={() => {
+                            if (window.confirm(`Remove ${u.email} from this ${t.orgId ? 'organisation' : 'partner'}?`)) void act(() => api('DELETE', `/users/${u.id}`, { query: t.query }), `${u.email} was removed.`);
+                          }}
+                        >
+                          Remove
+                        </Button>
+                      )}
+                      </div>
+                    </td>
                   </tr>
-                </thead>
-                <tbody>
-                  {users.data?.data.map((u) => (
-                    <tr key={u.id}>
-                      <td>{u.name}</td>
-                      <td>{u.email}</td>
-                      <td>
-                        {can('users', 'write') && u.id !== me?.id && roles.data ? (
-                          <select
-                            aria-label={`Role of ${u.email}`}
-                            value={u.roleId ?? ''}
-                            onChange={(e) => void act(() => api('POST', `/users/${u.id}/role`, { query: t.query, body: body({ roleId: e.target.value }) }), `${u.email} now has the role ${roleName(e.target.value)}.`)}
-                          >
-                            {roles.data.data.map((r) => (
-                              <option key={r.id} value={r.id}>
-                                {r.name}
-                              </option>
-                            ))}
-                          </select>
-                        ) : (
-                          roleName(u.roleId)
-                        )}
-                      </td>
-                      <td>{u.status}</td>
-                      <td>{u.mfaEnabled ? 'on' : 'off'}</td>
-                      <td>{when(u.lastLoginAt)}</td>
-                      <td>
-                        <div className="row">
-                        {u.status === 'invited' && can('users', 'invite') && (
-                          <Button kind="link" onClick={() => void act(() => api('POST', '/users/resend-invite', { query: t.query, body: body({ userId: u.id }) }), `A new invitation was sent to ${u.email}.`)}>
-                            Resend
-                          </Button>
-                        )}
-                        {u.id !== me?.id && u.status !== 'invited' && can('users', 'write') && (
-                          <Button
-                            kind="link"
-                            onClick={() =>
-                              void act(
-                                () => api('PATCH', `/users/${u.id}`, { query: t.query, body: body({ status: u.status === 'disabled' ? 'active' : 'disabled' }) }),
-                                u.status === 'disabled' ? `${u.email} is enabled.` : `${u.email} is disabled and signed out everywhere.`,
-                              )
-                            }
-                          >
-                            {u.status === 'disabled' ? 'Enable' : 'Disable'}
-                          </Button>
-                        )}
-                        {u.id !== me?.id && can('users', 'delete') && (
-                          <Button
-                            kind="link"
-                            onClick={() => {
-                              if (window.confirm(`Remove ${u.email} from this ${t.orgId ? 'organisation' : 'partner'}?`)) void act(() => api('DELETE', `/users/${u.id}`, { query: t.query }), `${u.email} was removed.`);
-                            }}
-                          >
-                            Remove
-                          </Button>
-                        )}
-                        </div>
-                      </td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
+                ))}
+              </tbody>
+            </TableFrame>
             {users.data && <Pager pagination={users.data.pagination} onPage={setPage} />}
           </>
         )}
@@ -180,36 +170,34 @@ function UsersPage() {
       {can('users', 'invite') && invitations.data && invitations.data.data.length > 0 && (
         <>
           <h2>Pending invitations</h2>
-          <div className="table-wrap">
-            <table>
-              <thead>
-                <tr>
-                  <th>Email</th>
-                  <th>Role</th>
-                  <th>Status</th>
-                  <th>Expires</th>
-                  <th>
-                    <span className="sr-only">Actions</span>
-                  </th>
+          <TableFrame label="Pending invitations">
+            <thead>
+              <tr>
+                <th>Email</th>
+                <th>Role</th>
+                <th>Status</th>
+                <th>Expires</th>
+                <th>
+                  <span className="sr-only">Actions</span>
+                </th>
+              </tr>
+            </thead>
+            <tbody>
+              {invitations.data.data.map((i) => (
+                <tr key={i.id}>
+                  <td>{i.email}</td>
+                  <td>{roleName(i.roleId)}</td>
+                  <td>{i.status}</td>
+                  <td>{when(i.expiresAt)}</td>
+                  <td>
+                    <Button kind="link" onClick={() => void act(() => api('DELETE', `/users/invitations/${i.id}`, { query: t.query }), `The invitation to ${i.email} was revoked.`)}>
+                      Revoke
+                    </Button>
+                  </td>
                 </tr>
-              </thead>
-              <tbody>
-                {invitations.data.data.map((i) => (
-                  <tr key={i.id}>
-                    <td>{i.email}</td>
-                    <td>{roleName(i.roleId)}</td>
-                    <td>{i.status}</td>
-                    <td>{when(i.expiresAt)}</td>
-                    <td>
-                      <Button kind="link" onClick={() => void act(() => api('DELETE', `/users/invitations/${i.id}`, { query: t.query }), `The invitation to ${i.email} was revoked.`)}>
-                        Revoke
-                      </Button>
-                    </td>
-                  </tr>
-                ))}
-              </tbody>
-            </table>
-          </div>
+              ))}
+            </tbody>
+          </TableFrame>
         </>
       )}
       {inviting && (

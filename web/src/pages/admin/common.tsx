@@ -1,10 +1,7 @@
-// Shared pieces of the administration pages: the tenant context they act in, and lookups.
-import type { ReactNode } from 'react';
+// Shared lookups of the administration pages (roles, sites, device groups).
 import { useQuery } from '@tanstack/react-query';
 import { api, type Page } from '../../api';
-import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
-import { Alert } from '../../ui';
 
 export interface Role {
   id: string;
@@ -37,16 +34,6 @@ export interface DeviceGroup {
   createdAt: string;
 }
 
-/** Platform administrators pick a partner or an organisation before tenant pages make sense. */
-export function NeedsTenant({ children }: { children: ReactNode }) {
-  const { me } = useAuth();
-  const t = useTenant();
-  if (me?.scope === 'system' && !t.partnerId && !t.orgId) {
-    return <Alert kind="info">Pick a partner (and optionally an organisation) at the top of the page to manage it.</Alert>;
-  }
-  return <>{children}</>;
-}
-
 export function useRoles(kind: 'users' | 'roles' = 'users') {
   const t = useTenant();
   return useQuery({
@@ -69,17 +56,4 @@ export function useDeviceGroups(orgId: string | null) {
     enabled: !!orgId,
     queryFn: () => api<Page<DeviceGroup>>('GET', `/orgs/${orgId ?? ''}/device-groups`, { query: { limit: 100 } }),
   });
-}
-
-/**
- * Pages of one organisation's resources (webhooks, single sign-on): partner users and platform
- * administrators pick the organisation first; organisation users act in their own.
- */
-export function NeedsOrg({ children }: { children: ReactNode }) {
-  const { me } = useAuth();
-  const t = useTenant();
-  if (me?.scope !== 'organization' && !t.orgId) {
-    return <Alert kind="info">Pick an organisation at the top of the page: this page manages one organisation at a time.</Alert>;
-  }
-  return <>{children}</>;
 }

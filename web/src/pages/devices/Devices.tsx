@@ -6,8 +6,9 @@ import { Link } from 'wouter';
 import { api, type Page } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
-import { Alert, Button, Card, ErrorAlert, Field, Gate, PageHeader, Pager, QueryState, Select, when } from '../../ui';
-import { NeedsTenant, useDeviceGroups, useSites } from '../admin/common';
+import { Alert, Button, Card, ErrorAlert, Field, PageHeader, Pager, QueryState, Select, TableFrame, when } from '../../ui';
+import { permissionPage } from '../../permission';
+import { useDeviceGroups, useSites } from '../admin/common';
 
 export interface Device {
   id: string;
@@ -32,16 +33,7 @@ function StatusBadge({ status }: { status: Device['status'] }) {
   return <span className={`badge ${status === 'online' ? 'badge-ok' : 'badge-warn'}`}>{status}</span>;
 }
 
-export function Devices() {
-  const { me, can } = useAuth();
-  return (
-    <Gate allow={!!me && me.scope !== null && can('devices', 'read')} what="Devices">
-      <NeedsTenant>
-        <DeviceList />
-      </NeedsTenant>
-    </Gate>
-  );
-}
+export const Devices = permissionPage(DeviceList, '/devices', { context: 'tenant' });
 
 function DeviceList() {
   const { can } = useAuth();
@@ -121,59 +113,57 @@ function DeviceList() {
       <QueryState query={list}>
         {() => (
           <>
-            <div className="table-wrap">
-              <table>
-                <thead>
+            <TableFrame label="Devices">
+              <thead>
+                <tr>
+                  <th>Host name</th>
+                  <th>Status</th>
+                  <th>Platform</th>
+                  <th>Agent</th>
+                  <th>Auto-update</th>
+                  <th>Last seen</th>
+                  {execute && (
+                    <th>
+                      <span className="sr-only">Actions</span>
+                    </th>
+                  )}
+                </tr>
+              </thead>
+              <tbody>
+                {list.data?.data.length === 0 && (
                   <tr>
-                    <th>Host name</th>
-                    <th>Status</th>
-                    <th>Platform</th>
-                    <th>Agent</th>
-                    <th>Auto-update</th>
-                    <th>Last seen</th>
+                    <td colSpan={7} className="muted">
+                      No devices match.
+                    </td>
+                  </tr>
+                )}
+                {list.data?.data.map((d) => (
+                  <tr key={d.id}>
+                    <td>
+                      <Link href={`/devices/${d.id}`}>{d.hostname}</Link>
+                    </td>
+                    <td>
+                      <StatusBadge status={d.status} />
+                    </td>
+                    <td>{[d.os, d.arch].filter(Boolean).join('/') || '—'}</td>
+                    <td>{d.components.agent ?? '—'}</td>
+                    <td>{d.autoUpdate ? 'on' : 'off'}</td>
+                    <td>{when(d.lastSeenAt)}</td>
                     {execute && (
-                      <th>
-                        <span className="sr-only">Actions</span>
-                      </th>
+                      <td>
+                        {d.updateNowPending ? (
+                          <span className="muted small">update requested</span>
+                        ) : (
+                          <Button kind="link" disabled={!d.autoUpdate} onClick={() => void updateNow(d)} aria-label={`Update now: ${d.hostname}`}>
+                            Update now
+                          </Button>
+                        )}
+                      </td>
                     )}
                   </tr>
-                </thead>
-                <tbody>
-                  {list.data?.data.length === 0 && (
-                    <tr>
-                      <td colSpan={7} className="muted">
-                        No devices match.
-                      </td>
-                    </tr>
-                  )}
-                  {list.data?.data.map((d) => (
-                    <tr key={d.id}>
-                      <td>
-                        <Link href={`/devices/${d.id}`}>{d.hostname}</Link>
-                      </td>
-                      <td>
-                        <StatusBadge status={d.status} />
-                      </td>
-                      <td>{[d.os, d.arch].filter(Boolean).join('/') || '—'}</td>
-                      <td>{d.components.agent ?? '—'}</td>
-                      <td>{d.autoUpdate ? 'on' : 'off'}</td>
-                      <td>{when(d.lastSeenAt)}</td>
-                      {execute && (
-                        <td>
-                          {d.updateNowPending ? (
-                            <span className="muted small">update requested</span>
-                          ) : (
-                            <Button kind="link" disabled={!d.autoUpdate} onClick={() => void updateNow(d)} aria-label={`Update now: ${d.hostname}`}>
-                              Update now
-                            </Button>
-                          )}
-                        </td>
-                      )}
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
+                ))}
+              </tbody>
+            </TableFrame>
             {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
           </>
         )}
@@ -182,14 +172,7 @@ function DeviceList() {
   );
 }
 
-export function DeviceDetail({ id }: { id: string }) {
-  const { me, can } = useAuth();
-  return (
-    <Gate allow={!!me && me.scope !== null && can('devices', 'read')} what="Devices">
-      <DevicePage id={id} />
-    </Gate>
-  );
-}
+export const DeviceDetail = permissionPage(DevicePage, '/devices');
 
 function DevicePage({ id }: { id: string }) {
   const { can } = useAuth();

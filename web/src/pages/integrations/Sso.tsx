@@ -1,14 +1,15 @@
 // Single sign-on providers of the organisation in context: list, create from a preset, edit (OIDC
 // or SAML fields, attribute mapping, group-to-role mappings), status, the discovery or certificate
 // test with its report, and the SAML metadata link. Writes need a session with a second factor.
-import { useId, useState } from 'react';
+import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { Link, useLocation } from 'wouter';
-import { API, api, ApiError, type Page } from '../../api';
+import { API, api, type Page } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
-import { Alert, Button, Card, Checkbox, ErrorAlert, Field, Gate, PageHeader, Pager, QueryState, Select, useSubmit, when } from '../../ui';
-import { NeedsOrg, useRoles } from '../admin/common';
+import { Alert, Button, Card, ErrorAlert, Field, MfaNote, PageHeader, Pager, QueryState, Select, TableFrame, useSubmit, when } from '../../ui';
+import { permissionPage } from '../../permission';
+import { ProviderForm } from './SsoForm';
 
 type SsoStatus = 'inactive' | 'testing' | 'active';
 
@@ -20,7 +21,7 @@ interface AttributeMapping {
   groups?: string;
 }
 
-interface Provider {
+export interface Provider {
   id: string;
   orgId: string;
   name: string;
@@ -70,34 +71,9 @@ const STATUS_TEXT: Record<SsoStatus, string> = {
   active: 'Active: offered at sign-in (one per organisation)',
 };
 
-/** The second-factor rule, said before a write fails on it. */
-function MfaNote() {
-  return <p className="muted small">Changing single sign-on needs a session signed in with your second factor (authenticator, texted code or passkey); a session without one is refused.</p>;
-}
+const MFA_SUBJECT = 'Single sign-on settings';
 
-function explain(err: unknown): unknown {
-  if (err instanceof ApiError && err.status === 403 && err.code === 'mfa_required') {
-    return new ApiError(403, 'mfa_required', 'Single sign-on settings can only be changed from a session signed in with a second factor. Sign out, sign in again with your authenticator, texted code or passkey, and retry.');
-  }
-  return err;
-}
-
-function MfaAwareError({ error }: { error: unknown }) {
-  const e = explain(error);
-  if (e instanceof ApiError && e.code === 'mfa_required') return <Alert>{e.message}</Alert>;
-  return <ErrorAlert error={e} />;
-}
-
-export function SsoProviders() {
-  const { me, can } = useAuth();
-  return (
-    <Gate allow={!!me && me.scope !== null && can('organizations', 'read')} what="Single sign-on">
-      <NeedsOrg>
-        <ProviderList />
-      </NeedsOrg>
-    </Gate>
-  );
-}
+export const SsoProviders = permissionPage(ProviderList, '/integrations/sso', { context: 'org', mfa: MFA_SUBJECT });
 
 function ProviderList() {
   const { can } = useAuth();
@@ -116,43 +92,41 @@ function ProviderList() {
       <QueryState query={list}>
         {() => (
           <>
-            <div className="table-wrap">
-              <table>
-                <thead>
+            <TableFrame label="Providers">
+              <thead>
+                <tr>
+                  <th>Name</th>
+                  <th>Protocol</th>
+                  <th>Preset</th>
+                  <th>Status</th>
+                  <th>Password sign-in</th>
+                  <th>Changed</th>
+                </tr>
+              </thead>
+              <tbody>
+                {list.data?.data.length === 0 && (
                   <tr>
-                    <th>Name</th>
-                    <th>Protocol</th>
-                    <th>Preset</th>
-                    <th>Status</th>
-                    <th>Password sign-in</th>
-                    <th>Changed</th>
+                    <td colSpan={6} className="muted">
+                      No providers yet.
+                    </td>
                   </tr>
-                </thead>
-                <tbody>
-                  {list.data?.data.length === 0 && (
-                    <tr>
-                      <td colSpan={6} className="muted">
-                        No providers yet.
-                      </td>
-                    </tr>
-                  )}
-                  {list.data?.data.map((p) => (
-                    <tr key={p.id}>
-                      <td>
-                        <Link href={`/integrations/sso/${p.id}`}>{p.name}</Link>
-                      </td>
-                      <td>{p.type.toUpperCase()}</td>
-                      <td>{p.preset ?? '—'}</td>
-                      <td>
-                        <span className={`badge ${p.status === 'active' ? 'badge-ok' : 'badge-warn'}`}>{p.status}</span>
-                      </td>
-                      <td>{p.enforceSSO ? 'turned off (SSO enforced)' : 'allowed'}</td>
-                      <td>{when(p.updatedAt)}</td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
+                )}
+                {list.data?.data.map((p) => (
+                  <tr key={p.id}>
+                    <td>
+                      <Link href={`/integrations/sso/${p.id}`}>{p.name}</Link>
+                    </td>
+                    <td>{p.type.toUpperCase()}</td>
+                    <td>{p.preset ?? '—'}</td>
+                    <td>
+                      <span className={`badge ${p.status === 'active' ? 'badge-ok' : 'badge-warn'}`}>{p.status}</span>
+                    </td>
+                    <td>{p.enforceSSO ? 'turned off (SSO enforced)' : 'allowed'}</td>
+                    <td>{when(p.updatedAt)}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </TableFrame>
             {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
           </>
         )}
@@ -171,21 +145,17 @@ function CreateProvider({ onCancel }: { onCancel: () => void }) {
   const [name, setName] = useState('');
   const chosen = presets.data?.data.find((p) => p.id === preset);
   const s = useSubmit(async () => {
-    try {
-      const body: Record<string, unknown> = { name: name.trim(), type: chosen?.type ?? customType };
-      if (chosen) body.preset = chosen.id;
-      if (t.query.orgId) body.orgId = t.query.orgId;
-      const p = await api<Provider>('POST', '/sso/providers', { body });
-      await qc.invalidateQueries({ queryKey: ['sso-providers'] });
-      navigate(`/integrations/sso/${p.id}`);
-    } catch (err) {
-      throw explain(err);
-    }
+    const body: Record<string, unknown> = { name: name.trim(), type: chosen?.type ?? customType };
+    if (chosen) body.preset = chosen.id;
+    if (t.query.orgId) body.orgId = t.query.orgId;
+    const p = await api<Provider>('POST', '/sso/providers', { body });
+    await qc.invalidateQueries({ queryKey: ['sso-providers'] });
+    navigate(`/integrations/sso/${p.id}`);
   });
   return (
     <Card title="New provider">
       <form onSubmit={s.submit} aria-label="New provider">
-        <MfaAwareError error={s.error} />
+        <ErrorAlert error={s.error} />
         <MfaNote />
         <Select label="Preset" value={preset} onChange={(e) => setPreset(e.target.value)} error={s.fields.preset}>
           <option value="">None: set every field myself</option>
@@ -217,14 +187,7 @@ function CreateProvider({ onCancel }: { onCancel: () => void }) {
   );
 }
 
-export function SsoProviderDetail({ id }: { id: string }) {
-  const { me, can } = useAuth();
-  return (
-    <Gate allow={!!me && me.scope !== null && can('organizations', 'read')} what="Single sign-on">
-      <ProviderPage id={id} />
-    </Gate>
-  );
-}
+export const SsoProviderDetail = permissionPage(ProviderPage, '/integrations/sso', { mfa: MFA_SUBJECT });
 
 function ProviderPage({ id }: { id: string }) {
   const { can } = useAuth();
@@ -243,7 +206,7 @@ function ProviderPage({ id }: { id: string }) {
     try {
       await fn();
     } catch (err) {
-      setError(explain(err));
+      setError(err);
     } finally {
       setBusy(null);
     }
@@ -287,7 +250,7 @@ function ProviderPage({ id }: { id: string }) {
             <p>
               <Link href="/integrations/sso">All providers</Link>
             </p>
-            <MfaAwareError error={error} />
+            <ErrorAlert error={error} />
             {report && <Report report={report} />}
             <Card title="Status">
               <p>
@@ -358,174 +321,5 @@ function Report({ report }: { report: TestReport }) {
         </dl>
       )}
     </Alert>
-  );
-}
-
-const OIDC_URLS = [
-  ['issuer', 'Issuer URL', 'Discovery fills the four endpoints below (endpoints you set win).'],
-  ['authorizationUrl', 'Authorization endpoint', undefined],
-  ['tokenUrl', 'Token endpoint', undefined],
-  ['userInfoUrl', 'UserInfo endpoint', undefined],
-  ['jwksUrl', 'JWKS endpoint', 'Needed to check ID-token signatures (discovered or set).'],
-] as const;
-
-type Draft = Record<string, string>;
-
-function ProviderForm({ provider: p, writable, saved, onSaved }: { provider: Provider; writable: boolean; saved: boolean; onSaved: () => void }) {
-  const qc = useQueryClient();
-  const roles = useRoles('users');
-  const textId = useId();
-  const orgRoles = (roles.data?.data ?? []).filter((r) => r.scope === 'organization' && (r.orgId === null || r.orgId === p.orgId));
-  const [d, setD] = useState<Draft>(() => ({
-    name: p.name,
-    issuer: p.issuer ?? '',
-    clientId: p.clientId ?? '',
-    clientSecret: '',
-    authorizationUrl: p.authorizationUrl ?? '',
-    tokenUrl: p.tokenUrl ?? '',
-    userInfoUrl: p.userInfoUrl ?? '',
-    jwksUrl: p.jwksUrl ?? '',
-    scopes: p.scopes,
-    entityId: p.entityId ?? '',
-    ssoUrl: p.ssoUrl ?? '',
-    certificate: p.certificate ?? '',
-    'map.email': p.attributeMapping.email,
-    'map.name': p.attributeMapping.name,
-    'map.firstName': p.attributeMapping.firstName ?? '',
-    'map.lastName': p.attributeMapping.lastName ?? '',
-    'map.groups': p.attributeMapping.groups ?? '',
-    defaultRoleId: p.defaultRoleId ?? '',
-    allowedDomains: p.allowedDomains,
-  }));
-  const [autoProvision, setAutoProvision] = useState(p.autoProvision);
-  const [enforce, setEnforce] = useState(p.enforceSSO);
-  const [mappings, setMappings] = useState(p.groupRoleMappings);
-  const set = (k: string) => (e: { target: { value: string } }) => setD({ ...d, [k]: e.target.value });
-  const orNull = (v: string | undefined) => (v && v.trim() ? v.trim() : null);
-  const s = useSubmit(async () => {
-    const attributeMapping: Record<string, string> = { email: d['map.email']?.trim() ?? '', name: d['map.name']?.trim() ?? '' };
-    for (const k of ['firstName', 'lastName', 'groups']) if (d[`map.${k}`]?.trim()) attributeMapping[k] = d[`map.${k}`]?.trim() ?? '';
-    const body: Record<string, unknown> = {
-      name: d.name?.trim(),
-      attributeMapping,
-      autoProvision,
-      defaultRoleId: orNull(d.defaultRoleId),
-      allowedDomains: d.allowedDomains?.trim() ?? '',
-      enforceSSO: enforce,
-      groupRoleMappings: mappings.filter((m) => m.group.trim() && m.roleId),
-    };
-    // Only what changed: an endpoint left as it was stays the discovered one.
-    const was: Record<string, string | null> = { ...p, attributeMapping: null, groupRoleMappings: null } as unknown as Record<string, string | null>;
-    const fields = p.type === 'oidc' ? [...OIDC_URLS.map(([k]) => k), 'clientId'] : ['entityId', 'ssoUrl', 'certificate'];
-    for (const k of fields) if (orNull(d[k]) !== (was[k] ?? null)) body[k] = orNull(d[k]);
-    if (p.type === 'oidc') {
-      if (d.clientSecret) body.clientSecret = d.clientSecret;
-      if (d.scopes?.trim() !== p.scopes) body.scopes = d.scopes?.trim();
-    }
-    try {
-      await api('PATCH', `/sso/providers/${p.id}`, { body });
-    } catch (err) {
-      throw explain(err);
-    }
-    onSaved();
-    await qc.invalidateQueries({ queryKey: ['sso-provider', p.id] });
-    await qc.invalidateQueries({ queryKey: ['sso-providers'] });
-  });
-  const f = s.fields;
-  return (
-    <Card title="Settings">
-      <form onSubmit={s.submit} aria-label="Provider settings">
-        <fieldset disabled={!writable}>
-          <legend>{p.type === 'oidc' ? 'OpenID Connect' : 'SAML 2.0'}</legend>
-          <Field label="Name" required maxLength={255} value={d.name} onChange={set('name')} error={f.name} />
-          {p.type === 'oidc' ? (
-            <>
-              <Field label="Client id" maxLength={255} value={d.clientId} onChange={set('clientId')} error={f.clientId} />
-              <Field
-                label="Client secret"
-                type="password"
-                autoComplete="new-password"
-                maxLength={2000}
-                value={d.clientSecret}
-                onChange={set('clientSecret')}
-                error={f.clientSecret}
-                hint={p.hasClientSecret ? 'A secret is stored (never shown). Type a new one to replace it.' : 'None stored yet.'}
-              />
-              {OIDC_URLS.map(([k, label, hint]) => (
-                <Field key={k} label={label} type="url" maxLength={500} value={d[k]} onChange={set(k)} error={f[k]} hint={hint} />
-              ))}
-              <Field label="Scopes" required maxLength={500} value={d.scopes} onChange={set('scopes')} error={f.scopes} hint="Space-separated; openid is needed." />
-            </>
-          ) : (
-            <>
-              <Field label="IdP entity id" maxLength={500} value={d.entityId} onChange={set('entityId')} error={f.entityId} hint="When set, the assertion's issuer must equal it." />
-              <Field label="IdP sign-in URL" type="url" maxLength={500} value={d.ssoUrl} onChange={set('ssoUrl')} error={f.ssoUrl} />
-              <div className="field">
-                <label htmlFor={`${textId}-cert`}>IdP signing certificate</label>
-                <textarea id={`${textId}-cert`} rows={6} value={d.certificate} onChange={set('certificate')} aria-invalid={f.certificate ? true : undefined} placeholder="-----BEGIN CERTIFICATE-----" />
-                {f.certificate && <div className="field-error">{f.certificate}</div>}
-              </div>
-            </>
-          )}
-        </fieldset>
-        <fieldset disabled={!writable}>
-          <legend>Attribute mapping</legend>
-          <p className="hint">The {p.type === 'oidc' ? 'claim' : 'attribute'} that fills each profile field.</p>
-          <div className="filters">
-            <Field label="Email from" required value={d['map.email']} onChange={set('map.email')} error={f['attributeMapping.email']} />
-            <Field label="Name from" required value={d['map.name']} onChange={set('map.name')} error={f['attributeMapping.name']} />
-            <Field label="First name from" value={d['map.firstName']} onChange={set('map.firstName')} error={f['attributeMapping.firstName']} />
-            <Field label="Last name from" value={d['map.lastName']} onChange={set('map.lastName')} error={f['attributeMapping.lastName']} />
-            <Field label="Groups from" value={d['map.groups']} onChange={set('map.groups')} error={f['attributeMapping.groups']} />
-          </div>
-        </fieldset>
-        <fieldset disabled={!writable}>
-          <legend>Users and roles</legend>
-          <Checkbox label="Create accounts for new users at their first sign-in" checked={autoProvision} onChange={setAutoProvision} />
-          <Select label="Role of new users" value={d.defaultRoleId} onChange={set('defaultRoleId')} error={f.defaultRoleId}>
-            <option value="">— none —</option>
-            {orgRoles.map((r) => (
-              <option key={r.id} value={r.id}>
-                {r.name}
-              </option>
-            ))}
-          </Select>
-          <Field label="Allowed email domains" value={d.allowedDomains} onChange={set('allowedDomains')} error={f.allowedDomains} hint="Comma-separated, e.g. example.com, example.org; empty allows any." />
-          <Checkbox label="Enforce single sign-on (turn off password sign-in for the organisation's users)" checked={enforce} onChange={setEnforce} />
-          <strong>Group-to-role mappings</strong>
-          <p className="hint">At each sign-in the first mapping (in this order) whose group the user has decides the role.</p>
-          {f.groupRoleMappings && <div className="field-error">{f.groupRoleMappings}</div>}
-          {mappings.map((m, i) => (
-            <div className="kv-row" key={i}>
-              <Field label={`Group ${i + 1}`} value={m.group} maxLength={255} onChange={(e) => setMappings(mappings.map((x, j) => (j === i ? { ...x, group: e.target.value } : x)))} error={f[`groupRoleMappings.${i}.group`]} />
-              <Select label={`Role for group ${i + 1}`} value={m.roleId} onChange={(e) => setMappings(mappings.map((x, j) => (j === i ? { ...x, roleId: e.target.value } : x)))} error={f[`groupRoleMappings.${i}.roleId`]}>
-                <option value="">— pick a role —</option>
-                {orgRoles.map((r) => (
-                  <option key={r.id} value={r.id}>
-                    {r.name}
-                  </option>
-                ))}
-              </Select>
-              <Button type="button" kind="link" onClick={() => setMappings(mappings.filter((_, j) => j !== i))} aria-label={`Remove mapping ${i + 1}`}>
-                Remove
-              </Button>
-            </div>
-          ))}
-          <Button type="button" kind="secondary" onClick={() => setMappings([...mappings, { group: '', roleId: '' }])}>
-            Add a mapping
-          </Button>
-        </fieldset>
-        {writable && (
-          <>
-            <MfaAwareError error={s.error} />
-            {saved && <Alert kind="success">Saved.</Alert>}
-            <MfaNote />
-            <Button type="submit" busy={s.busy}>
-              Save settings
-            </Button>
-          </>
-        )}
-      </form>
-    </Card>
   );
 }

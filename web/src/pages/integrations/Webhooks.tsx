@@ -7,8 +7,8 @@ import { Link, useLocation } from 'wouter';
 import { api, type Page } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
-import { Alert, Button, Card, Dialog, ErrorAlert, Field, Gate, PageHeader, Pager, QueryState, Select, useSubmit, when } from '../../ui';
-import { NeedsOrg } from '../admin/common';
+import { Alert, Button, Card, Dialog, ErrorAlert, Field, PageHeader, Pager, QueryState, Select, TableFrame, useSubmit, when } from '../../ui';
+import { permissionPage } from '../../permission';
 
 type WebhookStatus = 'active' | 'paused' | 'failed';
 type DeliveryStatus = 'pending' | 'delivered' | 'failed' | 'retrying';
@@ -75,16 +75,7 @@ function StatusBadge({ status }: { status: string }) {
   return <span className={`badge ${ok ? 'badge-ok' : 'badge-warn'}`}>{status}</span>;
 }
 
-export function Webhooks() {
-  const { me, can } = useAuth();
-  return (
-    <Gate allow={!!me && me.scope !== null && can('webhooks', 'read')} what="Webhooks">
-      <NeedsOrg>
-        <WebhookList />
-      </NeedsOrg>
-    </Gate>
-  );
-}
+export const Webhooks = permissionPage(WebhookList, '/integrations/webhooks', { context: 'org' });
 
 function WebhookList() {
   const { can } = useAuth();
@@ -124,45 +115,43 @@ function WebhookList() {
       <QueryState query={list}>
         {() => (
           <>
-            <div className="table-wrap">
-              <table>
-                <thead>
+            <TableFrame label="Webhooks">
+              <thead>
+                <tr>
+                  <th>Name</th>
+                  <th>URL</th>
+                  <th>Events</th>
+                  <th>Status</th>
+                  <th>Delivered / failed</th>
+                  <th>Last delivery</th>
+                </tr>
+              </thead>
+              <tbody>
+                {list.data?.data.length === 0 && (
                   <tr>
-                    <th>Name</th>
-                    <th>URL</th>
-                    <th>Events</th>
-                    <th>Status</th>
-                    <th>Delivered / failed</th>
-                    <th>Last delivery</th>
+                    <td colSpan={6} className="muted">
+                      No webhooks{status ? ' with this status' : ' yet'}.
+                    </td>
                   </tr>
-                </thead>
-                <tbody>
-                  {list.data?.data.length === 0 && (
-                    <tr>
-                      <td colSpan={6} className="muted">
-                        No webhooks{status ? ' with this status' : ' yet'}.
-                      </td>
-                    </tr>
-                  )}
-                  {list.data?.data.map((w) => (
-                    <tr key={w.id}>
-                      <td>
-                        <Link href={`/integrations/webhooks/${w.id}`}>{w.name}</Link>
-                      </td>
-                      <td className="small secret">{w.url}</td>
-                      <td className="small">{w.events.length === 1 ? w.events[0] : `${w.events.length} types`}</td>
-                      <td>
-                        <StatusBadge status={w.status} />
-                      </td>
-                      <td>
-                        {w.successCount} / {w.failureCount}
-                      </td>
-                      <td>{when(w.lastDeliveryAt)}</td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
+                )}
+                {list.data?.data.map((w) => (
+                  <tr key={w.id}>
+                    <td>
+                      <Link href={`/integrations/webhooks/${w.id}`}>{w.name}</Link>
+                    </td>
+                    <td className="small secret">{w.url}</td>
+                    <td className="small">{w.events.length === 1 ? w.events[0] : `${w.events.length} types`}</td>
+                    <td>
+                      <StatusBadge status={w.status} />
+                    </td>
+                    <td>
+                      {w.successCount} / {w.failureCount}
+                    </td>
+                    <td>{when(w.lastDeliveryAt)}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </TableFrame>
             {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
           </>
         )}
@@ -327,16 +316,7 @@ function WebhookForm({ webhook, onSaved, onCancel }: { webhook?: Webhook; onSave
   );
 }
 
-export function WebhookDetail({ id }: { id: string }) {
-  const { me, can } = useAuth();
-  return (
-    <Gate allow={!!me && me.scope !== null && can('webhooks', 'read')} what="Webhooks">
-      <NeedsOrg>
-        <WebhookPage id={id} />
-      </NeedsOrg>
-    </Gate>
-  );
-}
+export const WebhookDetail = permissionPage(WebhookPage, '/integrations/webhooks', { context: 'org' });
 
 function WebhookPage({ id }: { id: string }) {
   const { can } = useAuth();
@@ -514,54 +494,52 @@ function Deliveries({ id, writable }: { id: string; writable: boolean }) {
       <QueryState query={list}>
         {() => (
           <>
-            <div className="table-wrap">
-              <table>
-                <thead>
+            <TableFrame label="Deliveries">
+              <thead>
+                <tr>
+                  <th>When</th>
+                  <th>Event</th>
+                  <th>Status</th>
+                  <th>Attempt</th>
+                  <th>Response</th>
+                  <th>
+                    <span className="sr-only">Actions</span>
+                  </th>
+                </tr>
+              </thead>
+              <tbody>
+                {list.data?.data.length === 0 && (
                   <tr>
-                    <th>When</th>
-                    <th>Event</th>
-                    <th>Status</th>
-                    <th>Attempt</th>
-                    <th>Response</th>
-                    <th>
-                      <span className="sr-only">Actions</span>
-                    </th>
+                    <td colSpan={6} className="muted">
+                      No deliveries{status ? ' with this status' : ' yet'}.
+                    </td>
                   </tr>
-                </thead>
-                <tbody>
-                  {list.data?.data.length === 0 && (
-                    <tr>
-                      <td colSpan={6} className="muted">
-                        No deliveries{status ? ' with this status' : ' yet'}.
-                      </td>
-                    </tr>
-                  )}
-                  {list.data?.data.map((d) => (
-                    <tr key={d.id}>
-                      <td>{when(d.createdAt)}</td>
-                      <td>
-                        <code>{d.event}</code>
-                      </td>
-                      <td>
-                        <StatusBadge status={d.status} />
-                      </td>
-                      <td>{d.attempt}</td>
-                      <td>{d.responseStatus ? `HTTP ${d.responseStatus}${d.responseTimeMs !== null ? `, ${d.responseTimeMs} ms` : ''}` : (d.errorMessage ?? '—')}</td>
-                      <td>
-                        <Button kind="link" onClick={() => setOpen(d)} aria-label={`View delivery ${d.event} of ${when(d.createdAt)}`}>
-                          View
+                )}
+                {list.data?.data.map((d) => (
+                  <tr key={d.id}>
+                    <td>{when(d.createdAt)}</td>
+                    <td>
+                      <code>{d.event}</code>
+                    </td>
+                    <td>
+                      <StatusBadge status={d.status} />
+                    </td>
+                    <td>{d.attempt}</td>
+                    <td>{d.responseStatus ? `HTTP ${d.responseStatus}${d.responseTimeMs !== null ? `, ${d.responseTimeMs} ms` : ''}` : (d.errorMessage ?? '—')}</td>
+                    <td>
+                      <Button kind="link" onClick={() => setOpen(d)} aria-label={`View delivery ${d.event} of ${when(d.createdAt)}`}>
+                        View
+                      </Button>
+                      {writable && d.status === 'failed' && (
+                        <Button kind="link" onClick={() => void retry(d)} aria-label={`Retry delivery ${d.event} of ${when(d.createdAt)}`}>
+                          Retry
                         </Button>
-                        {writable && d.status === 'failed' && (
-                          <Button kind="link" onClick={() => void retry(d)} aria-label={`Retry delivery ${d.event} of ${when(d.createdAt)}`}>
-                            Retry
-                          </Button>
-                        )}
-                      </td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
+                      )}
+                    </td>
+                  </tr>
+                ))}
+              </tbody>
+            </TableFrame>
             {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
           </>
         )}
