@@ -31,8 +31,8 @@ export function effectiveStatus(d: { status: string; lastSeenAt: Date | null; up
   return d.status === 'online' ? 'online' : 'offline';
 }
 
-/** The same decision in SQL, for filters. */
-function statusExpr(intervalSeconds: number): SQL {
+/** The same decision in SQL, for filters and the devices-by-status gauge. */
+export function statusExpr(intervalSeconds: number): SQL {
   const now = clock.nowMs();
   const stuck = new Date(now - UPDATING_TIMEOUT_MS).toISOString();
   const silent = new Date(now - 3 * intervalSeconds * 1000).toISOString();

@@ -42,6 +42,8 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   const interval = ctx.intervalSeconds;
   const auth = authenticate(keel);
   const device = deviceAuth(keel);
+  // The heartbeat's own instance counts refused tokens as `keel_agent_heartbeats_total{outcome="unauthorized"}`.
+  const heartbeatDevice = deviceAuth(keel, { counts: 'heartbeat' });
 
   api.openapi(
     createRoute({
@@ -94,7 +96,7 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'post', path: '/agents/heartbeat', tags: ['agents'], summary: 'Heartbeat: report versions, get the next interval and any update',
-      middleware: [device],
+      middleware: [heartbeatDevice],
       request: { body: jsonBody(HeartbeatBody) },
       responses: { 200: json(HeartbeatAnswer, 'Answer'), ...errors(400, 401) },
     }),
