@@ -86,11 +86,14 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'post', path: '/agents/enroll', tags: ['agents'], summary: 'Enrol a device with an organisation key',
-      description: 'Answers the device id and its token (shown once). A key bound to a site or device group places the device there.',
+      description:
+        'Answers the device id and its token (shown once). A key bound to a site or device group places the device there. ' +
+        'Rate limited per client IP (`ENROLL_IP_LIMIT`, default 60 a minute; every attempt counts, a wrong key too) and per enrolment key ' +
+        '(`ENROLL_KEY_LIMIT`, default 600 a minute): beyond either, 429 `rate_limited` with `Retry-After` and `retryAfter` in seconds.',
       request: { body: jsonBody(EnrollBody) },
-      responses: { 201: json(Enrolled, 'Enrolled'), ...errors(400, 401, 404) },
+      responses: { 201: json(Enrolled, 'Enrolled'), ...errors(400, 401, 404, 429) },
     }),
-    async (c) => c.json(await enroll(keel, c.req.valid('json'), interval), 201),
+    async (c) => c.json(await enroll(keel, c.req.valid('json'), interval, c.get('ip') || null), 201),
   );
 
   api.openapi(
