@@ -8,7 +8,8 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { createWorld, type World } from '../access/helpers.js';
-import { enrollmentKey } from './helpers.js';
+import type { RunningServer } from '../../src/server.js';
+import { closeSecond, enrollmentKey, startSecondProcess } from './helpers.js';
 
 const IP_LIMIT = 3;
 const KEY_LIMIT = 5;
@@ -71,5 +72,45 @@ describe.skipIf(!backendAvailable())(`enrolment rate limit (${backend})`, () => 
     expect(Object.keys(op.responses)).toContain('429');
     expect(op.description).toContain('ENROLL_IP_LIMIT');
     expect(op.description).toContain('ENROLL_KEY_LIMIT');
+  });
+});
+
+/** Two Keel processes on one PostgreSQL and one Redis: the limits are one budget across both. */
+describe.skipIf(!backendAvailable() || backend !== 'postgres')(`enrolment rate limit across processes (${backend})`, () => {
+  let app: TestApp;
+  let second: RunningServer;
+  let w: World;
+  const limits = { ENROLL_IP_LIMIT: String(IP_LIMIT), ENROLL_KEY_LIMIT: String(KEY_LIMIT) };
+  beforeAll(async () => {
+    app = await startTestApp({ env: { LOGIN_LIMIT: '1000', ...limits } });
+    w = await createWorld(app);
+    second = await startSecondProcess(app, limits);
+  });
+  afterAll(async () => {
+    await closeSecond(second);
+    await app?.close();
+  });
+
+  const enrollAt = async (url: string, ip: string, key: string) => {
+    const res = await fetch(`${url}/api/v1/agents/enroll`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-forwarded-for': ip },
+      body: JSON.stringify({ enrollmentKey: key, hostname: 'limited', os: 'linux', arch: 'amd64', agentVersion: '1.0.0' }),
+    });
+    return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+  };
+
+  it('points spent on one process count on the other, per IP and per key', async () => {
+    const key = await enrollmentKey(app, w.tokens.orgAdmin, w.orgId);
+    const ip = freshIp();
+    for (let i = 0; i < IP_LIMIT; i++) expect((await enrollAt(i % 2 ? second.url : app.url, ip, key)).status).toBe(201);
+    const refused = await enrollAt(second.url, ip, key);
+    expect(refused.status).toBe(429);
+    expect(refused.body.code).toBe('rate_limited');
+    expect((await enrollAt(app.url, ip, key)).status).toBe(429);
+    // The key has IP_LIMIT of KEY_LIMIT spent; the rest, from new addresses on either process, then 429.
+    for (let i = IP_LIMIT; i < KEY_LIMIT; i++) expect((await enrollAt(i % 2 ? second.url : app.url, freshIp(), key)).status).toBe(201);
+    expect((await enrollAt(second.url, freshIp(), key)).status).toBe(429);
+    expect((await enrollAt(app.url, freshIp(), key)).status).toBe(429);
   });
 });
