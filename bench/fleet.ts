@@ -61,7 +61,8 @@ async function adminToken(url: string, admin: { email: string; password: string 
 
 export async function benchFleet(backend: BenchBackend): Promise<FleetResult> {
   const admin = { email: `admin-${randomBytes(4).toString('hex')}@example.com`, password: 'correct-horse-battery-admin-staple' };
-  const keel = await backend.startKeel({ ADMIN_EMAIL: admin.email, ADMIN_PASSWORD: admin.password });
+  // The simulated fleet enrols from one address with one key: beyond the default enrolment limits.
+  const keel = await backend.startKeel({ ADMIN_EMAIL: admin.email, ADMIN_PASSWORD: admin.password, ENROLL_IP_LIMIT: '1000000', ENROLL_KEY_LIMIT: '1000000' });
   const bare = await startBare();
   try {
     const token = await adminToken(keel.url, admin);

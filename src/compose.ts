@@ -5,6 +5,7 @@ import { bootstrapAdmin } from './modules/identity/bootstrap.js';
 import { wireIdentityPorts } from './modules/identity/ports.js';
 import { enrolledMethods, loginSecondFactor, passkeyCount } from './modules/mfa/login.js';
 import { installWebhooks } from './modules/webhooks/runtime.js';
+import { installAgentMetrics } from './modules/agents/context.js';
 import { registerEnforcedSso } from './modules/sso/policy.js';
 
 /**
@@ -40,4 +41,6 @@ export function wireModules(keel: Keel): void {
   // and stops with the container.
   const webhooks = installWebhooks(keel);
   keel.onClose(() => webhooks.stopWorker({ graceful: false }));
+  // Agents' devices-by-status gauge, read on each scrape (its counters are resolved with the module's context).
+  installAgentMetrics(keel);
 }

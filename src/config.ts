@@ -112,6 +112,9 @@ const envSchema = z.object({
   REGISTER_LIMIT: int(5, 1, 100000),
   REGISTER_PARTNER_LIMIT: int(3, 1, 100000),
   SSO_EXCHANGE_LIMIT: int(30, 1, 100000),
+  // POST /agents/enroll per minute: per client IP (every attempt, wrong keys included) and per enrolment key.
+  ENROLL_IP_LIMIT: int(60, 1, 1000000),
+  ENROLL_KEY_LIMIT: int(600, 1, 1000000),
   // Keel's SAML service-provider entity id (SPEC 2.4: configurable per deployment); default {PUBLIC_URL}/api/v1/sso/saml/metadata.
   SAML_SP_ENTITY_ID: z.string().trim().min(1).max(500).optional(),
   PASSWORD_REENTRY_LIMIT: int(5, 1, 100000),

@@ -68,6 +68,10 @@ export const METRIC = {
   hashQueueDepth: 'keel_hash_queue_depth',
   hashQueueCapacity: 'keel_hash_queue_capacity',
   hashRefused: 'keel_hash_refused_total',
+  /** Agents (modules/agents/metrics.ts): heartbeats by outcome, update reports by state, devices by status (read on scrape). */
+  agentHeartbeats: 'keel_agent_heartbeats_total',
+  agentUpdateReports: 'keel_agent_update_reports_total',
+  devices: 'keel_devices',
 } as const;
 
 export type AuthStep = 'login' | 'mfa';

@@ -1,11 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { createWorld, type World } from '../access/helpers.js';
-import { loadConfig } from '../../src/config.js';
-import { startServer, type RunningServer } from '../../src/server.js';
-import { openDatabase } from '../../src/platform/db/client.js';
-import { createLogger } from '../../src/platform/logger.js';
-import { enroll, enrollmentKey, heartbeat, mfaAdmin, registerRemote } from './helpers.js';
+import type { RunningServer } from '../../src/server.js';
+import { closeSecond, enroll, enrollmentKey, heartbeat, mfaAdmin, registerRemote, startSecondProcess } from './helpers.js';
 
 /**
  * Two Keel processes on one PostgreSQL and one Redis: the heartbeat caches of one process follow
@@ -18,16 +15,10 @@ describe.skipIf(!backendAvailable() || backend !== 'postgres')(`heartbeat caches
   beforeAll(async () => {
     app = await startTestApp({ env: { LOGIN_LIMIT: '1000', AGENT_AUTO_PROMOTE: 'false' } });
     w = await createWorld(app);
-    const c = app.server.keel.config;
-    const config = loadConfig({
-      NODE_ENV: 'test', DATA_DIR: c.DATA_DIR, LOG_LEVEL: 'silent', APP_ENCRYPTION_KEY: c.APP_ENCRYPTION_KEY ?? '', JWT_SECRET: c.JWT_SECRET ?? '',
-      DATABASE_URL: c.DATABASE_URL ?? '', REDIS_URL: c.REDIS_URL ?? '', TRUST_PROXY: '127.0.0.1', ALLOW_INSECURE_TARGETS: 'true', AGENT_AUTO_PROMOTE: 'false',
-    });
-    second = await startServer({ config, log: createLogger('silent'), database: await openDatabase({ url: config.DATABASE_URL, poolSize: 4 }), skipMigrate: true, port: 0, host: '127.0.0.1' });
+    second = await startSecondProcess(app, { AGENT_AUTO_PROMOTE: 'false' });
   });
   afterAll(async () => {
-    await second?.close();
-    await second?.keel.database.close();
+    await closeSecond(second);
     await app?.close();
   });
 

@@ -9,13 +9,14 @@ type Fn = (...args: unknown[]) => unknown;
 /**
  * The hottest route: a heartbeat that changes nothing costs no statement and no transaction (last
  * seen is batched, the answer's inputs cached). Counted at the driver: every query, transaction and
- * pooled connection taken by the process's database client.
+ * pooled connection taken by the process's database client. The same with METRICS_ENABLED: the
+ * heartbeat counter is in memory, devices by status are counted on scrape.
  */
-describe.skipIf(!backendAvailable())(`heartbeat cost (${backend})`, () => {
+describe.skipIf(!backendAvailable()).each(['false', 'true'])(`heartbeat cost (${backend}, METRICS_ENABLED=%s)`, (metrics) => {
   let app: TestApp;
   let w: World;
   beforeAll(async () => {
-    app = await startTestApp({ env: { LOGIN_LIMIT: '1000' } });
+    app = await startTestApp({ env: { LOGIN_LIMIT: '1000', METRICS_ENABLED: metrics } });
     w = await createWorld(app);
   });
   afterAll(async () => app?.close());

@@ -1,4 +1,8 @@
 import type { TestApp } from '../helpers/app.js';
+import { loadConfig } from '../../src/config.js';
+import { startServer, type RunningServer } from '../../src/server.js';
+import { openDatabase } from '../../src/platform/db/client.js';
+import { createLogger } from '../../src/platform/logger.js';
 import { enrollTotp, login } from '../helpers/fixtures.js';
 import type { World } from '../access/helpers.js';
 import { agentsOf } from '../../src/modules/agents/context.js';
@@ -44,3 +48,21 @@ export async function registerRemote(app: TestApp, token: string, b: { version: 
 
 /** The offline timer's tick, run now (it also runs every 10 seconds on its own). */
 export const runSweep = (app: TestApp) => sweep(agentsOf(app.server.keel));
+
+/**
+ * A second Keel process (postgres project) on the test app's PostgreSQL database and Redis, with the
+ * same secrets; `env` adds settings. Close it with `closeSecond` before the app.
+ */
+export async function startSecondProcess(app: TestApp, env: Record<string, string> = {}): Promise<RunningServer> {
+  const c = app.server.keel.config;
+  const config = loadConfig({
+    NODE_ENV: 'test', DATA_DIR: c.DATA_DIR, LOG_LEVEL: 'silent', APP_ENCRYPTION_KEY: c.APP_ENCRYPTION_KEY ?? '', JWT_SECRET: c.JWT_SECRET ?? '',
+    DATABASE_URL: c.DATABASE_URL ?? '', REDIS_URL: c.REDIS_URL ?? '', TRUST_PROXY: '127.0.0.1', ALLOW_INSECURE_TARGETS: 'true', ...env,
+  });
+  return startServer({ config, log: createLogger('silent'), database: await openDatabase({ url: config.DATABASE_URL, poolSize: 4 }), skipMigrate: true, port: 0, host: '127.0.0.1' });
+}
+
+export async function closeSecond(second: RunningServer | undefined): Promise<void> {
+  await second?.close();
+  await second?.keel.database.close();
+}

@@ -20,7 +20,8 @@ describe.skipIf(!backendAvailable())(`staged rollout with automatic halt (${back
   let admin: string;
   let fleet: Enrolled[];
   beforeAll(async () => {
-    app = await startTestApp({ env: { LOGIN_LIMIT: '1000', AGENT_AUTO_PROMOTE: 'false' } });
+    // The whole fleet enrols from one address with one key: beyond the default enrolment limits.
+    app = await startTestApp({ env: { LOGIN_LIMIT: '1000', AGENT_AUTO_PROMOTE: 'false', ENROLL_IP_LIMIT: '100000', ENROLL_KEY_LIMIT: '100000' } });
     w = await createWorld(app);
     admin = await mfaAdmin(app, w);
     const key = await enrollmentKey(app, w.tokens.orgAdmin, w.orgId);

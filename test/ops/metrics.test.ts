@@ -3,7 +3,8 @@
  * absent from the OpenAPI document); with METRICS_TOKEN only a scraper sending that bearer token
  * reads it. The Prometheus text shows request latency by route template (never a raw path), sign-in
  * outcomes of identity and mfa, webhook attempts and queue depth, the hash queue, and metrics a module
- * registers through `keel.metrics` (the way agents will add heartbeats and devices by status).
+ * registers through `keel.metrics` (agents: heartbeats, update reports and devices by status, in
+ * test/agents/metrics.test.ts).
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -13,20 +14,9 @@ import { clock } from '../../src/platform/clock.js';
 import { HASH_QUEUE_PER_THREAD, HASH_THREADS } from '../../src/platform/argon2-pool.js';
 import { ok, startReceiver, status, type Receiver } from '../webhooks/receiver.js';
 import { createHook, createWebhookWorld, deliveriesUntil, engineOf, publish } from '../webhooks/setup.js';
+import { sample } from './prometheus.js';
 
 const TOKEN = 'scrape-token-0123456789abcdef';
-
-/** The value of one sample, 0 when absent: `name{a="x",b="y"} 3`. Labels must be given in full, in any order. */
-function sample(text: string, name: string, labels: Record<string, string> = {}): number {
-  const want = Object.entries(labels).map(([k, v]) => `${k}="${v}"`).sort().join(',');
-  for (const line of text.split('\n')) {
-    const m = /^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
-    if (!m || m[1] !== name) continue;
-    const got = (m[2] ?? '').match(/\w+="[^"]*"/g)?.sort().join(',') ?? '';
-    if (got === want) return Number(m[3]);
-  }
-  return 0;
-}
 
 describe.skipIf(!backendAvailable())(`metrics (${backend})`, () => {
   let off: TestApp;

@@ -7,6 +7,7 @@ import { documentAccess } from '../../platform/http/route-docs.js';
 import { AgentState, type DeviceState } from './state.js';
 import { sweep, type Agents } from './heartbeat.js';
 import { DEVICE_TOKEN_PREFIX } from './devices.js';
+import { agentMetrics, registerDevicesGauge, type HeartbeatOutcome } from './metrics.js';
 
 /** How often the offline sweep runs (seconds). */
 const SWEEP_EVERY_SECONDS = 10;
@@ -22,7 +23,7 @@ export function agentsOf(keel: Keel): Agents {
   let ctx = contexts.get(keel);
   if (!ctx) {
     const state = new AgentState(keel, () => keel.config.publicUrl);
-    const created: Agents = { keel, state, intervalSeconds: keel.config.AGENT_HEARTBEAT_SECONDS };
+    const created: Agents = { keel, state, intervalSeconds: keel.config.AGENT_HEARTBEAT_SECONDS, metrics: agentMetrics(keel) };
     contexts.set(keel, created);
     state.start(SWEEP_EVERY_SECONDS, () => sweep(created).then(() => undefined));
     const close = keel.close.bind(keel);
@@ -33,6 +34,14 @@ export function agentsOf(keel: Keel): Agents {
     ctx = created;
   }
   return ctx;
+}
+
+/**
+ * The module's metrics on the container's port (composition root, once per Keel): the devices-by-status
+ * gauge, counted on each scrape after this process's buffered last-seen stamps are written.
+ */
+export function installAgentMetrics(keel: Keel): void {
+  registerDevicesGauge(keel, () => agentsOf(keel).state.flushLastSeen());
 }
 
 interface DeviceAuth {
@@ -47,15 +56,23 @@ const authOf = new WeakMap<Request, DeviceAuth>();
  * (tokens are stored only hashed; the lookup is by hash, so no comparison of secrets happens in
  * JavaScript). A decommissioned device's token is gone from the table and from every cache.
  */
-export function deviceAuth(keel: Keel): MiddlewareHandler<AppEnv> {
+export function deviceAuth(keel: Keel, opts: { counts?: 'heartbeat' } = {}): MiddlewareHandler<AppEnv> {
   const ctx = agentsOf(keel);
+  const refused = opts.counts === 'heartbeat' ? (outcome: HeartbeatOutcome) => ctx.metrics.heartbeat(outcome) : () => undefined;
+  const invalid = () => {
+    refused('unauthorized');
+    return unauthorized('The device token is invalid or revoked', 'invalid_device_token');
+  };
   return documentAccess<MiddlewareHandler<AppEnv>>(async (c, next) => {
     const token = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header('authorization') ?? '')?.[1];
-    if (!token) throw unauthorized('A device token is required');
-    if (!token.startsWith(DEVICE_TOKEN_PREFIX)) throw unauthorized('The device token is invalid or revoked', 'invalid_device_token');
+    if (!token) {
+      refused('unauthorized');
+      throw unauthorized('A device token is required');
+    }
+    if (!token.startsWith(DEVICE_TOKEN_PREFIX)) throw invalid();
     const tokenHash = sha256Hex(token);
     const device = await ctx.state.device(tokenHash);
-    if (!device) throw unauthorized('The device token is invalid or revoked', 'invalid_device_token');
+    if (!device) throw invalid();
     authOf.set(c.req.raw, { tokenHash, device });
     await next();
   }, { device: true });

@@ -7,6 +7,7 @@ import { AppError, badRequest, notFound, unauthorized } from '../../platform/htt
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { canSeePlacement, mustReachOrg, placementFilter, visibleOrgCondition, type AccessContext } from '../access/scope.js';
 import { deviceGroups, sites } from '../tenancy/schema.js';
+import type { Limit } from '../../platform/rate-limit.js';
 import { devices, enrollmentKeys } from './schema.js';
 import { DEVICE_TOPIC } from './state.js';
 
@@ -31,8 +32,8 @@ export function effectiveStatus(d: { status: string; lastSeenAt: Date | null; up
   return d.status === 'online' ? 'online' : 'offline';
 }
 
-/** The same decision in SQL, for filters. */
-function statusExpr(intervalSeconds: number): SQL {
+/** The same decision in SQL, for filters and the devices-by-status gauge. */
+export function statusExpr(intervalSeconds: number): SQL {
   const now = clock.nowMs();
   const stuck = new Date(now - UPDATING_TIMEOUT_MS).toISOString();
   const silent = new Date(now - 3 * intervalSeconds * 1000).toISOString();
@@ -140,9 +141,38 @@ export interface EnrollInput {
 
 const badKey = () => unauthorized('The enrollment key is invalid, expired or revoked', 'invalid_enrollment_key');
 
-/** Enrols a device with an organisation key: answers its id and its token (shown once, stored hashed). */
-export async function enroll(keel: Keel, input: EnrollInput, intervalSeconds: number) {
-  const [key] = await keel.db.select().from(enrollmentKeys).where(eq(enrollmentKeys.keyHash, sha256Hex(input.enrollmentKey)));
+interface EnrollLimits {
+  /** Enrolments per client IP per minute, every attempt (a wrong key too: key guessing). */
+  perIp: Limit;
+  /** Enrolments per enrolment key per minute (by the SHA-256 of the key presented, never the key). */
+  perKey: Limit;
+}
+
+const enrollLimitsByKeel = new WeakMap<Keel, EnrollLimits>();
+
+function enrollLimits(keel: Keel): EnrollLimits {
+  let l = enrollLimitsByKeel.get(keel);
+  if (!l) {
+    l = {
+      perIp: keel.limits.define('enroll-ip', keel.config.ENROLL_IP_LIMIT, 60),
+      perKey: keel.limits.define('enroll-key', keel.config.ENROLL_KEY_LIMIT, 60),
+    };
+    enrollLimitsByKeel.set(keel, l);
+  }
+  return l;
+}
+
+/**
+ * Enrols a device with an organisation key: answers its id and its token (shown once, stored hashed).
+ * The limits are spent before the key is looked up, so a wrong key counts like a right one; the
+ * per-key point is spent only once the IP's is granted (a refused address spends nothing of a key).
+ */
+export async function enroll(keel: Keel, input: EnrollInput, intervalSeconds: number, ip: string | null) {
+  const keyHash = sha256Hex(input.enrollmentKey);
+  const limits = enrollLimits(keel);
+  await limits.perIp.consume(ip ?? 'unknown');
+  await limits.perKey.consume(keyHash);
+  const [key] = await keel.db.select().from(enrollmentKeys).where(eq(enrollmentKeys.keyHash, keyHash));
   if (!key || key.revokedAt || (key.expiresAt && key.expiresAt.getTime() <= clock.nowMs())) throw badKey();
   // The key's placement binds; a key without one lets the agent name a site and group of the organisation.
   const siteId = key.siteId ?? input.siteId ?? null;

@@ -8,6 +8,7 @@ import { devices, agentTargets, agentUpdateReports, type ComponentVersions } fro
 import { COMPONENTS, decideUpdate, type Component, type Offer } from './decision.js';
 import { CONFIG_TOPIC, DEVICE_TOPIC, type AgentState, type DeviceState } from './state.js';
 import { UPDATING_TIMEOUT_MS } from './devices.js';
+import type { AgentMetrics } from './metrics.js';
 
 export interface HeartbeatInput {
   components: { agent: string; helper?: string | undefined; watchdog?: string | undefined };
@@ -25,6 +26,8 @@ export interface Agents {
   keel: Keel;
   state: AgentState;
   intervalSeconds: number;
+  /** Heartbeat and update-report counters (no-ops unless METRICS_ENABLED). */
+  metrics: AgentMetrics;
 }
 
 const sameVersions = (a: ComponentVersions, b: ComponentVersions) => COMPONENTS.every((c) => a[c] === b[c]);
@@ -72,6 +75,7 @@ export async function heartbeat(ctx: Agents, tokenHash: string, d: DeviceState, 
   const offer = d.status === 'updating' ? null : await decide(ctx, d, components, now);
   let versionChanged = false;
   if (changed) versionChanged = await applyChange(ctx, tokenHash, d, components, input, now);
+  ctx.metrics.heartbeat('ok');
   return {
     nextHeartbeatSeconds: ctx.intervalSeconds + (versionChanged ? Math.floor(Math.random() * 61) : 0),
     autoUpdate: d.autoUpdate,
@@ -166,6 +170,7 @@ export async function updateReport(ctx: Agents, d: DeviceState, r: UpdateReport)
     await tx.db.update(devices).set(patch).where(eq(devices.id, d.id));
     return r.state === 'failed' || r.state === 'rolled_back' ? maybeHalt(ctx, tx, r.component, r.toVersion) : false;
   });
+  ctx.metrics.updateReport(r.state);
   await keel.invalidation.publish(DEVICE_TOPIC, d.id);
   if (halted) await keel.invalidation.publish(CONFIG_TOPIC, '*');
 }

@@ -42,6 +42,8 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   const interval = ctx.intervalSeconds;
   const auth = authenticate(keel);
   const device = deviceAuth(keel);
+  // The heartbeat's own instance counts refused tokens as `keel_agent_heartbeats_total{outcome="unauthorized"}`.
+  const heartbeatDevice = deviceAuth(keel, { counts: 'heartbeat' });
 
   api.openapi(
     createRoute({
@@ -84,17 +86,20 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'post', path: '/agents/enroll', tags: ['agents'], summary: 'Enrol a device with an organisation key',
-      description: 'Answers the device id and its token (shown once). A key bound to a site or device group places the device there.',
+      description:
+        'Answers the device id and its token (shown once). A key bound to a site or device group places the device there. ' +
+        'Rate limited per client IP (`ENROLL_IP_LIMIT`, default 60 a minute; every attempt counts, a wrong key too) and per enrolment key ' +
+        '(`ENROLL_KEY_LIMIT`, default 600 a minute): beyond either, 429 `rate_limited` with `Retry-After` and `retryAfter` in seconds.',
       request: { body: jsonBody(EnrollBody) },
-      responses: { 201: json(Enrolled, 'Enrolled'), ...errors(400, 401, 404) },
+      responses: { 201: json(Enrolled, 'Enrolled'), ...errors(400, 401, 404, 429) },
     }),
-    async (c) => c.json(await enroll(keel, c.req.valid('json'), interval), 201),
+    async (c) => c.json(await enroll(keel, c.req.valid('json'), interval, c.get('ip') || null), 201),
   );
 
   api.openapi(
     createRoute({
       method: 'post', path: '/agents/heartbeat', tags: ['agents'], summary: 'Heartbeat: report versions, get the next interval and any update',
-      middleware: [device],
+      middleware: [heartbeatDevice],
       request: { body: jsonBody(HeartbeatBody) },
       responses: { 200: json(HeartbeatAnswer, 'Answer'), ...errors(400, 401) },
     }),
