@@ -6,6 +6,8 @@ import { openDatabase, type Database } from '../../src/platform/db/client.js';
 import { createLogger } from '../../src/platform/logger.js';
 import { roleCacheFor, ROLES_TOPIC } from '../../src/modules/access/role-cache.js';
 import { insertRole, ROLE } from './helpers.js';
+import { API_KEY_TOPIC } from '../../src/modules/access/api-keys.js';
+import { USER_TOPIC } from '../../src/modules/identity/sessions.js';
 
 /**
  * Two Keel processes (two servers with their own pools, caches and invalidation listeners) on one
@@ -75,6 +77,40 @@ describe.skipIf(backend !== 'postgres' || !backendAvailable()).each([
     expect((await a.api('PATCH', `/roles/${parent}`, { token: adminToken, body: { permissions: [{ resource: 'users', action: 'read' }] } })).status).toBe(200);
     await granted;
     expect(await onB('/roles', token)).toBe(200);
+  });
+
+  /** Resolves once B has heard `key` on `topic` (B's caches subscribed at start, so they have dropped it by then). */
+  const heardOnBTopic = (topic: string, key: string) =>
+    new Promise<void>((resolve) => {
+      b.keel.invalidation.on(topic, (k) => {
+        if (k === key) resolve();
+      });
+    });
+
+  it('an API key revoked on one process stops authenticating on the other (which had it cached) once that one heard of it', async () => {
+    const created = await a.api('POST', '/api-keys', { token: adminToken, body: { name: 'cached', permissions: [{ resource: 'devices', action: 'read' }] } });
+    expect(created.status).toBe(201);
+    const { id, key } = created.body as { id: string; key: string };
+    // B resolves the key (and keeps it): twice, the second from its cache.
+    expect(await onB('/devices', key)).toBe(200);
+    expect(await onB('/devices', key)).toBe(200);
+    const heard = heardOnBTopic(API_KEY_TOPIC, id);
+    expect((await a.api('DELETE', `/api-keys/${id}`, { token: adminToken })).status).toBe(204);
+    await heard;
+    expect(await onB('/devices', key)).toBe(401);
+  });
+
+  it('the key of a creator disabled on one process stops authenticating on the other', async () => {
+    const creator = await createUser(a, { org: { orgId: t.orgId, roleId: ROLE.orgAdmin } });
+    const creatorToken = (await login(a, creator)).accessToken;
+    const created = await a.api('POST', '/api-keys', { token: creatorToken, body: { name: 'theirs', permissions: [{ resource: 'devices', action: 'read' }] } });
+    expect(created.status).toBe(201);
+    const { key } = created.body as { key: string };
+    expect(await onB('/devices', key)).toBe(200);
+    const heard = heardOnBTopic(USER_TOPIC, creator.id);
+    expect((await a.api('PATCH', `/users/${creator.id}`, { token: adminToken, body: { status: 'disabled' } })).status).toBe(200);
+    await heard;
+    expect(await onB('/devices', key)).toBe(401);
   });
 
   it('a re-parented role loses the old parent’s grants on the other process', async () => {

@@ -7,8 +7,10 @@ import { AppError, badRequest, forbidden, notFound, validationError } from '../.
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import type { Principal } from '../identity/principal.js';
 import { users } from '../identity/schema.js';
+import { USER_TOPIC } from '../identity/sessions.js';
 import { canonicalize, intersect, permissionKey, sortPairs, type PermissionPair } from './permissions.js';
 import { apiKeys } from './schema.js';
+import { ROLES_TOPIC } from './role-cache.js';
 import { getAccessSummary, type AccessSummary } from './service.js';
 import type { AccessContext } from './scope.js';
 
@@ -32,20 +34,88 @@ function sameTenant(creator: AccessSummary, key: ApiKeyRow): boolean {
   return creator.scope === key.scope && creator.partnerId === key.partnerId && creator.orgId === key.orgId;
 }
 
-async function loadGrant(keel: Keel, where: { hash: string } | { id: string }): Promise<(KeyGrant & { user: { email: string; isPlatformAdmin: boolean } }) | null> {
+interface KeyRecord {
+  key: ApiKeyRow;
+  user: { email: string; status: string; isPlatformAdmin: boolean };
+}
+
+/** Invalidation topic of API keys (key id, or '*'): a revocation drops the key from every process's cache. */
+export const API_KEY_TOPIC = 'api_key';
+const KEY_CACHE_MAX = 50_000;
+
+/*
+ * The key row and its creator's user facts, by the key's SHA-256, per process: `POST /events` and
+ * every other key-authenticated call used to read them from the tables each time (a join, about
+ * 1 ms of the embedded database's time per publish in the webhooks benchmark). A revocation
+ * publishes the key id, a creator disabled or removed (or moved: USER_TOPIC) the user id, on the
+ * invalidation bus every process listens to, the same bus that ends sessions and role changes
+ * everywhere within the bus's delay; expiry is checked on every use. Only usable keys are kept:
+ * not unknown ones (a guesser cannot fill the cache), revoked ones, or those of an inactive creator. The creator's permissions come from the access cache as before.
+ */
+class KeyCache {
+  readonly #byHash = new Map<string, KeyRecord>();
+  #generation = 0;
+
+  async get(keel: Keel, hash: string): Promise<KeyRecord | null> {
+    const cached = this.#byHash.get(hash);
+    if (cached) return cached;
+    const generation = this.#generation;
+    const found = await loadKey(keel, { hash });
+    // Only a usable key is kept: a revoked one stays revoked, and a disabled creator may be enabled
+    // again without any announcement.
+    if (found && found.user.status === 'active' && !found.key.revokedAt && generation === this.#generation) {
+      if (this.#byHash.size >= KEY_CACHE_MAX) this.#byHash.clear();
+      this.#byHash.set(hash, found);
+    }
+    return found;
+  }
+
+  /** Drops the entries matching (every entry for '*'). */
+  drop(match: ((r: KeyRecord) => boolean) | '*'): void {
+    this.#generation++;
+    if (match === '*') this.#byHash.clear();
+    else for (const [hash, r] of this.#byHash) if (match(r)) this.#byHash.delete(hash);
+  }
+}
+
+const keyCaches = new WeakMap<Keel, KeyCache>();
+
+function keyCacheOf(keel: Keel): KeyCache {
+  let cache = keyCaches.get(keel);
+  if (!cache) {
+    const created = new KeyCache();
+    keel.invalidation.on(API_KEY_TOPIC, (id) => created.drop(id === '*' ? '*' : (r) => r.key.id === id));
+    keel.invalidation.on(USER_TOPIC, (userId) => created.drop(userId === '*' ? '*' : (r) => r.key.createdBy === userId));
+    // A tenant deleted (its keys go with it) or a role reshuffle announces '*'.
+    keel.invalidation.on(ROLES_TOPIC, (roleId) => {
+      if (roleId === '*') created.drop('*');
+    });
+    keel.invalidation.onResync(() => created.drop('*'));
+    keyCaches.set(keel, created);
+    cache = created;
+  }
+  return cache;
+}
+
+async function loadKey(keel: Keel, where: { hash: string } | { id: string }): Promise<KeyRecord | null> {
   const [row] = await keel.db
     .select({ key: apiKeys, email: users.email, status: users.status, isPlatformAdmin: users.isPlatformAdmin })
     .from(apiKeys)
     .innerJoin(users, eq(users.id, apiKeys.createdBy))
     .where('hash' in where ? eq(apiKeys.keyHash, where.hash) : eq(apiKeys.id, where.id));
-  if (!row) return null;
-  const { key } = row;
+  return row ? { key: row.key, user: { email: row.email, status: row.status, isPlatformAdmin: row.isPlatformAdmin } } : null;
+}
+
+async function loadGrant(keel: Keel, where: { hash: string } | { id: string }): Promise<(KeyGrant & { user: { email: string; isPlatformAdmin: boolean } }) | null> {
+  const record = 'hash' in where ? await keyCacheOf(keel).get(keel, where.hash) : await loadKey(keel, where);
+  if (!record) return null;
+  const { key, user } = record;
   if (key.revokedAt || (key.expiresAt && key.expiresAt.getTime() <= clock.nowMs())) return null;
   // A key lives only while its creator is active and still where it was when the key was made.
-  if (row.status !== 'active') return null;
-  const creator = await getAccessSummary(keel.db, { id: key.createdBy, isPlatformAdmin: row.isPlatformAdmin });
+  if (user.status !== 'active') return null;
+  const creator = await getAccessSummary(keel.db, { id: key.createdBy, isPlatformAdmin: user.isPlatformAdmin });
   if (creator.scope === null || !sameTenant(creator, key)) return null;
-  return { key, creator, user: { email: row.email, isPlatformAdmin: row.isPlatformAdmin } };
+  return { key, creator, user: { email: user.email, isPlatformAdmin: user.isPlatformAdmin } };
 }
 
 /**
@@ -60,6 +130,8 @@ export async function authenticateApiKey(keel: Keel, token: string): Promise<Pri
   const { key } = found;
   const now = clock.now();
   if (!key.lastUsedAt || now.getTime() - key.lastUsedAt.getTime() >= LAST_USED_RESOLUTION_MS) {
+    // The cached row is this process's copy: it learns the stamp too, so the next call does not write again.
+    key.lastUsedAt = now;
     await keel.db.update(apiKeys).set({ lastUsedAt: now }).where(eq(apiKeys.id, key.id));
   }
   const principal: Principal = {
@@ -211,6 +283,7 @@ export async function revokeApiKey(keel: Keel, access: AccessContext, id: string
       action: 'api_key.revoke', partnerId: row.partnerId, orgId: row.orgId, target: { type: 'api_key', id: row.id }, details: { name: row.name },
     });
   });
+  await keel.invalidation.publish(API_KEY_TOPIC, id);
 }
 
 
