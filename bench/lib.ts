@@ -400,6 +400,28 @@ export function load(opts: Options): Promise<Result> {
   });
 }
 
+/**
+ * `load` in a child process (bench/load-child.ts), for a load that runs beside another one: each
+ * generator then has its own event loop, so neither's latency counts the other's work. Options must
+ * be plain data (no request callbacks).
+ */
+export function loadInChild(opts: Options): Promise<Result> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'bench/load-child.ts'], {
+      cwd: ROOT,
+      env: { ...process.env, LOAD_OPTIONS: JSON.stringify(opts) },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let out = '';
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => (out += chunk));
+    child.once('error', reject);
+    child.once('exit', (code) => {
+      if (code !== 0) reject(new Error(`load child exited with ${code}`));
+      else resolve(JSON.parse(out) as Result);
+    });
+  });
+}
+
 /** Requests per second over the whole run: completed 2xx responses divided by the duration. */
 export function okPerSecond(r: Result): number {
   return r['2xx'] / r.duration;

@@ -139,7 +139,7 @@ const envSchema = z.object({
   METRICS_ENABLED: bool(false),
   METRICS_TOKEN: optionalString.refine((v) => v === undefined || v.length >= 16, { message: 'must be at least 16 characters' }),
   HASH_QUEUE_MAX: int(0, 0, 100000),
-  HASH_THREAD_NICE: int(0, 0, 19),
+  HASH_THREAD_NICE: int(10, 0, 19),
 });
 
 export type Env = z.infer<typeof envSchema>;

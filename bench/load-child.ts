@@ -1,0 +1,15 @@
+/**
+ * One autocannon run in a process of its own (bench/lib.ts `loadInChild`): its options arrive as JSON
+ * in LOAD_OPTIONS, its result leaves as JSON on stdout. A second load that shares the bench process
+ * with a flood (bench/overload.ts) measures the bench's own event loop as much as the server.
+ */
+import autocannon, { type Options } from 'autocannon';
+
+const opts = JSON.parse(process.env.LOAD_OPTIONS ?? '{}') as Options;
+autocannon(opts, (err, result) => {
+  if (err) {
+    process.stderr.write(`${err.message}\n`);
+    process.exit(1);
+  }
+  process.stdout.write(JSON.stringify(result));
+});
