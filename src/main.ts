@@ -210,8 +210,10 @@ async function serve(config: Config, log: Logger): Promise<void> {
     }
     stopping = true;
     log.info({ signal }, 'shutting down');
-    // The delivery worker stops claiming and finishes what it has in flight (each attempt within its deadline).
-    stopWorker(server.keel)
+    // The listener closes at once and the requests in flight finish (SHUTDOWN_GRACE_MS at most),
+    // while the delivery worker stops claiming and finishes its attempts (each within its deadline);
+    // then the pools close.
+    Promise.all([stopWorker(server.keel), server.drain()])
       .then(() => server.close())
       .then(() => database.close())
       .then(

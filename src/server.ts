@@ -14,8 +14,20 @@ export interface RunningServer {
   app: OpenAPIHono<AppEnv>;
   url: string;
   port: number;
+  /**
+   * Stops accepting connections and lets the requests in flight finish (each idle keep-alive
+   * connection is closed as soon as it is idle); those still running after the grace period
+   * (`drainMs`, default SHUTDOWN_GRACE_MS) are cut. Resolves when no connection is left. Idempotent.
+   */
+  drain(): Promise<void>;
+  /** drain(), then the Keel (its pools, caches and timers). */
   close(): Promise<void>;
 }
+
+/** How long a stopping server lets requests in flight finish before it cuts their connections. */
+export const SHUTDOWN_GRACE_MS = 10_000;
+/** How often a draining server closes the connections that became idle (keep-alive between requests). */
+const DRAIN_POLL_MS = 50;
 
 /** The listen address could not be taken; the message is one line naming HOST/PORT and what to do. */
 export class ListenError extends Error {
@@ -59,7 +71,7 @@ function answerClientError(err: NodeJS.ErrnoException, socket: Duplex): void {
 }
 
 /** Builds Keel and listens. Used by `keel serve`, the tests (port 0) and the benchmarks. */
-export async function startServer(opts: KeelOptions & { port?: number; host?: string } = {}): Promise<RunningServer> {
+export async function startServer(opts: KeelOptions & { port?: number; host?: string; drainMs?: number } = {}): Promise<RunningServer> {
   const keel = await openKeel(opts);
   const host = opts.host ?? keel.config.HOST;
   const port = opts.port ?? keel.config.PORT;
@@ -104,16 +116,29 @@ export async function startServer(opts: KeelOptions & { port?: number; host?: st
   }
   const shownHost = host.includes(':') ? `[${host}]` : host;
   if (!app) throw new Error('the app was not built');
+  const http = server as ServerType & { closeIdleConnections(): void; closeAllConnections(): void };
+  const graceMs = opts.drainMs ?? SHUTDOWN_GRACE_MS;
+  let draining: Promise<void> | null = null;
+  const drain = (): Promise<void> =>
+    (draining ??= new Promise<void>((resolve) => {
+      // Stops listening; the callback runs once every connection has closed.
+      const idle = setInterval(() => http.closeIdleConnections(), DRAIN_POLL_MS);
+      const cut = setTimeout(() => http.closeAllConnections(), graceMs);
+      server.close(() => {
+        clearInterval(idle);
+        clearTimeout(cut);
+        resolve();
+      });
+      http.closeIdleConnections();
+    }));
   return {
     keel,
     app,
     url: `http://${shownHost}:${actual}`,
     port: actual,
+    drain,
     async close() {
-      await new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        (server as { closeAllConnections?: () => void }).closeAllConnections?.();
-      });
+      await drain();
       await keel.close();
     },
   };

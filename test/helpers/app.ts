@@ -81,6 +81,8 @@ export interface TestAppOptions {
   publicUrlFromPort?: boolean;
   /** The app's logger (default: LOG_LEVEL's, written to stdout); tests that read log lines pass their own. */
   log?: Logger;
+  /** How long a draining server waits for requests in flight (default SHUTDOWN_GRACE_MS). */
+  drainMs?: number;
 }
 
 /** A free loopback port (the OS picks it; released at once for the caller to listen on). */
@@ -129,7 +131,7 @@ export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> 
   const database = config.DATABASE_URL ? await openDatabase({ url: config.DATABASE_URL, poolSize: 10 }) : await openTemplatePglite();
   let server: RunningServer;
   try {
-    server = await startServer({ config, log, database, port, host: '127.0.0.1' });
+    server = await startServer({ config, log, database, port, host: '127.0.0.1', ...(opts.drainMs === undefined ? {} : { drainMs: opts.drainMs }) });
   } catch (err) {
     await database.close();
     await dropDb?.();
