@@ -137,6 +137,7 @@ const envSchema = z.object({
   // Production readiness (issue 19): GET /metrics (off unless enabled; a bearer token when set) and the
   // bound of the password-hashing queue (0: 16 per hashing thread), beyond which logins answer 503.
   METRICS_ENABLED: bool(false),
+  WORKER_METRICS_PORT: int(9465, 0, 65535),
   METRICS_TOKEN: optionalString.refine((v) => v === undefined || v.length >= 16, { message: 'must be at least 16 characters' }),
   HASH_QUEUE_MAX: int(0, 0, 100000),
   HASH_THREAD_NICE: int(10, 0, 19),

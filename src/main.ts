@@ -253,6 +253,19 @@ async function worker(config: Config, log: Logger): Promise<void> {
     await database.close();
     throw err;
   }
+  // The worker serves no API: with METRICS_ENABLED its /metrics listens on WORKER_METRICS_PORT.
+  let metrics: { port: number; close(): Promise<void> } | null = null;
+  if (keel.metrics.enabled) {
+    const { serveMetrics } = await import('./platform/http/metrics.js');
+    try {
+      metrics = await serveMetrics(keel.metrics, config.METRICS_TOKEN, config.HOST, config.WORKER_METRICS_PORT);
+    } catch (err) {
+      await stopWorker(keel).then(() => keel.close()).then(() => database.close());
+      const code = (err as NodeJS.ErrnoException).code;
+      throw new CliError(`cannot serve worker metrics on ${config.HOST}:${config.WORKER_METRICS_PORT}: ${code ?? 'listen failed'}; set WORKER_METRICS_PORT to a free port`);
+    }
+    log.info({ url: `http://${config.HOST}:${metrics.port}/metrics` }, 'worker metrics are served');
+  }
   log.info({ database: database.kind, redis: config.REDIS_URL ? 'on' : 'off', concurrency: config.WEBHOOK_CONCURRENCY }, 'Keel worker is delivering webhooks');
   let stopping = false;
   const stop = (signal: NodeJS.Signals): void => {
@@ -260,6 +273,7 @@ async function worker(config: Config, log: Logger): Promise<void> {
     stopping = true;
     log.info({ signal }, 'worker shutting down: finishing attempts in flight');
     stopWorker(keel)
+      .then(() => metrics?.close())
       .then(() => keel.close())
       .then(() => database.close())
       .then(

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ServerResponse } from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
-import { backend, backendAvailable } from '../helpers/app.js';
+import { backend, backendAvailable, freePort } from '../helpers/app.js';
 import { createPgDatabase, redisUrl, type PgTestDatabase } from '../helpers/backends.js';
 import { cliEnv, runCli, startServe, type ServeProcess } from '../helpers/cli.js';
 import { call, startWorkerProcess, type WorkerProcess } from '../helpers/topology.js';
@@ -156,5 +156,32 @@ describe.skipIf(!backendAvailable())('worker processes', () => {
     expect(await worker2.exited).toBe(0);
     const after = await deliveries(server.url, token, orgId, hookId);
     expect(after.find((d) => d.id === slow)).toMatchObject({ status: 'delivered', responseBody: 'late but fine', attempt: 1 });
+  }, 120_000);
+
+  it.skipIf(backend !== 'postgres')('PostgreSQL: a keel worker with METRICS_ENABLED serves its own /metrics (token asked) with the delivery outcomes it made', async () => {
+    rx = await startReceiver();
+    rx.behave(status(200));
+    pg = await createPgDatabase();
+    const metricsToken = 'worker-metrics-token-0123456789';
+    const port = await freePort();
+    const e = env({ DATABASE_URL: pg.url, REDIS_URL: redisUrl(), WORKER: 'off' });
+    const server = await startServe(e);
+    serves.push(server);
+    const { token, orgId, hookId } = await arrange(server.url, rx.url);
+    const worker = await startWorkerProcess({ ...e, METRICS_ENABLED: 'true', METRICS_TOKEN: metricsToken, WORKER_METRICS_PORT: String(port) });
+    workers.push(worker);
+    const id = (await call(server.url, 'POST', `/webhooks/${hookId}/test?orgId=${orgId}`, { token })).body.delivery.id as string;
+    await until(() => deliveries(server.url, token, orgId, hookId), (l) => l.some((d) => d.id === id && d.status === 'delivered'), 30_000, 'the test delivery');
+
+    const scrape = (auth?: string) => fetch(`http://127.0.0.1:${port}/metrics`, auth ? { headers: { authorization: auth } } : {});
+    const refused = await scrape();
+    expect(refused.status).toBe(401);
+    expect(await refused.json()).toMatchObject({ code: 'unauthorized' });
+    const text = await (await scrape(`Bearer ${metricsToken}`)).text();
+    expect(text).toMatch(/^keel_webhook_delivery_attempts_total\{[^}]*outcome="delivered"[^}]*\} 1$/m);
+    expect(text).toMatch(/^keel_process_start_time_seconds /m);
+    const other = await fetch(`http://127.0.0.1:${port}/api/v1/users/me`);
+    expect(other.status).toBe(404);
+    expect(await worker.stop('SIGTERM')).toBe(0);
   }, 120_000);
 });

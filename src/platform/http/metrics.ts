@@ -1,4 +1,6 @@
-import type { Context, Env, Hono } from 'hono';
+import { Hono, type Context, type Env } from 'hono';
+import { serve } from '@hono/node-server';
+import type { AddressInfo } from 'node:net';
 import { routePath } from 'hono/route';
 import { constantTimeEqual } from '../crypto.js';
 import type { Metrics } from '../metrics.js';
@@ -48,5 +50,28 @@ export function latencyObserver(metrics: Metrics): OnAnswered | undefined {
       series.set(key, s);
     }
     s.observe(ms / 1000);
+  };
+}
+
+/**
+ * `GET /metrics` on a listener of its own, for `keel worker` (which serves no API): its delivery
+ * outcomes and process figures are scraped from HOST:WORKER_METRICS_PORT, with the same token rule.
+ * Anything else is a 404 in the error envelope. Resolves once listening, with the port taken.
+ */
+export async function serveMetrics(metrics: Metrics, token: string | undefined, host: string, port: number): Promise<{ port: number; close(): Promise<void> }> {
+  const app = new Hono();
+  mountMetrics(app, metrics, token);
+  app.notFound((c) => errorResponse(c, new AppError(404, 'not_found', `No route for ${c.req.method} ${c.req.path}`)));
+  const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
+    const s = serve({ fetch: app.fetch, port, hostname: host }, () => resolve(s));
+    s.once('error', reject);
+  });
+  return {
+    port: (server.address() as AddressInfo).port,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        (server as { closeAllConnections?: () => void }).closeAllConnections?.();
+      }),
   };
 }
