@@ -45,7 +45,7 @@ async function loginInFlight(port: number, body: string): Promise<Socket> {
   return socket;
 }
 
-const refused = (port: number) => open(port).then((s) => (s.destroy(), 'accepted'), (err: NodeJS.ErrnoException) => err.code);
+const refused = (port: number) => open(port).then((s) => (s.destroy(), 'accepted'), (err: unknown) => (err as NodeJS.ErrnoException).code);
 
 describe.skipIf(!backendAvailable())('graceful shutdown of the HTTP server', { timeout: 30_000 }, () => {
   let app: TestApp | undefined;
