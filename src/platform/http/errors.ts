@@ -4,6 +4,7 @@ import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import { z } from 'zod';
 import type { Logger } from '../logger.js';
 import { loggableError } from '../safe-error.js';
+import { DecryptionError } from '../crypto.js';
 import { databaseUnavailable } from '../db/unavailable.js';
 import { printable } from './validation.js';
 
@@ -86,6 +87,13 @@ export function handleError(err: unknown, c: Context, log: Logger): Response {
   if (databaseUnavailable(err)) {
     log.warn({ error: loggableError(err), reqId: c.get('requestId') as string | undefined }, 'database unavailable');
     return errorResponse(c, new AppError(503, 'database_unavailable', 'The database is unavailable; try again shortly', undefined, { 'Retry-After': '5' }));
+  }
+  // A stored secret this server's keys cannot open: an encryption key was dropped while data sealed
+  // with it remains (docs/deploy.md "Key rotation"), or the stored value was altered. An operator's
+  // fault to fix, not the client's and not a bug in the request: 503, logged at error.
+  if (err instanceof DecryptionError) {
+    log.error({ error: loggableError(err), reqId: c.get('requestId') as string | undefined }, 'a stored secret cannot be opened with the configured keys');
+    return errorResponse(c, new AppError(503, 'secret_unavailable', 'A stored secret cannot be opened with this server’s encryption keys; an operator must restore the key it was sealed with'));
   }
   // Never the error object itself: a database error carries the query's parameters (loggableError).
   // Under `error`, not pino's `err`, whose serializer would fold the causes into one message.
