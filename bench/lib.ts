@@ -7,7 +7,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { appendFileSync, closeSync, existsSync, fstatSync, mkdtempSync, openSync, readdirSync, readSync, rmSync } from 'node:fs';
 import { request } from 'node:http';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
+import { setPriority, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -403,15 +403,18 @@ export function load(opts: Options): Promise<Result> {
 /**
  * `load` in a child process (bench/load-child.ts), for a load that runs beside another one: each
  * generator then has its own event loop, so neither's latency counts the other's work. Options must
- * be plain data (no request callbacks).
+ * be plain data (no request callbacks: bodies sent in turn go in `bodies`). `nice` lowers the
+ * child's priority: a flood's generator stands for clients on other machines, so on a 2-core bench
+ * machine it should not take a core from the server or from the generator whose latency is measured.
  */
-export function loadInChild(opts: Options): Promise<Result> {
+export function loadInChild(opts: Options, more: { bodies?: string[]; nice?: number } = {}): Promise<Result> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, ['--import', 'tsx', 'bench/load-child.ts'], {
       cwd: ROOT,
-      env: { ...process.env, LOAD_OPTIONS: JSON.stringify(opts) },
+      env: { ...process.env, LOAD_OPTIONS: JSON.stringify(opts), LOAD_BODIES: JSON.stringify(more.bodies ?? []) },
       stdio: ['ignore', 'pipe', 'inherit'],
     });
+    if (more.nice !== undefined && child.pid !== undefined) setPriority(child.pid, more.nice);
     let out = '';
     child.stdout.setEncoding('utf8').on('data', (chunk: string) => (out += chunk));
     child.once('error', reject);

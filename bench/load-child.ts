@@ -6,6 +6,12 @@
 import autocannon, { type Options } from 'autocannon';
 
 const opts = JSON.parse(process.env.LOAD_OPTIONS ?? '{}') as Options;
+// LOAD_BODIES: request bodies sent in turn (a callback cannot cross the process boundary).
+const bodies = JSON.parse(process.env.LOAD_BODIES ?? '[]') as string[];
+if (bodies.length > 0 && opts.requests?.[0]) {
+  let next = 0;
+  opts.requests[0].setupRequest = (req) => ({ ...req, body: bodies[next++ % bodies.length] ?? '' });
+}
 autocannon(opts, (err, result) => {
   if (err) {
     process.stderr.write(`${err.message}\n`);

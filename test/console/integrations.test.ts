@@ -211,7 +211,7 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks,
     await m.page.locator(`.user-name[title="${tenant.orgReadOnly.email}"]`).waitFor();
     expect(m.problems).toEqual([]);
   });
-  it('devices: an organisation admin filters by site, opens a device and turns its automatic updates off; a platform administrator with a second factor promotes a version to 25% and sees the rollout', async () => {
+  it('devices: an organisation admin filters by site, opens a device and turns its automatic updates off; a platform administrator with a second factor promotes a version at 10% and sees the rollout', async () => {
     // A tenant of its own: the organisation of the test above now enforces single sign-on.
     const tenant = await createTenant(app);
     const adminToken = (await login(app, tenant.orgAdmin)).accessToken;
@@ -272,11 +272,11 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks,
     await p.page.getByRole('heading', { name: 'Agent versions' }).waitFor();
     await p.page.getByRole('button', { name: 'Promote agent 1.1.0' }).click();
     const dialog = p.page.getByRole('dialog', { name: 'Promote agent 1.1.0' });
-    await dialog.getByLabel('Offer to this share of devices (%)').fill('25');
+    await dialog.getByLabel('Offer to this share of devices (%)').fill('10');
     await dialog.getByRole('button', { name: 'Promote' }).click();
-    await p.page.getByText('agent 1.1.0 is the fleet target for 25% of devices.').waitFor();
+    await p.page.getByText('agent 1.1.0 is the fleet target for 10% of devices.').waitFor();
     await p.page.getByRole('button', { name: 'Widen the rollout of agent 1.1.0' }).waitFor();
-    await p.page.getByRole('cell', { name: /active 25%/ }).waitFor();
+    await p.page.getByRole('cell', { name: /active 10%/ }).waitFor();
     await p.screenshot('agent-versions');
     expect(await axeViolations(p.page)).toEqual([]);
     await p.page.emulateMedia({ colorScheme: 'dark' });

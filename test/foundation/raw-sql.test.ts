@@ -5,13 +5,15 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
-import { prepared, rawQuery } from '../../src/platform/db/raw.js';
+import { declaredStatement, prepared, rawQuery } from '../../src/platform/db/raw.js';
+import '../../src/modules/webhooks/engine.js';
 import { transaction } from '../../src/platform/db/transaction.js';
 import { pglitePreparedRunner } from '../../src/platform/db/pglite-statements.js';
 import type { Db } from '../../src/platform/db/client.js';
 
 const INSERT = prepared('test_probe_insert', 'insert into raw_sql_probe (id, at, doc, flag, note) values ($1, $2::timestamptz, $3::jsonb, $4, $5) returning id');
 const BY_ID = prepared('test_probe_by_id', 'select id, at, doc, flag, note from raw_sql_probe where id = $1');
+const BY_ID_CUSTOM = prepared('test_probe_by_id_custom', 'select id, at, doc, flag, note from raw_sql_probe where id = $1', { customPlan: true });
 
 describe.skipIf(!backendAvailable())(`raw SQL and prepared statements (${backend})`, () => {
   let app: TestApp;
@@ -33,6 +35,19 @@ describe.skipIf(!backendAvailable())(`raw SQL and prepared statements (${backend
     }
     // The same text unprepared, through the driver's own query(): the same values.
     expect(await rawQuery(db, BY_ID.text, [1])).toEqual(await rawQuery(db, BY_ID, [1]));
+  });
+
+  it('runs a customPlan statement unnamed, so it is planned for its parameters every time (never a cached generic plan)', async () => {
+    await rawQuery(db, INSERT, [7, new Date().toISOString(), '{}', false, 'custom']);
+    for (let i = 0; i < 8; i++) expect(await rawQuery(db, BY_ID_CUSTOM, [7])).toEqual(await rawQuery(db, BY_ID, [7]));
+    if (backend === 'pglite') {
+      // One session: every statement it has prepared by name is listed here; the custom one never is.
+      const names = (await rawQuery<{ name: string }>(db, 'select name from pg_prepared_statements', [])).map((r) => r.name);
+      expect(names).toContain('test_probe_by_id');
+      expect(names).not.toContain('test_probe_by_id_custom');
+    }
+    // The webhook claim, whose generic plan once scanned the whole deliveries table (raw.ts).
+    expect(declaredStatement('webhook_deliveries_claim')?.customPlan).toBe(true);
   });
 
   it('runs inside the transaction of the handle it is given: a rollback takes its write away', async () => {

@@ -119,6 +119,8 @@ const claimStatement = prepared(
     where d.id = picked.id and w.id = d.webhook_id and w.status = 'active'
    returning d.id, d.webhook_id, d.org_id, d.event_type, d.event_id, d.payload::text as body, d.attempts,
              w.url_sealed, w.secret_sealed, w.previous_secret_sealed, w.previous_secret_expires_at, w.headers_sealed, w.retry_policy`,
+  // A generic plan of this one scanned the whole table (platform/db/raw.ts `customPlan`).
+  { customPlan: true },
 );
 
 /** Which active webhooks have due rows (at start, the safety sweep, a re-activation, a retry falling due). */
