@@ -228,14 +228,17 @@ export function benchEnv(extra: Record<string, string> = {}): Record<string, str
   };
 }
 
-/** Starts `node bin/keel.js serve` (the bundle `npm start` runs) on a free port and waits for /health. */
-export async function startKeel(env: Record<string, string>): Promise<RunningKeel> {
+/**
+ * Starts `node bin/keel.js serve` (the bundle `npm start` runs) on a free port and waits for /health;
+ * `cwd` runs another checkout's (bench/ab.ts compares two).
+ */
+export async function startKeel(env: Record<string, string>, cwd = ROOT): Promise<RunningKeel> {
   const port = await freePort();
   const dataDir = env.DATA_DIR ?? tempDir('keel-bench-');
   // BENCH_KEEL_NODE_ARGS reaches Keel's node only (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`: Node 20
   // refuses --cpu-prof in NODE_OPTIONS).
   const nodeArgs = (process.env.BENCH_KEEL_NODE_ARGS ?? '').split(' ').filter(Boolean);
-  const proc = spawnGroup(process.execPath, [...nodeArgs, 'bin/keel.js', 'serve'], { ...env, DATA_DIR: dataDir, PORT: String(port) });
+  const proc = spawnGroup(process.execPath, [...nodeArgs, 'bin/keel.js', 'serve'], { ...env, DATA_DIR: dataDir, PORT: String(port) }, cwd);
   const url = `http://127.0.0.1:${port}`;
   try {
     await waitForHealthy(`${url}/health`, proc, 120_000, 50);
