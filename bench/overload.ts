@@ -10,7 +10,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Options, Result } from 'autocannon';
-import { BENCH_SECONDS, fmt, isMain, load, loadInChild, pool, postJson, printTable, withBackends, type BenchBackend } from './lib.js';
+import { BENCH_SECONDS, fmt, isMain, loadInChild, pool, postJson, printTable, withBackends, type BenchBackend } from './lib.js';
 
 export const OVERLOAD_READ_P99_GOAL_MS = 50;
 const FLOOD_FACTOR = 5;
@@ -68,20 +68,11 @@ export async function benchOverload(backend: BenchBackend, env: Record<string, s
     const token = reader.body.accessToken as string | undefined;
     if (!token) throw new Error(`reader login: ${reader.status} ${JSON.stringify(reader.body)}`);
 
-    let next = 0;
+    // Every login load sends the users' bodies in turn, from a process of its own (bench/load-child.ts).
+    const bodies = users.map((u) => JSON.stringify({ email: u.email, password: u.password }));
     const logins = (extra: Partial<Options>): Options => ({
       url: keel.url,
-      requests: [
-        {
-          method: 'POST',
-          path: '/api/v1/auth/login',
-          headers: { 'content-type': 'application/json' },
-          setupRequest: (req) => {
-            const u = users[next++ % users.length]!;
-            return { ...req, body: JSON.stringify({ email: u.email, password: u.password }) };
-          },
-        },
-      ],
+      requests: [{ method: 'POST', path: '/api/v1/auth/login', headers: { 'content-type': 'application/json' } }],
       ...extra,
     });
     // Reads come from a process of their own: beside the flood's generator they measured its event loop.
@@ -89,8 +80,8 @@ export async function benchOverload(backend: BenchBackend, env: Record<string, s
       loadInChild({ url: `${keel.url}/api/v1/users/me`, headers: { authorization: `Bearer ${token}` }, connections: READ_CONNECTIONS, overallRate: READ_RATE, duration: seconds });
 
     process.stderr.write(`[overload/${backend.name}] capacity: logins at concurrency 8 for ${BENCH_SECONDS} s...\n`);
-    await load(logins({ connections: 8, duration: 2 }));
-    const cap = await load(logins({ connections: 8, duration: BENCH_SECONDS }));
+    await loadInChild(logins({ connections: 8, duration: 2 }), { bodies });
+    const cap = await loadInChild(logins({ connections: 8, duration: BENCH_SECONDS }), { bodies });
     const capacity = count(cap, 200) / cap.duration;
     process.stderr.write(`[overload/${backend.name}] reads alone at ${READ_RATE}/s for ${BENCH_SECONDS} s...\n`);
     const idle = await reads(BENCH_SECONDS);
@@ -98,14 +89,7 @@ export async function benchOverload(backend: BenchBackend, env: Record<string, s
     process.stderr.write(`[overload/${backend.name}] flood: ${offered} logins/s (${FLOOD_FACTOR} × ${fmt(capacity, 1)}) with reads at ${READ_RATE}/s for ${BENCH_SECONDS} s...\n`);
     // The flood comes from a process of its own at nice 10: it stands for clients elsewhere, and must
     // not take a core from Keel or from the reads' generator, whose clock measures the latency.
-    const bodies = users.map((u) => JSON.stringify({ email: u.email, password: u.password }));
-    const floodOpts: Options = {
-      url: keel.url,
-      connections: FLOOD_CONNECTIONS,
-      overallRate: offered,
-      duration: BENCH_SECONDS,
-      requests: [{ method: 'POST', path: '/api/v1/auth/login', headers: { 'content-type': 'application/json' } }],
-    };
+    const floodOpts = logins({ connections: FLOOD_CONNECTIONS, overallRate: offered, duration: BENCH_SECONDS });
     const [flood, during] = await Promise.all([loadInChild(floodOpts, { bodies, nice: 10 }), reads(BENCH_SECONDS)]);
     process.stderr.write(`[overload/${backend.name}${label ? ` ${label}` : ''}] flood answers by status: ${JSON.stringify(flood.statusCodeStats ?? {})}, errors ${flood.errors}, timeouts ${flood.timeouts}\n`);
     const ok = count(flood, 200);

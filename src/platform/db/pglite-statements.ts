@@ -57,24 +57,16 @@ export function pglitePreparedRunner(pg: PGlite): PreparedRunner | null {
   const parsed = new Set<string>();
 
   async function run(statement: Statement, params: unknown[]): Promise<unknown[]> {
-    if (statement.customPlan) {
-      // The unnamed statement, parsed again with each run, is planned for these parameters (raw.ts).
-      const message = concat([
-        serialize.parse({ name: '', text: statement.text }),
-        serialize.bind({ statement: '', values: params.map(asText) }),
-        serialize.describe({ type: 'P' }),
-        serialize.execute({}),
-        serialize.sync(),
-      ]);
-      const { messages } = await pg.execProtocol(message, { syncToFs: false });
-      return parse.parseResults(messages, pg.parsers)[0]?.rows ?? [];
-    }
-    if (!parsed.has(statement.name)) {
-      await pg.execProtocol(concat([serialize.parse({ name: statement.name, text: statement.text }), serialize.sync()]), { syncToFs: false });
-      parsed.add(statement.name);
+    // A customPlan statement is the unnamed one, parsed again in the same call each run, so it is
+    // planned for these parameters (raw.ts); any other is parsed once under its name.
+    const name = statement.customPlan ? '' : statement.name;
+    if (name && !parsed.has(name)) {
+      await pg.execProtocol(concat([serialize.parse({ name, text: statement.text }), serialize.sync()]), { syncToFs: false });
+      parsed.add(name);
     }
     const message = concat([
-      serialize.bind({ statement: statement.name, values: params.map(asText) }),
+      ...(name ? [] : [serialize.parse({ name: '', text: statement.text })]),
+      serialize.bind({ statement: name, values: params.map(asText) }),
       serialize.describe({ type: 'P' }),
       serialize.execute({}),
       serialize.sync(),
