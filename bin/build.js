@@ -48,11 +48,10 @@ function listFiles(dir, out = []) {
   return out;
 }
 
-/** A short hash of what the bundle is made from: sources, this file and the installed packages. */
-export function fingerprint(root = ROOT) {
+/** A short hash of `inputs`' paths (relative to `root`), sizes and modification times; a missing file counts too. */
+export function fingerprintOf(root, inputs) {
   const hash = createHash('sha256');
-  const inputs = [...listFiles(join(root, 'src')), fileURLToPath(import.meta.url), join(root, 'node_modules', '.package-lock.json')];
-  for (const file of inputs.sort()) {
+  for (const file of [...inputs].sort()) {
     let stamp = 'missing';
     try {
       const st = statSync(file);
@@ -63,6 +62,11 @@ export function fingerprint(root = ROOT) {
     hash.update(`${relative(root, file)}\0${stamp}\n`);
   }
   return hash.digest('hex').slice(0, 16);
+}
+
+/** A short hash of what the bundle is made from: sources, this file and the installed packages. */
+export function fingerprint(root = ROOT) {
+  return fingerprintOf(root, [...listFiles(join(root, 'src')), fileURLToPath(import.meta.url), join(root, 'node_modules', '.package-lock.json')]);
 }
 
 /** Builds the bundle for `print` into dist/<print>/ and removes older builds. */

@@ -5,11 +5,10 @@
 // serving a stale console. Builds land in a scratch folder renamed into place, so two processes
 // starting at once never serve a half-written console.
 import { execFile } from 'node:child_process';
-import { createHash } from 'node:crypto';
 import { existsSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ROOT } from './build.js';
+import { fingerprintOf, ROOT } from './build.js';
 
 const WEB = join(ROOT, 'web');
 const OUT = join(ROOT, 'dist', 'console');
@@ -28,19 +27,7 @@ function listFiles(dir, out = []) {
 
 /** A short hash of what the console is made from: web/, this file and the installed packages. */
 export function consoleFingerprint(root = ROOT) {
-  const hash = createHash('sha256');
-  const inputs = [...listFiles(join(root, 'web')), fileURLToPath(import.meta.url), join(root, 'node_modules', '.package-lock.json')];
-  for (const file of inputs.sort()) {
-    let stamp = 'missing';
-    try {
-      const st = statSync(file);
-      stamp = `${st.size}:${st.mtimeMs}`;
-    } catch {
-      // a missing input is part of the fingerprint too
-    }
-    hash.update(`${relative(root, file)}\0${stamp}\n`);
-  }
-  return hash.digest('hex').slice(0, 16);
+  return fingerprintOf(root, [...listFiles(join(root, 'web')), fileURLToPath(import.meta.url), join(root, 'node_modules', '.package-lock.json')]);
 }
 
 /**
