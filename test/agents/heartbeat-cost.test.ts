@@ -2,6 +2,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { createWorld, type World } from '../access/helpers.js';
 import { agentsOf } from '../../src/modules/agents/context.js';
+import { flushStatement } from '../../src/modules/agents/state.js';
+import { rawQuery } from '../../src/platform/db/raw.js';
+import { transaction } from '../../src/platform/db/transaction.js';
 import { enroll, enrollmentKey, heartbeat } from './helpers.js';
 
 type Fn = (...args: unknown[]) => unknown;
@@ -59,5 +62,43 @@ describe.skipIf(!backendAvailable()).each(['false', 'true'])(`heartbeat cost (${
     } finally {
       calls.stop();
     }
+  });
+});
+
+/**
+ * The batched last-seen write changes no indexed column of devices, so PostgreSQL updates each row in
+ * place (a HOT update: no index entries written), in the room fillfactor 80 keeps in every page. An
+ * index covering last_seen_at (there was one) makes every such update write each index of the table.
+ */
+describe.skipIf(!backendAvailable())(`last-seen writes are HOT updates (${backend})`, () => {
+  let app: TestApp;
+  let w: World;
+  beforeAll(async () => {
+    app = await startTestApp({ env: { LOGIN_LIMIT: '1000' } });
+    w = await createWorld(app);
+  });
+  afterAll(async () => app?.close());
+
+  it('the flush statement writes rows in place, and no index of devices covers last_seen_at', async () => {
+    const key = await enrollmentKey(app, w.tokens.orgAdmin, w.orgId);
+    const devices = await Promise.all(Array.from({ length: 5 }, () => enroll(app, key)));
+    for (const d of devices) expect((await heartbeat(app, d)).status).toBe(200);
+    const keel = app.server.keel;
+    await agentsOf(keel).state.flushLastSeen();
+    const ids = devices.map((d) => d.deviceId);
+    const stamp = new Date(Date.now() + 60_000).toISOString();
+    // In one transaction, so the transaction's own counters say how each row was updated.
+    const [updated, hot] = await transaction(keel.db, async (tx) => {
+      const rows = await rawQuery(tx.db, `${flushStatement.text} returning d.id`, [ids, ids.map(() => stamp)]);
+      const [stats] = await rawQuery<{ hot: number | string }>(tx.db, `select pg_stat_get_xact_tuples_hot_updated('devices'::regclass) as hot`, []);
+      return [rows.length, Number(stats?.hot)];
+    });
+    expect(updated).toBe(5);
+    expect(hot).toBe(5);
+    const indexes = await rawQuery<{ indexdef: string }>(keel.db, `select indexdef from pg_indexes where tablename = 'devices'`, []);
+    expect(indexes.length).toBeGreaterThan(0);
+    for (const i of indexes) expect(i.indexdef).not.toMatch(/last_seen_at/);
+    const [options] = await rawQuery<{ reloptions: string[] | string | null }>(keel.db, `select reloptions from pg_class where relname = 'devices'`, []);
+    expect(String(options?.reloptions)).toContain('fillfactor=80');
   });
 });

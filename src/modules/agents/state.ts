@@ -55,7 +55,11 @@ const deviceByHash = prepared(
    from devices d join organizations o on o.id = d.org_id where d.token_hash = $1 and d.decommissioned_at is null`,
 );
 
-const flushStatement = prepared(
+/**
+ * The batched last-seen write. It sets no indexed column of devices (migration 0006), so each row is
+ * updated in place (HOT); test/agents/heartbeat-cost.test.ts checks that against the database.
+ */
+export const flushStatement = prepared(
   'agents_flush_last_seen',
   `update devices d set last_seen_at = v.ts
    from (select unnest($1::uuid[]) as id, unnest($2::timestamptz[]) as ts) v
