@@ -94,3 +94,43 @@ export class Sealer {
     return sealed.split('.')[1] !== this.#current.id;
   }
 }
+
+/**
+ * Keyed hashes (HMAC-SHA256) under the encryption keyring: made with the current key, recognised under
+ * the current key and every previous one (APP_ENCRYPTION_KEYS_PREVIOUS), so a key rotation does not
+ * void what was made before it: recovery codes, SMS codes, SSO state cookies. A `tagged` value names
+ * its key (`<key id>.<hex>`, the id sealed values carry), so an operator can count what is left under
+ * an old key before dropping it (docs/deploy.md "Key rotation").
+ */
+export class KeyedHash {
+  readonly #keys: [SealingKey, ...SealingKey[]];
+
+  constructor(current: SealingKey, previous: SealingKey[] = []) {
+    this.#keys = [current, ...previous];
+  }
+
+  /** Under the current key. */
+  make(message: string): string {
+    return hmacSha256Hex(this.#keys[0].key, message);
+  }
+
+  /** Under the current key, naming it: `<key id>.<hex>`. */
+  tagged(message: string): string {
+    return `${this.#keys[0].id}.${this.make(message)}`;
+  }
+
+  /** Every form a stored hash of `message` may take: tagged, and untagged (as made before tags), under each known key. */
+  candidates(message: string): string[] {
+    return this.#keys.flatMap((k) => {
+      const hex = hmacSha256Hex(k.key, message);
+      return [`${k.id}.${hex}`, hex];
+    });
+  }
+
+  /** True when `expected` (untagged) is the hash of `message` under any known key; every key is compared, in constant time. */
+  matches(message: string, expected: string): boolean {
+    let found = false;
+    for (const k of this.#keys) found = constantTimeEqual(hmacSha256Hex(k.key, message), expected) || found;
+    return found;
+  }
+}

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { randomBytes } from 'node:crypto';
-import { constantTimeEqual, DecryptionError, parseKey, randomToken, Sealer, sealingKey, sha256Hex } from './crypto.js';
+import { constantTimeEqual, DecryptionError, hmacSha256Hex, KeyedHash, parseKey, randomToken, Sealer, sealingKey, sha256Hex } from './crypto.js';
 
 describe('crypto', () => {
   const key = sealingKey(randomBytes(32));
@@ -38,6 +38,26 @@ describe('crypto', () => {
     expect(rotated.needsReseal(sealed)).toBe(true);
     expect(rotated.needsReseal(rotated.seal('x'))).toBe(false);
     expect(() => new Sealer(next).open(sealed)).toThrow(DecryptionError);
+  });
+
+  it('keyed hashes: made under the current key, recognised under previous ones after rotation, never under unknown ones', () => {
+    const old = new KeyedHash(key);
+    const made = old.make('sms:login:u1:123456');
+    expect(made).toBe(hmacSha256Hex(key.key, 'sms:login:u1:123456'));
+    const tagged = old.tagged('recovery:ABCD-EFGH');
+    expect(tagged).toBe(`${key.id}.${hmacSha256Hex(key.key, 'recovery:ABCD-EFGH')}`);
+    const next = sealingKey(randomBytes(32));
+    const rotated = new KeyedHash(next, [key]);
+    expect(rotated.make('x')).toBe(hmacSha256Hex(next.key, 'x'));
+    expect(rotated.matches('sms:login:u1:123456', made)).toBe(true);
+    expect(rotated.matches('sms:login:u1:654321', made)).toBe(false);
+    expect(new KeyedHash(next).matches('sms:login:u1:123456', made)).toBe(false);
+    // Every stored form: tagged and untagged (made before tags), current key first.
+    const forms = rotated.candidates('recovery:ABCD-EFGH');
+    expect(forms).toContain(tagged);
+    expect(forms).toContain(hmacSha256Hex(key.key, 'recovery:ABCD-EFGH'));
+    expect(forms[0]).toBe(rotated.tagged('recovery:ABCD-EFGH'));
+    expect(new KeyedHash(next).candidates('recovery:ABCD-EFGH')).not.toContain(tagged);
   });
 
   it('parses 32-byte keys as hex or base64 and refuses other lengths', () => {

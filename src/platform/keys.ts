@@ -2,13 +2,13 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'n
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { ConfigError, type Config } from '../config.js';
-import { parseKey, Sealer, sealingKey } from './crypto.js';
+import { KeyedHash, parseKey, Sealer, sealingKey } from './crypto.js';
 import type { Logger } from './logger.js';
 
 export interface Secrets {
   sealer: Sealer;
-  /** Raw current encryption key: keyed HMACs (e.g. the SSO state cookie) derive from it. */
-  encryptionKey: Buffer;
+  /** Keyed hashes under the same keyring: recovery codes, SMS codes, the SSO state cookie. */
+  keyed: KeyedHash;
   /** Current JWT signing secret first, then older ones still accepted for verification. */
   jwtSecrets: Buffer[];
 }
@@ -64,5 +64,5 @@ export function resolveSecrets(config: Config, log: Logger): Secrets {
   if (appKey.equals(jwtSecrets[0] ?? Buffer.alloc(0))) {
     throw new ConfigError('Invalid configuration: APP_ENCRYPTION_KEY must differ from JWT_SECRET');
   }
-  return { sealer: new Sealer(sealingKey(appKey), previous), encryptionKey: appKey, jwtSecrets };
+  return { sealer: new Sealer(sealingKey(appKey), previous), keyed: new KeyedHash(sealingKey(appKey), previous), jwtSecrets };
 }

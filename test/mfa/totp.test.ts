@@ -120,6 +120,20 @@ describe.skipIf(!backendAvailable())('TOTP and recovery codes', () => {
     expect(actions).toEqual(expect.arrayContaining(['auth.mfa.setup', 'auth.mfa.recovery_codes.rotate']));
   });
 
+  it('stores codes tagged with the key id, and still accepts a code stored untagged (as before tags)', async () => {
+    const { user, recoveryCodes } = await mfaUser();
+    const keel = app.server.keel;
+    const [row] = await keel.db.select().from(users).where(eq(users.id, user.id));
+    const stored = row!.mfaRecoveryCodes as string[];
+    expect(stored).toHaveLength(10);
+    for (const h of stored) expect(h).toMatch(new RegExp(`^${keel.secrets.sealer.currentKeyId}\\.[0-9a-f]{64}$`));
+    // The untagged form earlier versions stored.
+    await keel.db.update(users).set({ mfaRecoveryCodes: [keel.secrets.keyed.make(`recovery:${recoveryCodes[3]}`)] }).where(eq(users.id, user.id));
+    const temp = async () => (await app.api('POST', '/auth/login', { body: { email: user.email, password: user.password } })).body.tempToken;
+    expect((await app.api('POST', '/auth/mfa/verify', { body: { tempToken: await temp(), code: recoveryCodes[3] } })).status).toBe(200);
+    expect((await app.api('POST', '/auth/mfa/verify', { body: { tempToken: await temp(), code: recoveryCodes[3] } })).status).toBe(401);
+  });
+
   it('refuses an expired temp token and an expired setup (controllable clock)', async () => {
     const { user, secret } = await mfaUser();
     const tempToken = (await app.api('POST', '/auth/login', { body: { email: user.email, password: user.password } })).body.tempToken;

@@ -204,7 +204,7 @@ export async function registerPasskey(
       .set({
         mfaEnabled: true,
         ...(primaryElsewhere || locked.mfaMethod === 'passkey' ? {} : { mfaMethod: 'passkey' as const }),
-        ...(recoveryCodes ? { mfaRecoveryCodes: recoveryCodes.map((c) => hashRecoveryCode(keel.secrets.encryptionKey, c)) } : {}),
+        ...(recoveryCodes ? { mfaRecoveryCodes: recoveryCodes.map((c) => hashRecoveryCode(keel.secrets.keyed, c)) } : {}),
         updatedAt: clock.now(),
       })
       .where(eq(users.id, userId));

@@ -1,7 +1,7 @@
 import { randomInt } from 'node:crypto';
 import { and, eq, sql } from 'drizzle-orm';
 import type { Db } from '../../platform/db/client.js';
-import { hmacSha256Hex } from '../../platform/crypto.js';
+import type { KeyedHash } from '../../platform/crypto.js';
 import { users } from '../identity/schema.js';
 
 export const RECOVERY_CODE_COUNT = 10;
@@ -16,22 +16,32 @@ export function newRecoveryCodes(): string[] {
   });
 }
 
-/** Codes are stored as keyed hashes (HMAC with the encryption key), so a database copy cannot be brute-forced. */
-export function hashRecoveryCode(key: Buffer, code: string): string {
-  return hmacSha256Hex(key, `recovery:${code.trim().toUpperCase()}`);
+const recoveryMessage = (code: string): string => `recovery:${code.trim().toUpperCase()}`;
+
+/**
+ * Codes are stored as keyed hashes (HMAC with the encryption key), so a database copy cannot be
+ * brute-forced, tagged with the key's id (`<key id>.<hex>`): after a key rotation they keep working
+ * while their key is in APP_ENCRYPTION_KEYS_PREVIOUS, and the operator can count them.
+ */
+export function hashRecoveryCode(keyed: KeyedHash, code: string): string {
+  return keyed.tagged(recoveryMessage(code));
 }
 
 /**
  * Uses a recovery code: one UPDATE removes its hash from the user's list only if it is still there,
- * so of parallel uses of one code exactly one succeeds.
+ * so of parallel uses of one code exactly one succeeds. The hash may have been made under any
+ * configured key, tagged or (before tags) not: every form is looked for.
  */
-export async function consumeRecoveryCode(db: Db, key: Buffer, userId: string, code: string): Promise<boolean> {
+export async function consumeRecoveryCode(db: Db, keyed: KeyedHash, userId: string, code: string): Promise<boolean> {
   if (!RECOVERY_CODE_PATTERN.test(code.trim().toUpperCase())) return false;
-  const hash = hashRecoveryCode(key, code);
+  const forms = sql`array[${sql.join(
+    keyed.candidates(recoveryMessage(code)).map((c) => sql`${c}`),
+    sql`, `,
+  )}]::text[]`;
   const rows = await db
     .update(users)
-    .set({ mfaRecoveryCodes: sql`${users.mfaRecoveryCodes} - ${hash}::text` })
-    .where(and(eq(users.id, userId), sql`${users.mfaRecoveryCodes} ? ${hash}::text`))
+    .set({ mfaRecoveryCodes: sql`${users.mfaRecoveryCodes} - ${forms}` })
+    .where(and(eq(users.id, userId), sql`${users.mfaRecoveryCodes} ?| ${forms}`))
     .returning({ id: users.id });
   return rows.length > 0;
 }

@@ -89,7 +89,7 @@ export async function confirmTotp(
         mfaSecret: keel.secrets.sealer.seal(secret, `users.mfa_secret:${userId}`),
         mfaEnabled: true,
         mfaMethod: user.mfaMethod === 'sms' ? 'sms' : 'totp',
-        mfaRecoveryCodes: recoveryCodes.map((c) => hashRecoveryCode(keel.secrets.encryptionKey, c)),
+        mfaRecoveryCodes: recoveryCodes.map((c) => hashRecoveryCode(keel.secrets.keyed, c)),
         totpLastStep: step,
         updatedAt: clock.now(),
       })
@@ -129,7 +129,7 @@ export async function checkSecondFactor(keel: Keel, user: User, code: string): P
     return false;
   }
   if (RECOVERY_CODE_PATTERN.test(trimmed.toUpperCase())) {
-    return consumeRecoveryCode(keel.db, keel.secrets.encryptionKey, user.id, trimmed);
+    return consumeRecoveryCode(keel.db, keel.secrets.keyed, user.id, trimmed);
   }
   return false;
 }
@@ -221,7 +221,7 @@ export async function rotateRecoveryCodes(keel: Keel, userId: string, code: stri
   await transaction(keel.db, async (tx) => {
     await tx.db
       .update(users)
-      .set({ mfaRecoveryCodes: codes.map((c) => hashRecoveryCode(keel.secrets.encryptionKey, c)), updatedAt: clock.now() })
+      .set({ mfaRecoveryCodes: codes.map((c) => hashRecoveryCode(keel.secrets.keyed, c)), updatedAt: clock.now() })
       .where(eq(users.id, userId));
     await writeAudit(tx.db, info, {
       action: 'auth.mfa.recovery_codes.rotate',

@@ -2,7 +2,7 @@ import { randomInt } from 'node:crypto';
 import { and, eq } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import { clock } from '../../platform/clock.js';
-import { constantTimeEqual, hmacSha256Hex, sha256Hex } from '../../platform/crypto.js';
+import { sha256Hex } from '../../platform/crypto.js';
 import { transaction } from '../../platform/db/transaction.js';
 import { AppError, conflict, validationError } from '../../platform/http/errors.js';
 import { SmsSendError } from '../../platform/sms.js';
@@ -51,9 +51,7 @@ function newCode(): string {
 }
 
 /** Codes are kept as a keyed hash bound to purpose and user: a copy of the database cannot be brute-forced. */
-function codeHash(keel: Keel, purpose: string, userId: string, code: string): string {
-  return hmacSha256Hex(keel.secrets.encryptionKey, `sms:${purpose}:${userId}:${code}`);
-}
+const codeMessage = (purpose: string, userId: string, code: string): string => `sms:${purpose}:${userId}:${code}`;
 
 async function assertSmsAllowed(keel: Keel, user: User): Promise<void> {
   assertMethodAllowed(await securityPolicy(keel, await getAccessSummary(keel.db, user)), 'sms');
@@ -79,7 +77,7 @@ async function issueCode(keel: Keel, purpose: string, user: User, phone: string,
     purpose,
     subjectId: user.id,
     ttlMs: SMS_CODE_TTL_MS,
-    data: { phoneNumber: phone, codeHash: codeHash(keel, purpose, user.id, code) },
+    data: { phoneNumber: phone, codeHash: keel.secrets.keyed.make(codeMessage(purpose, user.id, code)) },
     replaceForSubject: true,
   });
   try {
@@ -109,8 +107,8 @@ async function checkCode(keel: Keel, purpose: string, userId: string, code: stri
   const attempts = await keel.singleUse.recordAttempt(keel.db, record.id, SMS_CODE_MAX_ATTEMPTS + 1);
   if (attempts === null || attempts > SMS_CODE_MAX_ATTEMPTS) return { ok: false, reason: 'expired' };
   const expected = typeof record.data.codeHash === 'string' ? record.data.codeHash : '';
-  const given = SMS_CODE_PATTERN.test(code) ? codeHash(keel, purpose, userId, code) : '';
-  if (!given || !constantTimeEqual(given, expected)) {
+  // Under any configured key: a code texted just before a key rotation still works after it.
+  if (!SMS_CODE_PATTERN.test(code) || !keel.secrets.keyed.matches(codeMessage(purpose, userId, code), expected)) {
     if (attempts >= SMS_CODE_MAX_ATTEMPTS) await keel.singleUse.consumeById(keel.db, record.id);
     return { ok: false, reason: 'wrong' };
   }
@@ -197,7 +195,7 @@ export async function enableSms(
       .set({
         mfaEnabled: true,
         mfaMethod: 'sms',
-        mfaRecoveryCodes: recoveryCodes.map((c) => hashRecoveryCode(keel.secrets.encryptionKey, c)),
+        mfaRecoveryCodes: recoveryCodes.map((c) => hashRecoveryCode(keel.secrets.keyed, c)),
         updatedAt: clock.now(),
       })
       .where(and(eq(users.id, userId), eq(users.phoneVerified, true)))

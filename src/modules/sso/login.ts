@@ -1,7 +1,7 @@
 import { eq } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import { clock } from '../../platform/clock.js';
-import { constantTimeEqual, hmacSha256Hex } from '../../platform/crypto.js';
+import { constantTimeEqual } from '../../platform/crypto.js';
 import { badRequest, validationError } from '../../platform/http/errors.js';
 import { OutboundError } from '../../platform/outbound.js';
 import type { AuditRequestInfo } from '../audit/service.js';
@@ -45,12 +45,10 @@ export function safeRedirectPath(keel: Keel, raw: string | undefined): string {
 }
 
 /** The state cookie's signature: HMAC-SHA256 keyed on the encryption key (never the JWT secret), SPEC 5.9.2. */
-function stateSignature(keel: Keel, state: string): string {
-  return hmacSha256Hex(keel.secrets.encryptionKey, `keel:service_sso_state:v1:${state}`);
-}
+const stateMessage = (state: string): string => `keel:service_sso_state:v1:${state}`;
 
 export function stateCookieValue(keel: Keel, state: string): string {
-  return `${state}.${stateSignature(keel, state)}`;
+  return `${state}.${keel.secrets.keyed.make(stateMessage(state))}`;
 }
 
 /** SPEC 5.9.4, first: the returned state against the signed cookie, in constant time; any mismatch is `session_expired`. */
@@ -60,7 +58,8 @@ export function checkStateCookie(keel: Keel, cookie: string | undefined, state: 
   const dot = cookie.lastIndexOf('.');
   const cookieState = dot > 0 ? cookie.slice(0, dot) : '';
   const signature = dot > 0 ? cookie.slice(dot + 1) : '';
-  const signed = constantTimeEqual(signature, stateSignature(keel, cookieState));
+  // Under any configured key: a login started just before a key rotation still completes after it.
+  const signed = keel.secrets.keyed.matches(stateMessage(cookieState), signature);
   const same = constantTimeEqual(cookieState, state);
   if (!signed || !same) throw expired();
   return state;
