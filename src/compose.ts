@@ -7,6 +7,12 @@ import { enrolledMethods, loginSecondFactor, passkeyCount } from './modules/mfa/
 import { installWebhooks } from './modules/webhooks/runtime.js';
 import { installAgentMetrics } from './modules/agents/context.js';
 import { registerEnforcedSso } from './modules/sso/policy.js';
+import { MFA_SEALED } from './modules/mfa/service.js';
+import { WEBHOOK_SEALED } from './modules/webhooks/service.js';
+import { PROVIDER_SEALED } from './modules/sso/providers.js';
+import { IDENTITY_SEALED } from './modules/sso/provisioning.js';
+import { SINGLE_USE_SEALED } from './platform/single-use.js';
+import type { SealedColumn } from './platform/reseal.js';
 
 /**
  * The composition root of a process (docs/architecture.md): builds the container (`createKeel`),
@@ -44,3 +50,6 @@ export function wireModules(keel: Keel): void {
   // Agents' devices-by-status gauge, read on each scrape (its counters are resolved with the module's context).
   installAgentMetrics(keel);
 }
+
+/** Every column sealed with the encryption key, as each module declares it: what `keel secrets reseal` moves to the current key. */
+export const SEALED_COLUMNS: readonly SealedColumn[] = [...MFA_SEALED, ...WEBHOOK_SEALED, ...PROVIDER_SEALED, ...IDENTITY_SEALED, ...SINGLE_USE_SEALED];

@@ -21,6 +21,9 @@ Commands:
   admin create --email <email> [--name <name>]
                         create a platform administrator; the password is read from
                         standard input, or asked twice at a hidden prompt
+  secrets reseal        seal every stored secret again with the current
+                        APP_ENCRYPTION_KEY (after a key rotation, before the old key
+                        is dropped from APP_ENCRYPTION_KEYS_PREVIOUS)
   help                  show this text (also: keel --help)
 
 Configuration comes from environment variables (README.md, "Configuration").`;
@@ -46,7 +49,8 @@ type Command =
   | { name: 'serve' }
   | { name: 'worker' }
   | { name: 'migrate' }
-  | { name: 'admin create'; email: string; displayName: string | undefined };
+  | { name: 'admin create'; email: string; displayName: string | undefined }
+  | { name: 'secrets reseal' };
 
 const HELP = new Set(['help', '--help', '-h']);
 
@@ -103,6 +107,13 @@ function parseArgs(argv: string[]): Command {
       if (sub !== 'create') throw new UsageError(`unknown admin subcommand ${quote(sub)}`);
       return { name: 'admin create', ...adminCreateOptions(options) };
     }
+    case 'secrets': {
+      const [sub, ...options] = rest;
+      if (sub === undefined) throw new UsageError('secrets needs a subcommand: secrets reseal');
+      if (sub !== 'reseal') throw new UsageError(`unknown secrets subcommand ${quote(sub)}`);
+      noMoreArgs('secrets reseal', options);
+      return { name: 'secrets reseal' };
+    }
     default:
       throw new UsageError(`unknown command ${quote(command)}`);
   }
@@ -113,6 +124,7 @@ const LOCKED_HINT: Record<string, string> = {
   'keel serve': 'stop that process first, or give this one its own DATA_DIR',
   'keel migrate': 'a running server applies pending migrations itself when it starts; stop it to run keel migrate',
   'keel worker': 'on the embedded database the worker runs inside keel serve (WORKER=inline); separate workers need PostgreSQL (DATABASE_URL)',
+  'keel secrets reseal': 'stop the server first (on PostgreSQL, keel secrets reseal runs beside serving processes)',
   'keel admin create':
     'stop the server and run keel admin create again, or restart the server with ADMIN_EMAIL and ADMIN_PASSWORD set (used while no administrator exists)',
 };
@@ -300,6 +312,35 @@ async function migrateCommand(config: Config, log: Logger): Promise<void> {
   }
 }
 
+/** `keel secrets reseal`: every sealed column (as the modules declare them) moved to the current key. */
+async function resealCommand(config: Config, log: Logger): Promise<void> {
+  const [{ migrate }, { resolveSecrets }, { resealAll }, { SEALED_COLUMNS }] = await Promise.all([
+    import('./platform/db/migrator.js'),
+    import('./platform/keys.js'),
+    import('./platform/reseal.js'),
+    import('./compose.js'),
+  ]);
+  const secrets = resolveSecrets(config, log);
+  const database = await open(config, 'keel secrets reseal');
+  try {
+    await migrate(database);
+    const results = await resealAll(database.db, secrets.sealer, SEALED_COLUMNS);
+    const resealed = results.reduce((n, r) => n + r.resealed, 0);
+    const detail = results.filter((r) => r.resealed > 0).map((r) => `${r.column} ${r.resealed}`);
+    process.stdout.write(`Re-sealed ${resealed} value${resealed === 1 ? '' : 's'} with key ${secrets.sealer.currentKeyId}${detail.length ? ` (${detail.join(', ')})` : ''}\n`);
+    const unreadable = results.filter((r) => r.unreadable > 0);
+    if (unreadable.length > 0) {
+      const n = unreadable.reduce((sum, r) => sum + r.unreadable, 0);
+      throw new CliError(
+        `${n} stored value${n === 1 ? '' : 's'} could not be opened with the configured keys (${unreadable.map((r) => `${r.column} ${r.unreadable}`).join(', ')}): ` +
+          'add the key that sealed them to APP_ENCRYPTION_KEYS_PREVIOUS and run keel secrets reseal again',
+      );
+    }
+  } finally {
+    await database.close();
+  }
+}
+
 async function adminCreate(config: Config, email: string, displayName: string | undefined): Promise<void> {
   const [{ migrate }, { seedAccess }, { createPlatformAdmin }] = await Promise.all([
     import('./platform/db/migrator.js'),
@@ -342,6 +383,9 @@ async function main(argv: string[]): Promise<number | null> {
       return 0;
     case 'admin create':
       await adminCreate(config, command.email, command.displayName);
+      return 0;
+    case 'secrets reseal':
+      await resealCommand(config, log);
       return 0;
   }
 }

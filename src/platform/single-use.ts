@@ -3,6 +3,14 @@ import type { Db } from './db/client.js';
 import { singleUseRecords } from './db/schema.js';
 import { clock } from './clock.js';
 import { randomToken, sha256Hex, type Sealer } from './crypto.js';
+import type { SealedColumn } from './reseal.js';
+
+const sealedContext = (purpose: string, tokenHash: string) => `single-use:${purpose}:${tokenHash}`;
+
+/** The sealed column of single-use records, for `keel secrets reseal` (platform/reseal.ts). */
+export const SINGLE_USE_SEALED: SealedColumn[] = [
+  { table: 'single_use_records', column: 'sealed', keys: ['id', 'purpose', 'token_hash'], context: (r) => sealedContext(r.purpose ?? '', r.token_hash ?? '') },
+];
 
 const SWEEP_INTERVAL_MS = 60_000;
 const SWEEP_BATCH = 1000;
@@ -63,7 +71,7 @@ export class SingleUseStore {
         tokenHash,
         subjectId: opts.subjectId ?? null,
         data: opts.data ?? {},
-        sealed: opts.secret === undefined ? null : this.sealer.seal(opts.secret, `single-use:${opts.purpose}:${tokenHash}`),
+        sealed: opts.secret === undefined ? null : this.sealer.seal(opts.secret, sealedContext(opts.purpose, tokenHash)),
         expiresAt,
         createdAt: clock.now(),
       })
@@ -153,7 +161,7 @@ export class SingleUseStore {
       purpose: row.purpose,
       subjectId: row.subjectId,
       data: row.data,
-      secret: row.sealed === null ? null : this.sealer.open(row.sealed, `single-use:${row.purpose}:${row.tokenHash}`),
+      secret: row.sealed === null ? null : this.sealer.open(row.sealed, sealedContext(row.purpose, row.tokenHash)),
       attempts: row.attempts,
       expiresAt: row.expiresAt,
       createdAt: row.createdAt,

@@ -18,6 +18,7 @@ import { assertMethodAllowed, methodAllowed, methodNotAllowed, securityPolicy } 
 import { countAuthOutcome } from '../../platform/metrics.js';
 import { invalidCode, invalidTempToken, loadUser, mfaDisabled, mfaLimits } from './common.js';
 import { checkSmsCode, smsEnrolled } from './sms.js';
+import type { SealedColumn } from '../../platform/reseal.js';
 
 export const TOTP_SETUP_PURPOSE = 'totp_setup';
 export const TOTP_SETUP_TTL_MS = 10 * 60_000;
@@ -27,8 +28,13 @@ function verifyLimit(keel: Keel): Limit {
   return mfaLimits(keel).verify;
 }
 
+const secretContext = (userId: string) => `users.mfa_secret:${userId}`;
+
+/** The sealed column of this module, for `keel secrets reseal` (platform/reseal.ts). */
+export const MFA_SEALED: SealedColumn[] = [{ table: 'users', column: 'mfa_secret', keys: ['id'], context: (r) => secretContext(r.id ?? '') }];
+
 function totpSecretOf(keel: Keel, user: User): string | null {
-  return user.mfaSecret ? keel.secrets.sealer.open(user.mfaSecret, `users.mfa_secret:${user.id}`) : null;
+  return user.mfaSecret ? keel.secrets.sealer.open(user.mfaSecret, secretContext(user.id)) : null;
 }
 
 export interface SetupAnswer {
@@ -86,7 +92,7 @@ export async function confirmTotp(
     await tx.db
       .update(users)
       .set({
-        mfaSecret: keel.secrets.sealer.seal(secret, `users.mfa_secret:${userId}`),
+        mfaSecret: keel.secrets.sealer.seal(secret, secretContext(userId)),
         mfaEnabled: true,
         mfaMethod: user.mfaMethod === 'sms' ? 'sms' : 'totp',
         mfaRecoveryCodes: recoveryCodes.map((c) => hashRecoveryCode(keel.secrets.keyed, c)),

@@ -15,6 +15,7 @@ import { ssoProviders, type AttributeMapping, type GroupRoleMapping } from './sc
 import { discover, discoveryFailure } from './oidc.js';
 import { SSO_LOGIN_PURPOSE } from './constants.js';
 import { activeCacheOf } from './active-cache.js';
+import type { SealedColumn } from '../../platform/reseal.js';
 
 export type ProviderRow = typeof ssoProviders.$inferSelect;
 
@@ -86,6 +87,8 @@ export function providerView(p: ProviderRow): ProviderView {
 
 /** The client secret is sealed bound to its provider's id: a sealed value cannot be moved to another row. */
 const secretAad = (providerId: string) => `sso_providers.client_secret:${providerId}`;
+/** The sealed column of providers, for `keel secrets reseal` (platform/reseal.ts). */
+export const PROVIDER_SEALED: SealedColumn[] = [{ table: 'sso_providers', column: 'client_secret', keys: ['id'], context: (r) => secretAad(r.id ?? '') }];
 export const sealSecret = (keel: Keel, providerId: string, secret: string) => keel.secrets.sealer.seal(secret, secretAad(providerId));
 export const openSecret = (keel: Keel, p: ProviderRow) => (p.clientSecret === null ? null : keel.secrets.sealer.open(p.clientSecret, secretAad(p.id)));
 

@@ -13,6 +13,7 @@ import { ssoIdentities, type AttributeMapping } from './schema.js';
 import type { ProviderRow } from './providers.js';
 import { SAML_ATTRIBUTE_URIS } from './presets.js';
 import { SSO_EXCHANGE_PURPOSE, SSO_EXCHANGE_TTL_MS, SsoFailure } from './constants.js';
+import type { SealedColumn } from '../../platform/reseal.js';
 
 /** The profile an IdP asserted, after the provider's attribute mapping. */
 export interface MappedProfile {
@@ -77,6 +78,14 @@ export interface IdpTokens {
 }
 
 const tokenAad = (providerId: string, userId: string, which: string) => `sso_identities.${which}:${providerId}:${userId}`;
+
+/** The sealed columns of identity links, for `keel secrets reseal` (platform/reseal.ts). */
+export const IDENTITY_SEALED: SealedColumn[] = (['access_token', 'refresh_token'] as const).map((which) => ({
+  table: 'sso_identities',
+  column: which,
+  keys: ['id', 'provider_id', 'user_id'],
+  context: (r: Record<string, string>) => tokenAad(r.provider_id ?? '', r.user_id ?? '', which),
+}));
 
 /**
  * SPEC 5.9 steps 7-9 for a verified profile: allowed domain, user by email (case-insensitive), JIT

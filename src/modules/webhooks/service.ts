@@ -9,6 +9,7 @@ import { prepared, rawQuery } from '../../platform/db/raw.js';
 import { transaction, transactionIf, type Tx } from '../../platform/db/transaction.js';
 import { AppError, conflict, notFound, validationError } from '../../platform/http/errors.js';
 import { OutboundError, vetTarget } from '../../platform/outbound.js';
+import type { SealedColumn } from '../../platform/reseal.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { visibleOrgCondition, type AccessContext } from '../access/scope.js';
 import {
@@ -30,6 +31,14 @@ export const ROTATION_OVERLAP_MS = 24 * 60 * 60 * 1000;
 
 /** The associated data a sealed column is bound to: a value cannot be moved to another row or column. */
 export const aad = (id: string, column: 'url' | 'secret' | 'previous_secret' | 'headers') => `webhook:${id}:${column}`;
+
+/** The sealed columns of this module, for `keel secrets reseal` (platform/reseal.ts). */
+export const WEBHOOK_SEALED: SealedColumn[] = (['url', 'secret', 'previous_secret', 'headers'] as const).map((c) => ({
+  table: 'webhooks',
+  column: `${c}_sealed`,
+  keys: ['id'],
+  context: (r: Record<string, string>) => aad(r.id ?? '', c),
+}));
 
 export interface WebhookView {
   id: string;
