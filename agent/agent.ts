@@ -41,6 +41,28 @@ export interface AgentOptions {
   log?: (message: string) => void;
   /** Replaces the binary's file (tests inject a lock error); default: remove, then write (Linux) or write and rename. */
   writeBinary?: (path: string, data: Buffer) => void;
+  /** Waits between enrolment attempts (tests move Keel's clock instead of waiting). */
+  sleep?: (ms: number) => Promise<void>;
+}
+
+/** Enrolment refused for now (429 with Retry-After, a 5xx, no answer): `run()` tries again after `retryAfterMs`. */
+export class EnrollDeferred extends Error {
+  override name = 'EnrollDeferred';
+  constructor(
+    message: string,
+    readonly retryAfterMs: number | null,
+  ) {
+    super(message);
+  }
+}
+
+/** Waits between enrolment attempts when Keel names no time: 5 s doubling to 5 minutes. */
+const ENROLL_BACKOFF_MS = { first: 5_000, max: 300_000 };
+
+interface ApiAnswer {
+  status: number;
+  body: unknown;
+  retryAfter: string | null;
 }
 
 interface State {
@@ -77,7 +99,7 @@ export class Agent {
   lastAnswer: HeartbeatAnswer | null = null;
 
   constructor(options: AgentOptions) {
-    this.#o = { watchdog: false, startTimeoutMs: 10_000, log: () => undefined, ...options };
+    this.#o = { watchdog: false, startTimeoutMs: 10_000, log: () => undefined, sleep: (ms) => new Promise((r) => setTimeout(r, ms)), ...options };
     mkdirSync(this.#o.stateDir, { recursive: true });
     const file = join(this.#o.stateDir, 'state.json');
     if (existsSync(file)) this.#state = JSON.parse(readFileSync(file, 'utf8')) as State;
@@ -103,25 +125,63 @@ export class Agent {
     writeFileSync(join(this.#o.stateDir, 'state.json'), JSON.stringify(this.#state), { mode: 0o600 });
   }
 
-  async #api(path: string, body: unknown): Promise<{ status: number; body: unknown }> {
+  async #api(path: string, body: unknown): Promise<ApiAnswer> {
     const headers: Record<string, string> = { 'content-type': 'application/json' };
     if (this.#state) headers.authorization = `Bearer ${this.#state.deviceToken}`;
     const res = await fetch(`${this.#o.server}/api/v1${path}`, { method: 'POST', headers, body: JSON.stringify(body) });
     const text = await res.text();
-    return { status: res.status, body: text ? (JSON.parse(text) as unknown) : null };
+    let parsed: unknown;
+    try {
+      parsed = text ? (JSON.parse(text) as unknown) : null;
+    } catch {
+      parsed = text; // a proxy's error page
+    }
+    return { status: res.status, body: parsed, retryAfter: res.headers.get('retry-after') };
   }
 
-  /** Enrols once; the identity is kept in the state directory across restarts. */
+  /**
+   * One enrolment attempt; the identity is kept in the state directory across restarts. Throws
+   * `EnrollDeferred` when trying later may work (429, 5xx, Keel unreachable), an Error otherwise
+   * (a wrong or revoked key: 401, 404).
+   */
   async enroll(): Promise<void> {
     if (this.#state) return;
     if (!this.#o.enrollmentKey) throw new Error('not enrolled and no enrollment key given');
-    const res = await this.#api('/agents/enroll', {
-      enrollmentKey: this.#o.enrollmentKey, hostname: this.#o.hostname, os: this.#o.os, arch: this.#o.arch, agentVersion: this.#o.initialVersion,
-    });
+    let res: ApiAnswer;
+    try {
+      res = await this.#api('/agents/enroll', {
+        enrollmentKey: this.#o.enrollmentKey, hostname: this.#o.hostname, os: this.#o.os, arch: this.#o.arch, agentVersion: this.#o.initialVersion,
+      });
+    } catch (err) {
+      throw new EnrollDeferred(`Keel unreachable: ${(err as Error).message}`, null);
+    }
+    if (res.status === 429 || res.status >= 500) {
+      const seconds = Number(res.retryAfter);
+      throw new EnrollDeferred(`enrolment refused for now: ${res.status}`, Number.isFinite(seconds) && seconds >= 0 ? seconds * 1000 : null);
+    }
     if (res.status !== 201) throw new Error(`enrolment refused: ${res.status}`);
     const enrolled = res.body as { deviceId: string; deviceToken: string };
     this.#state = { deviceId: enrolled.deviceId, deviceToken: enrolled.deviceToken, version: this.#o.initialVersion };
     this.#save();
+  }
+
+  /**
+   * Enrols, trying again while Keel defers it: after Retry-After (with up to 10% jitter, so a fleet
+   * installed at once spreads out), else after a backoff of 5 s doubling to 5 minutes.
+   */
+  async enrollWithRetry(): Promise<void> {
+    let backoff = ENROLL_BACKOFF_MS.first;
+    for (;;) {
+      try {
+        return await this.enroll();
+      } catch (err) {
+        if (!(err instanceof EnrollDeferred) || this.#stopping) throw err;
+        const wait = (err.retryAfterMs ?? backoff) * (1 + Math.random() * 0.1);
+        if (err.retryAfterMs === null) backoff = Math.min(backoff * 2, ENROLL_BACKOFF_MS.max);
+        this.#o.log(`${err.message}: trying again in ${Math.round(wait / 1000)} s`);
+        await this.#o.sleep(wait);
+      }
+    }
   }
 
   async heartbeat(): Promise<HeartbeatAnswer> {
@@ -281,7 +341,7 @@ export class Agent {
 
   /** Runs: enrol, start the binary, heartbeat forever (interval from Keel, plus up to 5% jitter). */
   async run(): Promise<void> {
-    await this.enroll();
+    await this.enrollWithRetry();
     if (existsSync(this.#o.binaryPath)) await this.start();
     const loop = async (): Promise<void> => {
       let next = 60;

@@ -5,7 +5,13 @@
  * Client addresses are claimed with X-Forwarded-For through the trusted loopback proxy (TRUST_PROXY).
  */
 import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Agent } from '../../agent/agent.js';
+import { enrollLimits } from '../../src/modules/agents/devices.js';
+import { sha256Hex } from '../../src/platform/crypto.js';
 import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { createWorld, type World } from '../access/helpers.js';
 import type { RunningServer } from '../../src/server.js';
@@ -64,6 +70,38 @@ describe.skipIf(!backendAvailable())(`enrolment rate limit (${backend})`, () => 
     expectLimited(await enrollFrom(late, key));
     // The refused attempt spent the address's point, not another key's.
     expect((await enrollFrom(late, await enrollmentKey(app, w.tokens.orgAdmin, w.orgId))).status).toBe(201);
+  });
+
+  // The agent's address is the loopback (no X-Forwarded-For); on pglite the limiter is this app's own
+  // memory, on postgres Redis is shared with every other file's agents: so pglite only.
+  it.skipIf(backend !== 'pglite')('the reference agent waits what Retry-After says and enrols then; a wrong key is not retried', async () => {
+    const key = await enrollmentKey(app, w.tokens.orgAdmin, w.orgId);
+    for (let i = 0; i < KEY_LIMIT; i++) expect((await enrollFrom(freshIp(), key)).status).toBe(201);
+    const dir = mkdtempSync(join(tmpdir(), 'keel-agent-limit-'));
+    try {
+      const waits: number[] = [];
+      const agent = new Agent({
+        server: app.url, enrollmentKey: key, stateDir: join(dir, 'a'), binaryPath: join(dir, 'a-bin'), initialVersion: '1.0.0', hostname: 'patient', os: 'linux', arch: 'amd64',
+        // The window passes while the agent waits.
+        sleep: async (ms) => {
+          waits.push(ms);
+          await enrollLimits(app.server.keel).perKey.reset(sha256Hex(key));
+        },
+      });
+      await agent.enrollWithRetry();
+      expect(waits).toHaveLength(1);
+      expect(waits[0]).toBeGreaterThanOrEqual(1_000);
+      expect(waits[0]).toBeLessThanOrEqual(66_000); // Retry-After (at most 60 s) plus up to 10% jitter
+      expect(agent.deviceId).toMatch(/^[0-9a-f-]{36}$/);
+
+      const wrong = new Agent({
+        server: app.url, enrollmentKey: `ke_${randomBytes(32).toString('base64url')}`, stateDir: join(dir, 'b'), binaryPath: join(dir, 'b-bin'), initialVersion: '1.0.0', hostname: 'wrong', os: 'linux', arch: 'amd64',
+        sleep: () => Promise.reject(new Error('a refused key must not be retried')),
+      });
+      await expect(wrong.enrollWithRetry()).rejects.toThrow('enrolment refused: 401');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('the OpenAPI document declares the 429 and names both limits', async () => {

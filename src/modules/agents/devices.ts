@@ -150,7 +150,8 @@ interface EnrollLimits {
 
 const enrollLimitsByKeel = new WeakMap<Keel, EnrollLimits>();
 
-function enrollLimits(keel: Keel): EnrollLimits {
+/** The enrolment limits of a Keel (tests let a window pass with `reset`). */
+export function enrollLimits(keel: Keel): EnrollLimits {
   let l = enrollLimitsByKeel.get(keel);
   if (!l) {
     l = {
