@@ -1,5 +1,6 @@
 import { and, count, desc, eq, isNull } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
+import { InvalidatedCache } from '../../platform/cache.js';
 import { clock } from '../../platform/clock.js';
 import { randomToken, sha256Hex } from '../../platform/crypto.js';
 import { transaction } from '../../platform/db/transaction.js';
@@ -52,47 +53,19 @@ const KEY_CACHE_MAX = 50_000;
  * everywhere within the bus's delay; expiry is checked on every use. Only usable keys are kept:
  * not unknown ones (a guesser cannot fill the cache), revoked ones, or those of an inactive creator. The creator's permissions come from the access cache as before.
  */
-class KeyCache {
-  readonly #byHash = new Map<string, KeyRecord>();
-  #generation = 0;
+const keyCaches = new WeakMap<Keel, InvalidatedCache<KeyRecord | null>>();
 
-  async get(keel: Keel, hash: string): Promise<KeyRecord | null> {
-    const cached = this.#byHash.get(hash);
-    if (cached) return cached;
-    const generation = this.#generation;
-    const found = await loadKey(keel, { hash });
-    // Only a usable key is kept: a revoked one stays revoked, and a disabled creator may be enabled
-    // again without any announcement.
-    if (found && found.user.status === 'active' && !found.key.revokedAt && generation === this.#generation) {
-      if (this.#byHash.size >= KEY_CACHE_MAX) this.#byHash.clear();
-      this.#byHash.set(hash, found);
-    }
-    return found;
-  }
-
-  /** Drops the entries matching (every entry for '*'). */
-  drop(match: ((r: KeyRecord) => boolean) | '*'): void {
-    this.#generation++;
-    if (match === '*') this.#byHash.clear();
-    else for (const [hash, r] of this.#byHash) if (match(r)) this.#byHash.delete(hash);
-  }
-}
-
-const keyCaches = new WeakMap<Keel, KeyCache>();
-
-function keyCacheOf(keel: Keel): KeyCache {
+function keyCacheOf(keel: Keel): InvalidatedCache<KeyRecord | null> {
   let cache = keyCaches.get(keel);
   if (!cache) {
-    const created = new KeyCache();
-    keel.invalidation.on(API_KEY_TOPIC, (id) => created.drop(id === '*' ? '*' : (r) => r.key.id === id));
-    keel.invalidation.on(USER_TOPIC, (userId) => created.drop(userId === '*' ? '*' : (r) => r.key.createdBy === userId));
-    // A tenant deleted (its keys go with it) or a role reshuffle announces '*'.
-    keel.invalidation.on(ROLES_TOPIC, (roleId) => {
-      if (roleId === '*') created.drop('*');
-    });
-    keel.invalidation.onResync(() => created.drop('*'));
-    keyCaches.set(keel, created);
-    cache = created;
+    // Only a usable key is kept: a revoked one stays revoked, and a disabled creator may be enabled
+    // again without any announcement.
+    cache = new InvalidatedCache<KeyRecord | null>({ max: KEY_CACHE_MAX, keep: (r) => r !== null && r.user.status === 'active' && !r.key.revokedAt })
+      .listen(keel.invalidation, API_KEY_TOPIC, (id) => (id === '*' ? '*' : (r) => r?.key.id === id))
+      .listen(keel.invalidation, USER_TOPIC, (userId) => (userId === '*' ? '*' : (r) => r?.key.createdBy === userId))
+      // A tenant deleted (its keys go with it) or a role reshuffle announces '*'.
+      .listen(keel.invalidation, ROLES_TOPIC, (roleId) => (roleId === '*' ? '*' : null));
+    keyCaches.set(keel, cache);
   }
   return cache;
 }
@@ -107,7 +80,7 @@ async function loadKey(keel: Keel, where: { hash: string } | { id: string }): Pr
 }
 
 async function loadGrant(keel: Keel, where: { hash: string } | { id: string }): Promise<(KeyGrant & { user: { email: string; isPlatformAdmin: boolean } }) | null> {
-  const record = 'hash' in where ? await keyCacheOf(keel).get(keel, where.hash) : await loadKey(keel, where);
+  const record = 'hash' in where ? await keyCacheOf(keel).get(where.hash, () => loadKey(keel, where)) : await loadKey(keel, where);
   if (!record) return null;
   const { key, user } = record;
   if (key.revokedAt || (key.expiresAt && key.expiresAt.getTime() <= clock.nowMs())) return null;

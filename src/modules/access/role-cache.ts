@@ -1,5 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
+import { InvalidatedCache } from '../../platform/cache.js';
 import { rowsOf, type Db } from '../../platform/db/client.js';
 import { PermissionSet, type PermissionPair } from './permissions.js';
 import { PROFILE_TOPIC } from '../identity/sessions.js';
@@ -86,39 +87,36 @@ export async function loadRoleChain(db: Db, roleId: string): Promise<ResolvedRol
  * raced with an invalidation is not stored (generation check), so a stale chain never lands.
  */
 export class RoleCache {
-  readonly #entries = new Map<string, ResolvedRole>();
-  #generation = 0;
+  readonly #cache = new InvalidatedCache<ResolvedRole | null>({ max: Number.POSITIVE_INFINITY, keep: (r) => r !== null });
   hits = 0;
   misses = 0;
 
   constructor(private readonly db: Db) {}
 
   async resolve(roleId: string): Promise<ResolvedRole | null> {
-    const hit = this.#entries.get(roleId);
-    if (hit) {
-      this.hits++;
-      return hit;
-    }
-    this.misses++;
-    const generation = this.#generation;
-    const resolved = await loadRoleChain(this.db, roleId);
-    if (resolved && generation === this.#generation) this.#entries.set(roleId, resolved);
+    const call = { loaded: false };
+    const resolved = await this.#cache.get(roleId, () => {
+      call.loaded = true;
+      return loadRoleChain(this.db, roleId);
+    });
+    if (call.loaded) this.misses++;
+    else this.hits++;
     return resolved;
   }
 
+  /** A role id (every chain containing it is dropped), or '*'. */
   invalidate(key: string): void {
-    this.#generation++;
-    if (key === '*') {
-      this.#entries.clear();
-      return;
-    }
-    for (const [id, entry] of this.#entries) {
-      if (entry.chain.some((r) => r.id === key)) this.#entries.delete(id);
-    }
+    this.#cache.drop(key === '*' ? '*' : (entry) => entry?.chain.some((r) => r.id === key) ?? false);
+  }
+
+  /** Subscribes to role changes (and empties on a resync of the bus). */
+  listen(keel: Keel): this {
+    this.#cache.listen(keel.invalidation, ROLES_TOPIC, (key) => (key === '*' ? '*' : (entry) => entry?.chain.some((r) => r.id === key) ?? false));
+    return this;
   }
 
   get size(): number {
-    return this.#entries.size;
+    return this.#cache.size;
   }
 }
 
@@ -128,9 +126,7 @@ const caches = new WeakMap<Db, RoleCache>();
 export function roleCacheFor(keel: Keel): RoleCache {
   let cache = caches.get(keel.db);
   if (!cache) {
-    const created = new RoleCache(keel.db);
-    keel.invalidation.on(ROLES_TOPIC, (key) => created.invalidate(key));
-    keel.invalidation.onResync(() => created.invalidate('*'));
+    const created = new RoleCache(keel.db).listen(keel);
     caches.set(keel.db, created);
     cache = created;
   }

@@ -5,6 +5,7 @@ import { organizationUsers, partnerUsers } from './schema.js';
 import type { PermissionPair } from './permissions.js';
 import { loadRoleChain, resolveRole, ROLES_TOPIC } from './role-cache.js';
 import type { Keel } from '../../keel.js';
+import { InvalidatedCache } from '../../platform/cache.js';
 import { USER_TOPIC } from '../identity/sessions.js';
 import { users } from '../identity/schema.js';
 
@@ -75,37 +76,12 @@ async function loadMembership(db: Db, userId: string): Promise<Membership | null
 }
 
 /**
- * Per-process cache of memberships (DECISIONS "Caches"). Every change of a user's association
- * publishes the user on the identity `user` topic (`sessions.userChanged`, `revokeAllForUser`); an
- * organisation delete publishes `*` on the roles topic. Either clears the entry here and on every other
- * process at once. A load that raced an invalidation is not stored.
+ * Per-process cache of memberships (platform/cache.ts, DECISIONS "Caches"). Every change of a user's
+ * association publishes the user on the identity `user` topic (`sessions.userChanged`,
+ * `revokeAllForUser`); an organisation delete publishes `*` on the roles topic. Either clears the entry
+ * here and on every other process at once.
  */
-class MembershipCache {
-  readonly #entries = new Map<string, Membership | null>();
-  #generation = 0;
-
-  constructor(private readonly db: Db) {}
-
-  async get(userId: string): Promise<Membership | null> {
-    if (this.#entries.has(userId)) return this.#entries.get(userId) ?? null;
-    const generation = this.#generation;
-    const m = await loadMembership(this.db, userId);
-    if (generation === this.#generation) {
-      if (this.#entries.size >= 100_000) this.#entries.clear();
-      this.#entries.set(userId, m);
-    }
-    return m;
-  }
-
-  /** A user id, or '*' for everyone. */
-  invalidate(userId: string): void {
-    this.#generation++;
-    if (userId === '*') this.#entries.clear();
-    else this.#entries.delete(userId);
-  }
-}
-
-const membershipCaches = new WeakMap<Db, MembershipCache>();
+const membershipCaches = new WeakMap<Db, InvalidatedCache<Membership | null>>();
 
 /** After a change that rewrites many members' associations (site or group restrictions): drop every cached one. */
 export async function publishMembershipsChanged(keel: Keel): Promise<void> {
@@ -115,12 +91,9 @@ export async function publishMembershipsChanged(keel: Keel): Promise<void> {
 /** Creates this process's membership cache and subscribes it to invalidations (at app build). */
 export function membershipCacheFor(keel: Keel): void {
   if (membershipCaches.has(keel.db)) return;
-  const cache = new MembershipCache(keel.db);
-  keel.invalidation.on(USER_TOPIC, (userId) => cache.invalidate(userId));
-  keel.invalidation.on(ROLES_TOPIC, (roleId) => {
-    if (roleId === '*') cache.invalidate('*');
-  });
-  keel.invalidation.onResync(() => cache.invalidate('*'));
+  const cache = new InvalidatedCache<Membership | null>()
+    .listen(keel.invalidation, USER_TOPIC)
+    .listen(keel.invalidation, ROLES_TOPIC, (roleId) => (roleId === '*' ? '*' : null));
   membershipCaches.set(keel.db, cache);
 }
 
@@ -130,7 +103,7 @@ export function membershipCacheFor(keel: Keel): void {
  */
 export function getMembership(db: Db, userId: string): Promise<Membership | null> {
   const cache = membershipCaches.get(db);
-  return cache ? cache.get(userId) : loadMembership(db, userId);
+  return cache ? cache.get(userId, () => loadMembership(db, userId)) : loadMembership(db, userId);
 }
 
 /**

@@ -3,6 +3,7 @@ import { eq } from 'drizzle-orm';
 import { notFound } from '../../platform/http/errors.js';
 import { users } from './schema.js';
 import type { Keel } from '../../keel.js';
+import { InvalidatedCache } from '../../platform/cache.js';
 import { PROFILE_TOPIC, USER_TOPIC } from './sessions.js';
 import { identityPorts, type TenantOf } from './ports.js';
 
@@ -84,47 +85,17 @@ export function profileOf(user: User, passkeys: number, access: TenantOf): SelfP
 
 /**
  * Per-process cache of self-profiles for `GET /auth/me` and `/users/me`, the hottest authenticated
- * reads. Cleared for a user on the `user` topic (any change to the account, its factors or its
- * association publishes there) and entirely on any role change (the access module publishes `profile`
- * `*` then); a load that raced an invalidation is
- * not stored (DECISIONS "Caches").
+ * reads (platform/cache.ts). Cleared for a user on the `user` topic (any change to the account, its
+ * factors or its association publishes there) and entirely on any role change (the access module
+ * publishes `profile` `*` then).
  */
-class ProfileCache {
-  readonly #entries = new Map<string, SelfProfile>();
-  #generation = 0;
-
-  constructor(keel: Keel) {
-    keel.invalidation.on(USER_TOPIC, (userId) => this.#drop(userId));
-    keel.invalidation.on(PROFILE_TOPIC, (userId) => this.#drop(userId));
-    keel.invalidation.onResync(() => this.#drop('*'));
-  }
-
-  async get(keel: Keel, userId: string): Promise<SelfProfile> {
-    const hit = this.#entries.get(userId);
-    if (hit) return hit;
-    const generation = this.#generation;
-    const profile = await selfProfile(keel, userId);
-    if (generation === this.#generation) {
-      if (this.#entries.size >= 100_000) this.#entries.clear();
-      this.#entries.set(userId, profile);
-    }
-    return profile;
-  }
-
-  #drop(userId: string): void {
-    this.#generation++;
-    if (userId === '*') this.#entries.clear();
-    else this.#entries.delete(userId);
-  }
-}
-
-const profileCaches = new WeakMap<Keel, ProfileCache>();
+const profileCaches = new WeakMap<Keel, InvalidatedCache<SelfProfile>>();
 
 export function cachedSelfProfile(keel: Keel, userId: string): Promise<SelfProfile> {
   let cache = profileCaches.get(keel);
   if (!cache) {
-    cache = new ProfileCache(keel);
+    cache = new InvalidatedCache<SelfProfile>().listen(keel.invalidation, USER_TOPIC).listen(keel.invalidation, PROFILE_TOPIC);
     profileCaches.set(keel, cache);
   }
-  return cache.get(keel, userId);
+  return cache.get(userId, () => selfProfile(keel, userId));
 }

@@ -1,4 +1,5 @@
 import type { Keel } from '../../keel.js';
+import { InvalidatedCache } from '../../platform/cache.js';
 
 /** Invalidation topic for an organisation's active provider (key: organisation id). */
 export const SSO_PROVIDERS_TOPIC = 'sso.providers';
@@ -12,31 +13,18 @@ const MAX_ENTRIES = 50_000;
 
 /**
  * Per process: whether an organisation's active provider enforces SSO, so a password login costs no
- * extra statement once known. Every provider write publishes the organisation on
- * `SSO_PROVIDERS_TOPIC` after commit (here and on every other process: DECISIONS "Caches"); a load
- * that overlapped an invalidation is not stored (generation counter).
+ * extra statement once known (platform/cache.ts). Every provider write publishes the organisation on
+ * `SSO_PROVIDERS_TOPIC` after commit (here and on every other process: DECISIONS "Caches").
  */
 export class ActiveProviderCache {
-  readonly #entries = new Map<string, ActiveSummary | null>();
-  #generation = 0;
+  readonly #cache: InvalidatedCache<ActiveSummary | null>;
 
   constructor(private readonly keel: Keel) {
-    keel.invalidation.on(SSO_PROVIDERS_TOPIC, (orgId) => {
-      this.#generation++;
-      if (orgId === '*') this.#entries.clear();
-      else this.#entries.delete(orgId);
-    });
+    this.#cache = new InvalidatedCache<ActiveSummary | null>({ max: MAX_ENTRIES }).listen(keel.invalidation, SSO_PROVIDERS_TOPIC);
   }
 
-  async get(orgId: string, load: () => Promise<ActiveSummary | null>): Promise<ActiveSummary | null> {
-    if (this.#entries.has(orgId)) return this.#entries.get(orgId) ?? null;
-    const generation = this.#generation;
-    const value = await load();
-    if (generation === this.#generation) {
-      if (this.#entries.size >= MAX_ENTRIES) this.#entries.clear();
-      this.#entries.set(orgId, value);
-    }
-    return value;
+  get(orgId: string, load: () => Promise<ActiveSummary | null>): Promise<ActiveSummary | null> {
+    return this.#cache.get(orgId, load);
   }
 
   /** After a provider write commits. */
