@@ -63,23 +63,11 @@ describe.skipIf(!backendAvailable()).each(['false', 'true'])(`heartbeat cost (${
       calls.stop();
     }
   });
-});
 
-/**
- * The batched last-seen write changes no indexed column of devices, so PostgreSQL updates each row in
- * place (a HOT update: no index entries written), in the room fillfactor 80 keeps in every page. An
- * index covering last_seen_at (there was one) makes every such update write each index of the table.
- */
-describe.skipIf(!backendAvailable())(`last-seen writes are HOT updates (${backend})`, () => {
-  let app: TestApp;
-  let w: World;
-  beforeAll(async () => {
-    app = await startTestApp({ env: { LOGIN_LIMIT: '1000' } });
-    w = await createWorld(app);
-  });
-  afterAll(async () => app?.close());
-
-  it('the flush statement writes rows in place, and no index of devices covers last_seen_at', async () => {
+  // The batched last-seen write changes no indexed column of devices, so PostgreSQL updates each row in
+  // place (a HOT update: no index entries written), in the room fillfactor 80 keeps in every page. An
+  // index covering last_seen_at (there was one) makes every such update write each index of the table.
+  it.skipIf(metrics === 'true')('the flush statement writes rows in place, and no index of devices covers last_seen_at', async () => {
     const key = await enrollmentKey(app, w.tokens.orgAdmin, w.orgId);
     const devices = await Promise.all(Array.from({ length: 5 }, () => enroll(app, key)));
     for (const d of devices) expect((await heartbeat(app, d)).status).toBe(200);
@@ -88,10 +76,13 @@ describe.skipIf(!backendAvailable())(`last-seen writes are HOT updates (${backen
     const ids = devices.map((d) => d.deviceId);
     const stamp = new Date(Date.now() + 60_000).toISOString();
     // In one transaction, so the transaction's own counters say how each row was updated.
+    // The counter may still hold earlier transactions' counts not yet flushed: the difference is this statement's.
+    const hotSoFar = async (db: typeof keel.db) =>
+      Number((await rawQuery<{ hot: number | string }>(db, `select pg_stat_get_xact_tuples_hot_updated('devices'::regclass) as hot`, []))[0]?.hot);
     const [updated, hot] = await transaction(keel.db, async (tx) => {
+      const before = await hotSoFar(tx.db);
       const rows = await rawQuery(tx.db, `${flushStatement.text} returning d.id`, [ids, ids.map(() => stamp)]);
-      const [stats] = await rawQuery<{ hot: number | string }>(tx.db, `select pg_stat_get_xact_tuples_hot_updated('devices'::regclass) as hot`, []);
-      return [rows.length, Number(stats?.hot)];
+      return [rows.length, (await hotSoFar(tx.db)) - before];
     });
     expect(updated).toBe(5);
     expect(hot).toBe(5);
