@@ -33,7 +33,7 @@ describe.skipIf(!backendAvailable())('passwords: forgot, reset, change; profile'
     const earlier = new Set(smtp.messages);
     const res = await app.api('POST', '/auth/forgot-password', { body: { email } });
     expect(res.status).toBe(200);
-    const mail = await smtp.waitFor((m) => m.to.includes(email) && !earlier.has(m));
+    const mail = await smtp.waitFor((m) => m.to.includes(email) && !earlier.has(m) && m.urls.some((u) => u.includes('/reset-password?token=')));
     const url = mail.urls.find((u) => u.includes('/reset-password?token='));
     expect(url).toBeDefined();
     expect(url!.startsWith('https://keel.example.com/reset-password?token=')).toBe(true);

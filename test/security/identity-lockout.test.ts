@@ -110,7 +110,7 @@ describe.skipIf(!backendAvailable())(`password re-entry feeds the lockout (${bac
     const earlier = new Set(smtp.messages);
     const res = await app.api('POST', '/users/invite', { token: adminToken, body: { email: user.email, name: 'Existing', roleId: SYSTEM_ROLES.orgReadOnly.id, orgId } });
     expect(res.status).toBe(201);
-    const mail = await smtp.waitFor((m) => m.to.includes(user.email) && !earlier.has(m));
+    const mail = await smtp.waitFor((m) => m.to.includes(user.email) && !earlier.has(m) && m.urls.some((u) => u.includes('/accept-invite?token=')));
     return new URL(mail.urls.find((u) => u.includes('/accept-invite?token='))!).searchParams.get('token')!;
   }
 

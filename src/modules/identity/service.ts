@@ -18,6 +18,7 @@ import { checkPasswordUnderLockout, releaseReservation, verifyReenteredPassword 
 import { profileOf, selfProfile, type SelfProfile } from './profile.js';
 import { sessions, users } from './schema.js';
 import { ACCESS_TOKEN_SECONDS } from './tokens.js';
+import { notifyAuthChange } from './notices.js';
 
 export const PASSWORD_RESET_PURPOSE = 'password_reset';
 export const PASSWORD_RESET_TTL_MS = 3600_000;
@@ -338,6 +339,7 @@ export async function resetPassword(keel: Keel, token: string, password: string,
       action: 'user.password.reset',
       target: { type: 'user', id: user.id },
     });
+    tx.afterCommit(() => notifyAuthChange(keel, user, 'password_reset', info));
   });
 }
 
@@ -356,6 +358,7 @@ export async function changePassword(keel: Keel, userId: string, current: string
     await keel.singleUse.deleteForSubject(tx.db, PASSWORD_RESET_PURPOSE, userId);
     await identityOf(keel).sessions.revokeAllForUser(tx.db, userId, 'password_change', tx.afterCommit);
     await writeAudit(tx.db, info, { action: 'user.password.change', target: { type: 'user', id: userId } });
+    tx.afterCommit(() => notifyAuthChange(keel, user, 'password_changed', info));
   });
 }
 

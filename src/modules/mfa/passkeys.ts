@@ -28,6 +28,7 @@ import { passkeys } from './schema.js';
 import { smsEnrolled } from './sms.js';
 import { requireRelyingParty } from './webauthn.js';
 import { lazy } from '../../platform/lazy.js';
+import { notifyAuthChange } from '../identity/notices.js';
 
 /** Loaded on the first passkey request: the library costs ~300 ms of start-up otherwise. */
 const webauthn = lazy(() => import('@simplewebauthn/server'));
@@ -216,6 +217,7 @@ export async function registerPasskey(
       details: { credential: { id: inserted.id, name: inserted.name, aaguid: inserted.aaguid }, primary: !primaryElsewhere },
     });
     tx.afterCommit(() => identityOf(keel).sessions.userChanged(userId));
+    tx.afterCommit(() => notifyAuthChange(keel, locked, 'passkey_added', info));
     return inserted;
   });
   return { ...passkeyView(row), ...(recoveryCodes ? { recoveryCodes } : {}) };
@@ -299,6 +301,7 @@ export async function deletePasskey(keel: Keel, userId: string, passkeyId: strin
       details: { credential: { id: target.id, name: target.name }, remaining: others },
     });
     tx.afterCommit(() => identityOf(keel).sessions.userChanged(userId));
+    tx.afterCommit(() => notifyAuthChange(keel, locked, 'passkey_removed', info));
   });
 }
 

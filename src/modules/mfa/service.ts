@@ -19,6 +19,7 @@ import { countAuthOutcome } from '../../platform/metrics.js';
 import { invalidCode, invalidTempToken, loadUser, mfaDisabled, mfaLimits } from './common.js';
 import { checkSmsCode, smsEnrolled } from './sms.js';
 import type { SealedColumn } from '../../platform/reseal.js';
+import { notifyAuthChange } from '../identity/notices.js';
 
 export const TOTP_SETUP_PURPOSE = 'totp_setup';
 export const TOTP_SETUP_TTL_MS = 10 * 60_000;
@@ -107,6 +108,7 @@ export async function confirmTotp(
       target: { type: 'user', id: userId },
       details: { method: 'totp' },
     });
+    tx.afterCommit(() => notifyAuthChange(keel, user, 'totp_enabled', info));
   });
   const tokens = await upgradeSession(keel, user, sessionId);
   return { ...tokens, recoveryCodes };
@@ -189,6 +191,7 @@ export async function disableMfa(keel: Keel, userId: string, code: string, info:
     await clearFactors(tx.db, userId, { passkeys: false });
     await writeAudit(tx.db, info, { action: 'auth.mfa.disable', partnerId: access.partnerId, orgId: access.orgId, target: { type: 'user', id: userId } });
     tx.afterCommit(() => identityOf(keel).sessions.userChanged(userId));
+    tx.afterCommit(() => notifyAuthChange(keel, user, 'mfa_disabled', info));
   });
 }
 
@@ -235,6 +238,7 @@ export async function rotateRecoveryCodes(keel: Keel, userId: string, code: stri
       orgId: access.orgId,
       target: { type: 'user', id: userId },
     });
+    tx.afterCommit(() => notifyAuthChange(keel, user, 'recovery_codes_replaced', info));
   });
   return codes;
 }

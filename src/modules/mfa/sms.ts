@@ -16,6 +16,7 @@ import { invalidTempToken, loadUser, mfaDisabled, mfaLimits } from './common.js'
 import { MFA_LOGIN_PURPOSE } from './login.js';
 import { assertMethodAllowed, securityPolicy } from './policy.js';
 import { hashRecoveryCode, newRecoveryCodes } from './recovery.js';
+import { notifyAuthChange } from '../identity/notices.js';
 
 /** A phone verification code (POST /auth/phone/verify → /auth/phone/confirm). */
 export const PHONE_VERIFY_PURPOSE = 'phone_verify';
@@ -165,6 +166,7 @@ export async function confirmPhone(keel: Keel, userId: string, code: string, inf
       details: { phoneNumberMasked: maskPhone(phone), changed: phone !== user.phoneNumber },
     });
     tx.afterCommit(() => identityOf(keel).sessions.userChanged(user.id));
+    tx.afterCommit(() => notifyAuthChange(keel, user, 'phone_verified', info));
   });
   return { phoneNumberMasked: maskPhone(phone), phoneVerified: true };
 }
@@ -208,6 +210,7 @@ export async function enableSms(
       target: { type: 'user', id: userId },
       details: { method: 'sms' },
     });
+    tx.afterCommit(() => notifyAuthChange(keel, user, 'sms_enabled', info));
   });
   const tokens = await upgradeSession(keel, await loadUser(keel, userId), sessionId);
   return { ...tokens, recoveryCodes };
