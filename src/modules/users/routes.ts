@@ -13,6 +13,7 @@ import { Role } from '../access/routes.js';
 import { assignRole, getVisibleUser, listUsers, removeUser, updateUser } from './service.js';
 import { acceptInvite, inviteUser, listInvitations, resendInvite, revokeInvitation } from './invitations.js';
 import { resetUserMfa } from './mfa-reset.js';
+import { endUserSessions } from './end-sessions.js';
 import { requireMfa } from '../mfa/policy.js';
 
 const UserSchema = z
@@ -285,6 +286,20 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       await resetUserMfa(keel, accessOf(c), c.req.valid('param').id, { passkeys: body.passkeys ?? false }, requestInfo(c));
       return c.body(null, 204);
     },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/users/{id}/sessions/revoke', tags: tag,
+      summary: 'Sign a user out everywhere: every session of theirs ends at once (API keys stay). users:write and every permission the user holds; never your own (sign out instead)',
+      middleware: [...admin('write')],
+      request: { params: IdParam, query: ScopeQuery },
+      responses: {
+        200: json(z.object({ revoked: z.number().int().openapi({ description: 'Sessions ended (0 when none was live)' }) }).openapi('SessionsRevoked', { example: { revoked: 2 } }), 'Signed out'),
+        ...errors(401, 403, 404, 428),
+      },
+    }),
+    async (c) => c.json(await endUserSessions(keel, accessOf(c), c.req.valid('param').id, requestInfo(c)), 200),
   );
 
   api.openapi(
