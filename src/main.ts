@@ -24,6 +24,8 @@ Commands:
   secrets reseal        seal every stored secret again with the current
                         APP_ENCRYPTION_KEY (after a key rotation, before the old key
                         is dropped from APP_ENCRYPTION_KEYS_PREVIOUS)
+  sessions revoke-all   sign every user out everywhere at once (after a suspected
+                        compromise); accounts, factors and API keys stay
   help                  show this text (also: keel --help)
 
 Configuration comes from environment variables (README.md, "Configuration").`;
@@ -50,7 +52,8 @@ type Command =
   | { name: 'worker' }
   | { name: 'migrate' }
   | { name: 'admin create'; email: string; displayName: string | undefined }
-  | { name: 'secrets reseal' };
+  | { name: 'secrets reseal' }
+  | { name: 'sessions revoke-all' };
 
 const HELP = new Set(['help', '--help', '-h']);
 
@@ -114,6 +117,13 @@ function parseArgs(argv: string[]): Command {
       noMoreArgs('secrets reseal', options);
       return { name: 'secrets reseal' };
     }
+    case 'sessions': {
+      const [sub, ...options] = rest;
+      if (sub === undefined) throw new UsageError('sessions needs a subcommand: sessions revoke-all');
+      if (sub !== 'revoke-all') throw new UsageError(`unknown sessions subcommand ${quote(sub)}`);
+      noMoreArgs('sessions revoke-all', options);
+      return { name: 'sessions revoke-all' };
+    }
     default:
       throw new UsageError(`unknown command ${quote(command)}`);
   }
@@ -125,6 +135,7 @@ const LOCKED_HINT: Record<string, string> = {
   'keel migrate': 'a running server applies pending migrations itself when it starts; stop it to run keel migrate',
   'keel worker': 'on the embedded database the worker runs inside keel serve (WORKER=inline); separate workers need PostgreSQL (DATABASE_URL)',
   'keel secrets reseal': 'stop the server first (on PostgreSQL, keel secrets reseal runs beside serving processes)',
+  'keel sessions revoke-all': 'stop the server first (on PostgreSQL, keel sessions revoke-all runs beside serving processes and reaches them at once)',
   'keel admin create':
     'stop the server and run keel admin create again, or restart the server with ADMIN_EMAIL and ADMIN_PASSWORD set (used while no administrator exists)',
 };
@@ -341,6 +352,31 @@ async function resealCommand(config: Config, log: Logger): Promise<void> {
   }
 }
 
+/**
+ * `keel sessions revoke-all`: every live session ends, announced on the invalidation bus (Redis or
+ * NOTIFY), so the servers running beside it drop their session caches at once. Audited as the system.
+ */
+async function revokeAllSessions(config: Config, log: Logger): Promise<void> {
+  const [{ openKeel }, { identityOf }, { writeAudit }] = await Promise.all([
+    import('./compose.js'),
+    import('./modules/identity/context.js'),
+    import('./modules/audit/service.js'),
+  ]);
+  const database = await open(config, 'keel sessions revoke-all');
+  try {
+    const keel = await openKeel({ config, log, database });
+    try {
+      const ended = await identityOf(keel).sessions.revokeEveryone(keel.db, 'operator_sign_out');
+      await writeAudit(keel.db, { actor: { type: 'system' } }, { action: 'sessions.revoke_all', target: { type: 'session', id: '*' }, details: { revoked: ended } });
+      process.stdout.write(`Ended ${ended} session${ended === 1 ? '' : 's'}: every user signs in again\n`);
+    } finally {
+      await keel.close();
+    }
+  } finally {
+    await database.close();
+  }
+}
+
 async function adminCreate(config: Config, email: string, displayName: string | undefined): Promise<void> {
   const [{ migrate }, { seedAccess }, { createPlatformAdmin }] = await Promise.all([
     import('./platform/db/migrator.js'),
@@ -386,6 +422,9 @@ async function main(argv: string[]): Promise<number | null> {
       return 0;
     case 'secrets reseal':
       await resealCommand(config, log);
+      return 0;
+    case 'sessions revoke-all':
+      await revokeAllSessions(config, log);
       return 0;
   }
 }

@@ -59,7 +59,8 @@ export class SessionService {
   constructor(private readonly keel: Keel) {
     keel.invalidation.on(SESSION_TOPIC, (sid) => {
       this.#epoch++;
-      this.#cache.delete(sid);
+      if (sid === '*') this.#cache.clear();
+      else this.#cache.delete(sid);
     });
     keel.invalidation.on(USER_TOPIC, (userId) => {
       this.#epoch++;
@@ -193,6 +194,17 @@ export class SessionService {
   }
 
   /** Revokes every session of a user (logout, password change/reset, disable). */
+  /**
+   * Ends every live session of every user (`keel sessions revoke-all`, after a suspected compromise):
+   * every process drops its session cache at once, so each access token answers 401 on its next
+   * request and each refresh token is refused. Accounts, factors and API keys stay.
+   */
+  async revokeEveryone(db: Db, reason: string): Promise<number> {
+    const rows = await db.update(sessions).set({ revokedAt: clock.now(), revokedReason: reason }).where(isNull(sessions.revokedAt)).returning({ id: sessions.id });
+    await this.keel.invalidation.publish(SESSION_TOPIC, '*');
+    return rows.length;
+  }
+
   async revokeAllForUser(db: Db, userId: string, reason: string, afterCommit?: (fn: () => Promise<void>) => void): Promise<number> {
     const rows = await db
       .update(sessions)
