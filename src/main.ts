@@ -94,6 +94,14 @@ function adminCreateOptions(args: string[]): { email: string; displayName: strin
   return { email, displayName };
 }
 
+/** A command with one subcommand (`admin create`, `secrets reseal`): the arguments after it. */
+function subcommand(command: string, only: string, rest: string[], usage = ''): string[] {
+  const [sub, ...options] = rest;
+  if (sub === undefined) throw new UsageError(`${command} needs a subcommand: ${command} ${only}${usage ? ` ${usage}` : ''}`);
+  if (sub !== only) throw new UsageError(`unknown ${command} subcommand ${quote(sub)}`);
+  return options;
+}
+
 function parseArgs(argv: string[]): Command {
   const [command, ...rest] = argv;
   if (command === undefined) throw new UsageError('no command given');
@@ -104,26 +112,14 @@ function parseArgs(argv: string[]): Command {
     case 'migrate':
       noMoreArgs(command, rest);
       return { name: command };
-    case 'admin': {
-      const [sub, ...options] = rest;
-      if (sub === undefined) throw new UsageError('admin needs a subcommand: admin create --email <email>');
-      if (sub !== 'create') throw new UsageError(`unknown admin subcommand ${quote(sub)}`);
-      return { name: 'admin create', ...adminCreateOptions(options) };
-    }
-    case 'secrets': {
-      const [sub, ...options] = rest;
-      if (sub === undefined) throw new UsageError('secrets needs a subcommand: secrets reseal');
-      if (sub !== 'reseal') throw new UsageError(`unknown secrets subcommand ${quote(sub)}`);
-      noMoreArgs('secrets reseal', options);
+    case 'admin':
+      return { name: 'admin create', ...adminCreateOptions(subcommand('admin', 'create', rest, '--email <email>')) };
+    case 'secrets':
+      noMoreArgs('secrets reseal', subcommand('secrets', 'reseal', rest));
       return { name: 'secrets reseal' };
-    }
-    case 'sessions': {
-      const [sub, ...options] = rest;
-      if (sub === undefined) throw new UsageError('sessions needs a subcommand: sessions revoke-all');
-      if (sub !== 'revoke-all') throw new UsageError(`unknown sessions subcommand ${quote(sub)}`);
-      noMoreArgs('sessions revoke-all', options);
+    case 'sessions':
+      noMoreArgs('sessions revoke-all', subcommand('sessions', 'revoke-all', rest));
       return { name: 'sessions revoke-all' };
-    }
     default:
       throw new UsageError(`unknown command ${quote(command)}`);
   }
@@ -357,17 +353,22 @@ async function resealCommand(config: Config, log: Logger): Promise<void> {
  * NOTIFY), so the servers running beside it drop their session caches at once. Audited as the system.
  */
 async function revokeAllSessions(config: Config, log: Logger): Promise<void> {
-  const [{ openKeel }, { identityOf }, { writeAudit }] = await Promise.all([
+  const [{ openKeel }, { identityOf }, { writeAudit }, { transaction }] = await Promise.all([
     import('./compose.js'),
     import('./modules/identity/context.js'),
     import('./modules/audit/service.js'),
+    import('./platform/db/transaction.js'),
   ]);
   const database = await open(config, 'keel sessions revoke-all');
   try {
     const keel = await openKeel({ config, log, database });
     try {
-      const ended = await identityOf(keel).sessions.revokeEveryone(keel.db, 'operator_sign_out');
-      await writeAudit(keel.db, { actor: { type: 'system' } }, { action: 'sessions.revoke_all', target: { type: 'session', id: '*' }, details: { revoked: ended } });
+      // The sessions and the audit entry commit together; the caches are told after the commit.
+      const ended = await transaction(keel.db, async (tx) => {
+        const n = await identityOf(keel).sessions.revokeEveryone(tx.db, 'operator_sign_out', tx.afterCommit);
+        await writeAudit(tx.db, { actor: { type: 'system' } }, { action: 'sessions.revoke_all', target: { type: 'session', id: '*' }, details: { revoked: n } });
+        return n;
+      });
       process.stdout.write(`Ended ${ended} session${ended === 1 ? '' : 's'}: every user signs in again\n`);
     } finally {
       await keel.close();

@@ -1,6 +1,6 @@
 import { sql } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
-import { InvalidatedCache } from '../../platform/cache.js';
+import { InvalidatedCache, type Selection } from '../../platform/cache.js';
 import { rowsOf, type Db } from '../../platform/db/client.js';
 import { PermissionSet, type PermissionPair } from './permissions.js';
 import { PROFILE_TOPIC } from '../identity/sessions.js';
@@ -86,6 +86,10 @@ export async function loadRoleChain(db: Db, roleId: string): Promise<ResolvedRol
  * ROLES_TOPIC; every process drops the entries whose chain contains that role at once. A load that
  * raced with an invalidation is not stored (generation check), so a stale chain never lands.
  */
+/** What a role change drops: every cached chain containing the role (`*`: all). */
+const chainsWith = (roleId: string): Selection<ResolvedRole | null> =>
+  roleId === '*' ? '*' : (entry) => entry?.chain.some((r) => r.id === roleId) ?? false;
+
 export class RoleCache {
   readonly #cache = new InvalidatedCache<ResolvedRole | null>({ max: Number.POSITIVE_INFINITY, keep: (r) => r !== null });
   hits = 0;
@@ -106,12 +110,12 @@ export class RoleCache {
 
   /** A role id (every chain containing it is dropped), or '*'. */
   invalidate(key: string): void {
-    this.#cache.drop(key === '*' ? '*' : (entry) => entry?.chain.some((r) => r.id === key) ?? false);
+    this.#cache.drop(chainsWith(key));
   }
 
   /** Subscribes to role changes (and empties on a resync of the bus). */
   listen(keel: Keel): this {
-    this.#cache.listen(keel.invalidation, ROLES_TOPIC, (key) => (key === '*' ? '*' : (entry) => entry?.chain.some((r) => r.id === key) ?? false));
+    this.#cache.listen(keel.invalidation, ROLES_TOPIC, chainsWith);
     return this;
   }
 

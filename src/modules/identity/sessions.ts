@@ -199,9 +199,11 @@ export class SessionService {
    * every process drops its session cache at once, so each access token answers 401 on its next
    * request and each refresh token is refused. Accounts, factors and API keys stay.
    */
-  async revokeEveryone(db: Db, reason: string): Promise<number> {
+  async revokeEveryone(db: Db, reason: string, afterCommit?: (fn: () => Promise<void>) => void): Promise<number> {
     const rows = await db.update(sessions).set({ revokedAt: clock.now(), revokedReason: reason }).where(isNull(sessions.revokedAt)).returning({ id: sessions.id });
-    await this.keel.invalidation.publish(SESSION_TOPIC, '*');
+    const publish = () => this.keel.invalidation.publish(SESSION_TOPIC, '*');
+    if (afterCommit) afterCommit(publish);
+    else await publish();
     return rows.length;
   }
 
