@@ -18,6 +18,18 @@ export default tseslint.config(
     },
   },
   {
+    files: ['src/**/*.ts'],
+    rules: {
+      // On Node 20 an AsyncLocalStorage (or any async hook) turns on the promise hooks for every
+      // promise in the process: 10-30% of every route's throughput (platform/request-scope.ts).
+      'no-restricted-imports': ['error', { paths: [
+        { name: 'node:async_hooks', message: 'Async hooks slow every promise on Node 20: pass the request (requestLog, platform/request-scope.ts).' },
+        { name: 'async_hooks', message: 'Async hooks slow every promise on Node 20: pass the request (requestLog, platform/request-scope.ts).' },
+        { name: 'hono/context-storage', message: 'It is an AsyncLocalStorage: pass the request instead (platform/request-scope.ts).' },
+      ] }],
+    },
+  },
+  {
     files: ['**/*.test.ts', 'test/**/*.ts', 'bench/**/*.ts'],
     rules: {
       '@typescript-eslint/no-non-null-assertion': 'off',

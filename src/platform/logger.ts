@@ -1,6 +1,5 @@
 import { writev, writevSync } from 'node:fs';
 import { pino, type DestinationStream, type Logger } from 'pino';
-import { currentRequest } from './request-scope.js';
 
 /** Keys whose values never reach a log line, at any depth of a logged object. */
 const REDACT = new Set([
@@ -241,34 +240,16 @@ function isoTime(): string {
   return lastTime;
 }
 
-const NO_FIELDS = {};
-
-/**
- * The current request's id and traceparent on every line written while serving it (request-scope.ts);
- * a field the line names itself wins. Outside a request, nothing is added and nothing is copied.
- */
-function requestMixin(): object {
-  const request = currentRequest();
-  if (!request) return NO_FIELDS;
-  // A fresh object of a fixed shape, merged into below: cheaper than spreading two objects (~2 µs a line).
-  return request.traceparent === undefined ? { reqId: request.reqId } : { reqId: request.reqId, traceparent: request.traceparent };
-}
-
-function mergeRequestFields(line: object, fields: object): object {
-  return fields === NO_FIELDS ? line : Object.assign(fields, line);
-}
-
 /**
  * A logger at `level`; by default writing to the process's buffered stdout destination (above).
- * Every line logged while a request is served carries its `reqId` (and `traceparent`).
+ * A line about a request carries its `reqId` (and `traceparent`) through `requestLog`
+ * (platform/request-scope.ts).
  */
 export function createLogger(level: string, base: Record<string, unknown> = {}, destination?: DestinationStream): Logger {
   return pino(
     {
       level,
       base: { service: 'keel', ...base },
-      mixin: requestMixin,
-      mixinMergeStrategy: mergeRequestFields,
       formatters: { log: (object) => redactSecrets(object) },
       // pino's error serializer answers an object of its own class: redact its plain copy.
       serializers: { err: (err: Error) => redactSecrets({ ...pino.stdSerializers.err(err) }) },

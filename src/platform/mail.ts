@@ -10,7 +10,8 @@ export interface Mail {
 export interface Mailer {
   /** True when a real SMTP server is configured (or the development log sink may show the content). */
   readonly delivers: boolean;
-  send(mail: Mail): Promise<void>;
+  /** `log`: for the lines about this message (the request's logger, `requestLog`); the mailer's own by default. */
+  send(mail: Mail, log?: Logger): Promise<void>;
 }
 
 /**
@@ -32,11 +33,11 @@ export function createMailer(opts: { smtpUrl: string | undefined; from: string; 
   }
   return {
     delivers: !opts.production,
-    send(mail) {
+    send(mail, log = opts.log) {
       if (opts.production) {
-        opts.log.warn({ subject: mail.subject }, 'no email service configured (SMTP_URL): email not sent');
+        log.warn({ subject: mail.subject }, 'no email service configured (SMTP_URL): email not sent');
       } else {
-        opts.log.warn({ devEmailSink: true, to: mail.to, subject: mail.subject, body: mail.text }, 'DEVELOPMENT EMAIL (not sent; set SMTP_URL)');
+        log.warn({ devEmailSink: true, to: mail.to, subject: mail.subject, body: mail.text }, 'DEVELOPMENT EMAIL (not sent; set SMTP_URL)');
       }
       return Promise.resolve();
     },

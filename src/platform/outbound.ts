@@ -3,7 +3,6 @@ import type { LookupAddress, LookupOptions } from 'node:dns';
 import type { Socket } from 'node:net';
 import tls from 'node:tls';
 import ipaddr from 'ipaddr.js';
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { Agent, buildConnector, request } from 'undici';
 
 /**
@@ -144,7 +143,30 @@ interface Attempt {
   signal: AbortSignal;
   timeoutMs: number;
 }
-const currentAttempt = new AsyncLocalStorage<Attempt>();
+
+/*
+ * How the connector finds the attempt that made it dial. undici starts a connection synchronously
+ * inside `request()` (Agent → Pool → Client → connector) and Node's net/tls call the lookup
+ * synchronously inside `connect()`, so each slot below is set only for the length of that call:
+ * `dialling` around `request()`, `connecting` around the connector's own `connect`. A connection
+ * made at any other moment (a pool reconnecting for a queued request) finds neither and gets
+ * CONNECT_FALLBACK_MS, while the attempt itself still ends at its own deadline. An AsyncLocalStorage
+ * would say the same thing implicitly, but on Node 20 it makes every promise of the process pay for
+ * async hooks (platform/request-scope.ts), and every request once one webhook had been delivered.
+ */
+let dialling: Attempt | undefined;
+let connecting: Attempt | undefined;
+
+/** Runs `start` (which may dial) with `attempt` as the one a new connection belongs to. */
+function dialFor<T>(attempt: Attempt, start: () => T): T {
+  const outer = dialling;
+  dialling = attempt;
+  try {
+    return start();
+  } finally {
+    dialling = outer;
+  }
+}
 
 /** The addresses `hostname` resolves to, every one of them allowed; throws the OutboundError otherwise. */
 async function vettedAddresses(hostname: string, policy: OutboundPolicy, attempt: Attempt): Promise<LookupAddress[]> {
@@ -211,7 +233,7 @@ function agentFor(policy: OutboundPolicy): Agent {
   if (!agent) {
     // Connect-time resolution: the name is resolved and vetted again, and only what passed is dialled.
     const lookup = (hostname: string, options: LookupOptions, callback: LookupCallback): void => {
-      const attempt = currentAttempt.getStore() ?? { signal: AbortSignal.timeout(CONNECT_FALLBACK_MS), timeoutMs: CONNECT_FALLBACK_MS };
+      const attempt = connecting ?? { signal: AbortSignal.timeout(CONNECT_FALLBACK_MS), timeoutMs: CONNECT_FALLBACK_MS };
       vettedAddresses(hostname, policy, attempt).then(
         (addresses) => {
           const [first] = addresses;
@@ -226,7 +248,7 @@ function agentFor(policy: OutboundPolicy): Agent {
     // undici's connector returns the socket it starts (its type says void).
     const base = buildConnector({ lookup, timeout: 0, ...(policy.ca ? { ca: [...tls.rootCertificates, policy.ca] } : {}) }) as unknown as (options: buildConnector.Options, callback: buildConnector.Callback) => Socket;
     const connect: buildConnector.connector = (options, callback) => {
-      const attempt = currentAttempt.getStore();
+      const attempt = dialling;
       const signal = attempt?.signal ?? AbortSignal.timeout(CONNECT_FALLBACK_MS);
       let settled = false;
       const settle: buildConnector.Callback = (...args) => {
@@ -235,7 +257,13 @@ function agentFor(policy: OutboundPolicy): Agent {
         signal.removeEventListener('abort', onAbort);
         callback(...args);
       };
-      const socket = base(options, settle);
+      connecting = attempt;
+      let socket: Socket;
+      try {
+        socket = base(options, settle);
+      } finally {
+        connecting = undefined;
+      }
       function onAbort(): void {
         const err = timedOut(attempt?.timeoutMs ?? CONNECT_FALLBACK_MS);
         socket.destroy(err);
@@ -288,16 +316,19 @@ export async function outboundRequest(raw: string, init: OutboundInit, policy: O
   const attempt: Attempt = { signal, timeoutMs: init.timeoutMs };
   const failure = (): OutboundError => (init.signal?.aborted && !deadline.aborted ? new OutboundError('aborted', 'the attempt was cancelled') : timedOut(init.timeoutMs));
   return beforeDeadline(
-    currentAttempt.run(attempt, async () => {
+    (async () => {
       const { url } = await vet(raw, policy, attempt);
       try {
-        const res = await request(url, {
-          dispatcher: agentFor(policy),
-          method: init.method ?? 'POST',
-          headers: init.headers ?? {},
-          body: init.body ?? null,
-          signal,
-        });
+        const dispatcher = agentFor(policy);
+        const res = await dialFor(attempt, () =>
+          request(url, {
+            dispatcher,
+            method: init.method ?? 'POST',
+            headers: init.headers ?? {},
+            body: init.body ?? null,
+            signal,
+          }),
+        );
         const chunks: Buffer[] = [];
         let size = 0;
         for await (const chunk of res.body) {
@@ -319,7 +350,7 @@ export async function outboundRequest(raw: string, init: OutboundInit, policy: O
         if (signal.aborted) throw failure();
         throw new OutboundError('network', (err as Error).message);
       }
-    }),
+    })(),
     signal,
     init.timeoutMs,
   ).catch((err: unknown) => {

@@ -1,28 +1,27 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
+import type { Logger } from './logger.js';
 
-/**
- * What every log line written while serving a request carries (docs/decisions.md "Production
- * readiness"): the request id and, when the client sent a valid W3C `traceparent`, that header.
- * `requestContext` (platform/http/middleware.ts) runs the rest of the request inside `runInRequest`;
- * the logger (platform/logger.ts `createLogger`) adds these fields to each line through pino's
- * mixin, so no call site passes them by hand. Work a request leaves behind (a deferred task, an
- * afterCommit hook) keeps the fields: AsyncLocalStorage follows promises and timers.
+/*
+ * Which request a log line belongs to (docs/decisions.md "Request ids on every line"). The access
+ * line carries the request id and the client's `traceparent`; a service line written for a request
+ * carries them through `requestLog`, given the request facts the route already hands every service
+ * for its audit entries (`requestInfo(c)`: `requestId`, `traceparent`). Work a request leaves behind
+ * (identity's deferred queue: emails after the answer) is handed the same logger.
+ *
+ * This is explicit on purpose. An AsyncLocalStorage made it implicit, but on Node 20 it turns on
+ * the promise hooks for every promise the process makes, and that cost 10 to 30% of the throughput
+ * of every route (bench/README.md "Request scope"), for the dozen lines a request may write.
  */
-export interface RequestFields {
-  readonly reqId: string;
-  readonly traceparent?: string;
+
+/** The request facts a line needs; `requestInfo(c)` (and every audit context built from it) has them. */
+export interface RequestRef {
+  readonly requestId?: string | null | undefined;
+  readonly traceparent?: string | null | undefined;
 }
 
-const scope = new AsyncLocalStorage<RequestFields>();
-
-/** Runs `fn` with `fields` as the current request's fields. */
-export function runInRequest<T>(fields: RequestFields, fn: () => T): T {
-  return scope.run(fields, fn);
-}
-
-/** The fields of the request being served, or undefined outside a request (start-up, the delivery worker). */
-export function currentRequest(): RequestFields | undefined {
-  return scope.getStore();
+/** `log`, with the request's `reqId` and `traceparent` on every line when `request` names one. */
+export function requestLog(log: Logger, request: RequestRef | null | undefined): Logger {
+  if (!request?.requestId) return log;
+  return log.child(request.traceparent ? { reqId: request.requestId, traceparent: request.traceparent } : { reqId: request.requestId });
 }
 
 /** `00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`, lower case, neither id all zeros (W3C Trace Context, version 00). */

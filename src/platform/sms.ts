@@ -26,8 +26,11 @@ export interface SmsGateway {
    * answers 503 `sms_unavailable`).
    */
   readonly available: boolean;
-  /** Hands the message to the gateway; throws SmsSendError when it refuses or cannot be reached. */
-  send(message: SmsMessage): Promise<void>;
+  /**
+   * Hands the message to the gateway; throws SmsSendError when it refuses or cannot be reached. `log`:
+   * for the lines about this message (the request's logger, `requestLog`); the gateway's own by default.
+   */
+  send(message: SmsMessage, log?: Logger): Promise<void>;
 }
 
 export interface SmsGatewayOptions {
@@ -52,9 +55,9 @@ export function logSmsGateway(production: boolean, log: Logger): SmsGateway {
   return {
     provider: 'log',
     available: !production,
-    send(message) {
+    send(message, lineLog = log) {
       if (production) return Promise.reject(new SmsSendError('no SMS gateway configured (SMS_PROVIDER=log under production)'));
-      log.warn({ devSmsSink: true, to: message.to, body: message.body }, 'DEVELOPMENT SMS (not sent; set SMS_PROVIDER=twilio)');
+      lineLog.warn({ devSmsSink: true, to: message.to, body: message.body }, 'DEVELOPMENT SMS (not sent; set SMS_PROVIDER=twilio)');
       return Promise.resolve();
     },
   };
@@ -79,7 +82,7 @@ export function twilioSmsGateway(opts: {
   return {
     provider: 'twilio',
     available: true,
-    async send(message) {
+    async send(message, log = opts.log) {
       let res: Response;
       try {
         res = await fetch(endpoint, {
@@ -103,7 +106,7 @@ export function twilioSmsGateway(opts: {
         }
         throw new SmsSendError(`SMS gateway answered ${res.status}`, res.status, providerCode);
       }
-      opts.log.debug({ smsProvider: 'twilio', status: res.status }, 'SMS accepted by the gateway');
+      log.debug({ smsProvider: 'twilio', status: res.status }, 'SMS accepted by the gateway');
     },
   };
 }

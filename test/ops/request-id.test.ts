@@ -1,13 +1,14 @@
 /**
- * Request ids and tracing (issue 19): every line Keel's logger writes while serving a request carries
- * the request's id (X-Request-Id) without the call site passing it, including work the request left
- * to run after its answer (the email of a password reset); a valid W3C `traceparent` is kept, logged on
- * the access line and every other line of the request, and echoed; an invalid one is ignored.
+ * Request ids and tracing (issue 19): the lines Keel writes about a request carry the request's id
+ * (X-Request-Id), the access line and service lines alike (`requestLog`, given the request facts
+ * every service receives), including work the request left to run after its answer (the email of a
+ * password reset); a valid W3C `traceparent` is kept, logged on the access line and every other line
+ * of the request, and echoed; an invalid one is ignored.
  */
 import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
-import { createUser } from '../helpers/fixtures.js';
+import { createUser, login } from '../helpers/fixtures.js';
 import { createLogger } from '../../src/platform/logger.js';
 
 interface Line {
@@ -63,6 +64,15 @@ describe.skipIf(!backendAvailable())(`request ids and traceparent on every log l
     const mine = lines.filter((l) => l.reqId === 'forgot-req-1');
     expect(mine.length).toBeGreaterThanOrEqual(2);
     expect(mine.every((l) => l.traceparent === TRACEPARENT)).toBe(true);
+  });
+
+  it('puts them on a line a service writes while answering (the development SMS sink)', async () => {
+    const user = await createUser(app);
+    const { accessToken } = await login(app, user);
+    const res = await app.api('POST', '/auth/phone/verify', { token: accessToken, body: { phoneNumber: '+14155550177' }, headers: { 'x-request-id': 'sms-req-1', traceparent: TRACEPARENT } });
+    expect(res.status).toBe(200);
+    const sms = await lineWhere((l) => /DEVELOPMENT SMS/.test(l.msg) && l.reqId === 'sms-req-1');
+    expect(sms).toMatchObject({ reqId: 'sms-req-1', traceparent: TRACEPARENT });
   });
 
   it('keeps two requests in flight together apart', async () => {

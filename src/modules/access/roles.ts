@@ -1,5 +1,6 @@
 import { and, asc, count, desc, eq, inArray, or, sql, type SQL } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
+import { requestLog } from '../../platform/request-scope.js';
 import { clock } from '../../platform/clock.js';
 import { rowsOf, type Db } from '../../platform/db/client.js';
 import { transaction } from '../../platform/db/transaction.js';
@@ -335,7 +336,7 @@ export async function updateRole(keel: Keel, access: AccessContext, id: string, 
     await writeAudit(tx.db, info, { action: 'role.update', ...tenantOf(row), target: { type: 'role', id: row.id }, changes, details: { name: row.name } });
     tx.afterCommit(() => publishRoleChange(keel, row.id));
     return row;
-  }, (err) => keel.log.error({ err }, 'role invalidation failed'));
+  }, (err) => requestLog(keel.log, info).error({ err }, 'role invalidation failed'));
   return viewOf(keel.db, role, access);
 }
 
@@ -374,7 +375,7 @@ export async function deleteRole(keel: Keel, access: AccessContext, id: string, 
       });
       await writeAudit(tx.db, info, { action: 'role.delete', ...tenantOf(existing), target: { type: 'role', id: existing.id }, details: { name: existing.name } });
       tx.afterCommit(() => publishRoleChange(keel, existing.id));
-    }, (err) => keel.log.error({ err }, 'role invalidation failed'));
+    }, (err) => requestLog(keel.log, info).error({ err }, 'role invalidation failed'));
   } catch (err) {
     // A holder or child appeared between the count and the delete: the foreign key stops it.
     if (isForeignKeyViolation(err)) throw roleInUse(await blockers(keel.db, id));

@@ -3,6 +3,7 @@ import { clock } from '../../platform/clock.js';
 import { newId } from '../../platform/db/columns.js';
 import { prepared, rawQuery, tableWriter, type SqlPart } from '../../platform/db/raw.js';
 import { auditLogs } from './schema.js';
+import type { RequestRef } from '../../platform/request-scope.js';
 
 export interface AuditActor {
   type: 'user' | 'api_key' | 'system' | 'anonymous';
@@ -10,8 +11,12 @@ export interface AuditActor {
   email?: string | null;
 }
 
-/** Who did it and from where; routes build it from the request (see http/audit-context). */
-export interface AuditRequestInfo {
+/**
+ * Who did it and from where; routes build it from the request (see http/audit-context). It is also
+ * the request a service's log lines name (`requestLog(keel.log, info)`, platform/request-scope.ts):
+ * `traceparent` is for those lines only, never stored.
+ */
+export interface AuditRequestInfo extends RequestRef {
   actor: AuditActor;
   ip?: string | null;
   userAgent?: string | null;

@@ -36,6 +36,7 @@ export function requestInfo(c: Context<AppEnv>): RequestInfo {
     ip: c.get('ip') || null,
     userAgent: c.req.header('user-agent') ?? null,
     requestId: c.get('requestId'),
+    traceparent: c.get('traceparent'),
   };
 }
 

@@ -1,6 +1,7 @@
 import type { Keel } from '../../keel.js';
 import { clock } from '../../platform/clock.js';
 import { identityOf } from './context.js';
+import type { RequestInfo } from './service.js';
 
 /** A change to how an account signs in, told to its owner (ASVS 6.3.7, docs/security.md). */
 export type AuthChange =
@@ -35,10 +36,10 @@ const printable = (text: string, max: number): string => text.replace(/[\u0000-\
  * deferred queue, so a slow or failing mail server neither delays nor fails the change (the failure
  * is logged). Call once the change has committed.
  */
-export function notifyAuthChange(keel: Keel, user: { email: string; name: string }, change: AuthChange, info: { ip: string | null; userAgent: string | null }): void {
+export function notifyAuthChange(keel: Keel, user: { email: string; name: string }, change: AuthChange, info: RequestInfo): void {
   const { subject, sentence } = WHAT[change];
   const at = clock.now().toISOString();
-  identityOf(keel).deferred.run('auth_change_notice', () =>
+  identityOf(keel).deferred.run('auth_change_notice', info, (log) =>
     keel.mailer.send({
       to: user.email,
       subject,
@@ -53,6 +54,6 @@ export function notifyAuthChange(keel: Keel, user: { email: string; name: string
         'If this was you, there is nothing to do.',
         `If it was not, reset your password at ${keel.config.publicUrl}/forgot-password and tell your administrator at once.`,
       ].join('\n'),
-    }),
+    }, log),
   );
 }

@@ -8,6 +8,7 @@ import { prepared, rawQuery, tableReader } from '../../platform/db/raw.js';
 import { AppError, conflict, forbidden, notFound, unauthorized } from '../../platform/http/errors.js';
 import { passwordPolicyVerdicts } from './password-policy.js';
 import { auditInsert, writeAudit, type AuditRequestInfo } from '../audit/service.js';
+import type { Logger } from '../../platform/logger.js';
 import { identityOf } from './context.js';
 import { csrfMatchesSession } from './csrf.js';
 import { identityPorts, type SecondFactorChallenge, type TenantOf } from './ports.js';
@@ -293,10 +294,10 @@ export async function logout(keel: Keel, userId: string, sessionId: string | nul
 export async function forgotPassword(keel: Keel, email: string, info: RequestInfo): Promise<void> {
   const identity = identityOf(keel);
   await identity.limits.forgotPassword.consume(info.ip ?? 'unknown');
-  identity.deferred.run('password_reset_email', () => sendResetLink(keel, email));
+  identity.deferred.run('password_reset_email', info, (log) => sendResetLink(keel, email, log));
 }
 
-async function sendResetLink(keel: Keel, email: string): Promise<void> {
+async function sendResetLink(keel: Keel, email: string, log: Logger): Promise<void> {
   const user = await findUserByEmail(keel.db, email);
   if (user?.status !== 'active') return;
   // A member of an organisation that enforces SSO gets no link (the answer was the same 200 already).
@@ -312,7 +313,7 @@ async function sendResetLink(keel: Keel, email: string): Promise<void> {
     to: user.email,
     subject: 'Reset your Keel password',
     text: `Someone asked to reset the password of your Keel account.\n\nTo choose a new password, open this link within one hour:\n${link}\n\nIf it was not you, ignore this email; your password stays as it is.\n`,
-  });
+  }, log);
 }
 
 /** Sets a new password with a reset token (single use, 1 hour) and revokes every session of the user. */

@@ -9,6 +9,7 @@ import type {
 } from '@simplewebauthn/server';
 
 import type { Keel } from '../../keel.js';
+import { requestLog } from '../../platform/request-scope.js';
 import { countAuthOutcome } from '../../platform/metrics.js';
 import { clock } from '../../platform/clock.js';
 import { sha256Hex } from '../../platform/crypto.js';
@@ -170,7 +171,7 @@ export async function registerPasskey(
       requireUserVerification: false,
     });
   } catch (err) {
-    keel.log.info({ err: err instanceof Error ? err.message : String(err) }, 'passkey registration refused');
+    requestLog(keel.log, info).info({ err: err instanceof Error ? err.message : String(err) }, 'passkey registration refused');
     throw invalidPasskey(400);
   }
   if (!verification.verified) throw invalidPasskey(400);
@@ -393,7 +394,7 @@ async function checkPasskeyLogin(keel: Keel, tempToken: string, credential: Auth
       requireUserVerification: false,
     });
   } catch (err) {
-    keel.log.info({ err: err instanceof Error ? err.message : String(err) }, 'passkey assertion refused');
+    requestLog(keel.log, info).info({ err: err instanceof Error ? err.message : String(err) }, 'passkey assertion refused');
     throw invalidPasskey(401);
   }
   if (!verification.verified) throw invalidPasskey(401);
@@ -417,7 +418,7 @@ async function checkPasskeyLogin(keel: Keel, tempToken: string, credential: Auth
       details: { credential: { id: key.id, name: key.name }, storedCounter: key.counter, receivedCounter: received },
       result: 'failure',
     });
-    keel.log.warn({ userId: user.id, passkey: key.id, storedCounter: key.counter, receivedCounter: received }, 'passkey signature counter went backwards: possible cloned authenticator');
+    requestLog(keel.log, info).warn({ userId: user.id, passkey: key.id, storedCounter: key.counter, receivedCounter: received }, 'passkey signature counter went backwards: possible cloned authenticator');
     throw new AppError(
       401,
       'passkey_counter_regression',

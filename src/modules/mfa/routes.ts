@@ -230,7 +230,7 @@ function mountSmsRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       responses: { 200: json(CodeSentSchema), ...errors(400, 401, 403, 404, 429), ...unavailable(502, 'The gateway refused the SMS'), ...unavailable(503, 'No SMS gateway') },
     }),
     async (c) => {
-      return c.json(await startPhoneVerification(keel, c.get('principal').userId, c.req.valid('json').phoneNumber), 200);
+      return c.json(await startPhoneVerification(keel, c.get('principal').userId, c.req.valid('json').phoneNumber, requestInfo(c)), 200);
     },
   );
 
@@ -279,10 +279,10 @@ function mountSmsRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     }),
     async (c) => {
       const { tempToken } = c.req.valid('json');
-      if (tempToken) return c.json(await sendLoginSms(keel, tempToken), 200);
+      if (tempToken) return c.json(await sendLoginSms(keel, tempToken, requestInfo(c)), 200);
       const principal = await requireUserPrincipal(keel, c.req.header('authorization'));
       c.set('principal', principal);
-      return c.json(await sendSmsToSelf(keel, principal.userId), 200);
+      return c.json(await sendSmsToSelf(keel, principal.userId, requestInfo(c)), 200);
     },
   );
 }

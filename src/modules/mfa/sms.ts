@@ -1,6 +1,8 @@
 import { randomInt } from 'node:crypto';
 import { and, eq } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
+import type { Logger } from '../../platform/logger.js';
+import { requestLog, type RequestRef } from '../../platform/request-scope.js';
 import { clock } from '../../platform/clock.js';
 import { sha256Hex } from '../../platform/crypto.js';
 import { transaction } from '../../platform/db/transaction.js';
@@ -72,7 +74,7 @@ export interface CodeSent {
  * Stores a fresh code (replacing the subject's previous one of that purpose) and texts it. If the
  * gateway refuses, the code is withdrawn and the caller gets 502.
  */
-async function issueCode(keel: Keel, purpose: string, user: User, phone: string, text: (code: string) => string): Promise<CodeSent> {
+async function issueCode(keel: Keel, purpose: string, user: User, phone: string, text: (code: string) => string, log: Logger): Promise<CodeSent> {
   const code = newCode();
   const { id, expiresAt } = await keel.singleUse.create(keel.db, {
     purpose,
@@ -82,11 +84,11 @@ async function issueCode(keel: Keel, purpose: string, user: User, phone: string,
     replaceForSubject: true,
   });
   try {
-    await keel.sms.send({ to: phone, body: text(code) });
+    await keel.sms.send({ to: phone, body: text(code) }, log);
   } catch (err) {
     await keel.singleUse.consumeById(keel.db, id);
     const e = err instanceof SmsSendError ? err : null;
-    keel.log.warn(
+    log.warn(
       { smsProvider: keel.sms.provider, status: e?.status ?? null, providerCode: e?.providerCode ?? null, err: err instanceof Error ? err.message : String(err) },
       'SMS could not be sent',
     );
@@ -126,6 +128,7 @@ export async function startPhoneVerification(
   keel: Keel,
   userId: string,
   phoneNumber: string,
+  request: RequestRef,
 ): Promise<CodeSent> {
   if (!keel.config.ENABLE_2FA) throw mfaDisabled();
   const user = await loadUser(keel, userId);
@@ -141,7 +144,7 @@ export async function startPhoneVerification(
   if (!access.partnerId && !access.orgId && !user.isPlatformAdmin) await limits.phoneVerifyTenantless.consume(user.id);
   // Verification texts have a per-number bucket of their own: they never spend the number's sign-in budget.
   await limits.phoneVerifyPhone.consume(sha256Hex(phone));
-  return issueCode(keel, PHONE_VERIFY_PURPOSE, user, phone, (code) => `Your Keel verification code is ${code}. It expires in 10 minutes. Do not share it.`);
+  return issueCode(keel, PHONE_VERIFY_PURPOSE, user, phone, (code) => `Your Keel verification code is ${code}. It expires in 10 minutes. Do not share it.`, requestLog(keel.log, request));
 }
 
 /** `POST /auth/phone/confirm {code}`: the number the code was sent to becomes the user's verified phone. */
@@ -216,30 +219,30 @@ export async function enableSms(
   return { ...tokens, recoveryCodes };
 }
 
-async function sendCodeTo(keel: Keel, user: User, limitKey: string): Promise<CodeSent> {
+async function sendCodeTo(keel: Keel, user: User, limitKey: string, request: RequestRef): Promise<CodeSent> {
   if (!smsEnrolled(user) || !user.phoneNumber) throw smsNotEnabled();
   await assertSmsAllowed(keel, user);
   assertGateway(keel);
   const limits = mfaLimits(keel);
   await limits.smsPerLogin.consume(limitKey);
   await limits.smsPerPhone.consume(sha256Hex(user.phoneNumber));
-  return issueCode(keel, SMS_CODE_PURPOSE, user, user.phoneNumber, (code) => `Your Keel sign-in code is ${code}. It expires in 10 minutes. Do not share it.`);
+  return issueCode(keel, SMS_CODE_PURPOSE, user, user.phoneNumber, (code) => `Your Keel sign-in code is ${code}. It expires in 10 minutes. Do not share it.`, requestLog(keel.log, request));
 }
 
 /** `POST /auth/mfa/sms/send {tempToken}`: texts the login code of a pending sign-in (limited per temp token and per number). */
-export async function sendLoginSms(keel: Keel, tempToken: string): Promise<CodeSent> {
+export async function sendLoginSms(keel: Keel, tempToken: string, request: RequestRef): Promise<CodeSent> {
   if (!keel.config.ENABLE_2FA) throw mfaDisabled();
   const pending = await keel.singleUse.peek(keel.db, MFA_LOGIN_PURPOSE, tempToken);
   if (!pending?.subjectId) throw invalidTempToken();
   const user = await loadUser(keel, pending.subjectId);
   if (user.status !== 'active') throw invalidTempToken();
-  return sendCodeTo(keel, user, `t:${sha256Hex(tempToken)}`);
+  return sendCodeTo(keel, user, `t:${sha256Hex(tempToken)}`, request);
 }
 
 /** `POST /auth/mfa/sms/send` by a signed-in SMS user: a code for disable or recovery-code rotation. */
-export async function sendSmsToSelf(keel: Keel, userId: string): Promise<CodeSent> {
+export async function sendSmsToSelf(keel: Keel, userId: string, request: RequestRef): Promise<CodeSent> {
   if (!keel.config.ENABLE_2FA) throw mfaDisabled();
-  return sendCodeTo(keel, await loadUser(keel, userId), `u:${userId}`);
+  return sendCodeTo(keel, await loadUser(keel, userId), `u:${userId}`, request);
 }
 
 /**

@@ -1,5 +1,6 @@
 import { and, asc, count, eq, sql } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
+import { requestLog } from '../../platform/request-scope.js';
 import { clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/client.js';
 import { transaction } from '../../platform/db/transaction.js';
@@ -162,7 +163,7 @@ export async function deleteOrg(keel: Keel, access: AccessContext, id: string, i
       action: 'organization.delete', partnerId: org.partnerId, orgId: id, target: { type: 'organization', id }, details: { name: org.name, members: members?.n ?? 0 },
     });
     tx.afterCommit(() => publishRoleChange(keel, '*'));
-  }, (err) => keel.log.error({ err }, 'role invalidation failed'));
+  }, (err) => requestLog(keel.log, info).error({ err }, 'role invalidation failed'));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 import { X509Certificate } from 'node:crypto';
 import { and, count, desc, eq } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
+import { requestLog, type RequestRef } from '../../platform/request-scope.js';
 import type { Db } from '../../platform/db/client.js';
 import { transaction } from '../../platform/db/transaction.js';
 import { clock } from '../../platform/clock.js';
@@ -154,7 +155,7 @@ async function assertRoles(db: Db, orgId: string, defaultRoleId: string | null |
 }
 
 /** Fills the four endpoints from the issuer's discovery document; a failure is a warning, never a refusal (SPEC 4.4). */
-async function discoverInto(keel: Keel, set: Partial<ProviderRow>, issuer: string, providerId: string): Promise<void> {
+async function discoverInto(keel: Keel, set: Partial<ProviderRow>, issuer: string, providerId: string, request: RequestRef): Promise<void> {
   try {
     const d = await discover(keel, issuer);
     set.authorizationUrl = d.authorizationUrl;
@@ -162,7 +163,7 @@ async function discoverInto(keel: Keel, set: Partial<ProviderRow>, issuer: strin
     set.userInfoUrl = d.userInfoUrl;
     set.jwksUrl = d.jwksUrl;
   } catch (err) {
-    keel.log.warn({ providerId, reason: discoveryFailure(err) }, 'SSO provider: OIDC discovery failed; the provider is saved without discovered endpoints');
+    requestLog(keel.log, request).warn({ providerId, reason: discoveryFailure(err) }, 'SSO provider: OIDC discovery failed; the provider is saved without discovered endpoints');
   }
 }
 
@@ -210,7 +211,7 @@ export async function createProvider(keel: Keel, access: AccessContext, orgId: s
   if (row.type === 'oidc' && row.issuer) {
     // Endpoints given by hand win over discovered ones.
     const found: Partial<ProviderRow> = {};
-    await discoverInto(keel, found, row.issuer, id);
+    await discoverInto(keel, found, row.issuer, id, info);
     row.authorizationUrl ??= found.authorizationUrl ?? null;
     row.tokenUrl ??= found.tokenUrl ?? null;
     row.userInfoUrl ??= found.userInfoUrl ?? null;
@@ -266,7 +267,7 @@ export async function updateProvider(keel: Keel, access: AccessContext, id: stri
   const issuer = set.issuer !== undefined ? set.issuer : input.issuer !== undefined ? p.issuer : undefined;
   if (p.type === 'oidc' && issuer) {
     const found: Partial<ProviderRow> = {};
-    await discoverInto(keel, found, issuer, p.id);
+    await discoverInto(keel, found, issuer, p.id, info);
     for (const k of ['authorizationUrl', 'tokenUrl', 'userInfoUrl', 'jwksUrl'] as const) {
       if (input[k] === undefined && found[k] !== undefined && found[k] !== p[k]) {
         set[k] = found[k];

@@ -1,5 +1,6 @@
 import { eq } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
+import { requestLog, type RequestRef } from '../../platform/request-scope.js';
 import { transaction } from '../../platform/db/transaction.js';
 import { clock } from '../../platform/clock.js';
 import { AppError } from '../../platform/http/errors.js';
@@ -62,11 +63,11 @@ export function domainAllowed(allowed: string, email: string): boolean {
 }
 
 /** The first mapping (in list order) whose group the user is in, when its role is still usable in the organisation. */
-async function mappedRole(keel: Keel, p: ProviderRow, groups: string[]): Promise<string | null> {
+async function mappedRole(keel: Keel, p: ProviderRow, groups: string[], request: RequestRef): Promise<string | null> {
   for (const m of p.groupRoleMappings) {
     if (!groups.includes(m.group)) continue;
     if (await assignableRole(keel.db, m.roleId, { orgId: p.orgId })) return m.roleId;
-    keel.log.warn({ providerId: p.id, roleId: m.roleId }, 'SSO group mapping names a role no longer usable in the organization; skipped');
+    requestLog(keel.log, request).warn({ providerId: p.id, roleId: m.roleId }, 'SSO group mapping names a role no longer usable in the organization; skipped');
   }
   return null;
 }
@@ -95,7 +96,7 @@ export const IDENTITY_SEALED: SealedColumn[] = (['access_token', 'refresh_token'
 export async function completeSsoLogin(keel: Keel, p: ProviderRow, profile: MappedProfile, idp: IdpTokens, info: AuditRequestInfo): Promise<string> {
   if (!domainAllowed(p.allowedDomains, profile.email)) throw new SsoFailure('domain_not_allowed', 'email domain not allowed');
   const system: AuditRequestInfo = { ...info, actor: { type: 'system' } };
-  const fromGroups = await mappedRole(keel, p, profile.groups);
+  const fromGroups = await mappedRole(keel, p, profile.groups, info);
   let user = await findUserByEmail(keel.db, profile.email);
   let roleChanged = false;
   if (!user) {
@@ -130,7 +131,7 @@ export async function completeSsoLogin(keel: Keel, p: ProviderRow, profile: Mapp
           await assertNotLastFullAdmin(tx.db, { orgId: p.orgId }, target.id, fromGroups);
         } catch (err) {
           if (err instanceof AppError && err.code === 'last_admin') {
-            keel.log.warn({ providerId: p.id, userId: target.id }, 'SSO group mapping would remove the last full administrator; role kept');
+            requestLog(keel.log, info).warn({ providerId: p.id, userId: target.id }, 'SSO group mapping would remove the last full administrator; role kept');
             return false;
           }
           throw err;

@@ -6,6 +6,7 @@ import type { Keel } from '../../keel.js';
 import { ErrorSchema, errors, json, jsonBody, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { AppError } from '../../platform/http/errors.js';
 import type { Limit } from '../../platform/rate-limit.js';
+import { requestLog } from '../../platform/request-scope.js';
 import { authenticate } from '../../http/authenticate.js';
 import { requestInfo, tokenResponse, TokenAnswerSchema } from '../identity/http.js';
 import { accessOf, guard } from '../access/scope.js';
@@ -196,8 +197,9 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   /** Every failure of a callback or the ACS: logged with its reason, answered with only its SPEC 7 code. */
   const failed = (c: Context<AppEnv>, err: unknown) => {
     const failure = err instanceof SsoFailure ? err : new SsoFailure('sso_error', 'unexpected error');
-    if (!(err instanceof SsoFailure)) keel.log.error({ reqId: c.get('requestId'), error: (err as Error).name }, 'SSO login: unexpected error');
-    keel.log.warn({ reqId: c.get('requestId'), code: failure.code, reason: failure.reason }, 'SSO login refused');
+    const log = requestLog(keel.log, requestInfo(c));
+    if (!(err instanceof SsoFailure)) log.error({ error: (err as Error).name }, 'SSO login: unexpected error');
+    log.warn({ code: failure.code, reason: failure.reason }, 'SSO login refused');
     return c.redirect(errorLocation(keel, failure.code), 302);
   };
 

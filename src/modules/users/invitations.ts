@@ -1,5 +1,6 @@
 import { and, count, desc, eq, gt, inArray, or, sql, type SQL } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
+import { requestLog, type RequestRef } from '../../platform/request-scope.js';
 import type { Db } from '../../platform/db/client.js';
 import { transaction } from '../../platform/db/transaction.js';
 import { clock } from '../../platform/clock.js';
@@ -89,16 +90,17 @@ async function grantFor(keel: Keel, access: AccessContext, input: InviteInput): 
   return { kind: 'partner', partnerId: access.partnerId, roleId: input.roleId, orgAccess: input.orgAccess, orgIds };
 }
 
-async function sendInvite(keel: Keel, to: string, token: string, inviter: string | null | undefined): Promise<void> {
+async function sendInvite(keel: Keel, to: string, token: string, inviter: string | null | undefined, request: RequestRef): Promise<void> {
+  const log = requestLog(keel.log, request);
   const link = `${keel.config.publicUrl}/accept-invite?token=${encodeURIComponent(token)}`;
   try {
     await keel.mailer.send({
       to,
       subject: 'You are invited to Keel',
       text: `${inviter ?? 'An administrator'} invited you to Keel.\n\nTo accept, open this link within 7 days and choose your password:\n${link}\n\nIf you did not expect this, ignore this email.\n`,
-    });
+    }, log);
   } catch (err) {
-    keel.log.error({ err: err instanceof Error ? err.message : String(err) }, 'invitation email could not be sent');
+    log.error({ err: err instanceof Error ? err.message : String(err) }, 'invitation email could not be sent');
   }
 }
 
@@ -256,7 +258,7 @@ export async function inviteUser(keel: Keel, access: AccessContext, input: Invit
     });
     return row;
   });
-  await sendInvite(keel, email, token, access.principal.email);
+  await sendInvite(keel, email, token, access.principal.email, info);
   if (existing) return invitedView(invitation, name);
   return getVisibleUser(keel.db, access, invitation.userId);
 }
@@ -453,7 +455,7 @@ export async function resendInvite(keel: Keel, access: AccessContext, id: string
       details: { invitationId: inv.id },
     });
   });
-  await sendInvite(keel, inv.email, token, access.principal.email);
+  await sendInvite(keel, inv.email, token, access.principal.email, info);
 }
 
 /**

@@ -28,7 +28,7 @@ export async function resetUserMfa(keel: Keel, access: AccessContext, id: string
       details: { cleared: ['totp', 'phone', 'recovery_codes', ...(opts.passkeys ? ['passkeys'] : [])] },
     });
   });
-  identityOf(keel).deferred.run('mfa_reset_email', () =>
+  identityOf(keel).deferred.run('mfa_reset_email', info, (log) =>
     keel.mailer.send({
       to: target.email,
       subject: 'Your Keel sign-in factors were reset',
@@ -38,6 +38,6 @@ export async function resetUserMfa(keel: Keel, access: AccessContext, id: string
         `An administrator reset the multi-factor authentication of your Keel account (${opts.passkeys ? 'authenticator app, phone, recovery codes and passkeys' : 'authenticator app, phone and recovery codes'}), and signed you out everywhere.`,
         'Sign in with your password and enrol a second factor again. If you did not ask for this, contact your administrator at once.',
       ].join('\n'),
-    }),
+    }, log),
   );
 }

@@ -7,6 +7,7 @@ import { loggableError } from '../safe-error.js';
 import { DecryptionError } from '../crypto.js';
 import { databaseUnavailable } from '../db/unavailable.js';
 import { printable } from './validation.js';
+import { requestLog, type RequestRef } from '../request-scope.js';
 
 /** The one error envelope: `{ error, code, details? }` (DECISIONS "API conventions"). */
 export interface ErrorBody {
@@ -68,6 +69,11 @@ export function errorResponse(c: Context, err: AppError): Response {
 }
 
 /** Maps anything thrown to the envelope. Unknown errors are bugs: logged with their stack, answered generically. */
+/** The request a line written while answering `c` belongs to (set by requestContext). */
+function lineRef(c: Context): RequestRef {
+  return { requestId: c.get('requestId') as string | undefined, traceparent: c.get('traceparent') as string | undefined };
+}
+
 export function handleError(err: unknown, c: Context, log: Logger): Response {
   if (err instanceof AppError) return errorResponse(c, err);
   if (err instanceof z.ZodError) return errorResponse(c, validationError(zodFields(err)));
@@ -85,18 +91,18 @@ export function handleError(err: unknown, c: Context, log: Logger): Response {
   }
   // The database is down or restarting (issue 19): the request can be tried again shortly.
   if (databaseUnavailable(err)) {
-    log.warn({ error: loggableError(err), reqId: c.get('requestId') as string | undefined }, 'database unavailable');
+    requestLog(log, lineRef(c)).warn({ error: loggableError(err) }, 'database unavailable');
     return errorResponse(c, new AppError(503, 'database_unavailable', 'The database is unavailable; try again shortly', undefined, { 'Retry-After': '5' }));
   }
   // A stored secret this server's keys cannot open: an encryption key was dropped while data sealed
   // with it remains (docs/deploy.md "Key rotation"), or the stored value was altered. An operator's
   // fault to fix, not the client's and not a bug in the request: 503, logged at error.
   if (err instanceof DecryptionError) {
-    log.error({ error: loggableError(err), reqId: c.get('requestId') as string | undefined }, 'a stored secret cannot be opened with the configured keys');
+    requestLog(log, lineRef(c)).error({ error: loggableError(err) }, 'a stored secret cannot be opened with the configured keys');
     return errorResponse(c, new AppError(503, 'secret_unavailable', 'A stored secret cannot be opened with this server’s encryption keys; an operator must restore the key it was sealed with'));
   }
   // Never the error object itself: a database error carries the query's parameters (loggableError).
   // Under `error`, not pino's `err`, whose serializer would fold the causes into one message.
-  log.error({ error: loggableError(err), reqId: c.get('requestId') as string | undefined }, 'unhandled error');
+  requestLog(log, lineRef(c)).error({ error: loggableError(err) }, 'unhandled error');
   return c.json({ error: 'Internal server error', code: 'internal_error' } satisfies ErrorBody, 500);
 }

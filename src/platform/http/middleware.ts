@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { accessLogger, type Logger } from '../logger.js';
 import { AppError, errorResponse, validationError } from './errors.js';
 import { unstorableInUrl } from './validation.js';
-import { runInRequest, validTraceparent, type RequestFields } from '../request-scope.js';
+import { validTraceparent } from '../request-scope.js';
 
 export interface PlatformVariables {
   requestId: string;
@@ -31,8 +31,8 @@ export type OnAnswered = (c: Context, status: number, ms: number) => void;
  *   the Node adapter rebuild its lightweight response as a full web Response; before it, every
  *   answer paid for undici's Headers validation. Outside Node (`app.request` in unit tests) they
  *   are prepared on the context instead.
- * - No pino child logger per request: the request's fields (`reqId`, `traceparent`) live in an
- *   AsyncLocalStorage (platform/request-scope.ts) that Keel's logger reads for every line.
+ * - No pino child logger and no AsyncLocalStorage per request: the access line is given the id
+ *   and traceparent, and a service line gets them from `requestLog` (platform/request-scope.ts).
  * - A body is judged by its Content-Length and left unread until the route parses it, so the Node
  *   adapter reads it straight from the socket (touching `c.req.raw.body` builds a web stream).
  */
@@ -153,7 +153,6 @@ export function requestContext(log: Logger, trustedProxies: Set<string>, onAnswe
     const incoming = c.req.header('x-request-id');
     const requestId = incoming && /^[\w.-]{1,100}$/.test(incoming) ? incoming : randomUUID();
     const traceparent = validTraceparent(c.req.header('traceparent'));
-    const fields: RequestFields = traceparent ? { reqId: requestId, traceparent } : { reqId: requestId };
     let ip: string;
     try {
       ip = getConnInfo(c).remote.address ?? '';
@@ -174,8 +173,7 @@ export function requestContext(log: Logger, trustedProxies: Set<string>, onAnswe
     if (!outgoing) {
       c.header('X-Request-Id', requestId);
       if (traceparent) c.header('traceparent', traceparent);
-      return runInRequest(fields, async () => {
-        await next();
+      return next().then(() => {
         ensurePrepared(c, traceparent ? [['X-Request-Id', requestId], ['traceparent', traceparent]] : [['X-Request-Id', requestId]]);
         const ms = performance.now() - started;
         onAnswered?.(c, c.res.status, ms);
@@ -197,7 +195,7 @@ export function requestContext(log: Logger, trustedProxies: Set<string>, onAnswe
         logAccess(requestId, traceparent, method, pathOf(request?.url ?? c.req.path), outgoing.statusCode, ms);
       });
     }
-    return runInRequest(fields, next);
+    return next();
   };
 }
 
