@@ -6,6 +6,7 @@ import { unauthorized } from '../platform/http/errors.js';
 import { asUserPrincipal, type PrincipalKind } from '../modules/identity/principal.js';
 import { authenticateApiKey, API_KEY_PREFIX } from '../modules/access/api-keys.js';
 import { knownSession, sessionFromAccessToken } from '../modules/access/bearer.js';
+import { bearerToken } from '../platform/http/bearer-token.js';
 import { getAccessSummary } from '../modules/access/service.js';
 import { forceMfaSatisfied, mfaEnrollmentRequired } from '../modules/mfa/policy.js';
 
@@ -36,8 +37,7 @@ export interface AuthenticateOptions {
  */
 export function authenticate(keel: Keel, opts: AuthenticateOptions = {}): MiddlewareHandler<AppEnv> {
   const mw: MiddlewareHandler<AppEnv> = async (c, next) => {
-    const match = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header('authorization') ?? '');
-    const token = match?.[1];
+    const token = bearerToken(c.req.header('authorization') ?? '');
     if (!token) throw unauthorized();
     if (token.startsWith(API_KEY_PREFIX)) {
       const principal = await authenticateApiKey(keel, token);

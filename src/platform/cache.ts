@@ -44,6 +44,11 @@ export class InvalidatedCache<V> {
     return value;
   }
 
+  /** The cached value of `key`, without loading it: undefined when none is cached. */
+  peek(key: string): V | undefined {
+    return this.#entries.get(key);
+  }
+
   /** Drops what `which` selects; any drop (even of nothing cached) keeps loads in flight from being stored. */
   drop(which: Selection<V>): void {
     if (which === null) return;

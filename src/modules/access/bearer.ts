@@ -5,6 +5,7 @@
  */
 import type { Keel } from '../../keel.js';
 import { unauthorized } from '../../platform/http/errors.js';
+import { bearerToken } from '../../platform/http/bearer-token.js';
 import { authenticateApiKey, API_KEY_PREFIX } from './api-keys.js';
 import { identityOf } from '../identity/context.js';
 import type { LiveSession } from '../identity/sessions.js';
@@ -55,7 +56,7 @@ function resolved(subject: string, session: LiveSession | null): Resolved {
  * 403 `user_required` for a valid API key, as `authenticate(keel, { principal: 'user' })` answers.
  */
 export async function requireUserPrincipal(keel: Keel, authorization: string | undefined): Promise<UserPrincipal> {
-  const token = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '')?.[1];
+  const token = bearerToken(authorization ?? '');
   if (!token) throw unauthorized();
   if (token.startsWith(API_KEY_PREFIX)) {
     const key = await authenticateApiKey(keel, token);

@@ -4,6 +4,7 @@ import type { Keel } from '../../keel.js';
 import { sha256Hex } from '../../platform/crypto.js';
 import { unauthorized } from '../../platform/http/errors.js';
 import { documentAccess } from '../../platform/http/route-docs.js';
+import { bearerToken } from '../../platform/http/bearer-token.js';
 import { AgentState, type DeviceState } from './state.js';
 import { sweep, type Agents } from './heartbeat.js';
 import { DEVICE_TOKEN_PREFIX } from './devices.js';
@@ -64,7 +65,7 @@ export function deviceAuth(keel: Keel, opts: { counts?: 'heartbeat' } = {}): Mid
     return unauthorized('The device token is invalid or revoked', 'invalid_device_token');
   };
   return documentAccess<MiddlewareHandler<AppEnv>>(async (c, next) => {
-    const token = /^Bearer\s+(\S+)\s*$/i.exec(c.req.header('authorization') ?? '')?.[1];
+    const token = bearerToken(c.req.header('authorization') ?? '');
     if (!token) {
       refused('unauthorized');
       throw unauthorized('A device token is required');

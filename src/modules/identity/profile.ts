@@ -91,11 +91,20 @@ export function profileOf(user: User, passkeys: number, access: TenantOf): SelfP
  */
 const profileCaches = new WeakMap<Keel, InvalidatedCache<SelfProfile>>();
 
-export function cachedSelfProfile(keel: Keel, userId: string): Promise<SelfProfile> {
+function profileCache(keel: Keel): InvalidatedCache<SelfProfile> {
   let cache = profileCaches.get(keel);
   if (!cache) {
     cache = new InvalidatedCache<SelfProfile>().listen(keel.invalidation, USER_TOPIC).listen(keel.invalidation, PROFILE_TOPIC);
     profileCaches.set(keel, cache);
   }
-  return cache.get(userId, () => selfProfile(keel, userId));
+  return cache;
+}
+
+export function cachedSelfProfile(keel: Keel, userId: string): Promise<SelfProfile> {
+  return profileCache(keel).get(userId, () => selfProfile(keel, userId));
+}
+
+/** The cached self-profile of `userId`, without a load (no promise): undefined when none is cached. */
+export function cachedSelfProfileNow(keel: Keel, userId: string): SelfProfile | undefined {
+  return profileCache(keel).peek(userId);
 }

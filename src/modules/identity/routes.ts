@@ -16,7 +16,8 @@ import {
   revokeOwnSession,
   updateProfile,
 } from './service.js';
-import { cachedSelfProfile, SelfProfileSchema } from './profile.js';
+import { cachedSelfProfile, cachedSelfProfileNow, SelfProfileSchema } from './profile.js';
+import { cachedJson } from '../../platform/http/cached-json.js';
 import { registerPartner } from '../users/registration.js';
 import { clearSessionCookies, refreshTokenFromCookie, requestInfo, tokenResponse, TokenAnswerSchema, userPrincipal } from './http.js';
 import { MfaChallengeSchema } from '../mfa/login.js';
@@ -243,7 +244,12 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
         middleware: [authExempt] as const,
         responses: { 200: json(SelfProfileSchema), ...errors(401, 403) },
       }),
-      async (c) => c.json(await cachedSelfProfile(keel, userPrincipal(c).userId), 200),
+      (c) => {
+        const userId = userPrincipal(c).userId;
+        // A cached profile answers without a promise, and its JSON is made once (platform/http/cached-json.ts).
+        const cached = cachedSelfProfileNow(keel, userId);
+        return cached ? cachedJson(c, cached, 200) : cachedSelfProfile(keel, userId).then((profile) => cachedJson(c, profile, 200));
+      },
     );
   }
 

@@ -50,6 +50,11 @@ export function sessionIdOf(ownToken: string): string {
  * verifies (docs/decisions.md "Cost on the request path"). Verifying, where a mistake would let a
  * forged token in, stays with jose; the tests verify every signed token with it.
  */
+/** A compact JWS's signature: what tells two tokens apart, in a few dozen characters. */
+function signatureOf(token: string): string {
+  return token.slice(token.lastIndexOf('.') + 1);
+}
+
 export class AccessTokens {
   readonly #signing: SigningKey;
   /** `base64url({"alg":"HS256","kid":…,"typ":"JWT"}).`, the same for every token of the signing key. */
@@ -82,7 +87,11 @@ export class AccessTokens {
     return `${input}.${createHmac('sha256', this.#signing.secret).update(input).digest('base64url')}`;
   }
 
-  readonly #verified = new Map<string, VerifiedClaims>();
+  /**
+   * Verified tokens by their signature (the part after the last dot; keying by the whole token
+   * hashed ~300 characters on every request), each kept with its whole token, which must match.
+   */
+  readonly #verified = new Map<string, { token: string; claims: VerifiedClaims }>();
 
   /**
    * Verified claims, or null for anything invalid, expired or signed with an unknown key. Verified
@@ -94,17 +103,18 @@ export class AccessTokens {
     const claims = await this.#verifyFresh(token);
     if (claims) {
       if (this.#verified.size >= VERIFIED_MAX) this.#verified.clear();
-      this.#verified.set(token, claims);
+      this.#verified.set(signatureOf(token), { token, claims });
     }
     return claims;
   }
 
   /** `verify` without waiting, for a token verified before: its claims, null once expired, undefined if not known. */
   known(token: string): VerifiedClaims | null | undefined {
-    const known = this.#verified.get(token);
-    if (!known) return undefined;
-    if (known.exp > clock.nowSeconds()) return known;
-    this.#verified.delete(token);
+    const signature = signatureOf(token);
+    const entry = this.#verified.get(signature);
+    if (entry?.token !== token) return undefined;
+    if (entry.claims.exp > clock.nowSeconds()) return entry.claims;
+    this.#verified.delete(signature);
     return null;
   }
 
