@@ -59,10 +59,13 @@ export function redactSecrets<T>(value: T, depth = 0): T {
  * when all is written (the `serve` shutdown awaits it), and on exit (process.exit, the end of the
  * event loop, a fatal error) the rest is written synchronously. A reader that stops reading (a full
  * pipe) makes lines wait, up to LOG_MAX_PENDING_BYTES; beyond that, lines are dropped and counted,
- * and the count is written once the output moves again.
+ * and the count is written once the output moves again. Written chunks are filled again (a few are
+ * kept): a new 64 KiB chunk for every few hundred lines made the heap and RSS grow between
+ * collections and cost a cached read about 15% of its throughput (bench/README.md).
  */
 const CHUNK_BYTES = 64 * 1024;
 const LOG_BATCH_BYTES = 32 * 1024;
+const SPARE_CHUNKS = 4;
 const LOG_FLUSH_MS = 50;
 const LOG_MAX_PENDING_BYTES = 16 * 1024 * 1024;
 const RETRY_MS = 10;
@@ -91,6 +94,8 @@ export class BatchedWriter implements DestinationStream {
   private broken = false;
   private timer: NodeJS.Timeout | null = null;
   private waiters: (() => void)[] = [];
+  /** Chunks already written, filled again: a busy server seals a 64 KiB chunk a few hundred times a second. */
+  private spare: Buffer<ArrayBuffer>[] = [];
 
   constructor(private readonly fd: number) {}
 
@@ -155,7 +160,7 @@ export class BatchedWriter implements DestinationStream {
   private seal(): void {
     if (this.used === 0) return;
     this.chunks.push(this.current.subarray(0, this.used));
-    this.current = Buffer.allocUnsafe(CHUNK_BYTES);
+    this.current = this.spare.pop() ?? Buffer.allocUnsafe(CHUNK_BYTES);
     this.used = 0;
   }
 
@@ -199,13 +204,23 @@ export class BatchedWriter implements DestinationStream {
           }
         }
         this.writing = false;
+        this.recycle(taken);
         if (this.broken) this.settle();
         else if (this.pending >= LOG_BATCH_BYTES || (this.waiters.length > 0 && this.pending > 0)) this.writeOut();
         else if (this.pending > 0) this.timer ??= setTimeout(this.onTimer, LOG_FLUSH_MS).unref();
         else this.settle();
       });
     };
-    attempt(this.take());
+    const taken = this.take();
+    attempt(taken);
+  }
+
+  /** Keeps the written chunks (views of whole CHUNK_BYTES allocations) to fill again. */
+  private recycle(written: Buffer[]): void {
+    for (const b of written) {
+      if (this.spare.length >= SPARE_CHUNKS) return;
+      if (b.byteOffset === 0 && b.buffer.byteLength === CHUNK_BYTES && b.buffer !== this.current.buffer) this.spare.push(Buffer.from(b.buffer as ArrayBuffer, 0, CHUNK_BYTES));
+    }
   }
 
   private settle(): void {

@@ -127,6 +127,27 @@ describe('buffered stdout writer', () => {
     }
   });
 
+  it('fills written chunks again without mixing lines: thousands of distinct lines over many batches arrive whole and in order', async () => {
+    const file = join(dir, 'reuse.log');
+    const fd = openSync(file, 'w');
+    try {
+      const writer = new BatchedWriter(fd);
+      let n = 0;
+      // Bursts of about 3 chunks each, the next one logged while the last is still being written:
+      // a chunk is filled again only once its write is done.
+      for (let burst = 0; burst < 20; burst++) {
+        for (let i = 0; i < 900; i++, n++) writer.write(`{"n":${n},"pad":"${String(n).repeat(30).slice(0, 200)}"}\n`);
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      await flushed(writer);
+      const lines = readFileSync(file, 'utf8').trimEnd().split('\n');
+      expect(lines).toHaveLength(n);
+      lines.forEach((line, i) => expect(JSON.parse(line)).toEqual({ n: i, pad: String(i).repeat(30).slice(0, 200) }));
+    } finally {
+      closeSync(fd);
+    }
+  });
+
   it('drops lines beyond its bound while the reader is stalled, and reports how many once it reads again', async () => {
     const file = join(dir, 'stalled.log');
     const out = openSync(file, 'w');
