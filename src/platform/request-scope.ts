@@ -9,7 +9,7 @@ import type { Logger } from './logger.js';
  *
  * This is explicit on purpose. An AsyncLocalStorage made it implicit, but on Node 20 it turns on
  * the promise hooks for every promise the process makes, and that cost 10 to 30% of the throughput
- * of every route (bench/README.md "Request scope"), for the dozen lines a request may write.
+ * of every route (bench/README.md "Figures at stop 25"), for the dozen lines a request may write.
  */
 
 /** The request facts a line needs; `requestInfo(c)` (and every audit context built from it) has them. */

@@ -4,7 +4,7 @@ import type { ContentfulStatusCode } from 'hono/utils/http-status';
 /*
  * The JSON of a value a cache hands out unchanged until it drops it (the self-profile of
  * `GET /users/me`, the hottest authenticated read), serialized once per object rather than once per
- * request: JSON.stringify was about 5% of that read's CPU (bench/README.md "Reads"). Keyed by the
+ * request: JSON.stringify was about 5% of that read's CPU (bench/README.md "Figures at stop 25"). Keyed by the
  * object, so a dropped and reloaded value is a new object and serialized afresh; a cached value must
  * never be changed in place (it is shared by every request already).
  */
