@@ -188,6 +188,7 @@ export class BatchedWriter implements DestinationStream {
       return;
     }
     this.writing = true;
+    const taken = this.take();
     const attempt = (buffers: Buffer[]): void => {
       writev(this.fd, buffers, (err, written) => {
         if (err) {
@@ -211,15 +212,17 @@ export class BatchedWriter implements DestinationStream {
         else this.settle();
       });
     };
-    const taken = this.take();
     attempt(taken);
   }
 
-  /** Keeps the written chunks (views of whole CHUNK_BYTES allocations) to fill again. */
+  /**
+   * Keeps written chunks to fill again: the views of whole CHUNK_BYTES allocations (a sealed chunk is
+   * never the current one; a line too long for a chunk, or the dropped-lines note, has its own buffer).
+   */
   private recycle(written: Buffer[]): void {
     for (const b of written) {
       if (this.spare.length >= SPARE_CHUNKS) return;
-      if (b.byteOffset === 0 && b.buffer.byteLength === CHUNK_BYTES && b.buffer !== this.current.buffer) this.spare.push(Buffer.from(b.buffer as ArrayBuffer, 0, CHUNK_BYTES));
+      if (b.byteOffset === 0 && b.buffer.byteLength === CHUNK_BYTES) this.spare.push(Buffer.from(b.buffer as ArrayBuffer, 0, CHUNK_BYTES));
     }
   }
 

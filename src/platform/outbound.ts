@@ -145,17 +145,16 @@ interface Attempt {
 }
 
 /*
- * How the connector finds the attempt that made it dial. undici starts a connection synchronously
- * inside `request()` (Agent → Pool → Client → connector) and Node's net/tls call the lookup
- * synchronously inside `connect()`, so each slot below is set only for the length of that call:
- * `dialling` around `request()`, `connecting` around the connector's own `connect`. A connection
- * made at any other moment (a pool reconnecting for a queued request) finds neither and gets
- * CONNECT_FALLBACK_MS, while the attempt itself still ends at its own deadline. An AsyncLocalStorage
- * would say the same thing implicitly, but on Node 20 it makes every promise of the process pay for
- * async hooks (platform/request-scope.ts), and every request once one webhook had been delivered.
+ * How the connector and its lookup find the attempt that made them dial. undici starts a connection
+ * synchronously inside `request()` (Agent → Pool → Client → connector), and Node's net/tls call the
+ * lookup synchronously inside `connect()`, so `dialling` is set only for the length of `request()`
+ * and both read it there. A connection made at any other moment (a pool reconnecting for a queued
+ * request) finds none and gets CONNECT_FALLBACK_MS, while the attempt itself still ends at its own
+ * deadline. An AsyncLocalStorage would say the same thing implicitly, but on Node 20 it makes every
+ * promise of the process pay for async hooks (platform/request-scope.ts), and so every request once
+ * one webhook had been delivered.
  */
 let dialling: Attempt | undefined;
-let connecting: Attempt | undefined;
 
 /** Runs `start` (which may dial) with `attempt` as the one a new connection belongs to. */
 function dialFor<T>(attempt: Attempt, start: () => T): T {
@@ -233,7 +232,7 @@ function agentFor(policy: OutboundPolicy): Agent {
   if (!agent) {
     // Connect-time resolution: the name is resolved and vetted again, and only what passed is dialled.
     const lookup = (hostname: string, options: LookupOptions, callback: LookupCallback): void => {
-      const attempt = connecting ?? { signal: AbortSignal.timeout(CONNECT_FALLBACK_MS), timeoutMs: CONNECT_FALLBACK_MS };
+      const attempt = dialling ?? { signal: AbortSignal.timeout(CONNECT_FALLBACK_MS), timeoutMs: CONNECT_FALLBACK_MS };
       vettedAddresses(hostname, policy, attempt).then(
         (addresses) => {
           const [first] = addresses;
@@ -257,13 +256,7 @@ function agentFor(policy: OutboundPolicy): Agent {
         signal.removeEventListener('abort', onAbort);
         callback(...args);
       };
-      connecting = attempt;
-      let socket: Socket;
-      try {
-        socket = base(options, settle);
-      } finally {
-        connecting = undefined;
-      }
+      const socket = base(options, settle);
       function onAbort(): void {
         const err = timedOut(attempt?.timeoutMs ?? CONNECT_FALLBACK_MS);
         socket.destroy(err);

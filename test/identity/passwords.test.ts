@@ -189,6 +189,7 @@ describe.skipIf(!backendAvailable())('passwords: forgot, reset, change; profile'
     expect(res.body).toMatchObject({ name: 'Grace Hopper', avatarUrl: 'https://cdn.example.com/g.png' });
     const me = await app.api('GET', '/users/me', { token: accessToken });
     expect(me.body).toEqual(res.body);
+    expect(me.headers.get('content-type')).toBe('application/json');
     const entry = (await app.server.keel.db.select().from(auditLogs).where(eq(auditLogs.targetId, user.id))).find((e) => e.action === 'user.profile.update');
     expect(entry?.changes?.sort()).toEqual(['avatarUrl', 'name']);
     const cleared = await app.api('PATCH', '/users/me', { token: accessToken, body: { avatarUrl: null } });

@@ -81,15 +81,15 @@ export async function loadRoleChain(db: Db, roleId: string): Promise<ResolvedRol
   };
 }
 
+/** What a role change drops: every cached chain containing the role (`*`: all). */
+const chainsWith = (roleId: string): Selection<ResolvedRole | null> =>
+  roleId === '*' ? '*' : (entry) => entry?.chain.some((r) => r.id === roleId) ?? false;
+
 /**
  * Per-process cache of resolved roles (DECISIONS "Caches"). Any role change publishes its id on
  * ROLES_TOPIC; every process drops the entries whose chain contains that role at once. A load that
  * raced with an invalidation is not stored (generation check), so a stale chain never lands.
  */
-/** What a role change drops: every cached chain containing the role (`*`: all). */
-const chainsWith = (roleId: string): Selection<ResolvedRole | null> =>
-  roleId === '*' ? '*' : (entry) => entry?.chain.some((r) => r.id === roleId) ?? false;
-
 export class RoleCache {
   readonly #cache = new InvalidatedCache<ResolvedRole | null>({ max: Number.POSITIVE_INFINITY, keep: (r) => r !== null });
   hits = 0;

@@ -7,8 +7,9 @@ import { requestLog, type RequestRef } from '../../platform/request-scope.js';
  * account, creating the reset token, sending the email). The route does the same work whatever the
  * outcome will be and answers at once, so neither timing nor a failure tells anything to the caller.
  * A failure is logged with the task's name, never surfaced. The task is handed a logger naming the
- * request that queued it (`request`: its request id and traceparent), for the lines it writes. `idle()` resolves once nothing is queued
- * or running: tests wait on it instead of sleeping, and a shutdown can wait on it.
+ * request that queued it (`request`: its request id and traceparent), for the lines it writes.
+ * `idle()` resolves once nothing is queued or running: tests wait on it instead of sleeping, and a
+ * shutdown can wait on it.
  */
 export class Deferred {
   readonly #running = new Set<Promise<void>>();

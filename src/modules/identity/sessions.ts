@@ -193,7 +193,6 @@ export class SessionService {
     return rows.length > 0;
   }
 
-  /** Revokes every session of a user (logout, password change/reset, disable). */
   /**
    * Ends every live session of every user (`keel sessions revoke-all`, after a suspected compromise):
    * every process drops its session cache at once, so each access token answers 401 on its next
@@ -207,6 +206,7 @@ export class SessionService {
     return rows.length;
   }
 
+  /** Revokes every session of a user (logout, password change/reset, disable). */
   async revokeAllForUser(db: Db, userId: string, reason: string, afterCommit?: (fn: () => Promise<void>) => void): Promise<number> {
     const rows = await db
       .update(sessions)

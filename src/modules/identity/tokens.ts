@@ -41,6 +41,11 @@ export function sessionIdOf(ownToken: string): string {
   return claims.sid;
 }
 
+/** A compact JWS's signature: what tells two tokens apart, in a few dozen characters. */
+function signatureOf(token: string): string {
+  return token.slice(token.lastIndexOf('.') + 1);
+}
+
 /**
  * HS256 access tokens. The first secret signs; every listed secret verifies, picked by `kid`, so the
  * JWT secret can rotate without signing everyone out.
@@ -50,11 +55,6 @@ export function sessionIdOf(ownToken: string): string {
  * verifies (docs/decisions.md "Cost on the request path"). Verifying, where a mistake would let a
  * forged token in, stays with jose; the tests verify every signed token with it.
  */
-/** A compact JWS's signature: what tells two tokens apart, in a few dozen characters. */
-function signatureOf(token: string): string {
-  return token.slice(token.lastIndexOf('.') + 1);
-}
-
 export class AccessTokens {
   readonly #signing: SigningKey;
   /** `base64url({"alg":"HS256","kid":…,"typ":"JWT"}).`, the same for every token of the signing key. */

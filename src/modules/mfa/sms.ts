@@ -1,7 +1,6 @@
 import { randomInt } from 'node:crypto';
 import { and, eq } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
-import type { Logger } from '../../platform/logger.js';
 import { requestLog, type RequestRef } from '../../platform/request-scope.js';
 import { clock } from '../../platform/clock.js';
 import { sha256Hex } from '../../platform/crypto.js';
@@ -74,7 +73,8 @@ export interface CodeSent {
  * Stores a fresh code (replacing the subject's previous one of that purpose) and texts it. If the
  * gateway refuses, the code is withdrawn and the caller gets 502.
  */
-async function issueCode(keel: Keel, purpose: string, user: User, phone: string, text: (code: string) => string, log: Logger): Promise<CodeSent> {
+async function issueCode(keel: Keel, purpose: string, user: User, phone: string, text: (code: string) => string, request: RequestRef): Promise<CodeSent> {
+  const log = requestLog(keel.log, request);
   const code = newCode();
   const { id, expiresAt } = await keel.singleUse.create(keel.db, {
     purpose,
@@ -144,7 +144,7 @@ export async function startPhoneVerification(
   if (!access.partnerId && !access.orgId && !user.isPlatformAdmin) await limits.phoneVerifyTenantless.consume(user.id);
   // Verification texts have a per-number bucket of their own: they never spend the number's sign-in budget.
   await limits.phoneVerifyPhone.consume(sha256Hex(phone));
-  return issueCode(keel, PHONE_VERIFY_PURPOSE, user, phone, (code) => `Your Keel verification code is ${code}. It expires in 10 minutes. Do not share it.`, requestLog(keel.log, request));
+  return issueCode(keel, PHONE_VERIFY_PURPOSE, user, phone, (code) => `Your Keel verification code is ${code}. It expires in 10 minutes. Do not share it.`, request);
 }
 
 /** `POST /auth/phone/confirm {code}`: the number the code was sent to becomes the user's verified phone. */
@@ -226,7 +226,7 @@ async function sendCodeTo(keel: Keel, user: User, limitKey: string, request: Req
   const limits = mfaLimits(keel);
   await limits.smsPerLogin.consume(limitKey);
   await limits.smsPerPhone.consume(sha256Hex(user.phoneNumber));
-  return issueCode(keel, SMS_CODE_PURPOSE, user, user.phoneNumber, (code) => `Your Keel sign-in code is ${code}. It expires in 10 minutes. Do not share it.`, requestLog(keel.log, request));
+  return issueCode(keel, SMS_CODE_PURPOSE, user, user.phoneNumber, (code) => `Your Keel sign-in code is ${code}. It expires in 10 minutes. Do not share it.`, request);
 }
 
 /** `POST /auth/mfa/sms/send {tempToken}`: texts the login code of a pending sign-in (limited per temp token and per number). */

@@ -68,12 +68,12 @@ export function errorResponse(c: Context, err: AppError): Response {
   return c.json(body, err.status, err.headers);
 }
 
-/** Maps anything thrown to the envelope. Unknown errors are bugs: logged with their stack, answered generically. */
 /** The request a line written while answering `c` belongs to (set by requestContext). */
 function lineRef(c: Context): RequestRef {
   return { requestId: c.get('requestId') as string | undefined, traceparent: c.get('traceparent') as string | undefined };
 }
 
+/** Maps anything thrown to the envelope. Unknown errors are bugs: logged with their stack, answered generically. */
 export function handleError(err: unknown, c: Context, log: Logger): Response {
   if (err instanceof AppError) return errorResponse(c, err);
   if (err instanceof z.ZodError) return errorResponse(c, validationError(zodFields(err)));
