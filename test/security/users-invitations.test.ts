@@ -5,7 +5,8 @@
  * whose resends are limited, and whose answer reveals nothing about an account that existed.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { eq } from 'drizzle-orm';
+import pg from 'pg';
+import { eq, sql } from 'drizzle-orm';
 import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { startSmtpServer, type SmtpTestServer } from '../helpers/smtp.js';
 import { createUser, enrollTotp, login, nextTotpStep, STRONG_PASSWORD, totpCode, uniqueEmail, type TestUser } from '../helpers/fixtures.js';
@@ -13,6 +14,7 @@ import { expectOneWinner, raceTest, together } from '../helpers/race.js';
 import { createWorld, insertRole, orgUserWithRole, ROLE, type World } from '../access/helpers.js';
 import { clock } from '../../src/platform/clock.js';
 import { users } from '../../src/modules/identity/schema.js';
+import { rowsOf } from '../../src/platform/db/client.js';
 import { signIn } from '../../src/modules/identity/service.js';
 import { createOrganization } from '../../src/modules/tenancy/service.js';
 
@@ -402,6 +404,38 @@ describe.skipIf(!backendAvailable())('invitations', () => {
     expect((await app.api('POST', '/auth/login', { body: { email, password: `${STRONG_PASSWORD}-${i}` } })).status).toBe(200);
     expect((await app.api('POST', '/auth/login', { body: { email, password: `${STRONG_PASSWORD}-${(i + 1) % 10}` } })).status).toBe(401);
     expect((await app.api('GET', `/users/${created.body.id}`, { token: w.tokens.orgAdmin })).body.status).toBe('active');
+  });
+
+  // The interleaving the race above may or may not hit, made certain: the accept reads the
+  // invitation, the account becomes active and the invitation is consumed (what a winner commits),
+  // and only then does the accept read the account. It must not check its password as the account's
+  // current one (a 401 that counts toward lockout); it is 400 invalid_token like every loser.
+  raceTest('an accept whose account is activated by a parallel winner mid-request is 400 invalid_token', async () => {
+    const email = uniqueEmail('interleave');
+    await invite(w.tokens.orgAdmin, { email, name: 'Interleave', roleId: ROLE.orgReadOnly });
+    const token = await inviteLink(email);
+    const winner = new pg.Client({ connectionString: app.server.keel.config.DATABASE_URL });
+    await winner.connect();
+    try {
+      await winner.query('begin');
+      await winner.query('lock table users in access exclusive mode'); // the accept's read of the account waits here
+      const loser = accept({ token, password: `${STRONG_PASSWORD}-late` });
+      // Wait until the accept is blocked on the lock (it has read, or is about to read, the invitation).
+      for (let i = 0; ; i++) {
+        const [waiting] = rowsOf<{ n: number }>(await db().execute(sql`select count(*)::int as n from pg_locks where not granted and relation = 'users'::regclass`));
+        if (waiting!.n > 0) break;
+        if (i > 500) throw new Error('the accept never waited on the users table');
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      await winner.query(`update users set status = 'active', password_hash = 'x' where email = $1`, [email]);
+      await winner.query(`delete from invitations where user_id = (select id from users where email = $1)`, [email]);
+      await winner.query('commit');
+      const answer = await loser;
+      expect(answer.status).toBe(400);
+      expect(answer.body.code).toBe('invalid_token');
+    } finally {
+      await winner.end();
+    }
   });
 
   raceTest('an account accepting a partner and an organisation invitation at once joins exactly one', async () => {

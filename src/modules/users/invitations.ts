@@ -520,10 +520,17 @@ export async function acceptInvite(
 ): Promise<TokenAnswer | MfaChallenge | InviteAccepted> {
   const principal = authorization ? await requireUserPrincipal(keel, authorization) : null;
   const hash = tokenHash(input.token);
-  const [pending] = await keel.db.select().from(invitations).where(and(eq(invitations.tokenHash, hash), gt(invitations.expiresAt, clock.now())));
-  if (!pending) throw invalidInvite();
-  const user = await loadUser(keel.db, pending.userId);
-  if (!user || user.status === 'disabled') throw invalidInvite();
+  // The invitation and its account in one statement, so both come from one snapshot: a parallel
+  // accept that commits in between cannot make this one see the invitation with the account
+  // already active (it would then check the new password as the current one, a 401).
+  const [found] = await keel.db
+    .select({ pending: invitations, user: users })
+    .from(invitations)
+    .innerJoin(users, eq(users.id, invitations.userId))
+    .where(and(eq(invitations.tokenHash, hash), gt(invitations.expiresAt, clock.now())));
+  if (!found) throw invalidInvite();
+  const { pending, user } = found;
+  if (user.status === 'disabled') throw invalidInvite();
   const newAccount = user.status === 'invited';
   let passwordHash: string | null = null;
   if (principal) {
