@@ -122,17 +122,17 @@ export class SingleUseStore {
 
   /**
    * Counts one attempt against a record (codes allow a few tries). Returns the attempts made, or null
-   * when the record is gone or expired. Deletes the record when `maxAttempts` is reached.
+   * when the record is gone or expired. It never deletes: with parallel checks of one code, a request
+   * over the limit must not delete it under requests that counted within the limit and are about to
+   * consume it (the caller deletes on its last wrong guess; the sweep removes the rest).
    */
-  async recordAttempt(db: Db, id: string, maxAttempts: number): Promise<number | null> {
+  async recordAttempt(db: Db, id: string): Promise<number | null> {
     const rows = await db
       .update(singleUseRecords)
       .set({ attempts: sql`${singleUseRecords.attempts} + 1` })
       .where(and(eq(singleUseRecords.id, id), gt(singleUseRecords.expiresAt, clock.now())))
       .returning({ attempts: singleUseRecords.attempts });
-    const attempts = rows[0]?.attempts ?? null;
-    if (attempts !== null && attempts >= maxAttempts) await db.delete(singleUseRecords).where(eq(singleUseRecords.id, id));
-    return attempts;
+    return rows[0]?.attempts ?? null;
   }
 
   async deleteForSubject(db: Db, purpose: string, subjectId: string): Promise<void> {

@@ -11,6 +11,7 @@ import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { logSmsGateway } from '../../src/platform/sms.js';
 import { randomPhone, startTwilioStub, type TwilioStub } from './twilio-stub.js';
+import { PHONE_VERIFY_PURPOSE, SMS_CODE_MAX_ATTEMPTS } from '../../src/modules/mfa/sms.js';
 import { expectOneWinner, raceTest, together } from '../helpers/race.js';
 
 afterEach(() => clock.reset());
@@ -228,6 +229,26 @@ describe.skipIf(!backendAvailable())('SMS codes through a real HTTP gateway (Twi
     const answers = await together(10, () => app.api('POST', '/auth/phone/confirm', { token: accessToken, body: { code } }));
     const winner = expectOneWinner(answers, 200, [400]);
     for (const a of answers.filter((x) => x !== winner)) expect(a.body.code).toBe('code_expired');
+  });
+
+  // The interleaving the race above may hit, made certain: five requests with the right code have
+  // counted their attempts (the limit) and are about to consume it when a sixth arrives. The sixth is
+  // over the limit and answers code_expired, but must leave the code to them: one of them still wins.
+  it('a confirm over the attempt limit leaves the code to the requests that counted within it', async () => {
+    const user = await createUser(app);
+    const { accessToken } = await login(app, user);
+    const phone = randomPhone();
+    expect((await app.api('POST', '/auth/phone/verify', { token: accessToken, body: { phoneNumber: phone } })).status).toBe(200);
+    const code = stub.lastCode(phone);
+    const store = app.server.keel.singleUse;
+    const db = app.server.keel.db;
+    const record = await store.findForSubject(db, PHONE_VERIFY_PURPOSE, user.id);
+    for (let i = 1; i <= SMS_CODE_MAX_ATTEMPTS; i++) expect(await store.recordAttempt(db, record!.id)).toBe(i);
+    const sixth = await app.api('POST', '/auth/phone/confirm', { token: accessToken, body: { code } });
+    expect(sixth.status).toBe(400);
+    expect(sixth.body.code).toBe('code_expired');
+    // One of the five in flight consumes the code now, as it would have.
+    expect(await store.consumeById(db, record!.id)).not.toBeNull();
   });
 
   it('does not offer SMS at login beside another factor once the organisation disallows it', async () => {

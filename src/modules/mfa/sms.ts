@@ -102,12 +102,14 @@ type CodeOutcome = { ok: true; data: Record<string, unknown> } | { ok: false; re
 /**
  * Checks a code against the subject's live code of a purpose. The attempt is counted before the
  * comparison, so parallel guesses cannot exceed SMS_CODE_MAX_ATTEMPTS; a right code is consumed
- * atomically (one winner), and the last wrong guess deletes the code.
+ * atomically (one winner), and the last wrong guess deletes the code. A request over the limit only
+ * answers `expired`: it leaves the code to the requests that counted within the limit (one of them
+ * may be about to consume it), and the sweep removes it.
  */
 async function checkCode(keel: Keel, purpose: string, userId: string, code: string): Promise<CodeOutcome> {
   const record = await keel.singleUse.findForSubject(keel.db, purpose, userId);
   if (!record) return { ok: false, reason: 'expired' };
-  const attempts = await keel.singleUse.recordAttempt(keel.db, record.id, SMS_CODE_MAX_ATTEMPTS + 1);
+  const attempts = await keel.singleUse.recordAttempt(keel.db, record.id);
   if (attempts === null || attempts > SMS_CODE_MAX_ATTEMPTS) return { ok: false, reason: 'expired' };
   const expected = typeof record.data.codeHash === 'string' ? record.data.codeHash : '';
   // Under any configured key: a code texted just before a key rotation still works after it.
