@@ -11,6 +11,7 @@
  * Every race test's name starts with `race: `; the reporter `test/setup/race-reporter.ts` counts
  * them at the end of a run and says how many ran on PostgreSQL (and loudly when none did).
  */
+import pg from 'pg';
 import { expect, it } from 'vitest';
 import { backend } from './app.js';
 import { realBackendsAvailable } from './backends.js';
@@ -51,4 +52,41 @@ export function expectOneWinner<T extends { status: number }>(answers: T[], winn
   const others = statuses.filter((s) => s !== winner);
   for (const s of others) expect(losers, `statuses: ${statuses.join(', ')}`).toContain(s);
   return answers.find((a) => a.status === winner)!;
+}
+
+/**
+ * Makes one interleaving of a race certain on PostgreSQL, instead of hoping the scheduler finds it:
+ * on a connection of its own, opens a transaction and takes `lock` (SQL: a table lock, an advisory
+ * lock), starts `requests`, waits until `waiters` statements of this database wait on a lock, runs
+ * `meanwhile` on the lock's connection (say, what a winner commits), and commits, which releases the
+ * lock; then answers what the requests answered.
+ */
+export async function behindLock<T>(
+  databaseUrl: string,
+  lock: string,
+  waiters: number,
+  requests: () => Promise<T>,
+  meanwhile?: (client: pg.Client) => Promise<void>,
+): Promise<T> {
+  const client = new pg.Client({ connectionString: databaseUrl });
+  await client.connect();
+  try {
+    await client.query('begin');
+    await client.query(lock);
+    const answers = requests();
+    answers.catch(() => undefined); // awaited below; a failure must not go unhandled while we wait
+    for (let i = 0; ; i++) {
+      const { rows } = await client.query<{ n: number }>(
+        'select count(*)::int as n from pg_locks where not granted and database = (select oid from pg_database where datname = current_database())',
+      );
+      if (rows[0]!.n >= waiters) break;
+      if (i > 1_000) throw new Error(`behindLock: ${rows[0]!.n} of ${waiters} statements came to wait on the lock`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    await meanwhile?.(client);
+    await client.query('commit');
+    return await answers;
+  } finally {
+    await client.end();
+  }
 }

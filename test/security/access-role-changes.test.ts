@@ -4,13 +4,14 @@
  * without a `*:*` holder by a role edit; and the last-holder rule holds under concurrent requests on
  * PostgreSQL (one lock per tenant, taken before counting).
  */
-import { eq } from 'drizzle-orm';
+import { and, eq } from 'drizzle-orm';
+import { auditLogs } from '../../src/modules/audit/schema.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backend, backendAvailable, startTestApp, type ApiResponse, type TestApp } from '../helpers/app.js';
 import { createUser, login } from '../helpers/fixtures.js';
-import { raceTest, together } from '../helpers/race.js';
+import { behindLock, raceTest, together } from '../helpers/race.js';
 import { createOrganization, createPartner } from '../../src/modules/tenancy/service.js';
-import { countFullAdmins } from '../../src/modules/access/service.js';
+import { countFullAdmins, FULL_ADMIN_LOCK, fullAdminLockKey } from '../../src/modules/access/service.js';
 import { roles } from '../../src/modules/access/schema.js';
 import { createWorld, insertRole, keys, ROLE, type World } from '../access/helpers.js';
 
@@ -171,6 +172,9 @@ describe.skipIf(!backendAvailable())(`role changes (${backend})`, () => {
       const loser = answers.find((a) => !success.includes(a.status))!;
       expect({ status: loser.status, body: loser.body }, `statuses: ${statuses.join(', ')}`).toEqual({ status: 409, body: LAST_ADMIN });
     };
+    /** Holds the organisation's last-administrator lock until both requests wait on it. */
+    const bothAtTheLock = <T>(orgId: string, requests: () => Promise<T>) =>
+      behindLock(app.server.keel.config.DATABASE_URL!, `select pg_advisory_xact_lock(${FULL_ADMIN_LOCK}, hashtext('${fullAdminLockKey({ orgId })}'))`, 2, requests);
 
     raceTest(`two organisation administrators removing each other at once, ${ROUNDS} rounds: the organisation always keeps a *:* holder, the loser gets 409 last_admin`, async () => {
       for (let round = 0; round < ROUNDS; round++) {
@@ -178,10 +182,9 @@ describe.skipIf(!backendAvailable())(`role changes (${backend})`, () => {
         const a = await createUser(app, { org: { orgId: org, roleId: ROLE.orgAdmin } });
         const b = await createUser(app, { org: { orgId: org, roleId: ROLE.orgAdmin } });
         const [ta, tb] = [(await login(app, a)).accessToken, (await login(app, b)).accessToken];
-        // Both sessions are warm, so both requests pass authentication before either commits.
-        expect((await app.api('GET', '/users', { token: ta })).status).toBe(200);
-        expect((await app.api('GET', '/users', { token: tb })).status).toBe(200);
-        const answers = await together(2, (i) => app.api('DELETE', `/users/${i === 0 ? b.id : a.id}`, { token: i === 0 ? ta : tb }));
+        // Both requests pass authentication and wait on the organisation's lock before either goes on
+        // (else the second could come after the first committed, and find its session revoked: 401).
+        const answers = await bothAtTheLock(org, () => together(2, (i) => app.api('DELETE', `/users/${i === 0 ? b.id : a.id}`, { token: i === 0 ? ta : tb })));
         expectOneSuccess(answers, [204]);
         expect(await countFullAdmins(app.server.keel.db, { orgId: org }), `round ${round}`).toBe(1);
       }
@@ -193,14 +196,43 @@ describe.skipIf(!backendAvailable())(`role changes (${backend})`, () => {
         const a = await createUser(app, { org: { orgId: org, roleId: ROLE.orgAdmin } });
         const b = await createUser(app, { org: { orgId: org, roleId: ROLE.orgAdmin } });
         const [ta, tb] = [(await login(app, a)).accessToken, (await login(app, b)).accessToken];
-        expect((await app.api('GET', '/users', { token: ta })).status).toBe(200);
-        expect((await app.api('GET', '/users', { token: tb })).status).toBe(200);
-        const answers = await together(2, (i) => app.api('PATCH', `/users/${i === 0 ? b.id : a.id}`, { token: i === 0 ? ta : tb, body: { status: 'disabled' } }));
+        const answers = await bothAtTheLock(org, () =>
+          together(2, (i) => app.api('PATCH', `/users/${i === 0 ? b.id : a.id}`, { token: i === 0 ? ta : tb, body: { status: 'disabled' } })),
+        );
         expectOneSuccess(answers, [200]);
         // A disabled administrator is no administrator: exactly one active *:* holder is left.
         expect(await countFullAdmins(app.server.keel.db, { orgId: org }), `round ${round}`).toBe(1);
       }
     }, 120_000);
+
+    const auditCount = async (action: string, userId: string) =>
+      (await app.server.keel.db.select().from(auditLogs).where(and(eq(auditLogs.action, action), eq(auditLogs.targetId, userId)))).length;
+
+    raceTest('two administrators removing the same member at once: one 204, the other 404, one audit entry', async () => {
+      const org = await freshOrg('Double remove');
+      const [a, b] = [await createUser(app, { org: { orgId: org, roleId: ROLE.orgAdmin } }), await createUser(app, { org: { orgId: org, roleId: ROLE.orgAdmin } })];
+      const member = await createUser(app, { org: { orgId: org, roleId: ROLE.orgTechnician } });
+      const [ta, tb] = [(await login(app, a)).accessToken, (await login(app, b)).accessToken];
+      const answers = await bothAtTheLock(org, () => together(2, (i) => app.api('DELETE', `/users/${member.id}`, { token: i === 0 ? ta : tb })));
+      expect(answers.map((x) => x.status).sort()).toEqual([204, 404]);
+      expect(await auditCount('user.remove', member.id)).toBe(1);
+    });
+
+    raceTest('two administrators disabling the same member at once: both see it disabled, one change is recorded', async () => {
+      const org = await freshOrg('Double disable');
+      const [a, b] = [await createUser(app, { org: { orgId: org, roleId: ROLE.orgAdmin } }), await createUser(app, { org: { orgId: org, roleId: ROLE.orgAdmin } })];
+      const member = await createUser(app, { org: { orgId: org, roleId: ROLE.orgTechnician } });
+      const [ta, tb] = [(await login(app, a)).accessToken, (await login(app, b)).accessToken];
+      const answers = await bothAtTheLock(org, () =>
+        together(2, (i) => app.api('PATCH', `/users/${member.id}`, { token: i === 0 ? ta : tb, body: { status: 'disabled', ...(i === 1 ? { name: 'Renamed' } : {}) } })),
+      );
+      expect(answers.map((x) => x.status)).toEqual([200, 200]);
+      for (const x of answers) expect(x.body.status).toBe('disabled');
+      const entries = await app.server.keel.db.select().from(auditLogs).where(and(eq(auditLogs.action, 'user.update'), eq(auditLogs.targetId, member.id)));
+      // One entry disables; the other request's name change is still made and recorded (alone, if it came second).
+      expect(entries.filter((e) => (e.details as { status?: string } | null)?.status === 'disabled')).toHaveLength(1);
+      expect((await app.api('GET', `/users/${member.id}`, { token: ta })).body.name).toBe('Renamed');
+    });
 
     raceTest(`a role PATCH that demotes the administrators racing the removal of the other administrator, ${ROUNDS} rounds: one wins, the other is 409 last_admin`, async () => {
       for (let round = 0; round < ROUNDS; round++) {

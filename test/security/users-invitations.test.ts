@@ -5,16 +5,14 @@
  * whose resends are limited, and whose answer reveals nothing about an account that existed.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import pg from 'pg';
-import { eq, sql } from 'drizzle-orm';
+import { eq } from 'drizzle-orm';
 import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { startSmtpServer, type SmtpTestServer } from '../helpers/smtp.js';
 import { createUser, enrollTotp, login, nextTotpStep, STRONG_PASSWORD, totpCode, uniqueEmail, type TestUser } from '../helpers/fixtures.js';
-import { expectOneWinner, raceTest, together } from '../helpers/race.js';
+import { behindLock, expectOneWinner, raceTest, together } from '../helpers/race.js';
 import { createWorld, insertRole, orgUserWithRole, ROLE, type World } from '../access/helpers.js';
 import { clock } from '../../src/platform/clock.js';
 import { users } from '../../src/modules/identity/schema.js';
-import { rowsOf } from '../../src/platform/db/client.js';
 import { signIn } from '../../src/modules/identity/service.js';
 import { createOrganization } from '../../src/modules/tenancy/service.js';
 
@@ -414,28 +412,18 @@ describe.skipIf(!backendAvailable())('invitations', () => {
     const email = uniqueEmail('interleave');
     await invite(w.tokens.orgAdmin, { email, name: 'Interleave', roleId: ROLE.orgReadOnly });
     const token = await inviteLink(email);
-    const winner = new pg.Client({ connectionString: app.server.keel.config.DATABASE_URL });
-    await winner.connect();
-    try {
-      await winner.query('begin');
-      await winner.query('lock table users in access exclusive mode'); // the accept's read of the account waits here
-      const loser = accept({ token, password: `${STRONG_PASSWORD}-late` });
-      // Wait until the accept is blocked on the lock (it has read, or is about to read, the invitation).
-      for (let i = 0; ; i++) {
-        const [waiting] = rowsOf<{ n: number }>(await db().execute(sql`select count(*)::int as n from pg_locks where not granted and relation = 'users'::regclass`));
-        if (waiting!.n > 0) break;
-        if (i > 500) throw new Error('the accept never waited on the users table');
-        await new Promise((r) => setTimeout(r, 10));
-      }
-      await winner.query(`update users set status = 'active', password_hash = 'x' where email = $1`, [email]);
-      await winner.query(`delete from invitations where user_id = (select id from users where email = $1)`, [email]);
-      await winner.query('commit');
-      const answer = await loser;
-      expect(answer.status).toBe(400);
-      expect(answer.body.code).toBe('invalid_token');
-    } finally {
-      await winner.end();
-    }
+    const answer = await behindLock(
+      app.server.keel.config.DATABASE_URL!,
+      'lock table users in access exclusive mode', // the accept's read of the account waits here
+      1,
+      () => accept({ token, password: `${STRONG_PASSWORD}-late` }),
+      async (winner) => {
+        await winner.query(`update users set status = 'active', password_hash = 'x' where email = $1`, [email]);
+        await winner.query(`delete from invitations where user_id = (select id from users where email = $1)`, [email]);
+      },
+    );
+    expect(answer.status).toBe(400);
+    expect(answer.body.code).toBe('invalid_token');
   });
 
   raceTest('an account accepting a partner and an organisation invitation at once joins exactly one', async () => {

@@ -177,8 +177,9 @@ export async function countFullAdmins(db: Db, tenant: Tenant, excludeUserId?: st
   return total;
 }
 
-/** Lock class of `lockFullAdmins` (the second key is a hash of the tenant). */
-const FULL_ADMIN_LOCK = 7_243_002;
+/** Lock class of `lockFullAdmins` (the second key is a hash of `fullAdminLockKey`). */
+export const FULL_ADMIN_LOCK = 7_243_002;
+export const fullAdminLockKey = (tenant: Tenant): string => ('partnerId' in tenant ? `partner:${tenant.partnerId}` : `organization:${tenant.orgId}`);
 
 /**
  * Serialises every change that can take `*:*` away from a member of this partner or organisation
@@ -188,8 +189,7 @@ const FULL_ADMIN_LOCK = 7_243_002;
  * at commit or rollback. Both `assertNotLastFullAdmin` and `keepsFullAdmin` take it themselves.
  */
 export async function lockFullAdmins(db: Db, tenant: Tenant): Promise<void> {
-  const key = 'partnerId' in tenant ? `partner:${tenant.partnerId}` : `organization:${tenant.orgId}`;
-  await db.execute(sql`select pg_advisory_xact_lock(${FULL_ADMIN_LOCK}, hashtext(${key}))`);
+  await db.execute(sql`select pg_advisory_xact_lock(${FULL_ADMIN_LOCK}, hashtext(${fullAdminLockKey(tenant)}))`);
 }
 
 export const lastAdmin = () => conflict('last_admin', 'This would leave no user with full administrative access (*:*) in this scope');

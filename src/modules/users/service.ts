@@ -1,4 +1,4 @@
-import { and, count, desc, eq, ilike, or, type SQL } from 'drizzle-orm';
+import { and, count, desc, eq, ilike, ne, or, type SQL } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import type { Db } from '../../platform/db/client.js';
 import { transaction } from '../../platform/db/transaction.js';
@@ -212,16 +212,28 @@ export async function updateUser(
   await transaction(keel.db, async (tx) => {
     await assertCoversUser(tx.db, access, target);
     if (set.status === 'disabled' && membership) await assertNotLastFullAdmin(tx.db, tenantOf(membership), id, null);
-    await tx.db.update(users).set({ ...set, updatedAt: clock.now() }).where(eq(users.id, id));
-    if (set.status === 'disabled') await identityOf(keel).sessions.revokeAllForUser(tx.db, id, 'user_disabled', tx.afterCommit);
+    // The status changes only from another one: a parallel request that made this change first
+    // leaves this one nothing to revoke or record (for the status; a new name is still set).
+    const [changed] = await tx.db
+      .update(users)
+      .set({ ...set, updatedAt: clock.now() })
+      .where(set.status ? and(eq(users.id, id), ne(users.status, set.status)) : eq(users.id, id))
+      .returning({ id: users.id });
+    let made = set;
+    if (!changed) {
+      if (set.name === undefined) return;
+      made = { name: set.name };
+      await tx.db.update(users).set({ ...made, updatedAt: clock.now() }).where(eq(users.id, id));
+    }
+    if (made.status === 'disabled') await identityOf(keel).sessions.revokeAllForUser(tx.db, id, 'user_disabled', tx.afterCommit);
     else tx.afterCommit(() => identityOf(keel).sessions.userChanged(id));
     await writeAudit(tx.db, info, {
       action: 'user.update',
       partnerId: membership?.kind === 'partner' ? membership.partnerId : access.partnerId,
       orgId: membership?.kind === 'organization' ? membership.orgId : access.orgId,
       target: { type: 'user', id },
-      changes: changes(set),
-      ...(set.status ? { details: { status: set.status } } : {}),
+      changes: changes(made),
+      ...(made.status ? { details: { status: made.status } } : {}),
     });
   });
   return getVisibleUser(keel.db, access, id);
@@ -234,8 +246,13 @@ export async function removeUser(keel: Keel, access: AccessContext, id: string, 
   await transaction(keel.db, async (tx) => {
     await assertCoversUser(tx.db, access, target);
     await assertNotLastFullAdmin(tx.db, tenantOf(membership), id, null);
-    if (membership.kind === 'partner') await tx.db.delete(partnerUsers).where(eq(partnerUsers.userId, id));
-    else await tx.db.delete(organizationUsers).where(eq(organizationUsers.userId, id));
+    // Only the membership read above: a parallel removal that committed first leaves nothing (404,
+    // nothing revoked or recorded twice), and a membership made since elsewhere is not this one.
+    const removed =
+      membership.kind === 'partner'
+        ? await tx.db.delete(partnerUsers).where(and(eq(partnerUsers.userId, id), eq(partnerUsers.partnerId, membership.partnerId))).returning({ id: partnerUsers.userId })
+        : await tx.db.delete(organizationUsers).where(and(eq(organizationUsers.userId, id), eq(organizationUsers.orgId, membership.orgId))).returning({ id: organizationUsers.userId });
+    if (removed.length === 0) throw notFound('User');
     await identityOf(keel).sessions.revokeAllForUser(tx.db, id, 'user_removed', tx.afterCommit);
     // Its pending invitation here goes too: a removed invitee joins again only by a new invitation.
     await tx.db.delete(invitations).where(invitationsOfTenant(id, tenantOf(membership)));
