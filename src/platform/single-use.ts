@@ -90,6 +90,31 @@ export class SingleUseStore {
     return rows[0] ? this.#toRecord(rows[0]) : null;
   }
 
+  /**
+   * Puts a record taken by `consume` back as it was (id, token, expiry, attempts, secret), when the
+   * use it was taken for failed on the caller's side (a wrong second factor at sign-in). Taking the
+   * record before the costly or spending step makes it the one thing parallel requests contend for;
+   * putting it back lets the holder try again. A process that dies in between loses the record: the
+   * token is then expired, which is the safe side.
+   */
+  async putBack(db: Db, token: string, record: SingleUseRecord): Promise<void> {
+    const tokenHash = this.#hash(record.purpose, token);
+    await db
+      .insert(singleUseRecords)
+      .values({
+        id: record.id,
+        purpose: record.purpose,
+        tokenHash,
+        subjectId: record.subjectId,
+        data: record.data,
+        sealed: record.secret === null ? null : this.sealer.seal(record.secret, sealedContext(record.purpose, tokenHash)),
+        attempts: record.attempts,
+        expiresAt: record.expiresAt,
+        createdAt: record.createdAt,
+      })
+      .onConflictDoNothing();
+  }
+
   /** Reads without consuming (to check a token before a costly step); never trust it for single use. */
   async peek(db: Db, purpose: string, token: string): Promise<SingleUseRecord | null> {
     const tokenHash = this.#hash(purpose, token);

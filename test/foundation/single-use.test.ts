@@ -111,6 +111,17 @@ describe.skipIf(!backendAvailable())(`single-use store (${backend})`, () => {
     expect(await store.recordAttempt(db, id)).toBeNull();
   });
 
+  it('putBack returns a consumed record as it was: same id, secret, data, attempts and expiry', async () => {
+    const { id, token } = await store.create(db, { purpose: 'test.hold', ttlMs: 60_000, subjectId: newId(), data: { n: 1 }, secret: 'held-secret' });
+    await store.recordAttempt(db, id);
+    const taken = await store.consume(db, 'test.hold', token);
+    expect(await store.consume(db, 'test.hold', token)).toBeNull();
+    await store.putBack(db, token, taken!);
+    const again = await store.consume(db, 'test.hold', token);
+    expect(again).toEqual(taken);
+    expect(again).toMatchObject({ id, secret: 'held-secret', data: { n: 1 }, attempts: 1 });
+  });
+
   it('gives a token to exactly one of 20 parallel consumers', async () => {
     for (let round = 0; round < 3; round++) {
       const { token } = await store.create(db, { purpose: 'test.race', ttlMs: 60_000, secret: `race-${round}` });

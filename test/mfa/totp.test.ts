@@ -256,6 +256,12 @@ describe.skipIf(backend !== 'postgres' || !backendAvailable())('race: single use
       const answers = await together(10, (i) => app.api('POST', '/auth/mfa/verify', { body: { tempToken, code: recoveryCodes[i] } }));
       const winner = expectOneWinner(answers, 200, [401]);
       for (const a of answers.filter((x) => x !== winner)) expect(a.body.code).toBe('invalid_temp_token');
+      // Only the winner's code was spent: the losers' nine still sign in, each once.
+      const [row] = await app.server.keel.db.select({ codes: users.mfaRecoveryCodes }).from(users).where(eq(users.id, user.id));
+      expect(row!.codes).toHaveLength(recoveryCodes.length - 1);
+      const unused = recoveryCodes.filter((_, i) => answers[i] !== winner);
+      const again = (await app.api('POST', '/auth/login', { body: { email: user.email, password: user.password } })).body.tempToken;
+      expect((await app.api('POST', '/auth/mfa/verify', { body: { tempToken: again, code: unused[0] } })).status).toBe(200);
     } finally {
       await app.close();
     }

@@ -156,12 +156,23 @@ export async function verifyLoginCode(keel: Keel, tempToken: string, code: strin
   }
   const user = await loadUser(keel, pending.subjectId);
   if (user.status !== 'active') throw expired();
-  if (!(await checkSecondFactor(keel, user, code))) {
+  // The temp token is taken before the code is checked: of parallel verifies of one sign-in only its
+  // holder checks a code (the others would spend a recovery code, an SMS code or a TOTP step on a
+  // sign-in that cannot be theirs). A wrong code puts it back for another try.
+  const held = await keel.singleUse.consume(keel.db, MFA_LOGIN_PURPOSE, tempToken);
+  if (held?.subjectId !== user.id) throw expired();
+  let accepted: boolean;
+  try {
+    accepted = await checkSecondFactor(keel, user, code);
+  } catch (err) {
+    await keel.singleUse.putBack(keel.db, tempToken, held);
+    throw err;
+  }
+  if (!accepted) {
+    await keel.singleUse.putBack(keel.db, tempToken, held);
     countAuthOutcome(keel.metrics, 'mfa', 'failure');
     throw invalidCode(401);
   }
-  const consumed = await keel.singleUse.consume(keel.db, MFA_LOGIN_PURPOSE, tempToken);
-  if (consumed?.subjectId !== user.id) throw expired();
   const answer = await signIn(keel, user, { ...info, actor: { type: 'user', id: user.id, email: user.email } }, { mfa: true, method: 'mfa' });
   countAuthOutcome(keel.metrics, 'mfa', 'success');
   return answer;
