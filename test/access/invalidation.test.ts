@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
-import { createTenant, createUser, login, type Tenant } from '../helpers/fixtures.js';
+import { createTenant, createUser, enrollTotp, login, type Tenant } from '../helpers/fixtures.js';
 import { startServer, type RunningServer } from '../../src/server.js';
 import { openDatabase, type Database } from '../../src/platform/db/client.js';
 import { createLogger } from '../../src/platform/logger.js';
@@ -8,6 +8,7 @@ import { roleCacheFor, ROLES_TOPIC } from '../../src/modules/access/role-cache.j
 import { insertRole, ROLE } from './helpers.js';
 import { API_KEY_TOPIC } from '../../src/modules/access/api-keys.js';
 import { USER_TOPIC } from '../../src/modules/identity/sessions.js';
+import { ORGS_TOPIC } from '../../src/modules/access/org-cache.js';
 
 /**
  * Two Keel processes (two servers with their own pools, caches and invalidation listeners) on one
@@ -111,6 +112,21 @@ describe.skipIf(backend !== 'postgres' || !backendAvailable()).each([
     expect((await a.api('PATCH', `/users/${creator.id}`, { token: adminToken, body: { status: 'disabled' } })).status).toBe(200);
     await heard;
     expect(await onB('/devices', key)).toBe(401);
+  });
+
+  it('an organisation deleted on one process is 404 on the other, which had it cached, once that one heard of it', async () => {
+    // A partner administrator (its role forces a second factor) acting in one of its organisations.
+    const partnerToken = (await enrollTotp(a, (await login(a, t.partnerAdmin)).accessToken)).accessToken;
+    const org = await a.api('POST', '/orgs', { token: partnerToken, body: { name: 'Short-lived' } });
+    expect(org.status).toBe(201);
+    const id = org.body.id as string;
+    // B enters the organisation by id (the scope middleware caches its id and partner).
+    expect(await onB(`/webhooks?orgId=${id}`, partnerToken)).toBe(200);
+    expect(await onB(`/webhooks?orgId=${id}`, partnerToken)).toBe(200);
+    const heard = heardOnBTopic(ORGS_TOPIC, id);
+    expect((await a.api('DELETE', `/orgs/${id}`, { token: partnerToken })).status).toBe(204);
+    await heard;
+    expect(await onB(`/webhooks?orgId=${id}`, partnerToken)).toBe(404);
   });
 
   it('a re-parented role loses the old parent’s grants on the other process', async () => {

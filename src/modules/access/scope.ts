@@ -10,6 +10,7 @@ import { organizations, partners } from '../tenancy/schema.js';
 import { PermissionSet } from './permissions.js';
 import { getAccessSummary, type AccessSummary, type OrgAccess, type Scope } from './service.js';
 import { apiKeyAccessSummary } from './api-keys.js';
+import { cachedOrgTenant, type OrgTenant } from './org-cache.js';
 
 /**
  * What a request may do, resolved once per request by `requireScope` and read with `c.get('access')`.
@@ -223,6 +224,17 @@ export async function reachOrg(db: Db, access: AccessContext, orgId: string): Pr
   return org;
 }
 
+/**
+ * Like mustReachOrg, for the scope middleware: the same decision (`canSeeOrg` on the caller's reach)
+ * on the cached id and partner of the organisation (org-cache.ts), not its row.
+ */
+async function mustReachOrgTenant(keel: Keel, access: AccessContext, orgId: string): Promise<OrgTenant> {
+  const reach = reachableOrgs(access);
+  const org = !UUID.test(orgId) || reach.kind === 'nothing' || (reach.kind === 'org' && reach.orgId !== orgId) ? null : await cachedOrgTenant(keel, orgId);
+  if (!org || !canSeeOrg(reach, org)) throw notFound('Organization');
+  return org;
+}
+
 /** Like reachOrg, but throws 404 when the organisation cannot be reached. */
 export async function mustReachOrg(db: Db, access: AccessContext, orgId: string): Promise<OrgRow> {
   const org = await reachOrg(db, access, orgId);
@@ -278,10 +290,10 @@ function scopeMiddleware(keel: Keel, opts: ScopeOptions): MiddlewareHandler<AppE
       if (namedPartner) throw notFound('Partner');
     } else if (access.scope === 'partner') {
       if (namedPartner && namedPartner !== access.partnerId) throw notFound('Partner');
-      if (namedOrg) access.orgId = (await mustReachOrg(keel.db, access, namedOrg)).id;
+      if (namedOrg) access.orgId = (await mustReachOrgTenant(keel, access, namedOrg)).id;
     } else {
       if (namedOrg) {
-        const org = await mustReachOrg(keel.db, access, namedOrg);
+        const org = await mustReachOrgTenant(keel, access, namedOrg);
         if (namedPartner && org.partnerId !== namedPartner) throw notFound('Organization');
         access.orgId = org.id;
         access.partnerId = org.partnerId;

@@ -8,6 +8,7 @@ import { badRequest, forbidden, notFound } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { organizationUsers, partnerUsers, roles } from '../access/schema.js';
 import { publishRoleChange } from '../access/role-cache.js';
+import { ORGS_TOPIC } from '../access/org-cache.js';
 import { publishMembershipsChanged } from '../access/service.js';
 import { groupListFilter, mustReachOrg, siteListFilter, visibleOrgCondition, type AccessContext } from '../access/scope.js';
 import { deviceGroups, organizations, partners, sites, type TenantSettings } from '../tenancy/schema.js';
@@ -163,7 +164,8 @@ export async function deleteOrg(keel: Keel, access: AccessContext, id: string, i
       action: 'organization.delete', partnerId: org.partnerId, orgId: id, target: { type: 'organization', id }, details: { name: org.name, members: members?.n ?? 0 },
     });
     tx.afterCommit(() => publishRoleChange(keel, '*'));
-  }, (err) => requestLog(keel.log, info).error({ err }, 'role invalidation failed'));
+    tx.afterCommit(() => keel.invalidation.publish(ORGS_TOPIC, id));
+  }, (err) => requestLog(keel.log, info).error({ err }, 'role or organisation invalidation failed'));
 }
 
 // ---------------------------------------------------------------------------------------------
