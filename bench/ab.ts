@@ -24,13 +24,13 @@ const path = process.env.AB_PATH ?? '/api/v1/users/me';
 const seconds = Number(process.env.AB_SECONDS ?? '4');
 const rounds = Number(process.env.AB_ROUNDS ?? '3');
 
-/** CPU clock ticks (user + system, all threads) of a process so far. */
-function cpuTicks(pid: number): number {
+/** CPU clock ticks (user, system; all threads) of a process so far. */
+function cpuTicks(pid: number): { user: number; system: number } {
   const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? [];
-  return Number(fields[11]) + Number(fields[12]);
+  return { user: Number(fields[11]), system: Number(fields[12]) };
 }
 
-const servers: { name: string; keel: RunningKeel; token: string; results: { rps: number; us: number; bad: number }[] }[] = [];
+const servers: { name: string; keel: RunningKeel; token: string; results: { rps: number; us: number; sysUs: number; bad: number }[] }[] = [];
 try {
   for (const v of variants) {
     const keel = await startKeel(benchEnv(v.env), v.dir);
@@ -51,13 +51,21 @@ try {
       const before = cpuTicks(pid);
       const r = await load({ url: `${s.keel.url}${path}`, connections: 10, duration: seconds, headers: { authorization: `Bearer ${s.token}` } });
       // Clock ticks are 10 ms: µs per request = ticks × 10,000 / requests.
-      s.results.push({ rps: r.requests.average, us: ((cpuTicks(pid) - before) * 10_000) / Math.max(1, r.requests.total ?? 0), bad: r.non2xx + (r.errors ?? 0) });
+      const after = cpuTicks(pid);
+      const perRequest = (ticks: number) => (ticks * 10_000) / Math.max(1, r.requests.total ?? 0);
+      s.results.push({
+        rps: r.requests.average,
+        us: perRequest(after.user - before.user + after.system - before.system),
+        sysUs: perRequest(after.system - before.system),
+        bad: r.non2xx + (r.errors ?? 0),
+      });
     }
   }
   for (const s of servers) {
     const rps = s.results.map((r) => Math.round(r.rps)).join(' ');
     const us = s.results.map((r) => r.us.toFixed(1)).join(' ');
-    console.log(`${s.name.padEnd(12)} req/s ${rps}   CPU µs/request ${us}   failed ${s.results.map((r) => r.bad).join(',')}`);
+    const sys = s.results.map((r) => r.sysUs.toFixed(1)).join(' ');
+    console.log(`${s.name.padEnd(12)} req/s ${rps}   CPU µs/request ${us} (of which system ${sys})   failed ${s.results.map((r) => r.bad).join(',')}`);
   }
 } finally {
   for (const s of servers) await s.keel.stop();
