@@ -220,12 +220,17 @@ describe.skipIf(!backendAvailable())('SMS codes through a real HTTP gateway (Twi
     expect(gated.body.code).toBe('mfa_enrollment_required');
   });
 
-  raceTest('one phone-confirm code raced by 10 parallel requests verifies the phone once', async () => {
+  /** A new account's session and the phone-confirm code texted to a new number. */
+  const phoneCodeSent = async () => {
     const user = await createUser(app);
     const { accessToken } = await login(app, user);
     const phone = randomPhone();
     expect((await app.api('POST', '/auth/phone/verify', { token: accessToken, body: { phoneNumber: phone } })).status).toBe(200);
-    const code = stub.lastCode(phone);
+    return { user, accessToken, code: stub.lastCode(phone) };
+  };
+
+  raceTest('one phone-confirm code raced by 10 parallel requests verifies the phone once', async () => {
+    const { accessToken, code } = await phoneCodeSent();
     const answers = await together(10, () => app.api('POST', '/auth/phone/confirm', { token: accessToken, body: { code } }));
     const winner = expectOneWinner(answers, 200, [400]);
     for (const a of answers.filter((x) => x !== winner)) expect(a.body.code).toBe('code_expired');
@@ -235,11 +240,7 @@ describe.skipIf(!backendAvailable())('SMS codes through a real HTTP gateway (Twi
   // counted their attempts (the limit) and are about to consume it when a sixth arrives. The sixth is
   // over the limit and answers code_expired, but must leave the code to them: one of them still wins.
   it('a confirm over the attempt limit leaves the code to the requests that counted within it', async () => {
-    const user = await createUser(app);
-    const { accessToken } = await login(app, user);
-    const phone = randomPhone();
-    expect((await app.api('POST', '/auth/phone/verify', { token: accessToken, body: { phoneNumber: phone } })).status).toBe(200);
-    const code = stub.lastCode(phone);
+    const { user, accessToken, code } = await phoneCodeSent();
     const store = app.server.keel.singleUse;
     const db = app.server.keel.db;
     const record = await store.findForSubject(db, PHONE_VERIFY_PURPOSE, user.id);

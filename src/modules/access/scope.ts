@@ -210,28 +210,32 @@ export function visiblePartnerId(access: VisibilityInput | OrgVisibility): strin
 export type OrgRow = typeof organizations.$inferSelect;
 
 /**
- * The organisation if the caller may act in it, else null (answer 404: never reveal that it exists).
- * Decided by `canSeeOrg` on the caller's reach (its visibility before a request names an organisation):
- * system: any (or the named partner's); partner users: their partner's, by `orgAccess`; organisation
- * users: their own.
+ * The one decision of entering an organisation by id: the organisation `load` finds, if the caller
+ * may act in it, else null (answer 404: never reveal that it exists). Decided by `canSeeOrg` on the
+ * caller's reach (its visibility before a request names an organisation): system: any (or the named
+ * partner's); partner users: their partner's, by `orgAccess`; organisation users: their own. An id
+ * that is no UUID or out of reach is refused without a load.
  */
-export async function reachOrg(db: Db, access: AccessContext, orgId: string): Promise<OrgRow | null> {
+async function reachWith<T extends { id: string; partnerId: string | null }>(access: AccessContext, orgId: string, load: () => Promise<T | null | undefined>): Promise<T | null> {
   if (!UUID.test(orgId)) return null;
   const reach = reachableOrgs(access);
   if (reach.kind === 'nothing' || (reach.kind === 'org' && reach.orgId !== orgId)) return null;
-  const [org] = await db.select().from(organizations).where(eq(organizations.id, orgId));
-  if (!org || !canSeeOrg(reach, org)) return null;
-  return org;
+  const org = await load();
+  return org && canSeeOrg(reach, org) ? org : null;
+}
+
+/** The organisation's row if the caller may act in it (`reachWith`), else null. */
+export function reachOrg(db: Db, access: AccessContext, orgId: string): Promise<OrgRow | null> {
+  return reachWith(access, orgId, async () => (await db.select().from(organizations).where(eq(organizations.id, orgId)))[0]);
 }
 
 /**
- * Like mustReachOrg, for the scope middleware: the same decision (`canSeeOrg` on the caller's reach)
- * on the cached id and partner of the organisation (org-cache.ts), not its row.
+ * For the scope middleware: the same decision on the cached id and partner of the organisation
+ * (org-cache.ts), not its row; 404 when it cannot be reached.
  */
 async function mustReachOrgTenant(keel: Keel, access: AccessContext, orgId: string): Promise<OrgTenant> {
-  const reach = reachableOrgs(access);
-  const org = !UUID.test(orgId) || reach.kind === 'nothing' || (reach.kind === 'org' && reach.orgId !== orgId) ? null : await cachedOrgTenant(keel, orgId);
-  if (!org || !canSeeOrg(reach, org)) throw notFound('Organization');
+  const org = await reachWith(access, orgId, () => cachedOrgTenant(keel, orgId));
+  if (!org) throw notFound('Organization');
   return org;
 }
 

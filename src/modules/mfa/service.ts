@@ -161,15 +161,13 @@ export async function verifyLoginCode(keel: Keel, tempToken: string, code: strin
   // sign-in that cannot be theirs). A wrong code puts it back for another try.
   const held = await keel.singleUse.consume(keel.db, MFA_LOGIN_PURPOSE, tempToken);
   if (held?.subjectId !== user.id) throw expired();
-  let accepted: boolean;
+  let accepted = false;
   try {
     accepted = await checkSecondFactor(keel, user, code);
-  } catch (err) {
-    await keel.singleUse.putBack(keel.db, tempToken, held);
-    throw err;
+  } finally {
+    if (!accepted) await keel.singleUse.putBack(keel.db, tempToken, held);
   }
   if (!accepted) {
-    await keel.singleUse.putBack(keel.db, tempToken, held);
     countAuthOutcome(keel.metrics, 'mfa', 'failure');
     throw invalidCode(401);
   }
