@@ -8,6 +8,7 @@ import { devices, enrollmentKeys } from '../../src/modules/agents/schema.js';
 import { auditLogs } from '../../src/modules/audit/schema.js';
 import type { KeelEvent } from '../../src/events.js';
 import { enroll, enrollmentKey, heartbeat, runSweep } from './helpers.js';
+import { agentsOf } from '../../src/modules/agents/context.js';
 
 describe.skipIf(!backendAvailable())(`devices and heartbeats (${backend})`, () => {
   let app: TestApp;
@@ -171,6 +172,24 @@ describe.skipIf(!backendAvailable())(`devices and heartbeats (${backend})`, () =
     expect((await heartbeat(app, d)).body.autoUpdate).toBe(true);
     const read = await app.api('POST', '/api-keys', { token: w.tokens.orgAdmin, body: { name: 'reader', permissions: [{ resource: 'devices', action: 'read' }] } });
     expect((await app.api('POST', `/devices/${d.deviceId}/auto-update`, { token: read.body.key, body: { enabled: false } })).status).toBe(403);
+  });
+
+  it('last seen is written once a second for many heartbeats: the latest one, even when the device was reloaded in between', async () => {
+    clock.freeze();
+    const d = await enroll(app, await enrollmentKey(app, w.tokens.orgAdmin, w.orgId));
+    await heartbeat(app, d);
+    const state = agentsOf(app.server.keel).state;
+    await state.flushLastSeen();
+    clock.advance(1_000);
+    await heartbeat(app, d);
+    // The device's cached state is dropped (a setting changed) and read again by the next heartbeat.
+    expect((await app.api('POST', `/devices/${d.deviceId}/auto-update`, { token: w.tokens.orgTechnician, body: { enabled: false } })).status).toBe(200);
+    clock.advance(1_000);
+    const latest = clock.nowMs();
+    await heartbeat(app, d);
+    await state.flushLastSeen();
+    const got = await app.api('GET', `/devices/${d.deviceId}`, { token: w.tokens.orgAdmin });
+    expect(new Date(got.body.lastSeenAt as string).getTime()).toBe(latest);
   });
 
   it('device list filters and pages; a site-restricted user creates keys only for its sites', async () => {

@@ -74,14 +74,16 @@ describe.skipIf(!backendAvailable()).each(['false', 'true'])(`heartbeat cost (${
     const keel = app.server.keel;
     await agentsOf(keel).state.flushLastSeen();
     const ids = devices.map((d) => d.deviceId);
-    const stamp = new Date(Date.now() + 60_000).toISOString();
+    const stamp = Date.now() + 60_000;
     // In one transaction, so the transaction's own counters say how each row was updated.
     // The counter may still hold earlier transactions' counts not yet flushed: the difference is this statement's.
     const hotSoFar = async (db: typeof keel.db) =>
       Number((await rawQuery<{ hot: number | string }>(db, `select pg_stat_get_xact_tuples_hot_updated('devices'::regclass) as hot`, []))[0]?.hot);
     const [updated, hot] = await transaction(keel.db, async (tx) => {
       const before = await hotSoFar(tx.db);
-      const rows = await rawQuery(tx.db, `${flushStatement.text} returning d.id`, [ids, ids.map(() => stamp)]);
+      const rows = await rawQuery<{ last_seen_at: unknown }>(tx.db, `${flushStatement.text} returning d.id, d.last_seen_at`, [ids, ids.map(() => stamp)]);
+      // Sent as epoch milliseconds, stored to the millisecond.
+      for (const r of rows) expect(new Date(r.last_seen_at as string).getTime()).toBe(stamp);
       return [rows.length, (await hotSoFar(tx.db)) - before];
     });
     expect(updated).toBe(5);

@@ -62,8 +62,7 @@ async function decide(ctx: Agents, d: DeviceState, components: ComponentVersions
  */
 export async function heartbeat(ctx: Agents, tokenHash: string, d: DeviceState, input: HeartbeatInput): Promise<HeartbeatAnswer> {
   const now = clock.nowMs();
-  ctx.state.seen(d.id, now);
-  d.lastSeenMs = now;
+  ctx.state.seen(d, now);
   const components: ComponentVersions = {};
   for (const c of COMPONENTS) {
     const v = input.components[c];

@@ -24,8 +24,21 @@ export function unstorable(text: string): boolean {
   return UNSTORABLE.test(text);
 }
 
+/** Whether any key or string of a parsed JSON value, at any depth, holds unstorable text (no paths built: every body passes here). */
+function anyUnstorable(v: unknown): boolean {
+  if (typeof v === 'string') return UNSTORABLE.test(v);
+  if (v === null || typeof v !== 'object') return false;
+  if (Array.isArray(v)) {
+    for (const item of v) if (anyUnstorable(item)) return true;
+    return false;
+  }
+  for (const key in v) if (UNSTORABLE.test(key) || anyUnstorable((v as Record<string, unknown>)[key])) return true;
+  return false;
+}
+
 /** The fields of a parsed JSON value (keys and strings, at any depth) holding unstorable text. */
 export function unstorableFields(value: unknown, path: string[] = []): FieldIssue[] {
+  if (!anyUnstorable(value)) return [];
   const found: FieldIssue[] = [];
   const visit = (v: unknown, at: string[]): void => {
     if (typeof v === 'string') {
