@@ -304,10 +304,26 @@ export interface OutboundResponse {
  * the answer's headers and its body.
  */
 export async function outboundRequest(raw: string, init: OutboundInit, policy: OutboundPolicy): Promise<OutboundResponse> {
-  const deadline = AbortSignal.timeout(init.timeoutMs);
-  const signal = init.signal ? AbortSignal.any([deadline, init.signal]) : deadline;
+  // One controller per attempt, ended by its own timer (cleared when the attempt ends, so a busy
+  // engine does not keep a 30-second timer alive per finished attempt, as AbortSignal.timeout does)
+  // or by the caller's signal (a listener, not AbortSignal.any: both were measured per delivery).
+  const controller = new AbortController();
+  const { signal } = controller;
+  let expired = false;
+  const timer = setTimeout(() => {
+    expired = true;
+    controller.abort();
+  }, init.timeoutMs);
+  timer.unref();
+  const cancel = () => controller.abort();
+  if (init.signal?.aborted) controller.abort();
+  else init.signal?.addEventListener('abort', cancel, { once: true });
   const attempt: Attempt = { signal, timeoutMs: init.timeoutMs };
-  const failure = (): OutboundError => (init.signal?.aborted && !deadline.aborted ? new OutboundError('aborted', 'the attempt was cancelled') : timedOut(init.timeoutMs));
+  const failure = (): OutboundError => (init.signal?.aborted && !expired ? new OutboundError('aborted', 'the attempt was cancelled') : timedOut(init.timeoutMs));
+  const done = () => {
+    clearTimeout(timer);
+    init.signal?.removeEventListener('abort', cancel);
+  };
   return beforeDeadline(
     (async () => {
       const { url } = await vet(raw, policy, attempt);
@@ -346,9 +362,11 @@ export async function outboundRequest(raw: string, init: OutboundInit, policy: O
     })(),
     signal,
     init.timeoutMs,
-  ).catch((err: unknown) => {
-    // The deadline helper names every abort a timeout; a cancellation says so.
-    if (err instanceof OutboundError && err.code === 'timeout') throw failure();
-    throw err;
-  });
+  )
+    .catch((err: unknown) => {
+      // The deadline helper names every abort a timeout; a cancellation says so.
+      if (err instanceof OutboundError && err.code === 'timeout') throw failure();
+      throw err;
+    })
+    .finally(done);
 }

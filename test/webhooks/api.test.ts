@@ -172,6 +172,17 @@ describe.skipIf(!backendAvailable())('webhook endpoints', () => {
     const rows = await app.server.keel.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.eventId, event.id));
     expect(rows.map((r) => r.webhookId)).toEqual([sub.id]);
     for (const id of [unsub.id, paused.id, otherOrg.id]) expect(rows.some((r) => r.webhookId === id)).toBe(false);
+
+    // One event to several webhooks: one row each, with distinct time-ordered ids (UUIDv7).
+    const more = await Promise.all([1, 2, 3].map(() => createHook(app, w.admin, { url: rx.url, events: ['script.started'] })));
+    const fanned = await publish(app, w.eventsKey, 'script.started', { scriptId: 's-2' });
+    const fannedRows = await app.server.keel.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.eventId, fanned.id));
+    expect(fannedRows.map((r) => r.webhookId).sort()).toEqual(more.map((h) => h.id).sort());
+    expect(new Set(fannedRows.map((r) => r.id)).size).toBe(3);
+    for (const r of fannedRows) expect(r.id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    const stamp = (id: string) => parseInt(id.replace(/-/g, '').slice(0, 12), 16);
+    for (const r of fannedRows) expect(Math.abs(stamp(r.id) - Date.parse(fanned.timestamp))).toBeLessThan(60_000);
+    await rx.waitFor(3, (r) => r.headers['x-service-event-id'] === fanned.id);
   });
 
   it('user.login and user.logout of an organisation user reach its webhooks through the bus', async () => {

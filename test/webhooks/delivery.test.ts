@@ -152,6 +152,32 @@ describe.skipIf(!backendAvailable())('webhook deliveries', () => {
     expect(actions.filter((x) => x === 'webhook.secret.rotate')).toHaveLength(2);
   });
 
+  it('an event routed where a worker runs is claimed by the routing statement and attempted there without a claim; a failing webhook\'s rows wait for a claim', async () => {
+    const hook = await createHook(app, w.admin, { url: rx.url, secret: SECRET, events: ['script.completed'] });
+    const engine = engineOf(app);
+    const claimed = engine.stats.claimed;
+    const routed = engine.stats.routedHere;
+    const event = await publish(app, w.eventsKey, 'script.completed', { job: 'nightly' });
+    const [got] = await rx.waitFor(1, (x) => x.headers['x-service-event-id'] === event.id);
+    expect(verifyServiceSignature(SECRET, got!)).toBe(true);
+    await deliveriesUntil(app, w.admin, hook.id, (d) => d.length === 1 && d[0].status === 'delivered');
+    expect(engine.stats.routedHere).toBe(routed + 1);
+    expect(engine.stats.claimed).toBe(claimed);
+
+    // Once an attempt of the webhook failed, its new rows are routed unclaimed (no pile of leased rows behind a failing receiver).
+    rx.behave(status(500, 'down'));
+    clock.freeze();
+    await publish(app, w.eventsKey, 'script.completed', { job: 'second' });
+    await deliveriesUntil(app, w.admin, hook.id, (d) => d.length === 2 && d[0].status === 'retrying');
+    expect(engine.ticket()?.full).toContain(hook.id);
+    await publish(app, w.eventsKey, 'script.completed', { job: 'third' });
+    expect(engine.stats.routedHere).toBe(routed + 2);
+    // Its row was woken for and taken by a claim (the second one's retry is not due on the frozen clock).
+    await expect.poll(() => engine.stats.claimed, { timeout: 10_000 }).toBe(claimed + 1);
+    // Its retries stay out of the next tests.
+    expect((await app.api('DELETE', `/webhooks/${hook.id}`, { token: w.admin })).status).toBe(204);
+  });
+
   it('retries on the exact SPEC 8 delays with retrying and nextAttemptAt visible, then failed, dead-lettered, and a manual retry delivers', async () => {
     const hook = await createHook(app, w.admin, { url: rx.url, secret: SECRET, events: ['patch.failed'] });
     rx.behave(status(503, 'busy'));

@@ -14,7 +14,7 @@ import { openKeel } from '../../src/compose.js';
 import { transaction } from '../../src/platform/db/transaction.js';
 import { DELIVERY_LIST } from '../../src/modules/webhooks/engine.js';
 import { webhooksOf } from '../../src/modules/webhooks/runtime.js';
-import { startReceiver, type Receiver } from './receiver.js';
+import { startReceiver, status, type Receiver } from './receiver.js';
 import { createHook, createWebhookWorld, deliveriesUntil, publish, type WebhookWorld } from './setup.js';
 
 describe.skipIf(!backendAvailable() || backend !== 'postgres')('race: the delivery queue on PostgreSQL', () => {
@@ -75,6 +75,40 @@ describe.skipIf(!backendAvailable() || backend !== 'postgres')('race: the delive
     expect(hooks).toHaveLength(10);
     await b.stopWorker();
   }, 150_000);
+
+  it('a Redis hint wakes another process\'s worker, which looks its deliveries up; a worker does not look up its own hints', async () => {
+    const keel = app.server.keel;
+    const hook = await createHook(app, w.admin, { url: rx.url, events: ['remote.session.started'] });
+    const other = await openKeel({ config: { ...keel.config }, log: keel.log, skipMigrate: true });
+    try {
+      const mine = webhooksOf(keel);
+      const theirs = webhooksOf(other);
+      await mine.stopWorker();
+      await theirs.startWorker();
+      // No worker here: the rows are routed unclaimed and announced through Redis; the other process delivers.
+      const looked = theirs.engine.stats.hintLookups;
+      const first = await publish(app, w.eventsKey, 'remote.session.started', { n: 1 });
+      await rx.waitFor(1, (r) => r.headers['x-service-event-id'] === first.id);
+      expect(theirs.engine.stats.hintLookups).toBeGreaterThan(looked);
+      await theirs.stopWorker();
+
+      // Only this worker, its webhook failing (so new rows are routed unclaimed and announced): it pops its own hints and looks nothing up.
+      await mine.startWorker();
+      rx.behave(status(500, 'down'));
+      await publish(app, w.eventsKey, 'remote.session.started', { n: 2 });
+      await deliveriesUntil(app, w.admin, hook.id, (l) => l.some((d: any) => d.status === 'retrying'));
+      const mineLooked = mine.engine.stats.hintLookups;
+      const third = await publish(app, w.eventsKey, 'remote.session.started', { n: 3 });
+      await rx.waitFor(1, (r) => r.headers['x-service-event-id'] === third.id);
+      // The hint was pushed and popped (the list is empty again) without a lookup.
+      await expect.poll(() => keel.redis!.llen(DELIVERY_LIST), { timeout: 10_000 }).toBe(0);
+      expect(mine.engine.stats.hintLookups).toBe(mineLooked);
+    } finally {
+      rx.behave(status(200, 'ok'));
+      await other.close();
+      await app.api('DELETE', `/webhooks/${hook.id}`, { token: w.admin });
+    }
+  });
 
   it('a flushed Redis loses nothing: the rows are the queue', async () => {
     const keel = app.server.keel;

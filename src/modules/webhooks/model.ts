@@ -101,3 +101,35 @@ export function headerProblems(headers: readonly CustomHeader[], field = 'header
 }
 
 export const WEBHOOK_EVENT_TYPES: readonly string[] = EVENT_TYPES;
+
+/**
+ * A delivery row held by this process's engine, with what one attempt needs of its webhook: taken by
+ * a claim, or routed straight to the engine with a `RouteTicket` (claimed in the routing statement).
+ */
+export interface ClaimedDelivery {
+  id: string;
+  webhookId: string;
+  orgId: string;
+  eventType: string;
+  eventId: string;
+  body: string;
+  attempts: number;
+  urlSealed: string;
+  secretSealed: string | null;
+  previousSecretSealed: string | null;
+  previousSecretExpiresAt: number | null;
+  headersSealed: string | null;
+  retryPolicy: Partial<RetryPolicy> | null;
+  claimId: string;
+  leaseUntil: number;
+}
+
+/**
+ * Routing straight to this process's engine: the routing statement claims the new rows itself (claim
+ * id and lease, as a claim would), except for the webhooks in `full`, whose rows wait for a claim.
+ */
+export interface RouteTicket {
+  claimId: string;
+  leaseUntil: number;
+  full: string[];
+}

@@ -44,18 +44,15 @@ export function installWebhooks(keel: Keel): Webhooks {
     const [row] = await rawQuery<{ n: number }>(keel.db, QUEUE_DEPTH, []);
     g.set({}, row?.n ?? 0);
   });
+  const hints = keel.redis ? redisHints(keel, keel.redis, engine) : null;
   setWebhooksRuntime(keel, {
+    ticket: () => engine.ticket(),
+    accept: (rows) => engine.accept(rows),
     announce(ids, webhookIds) {
       engine.wake(webhookIds);
       // Other processes: a Redis hint (delivery ids only), or a NOTIFY on PostgreSQL without Redis.
-      if (keel.redis) {
-        keel.redis
-          .multi()
-          .lpush(DELIVERY_LIST, ...ids)
-          .ltrim(DELIVERY_LIST, 0, LIST_CAP - 1)
-          .exec()
-          .catch((err: unknown) => keel.log.warn({ error: loggableError(err) }, 'webhooks: wake-up hint not pushed to Redis (the safety sweep finds the deliveries)'));
-      } else if (keel.database.kind === 'postgres') {
+      if (hints) hints.push(ids);
+      else if (keel.database.kind === 'postgres') {
         // The payload names the webhooks (NOTIFY payloads stay under 8,000 bytes).
         keel.database.notify(NOTIFY_CHANNEL, webhookIds.slice(0, 200).join(',')).catch(() => undefined);
       }
@@ -71,7 +68,7 @@ export function installWebhooks(keel: Keel): Webhooks {
     async startWorker() {
       if (engine.running) return;
       await engine.start();
-      await listenForWakeUps(keel, engine);
+      await listenForWakeUps(keel, engine, hints);
     },
     async stopWorker(opts = { graceful: true }) {
       await engine.stop(opts);
@@ -81,8 +78,44 @@ export function installWebhooks(keel: Keel): Webhooks {
   return webhooks;
 }
 
+interface RedisHints {
+  /** Hints for these new deliveries: pushed once per tick, with every other announcement of the tick. */
+  push(ids: string[]): void;
+  /** The ids of a popped batch that another process pushed (this one's own were woken for already). */
+  foreign(ids: string[]): string[];
+}
+
+/** Most delivery ids remembered as this process's own hints (past it they are forgotten, costing one lookup). */
+const OWN_HINTS_MAX = 100_000;
+
+function redisHints(keel: Keel, redis: NonNullable<Keel['redis']>, engine: DeliveryEngine): RedisHints {
+  let pending: string[] = [];
+  let own = new Set<string>();
+  const send = () => {
+    const ids = pending;
+    pending = [];
+    redis
+      .multi()
+      .lpush(DELIVERY_LIST, ...ids)
+      .ltrim(DELIVERY_LIST, 0, LIST_CAP - 1)
+      .exec()
+      .catch((err: unknown) => keel.log.warn({ error: loggableError(err) }, 'webhooks: wake-up hint not pushed to Redis (the safety sweep finds the deliveries)'));
+  };
+  return {
+    push(ids) {
+      if (ids.length === 0) return;
+      if (pending.length === 0) setImmediate(send);
+      for (const id of ids) pending.push(id);
+      if (!engine.running) return;
+      if (own.size + ids.length > OWN_HINTS_MAX) own = new Set();
+      for (const id of ids) own.add(id);
+    },
+    foreign: (ids) => ids.filter((id) => !own.delete(id)),
+  };
+}
+
 /** Wake-ups from other processes: BRPOP on the Redis list, or LISTEN on PostgreSQL without Redis. */
-async function listenForWakeUps(keel: Keel, engine: DeliveryEngine): Promise<void> {
+async function listenForWakeUps(keel: Keel, engine: DeliveryEngine, hints: RedisHints | null): Promise<void> {
   if (keel.redis) {
     // A blocking pop needs a connection of its own.
     const blocking = keel.redis.duplicate();
@@ -101,7 +134,9 @@ async function listenForWakeUps(keel: Keel, engine: DeliveryEngine): Promise<voi
           if (got) {
             // Drain the other hints: one claim serves them all.
             const more = (await blocking.rpop(DELIVERY_LIST, 1_000)) ?? [];
-            await engine.hinted([got[1], ...more]);
+            // This process's own hints: their webhooks were woken when they were announced.
+            const foreign = hints ? hints.foreign([got[1], ...more]) : [got[1], ...more];
+            if (foreign.length > 0) await engine.hinted(foreign);
           }
         } catch {
           if (!isOpen()) break;
