@@ -7,6 +7,7 @@
 import { Hono } from 'hono';
 import { serve } from '@hono/node-server';
 import { hash, verify } from '@node-rs/argon2';
+import { connect } from 'node:net';
 
 const PASSWORD = 'correct-horse-battery-0-staple';
 const stored = await hash(PASSWORD);
@@ -47,5 +48,15 @@ app.post('/heartbeat', async (c) => {
   await c.req.json();
   return c.json({ nextHeartbeatSeconds: 60, autoUpdate: true, update: null });
 });
+
+// bench/peer-socket.ts: one client socket beside the server (BARE_PEER=host:port of a Redis), sending
+// one PING a second, as a server with a database or Redis connection has.
+if (process.env.BARE_PEER) {
+  const [host, port] = process.env.BARE_PEER.split(':');
+  const peer = connect(Number(port), host ?? '127.0.0.1');
+  peer.on('data', () => undefined);
+  peer.on('error', () => undefined);
+  peer.once('connect', () => setInterval(() => peer.write('PING\r\n'), 1000).unref());
+}
 
 serve({ fetch: app.fetch, port: Number(process.env.PORT ?? '0'), hostname: '127.0.0.1' });
