@@ -42,8 +42,10 @@ export const SWEEP_MS = 5_000;
 const WINDOW = 4;
 /**
  * Rows routed straight to this process (`ticket`), per webhook, in multiples of its slots. On
- * PostgreSQL as the claim's window, so other workers share a backlog; on the embedded database this
- * process is the only worker (the data-directory lock), so it takes a burst in hand.
+ * PostgreSQL a few times the claim's window (4), so other workers still share a backlog; on the
+ * embedded database this process is the only worker (the data-directory lock), so it takes a burst
+ * in hand. A queued row whose lease runs short is released and found again by a claim (at the
+ * latest by the 5-second sweep).
  */
 const ROUTE_WINDOW = { postgres: 16, pglite: 256 } as const;
 /** Bodies of queued rows this process holds at most before new rows are left to a claim (memory). */
