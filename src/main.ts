@@ -208,6 +208,8 @@ function promptHidden(questions: string[]): Promise<string[]> {
 }
 
 async function serve(config: Config, log: Logger): Promise<void> {
+  // Before any PostgreSQL or Redis traffic (platform/http/warm-up.ts); the embedded database has no socket.
+  if (config.DATABASE_URL || config.REDIS_URL) await (await import('./platform/http/warm-up.js')).warmHttpPath();
   // PGlite's start (WASM instantiation, file reads) overlaps the import of the app's modules.
   const opening = open(config, 'keel serve');
   opening.catch(() => undefined); // awaited below; this only keeps an early failure from going unhandled
