@@ -208,12 +208,15 @@ function promptHidden(questions: string[]): Promise<string[]> {
 }
 
 async function serve(config: Config, log: Logger): Promise<void> {
-  // Before any PostgreSQL or Redis traffic (platform/http/warm-up.ts); the embedded database has no socket.
+  const importing = import('./server.js');
+  importing.catch(() => undefined); // awaited below, as `opening`
+  // Before any PostgreSQL or Redis traffic (platform/http/warm-up.ts; ~0.3 s, beside the import of
+  // the app's modules); the embedded database has no socket.
   if (config.DATABASE_URL || config.REDIS_URL) await (await import('./platform/http/warm-up.js')).warmHttpPath();
   // PGlite's start (WASM instantiation, file reads) overlaps the import of the app's modules.
   const opening = open(config, 'keel serve');
   opening.catch(() => undefined); // awaited below; this only keeps an early failure from going unhandled
-  const { startServer } = await import('./server.js');
+  const { startServer } = await importing;
   const database = await opening;
   let server: Awaited<ReturnType<typeof startServer>>;
   try {

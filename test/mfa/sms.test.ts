@@ -252,6 +252,20 @@ describe.skipIf(!backendAvailable())('SMS codes through a real HTTP gateway (Twi
     expect(await store.consumeById(db, record!.id)).not.toBeNull();
   });
 
+  // The same for the last wrong guess within the limit: four requests with the right code have
+  // counted their attempts when a fifth, wrong one counts the last; it must not take the code from them.
+  it('the last wrong guess within the attempt limit leaves the code to the requests that counted before it', async () => {
+    const { user, accessToken, code } = await phoneCodeSent();
+    const store = app.server.keel.singleUse;
+    const db = app.server.keel.db;
+    const record = await store.findForSubject(db, PHONE_VERIFY_PURPOSE, user.id);
+    for (let i = 1; i < SMS_CODE_MAX_ATTEMPTS; i++) expect(await store.recordAttempt(db, record!.id)).toBe(i);
+    const wrong = await app.api('POST', '/auth/phone/confirm', { token: accessToken, body: { code: code === '123456' ? '654321' : '123456' } });
+    expect(wrong.status).toBe(400);
+    expect(wrong.body.code).not.toBe('code_expired');
+    expect(await store.consumeById(db, record!.id)).not.toBeNull();
+  });
+
   it('does not offer SMS at login beside another factor once the organisation disallows it', async () => {
     const tenant = await createTenant(app);
     const tech = tenant.orgTechnician;

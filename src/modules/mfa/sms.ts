@@ -102,9 +102,9 @@ type CodeOutcome = { ok: true; data: Record<string, unknown> } | { ok: false; re
 /**
  * Checks a code against the subject's live code of a purpose. The attempt is counted before the
  * comparison, so parallel guesses cannot exceed SMS_CODE_MAX_ATTEMPTS; a right code is consumed
- * atomically (one winner), and the last wrong guess deletes the code. A request over the limit only
- * answers `expired`: it leaves the code to the requests that counted within the limit (one of them
- * may be about to consume it), and the sweep removes it.
+ * atomically (one winner). No wrong guess deletes the code, the last one included: a request that
+ * counted within the limit may be about to consume it. A request over the limit only answers
+ * `expired`, and the sweep removes the code once it expires.
  */
 async function checkCode(keel: Keel, purpose: string, userId: string, code: string): Promise<CodeOutcome> {
   const record = await keel.singleUse.findForSubject(keel.db, purpose, userId);
@@ -113,10 +113,7 @@ async function checkCode(keel: Keel, purpose: string, userId: string, code: stri
   if (attempts === null || attempts > SMS_CODE_MAX_ATTEMPTS) return { ok: false, reason: 'expired' };
   const expected = typeof record.data.codeHash === 'string' ? record.data.codeHash : '';
   // Under any configured key: a code texted just before a key rotation still works after it.
-  if (!SMS_CODE_PATTERN.test(code) || !keel.secrets.keyed.matches(codeMessage(purpose, userId, code), expected)) {
-    if (attempts >= SMS_CODE_MAX_ATTEMPTS) await keel.singleUse.consumeById(keel.db, record.id);
-    return { ok: false, reason: 'wrong' };
-  }
+  if (!SMS_CODE_PATTERN.test(code) || !keel.secrets.keyed.matches(codeMessage(purpose, userId, code), expected)) return { ok: false, reason: 'wrong' };
   const won = await keel.singleUse.consumeById(keel.db, record.id);
   return won ? { ok: true, data: won.data } : { ok: false, reason: 'expired' };
 }

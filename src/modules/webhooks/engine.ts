@@ -7,8 +7,7 @@ import { prepared, rawQuery } from '../../platform/db/raw.js';
 import { OutboundError, UNSAFE_TARGET_CODES, outboundRequest } from '../../platform/outbound.js';
 import { loggableError } from '../../platform/safe-error.js';
 import { writeAudit } from '../audit/service.js';
-import { effectivePolicy, retryDelayMs, type ClaimedDelivery, type RouteTicket } from './model.js';
-import type { RetryPolicy } from './schema.js';
+import { attemptFields, effectivePolicy, retryDelayMs, type ClaimedDelivery, type RouteTicket, type WebhookAttemptColumns } from './model.js';
 import { aad } from './service.js';
 import { deliveryHeaders } from './signing.js';
 
@@ -71,8 +70,6 @@ export interface EngineOptions {
   perWebhook: number;
   timeoutMs: number;
 }
-
-type Claimed = ClaimedDelivery;
 
 interface Result {
   id: string;
@@ -190,7 +187,6 @@ const recordStatement = prepared(
 
 const releaseAllStatement = prepared('webhook_deliveries_release_all', 'update webhook_deliveries set claim_id = null, lease_expires_at = null where claim_id is not null');
 
-const toMs = (v: unknown): number | null => (v === null || v === undefined ? null : new Date(v as string).getTime());
 const parseJson = (v: unknown): unknown => (typeof v === 'string' ? JSON.parse(v) : v);
 
 export class DeliveryEngine {
@@ -205,7 +201,7 @@ export class DeliveryEngine {
   #wakeScheduled = false;
   #inflight = 0;
   readonly #perHook = new Map<string, number>();
-  readonly #queued = new Map<string, Claimed[]>();
+  readonly #queued = new Map<string, ClaimedDelivery[]>();
   #queuedCount = 0;
   #queuedBytes = 0;
   /** Webhooks whose last attempt here failed: fewer slots until one succeeds. */
@@ -440,7 +436,7 @@ export class DeliveryEngine {
     }
   }
 
-  async #claim(want: { id: string; room: number }[]): Promise<Claimed[]> {
+  async #claim(want: { id: string; room: number }[]): Promise<ClaimedDelivery[]> {
     const now = clock.nowMs();
     const claimId = newId();
     const leaseUntil = now + this.#leaseMs;
@@ -466,19 +462,14 @@ export class DeliveryEngine {
       eventId: r.event_id as string,
       body: r.body as string,
       attempts: Number(r.attempts),
-      urlSealed: r.url_sealed as string,
-      secretSealed: (r.secret_sealed as string | null) ?? null,
-      previousSecretSealed: (r.previous_secret_sealed as string | null) ?? null,
-      previousSecretExpiresAt: toMs(r.previous_secret_expires_at),
-      headersSealed: (r.headers_sealed as string | null) ?? null,
-      retryPolicy: r.retry_policy === null || r.retry_policy === undefined ? null : (parseJson(r.retry_policy) as Partial<RetryPolicy>),
+      ...attemptFields(r as unknown as WebhookAttemptColumns),
       claimId,
       leaseUntil,
     }));
   }
 
   /** Starts a held row, or queues it behind its webhook's attempts; `routed`: it came with a ticket (its window is the route window). */
-  #dispatch(row: Claimed, routed = false): void {
+  #dispatch(row: ClaimedDelivery, routed = false): void {
     const cap = this.#capFor(row.webhookId);
     if ((this.#perHook.get(row.webhookId) ?? 0) < cap && this.#inflight < this.#opts.concurrency) return this.#start(row);
     const queue = this.#queued.get(row.webhookId) ?? [];
@@ -494,7 +485,7 @@ export class DeliveryEngine {
     this.#queuedBytes += row.body.length;
   }
 
-  #start(row: Claimed): void {
+  #start(row: ClaimedDelivery): void {
     this.#inflight++;
     this.#perHook.set(row.webhookId, (this.#perHook.get(row.webhookId) ?? 0) + 1);
     const key = `${row.id}:${row.claimId}`;
@@ -556,7 +547,7 @@ export class DeliveryEngine {
   }
 
   /** One attempt; null when it was cancelled (the row is released, no attempt is counted). */
-  async #attempt(row: Claimed, signal: AbortSignal): Promise<Result | null> {
+  async #attempt(row: ClaimedDelivery, signal: AbortSignal): Promise<Result | null> {
     const nowMs = clock.nowMs();
     const secrets: string[] = [];
     if (row.secretSealed) secrets.push(this.#open(row.secretSealed, aad(row.webhookId, 'secret')));

@@ -124,6 +124,28 @@ export interface ClaimedDelivery {
   leaseUntil: number;
 }
 
+/** A webhook's columns an attempt needs, as the claim and the routing statements return them. */
+export interface WebhookAttemptColumns {
+  url_sealed: unknown;
+  secret_sealed: unknown;
+  previous_secret_sealed: unknown;
+  previous_secret_expires_at: unknown;
+  headers_sealed: unknown;
+  retry_policy: unknown;
+}
+
+/** The attempt fields of a `ClaimedDelivery` from those columns (either driver's types: dates and JSON as text or parsed). */
+export function attemptFields(r: WebhookAttemptColumns): Pick<ClaimedDelivery, 'urlSealed' | 'secretSealed' | 'previousSecretSealed' | 'previousSecretExpiresAt' | 'headersSealed' | 'retryPolicy'> {
+  return {
+    urlSealed: r.url_sealed as string,
+    secretSealed: (r.secret_sealed as string | null) ?? null,
+    previousSecretSealed: (r.previous_secret_sealed as string | null) ?? null,
+    previousSecretExpiresAt: r.previous_secret_expires_at == null ? null : new Date(r.previous_secret_expires_at as string).getTime(),
+    headersSealed: (r.headers_sealed as string | null) ?? null,
+    retryPolicy: r.retry_policy == null ? null : ((typeof r.retry_policy === 'string' ? JSON.parse(r.retry_policy) : r.retry_policy) as Partial<RetryPolicy>),
+  };
+}
+
 /**
  * Routing straight to this process's engine: the routing statement claims the new rows itself (claim
  * id and lease, as a claim would), except for the webhooks in `full`, whose rows wait for a claim.

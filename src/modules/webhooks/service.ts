@@ -18,10 +18,12 @@ import {
   headerProblems,
   redactUrl,
   storedStatus,
+  attemptFields,
   type ApiWebhookStatus,
   type ClaimedDelivery,
   type CustomHeader,
   type RouteTicket,
+  type WebhookAttemptColumns,
 } from './model.js';
 import { webhookDeliveries, webhooks, type DeliveryStatus, type RetryPolicy } from './schema.js';
 
@@ -465,16 +467,11 @@ const routeStatement = prepared(
      from ins left join webhooks w on ins.claim_id is not null and w.id = ins.webhook_id`,
 );
 
-interface RoutedRow {
+interface RoutedRow extends WebhookAttemptColumns {
   id: string;
   webhook_id: string;
+  /** Set when the row was claimed by the ticket (then the webhook's columns are there too). */
   claim_id: string | null;
-  url_sealed: string | null;
-  secret_sealed: string | null;
-  previous_secret_sealed: string | null;
-  previous_secret_expires_at: unknown;
-  headers_sealed: string | null;
-  retry_policy: unknown;
 }
 
 /**
@@ -505,14 +502,10 @@ export async function routeEvent(keel: Keel, tx: Tx, event: KeelEvent): Promise<
   const claimed: ClaimedDelivery[] = [];
   const waiting: RoutedRow[] = [];
   for (const r of rows) {
-    if (ticket && r.claim_id !== null && r.url_sealed !== null) {
+    if (ticket && r.claim_id !== null) {
       claimed.push({
         id: r.id, webhookId: r.webhook_id, orgId: event.orgId, eventType: event.type, eventId: event.id, body, attempts: 0,
-        urlSealed: r.url_sealed, secretSealed: r.secret_sealed, previousSecretSealed: r.previous_secret_sealed,
-        previousSecretExpiresAt: r.previous_secret_expires_at == null ? null : new Date(r.previous_secret_expires_at as string).getTime(),
-        headersSealed: r.headers_sealed,
-        retryPolicy: r.retry_policy == null ? null : ((typeof r.retry_policy === 'string' ? JSON.parse(r.retry_policy) : r.retry_policy) as Partial<RetryPolicy>),
-        claimId: ticket.claimId, leaseUntil: ticket.leaseUntil,
+        ...attemptFields(r), claimId: ticket.claimId, leaseUntil: ticket.leaseUntil,
       });
     } else waiting.push(r);
   }

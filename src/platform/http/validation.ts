@@ -24,35 +24,36 @@ export function unstorable(text: string): boolean {
   return UNSTORABLE.test(text);
 }
 
-/** Whether any key or string of a parsed JSON value, at any depth, holds unstorable text (no paths built: every body passes here). */
-function anyUnstorable(v: unknown): boolean {
-  if (typeof v === 'string') return UNSTORABLE.test(v);
-  if (v === null || typeof v !== 'object') return false;
-  if (Array.isArray(v)) {
-    for (const item of v) if (anyUnstorable(item)) return true;
-    return false;
-  }
-  for (const key in v) if (UNSTORABLE.test(key) || anyUnstorable((v as Record<string, unknown>)[key])) return true;
-  return false;
-}
-
-/** The fields of a parsed JSON value (keys and strings, at any depth) holding unstorable text. */
+/**
+ * The fields of a parsed JSON value (keys and strings, at any depth) holding unstorable text. Every
+ * JSON body passes here: one walk with one path array pushed and popped, so a clean body builds no
+ * path at all.
+ */
 export function unstorableFields(value: unknown, path: string[] = []): FieldIssue[] {
-  if (!anyUnstorable(value)) return [];
   const found: FieldIssue[] = [];
-  const visit = (v: unknown, at: string[]): void => {
+  const at = [...path];
+  const visit = (v: unknown): void => {
     if (typeof v === 'string') {
-      if (unstorable(v)) found.push({ path: at.join('.') || '(body)', message: UNSTORABLE_MESSAGE });
+      if (UNSTORABLE.test(v)) found.push({ path: at.join('.') || '(body)', message: UNSTORABLE_MESSAGE });
     } else if (Array.isArray(v)) {
-      v.forEach((item, i) => visit(item, [...at, String(i)]));
+      for (let i = 0; i < v.length; i++) {
+        at.push(String(i));
+        visit(v[i]);
+        at.pop();
+      }
     } else if (v !== null && typeof v === 'object') {
-      for (const [key, item] of Object.entries(v)) {
-        if (unstorable(key)) found.push({ path: [...at, printable(key)].join('.'), message: UNSTORABLE_MESSAGE });
-        else visit(item, [...at, key]);
+      for (const key in v) {
+        if (UNSTORABLE.test(key)) {
+          found.push({ path: [...at, printable(key)].join('.'), message: UNSTORABLE_MESSAGE });
+          continue;
+        }
+        at.push(key);
+        visit((v as Record<string, unknown>)[key]);
+        at.pop();
       }
     }
   };
-  visit(value, path);
+  visit(value);
   return found;
 }
 
