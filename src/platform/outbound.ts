@@ -3,7 +3,7 @@ import type { LookupAddress, LookupOptions } from 'node:dns';
 import type { Socket } from 'node:net';
 import tls from 'node:tls';
 import ipaddr from 'ipaddr.js';
-import { Agent, buildConnector, request } from 'undici';
+import { Agent, buildConnector, type Dispatcher } from 'undici';
 
 /**
  * The one way Keel calls a URL someone configured (webhook receivers, OIDC issuers, release hosts):
@@ -146,8 +146,8 @@ interface Attempt {
 
 /*
  * How the connector and its lookup find the attempt that made them dial. undici starts a connection
- * synchronously inside `request()` (Agent → Pool → Client → connector), and Node's net/tls call the
- * lookup synchronously inside `connect()`, so `dialling` is set only for the length of `request()`
+ * synchronously inside `dispatch()` (Agent → Pool → Client → connector), and Node's net/tls call the
+ * lookup synchronously inside `connect()`, so `dialling` is set only for the length of `dispatch()`
  * and both read it there. A connection made at any other moment (a pool reconnecting for a queued
  * request) finds none and gets CONNECT_FALLBACK_MS, while the attempt itself still ends at its own
  * deadline. An AsyncLocalStorage would say the same thing implicitly, but on Node 20 it makes every
@@ -299,74 +299,160 @@ export interface OutboundResponse {
 
 /**
  * One request to a target that passes `vetTarget` now, dialling only vetted addresses; no redirect
- * is followed. One deadline, created before anything else, covers the whole attempt: the name's
+ * is followed. One deadline, started before anything else, covers the whole attempt: the name's
  * resolution for vetting, the connect-time resolution, TCP connect and TLS handshake, the request,
  * the answer's headers and its body.
  */
-export async function outboundRequest(raw: string, init: OutboundInit, policy: OutboundPolicy): Promise<OutboundResponse> {
-  // One controller per attempt, ended by its own timer (cleared when the attempt ends, so a busy
-  // engine does not keep a 30-second timer alive per finished attempt, as AbortSignal.timeout does)
-  // or by the caller's signal (a listener, not AbortSignal.any: both were measured per delivery).
-  const controller = new AbortController();
-  const { signal } = controller;
-  let expired = false;
-  const timer = setTimeout(() => {
-    expired = true;
-    controller.abort();
-  }, init.timeoutMs);
-  timer.unref();
-  const cancel = () => controller.abort();
-  if (init.signal?.aborted) controller.abort();
-  else init.signal?.addEventListener('abort', cancel, { once: true });
-  const attempt: Attempt = { signal, timeoutMs: init.timeoutMs };
-  const failure = (): OutboundError => (init.signal?.aborted && !expired ? new OutboundError('aborted', 'the attempt was cancelled') : timedOut(init.timeoutMs));
-  const done = () => {
-    clearTimeout(timer);
-    init.signal?.removeEventListener('abort', cancel);
-  };
-  return beforeDeadline(
-    (async () => {
-      const { url } = await vet(raw, policy, attempt);
-      try {
-        const dispatcher = agentFor(policy);
-        const res = await dialFor(attempt, () =>
-          request(url, {
-            dispatcher,
-            method: init.method ?? 'POST',
-            headers: init.headers ?? {},
-            body: init.body ?? null,
-            signal,
-          }),
-        );
-        const chunks: Buffer[] = [];
-        let size = 0;
-        for await (const chunk of res.body) {
-          const buf = chunk as Buffer;
-          if (size + buf.length > init.maxResponseBytes) {
-            res.body.destroy();
-            if (!init.truncate) throw new OutboundError('too_large', `the answer is larger than ${init.maxResponseBytes} bytes`);
-            chunks.push(buf.subarray(0, init.maxResponseBytes - size));
-            return { status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks), truncated: true };
-          }
-          size += buf.length;
-          chunks.push(buf);
-        }
-        return { status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) };
-      } catch (err) {
-        if (err instanceof OutboundError) throw err;
-        const cause = (err as { cause?: unknown }).cause;
-        if (cause instanceof OutboundError) throw cause;
-        if (signal.aborted) throw failure();
-        throw new OutboundError('network', (err as Error).message);
-      }
-    })(),
-    signal,
-    init.timeoutMs,
-  )
-    .catch((err: unknown) => {
-      // The deadline helper names every abort a timeout; a cancellation says so.
-      if (err instanceof OutboundError && err.code === 'timeout') throw failure();
-      throw err;
-    })
-    .finally(done);
+export function outboundRequest(raw: string, init: OutboundInit, policy: OutboundPolicy): Promise<OutboundResponse> {
+  return new Promise<OutboundResponse>((resolve, reject) => {
+    new Exchange(init, resolve, reject).start(raw, policy);
+  });
 }
+
+/**
+ * An attempt's deadline as the resolver and the connector see it: an AbortSignal, made only when one
+ * of them asks (a fresh name to resolve, a new connection). An attempt to an address over a kept
+ * connection makes none: a controller, its signal and their listeners were a measured part of each
+ * webhook delivery.
+ */
+class Deadline implements Attempt {
+  #controller: AbortController | null = null;
+  #fired = false;
+  constructor(readonly timeoutMs: number) {}
+  get signal(): AbortSignal {
+    this.#controller ??= new AbortController();
+    if (this.#fired) this.#controller.abort();
+    return this.#controller.signal;
+  }
+  fire(): void {
+    this.#fired = true;
+    this.#controller?.abort();
+  }
+}
+
+/**
+ * One request and its answer, as undici's dispatch handler: the answer's body is collected up to
+ * `maxResponseBytes` as it arrives (no stream, no iterator), and the attempt settles once, on the
+ * first of: the answer complete, the cap, an error, the deadline's timer, the caller's signal.
+ * Whatever undici reports after that is ignored, and the request is aborted (undici then closes the
+ * connection).
+ */
+class Exchange implements Dispatcher.DispatchHandler {
+  readonly #init: OutboundInit;
+  readonly #resolve: (res: OutboundResponse) => void;
+  readonly #reject: (err: OutboundError) => void;
+  readonly #deadline: Deadline;
+  #timer: NodeJS.Timeout | null = null;
+  #controller: Dispatcher.DispatchController | null = null;
+  #settled = false;
+  #status = 0;
+  #headers: Record<string, string | string[] | undefined> = {};
+  #chunks: Buffer[] = [];
+  #size = 0;
+
+  constructor(init: OutboundInit, resolve: (res: OutboundResponse) => void, reject: (err: OutboundError) => void) {
+    this.#init = init;
+    this.#resolve = resolve;
+    this.#reject = reject;
+    this.#deadline = new Deadline(init.timeoutMs);
+  }
+
+  start(raw: string, policy: OutboundPolicy): void {
+    const { signal } = this.#init;
+    if (signal?.aborted) return this.#fail(cancelled());
+    this.#timer = setTimeout(this.#onTimeout, this.#init.timeoutMs);
+    this.#timer.unref();
+    signal?.addEventListener('abort', this.#onCancel, { once: true });
+    vet(raw, policy, this.#deadline).then(
+      ({ url }) => this.#dispatch(url, policy),
+      (err: unknown) => this.#fail(this.#why(err)),
+    );
+  }
+
+  #dispatch(url: URL, policy: OutboundPolicy): void {
+    if (this.#settled) return;
+    const { method = 'POST', headers = {}, body = null } = this.#init;
+    try {
+      dialFor(this.#deadline, () => agentFor(policy).dispatch({ origin: url.origin, path: `${url.pathname}${url.search}`, method, headers, body }, this));
+    } catch (err) {
+      this.#fail(this.#why(err));
+    }
+  }
+
+  readonly #onTimeout = (): void => {
+    this.#timer = null;
+    this.#deadline.fire();
+    this.#fail(timedOut(this.#init.timeoutMs));
+  };
+
+  readonly #onCancel = (): void => {
+    this.#deadline.fire();
+    this.#fail(cancelled());
+  };
+
+  /** What an error from vetting, the connector or undici means for the caller. */
+  #why(err: unknown): OutboundError {
+    if (err instanceof OutboundError) return err;
+    const cause = (err as { cause?: unknown }).cause;
+    if (cause instanceof OutboundError) return cause;
+    return new OutboundError('network', err instanceof Error ? err.message : String(err));
+  }
+
+  #end(): boolean {
+    if (this.#settled) return false;
+    this.#settled = true;
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = null;
+    this.#init.signal?.removeEventListener('abort', this.#onCancel);
+    return true;
+  }
+
+  #fail(err: OutboundError): void {
+    if (!this.#end()) return;
+    this.#controller?.abort(err);
+    this.#reject(err);
+  }
+
+  #answer(truncated: boolean): void {
+    if (!this.#end()) return;
+    const body = this.#chunks.length === 1 ? (this.#chunks[0] as Buffer) : Buffer.concat(this.#chunks, this.#size);
+    this.#resolve(truncated ? { status: this.#status, headers: this.#headers, body, truncated } : { status: this.#status, headers: this.#headers, body });
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.#controller = controller;
+    // Settled while the request waited for its connection: it is never written.
+    if (this.#settled) controller.abort(new OutboundError('aborted', 'the attempt has ended'));
+  }
+
+  onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+    this.#status = statusCode;
+    this.#headers = headers;
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.#settled) return;
+    const max = this.#init.maxResponseBytes;
+    if (this.#size + chunk.length <= max) {
+      this.#size += chunk.length;
+      this.#chunks.push(chunk);
+      return;
+    }
+    if (!this.#init.truncate) return this.#fail(new OutboundError('too_large', `the answer is larger than ${max} bytes`));
+    this.#chunks.push(chunk.subarray(0, max - this.#size));
+    this.#size = max;
+    this.#answer(true);
+    // The rest is never read: the connection is closed.
+    controller.abort(new OutboundError('aborted', 'the rest of the answer is not read'));
+  }
+
+  onResponseEnd(): void {
+    this.#answer(false);
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
+    this.#fail(this.#why(err));
+  }
+}
+
+const cancelled = () => new OutboundError('aborted', 'the attempt was cancelled');
