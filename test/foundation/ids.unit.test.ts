@@ -16,6 +16,15 @@ describe('ids', () => {
     }
   });
 
+  it('newId ids sort in the order they were made, many in one millisecond, and never repeat', () => {
+    const ids = Array.from({ length: 20_000 }, () => newId());
+    expect(new Set(ids).size).toBe(ids.length);
+    expect([...ids].sort()).toEqual(ids);
+    const perMs = new Map<number, number>();
+    for (const id of ids) perMs.set(stamp(id), (perMs.get(stamp(id)) ?? 0) + 1);
+    expect(Math.max(...perMs.values())).toBeGreaterThan(1);
+  });
+
   it('randomV7 ids made in one millisecond differ before their last four bytes (routing replaces those)', () => {
     const heads = new Set(Array.from({ length: 2_000 }, () => randomV7().replace(/-/g, '').slice(0, 24)));
     expect(heads.size).toBe(2_000);
