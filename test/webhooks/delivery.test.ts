@@ -12,6 +12,8 @@ import { login } from '../helpers/fixtures.js';
 import { clock } from '../../src/platform/clock.js';
 import { auditLogs } from '../../src/modules/audit/schema.js';
 import { DLQ_LIST } from '../../src/modules/webhooks/engine.js';
+import { routerStats } from '../../src/modules/webhooks/routing.js';
+import { publishEvent } from '../../src/modules/webhooks/service.js';
 import { makeCertificate, standardSignedBy, startReceiver, status, verifyServiceSignature, verifyStandard, type Receiver } from './receiver.js';
 import { createHook, createWebhookWorld, deliveriesUntil, engineOf, publish, type WebhookWorld } from './setup.js';
 
@@ -176,6 +178,36 @@ describe.skipIf(!backendAvailable())('webhook deliveries', () => {
     await expect.poll(() => engine.stats.claimed, { timeout: 10_000 }).toBe(claimed + 1);
     // Its retries stay out of the next tests.
     expect((await app.api('DELETE', `/webhooks/${hook.id}`, { token: w.admin })).status).toBe(204);
+  });
+
+  it('events published at once share routing statements (group commit), and each is delivered once, with its own body, to each webhook', async () => {
+    const hooks = [
+      await createHook(app, w.admin, { url: rx.url, secret: SECRET, events: ['patch.installed'] }),
+      await createHook(app, w.admin, { url: rx.url, secret: SECRET, events: ['patch.installed'] }),
+    ];
+    const stats = routerStats(app.server.keel);
+    const before = { ...stats };
+    const n = 40;
+    // Published together (as POST /events does it; over HTTP how many arrive together depends on the sockets).
+    const events = await Promise.all(Array.from({ length: n }, (_, i) => publishEvent(app.server.keel, w.orgId, 'patch.installed', { seq: i })));
+    const ids = new Set(events.map((e) => e.id as string));
+    const got = await rx.waitFor(2 * n, (x) => ids.has(x.headers['x-service-event-id'] as string));
+    for (const [i, e] of events.entries()) {
+      const arrived = got.filter((x) => x.headers['x-service-event-id'] === e.id);
+      expect(arrived).toHaveLength(2);
+      for (const a of arrived) {
+        expect(JSON.parse(a.body)).toMatchObject({ id: e.id, type: 'patch.installed', data: { seq: i } });
+        expect(verifyServiceSignature(SECRET, a)).toBe(true);
+      }
+    }
+    expect(new Set(got.map((x) => x.headers['x-service-delivery-id'])).size).toBe(2 * n);
+    expect(stats.batchedEvents - before.batchedEvents).toBe(n);
+    // One statement: the publishers that reached routing in the same turn of the event loop went together.
+    expect(stats.statements - before.statements).toBe(1);
+    for (const hook of hooks) {
+      await deliveriesUntil(app, w.admin, hook.id, (d) => d.length === n && d.every((x) => x.status === 'delivered'));
+      expect((await app.api('DELETE', `/webhooks/${hook.id}`, { token: w.admin })).status).toBe(204);
+    }
   });
 
   it('retries on the exact SPEC 8 delays with retrying and nextAttemptAt visible, then failed, dead-lettered, and a manual retry delivers', async () => {

@@ -2,7 +2,8 @@ import type { Keel } from '../../keel.js';
 import { loggableError } from '../../platform/safe-error.js';
 import { prepared, rawQuery } from '../../platform/db/raw.js';
 import { DELIVERY_LIST, DeliveryEngine, LIST_CAP } from './engine.js';
-import { routeEvent, setWebhooksRuntime, webhooksRuntime } from './service.js';
+import { routeEvent } from './routing.js';
+import { setWebhooksRuntime, webhooksRuntime } from './service.js';
 
 /** The gauge of deliveries waiting (README "Operating"). */
 export const QUEUE_DEPTH_METRIC = 'keel_webhook_queue_depth';

@@ -4,9 +4,9 @@ import type { EventType, KeelEvent } from '../../events.js';
 import { clock } from '../../platform/clock.js';
 import { randomToken } from '../../platform/crypto.js';
 import type { Db } from '../../platform/db/client.js';
-import { newId, randomV7 } from '../../platform/db/columns.js';
+import { newId } from '../../platform/db/columns.js';
 import { prepared, rawQuery } from '../../platform/db/raw.js';
-import { transaction, transactionIf, type Tx } from '../../platform/db/transaction.js';
+import { transaction, transactionIf } from '../../platform/db/transaction.js';
 import { AppError, conflict, notFound, validationError } from '../../platform/http/errors.js';
 import { OutboundError, vetTarget } from '../../platform/outbound.js';
 import type { SealedColumn } from '../../platform/reseal.js';
@@ -18,12 +18,10 @@ import {
   headerProblems,
   redactUrl,
   storedStatus,
-  attemptFields,
   type ApiWebhookStatus,
   type ClaimedDelivery,
   type CustomHeader,
   type RouteTicket,
-  type WebhookAttemptColumns,
 } from './model.js';
 import { webhookDeliveries, webhooks, type DeliveryStatus, type RetryPolicy } from './schema.js';
 
@@ -437,82 +435,6 @@ export async function enqueueDeliveries(db: Db, webhookIds: string[], orgId: str
   const ids = webhookIds.map(() => newId());
   await rawQuery(db, insertDeliveries, [ids, webhookIds, orgId, eventType, eventId, body, clock.now().toISOString()]);
   return ids;
-}
-
-/**
- * Routing in one statement: a pending delivery for each active webhook of the organisation subscribed
- * to the type. The ids are one random UUIDv7 made here ($10, `randomV7`) with its last four bytes
- * replaced by the row's number: distinct within the statement, time-ordered and random (42 bits) across
- * statements, and no id lookup before the statement. (`gen_random_uuid()` per
- * row opened the random device through PGlite's file system each time: 5 µs a row.)
- *
- * With a ticket of this process's engine ($7 claim id, $8 lease end in epoch ms), the rows are claimed
- * as they are written, except for the webhooks named in $9, and come back with what an attempt needs
- * of their webhook: the engine starts them once the transaction commits, and the claim statement never
- * reads them (a claim cost as much as the insert). Without one ($7 null) they wait for any worker's claim.
- */
-const routeStatement = prepared(
-  'webhook_deliveries_route',
-  `with ins as (
-     insert into webhook_deliveries (id, webhook_id, org_id, event_type, event_id, payload, status, attempts, next_retry_at, created_at, claim_id, lease_expires_at)
-     select encode(overlay(uuid_send($10::uuid) placing int4send((row_number() over ())::int4) from 13 for 4), 'hex')::uuid,
-            w.id, w.org_id, $3, $4, $5::json, 'pending', 0, $6::timestamptz, $6::timestamptz,
-            c.claim_id, case when c.claim_id is null then null else to_timestamp($8::float8 / 1000.0) end
-       from webhooks w
-       cross join lateral (select case when $7::uuid is null or w.id = any($9::uuid[]) then null else $7::uuid end as claim_id) c
-      where w.org_id = $1 and w.status = 'active' and w.events @> $2::jsonb
-     returning id, webhook_id, claim_id
-   )
-   select ins.id, ins.webhook_id, ins.claim_id, w.url_sealed, w.secret_sealed, w.previous_secret_sealed, w.previous_secret_expires_at, w.headers_sealed, w.retry_policy
-     from ins left join webhooks w on ins.claim_id is not null and w.id = ins.webhook_id`,
-);
-
-interface RoutedRow extends WebhookAttemptColumns {
-  id: string;
-  webhook_id: string;
-  /** Set when the row was claimed by the ticket (then the webhook's columns are there too). */
-  claim_id: string | null;
-}
-
-/**
- * The bus subscriber (SPEC 6.1 "Routing"): one pending delivery per active webhook of the event's
- * organisation subscribed to its type, written in the publisher's transaction, so an event whose
- * transaction rolls back delivers nothing and a committed one is never lost. Once it has committed,
- * the rows this process's engine claimed in the statement go to it; workers are woken for the others.
- * Events without an organisation are not routed (DECISIONS).
- */
-export async function routeEvent(keel: Keel, tx: Tx, event: KeelEvent): Promise<void> {
-  if (!event.orgId) return;
-  const runtime = webhooksRuntime(keel);
-  const ticket = runtime?.ticket() ?? null;
-  const body = JSON.stringify(eventBody(event));
-  const rows = await rawQuery<RoutedRow>(tx.db, routeStatement, [
-    event.orgId,
-    JSON.stringify([event.type]),
-    event.type,
-    event.id,
-    body,
-    clock.now().toISOString(),
-    ticket?.claimId ?? null,
-    ticket?.leaseUntil ?? null,
-    ticket?.full ?? [],
-    randomV7(),
-  ]);
-  if (rows.length === 0 || !runtime) return;
-  const claimed: ClaimedDelivery[] = [];
-  const waiting: RoutedRow[] = [];
-  for (const r of rows) {
-    if (ticket && r.claim_id !== null) {
-      claimed.push({
-        id: r.id, webhookId: r.webhook_id, orgId: event.orgId, eventType: event.type, eventId: event.id, body, attempts: 0,
-        ...attemptFields(r), claimId: ticket.claimId, leaseUntil: ticket.leaseUntil,
-      });
-    } else waiting.push(r);
-  }
-  tx.afterCommit(() => {
-    if (claimed.length > 0) runtime.accept(claimed);
-    if (waiting.length > 0) runtime.announce(waiting.map((r) => r.id), waiting.map((r) => r.webhook_id));
-  });
 }
 
 export const TEST_EVENT = 'webhook.test';

@@ -9,6 +9,12 @@ import { shareRunner } from './raw.js';
 export interface Tx {
   db: Db;
   afterCommit: (fn: () => void | Promise<void>) => void;
+  /**
+   * Set when the work runs outside a transaction (`transactionIf` without one): each statement
+   * commits by itself. A subscriber whose write is one statement may then batch it with other
+   * publishers' (webhook routing does).
+   */
+  alone?: true;
 }
 
 export async function transaction<T>(db: Db, work: (tx: Tx) => Promise<T>, onAfterCommitError?: (err: unknown) => void): Promise<T> {
@@ -40,7 +46,7 @@ async function runCallbacks(callbacks: (() => void | Promise<void>)[], onError?:
 export async function transactionIf<T>(needed: boolean, db: Db, work: (tx: Tx) => Promise<T>, onAfterCommitError?: (err: unknown) => void): Promise<T> {
   if (needed) return transaction(db, work, onAfterCommitError);
   const callbacks: (() => void | Promise<void>)[] = [];
-  const result = await work({ db, afterCommit: (fn) => callbacks.push(fn) });
+  const result = await work({ db, afterCommit: (fn) => callbacks.push(fn), alone: true });
   await runCallbacks(callbacks, onAfterCommitError);
   return result;
 }
