@@ -4,6 +4,7 @@ import { backend, backendAvailable, startTestApp, type TestApp } from '../helper
 import { createWorld, type World } from '../access/helpers.js';
 import { auditLogs } from '../../src/modules/audit/schema.js';
 import { enroll, enrollmentKey, heartbeat, mfaAdmin, registerRemote, type Enrolled } from './helpers.js';
+import { agentsOf } from '../../src/modules/agents/context.js';
 
 const FLEET = 2000;
 
@@ -35,12 +36,17 @@ describe.skipIf(!backendAvailable())(`staged rollout with automatic halt (${back
     const promoted = await app.api('POST', '/agent-versions/promote', { token: admin, body: { version: '1.1.0', rollout: { percent: 10 } } });
     expect(promoted.status).toBe(200);
     expect(promoted.body.rollout).toEqual({ percent: 10 });
-    const offers = await inBatches(FLEET, 50, async (i) => (await heartbeat(app, fleet[i]!)).body.update?.version === '1.1.0');
+    const offered = async (i: number) => {
+      const res = await heartbeat(app, fleet[i]!);
+      expect(res.status).toBe(200);
+      return res.body.update?.version === '1.1.0';
+    };
+    const offers = await inBatches(FLEET, 50, offered);
     const cohort = fleet.filter((_, i) => offers[i]);
     expect(cohort.length).toBeGreaterThanOrEqual(FLEET * 0.07);
     expect(cohort.length).toBeLessThanOrEqual(FLEET * 0.13);
     // Stable: the same devices again.
-    const again = await inBatches(FLEET, 50, async (i) => (await heartbeat(app, fleet[i]!)).body.update?.version === '1.1.0');
+    const again = await inBatches(FLEET, 50, offered);
     expect(again).toEqual(offers);
 
     let entry = (await app.api('GET', '/agent-versions?limit=100', { token: admin })).body.data.find((v: any) => v.version === '1.1.0');
@@ -76,4 +82,17 @@ describe.skipIf(!backendAvailable())(`staged rollout with automatic halt (${back
     entry = (await app.api('GET', '/agent-versions?limit=100', { token: admin })).body.data.find((v: any) => v.version === '1.1.0');
     expect(entry.rollout).toMatchObject({ percent: 20, status: 'active', succeeded: 0, failed: 0 });
   }, 240_000);
+
+  it('a heartbeat whose load of the builds raced with an invalidation still decides with the builds it read', async () => {
+    const state = agentsOf(app.server.keel).state;
+    state.dropConfig();
+    const loading = state.builds('linux', 'amd64');
+    // A promote elsewhere, heard while the builds were being read: they are not cached...
+    state.dropConfig();
+    const builds = await loading;
+    // ...but this heartbeat's decision has them (before, it found the cache empty and offered nothing).
+    expect(builds('1.1.0', 'agent')).toMatchObject({ sha256: 'a'.repeat(64), size: 1000 });
+    expect(builds('9.9.9', 'agent')).toBeUndefined();
+    expect((await state.builds('linux', 'amd64'))('1.0.0', 'agent')).toMatchObject({ size: 1000 });
+  });
 });

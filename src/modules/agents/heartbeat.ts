@@ -38,7 +38,7 @@ async function decide(ctx: Agents, d: DeviceState, components: ComponentVersions
   const org = await ctx.state.settings('org', d.orgId);
   const partner = d.partnerId ? await ctx.state.settings('partner', d.partnerId) : null;
   const targets = await ctx.state.targets();
-  await ctx.state.loadBuilds(d.os, d.arch);
+  const builds = await ctx.state.builds(d.os, d.arch);
   return decideUpdate({
     deviceId: d.id,
     os: d.os,
@@ -50,7 +50,7 @@ async function decide(ctx: Agents, d: DeviceState, components: ComponentVersions
     pins: { ...(partner?.pinnedVersions ?? {}), ...(org?.pinnedVersions ?? {}) },
     now: new Date(nowMs),
     target: (c, os, arch) => targets.get(`${c}/${os}/${arch}`),
-    build: (v, c, os, arch) => ctx.state.build(v, c, os, arch),
+    build: (v, c) => builds(v, c),
   });
 }
 

@@ -178,25 +178,31 @@ export class AgentState {
     return map;
   }
 
-  /** Loads (once) the builds a decision may need for this platform: every release of the platform. */
-  async loadBuilds(os: string, arch: string): Promise<void> {
+  /**
+   * The builds a decision may need for this platform (every release of the platform), loaded once and
+   * cached. A load that raced with an invalidation is not cached, but its caller still decides with
+   * what it read (as `targets()` does): it used to find an empty cache and offer nothing.
+   */
+  async builds(os: string, arch: string): Promise<(version: string, component: Component) => BuildInfo | undefined> {
     const marker = `platform:${os}/${arch}`;
-    if (this.#builds.has(marker)) return;
+    const cached = (version: string, component: Component) => this.#builds.get(`${version}/${component}/${os}/${arch}`) ?? undefined;
+    if (this.#builds.has(marker)) return cached;
     const generation = this.#configGeneration;
     const rows = await this.db
       .select()
       .from(agentReleases)
       .where(and(eq(agentReleases.os, os), eq(agentReleases.arch, arch)));
-    if (generation !== this.#configGeneration) return;
+    const loaded = new Map<string, BuildInfo>();
     for (const r of rows) {
       const url = r.url ?? `${this.publicBase()}/api/v1/agent-versions/${encodeURIComponent(r.version)}/download/${r.component}/${encodeURIComponent(r.os)}/${encodeURIComponent(r.arch)}`;
-      this.#builds.set(`${r.version}/${r.component}/${r.os}/${r.arch}`, { url, sha256: r.sha256, size: r.size });
+      loaded.set(`${r.version}/${r.component}/${r.os}/${r.arch}`, { url, sha256: r.sha256, size: r.size });
     }
-    this.#builds.set(marker, null);
-  }
-
-  build(version: string, component: Component, os: string, arch: string): BuildInfo | undefined {
-    return this.#builds.get(`${version}/${component}/${os}/${arch}`) ?? undefined;
+    if (generation === this.#configGeneration) {
+      for (const [key, build] of loaded) this.#builds.set(key, build);
+      this.#builds.set(marker, null);
+      return cached;
+    }
+    return (version, component) => loaded.get(`${version}/${component}/${os}/${arch}`);
   }
 
   /** Update settings of `org:<id>` or `partner:<id>` (null: none set). */
