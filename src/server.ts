@@ -7,6 +7,7 @@ import { buildApp } from './app.js';
 import type { OpenAPIHono } from '@hono/zod-openapi';
 import type { AppEnv } from './app-env.js';
 import { webhooksOf } from './modules/webhooks/runtime.js';
+import { PgliteMaintenance } from './platform/db/pglite-maintenance.js';
 
 export interface RunningServer {
   keel: Keel;
@@ -22,6 +23,8 @@ export interface RunningServer {
   drain(): Promise<void>;
   /** drain(), then the Keel (its pools, caches and timers). */
   close(): Promise<void>;
+  /** VACUUM and ANALYZE every 30 s on the embedded database, which has no autovacuum; null on PostgreSQL. */
+  maintenance: PgliteMaintenance | null;
 }
 
 /** How long a stopping server lets requests in flight finish before it cuts their connections. */
@@ -114,6 +117,13 @@ export async function startServer(opts: KeelOptions & { port?: number; host?: st
   } else if (keel.database.kind === 'pglite') {
     keel.log.warn('WORKER=off on the embedded database: no process delivers webhooks (a keel worker needs PostgreSQL)');
   }
+  let maintenance: PgliteMaintenance | null = null;
+  if (keel.database.kind === 'pglite') {
+    const m = new PgliteMaintenance(keel.database, keel.log);
+    m.start();
+    keel.onClose(() => m.stop());
+    maintenance = m;
+  }
   const shownHost = host.includes(':') ? `[${host}]` : host;
   if (!app) throw new Error('the app was not built');
   const http = server as ServerType & { closeIdleConnections(): void; closeAllConnections(): void };
@@ -137,6 +147,7 @@ export async function startServer(opts: KeelOptions & { port?: number; host?: st
     url: `http://${shownHost}:${actual}`,
     port: actual,
     drain,
+    maintenance,
     async close() {
       await drain();
       await keel.close();
