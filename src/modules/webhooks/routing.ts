@@ -1,6 +1,7 @@
 import type { Keel } from '../../keel.js';
 import type { KeelEvent } from '../../events.js';
 import { clock } from '../../platform/clock.js';
+import { loggableError } from '../../platform/safe-error.js';
 import type { Db } from '../../platform/db/client.js';
 import { randomV7 } from '../../platform/db/columns.js';
 import { prepared, rawQuery } from '../../platform/db/raw.js';
@@ -159,12 +160,21 @@ class RouteBatch {
         }
         const batch = this.#queue.splice(0, n);
         routerStats(this.#keel).batchedEvents += batch.length;
+        const runtime = webhooksRuntime(this.#keel);
+        let routed: Routed;
         try {
-          const runtime = webhooksRuntime(this.#keel);
-          handOver(runtime, await routeNow(this.#keel, this.#keel.db, batch.map((w) => w.event), runtime));
-          for (const w of batch) w.resolve();
+          routed = await routeNow(this.#keel, this.#keel.db, batch.map((w) => w.event), runtime);
         } catch (err) {
           for (const w of batch) w.reject(err);
+          continue;
+        }
+        // Committed: every publisher's event is routed, whatever the hand-over does (a row it failed
+        // to start is attempted once its lease runs out).
+        for (const w of batch) w.resolve();
+        try {
+          handOver(runtime, routed);
+        } catch (err) {
+          this.#keel.log.error({ error: loggableError(err) }, 'webhooks: routed deliveries could not be handed to the engine');
         }
       }
     } finally {
