@@ -9,11 +9,13 @@
  *
  * A variant is a name and the settings it adds to the benchmarks' defaults (`benchEnv`: Keel's own
  * defaults, access log on, written to a file); `KEEL_DIR` runs another checkout's `bin/keel.js serve`
- * (e.g. a `git worktree` of the commit before a change). Each Keel runs on a fresh DATA_DIR (PGlite)
- * with a registered user whose bearer token every request carries. Linux only.
+ * (e.g. a `git worktree` of the commit before a change). Each Keel runs on a fresh DATA_DIR (PGlite),
+ * or with `AB_BACKEND=postgres` on a database of its own on the benchmarks' PostgreSQL server with
+ * its Redis (Keel's production setup), with a registered user whose bearer token every request
+ * carries. Linux only.
  */
 import { readFileSync } from 'node:fs';
-import { benchEnv, load, postJson, ROOT, startKeel, type RunningKeel } from './lib.js';
+import { benchEnv, load, postJson, ROOT, startKeel, startPostgres, type BenchPostgres, type RunningKeel } from './lib.js';
 
 const variants = (process.env.AB_VARIANTS ?? 'default:{}').split(';').filter(Boolean).map((s) => {
   const i = s.indexOf(':');
@@ -23,6 +25,8 @@ const variants = (process.env.AB_VARIANTS ?? 'default:{}').split(';').filter(Boo
 const path = process.env.AB_PATH ?? '/api/v1/users/me';
 const seconds = Number(process.env.AB_SECONDS ?? '4');
 const rounds = Number(process.env.AB_ROUNDS ?? '3');
+const backend = process.env.AB_BACKEND ?? 'pglite';
+if (backend !== 'pglite' && backend !== 'postgres') throw new Error(`AB_BACKEND must be pglite or postgres, not ${backend}`);
 
 /** CPU clock ticks (user, system; all threads) of a process so far. */
 function cpuTicks(pid: number): { user: number; system: number } {
@@ -31,9 +35,21 @@ function cpuTicks(pid: number): { user: number; system: number } {
 }
 
 const servers: { name: string; keel: RunningKeel; token: string; results: { rps: number; us: number; sysUs: number; bad: number }[] }[] = [];
+const databases: { drop(): Promise<void> }[] = [];
+let postgres: BenchPostgres | null = null;
 try {
+  if (backend === 'postgres') {
+    postgres = await startPostgres();
+    if (!postgres) throw new Error('AB_BACKEND=postgres: no PostgreSQL binaries in /usr/lib/postgresql/*/bin');
+  }
   for (const v of variants) {
-    const keel = await startKeel(benchEnv(v.env), v.dir);
+    let env = v.env;
+    if (postgres) {
+      const db = await postgres.createDatabase();
+      databases.push(db);
+      env = { DATABASE_URL: db.url, ...(postgres.redisUrl ? { REDIS_URL: postgres.redisUrl } : {}), ...env };
+    }
+    const keel = await startKeel(benchEnv(env), v.dir);
     servers.push({ name: v.name, keel, token: '', results: [] });
   }
   for (const s of servers) {
@@ -69,4 +85,6 @@ try {
   }
 } finally {
   for (const s of servers) await s.keel.stop();
+  for (const db of databases) await db.drop().catch(() => undefined);
+  await postgres?.stop();
 }
