@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll } from 'vitest';
 import { createPgDatabase, redisUrl, type PgTestDatabase } from './backends.js';
-import { cliEnv, ROOT, startServe, type ServeProcess } from './cli.js';
+import { cliEnv, keelArgs, ROOT, startServe, type ServeProcess } from './cli.js';
 
 /**
  * Keel as it runs when one machine is not enough (issue 19): several `keel serve` (WORKER=off) and
@@ -38,7 +38,7 @@ afterAll(() => {
 
 /** `keel worker`, resolved once it logs that it delivers. */
 export async function startWorkerProcess(env: Record<string, string>): Promise<WorkerProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', 'worker'], { cwd: ROOT, env: { ...env, LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, await keelArgs(['worker']), { cwd: ROOT, env: { ...env, LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'pipe'] });
   spawned.add(child);
   let out = '';
   child.stdout.on('data', (c: Buffer) => (out += c.toString('utf8')));
