@@ -190,7 +190,7 @@ describe.skipIf(!backendAvailable())('webhook deliveries', () => {
     const n = 40;
     // Published together (as POST /events does it; over HTTP how many arrive together depends on the sockets).
     const events = await Promise.all(Array.from({ length: n }, (_, i) => publishEvent(app.server.keel, w.orgId, 'patch.installed', { seq: i })));
-    const ids = new Set(events.map((e) => e.id as string));
+    const ids = new Set(events.map((e) => e.id));
     const got = await rx.waitFor(2 * n, (x) => ids.has(x.headers['x-service-event-id'] as string));
     for (const [i, e] of events.entries()) {
       const arrived = got.filter((x) => x.headers['x-service-event-id'] === e.id);
