@@ -16,6 +16,7 @@ import { routerStats } from '../../src/modules/webhooks/routing.js';
 import { publishEvent } from '../../src/modules/webhooks/service.js';
 import { makeCertificate, standardSignedBy, startReceiver, status, verifyServiceSignature, verifyStandard, type Receiver } from './receiver.js';
 import { createHook, createWebhookWorld, deliveriesUntil, engineOf, publish, type WebhookWorld } from './setup.js';
+import { behindLock, raceTest } from '../helpers/race.js';
 
 const SECRET = 'whsec-test-secret-0123456789abcdef';
 
@@ -358,5 +359,34 @@ describe.skipIf(!backendAvailable())('webhook deliveries', () => {
     await publish(app, w.eventsKey, 'remote.session.ended', { i: 11 });
     await deliveriesUntil(app, admin, hook.id, (l) => l.length === 12 && l[0].status === 'failed');
     expect((await app.api('GET', `/webhooks/${hook.id}`, { token: admin })).body.status).toBe('active');
+  });
+
+  raceTest('the automatic move to failed and its audit entry commit together: no reader sees the status without the entry', async () => {
+    const hook = await createHook(app, w.admin, { url: rx.url, events: ['remote.session.started'], retryPolicy: { maxRetries: 0 } });
+    rx.behave(status(500));
+    clock.freeze();
+    for (let i = 0; i < 10; i++) await publish(app, w.eventsKey, 'remote.session.started', { i });
+    await deliveriesUntil(app, w.admin, hook.id, (l) => l.length === 10 && l.every((d: any) => d.status === 'failed'));
+    clock.advance(24 * 3600_000);
+    // The engine's audit insert waits on the lock (publishing writes no audit entry, so it is the one
+    // waiting); meanwhile another session reads the webhook. Recorded first and audited afterwards,
+    // it read `error` here with no audit entry behind it.
+    let seenMeanwhile = '';
+    await behindLock(
+      app.server.keel.config.DATABASE_URL!,
+      'lock table audit_logs in share mode',
+      1,
+      () => publish(app, w.eventsKey, 'remote.session.started', { i: 10 }),
+      async (client) => {
+        const { rows } = await client.query<{ status: string }>('select status from webhooks where id = $1', [hook.id]);
+        seenMeanwhile = rows[0]!.status;
+      },
+    );
+    expect(seenMeanwhile).toBe('active');
+    const admin = (await login(app, w.orgAdmin)).accessToken;
+    await deliveriesUntil(app, admin, hook.id, (l) => l.length === 11 && l.every((d: any) => d.status === 'failed'));
+    expect((await app.api('GET', `/webhooks/${hook.id}`, { token: admin })).body.status).toBe('failed');
+    const audit = await app.server.keel.db.select().from(auditLogs).where(eq(auditLogs.targetId, hook.id));
+    expect(audit.filter((a) => a.action === 'webhook.status.auto_failed')).toHaveLength(1);
   });
 });

@@ -4,6 +4,7 @@ import type { Keel } from '../../keel.js';
 import { clock } from '../../platform/clock.js';
 import { newId } from '../../platform/db/columns.js';
 import { prepared, rawQuery } from '../../platform/db/raw.js';
+import { transaction } from '../../platform/db/transaction.js';
 import { OutboundError, UNSAFE_TARGET_CODES, outboundRequest } from '../../platform/outbound.js';
 import { loggableError } from '../../platform/safe-error.js';
 import { writeAudit } from '../audit/service.js';
@@ -677,24 +678,41 @@ export class DeliveryEngine {
     }
   }
 
+  /**
+   * Records a batch of results. The statement and the audit entries of the webhooks it moved to
+   * `failed` commit together (a reader never sees the status without its audit entry, and a crash
+   * cannot keep one without the other); the dead-letter list is told after the commit.
+   */
   async #record(batch: Result[]): Promise<void> {
     const nowIso = clock.now().toISOString();
     const t0 = performance.now();
-    const [out] = await rawQuery<{ recorded: number; dead: unknown; auto_failed: unknown }>(this.#keel.db, recordStatement, [
-      batch.map((r) => r.id),
-      batch.map((r) => r.claimId),
-      batch.map((r) => r.status),
-      batch.map((r) => r.nextRetryAt),
-      batch.map((r) => r.responseStatus),
-      batch.map((r) => r.responseBody),
-      batch.map((r) => r.responseTimeMs),
-      batch.map((r) => r.errorMessage),
-      batch.map((r) => r.deliveredAt),
-      batch.map((r) => r.attemptedAt),
-      nowIso,
-      AUTO_FAIL_MIN_DEAD,
-      String(AUTO_FAIL_WINDOW_MS),
-    ]);
+    const { out, autoFailed } = await transaction(this.#keel.db, async (tx) => {
+      const [row] = await rawQuery<{ recorded: number; dead: unknown; auto_failed: unknown }>(tx.db, recordStatement, [
+        batch.map((r) => r.id),
+        batch.map((r) => r.claimId),
+        batch.map((r) => r.status),
+        batch.map((r) => r.nextRetryAt),
+        batch.map((r) => r.responseStatus),
+        batch.map((r) => r.responseBody),
+        batch.map((r) => r.responseTimeMs),
+        batch.map((r) => r.errorMessage),
+        batch.map((r) => r.deliveredAt),
+        batch.map((r) => r.attemptedAt),
+        nowIso,
+        AUTO_FAIL_MIN_DEAD,
+        String(AUTO_FAIL_WINDOW_MS),
+      ]);
+      const moved = parseJson(row?.auto_failed ?? '[]') as { id: string; orgId: string; streak: number; since: string }[];
+      for (const hook of moved) {
+        await writeAudit(tx.db, { actor: { type: 'system' } }, {
+          action: 'webhook.status.auto_failed',
+          orgId: hook.orgId,
+          target: { type: 'webhook', id: hook.id },
+          details: { deadLettered: hook.streak, failingSince: hook.since, status: 'failed' },
+        });
+      }
+      return { out: row, autoFailed: moved };
+    });
     this.stats.records++;
     this.stats.recordMs += performance.now() - t0;
     const recorded = out?.recorded ?? 0;
@@ -709,15 +727,8 @@ export class DeliveryEngine {
       this.#keel.log.warn({ dropped: batch.length - recorded }, 'webhooks: late results of expired leases were not recorded');
     }
     const dead = parseJson(out?.dead ?? '[]') as string[];
-    const autoFailed = parseJson(out?.auto_failed ?? '[]') as { id: string; orgId: string; streak: number; since: string }[];
     if (dead.length > 0) await this.#deadLetter(dead);
     for (const hook of autoFailed) {
-      await writeAudit(this.#keel.db, { actor: { type: 'system' } }, {
-        action: 'webhook.status.auto_failed',
-        orgId: hook.orgId,
-        target: { type: 'webhook', id: hook.id },
-        details: { deadLettered: hook.streak, failingSince: hook.since, status: 'failed' },
-      });
       this.#keel.log.warn({ webhookId: hook.id, orgId: hook.orgId, deadLettered: hook.streak }, 'webhooks: webhook moved to failed (every delivery dead-lettered for 24 hours)');
     }
   }
