@@ -338,12 +338,18 @@ describe.skipIf(!backendAvailable())('webhook deliveries', () => {
     expect(rx.received.some((x) => x.headers['x-service-event-id'] === ignored.id)).toBe(false);
   });
 
-  it('moves a webhook to failed after 24 hours in which every delivery (at least 10) was dead-lettered, audited', async () => {
-    const hook = await createHook(app, w.admin, { url: rx.url, events: ['remote.session.ended'], retryPolicy: { maxRetries: 0 } });
+  /** A webhook without retries whose first 10 deliveries were all dead-lettered, on a frozen clock: one more after 24 hours moves it to failed. */
+  async function tenDeadLettered(type: string) {
+    const hook = await createHook(app, w.admin, { url: rx.url, events: [type], retryPolicy: { maxRetries: 0 } });
     rx.behave(status(500));
     clock.freeze();
-    for (let i = 0; i < 10; i++) await publish(app, w.eventsKey, 'remote.session.ended', { i });
+    for (let i = 0; i < 10; i++) await publish(app, w.eventsKey, type, { i });
     await deliveriesUntil(app, w.admin, hook.id, (l) => l.length === 10 && l.every((d: any) => d.status === 'failed'));
+    return hook;
+  }
+
+  it('moves a webhook to failed after 24 hours in which every delivery (at least 10) was dead-lettered, audited', async () => {
+    const hook = await tenDeadLettered('remote.session.ended');
     expect((await app.api('GET', `/webhooks/${hook.id}`, { token: w.admin })).body.status).toBe('active');
     clock.advance(24 * 3600_000);
     const admin = (await login(app, w.orgAdmin)).accessToken;
@@ -362,11 +368,7 @@ describe.skipIf(!backendAvailable())('webhook deliveries', () => {
   });
 
   raceTest('the automatic move to failed and its audit entry commit together: no reader sees the status without the entry', async () => {
-    const hook = await createHook(app, w.admin, { url: rx.url, events: ['remote.session.started'], retryPolicy: { maxRetries: 0 } });
-    rx.behave(status(500));
-    clock.freeze();
-    for (let i = 0; i < 10; i++) await publish(app, w.eventsKey, 'remote.session.started', { i });
-    await deliveriesUntil(app, w.admin, hook.id, (l) => l.length === 10 && l.every((d: any) => d.status === 'failed'));
+    const hook = await tenDeadLettered('remote.session.started');
     clock.advance(24 * 3600_000);
     // The engine's audit insert waits on the lock (publishing writes no audit entry, so it is the one
     // waiting); meanwhile another session reads the webhook. Recorded first and audited afterwards,
