@@ -4,9 +4,10 @@
  * terminal (`runInTerminal`, through util-linux `script`, for the hidden password prompt). They run
  * `bin/keel.js`, the launcher `npx keel` and `npm start` run: the esbuild bundle of `src/` (rebuilt
  * whenever `src/` changed, so it is never stale), on the embedded database of a temp DATA_DIR. The
- * bundle and the console are built once per test worker before the first command (`prebuilt`), so
- * no command prints the launcher's "building" line; a command then starts in about a third of the
- * time `src/main.ts` through tsx takes.
+ * bundle and the console are made current before a test file's first command (`prebuilt`: built by
+ * the first file that finds them stale, a fingerprint check after that), so no command prints the
+ * launcher's "building" line; a command then starts in about a third of the time `src/main.ts`
+ * through tsx takes.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -21,7 +22,7 @@ export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const NODE_ARGS = ['bin/keel.js'];
 
 let built: Promise<void> | null = null;
-/** The bundle of `src/` and the console, built (when stale) before this worker's first command. */
+/** The bundle of `src/` and the console, built when stale, before this test file's first command. */
 function prebuilt(): Promise<void> {
   built ??= (async () => {
     await ensureBuilt();

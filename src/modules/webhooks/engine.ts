@@ -4,7 +4,7 @@ import type { Keel } from '../../keel.js';
 import { clock } from '../../platform/clock.js';
 import { newId } from '../../platform/db/columns.js';
 import { prepared, rawQuery } from '../../platform/db/raw.js';
-import { transaction } from '../../platform/db/transaction.js';
+import { transactionIf } from '../../platform/db/transaction.js';
 import { OutboundError, UNSAFE_TARGET_CODES, outboundRequest } from '../../platform/outbound.js';
 import { loggableError } from '../../platform/safe-error.js';
 import { writeAudit } from '../audit/service.js';
@@ -681,12 +681,15 @@ export class DeliveryEngine {
   /**
    * Records a batch of results. The statement and the audit entries of the webhooks it moved to
    * `failed` commit together (a reader never sees the status without its audit entry, and a crash
-   * cannot keep one without the other); the dead-letter list is told after the commit.
+   * cannot keep one without the other); the dead-letter list is told after the commit. Only a batch
+   * with a dead letter can move a webhook, so only such a batch opens a transaction: the others stay
+   * one statement.
    */
   async #record(batch: Result[]): Promise<void> {
     const nowIso = clock.now().toISOString();
     const t0 = performance.now();
-    const { out, autoFailed } = await transaction(this.#keel.db, async (tx) => {
+    const mayMove = batch.some((r) => r.status === 'failed');
+    const { out, autoFailed } = await transactionIf(mayMove, this.#keel.db, async (tx) => {
       const [row] = await rawQuery<{ recorded: number; dead: unknown; auto_failed: unknown }>(tx.db, recordStatement, [
         batch.map((r) => r.id),
         batch.map((r) => r.claimId),
