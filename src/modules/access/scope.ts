@@ -55,12 +55,23 @@ export interface ScopeOptions {
   fullOrgAccess?: boolean;
   /** Name of a path parameter that names the organisation (e.g. `orgId` in /orgs/:orgId/sites). */
   orgIdParam?: string;
+  /**
+   * The route acts on the whole organisation (its settings, its webhooks, its SSO providers, its
+   * enrolment keys): a caller restricted to some sites or device groups gets 403
+   * `whole_org_access_required`, decided here and nowhere else (`restricted`). Reads that span sites
+   * filter with `placementFilter` / `canSeePlacement` instead.
+   */
+  wholeOrg?: boolean;
 }
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export const contextRequired = () => new AppError(403, 'context_required', 'Partner or organization context is required');
 const fullOrgAccessRequired = () => new AppError(403, 'full_org_access_required', 'Full partner organization access is required');
+export const wholeOrgAccessRequired = () => new AppError(403, 'whole_org_access_required', 'This acts on the whole organization: your access is restricted to some sites or device groups');
+
+/** Whether a caller is restricted to some sites or device groups (THE reading of the restriction). */
+export const restricted = (r: Restriction): boolean => r.siteIds !== null || r.deviceGroupIds !== null;
 export const orgRequired = () => badRequest('org_required', 'Organization context is required: name the organization with orgId');
 
 async function bodyField(c: Context, field: string): Promise<unknown> {
@@ -308,6 +319,7 @@ function scopeMiddleware(keel: Keel, opts: ScopeOptions): MiddlewareHandler<AppE
       }
     }
     if (opts.requireOrg && !access.orgId) throw orgRequired();
+    if (opts.wholeOrg && restricted(access)) throw wholeOrgAccessRequired();
     c.set('access', access);
     await next();
   };
@@ -351,6 +363,7 @@ function scopeDoc(opts: ScopeOptions): AccessDoc {
   const doc: AccessDoc = {};
   if (opts.scopes) doc.scopes = opts.scopes;
   if (opts.fullOrgAccess) doc.fullOrgAccess = true;
+  if (opts.wholeOrg) doc.wholeOrg = true;
   return doc;
 }
 

@@ -16,6 +16,8 @@ export interface AccessDoc {
   scopes?: readonly string[];
   /** Partner users need `orgAccess: all`. */
   fullOrgAccess?: boolean;
+  /** Callers restricted to some sites or device groups are refused (the route acts on the whole organisation). */
+  wholeOrg?: boolean;
   /** A session established with a second factor (`mfa: true`). */
   mfa?: boolean;
   /** Once the user has a second factor, a session established with it. */
@@ -69,6 +71,7 @@ export function accessText(doc: AccessDoc): string {
   if (doc.scopes) parts.push(`caller scope ${doc.scopes.join(' or ')}`);
   if (doc.permission) parts.push(`permission \`${doc.permission}\``);
   if (doc.fullOrgAccess) parts.push('partner users need `orgAccess: all` (403 `full_org_access_required`)');
+  if (doc.wholeOrg) parts.push('callers restricted to some sites or device groups are refused (403 `whole_org_access_required`)');
   if (doc.mfa) parts.push('a session established with a second factor (403 `mfa_required`)');
   if (doc.factorProof) parts.push('once the user has a second factor, a session established with it (403 `mfa_required`)');
   return `Access: ${parts.join('; ')}.`;
