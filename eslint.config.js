@@ -42,4 +42,10 @@ export default tseslint.config(
       '@typescript-eslint/no-unnecessary-condition': 'off',
     },
   },
+  {
+    // Plain ES modules shared with child processes (test/setup/loopback-guard.mjs): linted without types.
+    files: ['**/*.mjs'],
+    extends: [tseslint.configs.disableTypeChecked],
+    languageOptions: { parserOptions: { projectService: false, project: null }, globals: { process: 'readonly' } },
+  },
 );

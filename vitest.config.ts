@@ -21,6 +21,8 @@ export default defineConfig({
     reporters: ['default', './test/setup/race-reporter.ts'],
     // The CI machine has 2 cores; this caps the workers shared by both projects.
     maxWorkers: 2,
+    // No test resolves or connects outside loopback (docs/testing.md "Network").
+    setupFiles: ['test/setup/loopback-guard.ts'],
     testTimeout: 30_000,
     hookTimeout: 60_000,
     // Room for the globalSetup teardown (PostgreSQL fast shutdown).

@@ -59,6 +59,9 @@ export interface CliResult {
   stderr: string;
 }
 
+/** The loopback guard in every child (test/setup/loopback-guard.mjs): a refused lookup or dial prints a line to stderr. */
+const GUARD = `--import=${new URL('../setup/loopback-guard.mjs', import.meta.url).href}`;
+
 /** Our environment without database, Redis or administrator settings, plus a temp DATA_DIR and fixed secrets. */
 export function cliEnv(dataDir: string, extra: Record<string, string> = {}): Record<string, string> {
   const dropped = new Set(['DATABASE_URL', 'REDIS_URL', 'ADMIN_EMAIL', 'ADMIN_PASSWORD', 'PUBLIC_URL', 'TRUST_PROXY', 'HOST', 'PORT']);
@@ -71,6 +74,8 @@ export function cliEnv(dataDir: string, extra: Record<string, string> = {}): Rec
     LOG_LEVEL: 'silent',
     APP_ENCRYPTION_KEY: randomBytes(32).toString('hex'),
     JWT_SECRET: randomBytes(48).toString('base64url'),
+    NODE_OPTIONS: [env.NODE_OPTIONS, GUARD].filter(Boolean).join(' '),
+    KEEL_LOOPBACK_GUARD: 'child',
     ...extra,
   };
 }

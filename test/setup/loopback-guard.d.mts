@@ -1,0 +1,3 @@
+export function installLoopbackGuard(onViolation: (message: string) => void): void;
+export function isLocalAddress(ip: string): boolean;
+export function isLocalHost(host: string): boolean;
