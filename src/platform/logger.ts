@@ -1,5 +1,6 @@
 import { writev, writevSync } from 'node:fs';
 import { pino, type DestinationStream, type Logger } from 'pino';
+import { loggableError } from './safe-error.js';
 
 /** Keys whose values never reach a log line, at any depth of a logged object. */
 const REDACT = new Set([
@@ -269,8 +270,10 @@ export function createLogger(level: string, base: Record<string, unknown> = {}, 
       level,
       base: { service: 'keel', ...base },
       formatters: { log: (object) => redactSecrets(object) },
-      // pino's error serializer answers an object of its own class: redact its plain copy.
-      serializers: { err: (err: Error) => redactSecrets({ ...pino.stdSerializers.err(err) }) },
+      // Errors are logged as `{ error: loggableError(err) }` (lint: no `err` key in a log call). An `err`
+      // that still arrives (a library's) goes through the same allow-list: a string stays one field, never
+      // one key per character, and a database error never brings its parameters.
+      serializers: { err: (err: unknown) => redactSecrets({ ...loggableError(err) }) },
       timestamp: isoTime,
     },
     destination ?? stdout(),

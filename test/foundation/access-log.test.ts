@@ -7,6 +7,7 @@
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { connect } from 'node:net';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
@@ -62,6 +63,17 @@ describe.skipIf(!backendAvailable())(`access log (${backend})`, () => {
     expect(missing.headers.get('x-request-id')).toBe('client-chosen-id-1');
     expect(await accessLine('client-chosen-id-1')).toMatchObject({ level: 30, path: '/api/v1/no/such/route', status: 404 });
     expect(lines.filter((l) => l.reqId === 'client-chosen-id-1' && l.msg === 'request')).toHaveLength(1);
+  });
+
+  it('logs a request whose client left before the answer as 499, not 200', async () => {
+    const { port } = new URL(app.url);
+    const socket = connect(Number(port), '127.0.0.1');
+    await new Promise((resolve) => socket.once('connect', resolve));
+    // A body that never completes: the route waits for it, then the client gives up.
+    socket.write('POST /api/v1/auth/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\nX-Request-Id: left-early-1\r\n\r\n{"email":');
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    socket.destroy();
+    expect(await accessLine('left-early-1')).toMatchObject({ method: 'POST', path: '/api/v1/auth/login', status: 499 });
   });
 
   it('logs a 5xx at error even with info off, and nothing for other answers', async () => {

@@ -77,9 +77,19 @@ describe('log redaction', () => {
       service: 'keel',
     });
     expect(lines[0]?.time).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
-    expect(lines[1]).toMatchObject({ err: { message: 'boom', clientSecret: '[redacted]' } });
+    // An `err` (a library's; Keel logs `error: loggableError(err)`) keeps only the allow-list of platform/safe-error.ts.
+    expect(lines[1]).toMatchObject({ err: { name: 'Error', message: 'boom' } });
+    expect(lines[1]?.err).not.toHaveProperty('clientSecret');
     expect(input.password).toBe('hunter2-secret');
     expect(input.nested.token).toBe('tok-123');
+  });
+
+  it('logs an error given as a string as one message, never one key per character', async () => {
+    const { lines, stream } = capture();
+    const log = createLogger('info', {}, stream);
+    log.warn({ err: 'connection terminated' }, 'agents: sweep failed');
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(lines[0]?.err).toEqual({ name: 'string', message: 'connection terminated' });
   });
 
   it('passes a line without secrets through as it is (no copy)', () => {

@@ -1,3 +1,4 @@
+import { loggableError } from '../../platform/safe-error.js';
 import { and, asc, count, desc, eq, inArray, or, sql, type SQL } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import { requestLog } from '../../platform/request-scope.js';
@@ -336,7 +337,7 @@ export async function updateRole(keel: Keel, access: AccessContext, id: string, 
     await writeAudit(tx.db, info, { action: 'role.update', ...tenantOf(row), target: { type: 'role', id: row.id }, changes, details: { name: row.name } });
     tx.afterCommit(() => publishRoleChange(keel, row.id));
     return row;
-  }, (err) => requestLog(keel.log, info).error({ err }, 'role invalidation failed'));
+  }, (err) => requestLog(keel.log, info).error({ error: loggableError(err) }, 'role invalidation failed'));
   return viewOf(keel.db, role, access);
 }
 
@@ -375,7 +376,7 @@ export async function deleteRole(keel: Keel, access: AccessContext, id: string, 
       });
       await writeAudit(tx.db, info, { action: 'role.delete', ...tenantOf(existing), target: { type: 'role', id: existing.id }, details: { name: existing.name } });
       tx.afterCommit(() => publishRoleChange(keel, existing.id));
-    }, (err) => requestLog(keel.log, info).error({ err }, 'role invalidation failed'));
+    }, (err) => requestLog(keel.log, info).error({ error: loggableError(err) }, 'role invalidation failed'));
   } catch (err) {
     // A holder or child appeared between the count and the delete: the foreign key stops it.
     if (isForeignKeyViolation(err)) throw roleInUse(await blockers(keel.db, id));

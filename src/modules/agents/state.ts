@@ -1,3 +1,4 @@
+import { loggableError } from '../../platform/safe-error.js';
 import { and, eq, isNotNull } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import type { Db } from '../../platform/db/client.js';
@@ -246,7 +247,7 @@ export class AgentState {
     if (mayRepeat) dedupeLatest(ids, stamps);
     this.#flushing = rawQuery(this.db, flushStatement, [ids, stamps]).then(
       () => undefined,
-      (err: unknown) => this.keel.log.warn({ err: (err as Error).message }, 'agents: last-seen flush failed'),
+      (err: unknown) => this.keel.log.warn({ error: loggableError(err) }, 'agents: last-seen flush failed'),
     );
     try {
       await this.#flushing;
@@ -262,7 +263,7 @@ export class AgentState {
     this.#timer = setInterval(() => {
       n++;
       void this.flushLastSeen();
-      if (n % tickEverySeconds === 0) void tick().catch((err: unknown) => this.keel.log.warn({ err: (err as Error).message }, 'agents: sweep failed'));
+      if (n % tickEverySeconds === 0) void tick().catch((err: unknown) => this.keel.log.warn({ error: loggableError(err) }, 'agents: sweep failed'));
     }, 1000);
     this.#timer.unref();
   }

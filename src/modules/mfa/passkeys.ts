@@ -1,3 +1,4 @@
+import { loggableError } from '../../platform/safe-error.js';
 import { and, asc, count, eq, lt } from 'drizzle-orm';
 import type {
   AuthenticationResponseJSON,
@@ -171,7 +172,7 @@ export async function registerPasskey(
       requireUserVerification: false,
     });
   } catch (err) {
-    requestLog(keel.log, info).info({ err: err instanceof Error ? err.message : String(err) }, 'passkey registration refused');
+    requestLog(keel.log, info).info({ error: loggableError(err) }, 'passkey registration refused');
     throw invalidPasskey(400);
   }
   if (!verification.verified) throw invalidPasskey(400);
@@ -394,7 +395,7 @@ async function checkPasskeyLogin(keel: Keel, tempToken: string, credential: Auth
       requireUserVerification: false,
     });
   } catch (err) {
-    requestLog(keel.log, info).info({ err: err instanceof Error ? err.message : String(err) }, 'passkey assertion refused');
+    requestLog(keel.log, info).info({ error: loggableError(err) }, 'passkey assertion refused');
     throw invalidPasskey(401);
   }
   if (!verification.verified) throw invalidPasskey(401);

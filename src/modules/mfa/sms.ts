@@ -1,3 +1,4 @@
+import { loggableError } from '../../platform/safe-error.js';
 import { randomInt } from 'node:crypto';
 import { and, eq } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
@@ -89,7 +90,7 @@ async function issueCode(keel: Keel, purpose: string, user: User, phone: string,
     await keel.singleUse.consumeById(keel.db, id);
     const e = err instanceof SmsSendError ? err : null;
     log.warn(
-      { smsProvider: keel.sms.provider, status: e?.status ?? null, providerCode: e?.providerCode ?? null, err: err instanceof Error ? err.message : String(err) },
+      { smsProvider: keel.sms.provider, status: e?.status ?? null, providerCode: e?.providerCode ?? null, error: loggableError(err) },
       'SMS could not be sent',
     );
     throw smsSendFailed();

@@ -1,3 +1,4 @@
+import { loggableError } from '../../platform/safe-error.js';
 import { and, asc, count, eq, sql } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import { requestLog } from '../../platform/request-scope.js';
@@ -165,7 +166,7 @@ export async function deleteOrg(keel: Keel, access: AccessContext, id: string, i
     });
     tx.afterCommit(() => publishRoleChange(keel, '*'));
     tx.afterCommit(() => keel.invalidation.publish(ORGS_TOPIC, id));
-  }, (err) => requestLog(keel.log, info).error({ err }, 'role or organisation invalidation failed'));
+  }, (err) => requestLog(keel.log, info).error({ error: loggableError(err) }, 'role or organisation invalidation failed'));
 }
 
 // ---------------------------------------------------------------------------------------------

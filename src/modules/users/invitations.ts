@@ -1,3 +1,4 @@
+import { loggableError } from '../../platform/safe-error.js';
 import { and, count, desc, eq, gt, inArray, or, sql, type SQL } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import { requestLog, type RequestRef } from '../../platform/request-scope.js';
@@ -100,7 +101,7 @@ async function sendInvite(keel: Keel, to: string, token: string, inviter: string
       text: `${inviter ?? 'An administrator'} invited you to Keel.\n\nTo accept, open this link within 7 days and choose your password:\n${link}\n\nIf you did not expect this, ignore this email.\n`,
     }, log);
   } catch (err) {
-    log.error({ err: err instanceof Error ? err.message : String(err) }, 'invitation email could not be sent');
+    log.error({ error: loggableError(err) }, 'invitation email could not be sent');
   }
 }
 

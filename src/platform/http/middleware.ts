@@ -139,6 +139,9 @@ function pathOf(target: string): string {
   return query < 0 ? target : target.slice(0, query);
 }
 
+/** The status logged and counted for a request whose connection closed before its answer was sent. */
+export const CLIENT_CLOSED = 499;
+
 /**
  * Request id (echoed as X-Request-Id), the client IP and one access-log line carrying the id.
  *
@@ -191,8 +194,11 @@ export function requestContext(log: Logger, trustedProxies: Set<string>, onAnswe
       // The response is used once: `on` spares the wrapper `once` makes.
       outgoing.on('close', () => {
         const ms = performance.now() - started;
-        onAnswered?.(c, outgoing.statusCode, ms);
-        logAccess(requestId, traceparent, method, pathOf(request?.url ?? c.req.path), outgoing.statusCode, ms);
+        // A connection that closed before the answer was all sent (the client left, or a stop cut it)
+        // is logged and counted as 499 (client closed request), never as the 200 Node presets.
+        const status = outgoing.writableFinished ? outgoing.statusCode : CLIENT_CLOSED;
+        onAnswered?.(c, status, ms);
+        logAccess(requestId, traceparent, method, pathOf(request?.url ?? c.req.path), status, ms);
       });
     }
     return next();
