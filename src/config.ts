@@ -95,6 +95,8 @@ const envSchema = z.object({
   AGENT_HALT_MIN_REPORTS: int(5, 1, 100000),
   ALLOW_INSECURE_TARGETS: bool(false),
   WORKER: z.enum(['inline', 'off']).default('inline'),
+  /** With PostgreSQL: every per-process cache of revocable things is dropped at least this often (a second line behind invalidation). */
+  CACHE_MAX_STALENESS_SECONDS: int(30, 1, 3600),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   TRUST_PROXY: optionalString,
   WEBAUTHN_RP_ID: optionalString,

@@ -83,7 +83,9 @@ export async function createKeel(opts: KeelOptions = {}): Promise<Keel> {
     throw err;
   }
   const redis = config.REDIS_URL ? await connectRedis(config.REDIS_URL) : null;
-  const invalidation = new Invalidation({ database, redisUrl: config.REDIS_URL, redis }, log);
+  // Several processes can share PostgreSQL: a missed message (a process stopped before it could
+  // announce, a bus that lost it) leaves a cache stale for at most CACHE_MAX_STALENESS_SECONDS.
+  const invalidation = new Invalidation({ database, redisUrl: config.REDIS_URL, redis }, log, database.kind === 'postgres' ? { maxStalenessMs: config.CACHE_MAX_STALENESS_SECONDS * 1000 } : {});
   await invalidation.start();
   const closers: (() => Promise<void>)[] = [];
   const metrics = await createMetrics(config.METRICS_ENABLED);

@@ -18,7 +18,9 @@ export interface RunningServer {
   /**
    * Stops accepting connections and lets the requests in flight finish (each idle keep-alive
    * connection is closed as soon as it is idle); those still running after the grace period
-   * (`drainMs`, default SHUTDOWN_GRACE_MS) are cut. Resolves when no connection is left. Idempotent.
+   * (`drainMs`, default SHUTDOWN_GRACE_MS) are cut. Resolves when no connection is left and no
+   * handler runs (a handler whose client left still commits and announces its change before the
+   * pools close; one still running after the grace period is abandoned). Idempotent.
    */
   drain(): Promise<void>;
   /** drain(), then the Keel (its pools, caches and timers). */
@@ -83,9 +85,30 @@ export async function startServer(opts: KeelOptions & { port?: number; host?: st
   let handle = (_request: Request, _env: unknown): Response | Promise<Response> => new Response('Starting', { status: 503 });
   let server: ServerType;
   let app: OpenAPIHono<AppEnv> | undefined;
+  // Handlers still running: a stop waits for them (not only for the sockets), because a client that
+  // left does not stop its handler, and one committing after the pools closed could not announce
+  // what it committed (a logout's revocation) to the other processes.
+  let inflight = 0;
+  let allFinished: (() => void) | null = null;
+  const finished = (): void => {
+    if (--inflight === 0 && allFinished) allFinished();
+  };
+  const tracked = (request: Request, env: unknown): Response | Promise<Response> => {
+    inflight++;
+    let answer: Response | Promise<Response>;
+    try {
+      answer = handle(request, env);
+    } catch (err) {
+      finished();
+      throw err;
+    }
+    if (answer instanceof Promise) return answer.finally(finished);
+    finished();
+    return answer;
+  };
   try {
     server = await new Promise<ServerType>((resolve, reject) => {
-      const s = serve({ fetch: (request, env) => handle(request, env), port, hostname: host }, () => {
+      const s = serve({ fetch: tracked, port, hostname: host }, () => {
         try {
           const actual = (s.address() as AddressInfo).port;
           if (keel.config.publicUrlFromListenPort) keel.config.publicUrl = `http://localhost:${actual}`;
@@ -129,18 +152,38 @@ export async function startServer(opts: KeelOptions & { port?: number; host?: st
   const http = server as ServerType & { closeIdleConnections(): void; closeAllConnections(): void };
   const graceMs = opts.drainMs ?? SHUTDOWN_GRACE_MS;
   let draining: Promise<void> | null = null;
+  /** Resolves when no handler runs, or after `ms` (a handler stuck on I/O is abandoned, and said so). */
+  const handlersFinished = (ms: number): Promise<void> =>
+    inflight === 0
+      ? Promise.resolve()
+      : new Promise<void>((resolve) => {
+          const timer = setTimeout(() => {
+            keel.log.warn({ requests: inflight }, 'shutdown: requests still running after the grace period are abandoned');
+            resolve();
+          }, ms);
+          allFinished = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
   const drain = (): Promise<void> =>
-    (draining ??= new Promise<void>((resolve) => {
-      // Stops listening; the callback runs once every connection has closed.
-      const idle = setInterval(() => http.closeIdleConnections(), DRAIN_POLL_MS);
-      const cut = setTimeout(() => http.closeAllConnections(), graceMs);
-      server.close(() => {
-        clearInterval(idle);
-        clearTimeout(cut);
-        resolve();
+    (draining ??= (async () => {
+      const startedAt = Date.now();
+      await new Promise<void>((resolve) => {
+        // Stops listening; the callback runs once every connection has closed.
+        const idle = setInterval(() => http.closeIdleConnections(), DRAIN_POLL_MS);
+        const cut = setTimeout(() => http.closeAllConnections(), graceMs);
+        server.close(() => {
+          clearInterval(idle);
+          clearTimeout(cut);
+          resolve();
+        });
+        http.closeIdleConnections();
       });
-      http.closeIdleConnections();
-    }));
+      // Connections can close before their handlers end (a client that left): wait for the handlers too,
+      // within what is left of the grace period (at least a second).
+      await handlersFinished(Math.max(1000, graceMs - (Date.now() - startedAt)));
+    })());
   return {
     keel,
     app,

@@ -22,9 +22,18 @@ export class Invalidation {
   readonly #origin = Math.random().toString(36).slice(2);
   #stop: (() => Promise<void>) | null = null;
 
+  #refresh: NodeJS.Timeout | null = null;
+
   constructor(
     private readonly transport: { database: Database; redisUrl: string | undefined; redis: Redis | null },
     private readonly log: Logger,
+    /**
+     * `maxStalenessMs`: every cache that listens is emptied at least this often (a second line behind the
+     * messages: a change committed by a process that died before announcing it, or a message the bus
+     * lost without a reconnect, is seen by every process within this bound). Off when omitted (PGlite:
+     * one process).
+     */
+    private readonly opts: { maxStalenessMs?: number } = {},
   ) {}
 
   on(topic: string, handler: InvalidationHandler): void {
@@ -70,7 +79,13 @@ export class Invalidation {
     }
     if (this.transport.database.kind === 'postgres') stops.push(await this.transport.database.listen(CHANNEL, receive, () => this.#lost('PostgreSQL')));
     // PGlite is one process: local dispatch is all there is.
+    if (this.opts.maxStalenessMs) {
+      this.#refresh = setInterval(() => this.refreshAll(), this.opts.maxStalenessMs);
+      this.#refresh.unref();
+    }
     this.#stop = async () => {
+      if (this.#refresh) clearInterval(this.#refresh);
+      this.#refresh = null;
       for (const stop of stops) await stop();
     };
   }
@@ -94,6 +109,11 @@ export class Invalidation {
   async stop(): Promise<void> {
     await this.#stop?.();
     this.#stop = null;
+  }
+
+  /** Empties every listening cache (what the staleness bound does on its timer). */
+  refreshAll(): void {
+    for (const drop of this.#resync) drop();
   }
 
   #lost(via: string): void {

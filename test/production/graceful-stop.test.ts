@@ -1,0 +1,101 @@
+/**
+ * A graceful stop loses no revocation: a process that is stopping waits for its handlers (not only
+ * for their sockets) before it closes Redis and the pool, so a logout whose client left and whose
+ * statement commits during the stop is still announced to the other processes. Two Keel processes on
+ * one PostgreSQL and Redis; the logouts are held inside their statement by a table lock, their
+ * clients leave, the first process is told to stop, and only then is the lock released.
+ */
+import { connect } from 'node:net';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
+import { createUser, login } from '../helpers/fixtures.js';
+import { closeSecond, startSecondProcess } from '../agents/helpers.js';
+import type { RunningServer } from '../../src/server.js';
+
+describe.skipIf(!backendAvailable() || backend !== 'postgres')(`graceful stop (${backend})`, () => {
+  let app: TestApp;
+  let stopping: RunningServer | undefined;
+  beforeAll(async () => {
+    app = await startTestApp({ env: { LOGIN_LIMIT: '1000' } });
+    stopping = await startSecondProcess(app);
+  });
+  afterAll(async () => {
+    await closeSecond(stopping);
+    await app?.close();
+  });
+
+  it('logouts whose clients left and which commit while their process stops are refused at once on the other process', async () => {
+    // As many as the stopping process has pool connections (4), so each logout waits inside its statement.
+    const users = await Promise.all(Array.from({ length: 4 }, () => createUser(app)));
+    const tokens = await Promise.all(users.map(async (u) => (await login(app, u)).accessToken));
+    // Each session is cached by the process that stays.
+    for (const token of tokens) expect((await app.api('GET', '/users/me', { token })).status).toBe(200);
+
+    const lock = new pg.Client({ connectionString: app.server.keel.config.DATABASE_URL });
+    await lock.connect();
+    try {
+      await lock.query('begin');
+      await lock.query('lock table sessions in share row exclusive mode');
+      const server = stopping!;
+      // The logouts reach the process that will stop, and wait on the lock inside their statement.
+      const sockets = tokens.map((token) => {
+        const socket = connect(server.port, '127.0.0.1');
+        socket.on('error', () => undefined);
+        socket.write(`POST /api/v1/auth/logout HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\nX-Forwarded-For: ${app.ip}\r\nContent-Length: 0\r\n\r\n`);
+        return socket;
+      });
+      const waiting = async () => Number((await lock.query("select count(*)::int as n from pg_locks where relation = 'sessions'::regclass and not granted")).rows[0].n);
+      for (let i = 0; i < 500 && (await waiting()) < tokens.length; i++) await new Promise((r) => setTimeout(r, 20));
+      expect(await waiting()).toBe(tokens.length);
+      // The clients leave, and the process is told to stop.
+      for (const socket of sockets) socket.destroy();
+      // As `keel serve` stops: drain, then close Redis and the pool.
+      let drained = false;
+      const stopped = server.drain().then(() => {
+        drained = true;
+        return closeSecond(server);
+      });
+      // Its sockets are gone, but its handlers still wait on the lock: the stop waits for them (it used
+      // to go on at once and close Redis and the pool under them). A bound, since nothing happens here.
+      for (let i = 0; i < 25 && !drained; i++) await new Promise((r) => setTimeout(r, 20));
+      expect(await waiting()).toBe(tokens.length);
+      expect(drained).toBe(false);
+      await lock.query('commit');
+      await stopped;
+    } finally {
+      await lock.end();
+    }
+    stopping = undefined;
+    // Every revoked session is refused by the process that stays, at once.
+    for (const token of tokens) expect((await app.api('GET', '/users/me', { token })).status).toBe(401);
+  });
+
+  it('a revocation committed but never announced (its process died first) is honoured within CACHE_MAX_STALENESS_SECONDS', async () => {
+    const bounded = await startSecondProcess(app, { CACHE_MAX_STALENESS_SECONDS: '1' });
+    try {
+      const user = await createUser(app);
+      const { accessToken } = await login(app, user);
+      const viaBounded = async () => (await fetch(`${bounded.url}/api/v1/users/me`, { headers: { authorization: `Bearer ${accessToken}`, 'x-forwarded-for': app.ip } })).status;
+      expect(await viaBounded()).toBe(200);
+      // Revoked in the database by "a process" that never told anyone.
+      const db = new pg.Client({ connectionString: app.server.keel.config.DATABASE_URL });
+      await db.connect();
+      try {
+        await db.query('update sessions set revoked_at = now() where user_id = $1', [user.id]);
+      } finally {
+        await db.end();
+      }
+      expect(await viaBounded()).toBe(200); // the cache still holds it: no message came
+      let status = 200;
+      for (let i = 0; i < 100 && status === 200; i++) {
+        await new Promise((r) => setTimeout(r, 50));
+        status = await viaBounded();
+      }
+      expect(status).toBe(401);
+    } finally {
+      await closeSecond(bounded);
+    }
+  });
+});
+
