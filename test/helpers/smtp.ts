@@ -205,6 +205,8 @@ export async function startSmtpServer(): Promise<SmtpTestServer> {
     allowInsecureAuth: true,
     disabledCommands: ['STARTTLS'],
     logger: false,
+    // No reverse DNS of the client (it would ask the system resolver, off loopback: docs/testing.md "Network").
+    disableReverseLookup: true,
     closeTimeout: 1_000,
     onAuth(auth, _session, callback) {
       callback(null, { user: auth.username ?? 'anonymous' });
