@@ -65,6 +65,18 @@ describe.skipIf(!backendAvailable())('refresh tokens and sessions', () => {
     expect((await app.api('GET', '/auth/me', { token: second.body.accessToken })).status).toBe(401);
   });
 
+  it('after a logout, the previous refresh token is 401 inside the grace window too (a revoked session answers before any race)', async () => {
+    const user = await createUser(app);
+    const first = await login(app, user);
+    const second = await refreshBody(first.refreshToken);
+    expect(second.status).toBe(200);
+    expect((await app.api('POST', '/auth/logout', { token: second.body.accessToken })).status).toBe(200);
+    const previous = await refreshBody(first.refreshToken);
+    expect(previous.status).toBe(401);
+    expect(previous.body.code).not.toBe('refresh_raced');
+    expect((await refreshBody(second.body.refreshToken)).status).toBe(401);
+  });
+
   it('refreshes by cookie only with the matching x-service-csrf header', async () => {
     const user = await createUser(app);
     const { cookies } = await login(app, user);

@@ -149,8 +149,13 @@ export class SessionService {
       throw err;
     }
     if (won) return { kind: 'ok', sessionId: won.id, userId: won.userId, mfa: won.mfa, refreshToken: next };
-    const [old] = await this.keel.db.select().from(sessionRefreshTokens).where(eq(sessionRefreshTokens.tokenHash, oldHash));
-    if (!old) return { kind: 'invalid' };
+    const [old] = await this.keel.db
+      .select({ sessionId: sessionRefreshTokens.sessionId, rotatedAt: sessionRefreshTokens.rotatedAt, revokedAt: sessions.revokedAt, expiresAt: sessions.expiresAt, absoluteExpiresAt: sessions.absoluteExpiresAt })
+      .from(sessionRefreshTokens)
+      .innerJoin(sessions, eq(sessions.id, sessionRefreshTokens.sessionId))
+      .where(eq(sessionRefreshTokens.tokenHash, oldHash));
+    // A session that is over (logged out, revoked, expired) answers 401 before any race logic.
+    if (!old || old.revokedAt !== null || old.expiresAt <= now || old.absoluteExpiresAt <= now) return { kind: 'invalid' };
     if (accept && !accept(old.sessionId)) return { kind: 'refused' };
     if (now.getTime() - old.rotatedAt.getTime() <= REFRESH_GRACE_MS) return { kind: 'raced' };
     await this.revoke(this.keel.db, old.sessionId, 'refresh_token_reuse');
