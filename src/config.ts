@@ -140,6 +140,8 @@ const envSchema = z.object({
   // bound of the password-hashing queue (0: 16 per hashing thread), beyond which logins answer 503.
   METRICS_ENABLED: bool(false),
   WORKER_METRICS_PORT: int(9465, 0, 65535),
+  /** How long `keel worker` waits for pending migrations (applied by `keel serve` or `keel migrate`) before it stops. */
+  MIGRATION_WAIT_SECONDS: int(300, 0, 86_400),
   METRICS_TOKEN: optionalString.refine((v) => v === undefined || v.length >= 16, { message: 'must be at least 16 characters' }),
   HASH_QUEUE_MAX: int(0, 0, 100000),
   HASH_THREAD_NICE: int(10, 0, 19),

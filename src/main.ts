@@ -258,9 +258,34 @@ async function stopWorker(keel: Keel): Promise<void> {
 }
 
 /**
+ * A process that does not migrate (`keel worker`) waits for the migrations it needs, as an
+ * orchestrator starts it beside the `serve` processes that apply them: one line says what it waits
+ * for, it checks every second, and it stops with one line after MIGRATION_WAIT_SECONDS.
+ */
+async function waitForMigrations(config: Config, log: Logger, pending: () => Promise<string[]>): Promise<void> {
+  const deadline = Date.now() + config.MIGRATION_WAIT_SECONDS * 1000;
+  let said = false;
+  for (;;) {
+    let names: string[];
+    try {
+      names = await pending();
+    } catch {
+      names = ['(the migration table is being written)'];
+    }
+    if (names.length === 0) return;
+    if (Date.now() >= deadline) throw new CliError(`pending migrations (${names.join(', ')}) after waiting ${config.MIGRATION_WAIT_SECONDS} s: start keel serve or run keel migrate`);
+    if (!said) {
+      log.info({ pending: names, waitSeconds: config.MIGRATION_WAIT_SECONDS }, 'waiting for migrations: keel serve or keel migrate applies them');
+      said = true;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+  }
+}
+
+/**
  * `keel worker`: the delivery engine alone, on the database `serve` uses, opened the same way (so an
  * embedded DATA_DIR held by a server is refused with the one-line hint). Applies no migrations: it
- * refuses to start while some are pending. SIGTERM/SIGINT: stop claiming, finish the attempts in
+ * waits for them (`waitForMigrations`). SIGTERM/SIGINT: stop claiming, finish the attempts in
  * flight, exit 0.
  */
 async function worker(config: Config, log: Logger): Promise<void> {
@@ -268,8 +293,7 @@ async function worker(config: Config, log: Logger): Promise<void> {
   let keel: Keel;
   try {
     const [{ openKeel }, { pendingMigrations }] = await Promise.all([import('./compose.js'), import('./platform/db/migrator.js')]);
-    const pending = await pendingMigrations(database);
-    if (pending.length > 0) throw new CliError(`pending migrations (${pending.join(', ')}): start keel serve or run keel migrate first`);
+    await waitForMigrations(config, log, () => pendingMigrations(database));
     keel = await openKeel({ config, log, database, skipMigrate: true });
     const { webhooksOf } = await import('./modules/webhooks/runtime.js');
     await webhooksOf(keel).startWorker();
