@@ -31,8 +31,9 @@ describe.skipIf(!backendAvailable() || backend !== 'postgres')(`start order (${b
   it('a worker started before the migrations waits for them, says so once, and delivers once they are applied', async () => {
     const env = await emptyDatabaseEnv();
     const child = spawn(process.execPath, await keelArgs(['worker']), { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
-    cleanup.push(async () => {
+    cleanup.push(() => {
       child.kill('SIGKILL');
+      return Promise.resolve();
     });
     let out = '';
     child.stdout.on('data', (c: Buffer) => (out += c.toString('utf8')));
