@@ -4,6 +4,8 @@ import { connectRedis } from './redis.js';
 import type { Logger } from './logger.js';
 
 const CHANNEL = 'keel_invalidate';
+/** How long a starting process waits for its Redis subscription before it starts without it. */
+const REDIS_START_WAIT_MS = 3000;
 
 export type InvalidationHandler = (key: string) => void;
 
@@ -62,16 +64,44 @@ export class Invalidation {
     };
     const stops: (() => Promise<void>)[] = [];
     if (this.transport.redisUrl) {
+      // A process starts whether or not Redis answers (degraded as a running process is during an
+      // outage: messages by NOTIFY, limits per process, /health/ready naming Redis) and subscribes
+      // once Redis is ready, on every (re)connection; what was published meanwhile may be lost.
       const sub = await connectRedis(this.transport.redisUrl);
-      await sub.subscribe(CHANNEL);
       sub.on('message', (_channel: string, message: string) => receive(message));
-      // ioredis subscribes again by itself after a reconnect; what was published meanwhile is lost.
-      let connected = true;
-      sub.on('close', () => (connected = false));
-      sub.on('ready', () => {
-        if (!connected) this.#lost('Redis');
-        connected = true;
+      let subscribed = false;
+      // A time without a subscription since the start: the next subscription empties the caches.
+      let missed = false;
+      let firstSubscribed: ((ok: boolean) => void) | null = null;
+      const first = new Promise<boolean>((resolve) => (firstSubscribed = resolve));
+      const subscribe = (): void => {
+        sub.subscribe(CHANNEL).then(
+          () => {
+            firstSubscribed?.(true);
+            if (subscribed) return;
+            subscribed = true;
+            if (missed) {
+              missed = false;
+              this.#lost('Redis');
+            }
+          },
+          () => undefined, // not ready after all: the next 'ready' tries again
+        );
+      };
+      sub.on('close', () => {
+        if (subscribed) missed = true;
+        subscribed = false;
       });
+      sub.on('ready', subscribe);
+      if (sub.status === 'ready') subscribe();
+      let timer: NodeJS.Timeout | undefined;
+      const inTime = await Promise.race([first, new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), REDIS_START_WAIT_MS)))]);
+      clearTimeout(timer);
+      firstSubscribed = null;
+      if (!inTime) {
+        missed = true;
+        this.log.warn('invalidation: Redis is not reachable; starting without it (messages go by PostgreSQL NOTIFY until it is)');
+      }
       stops.push(async () => {
         sub.disconnect();
         return Promise.resolve();

@@ -122,4 +122,35 @@ describe.skipIf(backend !== 'postgres' || !backendAvailable())('outages of Postg
     await until('sign-in with Redis back', async () => (await call(A, 'POST', '/auth/login', { body: TOPOLOGY_ADMIN })).status === 200, 30_000);
     await until('ready again', async () => (await fetch(`${A}/health/ready`)).status === 200, 30_000);
   }, 240_000);
+
+  it('Redis down at start: two serve processes and a worker start, degraded as during an outage, and join Redis when it comes', async () => {
+    const redis: OwnServer = await startOwnRedis();
+    cleanup.push(() => redis.close());
+    await redis.stop();
+    const db: PgTestDatabase = await createPgDatabase();
+    cleanup.push(() => db.drop());
+    const e = env({ DATABASE_URL: db.url, REDIS_URL: redis.url, WORKER: 'off' });
+    const A = (await serve(e)).url;
+    const B = (await serve(e)).url;
+    const worker: WorkerProcess = await startWorkerProcess(e);
+    cleanup.push(() => worker.stop('SIGKILL'));
+
+    const ready = await fetch(`${A}/health/ready`);
+    expect(ready.status).toBe(503);
+    expect(((await ready.json()) as { details: { down: string[] } }).details.down).toContain('redis');
+    // Sign-in works, and a logout on A reaches B (PostgreSQL NOTIFY stands in for Redis).
+    const token = (await call(A, 'POST', '/auth/login', { body: TOPOLOGY_ADMIN })).body.accessToken as string;
+    expect((await call(B, 'GET', '/users/me', { token })).status).toBe(200);
+    expect((await call(A, 'POST', '/auth/logout', { token })).status).toBeLessThan(300);
+    await until('B refuses the ended session', async () => (await call(B, 'GET', '/users/me', { token })).status === 401, 10_000);
+
+    await redis.restart();
+    await until('A ready with Redis', async () => (await fetch(`${A}/health/ready`)).status === 200, 30_000);
+    await until('B ready with Redis', async () => (await fetch(`${B}/health/ready`)).status === 200, 30_000);
+    const again = (await call(B, 'POST', '/auth/login', { body: TOPOLOGY_ADMIN })).body.accessToken as string;
+    expect((await call(A, 'GET', '/users/me', { token: again })).status).toBe(200);
+    expect((await call(B, 'POST', '/auth/logout', { token: again })).status).toBeLessThan(300);
+    await until('A refuses the session ended on B', async () => (await call(A, 'GET', '/users/me', { token: again })).status === 401, 10_000);
+  }, 240_000);
 });
+
