@@ -75,6 +75,19 @@ function answerClientError(err: NodeJS.ErrnoException, socket: Duplex): void {
   socket.end(`HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`);
 }
 
+/**
+ * An answer sent while the server drains says `Connection: close`, so a keep-alive client sends its
+ * next request on a new connection instead of one this server is about to close under it.
+ */
+function closing(response: Response): Response {
+  try {
+    response.headers.set('Connection', 'close');
+  } catch {
+    // Immutable headers (a Response.redirect): Node closes the connection when the server has closed.
+  }
+  return response;
+}
+
 /** Builds Keel and listens. Used by `keel serve`, the tests (port 0) and the benchmarks. */
 export async function startServer(opts: KeelOptions & { port?: number; host?: string; drainMs?: number } = {}): Promise<RunningServer> {
   const keel = await openKeel(opts);
@@ -89,6 +102,7 @@ export async function startServer(opts: KeelOptions & { port?: number; host?: st
   // left does not stop its handler, and one committing after the pools closed could not announce
   // what it committed (a logout's revocation) to the other processes.
   let inflight = 0;
+  let stopping = false;
   let allFinished: (() => void) | null = null;
   const finished = (): void => {
     if (--inflight === 0 && allFinished) allFinished();
@@ -102,9 +116,20 @@ export async function startServer(opts: KeelOptions & { port?: number; host?: st
       finished();
       throw err;
     }
-    if (answer instanceof Promise) return answer.finally(finished);
+    if (answer instanceof Promise) {
+      return answer.then(
+        (response) => {
+          finished();
+          return stopping ? closing(response) : response;
+        },
+        (err: unknown) => {
+          finished();
+          throw err;
+        },
+      );
+    }
     finished();
-    return answer;
+    return stopping ? closing(answer) : answer;
   };
   try {
     server = await new Promise<ServerType>((resolve, reject) => {
@@ -168,6 +193,7 @@ export async function startServer(opts: KeelOptions & { port?: number; host?: st
         });
   const drain = (): Promise<void> =>
     (draining ??= (async () => {
+      stopping = true;
       const startedAt = Date.now();
       await new Promise<void>((resolve) => {
         // Stops listening; the callback runs once every connection has closed.

@@ -48,8 +48,12 @@ describe.skipIf(!backendAvailable() || backend !== 'postgres')(`graceful stop ($
       const waiting = async () => Number((await lock.query("select count(*)::int as n from pg_locks where relation = 'sessions'::regclass and not granted")).rows[0].n);
       for (let i = 0; i < 500 && (await waiting()) < tokens.length; i++) await new Promise((r) => setTimeout(r, 20));
       expect(await waiting()).toBe(tokens.length);
-      // The clients leave, and the process is told to stop.
-      for (const socket of sockets) socket.destroy();
+      // The clients leave but one, and the process is told to stop.
+      const [stays, ...leave] = sockets;
+      for (const socket of leave) socket.destroy();
+      let answer = '';
+      stays!.on('data', (chunk: Buffer) => (answer += chunk.toString('latin1')));
+      const answered = new Promise((resolve) => stays!.once('end', resolve));
       // As `keel serve` stops: drain, then close Redis and the pool.
       let drained = false;
       const stopped = server.drain().then(() => {
@@ -63,6 +67,10 @@ describe.skipIf(!backendAvailable() || backend !== 'postgres')(`graceful stop ($
       expect(drained).toBe(false);
       await lock.query('commit');
       await stopped;
+      // The answer sent while draining tells the keep-alive client not to send another request on it.
+      await answered;
+      expect(answer).toMatch(/^HTTP\/1\.1 200 /);
+      expect(answer.toLowerCase()).toContain('\r\nconnection: close\r\n');
     } finally {
       await lock.end();
     }
