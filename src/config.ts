@@ -89,6 +89,8 @@ const envSchema = z.object({
   // Ed25519 public key (PEM, or the 32 raw bytes in base64) that signs the release host's manifest.
   AGENT_RELEASE_PUBLIC_KEY: optionalString,
   AGENT_HEARTBEAT_SECONDS: int(60, 1, 3600),
+  /** Device requests (heartbeats, reports, enrolments, downloads) one process works on at once; past it 503 `overloaded`. */
+  AGENT_MAX_IN_FLIGHT: int(512, 1, 1_000_000),
   AGENT_UPLOAD_LIMIT_BYTES: int(256 * 1024 * 1024, 1024, 4 * 1024 * 1024 * 1024),
   // Automatic rollout halt: failed + rolled_back reports of a version over this share of at least the minimum.
   AGENT_HALT_FAILURE_PERCENT: int(20, 1, 100),

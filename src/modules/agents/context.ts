@@ -2,7 +2,7 @@ import type { Context, MiddlewareHandler } from 'hono';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import { sha256Hex } from '../../platform/crypto.js';
-import { unauthorized } from '../../platform/http/errors.js';
+import { AppError, unauthorized } from '../../platform/http/errors.js';
 import { documentAccess } from '../../platform/http/route-docs.js';
 import { bearerToken } from '../../platform/http/bearer-token.js';
 import { AgentState, type DeviceState } from './state.js';
@@ -64,7 +64,21 @@ export function deviceAuth(keel: Keel, opts: { counts?: 'heartbeat' } = {}): Mid
     refused('unauthorized');
     return unauthorized('The device token is invalid or revoked', 'invalid_device_token');
   };
+  const gate = deviceGate(keel);
   return documentAccess<MiddlewareHandler<AppEnv>>(async (c, next) => {
+    // Overload is shed before any work: a quick 503 the agent retries later, not a 10-s time-out.
+    if (!gate.enter()) {
+      refused('overloaded');
+      throw devicesOverloaded();
+    }
+    try {
+      await authenticated(c, next);
+    } finally {
+      gate.leave();
+    }
+  }, { device: true });
+
+  async function authenticated(c: Context<AppEnv>, next: () => Promise<void>): Promise<void> {
     const token = bearerToken(c.req.header('authorization') ?? '');
     if (!token) {
       refused('unauthorized');
@@ -76,7 +90,34 @@ export function deviceAuth(keel: Keel, opts: { counts?: 'heartbeat' } = {}): Mid
     if (!device) throw invalid();
     authOf.set(c.req.raw, { tokenHash, device });
     await next();
-  }, { device: true });
+  }
+}
+
+/** Seconds an agent is told to wait when device requests are shed. */
+const OVERLOAD_RETRY_AFTER_SECONDS = 5;
+const devicesOverloaded = () =>
+  new AppError(503, 'overloaded', 'The server is busy with device requests; try again shortly', undefined, { 'Retry-After': String(OVERLOAD_RETRY_AFTER_SECONDS) });
+
+/** The per-process bound on device requests in flight (AGENT_MAX_IN_FLIGHT), shared by every device route. */
+const gates = new WeakMap<Keel, { enter(): boolean; leave(): void }>();
+function deviceGate(keel: Keel): { enter(): boolean; leave(): void } {
+  let gate = gates.get(keel);
+  if (!gate) {
+    let inFlight = 0;
+    const max = keel.config.AGENT_MAX_IN_FLIGHT;
+    gate = {
+      enter: () => {
+        if (inFlight >= max) return false;
+        inFlight++;
+        return true;
+      },
+      leave: () => {
+        inFlight--;
+      },
+    };
+    gates.set(keel, gate);
+  }
+  return gate;
 }
 
 export function deviceOf(c: Context<AppEnv>): DeviceAuth {

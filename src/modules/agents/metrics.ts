@@ -10,7 +10,7 @@ import type { UpdateReport } from './heartbeat.js';
  * The agents module's metrics (README "Operating"), through the container's port (`keel.metrics`):
  * no-ops unless METRICS_ENABLED.
  *
- * - `keel_agent_heartbeats_total{outcome}`: `ok` (answered) or `unauthorized` (no, wrong or revoked
+ * - `keel_agent_heartbeats_total{outcome}`: `ok` (answered), `overloaded` (shed) or `unauthorized` (no, wrong or revoked
  *   device token); counted in memory, no statement per heartbeat.
  * - `keel_agent_update_reports_total{state}`: update reports recorded, by state.
  * - `keel_devices{status}`: enrolled (not decommissioned) devices by the status clients see
@@ -18,7 +18,7 @@ import type { UpdateReport } from './heartbeat.js';
  *   it), across every process: one grouped query per scrape, never kept up per heartbeat.
  */
 
-export type HeartbeatOutcome = 'ok' | 'unauthorized';
+export type HeartbeatOutcome = 'ok' | 'unauthorized' | 'overloaded';
 
 export interface AgentMetrics {
   heartbeat(outcome: HeartbeatOutcome): void;
@@ -27,14 +27,14 @@ export interface AgentMetrics {
 
 const STATUSES: readonly DeviceStatus[] = ['online', 'offline', 'updating'];
 // One label object per value, made once (the heartbeat is the hottest route).
-const OUTCOME_LABELS: Record<HeartbeatOutcome, { outcome: HeartbeatOutcome }> = { ok: { outcome: 'ok' }, unauthorized: { outcome: 'unauthorized' } };
+const OUTCOME_LABELS: Record<HeartbeatOutcome, { outcome: HeartbeatOutcome }> = { ok: { outcome: 'ok' }, unauthorized: { outcome: 'unauthorized' }, overloaded: { outcome: 'overloaded' } };
 
 const NO_METRICS: AgentMetrics = { heartbeat: () => undefined, updateReport: () => undefined };
 
 /** The module's counters, resolved once per Keel. */
 export function agentMetrics(keel: Keel): AgentMetrics {
   if (!keel.metrics.enabled) return NO_METRICS;
-  const heartbeats: CounterHandle = keel.metrics.counter(METRIC.agentHeartbeats, 'Agent heartbeats received, by outcome: ok (answered), unauthorized (no, wrong or revoked device token)', ['outcome']);
+  const heartbeats: CounterHandle = keel.metrics.counter(METRIC.agentHeartbeats, 'Agent heartbeats received, by outcome: ok (answered), unauthorized (no, wrong or revoked device token), overloaded (shed with 503 past AGENT_MAX_IN_FLIGHT)', ['outcome']);
   const reports: CounterHandle = keel.metrics.counter(METRIC.agentUpdateReports, 'Agent update reports recorded, by state: started, succeeded, failed, rolled_back', ['state']);
   return {
     heartbeat: (outcome) => heartbeats.inc(OUTCOME_LABELS[outcome]),

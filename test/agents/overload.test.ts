@@ -1,0 +1,46 @@
+/**
+ * Device requests are shed under overload: past AGENT_MAX_IN_FLIGHT device requests in flight in one
+ * process, the next is answered at once with 503 `overloaded` and `Retry-After` (which the reference
+ * agent honours), instead of queueing until the agent's own time-out. The requests in flight are held
+ * inside their statement by a table lock (PostgreSQL project).
+ */
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
+import { createWorld, type World } from '../access/helpers.js';
+import { enroll, enrollmentKey, heartbeat } from './helpers.js';
+
+describe.skipIf(!backendAvailable() || backend !== 'postgres')(`device requests under overload (${backend})`, () => {
+  let app: TestApp;
+  let w: World;
+  beforeAll(async () => {
+    app = await startTestApp({ env: { AGENT_MAX_IN_FLIGHT: '2', LOGIN_LIMIT: '1000' } });
+    w = await createWorld(app);
+  });
+  afterAll(async () => app?.close());
+
+  it('sheds the device request past AGENT_MAX_IN_FLIGHT with 503 overloaded and Retry-After; the others finish', async () => {
+    const key = await enrollmentKey(app, w.tokens.orgAdmin, w.orgId);
+    const [a, b, c] = [await enroll(app, key), await enroll(app, key), await enroll(app, key)];
+    const lock = new pg.Client({ connectionString: app.server.keel.config.DATABASE_URL });
+    await lock.connect();
+    try {
+      await lock.query('begin');
+      // First heartbeats write (the device comes online): they wait here, in flight.
+      await lock.query('lock table devices in exclusive mode');
+      const held = [heartbeat(app, a), heartbeat(app, b)];
+      const waiting = async () => Number((await lock.query("select count(*)::int as n from pg_locks where relation = 'devices'::regclass and not granted")).rows[0].n);
+      for (let i = 0; i < 500 && (await waiting()) < 2; i++) await new Promise((r) => setTimeout(r, 20));
+      expect(await waiting()).toBe(2);
+      const shed = await heartbeat(app, c);
+      expect(shed.status).toBe(503);
+      expect(shed.body).toMatchObject({ code: 'overloaded', retryAfter: 5 });
+      expect(shed.headers.get('retry-after')).toBe('5');
+      await lock.query('commit');
+      for (const res of await Promise.all(held)) expect(res.status).toBe(200);
+    } finally {
+      await lock.end();
+    }
+    expect((await heartbeat(app, c)).status).toBe(200);
+  });
+});
