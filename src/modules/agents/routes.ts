@@ -198,7 +198,7 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'put', path: '/orgs/{orgId}/agent-update-settings', tags: ['agents'], summary: "Set an organisation's maintenance window and version pins",
       description: 'Each field optional: absent is unchanged, null clears it. The organisation window overrides the partner window.',
-      middleware: [auth, ...guard(keel, { orgIdParam: 'orgId', permission: ['devices', 'write'] })],
+      middleware: [auth, ...guard(keel, { orgIdParam: 'orgId', wholeOrg: true, permission: ['devices', 'write'] })],
       request: { params: OrgParam, body: jsonBody(SettingsBody) },
       responses: { 200: json(SettingsOut, 'Settings'), ...errors(400, 401, 403, 404) },
     }),
@@ -218,7 +218,7 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'put', path: '/partners/{partnerId}/agent-update-settings', tags: ['agents'], summary: "Set a partner's default maintenance window and version pins",
-      middleware: [auth, ...guard(keel, { scopes: ['system', 'partner'], fullOrgAccess: true, permission: ['devices', 'write'] })],
+      middleware: [auth, ...guard(keel, { scopes: ['system', 'partner'], fullOrgAccess: true, wholeOrg: true, permission: ['devices', 'write'] })],
       request: { params: PartnerParam, body: jsonBody(SettingsBody) },
       responses: { 200: json(SettingsOut, 'Settings'), ...errors(400, 401, 403, 404) },
     }),
