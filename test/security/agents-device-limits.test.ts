@@ -4,6 +4,9 @@
  * Retry-After; a report's error text is cut to 500 characters; a signed-in user toggled within
  * AGENT_FIELD_EVENT_WINDOW_SECONDS is told once (the latest value is stored, and told after the window).
  */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { eq } from 'drizzle-orm';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
@@ -12,6 +15,7 @@ import { clock } from '../../src/platform/clock.js';
 import type { KeelEvent } from '../../src/events.js';
 import { agentUpdateReports } from '../../src/modules/agents/schema.js';
 import { enroll, enrollmentKey, heartbeat } from '../agents/helpers.js';
+import { Agent, HeartbeatDeferred } from '../../agent/agent.js';
 
 const REPORTS = 3;
 const HEARTBEATS = 30;
@@ -53,6 +57,20 @@ describe.skipIf(!backendAvailable())(`device-side limits (${backend})`, () => {
     const refused = await heartbeat(app, d);
     expect(refused.status).toBe(429);
     expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
+  });
+
+  it('the reference agent takes a 429 heartbeat as "wait Retry-After seconds"', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'keel-agent-limit-'));
+    try {
+      const agent = new Agent({ server: app.url, enrollmentKey: key, stateDir: join(dir, 'state'), binaryPath: join(dir, 'bin'), initialVersion: '1.0.0', hostname: 'ref-limit', os: 'linux', arch: 'amd64' });
+      await agent.enroll();
+      for (let i = 0; i < HEARTBEATS; i++) await agent.heartbeat();
+      const deferred = await agent.heartbeat().then(() => null, (err: unknown) => err);
+      expect(deferred).toBeInstanceOf(HeartbeatDeferred);
+      expect((deferred as HeartbeatDeferred).retryAfterSeconds).toBeGreaterThan(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it("a report's error is stored cut to 500 characters", async () => {
