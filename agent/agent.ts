@@ -45,6 +45,13 @@ export interface AgentOptions {
   sleep?: (ms: number) => Promise<void>;
 }
 
+/** A heartbeat answered 429: the next one waits `retryAfterSeconds` (Keel's Retry-After). */
+export class HeartbeatDeferred extends Error {
+  constructor(readonly retryAfterSeconds: number) {
+    super(`heartbeat deferred for ${retryAfterSeconds} s`);
+  }
+}
+
 /** Enrolment refused for now (429 with Retry-After, a 5xx, no answer): `run()` tries again after `retryAfterMs`. */
 export class EnrollDeferred extends Error {
   override name = 'EnrollDeferred';
@@ -186,6 +193,7 @@ export class Agent {
 
   async heartbeat(): Promise<HeartbeatAnswer> {
     const res = await this.#api('/agents/heartbeat', { components: { agent: this.version } });
+    if (res.status === 429) throw new HeartbeatDeferred(Math.max(1, Number(res.retryAfter) || 60));
     if (res.status !== 200) throw new Error(`heartbeat refused: ${res.status}`);
     const answer = res.body as HeartbeatAnswer;
     this.lastAnswer = answer;
@@ -349,6 +357,8 @@ export class Agent {
         next = (await this.tick()).answer.nextHeartbeatSeconds;
       } catch (err) {
         this.#o.log(`heartbeat failed: ${(err as Error).message}`);
+        // Keel's per-device limit: wait as long as it says (Retry-After).
+        if (err instanceof HeartbeatDeferred) next = err.retryAfterSeconds;
       }
       if (this.#timer === null && this.#stopping) return;
       this.#timer = setTimeout(() => void loop(), next * 1000 * (1 + Math.random() * 0.05));

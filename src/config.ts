@@ -95,6 +95,9 @@ const envSchema = z.object({
   // Automatic rollout halt: failed + rolled_back reports of a version over this share of at least the minimum.
   AGENT_HALT_FAILURE_PERCENT: int(20, 1, 100),
   AGENT_HALT_MIN_REPORTS: int(5, 1, 100000),
+  AGENT_HEARTBEAT_LIMIT: int(60, 1, 1000000),
+  AGENT_REPORT_LIMIT: int(30, 1, 1000000),
+  AGENT_FIELD_EVENT_WINDOW_SECONDS: int(60, 0, 86400),
   ALLOW_INSECURE_TARGETS: bool(false),
   WORKER: z.enum(['inline', 'off']).default('inline'),
   /** With PostgreSQL: every per-process cache of revocable things is dropped at least this often (a second line behind invalidation). */

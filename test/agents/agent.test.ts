@@ -100,7 +100,8 @@ describe.skipIf(!backendAvailable() || process.platform !== 'linux')(`the refere
     expect(existsSync(`${bin}.bak`)).toBe(false);
     expect(agent.running).toBe(true);
     expect(await device(agent.deviceId!)).toMatchObject({ status: 'online', components: { agent: '1.0.0' } });
-    expect(await rolloutOf('1.2.0')).toMatchObject({ succeeded: 0, failed: 1 });
+    // One failure of one report is below AGENT_HALT_MIN_REPORTS (5): counted, not halted.
+    expect(await rolloutOf('1.2.0')).toMatchObject({ status: 'complete', succeeded: 0, failed: 1 });
   });
 
   it('a new binary that exits at once is rolled back to the backup, restarted, and reported rolled_back', async () => {
@@ -113,7 +114,7 @@ describe.skipIf(!backendAvailable() || process.platform !== 'linux')(`the refere
     expect(agent.running).toBe(true);
     expect(agent.version).toBe('1.0.0');
     expect(await device(agent.deviceId!)).toMatchObject({ status: 'online', components: { agent: '1.0.0' } });
-    expect(await rolloutOf('1.3.0')).toMatchObject({ failed: 1 });
+    expect(await rolloutOf('1.3.0')).toMatchObject({ status: 'complete', failed: 1 });
   });
 
   it('auto-update off survives an agent restart: the answer carries it and the agent does not update', async () => {

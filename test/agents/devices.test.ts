@@ -79,6 +79,8 @@ describe.skipIf(!backendAvailable())(`devices and heartbeats (${backend})`, () =
     await heartbeat(app, res.body, { components: { agent: '1.0.0', watchdog: '1.0.0' }, loggedInUser: 'alice' });
     await heartbeat(app, res.body, { components: { agent: '1.0.0', watchdog: '1.0.0' }, loggedInUser: 'alice' });
     expect(eventsOf(res.body.deviceId)).toHaveLength(3);
+    // Past the field-event window (AGENT_FIELD_EVENT_WINDOW_SECONDS, 60 s) a new user is told at once.
+    clock.advance(60_000);
     const after = await heartbeat(app, res.body, { components: { agent: '1.1.0', watchdog: '1.0.0' }, loggedInUser: 'bob' });
     expect(after.body.nextHeartbeatSeconds).toBeGreaterThanOrEqual(60);
     expect(after.body.nextHeartbeatSeconds).toBeLessThanOrEqual(120);

@@ -133,6 +133,9 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: SAML fiel
     await page.getByText('agent 2.1.0 is the fleet target for 40% of devices.').waitFor();
     expect(await page.getByRole('button', { name: 'Resume the rollout of agent 2.1.0' }).count()).toBe(0);
 
+    // The device is offered it (update-now ignores the 40% cohort): only an offered update's report counts.
+    expect((await app.api('POST', '/devices/update-now', { token: adminToken, body: { deviceIds: [device.deviceId] } })).status).toBe(202);
+    expect((await heartbeat(app, device)).body.update).toMatchObject({ version: '2.1.0' });
     // The device fails to install it: one failed report of one is past the halt threshold here.
     const report = await app.api('POST', '/agents/update-report', { token: device.deviceToken, body: { component: 'agent', fromVersion: '1.0.0', toVersion: '2.1.0', state: 'failed', error: 'checksum mismatch' } });
     expect(report.status).toBe(204);

@@ -235,7 +235,9 @@ describe.skipIf(!backendAvailable())(`tenancy API (${backend})`, () => {
       const ids = groups.body.data.map((g: any) => g.id);
       expect(ids).toContain(g1);
       expect(ids).not.toContain(g2);
-      expect((await app.api('PATCH', `/device-groups/${g2}`, { token, body: { name: 'x' } })).status).toBe(404);
+      // Writing groups (any of them) needs whole-organisation access.
+      const write = await app.api('PATCH', `/device-groups/${g2}`, { token, body: { name: 'x' } });
+      expect([write.status, write.body.code]).toEqual([403, 'whole_org_access_required']);
       const grouped = await orgUserWithRole(app, w.orgId, ROLE.orgTechnician, { deviceGroupIds: [g2] });
       const only = await app.api('GET', `/orgs/${w.orgId}/device-groups?limit=100`, { token: grouped.token });
       expect(only.body.data.map((g: any) => g.id)).toEqual([g2]);

@@ -5,6 +5,7 @@ import { sha256Hex } from '../../platform/crypto.js';
 import { AppError, unauthorized } from '../../platform/http/errors.js';
 import { documentAccess } from '../../platform/http/route-docs.js';
 import { bearerToken } from '../../platform/http/bearer-token.js';
+import { RateLimits } from '../../platform/rate-limit.js';
 import { AgentState, type DeviceState } from './state.js';
 import { sweep, type Agents } from './heartbeat.js';
 import { DEVICE_TOKEN_PREFIX } from './devices.js';
@@ -24,7 +25,12 @@ export function agentsOf(keel: Keel): Agents {
   let ctx = contexts.get(keel);
   if (!ctx) {
     const state = new AgentState(keel, () => keel.config.publicUrl);
-    const created: Agents = { keel, state, intervalSeconds: keel.config.AGENT_HEARTBEAT_SECONDS, metrics: agentMetrics(keel) };
+    const limits = {
+      // In this process's memory: a heartbeat costs no Redis round trip (each process allows the limit).
+      heartbeat: new RateLimits(null).define('agent-heartbeat', keel.config.AGENT_HEARTBEAT_LIMIT, 60),
+      report: keel.limits.define('agent-report', keel.config.AGENT_REPORT_LIMIT, 3600),
+    };
+    const created: Agents = { keel, state, intervalSeconds: keel.config.AGENT_HEARTBEAT_SECONDS, metrics: agentMetrics(keel), limits };
     contexts.set(keel, created);
     state.start(SWEEP_EVERY_SECONDS, () => sweep(created).then(() => undefined));
     const close = keel.close.bind(keel);

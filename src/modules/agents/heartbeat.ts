@@ -4,11 +4,15 @@ import { clock } from '../../platform/clock.js';
 import { transaction, type Tx } from '../../platform/db/transaction.js';
 import { rowsOf } from '../../platform/db/client.js';
 import { writeAudit } from '../audit/service.js';
-import { devices, agentTargets, agentUpdateReports, type ComponentVersions } from './schema.js';
+import { devices, agentOffers, agentTargets, agentUpdateReports, type ComponentVersions } from './schema.js';
 import { COMPONENTS, decideUpdate, type Component, type Offer } from './decision.js';
 import { CONFIG_TOPIC, DEVICE_TOPIC, type AgentState, type DeviceState } from './state.js';
 import { UPDATING_TIMEOUT_MS } from './devices.js';
 import type { AgentMetrics } from './metrics.js';
+import type { Limit } from '../../platform/rate-limit.js';
+
+/** Stored length of an update report's `error` (longer text is cut, never refused: the agent's report still counts). */
+export const REPORT_ERROR_MAX = 500;
 
 export interface HeartbeatInput {
   components: { agent: string; helper?: string | undefined; watchdog?: string | undefined };
@@ -28,6 +32,8 @@ export interface Agents {
   intervalSeconds: number;
   /** Heartbeat and update-report counters (no-ops unless METRICS_ENABLED). */
   metrics: AgentMetrics;
+  /** Per device: heartbeats (in-process, AGENT_HEARTBEAT_LIMIT a minute) and update reports (AGENT_REPORT_LIMIT an hour). */
+  limits: { heartbeat: Limit; report: Limit };
 }
 
 const sameVersions = (a: ComponentVersions, b: ComponentVersions) => COMPONENTS.every((c) => a[c] === b[c]);
@@ -61,6 +67,8 @@ async function decide(ctx: Agents, d: DeviceState, components: ComponentVersions
  * cache) decides which events fire, once.
  */
 export async function heartbeat(ctx: Agents, tokenHash: string, d: DeviceState, input: HeartbeatInput): Promise<HeartbeatAnswer> {
+  // Beyond the expected interval (generous): 429 with Retry-After, which the agent honours. In-process, no statement.
+  await ctx.limits.heartbeat.consume(d.id);
   const now = clock.nowMs();
   ctx.state.seen(d, now);
   const components: ComponentVersions = {};
@@ -69,9 +77,13 @@ export async function heartbeat(ctx: Agents, tokenHash: string, d: DeviceState, 
     if (v !== undefined) components[c] = v;
   }
   const userChanged = input.loggedInUser !== undefined && input.loggedInUser !== d.loggedInUser;
-  const changed = !sameVersions(components, d.components) || d.status !== 'online' || userChanged || d.updateNow || (input.hostname !== undefined && input.hostname !== d.hostname);
+  // A change of the signed-in user held back by the event window is told by the first heartbeat after it.
+  const user = input.loggedInUser !== undefined ? input.loggedInUser : d.loggedInUser;
+  const userUntold = user !== d.userTold && (d.userEventMs === null || now - d.userEventMs >= ctx.keel.config.AGENT_FIELD_EVENT_WINDOW_SECONDS * 1000);
+  const changed = !sameVersions(components, d.components) || d.status !== 'online' || userChanged || userUntold || d.updateNow || (input.hostname !== undefined && input.hostname !== d.hostname);
   // No second offer while an update runs (until it reports, or the 5 minutes pass).
   const offer = d.status === 'updating' ? null : await decide(ctx, d, components, now);
+  if (offer) await recordOffer(ctx, d, offer);
   let versionChanged = false;
   if (changed) versionChanged = await applyChange(ctx, tokenHash, d, components, input, now);
   ctx.metrics.heartbeat('ok');
@@ -80,6 +92,21 @@ export async function heartbeat(ctx: Agents, tokenHash: string, d: DeviceState, 
     autoUpdate: d.autoUpdate,
     update: offer ? { component: offer.component, version: offer.version, url: offer.url, sha256: offer.sha256, size: offer.size } : null,
   };
+}
+
+/**
+ * Records that Keel offered this update to this device (what its reports may count for). Once per
+ * (device, component, version): a flag on the cached state skips the statement on later heartbeats,
+ * and `on conflict do nothing` keeps a reload of the state (another process, a dropped entry) harmless.
+ */
+async function recordOffer(ctx: Agents, d: DeviceState, offer: Offer): Promise<void> {
+  const key = `${offer.component}@${offer.version}`;
+  if (d.offered === key || !d.os || !d.arch) return;
+  await ctx.keel.db
+    .insert(agentOffers)
+    .values({ deviceId: d.id, component: offer.component, version: offer.version, os: d.os, arch: d.arch, offeredAt: clock.now() })
+    .onConflictDoNothing({ target: [agentOffers.deviceId, agentOffers.component, agentOffers.version] });
+  d.offered = key;
 }
 
 async function applyChange(ctx: Agents, tokenHash: string, d: DeviceState, components: ComponentVersions, input: HeartbeatInput, nowMs: number): Promise<boolean> {
@@ -112,10 +139,17 @@ async function applyChange(ctx: Agents, tokenHash: string, d: DeviceState, compo
       await keel.events.publish(tx, 'device.online', row.orgId, { deviceId: row.id, hostname: row.hostname });
     }
     patch.status = status;
-    if (input.loggedInUser !== undefined && input.loggedInUser !== row.loggedInUser) {
-      if (row.loggedInUser) await keel.events.publish(tx, 'session.logout', row.orgId, { deviceId: row.id, username: row.loggedInUser });
-      if (input.loggedInUser) await keel.events.publish(tx, 'session.login', row.orgId, { deviceId: row.id, username: input.loggedInUser });
-      patch.loggedInUser = input.loggedInUser;
+    // The signed-in user: the latest value is always stored; events tell subscribers at most one change
+    // per AGENT_FIELD_EVENT_WINDOW_SECONDS (logout of the user they last heard of, login of the current
+    // one). A change inside the window waits; the first heartbeat after it tells the value then current,
+    // so toggling gives one pair per window and subscribers still end on the right user.
+    const user = input.loggedInUser !== undefined ? input.loggedInUser : row.loggedInUser;
+    if (input.loggedInUser !== undefined && input.loggedInUser !== row.loggedInUser) patch.loggedInUser = input.loggedInUser;
+    const windowMs = keel.config.AGENT_FIELD_EVENT_WINDOW_SECONDS * 1000;
+    if (user !== row.loggedInUserTold && (!row.loggedInUserEventAt || nowMs - row.loggedInUserEventAt.getTime() >= windowMs)) {
+      if (row.loggedInUserTold) await keel.events.publish(tx, 'session.logout', row.orgId, { deviceId: row.id, username: row.loggedInUserTold });
+      if (user) await keel.events.publish(tx, 'session.login', row.orgId, { deviceId: row.id, username: user });
+      Object.assign(patch, { loggedInUserTold: user, loggedInUserEventAt: new Date(nowMs) });
     }
     if (input.hostname !== undefined) patch.hostname = input.hostname;
     // Update-now is consumed by the next heartbeat, whether or not it could offer something.
@@ -128,6 +162,7 @@ async function applyChange(ctx: Agents, tokenHash: string, d: DeviceState, compo
     Object.assign(d, {
       hostname: next.hostname, status: next.status, components: next.components, loggedInUser: next.loggedInUser, updateNow: next.updateNow,
       autoUpdate: next.autoUpdate, updateStartedAt: next.updateStartedAt?.getTime() ?? null, updateComponent: next.updateComponent, updateToVersion: next.updateToVersion,
+      userTold: next.loggedInUserTold, userEventMs: next.loggedInUserEventAt?.getTime() ?? null,
     });
     ctx.state.remember(tokenHash, d);
   }
@@ -142,13 +177,19 @@ export interface UpdateReport {
   error?: string | null | undefined;
 }
 
-/** An update report: `started` moves the device to `updating`; a failure may halt the rollout (AGENT_HALT_*). */
+/**
+ * An update report: `started` moves the device to `updating`; an outcome is the device's own state.
+ * It counts towards a rollout only when Keel offered that update to this device (`agent_offers`):
+ * the offer row keeps the device's last outcome, so a device counts once, on the platform it was
+ * offered for. A report of anything else is kept in the history and counts for nothing.
+ */
 export async function updateReport(ctx: Agents, d: DeviceState, r: UpdateReport): Promise<void> {
   const { keel } = ctx;
+  await ctx.limits.report.consume(d.id);
   const now = clock.now();
   const halted = await transaction(keel.db, async (tx) => {
     await tx.db.insert(agentUpdateReports).values({
-      deviceId: d.id, component: r.component, fromVersion: r.fromVersion ?? null, toVersion: r.toVersion, state: r.state, error: r.error?.slice(0, 2000) ?? null, createdAt: now,
+      deviceId: d.id, component: r.component, fromVersion: r.fromVersion ?? null, toVersion: r.toVersion, state: r.state, error: r.error?.slice(0, REPORT_ERROR_MAX) ?? null, createdAt: now,
     });
     if (r.state === 'started') {
       await tx.db
@@ -167,39 +208,55 @@ export async function updateReport(ctx: Agents, d: DeviceState, r: UpdateReport)
       await keel.events.publish(tx, 'device.updated', row.orgId, { deviceId: row.id, component: r.component, fromVersion: row.components[r.component] ?? null, toVersion: r.toVersion });
     }
     await tx.db.update(devices).set(patch).where(eq(devices.id, d.id));
-    return r.state === 'failed' || r.state === 'rolled_back' ? maybeHalt(ctx, tx, r.component, r.toVersion) : false;
+    const [offer] = await tx.db
+      .update(agentOffers)
+      .set({ outcome: r.state, reportedAt: now })
+      .where(and(eq(agentOffers.deviceId, d.id), eq(agentOffers.component, r.component), eq(agentOffers.version, r.toVersion)))
+      .returning();
+    if (!offer) return false; // never offered: counts for nothing
+    return r.state === 'failed' || r.state === 'rolled_back' ? maybeHalt(ctx, tx, offer) : false;
   });
   ctx.metrics.updateReport(r.state);
   await keel.invalidation.publish(DEVICE_TOPIC, d.id);
   if (halted) await keel.invalidation.publish(CONFIG_TOPIC, '*');
 }
 
-/** Outcome counts of a version's update reports (the last outcome of each device). */
-export async function reportCounts(db: Keel['db'], component: string, version: string): Promise<{ succeeded: number; failed: number }> {
+/**
+ * Outcome counts of a version's rollout: the last outcome of each device it was offered to, reported
+ * since its platform's target counts (`reports_since`), on the platforms where it is the target (or one).
+ */
+export async function reportCounts(db: Keel['db'], component: string, version: string, platform?: { os: string; arch: string }): Promise<{ succeeded: number; failed: number }> {
   const rows = await db.execute(sql`
-    select count(*) filter (where state = 'succeeded')::int as succeeded, count(*) filter (where state in ('failed', 'rolled_back'))::int as failed
-    from (select distinct on (device_id) state from ${agentUpdateReports}
-          where component = ${component} and to_version = ${version} and state <> 'started'
-            and created_at >= coalesce((select min(reports_since) from ${agentTargets} where component = ${component} and version = ${version}), '-infinity'::timestamptz)
-          order by device_id, created_at desc, id desc) last`);
+    select count(*) filter (where o.outcome = 'succeeded')::int as succeeded, count(*) filter (where o.outcome in ('failed', 'rolled_back'))::int as failed
+    from ${agentOffers} o join ${agentTargets} t on t.component = o.component and t.os = o.os and t.arch = o.arch and t.version = o.version
+    where o.component = ${component} and o.version = ${version} and o.outcome is not null and o.reported_at >= t.reports_since
+      ${platform ? sql`and o.os = ${platform.os} and o.arch = ${platform.arch}` : sql``}`);
   const [r] = rowsOf<{ succeeded: number | string; failed: number | string }>(rows);
   return { succeeded: Number(r?.succeeded ?? 0), failed: Number(r?.failed ?? 0) };
 }
 
-async function maybeHalt(ctx: Agents, tx: Tx, component: Component, version: string): Promise<boolean> {
+/**
+ * The automatic halt of one platform's rollout (component, os, arch). The target row is locked
+ * (`for update`) before the count, so concurrent failure reports decide one after another, each
+ * counting every outcome committed before it: the last of them sees them all (READ COMMITTED takes a
+ * new snapshot per statement). The caller publishes the halt to every process after commit.
+ */
+async function maybeHalt(ctx: Agents, tx: Tx, offer: typeof agentOffers.$inferSelect): Promise<boolean> {
   const { keel } = ctx;
-  const { succeeded, failed } = await reportCounts(tx.db, component, version);
+  const { component, version, os, arch } = offer;
+  const [target] = await tx.db
+    .select()
+    .from(agentTargets)
+    .where(and(eq(agentTargets.component, component), eq(agentTargets.os, os), eq(agentTargets.arch, arch)))
+    .for('update');
+  if (!target || target.version !== version || target.rolloutStatus !== 'active') return false;
+  const { succeeded, failed } = await reportCounts(tx.db, component, version, { os, arch });
   const total = succeeded + failed;
   if (total < keel.config.AGENT_HALT_MIN_REPORTS || failed * 100 < keel.config.AGENT_HALT_FAILURE_PERCENT * total) return false;
-  const halted = await tx.db
-    .update(agentTargets)
-    .set({ rolloutStatus: 'halted', updatedAt: clock.now() })
-    .where(and(eq(agentTargets.component, component), eq(agentTargets.version, version), eq(agentTargets.rolloutStatus, 'active')))
-    .returning({ id: agentTargets.id, os: agentTargets.os, arch: agentTargets.arch });
-  if (halted.length === 0) return false;
+  await tx.db.update(agentTargets).set({ rolloutStatus: 'halted', updatedAt: clock.now() }).where(eq(agentTargets.id, target.id));
   await writeAudit(tx.db, { actor: { type: 'system' } }, {
     action: 'agent.rollout.halt', target: { type: 'agent_version', id: version },
-    details: { component, version, succeeded, failed, platforms: halted.map((h) => `${h.os}/${h.arch}`) },
+    details: { component, version, succeeded, failed, platforms: [`${os}/${arch}`] },
   });
   return true;
 }

@@ -8,7 +8,7 @@ import { rowsOf } from '../../platform/db/client.js';
 import { transaction } from '../../platform/db/transaction.js';
 import { AppError, badRequest, conflict, notFound } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
-import { visibleOrgCondition, type AccessContext } from '../access/scope.js';
+import { placementFilter, visibleOrgCondition, type AccessContext } from '../access/scope.js';
 import { agentReleases, agentTargets, devices } from './schema.js';
 import { compareVersions, COMPONENTS, isPrerelease, type Component } from './decision.js';
 import { CONFIG_TOPIC } from './state.js';
@@ -234,7 +234,8 @@ export async function resumeRollout(keel: Keel, component: Component | undefined
 export async function listVersions(keel: Keel, access: AccessContext) {
   const releases = await keel.db.select().from(agentReleases);
   const targets = await keel.db.select().from(agentTargets);
-  const visible = visibleOrgCondition(access, devices.orgId);
+  // The devices the caller sees: its organisations, narrowed by its sites and device groups.
+  const visible = and(visibleOrgCondition(access, devices.orgId), placementFilter(access, devices));
   const countRows = rowsOf<{ component: string; version: string; n: number }>(
     await keel.db.execute(sql`
       select c.key as component, c.value as version, count(*)::int as n

@@ -99,9 +99,10 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'post', path: '/agents/heartbeat', tags: ['agents'], summary: 'Heartbeat: report versions, get the next interval and any update',
+      description: 'Limited per device (`AGENT_HEARTBEAT_LIMIT`, default 60 a minute): beyond it, 429 `rate_limited` with `Retry-After`.',
       middleware: [heartbeatDevice],
       request: { body: jsonBody(HeartbeatBody) },
-      responses: { 200: json(HeartbeatAnswer, 'Answer'), ...errors(400, 401) },
+      responses: { 200: json(HeartbeatAnswer, 'Answer'), ...errors(400, 401, 429) },
     }),
     async (c) => {
       const { tokenHash, device: d } = deviceOf(c);
@@ -112,9 +113,12 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'post', path: '/agents/update-report', tags: ['agents'], summary: 'Report an update stage',
+      description:
+        'Counts towards a rollout only for an update Keel offered to this device (once per device, on its platform); a report of anything else is recorded and counts for nothing. ' +
+        '`error` is stored cut to 500 characters. Limited per device (`AGENT_REPORT_LIMIT`, default 30 an hour): beyond it, 429 `rate_limited` with `Retry-After`.',
       middleware: [device],
       request: { body: jsonBody(UpdateReportBody) },
-      responses: { 204: { description: 'Recorded' }, ...errors(400, 401) },
+      responses: { 204: { description: 'Recorded' }, ...errors(400, 401, 429) },
     }),
     async (c) => {
       await updateReport(ctx, deviceOf(c).device, c.req.valid('json'));
@@ -198,7 +202,7 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'put', path: '/orgs/{orgId}/agent-update-settings', tags: ['agents'], summary: "Set an organisation's maintenance window and version pins",
       description: 'Each field optional: absent is unchanged, null clears it. The organisation window overrides the partner window.',
-      middleware: [auth, ...guard(keel, { orgIdParam: 'orgId', permission: ['devices', 'write'] })],
+      middleware: [auth, ...guard(keel, { orgIdParam: 'orgId', wholeOrg: true, permission: ['devices', 'write'] })],
       request: { params: OrgParam, body: jsonBody(SettingsBody) },
       responses: { 200: json(SettingsOut, 'Settings'), ...errors(400, 401, 403, 404) },
     }),
@@ -218,7 +222,7 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'put', path: '/partners/{partnerId}/agent-update-settings', tags: ['agents'], summary: "Set a partner's default maintenance window and version pins",
-      middleware: [auth, ...guard(keel, { scopes: ['system', 'partner'], fullOrgAccess: true, permission: ['devices', 'write'] })],
+      middleware: [auth, ...guard(keel, { scopes: ['system', 'partner'], fullOrgAccess: true, wholeOrg: true, permission: ['devices', 'write'] })],
       request: { params: PartnerParam, body: jsonBody(SettingsBody) },
       responses: { 200: json(SettingsOut, 'Settings'), ...errors(400, 401, 403, 404) },
     }),

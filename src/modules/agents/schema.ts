@@ -63,6 +63,10 @@ export const devices = pgTable(
     updateNow: boolean('update_now').notNull().default(false),
     enrolledWithKeyId: uuid('enrolled_with_key_id'),
     decommissionedAt: ts('decommissioned_at'),
+    /** The signed-in user the last session.login/session.logout events told (subscribers' view). */
+    loggedInUserTold: varchar('logged_in_user_told', { length: 255 }),
+    /** When those events were emitted: at most one change is told per AGENT_FIELD_EVENT_WINDOW_SECONDS. */
+    loggedInUserEventAt: ts('logged_in_user_event_at'),
     createdAt: createdAt(),
     updatedAt: updatedAt(),
   },
@@ -135,6 +139,30 @@ export const agentUpdateReports = pgTable(
     createdAt: createdAt(),
   },
   (t) => [index('agent_update_reports_version_idx').on(t.component, t.toVersion, t.state)],
+);
+
+/**
+ * The updates Keel offered a device: one row per (device, component, version), written the first time
+ * a heartbeat answers that offer. Only an offered update's report counts towards its rollout, once per
+ * device (the row holds the device's last outcome), on the platform it was offered for.
+ */
+export const agentOffers = pgTable(
+  'agent_offers',
+  {
+    id: idColumn(),
+    deviceId: uuid('device_id')
+      .notNull()
+      .references(() => devices.id, { onDelete: 'cascade' }),
+    component: varchar('component', { length: 20 }).notNull(),
+    version: varchar('version', { length: 64 }).notNull(),
+    os: varchar('os', { length: 50 }).notNull(),
+    arch: varchar('arch', { length: 50 }).notNull(),
+    offeredAt: ts('offered_at').notNull().defaultNow(),
+    /** The device's last outcome report for it: `succeeded`, `failed` or `rolled_back` (null: none yet). */
+    outcome: varchar('outcome', { length: 20 }),
+    reportedAt: ts('reported_at'),
+  },
+  (t) => [uniqueIndex('agent_offers_device_idx').on(t.deviceId, t.component, t.version), index('agent_offers_rollout_idx').on(t.component, t.version, t.os, t.arch)],
 );
 
 /** Maintenance window and version pins of an organisation or a partner. */

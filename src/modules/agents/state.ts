@@ -44,6 +44,11 @@ export interface DeviceState {
   lastSeenMs: number | null;
   /** Its last-seen stamp waits for the next flush (it is in the flush queue once). */
   seenQueued: boolean;
+  /** The signed-in user the last session events told, and when (ms): a pending change is told once the window has passed. */
+  userTold: string | null;
+  userEventMs: number | null;
+  /** The last offer recorded for it (`component@version`): the heartbeat writes an offer once, not per heartbeat. */
+  offered: string | null;
 }
 
 export interface UpdateSettings {
@@ -54,7 +59,8 @@ export interface UpdateSettings {
 const deviceByHash = prepared(
   'agents_device_by_hash',
   `select d.id, d.org_id, o.partner_id, d.site_id, d.device_group_id, d.hostname, d.os, d.arch, d.status, d.components,
-     d.auto_update, d.logged_in_user, d.update_now, d.update_started_at, d.update_component, d.update_to_version, d.last_seen_at
+     d.auto_update, d.logged_in_user, d.update_now, d.update_started_at, d.update_component, d.update_to_version, d.last_seen_at,
+     d.logged_in_user_told, d.logged_in_user_event_at
    from devices d join organizations o on o.id = d.org_id where d.token_hash = $1 and d.decommissioned_at is null`,
 );
 
@@ -130,6 +136,9 @@ export class AgentState {
       updateToVersion: (r.update_to_version as string | null) ?? null,
       lastSeenMs: ms(r.last_seen_at),
       seenQueued: false,
+      userTold: (r.logged_in_user_told as string | null) ?? null,
+      userEventMs: ms(r.logged_in_user_event_at),
+      offered: null,
     };
     if (generation === this.#deviceGeneration) this.remember(tokenHash, state);
     return state;

@@ -1,13 +1,15 @@
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { stream } from 'hono/streaming';
-import { and, count, desc, eq, gte, isNull, lt, lte, or, type SQL } from 'drizzle-orm';
+import { and, count, desc, eq, gte, isNull, lt, lte, or, sql, type SQL } from 'drizzle-orm';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import type { Db } from '../../platform/db/client.js';
 import { errors, json, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { authenticate } from '../../http/authenticate.js';
 import { ScopeQuery } from '../access/http.js';
-import { accessOf, guard, visibleOrgCondition, visibleOrgs, type AccessContext } from '../access/scope.js';
+import { accessOf, groupListFilter, guard, placementFilter, restricted, siteListFilter, visibleOrgCondition, visibleOrgs, type AccessContext } from '../access/scope.js';
+import { deviceGroups, sites } from '../tenancy/schema.js';
+import { devices, enrollmentKeys } from '../agents/schema.js';
 import { auditLogs } from './schema.js';
 
 const EntrySchema = z
@@ -60,9 +62,28 @@ function tenantFilter(access: AccessContext): SQL | undefined {
   return or(own, orgs);
 }
 
+/**
+ * A caller restricted to some sites or device groups (`restricted`) reads an entry about a placed
+ * object (a device, an enrolment key, a site, a device group) only when that object is still within
+ * its restriction, decided by the access module's placement filters; an entry about an object gone
+ * since is not listed to it. Entries about anything else (users, roles, settings) are listed as before.
+ */
+function placementOf(access: AccessContext): SQL | undefined {
+  if (!restricted(access)) return undefined;
+  const within = (ids: SQL) => sql`${auditLogs.targetId} in (${ids})`;
+  const seen = (where: SQL | undefined) => where ?? sql`true`;
+  return sql`(case ${auditLogs.targetType}
+    when 'device' then ${within(sql`select ${devices.id}::text from ${devices} where ${seen(placementFilter(access, devices))}`)}
+    when 'enrollment_key' then ${within(sql`select ${enrollmentKeys.id}::text from ${enrollmentKeys} where ${seen(placementFilter(access, enrollmentKeys))}`)}
+    when 'site' then ${within(sql`select ${sites.id}::text from ${sites} where ${seen(siteListFilter(access, sites.id))}`)}
+    when 'device_group' then ${within(sql`select ${deviceGroups.id}::text from ${deviceGroups} where ${seen(groupListFilter(access, deviceGroups))}`)}
+    else true end)`;
+}
+
 function whereOf(access: AccessContext, f: z.infer<typeof Filters>): SQL | undefined {
   return and(
     tenantFilter(access),
+    placementOf(access),
     f.action ? eq(auditLogs.action, f.action) : undefined,
     f.actorId ? eq(auditLogs.actorId, f.actorId) : undefined,
     f.targetType ? eq(auditLogs.targetType, f.targetType) : undefined,

@@ -135,8 +135,9 @@ type Action = 'read' | 'write' | 'delete';
 export function mountOrgRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   const auth = authenticate(keel);
   const orgs = (action: Action, extra: Parameters<typeof guard>[1] = {}) => [auth, ...guard(keel, { ...extra, permission: ['organizations', action] })];
-  const inOrg = (resource: 'sites' | 'devices', action: Action) => [auth, ...guard(keel, { orgIdParam: 'orgId', permission: [resource, action] })];
-  const scoped = (resource: 'sites' | 'devices', action: Action) => [auth, ...guard(keel, { permission: [resource, action] })];
+  // Writes of sites and device groups shape the whole organisation: callers restricted to some sites or groups are refused (wholeOrg).
+  const inOrg = (resource: 'sites' | 'devices', action: Action) => [auth, ...guard(keel, { orgIdParam: 'orgId', wholeOrg: action !== 'read', permission: [resource, action] })];
+  const scoped = (resource: 'sites' | 'devices', action: Action) => [auth, ...guard(keel, { wholeOrg: action !== 'read', permission: [resource, action] })];
 
   api.openapi(
     createRoute({
@@ -222,7 +223,7 @@ export function mountOrgRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'patch', path: '/orgs/{id}', tags: ['organizations'], summary: 'Rename an organisation or change its settings.security',
-      middleware: orgs('write'),
+      middleware: orgs('write', { wholeOrg: true }),
       request: { params: IdParam, body: jsonBody(OrgPatch) },
       responses: { 200: json(Org, 'Updated'), ...errors(400, 401, 403, 404) },
     }),
@@ -232,7 +233,7 @@ export function mountOrgRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'delete', path: '/orgs/{id}', tags: ['organizations'], summary: 'Delete an organisation and what it owns',
-      middleware: orgs('delete', { fullOrgAccess: true }),
+      middleware: orgs('delete', { fullOrgAccess: true, wholeOrg: true }),
       request: { params: IdParam },
       responses: { ...noContent, ...errors(400, 401, 403, 404) },
     }),
