@@ -42,6 +42,10 @@ interface AssertionOptions {
   notOnOrAfterMs?: number;
   groups?: string[];
   issuer?: string;
+  /** SubjectConfirmationData@Recipient (default `acs`). */
+  recipient?: string;
+  /** SubjectConfirmationData@InResponseTo; null leaves it out (an IdP-initiated assertion). */
+  subjectInResponseTo?: string | null;
 }
 
 function assertionXml(o: AssertionOptions): string {
@@ -50,7 +54,7 @@ function assertionXml(o: AssertionOptions): string {
   return `<saml:Assertion xmlns:saml="urn:oasis:names:tc:SAML:2.0:assertion" ID="${o.assertionId ?? id()}" Version="2.0" IssueInstant="${iso(0)}">` +
     `<saml:Issuer>${o.issuer ?? IDP_ENTITY}</saml:Issuer>` +
     `<saml:Subject><saml:NameID Format="urn:oasis:names:tc:SAML:1.1:nameid-format:emailAddress">${o.email}</saml:NameID>` +
-    `<saml:SubjectConfirmation Method="urn:oasis:names:tc:SAML:2.0:cm:bearer"><saml:SubjectConfirmationData InResponseTo="${o.inResponseTo}" NotOnOrAfter="${until}" Recipient="${o.acs}"/></saml:SubjectConfirmation></saml:Subject>` +
+    `<saml:SubjectConfirmation Method="urn:oasis:names:tc:SAML:2.0:cm:bearer"><saml:SubjectConfirmationData${o.subjectInResponseTo === null ? '' : ` InResponseTo="${o.subjectInResponseTo ?? o.inResponseTo}"`} NotOnOrAfter="${until}" Recipient="${o.recipient ?? o.acs}"/></saml:SubjectConfirmation></saml:Subject>` +
     `<saml:Conditions NotBefore="${iso(-60_000)}" NotOnOrAfter="${until}"><saml:AudienceRestriction><saml:Audience>${o.audience}</saml:Audience></saml:AudienceRestriction></saml:Conditions>` +
     `<saml:AuthnStatement AuthnInstant="${iso(0)}" SessionIndex="${id()}"><saml:AuthnContext><saml:AuthnContextClassRef>urn:oasis:names:tc:SAML:2.0:ac:classes:PasswordProtectedTransport</saml:AuthnContextClassRef></saml:AuthnContext></saml:AuthnStatement>` +
     `<saml:AttributeStatement>` +
@@ -61,18 +65,23 @@ function assertionXml(o: AssertionOptions): string {
     `</saml:AttributeStatement></saml:Assertion>`;
 }
 
-function responseXml(inResponseTo: string, acs: string, assertion: string): string {
-  return `<samlp:Response xmlns:samlp="urn:oasis:names:tc:SAML:2.0:protocol" xmlns:saml="urn:oasis:names:tc:SAML:2.0:assertion" ID="${id()}" Version="2.0" IssueInstant="${iso(0)}" Destination="${acs}" InResponseTo="${inResponseTo}">` +
+function responseXml(inResponseTo: string, destination: string, assertion: string): string {
+  return `<samlp:Response xmlns:samlp="urn:oasis:names:tc:SAML:2.0:protocol" xmlns:saml="urn:oasis:names:tc:SAML:2.0:assertion" ID="${id()}" Version="2.0" IssueInstant="${iso(0)}" Destination="${destination}" InResponseTo="${inResponseTo}">` +
     `<saml:Issuer>${IDP_ENTITY}</saml:Issuer><samlp:Status><samlp:StatusCode Value="urn:oasis:names:tc:SAML:2.0:status:Success"/></samlp:Status>` +
     assertion + `</samlp:Response>`;
 }
 
-/** Signs the element `what` (Assertion or Response) of `xml` with RSA-SHA256, the signature placed after its Issuer. */
-function sign(xml: string, what: 'Assertion' | 'Response', k: Keys): string {
-  const sig = new SignedXml({ privateKey: k.key, publicCert: k.cert, signatureAlgorithm: 'http://www.w3.org/2001/04/xmldsig-more#rsa-sha256', canonicalizationAlgorithm: 'http://www.w3.org/2001/10/xml-exc-c14n#' });
+const RSA_SHA256 = 'http://www.w3.org/2001/04/xmldsig-more#rsa-sha256';
+const SHA256 = 'http://www.w3.org/2001/04/xmlenc#sha256';
+const RSA_SHA1 = 'http://www.w3.org/2000/09/xmldsig#rsa-sha1';
+const SHA1 = 'http://www.w3.org/2000/09/xmldsig#sha1';
+
+/** Signs the element `what` (Assertion or Response) of `xml` (RSA-SHA256 unless told), the signature placed after its Issuer. */
+function sign(xml: string, what: 'Assertion' | 'Response', k: Keys, alg: { signature: string; digest: string } = { signature: RSA_SHA256, digest: SHA256 }): string {
+  const sig = new SignedXml({ privateKey: k.key, publicCert: k.cert, signatureAlgorithm: alg.signature, canonicalizationAlgorithm: 'http://www.w3.org/2001/10/xml-exc-c14n#' });
   sig.addReference({
     xpath: `//*[local-name(.)='${what}']`,
-    digestAlgorithm: 'http://www.w3.org/2001/04/xmlenc#sha256',
+    digestAlgorithm: alg.digest,
     transforms: ['http://www.w3.org/2000/09/xmldsig#enveloped-signature', 'http://www.w3.org/2001/10/xml-exc-c14n#'],
   });
   sig.computeSignature(xml, { prefix: 'ds', location: { reference: `//*[local-name(.)='${what}']/*[local-name(.)='Issuer']`, action: 'after' } });
@@ -223,6 +232,79 @@ describe.skipIf(!backendAvailable())('SAML service provider', () => {
     const xml = responseXml(made, acs, sign(assertionXml({ inResponseTo: made, audience: spEntity, acs, email: uniqueEmail('unsol') }), 'Assertion', idpKeys));
     expect(await post(xml)).toBe(failed('session_expired'));
     expect(lastReason()).toBe('saml: InResponseTo is not valid');
+  });
+
+  /** A response to `requestId` with an assertion signed by the IdP, both shaped by `o`. */
+  const signedResponse = (requestId: string, o: Partial<AssertionOptions> & { destination?: string } = {}) =>
+    responseXml(requestId, o.destination ?? acs, sign(assertionXml({ inResponseTo: requestId, audience: spEntity, acs, email: uniqueEmail('saml7'), ...o }), 'Assertion', idpKeys));
+
+  it('refuses a Response whose Destination is not the ACS URL (assertion signed, or the response itself signed)', async () => {
+    const { requestId } = await startLogin();
+    expect(await post(signedResponse(requestId, { destination: 'https://evil.example/acs' }))).toBe(failed('sso_error'));
+    expect(lastReason()).toBe('saml: Destination is not the ACS URL');
+    const signedWhole = sign(responseXml(requestId, 'https://evil.example/acs', assertionXml({ inResponseTo: requestId, audience: spEntity, acs, email: uniqueEmail('dest') })), 'Response', idpKeys);
+    expect(await post(signedWhole)).toBe(failed('sso_error'));
+    expect(lastReason()).toBe('saml: Destination is not the ACS URL');
+    // The login session is still there: the right response signs in.
+    expect(ssoCodeOf(await post(signedResponse(requestId)))).toBeTruthy();
+  });
+
+  it('refuses an assertion whose SubjectConfirmationData Recipient is not the ACS URL', async () => {
+    const { requestId } = await startLogin();
+    expect(await post(signedResponse(requestId, { recipient: 'https://evil.example/acs' }))).toBe(failed('sso_error'));
+    expect(lastReason()).toBe('saml: Recipient is not the ACS URL');
+  });
+
+  it("refuses an unsolicited assertion (no InResponseTo in its signed subject confirmation) even when the unsigned Response@InResponseTo names another person's live login", async () => {
+    const victim = await startLogin();
+    // The attacker's own IdP-initiated assertion, wrapped in a response naming the victim's request.
+    expect(await post(signedResponse(victim.requestId, { subjectInResponseTo: null }))).toBe(failed('session_expired'));
+    expect(lastReason()).toBe('saml: unsolicited assertion (no InResponseTo in its subject confirmation)');
+    // An assertion answering another request is refused too.
+    const other = await startLogin();
+    expect(await post(signedResponse(victim.requestId, { subjectInResponseTo: other.requestId }))).toBe(failed('sso_error'));
+    expect(lastReason()).toBe('saml: InResponseTo does not match subjectInResponseTo');
+    // The victim's login session was neither used nor spent: the victim's own answer still signs in, once.
+    const own = signedResponse(victim.requestId);
+    const location = await post(own);
+    expect(location.startsWith(`${w.app.publicUrl}/reports#ssoCode=`)).toBe(true);
+  });
+
+  it('refuses SHA-1: an rsa-sha1 signature, or a sha1 digest under an rsa-sha256 signature', async () => {
+    const { requestId } = await startLogin();
+    const a = () => assertionXml({ inResponseTo: requestId, audience: spEntity, acs, email: uniqueEmail('sha1') });
+    expect(await post(responseXml(requestId, acs, sign(a(), 'Assertion', idpKeys, { signature: RSA_SHA1, digest: SHA256 })))).toBe(failed('sso_error'));
+    expect(lastReason()).toBe(`saml: signature algorithm refused: ${RSA_SHA1}`);
+    expect(await post(responseXml(requestId, acs, sign(a(), 'Assertion', idpKeys, { signature: RSA_SHA256, digest: SHA1 })))).toBe(failed('sso_error'));
+    expect(lastReason()).toBe(`saml: digest algorithm refused: ${SHA1}`);
+    expect(await post(sign(responseXml(requestId, acs, a()), 'Response', idpKeys, { signature: RSA_SHA1, digest: SHA1 }))).toBe(failed('sso_error'));
+    expect(lastReason()).toMatch(/^saml: (signature|digest) algorithm refused/);
+  });
+
+  it('refuses a response for a login started while the provider was active once it is inactive', async () => {
+    const { requestId } = await startLogin();
+    expect((await w.api('POST', `/sso/providers/${providerId}/status`, { token: w.adminToken, body: { status: 'inactive' } })).status).toBe(200);
+    try {
+      expect(await post(signedResponse(requestId))).toBe(failed('provider_not_found'));
+      expect(lastReason()).toBe('provider gone, inactive or without certificate');
+    } finally {
+      expect((await w.api('POST', `/sso/providers/${providerId}/status`, { token: w.adminToken, body: { status: 'active' } })).status).toBe(200);
+    }
+  });
+
+  it('a second, different assertion answering the same request is refused (the login session is single use)', async () => {
+    const { requestId } = await startLogin();
+    expect(ssoCodeOf(await post(signedResponse(requestId)))).toBeTruthy();
+    expect(await post(signedResponse(requestId))).toBe(failed('session_expired'));
+    expect(lastReason()).toBe('saml: InResponseTo is not valid');
+  });
+
+  raceTest('five different assertions answering one request at once: one sign-in, the others refused', async () => {
+    const { requestId } = await startLogin();
+    const responses = Array.from({ length: 5 }, () => signedResponse(requestId));
+    const locations = await together(5, (i) => post(responses[i]!));
+    expect(locations.filter((l) => ssoCodeOf(l) !== null)).toHaveLength(1);
+    expect(locations.filter((l) => l === failed('session_expired'))).toHaveLength(4);
   });
 
   it('refuses a replayed response, and a replayed assertion id under a new request', async () => {
