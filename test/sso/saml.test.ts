@@ -15,6 +15,7 @@ import { createUser, uniqueEmail } from '../helpers/fixtures.js';
 import { raceTest, together } from '../helpers/race.js';
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
 import { ssoCodeOf, ssoWorld, type SsoWorld } from './helpers.js';
+import { samlifyIdp, type SamlIdp } from './idp.js';
 
 const IDP_ENTITY = 'https://idp.example.test/entity';
 const IDP_SSO_URL = 'https://idp.example.test/sso';
@@ -95,6 +96,7 @@ describe.skipIf(!backendAvailable())('SAML service provider', () => {
   let providerId: string;
   let acs: string;
   let spEntity: string;
+  let samlIdp: SamlIdp;
 
   beforeAll(async () => {
     w = await ssoWorld();
@@ -108,6 +110,8 @@ describe.skipIf(!backendAvailable())('SAML service provider', () => {
     expect(created.status).toBe(201);
     providerId = created.body.id;
     expect((await w.api('POST', `/sso/providers/${providerId}/status`, { token: w.adminToken, body: { status: 'active' } })).status).toBe(200);
+    const metadata = await w.app.request('GET', `/api/v1/sso/saml/metadata/${providerId}`);
+    samlIdp = samlifyIdp({ entityId: IDP_ENTITY, ssoUrl: IDP_SSO_URL, cert: idpKeys.cert, key: idpKeys.key, spMetadata: metadata.body as string });
   }, 60_000);
   afterAll(async () => w?.app.close());
 
@@ -129,8 +133,12 @@ describe.skipIf(!backendAvailable())('SAML service provider', () => {
 
   /** Posts a response to the ACS as the IdP's auto-submitting form would. */
   async function post(xml: string): Promise<string> {
+    return postBase64(Buffer.from(xml).toString('base64'));
+  }
+
+  async function postBase64(SAMLResponse: string): Promise<string> {
     const res = await w.app.request('POST', '/api/v1/sso/saml/acs', {
-      raw: new URLSearchParams({ SAMLResponse: Buffer.from(xml).toString('base64'), RelayState: '' }).toString(),
+      raw: new URLSearchParams({ SAMLResponse, RelayState: '' }).toString(),
       headers: { 'content-type': 'application/x-www-form-urlencoded' },
     });
     expect(res.status).toBe(302);
@@ -174,10 +182,24 @@ describe.skipIf(!backendAvailable())('SAML service provider', () => {
     expect(ex.body.user).toMatchObject({ email, name: 'Grace Hopper', orgId: w.tenant.orgId, roleId: SYSTEM_ROLES.orgReadOnly.id });
   });
 
-  it('a signed response around an unsigned assertion signs in too; an existing user is linked', async () => {
+  it("samlify as the IdP: its default response (emailAddress NameID, no attributes) signs in, the NameID being the email", async () => {
+    const { location } = await startLogin();
+    const email = `cora.${randomBytes(4).toString('hex')}@c.example`;
+    const landed = await postBase64(await samlIdp.respond(location, { email }));
+    expect(landed.startsWith(`${w.app.publicUrl}/reports#ssoCode=`)).toBe(true);
+    const ex = await w.app.api('POST', '/sso/exchange', { body: { code: ssoCodeOf(landed) } });
+    expect(ex.status).toBe(200);
+    expect(ex.body.user).toMatchObject({ email, name: email, orgId: w.tenant.orgId, roleId: SYSTEM_ROLES.orgReadOnly.id });
+  });
+
+  it('samlify as the IdP signing the whole response around an unsigned assertion signs in too; an existing user is linked', async () => {
     const existing = await createUser(w.app, { email: uniqueEmail('samlx'), org: { orgId: w.tenant.orgId, roleId: SYSTEM_ROLES.orgTechnician.id } });
-    const { location } = await signedLogin({ email: existing.email }, 'Response');
-    const ex = await w.app.api('POST', '/sso/exchange', { body: { code: ssoCodeOf(location) } });
+    const { location } = await startLogin();
+    const xml = Buffer.from(await samlIdp.respond(location, { email: existing.email }, { signWholeResponseOnly: true }), 'base64').toString();
+    expect(xml.indexOf('<ds:Signature')).toBeLessThan(xml.indexOf('<saml:Assertion')); // the response's signature, none inside the assertion
+    expect(xml.match(/<ds:Signature[\s>]/g)).toHaveLength(1);
+    const landed = await post(xml);
+    const ex = await w.app.api('POST', '/sso/exchange', { body: { code: ssoCodeOf(landed) } });
     expect(ex.body.user.id).toBe(existing.id);
   });
 

@@ -7,7 +7,8 @@ import { badRequest, notFound } from '../../platform/http/errors.js';
 import type { SingleUseRecord } from '../../platform/single-use.js';
 import type { AuditRequestInfo } from '../audit/service.js';
 import type { ProviderRow } from './providers.js';
-import { ssoProviders } from './schema.js';
+import { ssoProviders, type AttributeMapping } from './schema.js';
+import { SAML_ATTRIBUTE_URIS } from './presets.js';
 import { completeSsoLogin, mapClaims } from './provisioning.js';
 import { successLocation } from './locations.js';
 import { checkScannedResponse, scanSamlResponse } from './saml-scan.js';
@@ -151,10 +152,20 @@ export async function samlAcs(keel: Keel, form: { SAMLResponse?: string | undefi
   const attributes = Object.fromEntries(Object.entries(profile).filter(([, v]) => typeof v !== 'function'));
   const claims: Record<string, unknown> = { ...(profile.attributes as Record<string, unknown> | undefined), ...attributes };
   delete claims.attributes;
-  if (profile.nameIDFormat === EMAIL_FORMAT && claims.email === undefined) claims.email = profile.nameID;
-  const mapped = mapClaims(p.attributeMapping, claims, profile.nameID, true);
+  // An emailAddress-format NameID is the email when no email attribute came (samlify's default response, many IdPs).
+  const mapping = profile.nameIDFormat === EMAIL_FORMAT && !sentEmailAttribute(p.attributeMapping, claims) ? { ...p.attributeMapping, email: 'nameID' } : p.attributeMapping;
+  const mapped = mapClaims(mapping, claims, profile.nameID, true);
   const code = await completeSsoLogin(keel, p, mapped, {}, info);
   return successLocation(keel, (s.data as unknown as SamlSessionData).redirectPath, code);
+}
+
+/** Whether the assertion carries an email attribute: the mapped one, or one of the SAML URIs for email. */
+function sentEmailAttribute(mapping: AttributeMapping, claims: Record<string, unknown>): boolean {
+  const names = [mapping.email, ...SAML_ATTRIBUTE_URIS.filter((a) => a.field === 'email').map((a) => a.uri)];
+  return names.some((n) => {
+    const v = claims[n];
+    return (typeof v === 'string' && v.trim() !== '') || (Array.isArray(v) && v.some((x) => typeof x === 'string' && x.trim() !== ''));
+  });
 }
 
 interface ConfirmationData {
