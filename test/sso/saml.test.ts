@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generate } from 'selfsigned';
 import { SignedXml } from 'xml-crypto';
 import { backendAvailable } from '../helpers/app.js';
-import { createUser, uniqueEmail } from '../helpers/fixtures.js';
+import { cookie, createUser, uniqueEmail } from '../helpers/fixtures.js';
 import { raceTest, together } from '../helpers/race.js';
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
 import { ssoCodeOf, ssoWorld, type SsoWorld } from './helpers.js';
@@ -121,14 +121,15 @@ describe.skipIf(!backendAvailable())('SAML service provider', () => {
     return line ? (JSON.parse(line) as { reason: string }).reason : '';
   };
 
-  /** `/sso/login/:orgId` as a browser: the AuthnRequest's ID and where the IdP is asked to post. */
-  async function startLogin(): Promise<{ requestId: string; acsUrl: string; location: URL }> {
+  /** `/sso/login/:orgId` as a browser: the AuthnRequest's ID, where the IdP is asked to post, the binding cookie. */
+  async function startLogin(): Promise<{ requestId: string; acsUrl: string; location: URL; binding: { value: string; attributes: string } }> {
     const res = await w.app.api('GET', `/sso/login/${w.tenant.orgId}?redirect=/reports`);
     expect(res.status).toBe(302);
+    const binding = cookie(res.cookies, 'service_sso_binding')!;
     const location = new URL(res.headers.get('location')!);
     expect(`${location.origin}${location.pathname}`).toBe(IDP_SSO_URL);
     const request = inflateRawSync(Buffer.from(location.searchParams.get('SAMLRequest')!, 'base64')).toString();
-    return { requestId: /ID="([^"]+)"/.exec(request)![1]!, acsUrl: /AssertionConsumerServiceURL="([^"]+)"/.exec(request)![1]!, location };
+    return { requestId: /ID="([^"]+)"/.exec(request)![1]!, acsUrl: /AssertionConsumerServiceURL="([^"]+)"/.exec(request)![1]!, location, binding };
   }
 
   /** Posts a response to the ACS as the IdP's auto-submitting form would. */
@@ -345,6 +346,57 @@ describe.skipIf(!backendAvailable())('SAML service provider', () => {
     const locations = await together(10, () => post(xml));
     expect(locations.filter((l) => ssoCodeOf(l) !== null)).toHaveLength(1);
     expect(locations.filter((l) => l === failed('session_expired') || l === failed('sso_error'))).toHaveLength(9);
+  });
+
+  describe('login CSRF: the exchange code works only in the browser that started its login', () => {
+    /** A finished login: its exchange code and the binding cookie of the browser that started it. */
+    async function finished(): Promise<{ code: string; binding: string }> {
+      const { requestId, binding } = await startLogin();
+      const code = ssoCodeOf(await post(signedResponse(requestId)))!;
+      expect(code).toBeTruthy();
+      return { code, binding: binding.value };
+    }
+    const browserHeaders = () => ({ 'sec-fetch-site': 'same-origin', 'sec-fetch-mode': 'cors', 'sec-fetch-dest': 'empty', origin: w.app.publicUrl });
+    const exchange = (code: string, headers: Record<string, string>) => w.app.api('POST', '/sso/exchange', { body: { code }, headers });
+
+    it('/sso/login sets the binding cookie: random, HttpOnly, SameSite=Lax, Path /api/v1/sso', async () => {
+      const a = await startLogin();
+      const b = await startLogin();
+      expect(a.binding.value).toMatch(/^[A-Za-z0-9_-]{43}$/);
+      expect(a.binding.value).not.toBe(b.binding.value);
+      expect(a.binding.attributes).toMatch(/HttpOnly/i);
+      expect(a.binding.attributes).toMatch(/SameSite=Lax/i);
+      expect(a.binding.attributes).toMatch(/Path=\/api\/v1\/sso(;|$)/);
+    });
+
+    it("a browser exchanging another browser's code (fetch metadata, no binding cookie or another one) is 403 sso_binding_mismatch, and the code is spent", async () => {
+      const attackers = await finished();
+      const refused = await exchange(attackers.code, browserHeaders());
+      expect(refused.status).toBe(403);
+      expect(refused.body.code).toBe('sso_binding_mismatch');
+      expect(refused.body.accessToken).toBeUndefined();
+      expect((await exchange(attackers.code, { cookie: `service_sso_binding=${attackers.binding}`, ...browserHeaders() })).status).toBe(400); // spent
+      const second = await finished();
+      const other = await startLogin();
+      const wrongCookie = await exchange(second.code, { cookie: `service_sso_binding=${other.binding.value}`, ...browserHeaders() });
+      expect(wrongCookie.status).toBe(403);
+      expect(wrongCookie.body.code).toBe('sso_binding_mismatch');
+      const originOnly = await finished();
+      expect((await exchange(originOnly.code, { origin: w.app.publicUrl })).status).toBe(403);
+      const audit = await w.api('GET', `/audit-logs?orgId=${w.tenant.orgId}&action=user.sso.exchange_refused`, { token: w.adminToken });
+      expect(audit.status).toBe(200);
+      expect(audit.body.data.length).toBeGreaterThanOrEqual(3);
+    });
+
+    it('the browser that started the login exchanges its code (200); a backend without fetch metadata or cookie too', async () => {
+      const own = await finished();
+      const ok = await exchange(own.code, { cookie: `service_sso_binding=${own.binding}`, ...browserHeaders() });
+      expect(ok.status).toBe(200);
+      expect(ok.body.accessToken).toBeTruthy();
+      const backend = await finished();
+      const res = await exchange(backend.code, {}); // Node's fetch: sec-fetch-mode only, no Sec-Fetch-Site, Origin or cookie
+      expect(res.status).toBe(200);
+    });
   });
 
   it('the ACS takes a form post only; other API routes still refuse form bodies (415)', async () => {

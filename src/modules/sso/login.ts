@@ -20,6 +20,8 @@ interface OidcSessionData {
   orgId: string;
   nonce: string;
   redirectPath: string;
+  /** SHA-256 of the browser's binding cookie, carried to the exchange code. */
+  binding: string;
 }
 
 function hasControl(text: string): boolean {
@@ -108,17 +110,17 @@ async function assertLoginCapacity(keel: Keel, p: ProviderRow): Promise<void> {
 }
 
 /** `GET /sso/login/:orgId` (SPEC 5.9.1-3): the organisation's active provider, a stored login session, the IdP's URL. */
-export async function startLogin(keel: Keel, orgId: string, redirectPath: string): Promise<LoginStart> {
+export async function startLogin(keel: Keel, orgId: string, redirectPath: string, binding: string): Promise<LoginStart> {
   const p = await activeProvider(keel.db, orgId);
   if (!p) throw noActiveProvider();
   await assertLoginCapacity(keel, p);
-  if (p.type === 'saml') return { location: await samlAuthorizeUrl(keel, p, redirectPath), state: null };
+  if (p.type === 'saml') return { location: await samlAuthorizeUrl(keel, p, redirectPath, binding), state: null };
   const endpoints = await oidcEndpoints(keel, p);
   const config = clientConfig(keel, endpoints);
   const verifier = client.randomPKCECodeVerifier();
   const state = client.randomState();
   const nonce = client.randomNonce();
-  const data: OidcSessionData = { type: 'oidc', providerId: p.id, orgId: p.orgId, nonce, redirectPath };
+  const data: OidcSessionData = { type: 'oidc', providerId: p.id, orgId: p.orgId, nonce, redirectPath, binding };
   await keel.singleUse.create(keel.db, { purpose: SSO_LOGIN_PURPOSE, token: state, ttlMs: SSO_LOGIN_TTL_MS, subjectId: p.id, data: { ...data }, secret: verifier });
   const url = client.buildAuthorizationUrl(config, {
     redirect_uri: callbackUrl(keel),
@@ -186,6 +188,6 @@ export async function oidcCallback(keel: Keel, query: URLSearchParams, cookie: s
     accessToken: tokens.access_token,
     refreshToken: tokens.refresh_token,
     expiresAt: expiresIn === undefined ? null : new Date(clock.nowMs() + expiresIn * 1000),
-  }, info);
+  }, info, data.binding);
   return successLocation(keel, data.redirectPath, code);
 }

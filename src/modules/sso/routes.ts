@@ -33,7 +33,8 @@ import { oidcCallback, safeRedirectPath, startLogin, stateCookieValue } from './
 import { errorLocation } from './locations.js';
 import { exchangeCode } from './provisioning.js';
 import { samlAcs, samlMetadata } from './saml.js';
-import { CALLBACK_PATH, SSO_LOGIN_TTL_MS, SsoFailure, STATE_COOKIE } from './constants.js';
+import { BINDING_COOKIE, BINDING_COOKIE_PATH, CALLBACK_PATH, SSO_EXCHANGE_TTL_MS, SSO_LOGIN_TTL_MS, SsoFailure, STATE_COOKIE } from './constants.js';
+import { randomToken, sha256Hex } from '../../platform/crypto.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const tags = ['sso'];
@@ -203,7 +204,17 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       const { orgId } = c.req.valid('param');
       const redirectPath = safeRedirectPath(keel, c.req.valid('query').redirect);
       if (!UUID.test(orgId)) throw new AppError(404, 'not_found', 'There is no active SSO provider for this organization');
-      const start = await startLogin(keel, orgId.toLowerCase(), redirectPath);
+      // The browser's binding: kept while it is well-formed (parallel logins in two tabs both finish), else new.
+      const held = getCookie(c, BINDING_COOKIE);
+      const binding = held && /^[A-Za-z0-9_-]{43}$/.test(held) ? held : randomToken();
+      const start = await startLogin(keel, orgId.toLowerCase(), redirectPath, sha256Hex(binding));
+      setCookie(c, BINDING_COOKIE, binding, {
+        httpOnly: true,
+        sameSite: 'Lax',
+        secure: keel.config.production,
+        path: BINDING_COOKIE_PATH,
+        maxAge: (SSO_LOGIN_TTL_MS + SSO_EXCHANGE_TTL_MS) / 1000,
+      });
       if (start.state) {
         setCookie(c, STATE_COOKIE, stateCookieValue(keel, start.state), {
           httpOnly: true,
@@ -281,12 +292,17 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'post', path: '/sso/exchange', tags, summary: 'Exchange the one-time #ssoCode for tokens (2 minutes, single use, any instance)',
       request: { body: jsonBody(ExchangeBodySchema) },
-      responses: { 200: json(TokenAnswerSchema, 'Signed in'), ...errors(400, 429) },
+      responses: { 200: json(TokenAnswerSchema, 'Signed in'), ...errors(400, 403, 429) },
     }),
     async (c) => {
       const info = requestInfo(c);
       await exchangeLimit.consume(info.ip ?? 'unknown');
-      return c.json(tokenResponse(c, keel, await exchangeCode(keel, c.req.valid('json').code, info)), 200);
+      // A browser must carry the binding cookie of the login. Browsers send Sec-Fetch-Site / Sec-Fetch-Dest
+      // (fetch metadata) and, on a POST, Origin; a backend sends none of them. Sec-Fetch-Mode alone is not a
+      // browser: Node's own fetch sends `sec-fetch-mode: cors`.
+      const fromBrowser = ['sec-fetch-site', 'sec-fetch-dest', 'origin'].some((h) => c.req.header(h) !== undefined);
+      const browser = fromBrowser ? { cookie: getCookie(c, BINDING_COOKIE) } : null;
+      return c.json(tokenResponse(c, keel, await exchangeCode(keel, c.req.valid('json').code, info, browser)), 200);
     },
   );
 }

@@ -26,6 +26,8 @@ interface SamlSessionData {
   providerId: string;
   orgId: string;
   redirectPath: string;
+  /** SHA-256 of the browser's binding cookie, carried to the exchange code. */
+  binding: string;
 }
 
 const unusedCache: CacheProvider = {
@@ -53,12 +55,12 @@ export async function samlMetadata(keel: Keel, providerId: string): Promise<stri
  * The AuthnRequest by HTTP-Redirect (SPEC 5.9's `/sso/login/:orgId` for a SAML provider): its ID is the
  * login session's token, so the ACS finds the session by InResponseTo (10 minutes, single use).
  */
-export async function samlAuthorizeUrl(keel: Keel, p: ProviderRow, redirectPath: string): Promise<string> {
+export async function samlAuthorizeUrl(keel: Keel, p: ProviderRow, redirectPath: string, binding: string): Promise<string> {
   if (!p.ssoUrl || !p.certificate) {
     throw badRequest('sso_provider_incomplete', 'The SSO provider lacks ssoUrl or certificate: fix it with PATCH /sso/providers/{id}');
   }
   const requestId = `_${randomBytes(20).toString('hex')}`;
-  const data: SamlSessionData = { type: 'saml', providerId: p.id, orgId: p.orgId, redirectPath };
+  const data: SamlSessionData = { type: 'saml', providerId: p.id, orgId: p.orgId, redirectPath, binding };
   await keel.singleUse.create(keel.db, { purpose: SSO_LOGIN_PURPOSE, token: requestId, ttlMs: SSO_LOGIN_TTL_MS, subjectId: p.id, data: { ...data } });
   const saml = new SAML({
     idpCert: p.certificate,
@@ -155,8 +157,9 @@ export async function samlAcs(keel: Keel, form: { SAMLResponse?: string | undefi
   // An emailAddress-format NameID is the email when no email attribute came (samlify's default response, many IdPs).
   const mapping = profile.nameIDFormat === EMAIL_FORMAT && !sentEmailAttribute(p.attributeMapping, claims) ? { ...p.attributeMapping, email: 'nameID' } : p.attributeMapping;
   const mapped = mapClaims(mapping, claims, profile.nameID, true);
-  const code = await completeSsoLogin(keel, p, mapped, {}, info);
-  return successLocation(keel, (s.data as unknown as SamlSessionData).redirectPath, code);
+  const data = s.data as unknown as SamlSessionData;
+  const code = await completeSsoLogin(keel, p, mapped, {}, info, data.binding);
+  return successLocation(keel, data.redirectPath, code);
 }
 
 /** Whether the assertion carries an email attribute: the mapped one, or one of the SAML URIs for email. */
