@@ -160,6 +160,18 @@ export class SingleUseStore {
     return rows[0]?.attempts ?? null;
   }
 
+  /** How many live (unexpired) records of `purpose` a subject holds, counting at most `cap` of them. */
+  async countLive(db: Db, purpose: string, subjectId: string, cap: number): Promise<number> {
+    const live = db
+      .select({ id: singleUseRecords.id })
+      .from(singleUseRecords)
+      .where(and(eq(singleUseRecords.purpose, purpose), eq(singleUseRecords.subjectId, subjectId), gt(singleUseRecords.expiresAt, clock.now())))
+      .limit(cap)
+      .as('live');
+    const [row] = await db.select({ n: sql<number>`count(*)::int` }).from(live);
+    return row?.n ?? 0;
+  }
+
   async deleteForSubject(db: Db, purpose: string, subjectId: string): Promise<void> {
     await db.delete(singleUseRecords).where(and(eq(singleUseRecords.purpose, purpose), eq(singleUseRecords.subjectId, subjectId)));
   }

@@ -9,6 +9,8 @@ import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js'
 import { createTenant, createUser, enrollTotp, login, nextTotpStep, STRONG_PASSWORD, totpCode, uniqueEmail, type Tenant } from '../helpers/fixtures.js';
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
 import { chromiumAvailable, launchChromium } from '../helpers/browser.js';
+import { samlifyIdp } from '../sso/idp.js';
+import { generate } from 'selfsigned';
 import { startSmtpServer, type SmtpTestServer } from '../helpers/smtp.js';
 import { randomPhone, startTwilioStub, type TwilioStub } from '../mfa/twilio-stub.js';
 import { clock } from '../../src/platform/clock.js';
@@ -185,6 +187,52 @@ describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium',
     await page.goto(`${app.publicUrl}/login?org=${tenant.orgId}`);
     await page.getByLabel('Password', { exact: true }).waitFor();
     await t.screenshot('login-sso-error');
+    expect(t.problems).toEqual([]);
+  });
+
+  it("a signed-in person who opens a link carrying someone else's #ssoCode stays signed in as themselves, told the link was not used", async () => {
+    // The attacker: an organisation with a SAML provider (samlify as its IdP) and a finished sign-in of their own puppet.
+    const other = await createTenant(app);
+    const otherAdmin = (await enrollTotp(app, (await login(app, other.orgAdmin)).accessToken)).accessToken;
+    const pems = await generate([{ name: 'commonName', value: 'Attacker IdP' }], { keySize: 2048, algorithm: 'sha256' });
+    const provider = await app.api('POST', '/sso/providers', {
+      token: otherAdmin,
+      body: { name: 'IdP', type: 'saml', entityId: 'https://idp.example.test/csrf', ssoUrl: 'https://idp.example.test/sso', certificate: pems.cert, defaultRoleId: SYSTEM_ROLES.orgReadOnly.id },
+    });
+    expect((await app.api('POST', `/sso/providers/${provider.body.id}/status`, { token: otherAdmin, body: { status: 'active' } })).status).toBe(200);
+    const metadata = await app.request('GET', `/api/v1/sso/saml/metadata/${provider.body.id}`);
+    const idp = samlifyIdp({ entityId: 'https://idp.example.test/csrf', ssoUrl: 'https://idp.example.test/sso', cert: pems.cert, key: pems.private, spMetadata: metadata.body as string });
+    const started = await app.api('GET', `/sso/login/${other.orgId}?redirect=/integrations/webhooks`);
+    const puppet = uniqueEmail('puppet');
+    const acs = await app.request('POST', '/api/v1/sso/saml/acs', {
+      raw: new URLSearchParams({ SAMLResponse: await idp.respond(new URL(started.headers.get('location')!), { email: puppet }) }).toString(),
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    });
+    const landing = acs.headers.get('location')!;
+    expect(landing).toMatch(/\/integrations\/webhooks#ssoCode=/);
+
+    // The victim, signed in in the console, opens the attacker's link.
+    const victim = await createTenant(app);
+    const t = await tab();
+    const { page } = t;
+    const exchanges: string[] = [];
+    page.on('request', (r) => {
+      if (r.url().endsWith('/api/v1/sso/exchange')) exchanges.push(r.url());
+    });
+    await page.goto(`${app.publicUrl}/`);
+    await submitPassword(page, victim.orgAdmin.email, victim.orgAdmin.password);
+    await page.locator(`.user-name[title="${victim.orgAdmin.email}"]`).waitFor();
+    await page.goto(landing);
+    await page.getByText(`You are signed in as ${victim.orgAdmin.email}. The single sign-on link you opened was not used`).waitFor();
+    await page.locator(`.user-name[title="${victim.orgAdmin.email}"]`).waitFor();
+    expect(await page.locator(`.user-name[title="${puppet}"]`).count()).toBe(0);
+    expect(page.url()).not.toContain('ssoCode');
+    expect(exchanges).toEqual([]);
+    // Still the victim after a reload, and the server agrees.
+    await page.reload();
+    await page.locator(`.user-name[title="${victim.orgAdmin.email}"]`).waitFor();
+    await t.screenshot('sso-code-while-signed-in');
+    expect(await axeViolations(page)).toEqual([]);
     expect(t.problems).toEqual([]);
   });
 

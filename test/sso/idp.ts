@@ -3,9 +3,11 @@
  * - `startOidcIdp`: oidc-provider (a certified OpenID provider) with its development interactions
  *   (login form, consent form); accounts are whatever the test puts in `accounts`.
  * - `Browser`: a cookie jar that follows redirects and submits the IdP's forms, as a browser would.
+ * - `samlifyIdp`: samlify as a SAML identity provider answering Keel's AuthnRequests.
  */
 import { createServer, type Server } from 'node:http';
 import Provider from 'oidc-provider';
+import { createRequire } from 'node:module';
 import { freePort, type TestApp } from '../helpers/app.js';
 
 export interface IdpAccount {
@@ -139,3 +141,48 @@ export class Browser {
 }
 
 export { Provider };
+
+/**
+ * samlify (a real SAML implementation) as the identity provider: it reads Keel's SP metadata, parses
+ * Keel's AuthnRequest from the redirect URL and builds its own signed login response (RSA-SHA256; the
+ * assertion signed because Keel's metadata asks for it). samlify needs a schema validator; the IdP side
+ * of a test takes a permissive one (Keel itself keeps node-saml).
+ */
+/** The part of samlify used here (its own typings pull in the DOM library through @xmldom/xmldom, which Keel's typecheck excludes). */
+interface Samlify {
+  setSchemaValidator(v: { validate: (xml: string) => Promise<string> }): void;
+  Constants: { namespace: { binding: { redirect: string }; format: { emailAddress: string } } };
+  IdentityProvider(settings: Record<string, unknown>): {
+    parseLoginRequest(sp: unknown, binding: 'redirect', req: { query: Record<string, string> }): Promise<unknown>;
+    createLoginResponse(sp: unknown, request: unknown, binding: 'post', user: { email: string }): Promise<{ context: string }>;
+  };
+  ServiceProvider(settings: Record<string, unknown>): unknown;
+}
+const samlify = createRequire(import.meta.url)('samlify') as Samlify;
+samlify.setSchemaValidator({ validate: () => Promise.resolve('skipped') });
+
+export interface SamlIdp {
+  /** samlify's base64 HTTP-POST answer to the AuthnRequest in `loginLocation` (Keel's redirect to the IdP). */
+  respond(loginLocation: URL, user: { email: string }, opts?: { signWholeResponseOnly?: boolean }): Promise<string>;
+}
+
+export function samlifyIdp(o: { entityId: string; ssoUrl: string; cert: string; key: string; spMetadata: string }): SamlIdp {
+  const idp = samlify.IdentityProvider({
+    entityID: o.entityId,
+    signingCert: o.cert,
+    privateKey: o.key,
+    singleSignOnService: [{ Binding: samlify.Constants.namespace.binding.redirect, Location: o.ssoUrl }],
+    nameIDFormat: [samlify.Constants.namespace.format.emailAddress],
+  });
+  const sp = samlify.ServiceProvider({ metadata: o.spMetadata });
+  // The same SP with assertions unsigned but the whole response signed (an IdP option many offer).
+  const spWholeResponse = samlify.ServiceProvider({ metadata: o.spMetadata.replace('WantAssertionsSigned="true"', 'WantAssertionsSigned="false"'), wantMessageSigned: true });
+  return {
+    async respond(loginLocation, user, opts = {}) {
+      const target = opts.signWholeResponseOnly ? spWholeResponse : sp;
+      const request = await idp.parseLoginRequest(target, 'redirect', { query: Object.fromEntries(loginLocation.searchParams) });
+      const { context } = await idp.createLoginResponse(target, request, 'post', user);
+      return context;
+    },
+  };
+}

@@ -307,6 +307,19 @@ describe.skipIf(!backendAvailable())('OIDC login against a real OpenID provider'
     expect((await exchange(fresh.location)).status).toBe(400);
   });
 
+  it('OIDC: a browser exchanges its code only with the binding cookie of the login it started (else 403 sso_binding_mismatch)', async () => {
+    const fromBrowser = { 'sec-fetch-site': 'same-origin', origin: w.app.publicUrl };
+    const other = await ssoLogin(account(uniqueEmail('bind-other')));
+    const refused = await w.api('POST', '/sso/exchange', { body: { code: ssoCodeOf(other.location) }, headers: fromBrowser });
+    expect(refused.status).toBe(403);
+    expect(refused.body.code).toBe('sso_binding_mismatch');
+    const own = await ssoLogin(account(uniqueEmail('bind-own')));
+    const binding = [...own.browser.jar.values()].map((m) => m.get('service_sso_binding')).find(Boolean);
+    expect(binding).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    const ok = await w.api('POST', '/sso/exchange', { body: { code: ssoCodeOf(own.location) }, headers: { ...fromBrowser, cookie: `service_sso_binding=${binding}` } });
+    expect(ok.status).toBe(200);
+  });
+
   it('the code is exchanged on a second instance of the app', async () => {
     const keel = w.app.server.keel;
     const database = keel.config.DATABASE_URL ? await openDatabase({ url: keel.config.DATABASE_URL, poolSize: 2 }) : keel.database;

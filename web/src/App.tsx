@@ -100,7 +100,7 @@ function SignedIn({ children }: { children: ReactNode }) {
 }
 
 function Shell({ children }: { children: ReactNode }) {
-  const { me, can, signOut } = useAuth();
+  const { me, can, signOut, notice } = useAuth();
   const [location, navigate] = useLocation();
   const [menuOpen, setMenuOpen] = useState(false);
   // A 428 anywhere: the role needs a second factor first; straight to enrolment.
@@ -153,6 +153,7 @@ function Shell({ children }: { children: ReactNode }) {
         ))}
       </nav>
       <main id="main" className="content" tabIndex={-1}>
+        {notice && <Alert kind="warning">{notice}</Alert>}
         {children}
       </main>
     </div>

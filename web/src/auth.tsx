@@ -10,7 +10,7 @@ type Status = 'loading' | 'signedOut' | 'signedIn';
 interface AuthValue {
   status: Status;
   me: SelfProfile | null;
-  /** A message for the sign-in page (a failed SSO code exchange, a session that ended). */
+  /** A message for the sign-in page (a failed SSO code exchange, a session that ended), or for a signed-in person (an SSO link not used). */
   notice: string | null;
   signIn: (t: TokenAnswer) => void;
   signOut: () => Promise<void>;
@@ -35,12 +35,26 @@ function takeSsoCode(): string | null {
   return code;
 }
 
-let booted: Promise<TokenAnswer | { error: string } | null> | null = null;
+type Booted = (TokenAnswer & { notice?: string }) | { error: string } | null;
+let booted: Promise<Booted> | null = null;
 
-/** Runs once per page load (a second mount reuses it): an exchange code is single use. */
-function boot(): Promise<TokenAnswer | { error: string } | null> {
+/**
+ * Runs once per page load (a second mount reuses it): an exchange code is single use. A code in the
+ * address never replaces the session of a person already signed in here (login CSRF: a link can carry
+ * someone else's code): the code is dropped unused and the person told, naming their account.
+ */
+function boot(): Promise<Booted> {
   booted ??= (async () => {
     const code = takeSsoCode();
+    if (code && hasSessionCookie()) {
+      const current = await refresh();
+      if (current) {
+        return {
+          ...current,
+          notice: `You are signed in as ${current.user.email}. The single sign-on link you opened was not used: to sign in as another account, sign out first and sign in again.`,
+        };
+      }
+    }
     if (code) {
       try {
         return await api<TokenAnswer>('POST', '/sso/exchange', { body: { code } });
@@ -71,8 +85,10 @@ export function AuthProvider({ children }: { children: ReactNode }) {
 
   useEffect(() => {
     void boot().then((r) => {
-      if (r && 'accessToken' in r) signIn(r);
-      else {
+      if (r && 'accessToken' in r) {
+        signIn(r);
+        if (r.notice) setNotice(r.notice);
+      } else {
         if (r && 'error' in r) setNotice(r.error);
         setStatus('signedOut');
       }

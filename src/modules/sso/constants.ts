@@ -5,6 +5,9 @@ export const SAML_ASSERTION_PURPOSE = 'sso_saml_assertion';
 export const SSO_LOGIN_TTL_MS = 10 * 60_000;
 export const SSO_EXCHANGE_TTL_MS = 2 * 60_000;
 export const STATE_COOKIE = 'service_sso_state';
+/** The browser that started a login (docs/decisions.md "Organisation SSO…": login binding): random, HttpOnly, its hash kept with the login. */
+export const BINDING_COOKIE = 'service_sso_binding';
+export const BINDING_COOKIE_PATH = '/api/v1/sso';
 export const CALLBACK_PATH = '/api/v1/sso/callback';
 export const ACS_PATH = '/api/v1/sso/saml/acs';
 /** Allowed difference between the IdP's clock and Keel's for SAML NotBefore / NotOnOrAfter. */

@@ -1,5 +1,6 @@
 import { z } from '@hono/zod-openapi';
 import { PRESETS } from './presets.js';
+import { SAML_MAX_BASE64 } from './saml-scan.js';
 
 /** Request and response schemas of the SSO routes; every field described (the API description rules). */
 
@@ -170,7 +171,7 @@ export const ExchangeBodySchema = z
 
 export const AcsFormSchema = z
   .object({
-    SAMLResponse: z.string().max(1_000_000).optional().openapi(d('Base64 SAML Response posted by the IdP (HTTP-POST binding)')),
+    SAMLResponse: z.string().max(SAML_MAX_BASE64).optional().openapi(d(`Base64 SAML Response posted by the IdP (HTTP-POST binding), at most ${SAML_MAX_BASE64} characters`)),
     RelayState: z.string().max(2000).optional().openapi(d('Relay state echoed by the IdP (not used to find the session)')),
   })
   .openapi('SamlAcsForm', { example: { SAMLResponse: 'PHNhbWxwOlJlc3BvbnNlIC4uLg==', RelayState: '' } });

@@ -2,7 +2,7 @@ import { eq } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import { clock } from '../../platform/clock.js';
 import { constantTimeEqual } from '../../platform/crypto.js';
-import { badRequest, validationError } from '../../platform/http/errors.js';
+import { AppError, badRequest, validationError } from '../../platform/http/errors.js';
 import { OutboundError } from '../../platform/outbound.js';
 import type { AuditRequestInfo } from '../audit/service.js';
 import { activeProvider, noActiveProvider, openSecret, type ProviderRow } from './providers.js';
@@ -20,6 +20,8 @@ interface OidcSessionData {
   orgId: string;
   nonce: string;
   redirectPath: string;
+  /** SHA-256 of the browser's binding cookie, carried to the exchange code. */
+  binding: string;
 }
 
 function hasControl(text: string): boolean {
@@ -95,17 +97,30 @@ export interface LoginStart {
   state: string | null;
 }
 
+/**
+ * Live login sessions are capped per provider (`SSO_LOGIN_OUTSTANDING_LIMIT`): anonymous starts cannot
+ * fill the store without bound. Beyond it: 429 `sso_logins_outstanding` (a soft cap: starts racing at the
+ * edge may pass it by their number).
+ */
+async function assertLoginCapacity(keel: Keel, p: ProviderRow): Promise<void> {
+  const cap = keel.config.SSO_LOGIN_OUTSTANDING_LIMIT;
+  if ((await keel.singleUse.countLive(keel.db, SSO_LOGIN_PURPOSE, p.id, cap)) < cap) return;
+  keel.log.warn({ providerId: p.id, cap }, 'SSO login refused: too many outstanding login sessions for the provider');
+  throw new AppError(429, 'sso_logins_outstanding', 'Too many sign-ins are in progress for this organization; try again in a minute', undefined, { 'Retry-After': '60' });
+}
+
 /** `GET /sso/login/:orgId` (SPEC 5.9.1-3): the organisation's active provider, a stored login session, the IdP's URL. */
-export async function startLogin(keel: Keel, orgId: string, redirectPath: string): Promise<LoginStart> {
+export async function startLogin(keel: Keel, orgId: string, redirectPath: string, binding: string): Promise<LoginStart> {
   const p = await activeProvider(keel.db, orgId);
   if (!p) throw noActiveProvider();
-  if (p.type === 'saml') return { location: await samlAuthorizeUrl(keel, p, redirectPath), state: null };
+  await assertLoginCapacity(keel, p);
+  if (p.type === 'saml') return { location: await samlAuthorizeUrl(keel, p, redirectPath, binding), state: null };
   const endpoints = await oidcEndpoints(keel, p);
   const config = clientConfig(keel, endpoints);
   const verifier = client.randomPKCECodeVerifier();
   const state = client.randomState();
   const nonce = client.randomNonce();
-  const data: OidcSessionData = { type: 'oidc', providerId: p.id, orgId: p.orgId, nonce, redirectPath };
+  const data: OidcSessionData = { type: 'oidc', providerId: p.id, orgId: p.orgId, nonce, redirectPath, binding };
   await keel.singleUse.create(keel.db, { purpose: SSO_LOGIN_PURPOSE, token: state, ttlMs: SSO_LOGIN_TTL_MS, subjectId: p.id, data: { ...data }, secret: verifier });
   const url = client.buildAuthorizationUrl(config, {
     redirect_uri: callbackUrl(keel),
@@ -173,6 +188,6 @@ export async function oidcCallback(keel: Keel, query: URLSearchParams, cookie: s
     accessToken: tokens.access_token,
     refreshToken: tokens.refresh_token,
     expiresAt: expiresIn === undefined ? null : new Date(clock.nowMs() + expiresIn * 1000),
-  }, info);
+  }, info, data.binding);
   return successLocation(keel, data.redirectPath, code);
 }

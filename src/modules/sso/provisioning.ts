@@ -3,6 +3,7 @@ import type { Keel } from '../../keel.js';
 import { requestLog, type RequestRef } from '../../platform/request-scope.js';
 import { transaction } from '../../platform/db/transaction.js';
 import { clock } from '../../platform/clock.js';
+import { constantTimeEqual, sha256Hex } from '../../platform/crypto.js';
 import { AppError } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { assignableRole } from '../access/roles.js';
@@ -93,7 +94,7 @@ export const IDENTITY_SEALED: SealedColumn[] = (['access_token', 'refresh_token'
  * provisioning with `defaultRoleId` (or the mapped group's role), organisation membership, group to
  * role mapping, the identity link; then a single-use exchange code (2 minutes, any instance).
  */
-export async function completeSsoLogin(keel: Keel, p: ProviderRow, profile: MappedProfile, idp: IdpTokens, info: AuditRequestInfo): Promise<string> {
+export async function completeSsoLogin(keel: Keel, p: ProviderRow, profile: MappedProfile, idp: IdpTokens, info: AuditRequestInfo, binding: string | null = null): Promise<string> {
   if (!domainAllowed(p.allowedDomains, profile.email)) throw new SsoFailure('domain_not_allowed', 'email domain not allowed');
   const system: AuditRequestInfo = { ...info, actor: { type: 'system' } };
   const fromGroups = await mappedRole(keel, p, profile.groups, info);
@@ -156,7 +157,7 @@ export async function completeSsoLogin(keel: Keel, p: ProviderRow, profile: Mapp
     purpose: SSO_EXCHANGE_PURPOSE,
     ttlMs: SSO_EXCHANGE_TTL_MS,
     subjectId: account.id,
-    data: { providerId: p.id, orgId: p.orgId, type: p.type },
+    data: { providerId: p.id, orgId: p.orgId, type: p.type, binding },
   });
   return token;
 }
@@ -186,14 +187,34 @@ async function linkIdentity(keel: Keel, p: ProviderRow, userId: string, profile:
   }
 }
 
+/** A browser's exchange (fetch metadata or Origin present): the binding cookie it carries, if any. */
+export interface BrowserExchange {
+  cookie: string | undefined;
+}
+
+function bindingMatches(stored: unknown, cookie: string | undefined): boolean {
+  if (typeof stored !== 'string' || !cookie) return false;
+  return constantTimeEqual(sha256Hex(cookie), stored);
+}
+
 export const invalidExchangeCode = () => new AppError(400, 'invalid_code', 'The code is invalid or expired');
 
 /** `POST /sso/exchange`: consumes the code once (any instance) and starts the session, audited `user.login` with the provider. */
-export async function exchangeCode(keel: Keel, code: string, info: RequestInfo): Promise<TokenAnswer> {
+export async function exchangeCode(keel: Keel, code: string, info: RequestInfo, browser: BrowserExchange | null = null): Promise<TokenAnswer> {
   const record = await keel.singleUse.consume(keel.db, SSO_EXCHANGE_PURPOSE, code);
   if (!record?.subjectId) throw invalidExchangeCode();
   const [user] = await keel.db.select().from(users).where(eq(users.id, record.subjectId));
   if (user?.status !== 'active') throw invalidExchangeCode();
+  if (browser && !bindingMatches(record.data.binding, browser.cookie)) {
+    // A browser exchanging a code its own login did not produce (login CSRF): the code is spent, nobody signs in.
+    await writeAudit(keel.db, { ...info, actor: { type: 'anonymous' } }, {
+      action: 'user.sso.exchange_refused',
+      orgId: typeof record.data.orgId === 'string' ? record.data.orgId : null,
+      target: { type: 'user', id: user.id },
+      details: { providerId: record.data.providerId, reason: browser.cookie ? 'binding_mismatch' : 'binding_cookie_missing' },
+    });
+    throw new AppError(403, 'sso_binding_mismatch', 'This sign-in was started in another browser: start it again here');
+  }
   return signIn(keel, user, { ...info, actor: { type: 'user', id: user.id, email: user.email } }, {
     mfa: false,
     method: 'sso',

@@ -1,5 +1,5 @@
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
-import type { Context } from 'hono';
+import type { Context, MiddlewareHandler } from 'hono';
 import { getCookie, setCookie, deleteCookie } from 'hono/cookie';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
@@ -33,13 +33,32 @@ import { oidcCallback, safeRedirectPath, startLogin, stateCookieValue } from './
 import { errorLocation } from './locations.js';
 import { exchangeCode } from './provisioning.js';
 import { samlAcs, samlMetadata } from './saml.js';
-import { CALLBACK_PATH, SSO_LOGIN_TTL_MS, SsoFailure, STATE_COOKIE } from './constants.js';
+import { BINDING_COOKIE, BINDING_COOKIE_PATH, CALLBACK_PATH, SSO_EXCHANGE_TTL_MS, SSO_LOGIN_TTL_MS, SsoFailure, STATE_COOKIE } from './constants.js';
+import { randomToken, sha256Hex } from '../../platform/crypto.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const tags = ['sso'];
 const redirect = (description: string) => ({ 302: { description, headers: z.object({ Location: z.string().openapi({ description: 'Where the browser goes next' }) }) } });
 
-const exchangeLimits = new WeakMap<Keel, Limit>();
+interface SsoLimits {
+  exchangeLimit: Limit;
+  loginLimit: Limit;
+  acsLimit: Limit;
+}
+const limits = new WeakMap<Keel, SsoLimits>();
+
+function limitsOf(keel: Keel): SsoLimits {
+  let l = limits.get(keel);
+  if (!l) {
+    l = {
+      exchangeLimit: keel.limits.define('sso-exchange', keel.config.SSO_EXCHANGE_LIMIT, 60),
+      loginLimit: keel.limits.define('sso-login', keel.config.SSO_LOGIN_LIMIT, 60),
+      acsLimit: keel.limits.define('sso-saml-acs', keel.config.SAML_ACS_LIMIT, 60),
+    };
+    limits.set(keel, l);
+  }
+  return l;
+}
 
 /** The organisation a `requireOrg` route acts in (the guard has answered 400 without one). */
 function orgOf(c: Context<AppEnv>): string {
@@ -54,8 +73,12 @@ function orgOf(c: Context<AppEnv>): string {
  * the exchange of the one-time code. (Enforced SSO is registered with identity by the composition root.)
  */
 export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
-  const exchangeLimit = exchangeLimits.get(keel) ?? keel.limits.define('sso-exchange', keel.config.SSO_EXCHANGE_LIMIT, 60);
-  exchangeLimits.set(keel, exchangeLimit);
+  const { exchangeLimit, loginLimit, acsLimit } = limitsOf(keel);
+  /** Per client address, before the request's body or any lookup (unauthenticated routes). */
+  const perAddress = (limit: Limit): MiddlewareHandler<AppEnv> => async (c, next) => {
+    await limit.consume(requestInfo(c).ip ?? 'unknown');
+    await next();
+  };
   const auth = authenticate(keel);
   // Partner and system callers name the organisation (orgId); a route that needs one checks it in the
   // handler (orgOf), after the body is validated, so a bad body is always answered as such.
@@ -173,14 +196,25 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'get', path: '/sso/login/{orgId}', tags, summary: 'Start SSO: redirect to the IdP (OIDC with PKCE, or a SAML AuthnRequest)',
+      middleware: [perAddress(loginLimit)],
       request: { params: OrgPathSchema, query: LoginQuerySchema },
-      responses: { ...redirect('To the identity provider'), ...errors(400, 404) },
+      responses: { ...redirect('To the identity provider'), ...errors(400, 404, 429) },
     }),
     async (c) => {
       const { orgId } = c.req.valid('param');
       const redirectPath = safeRedirectPath(keel, c.req.valid('query').redirect);
       if (!UUID.test(orgId)) throw new AppError(404, 'not_found', 'There is no active SSO provider for this organization');
-      const start = await startLogin(keel, orgId.toLowerCase(), redirectPath);
+      // The browser's binding: kept while it is well-formed (parallel logins in two tabs both finish), else new.
+      const held = getCookie(c, BINDING_COOKIE);
+      const binding = held && /^[A-Za-z0-9_-]{43}$/.test(held) ? held : randomToken();
+      const start = await startLogin(keel, orgId.toLowerCase(), redirectPath, sha256Hex(binding));
+      setCookie(c, BINDING_COOKIE, binding, {
+        httpOnly: true,
+        sameSite: 'Lax',
+        secure: keel.config.production,
+        path: BINDING_COOKIE_PATH,
+        maxAge: (SSO_LOGIN_TTL_MS + SSO_EXCHANGE_TTL_MS) / 1000,
+      });
       if (start.state) {
         setCookie(c, STATE_COOKIE, stateCookieValue(keel, start.state), {
           httpOnly: true,
@@ -223,8 +257,9 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'post', path: '/sso/saml/acs', tags, summary: 'SAML assertion consumer service (HTTP-POST binding)',
+      middleware: [perAddress(acsLimit)],
       request: { body: { required: true, content: { 'application/x-www-form-urlencoded': { schema: AcsFormSchema } } } },
-      responses: { ...redirect('To the application'), 415: { description: 'Not a form post', content: { 'application/json': { schema: ErrorSchema } } } },
+      responses: { ...redirect('To the application'), ...errors(400, 429), 415: { description: 'Not a form post', content: { 'application/json': { schema: ErrorSchema } } } },
     }),
     async (c) => {
       if (!/^application\/x-www-form-urlencoded\b/i.test(c.req.header('content-type') ?? '')) {
@@ -257,12 +292,17 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'post', path: '/sso/exchange', tags, summary: 'Exchange the one-time #ssoCode for tokens (2 minutes, single use, any instance)',
       request: { body: jsonBody(ExchangeBodySchema) },
-      responses: { 200: json(TokenAnswerSchema, 'Signed in'), ...errors(400, 429) },
+      responses: { 200: json(TokenAnswerSchema, 'Signed in'), ...errors(400, 403, 429) },
     }),
     async (c) => {
       const info = requestInfo(c);
       await exchangeLimit.consume(info.ip ?? 'unknown');
-      return c.json(tokenResponse(c, keel, await exchangeCode(keel, c.req.valid('json').code, info)), 200);
+      // A browser must carry the binding cookie of the login. Browsers send Sec-Fetch-Site / Sec-Fetch-Dest
+      // (fetch metadata) and, on a POST, Origin; a backend sends none of them. Sec-Fetch-Mode alone is not a
+      // browser: Node's own fetch sends `sec-fetch-mode: cors`.
+      const fromBrowser = ['sec-fetch-site', 'sec-fetch-dest', 'origin'].some((h) => c.req.header(h) !== undefined);
+      const browser = fromBrowser ? { cookie: getCookie(c, BINDING_COOKIE) } : null;
+      return c.json(tokenResponse(c, keel, await exchangeCode(keel, c.req.valid('json').code, info, browser)), 200);
     },
   );
 }

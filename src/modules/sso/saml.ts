@@ -7,9 +7,11 @@ import { badRequest, notFound } from '../../platform/http/errors.js';
 import type { SingleUseRecord } from '../../platform/single-use.js';
 import type { AuditRequestInfo } from '../audit/service.js';
 import type { ProviderRow } from './providers.js';
-import { ssoProviders } from './schema.js';
+import { ssoProviders, type AttributeMapping } from './schema.js';
+import { SAML_ATTRIBUTE_URIS } from './presets.js';
 import { completeSsoLogin, mapClaims } from './provisioning.js';
 import { successLocation } from './locations.js';
+import { checkScannedResponse, scanSamlResponse } from './saml-scan.js';
 import { ACS_PATH, SAML_ASSERTION_PURPOSE, SAML_CLOCK_SKEW_MS, SSO_LOGIN_PURPOSE, SSO_LOGIN_TTL_MS, SsoFailure } from './constants.js';
 
 const EMAIL_FORMAT = 'urn:oasis:names:tc:SAML:1.1:nameid-format:emailAddress';
@@ -24,6 +26,8 @@ interface SamlSessionData {
   providerId: string;
   orgId: string;
   redirectPath: string;
+  /** SHA-256 of the browser's binding cookie, carried to the exchange code. */
+  binding: string;
 }
 
 const unusedCache: CacheProvider = {
@@ -51,12 +55,12 @@ export async function samlMetadata(keel: Keel, providerId: string): Promise<stri
  * The AuthnRequest by HTTP-Redirect (SPEC 5.9's `/sso/login/:orgId` for a SAML provider): its ID is the
  * login session's token, so the ACS finds the session by InResponseTo (10 minutes, single use).
  */
-export async function samlAuthorizeUrl(keel: Keel, p: ProviderRow, redirectPath: string): Promise<string> {
+export async function samlAuthorizeUrl(keel: Keel, p: ProviderRow, redirectPath: string, binding: string): Promise<string> {
   if (!p.ssoUrl || !p.certificate) {
     throw badRequest('sso_provider_incomplete', 'The SSO provider lacks ssoUrl or certificate: fix it with PATCH /sso/providers/{id}');
   }
   const requestId = `_${randomBytes(20).toString('hex')}`;
-  const data: SamlSessionData = { type: 'saml', providerId: p.id, orgId: p.orgId, redirectPath };
+  const data: SamlSessionData = { type: 'saml', providerId: p.id, orgId: p.orgId, redirectPath, binding };
   await keel.singleUse.create(keel.db, { purpose: SSO_LOGIN_PURPOSE, token: requestId, ttlMs: SSO_LOGIN_TTL_MS, subjectId: p.id, data: { ...data } });
   const saml = new SAML({
     idpCert: p.certificate,
@@ -78,15 +82,19 @@ const isUniqueViolation = (err: unknown): boolean => {
 };
 
 /**
- * The ACS (`POST /api/v1/sso/saml/acs`): node-saml verifies the XML signature (response or assertion,
- * one assertion only, so wrapped copies are refused) against the certificate of the provider whose
- * login session the response's InResponseTo names, the audience (Keel's entity id), NotBefore /
- * NotOnOrAfter (SAML_CLOCK_SKEW_MS) and InResponseTo in the SubjectConfirmationData. Then the session
- * is consumed once, the assertion id is recorded until the assertion expires (a replay is refused),
- * and the same provisioning and exchange code as OIDC follow.
+ * The ACS (`POST /api/v1/sso/saml/acs`): first the scan of `saml-scan.ts` (size, shape, no DOCTYPE,
+ * bounded elements, SHA-1 refused, Destination the ACS URL), then node-saml verifies the XML signature
+ * (response or assertion, one assertion only, so wrapped copies are refused) against the certificate
+ * of the active provider whose login session the response's InResponseTo names, the audience (Keel's
+ * entity id) and NotBefore / NotOnOrAfter (SAML_CLOCK_SKEW_MS). Keel then requires the signed
+ * assertion to answer that very request with Recipient the ACS URL (`checkSubjectConfirmation`).
+ * Then the session is consumed once, the assertion id is recorded until the assertion expires (a
+ * replay is refused), and the same provisioning and exchange code as OIDC follow.
  */
 export async function samlAcs(keel: Keel, form: { SAMLResponse?: string | undefined; RelayState?: string | undefined }, info: AuditRequestInfo): Promise<string> {
   if (!form.SAMLResponse) throw new SsoFailure('sso_error', 'no SAMLResponse');
+  // Before any XML parser: size, shape, no DOCTYPE, bounded elements; SHA-1 and a foreign Destination refused.
+  checkScannedResponse(scanSamlResponse(form.SAMLResponse), acsUrl(keel));
   let session: SingleUseRecord | null = null;
   let provider: ProviderRow | null = null;
   // InResponseTo → the stored login session (peeked here, consumed below once everything verified).
@@ -139,16 +147,57 @@ export async function samlAcs(keel: Keel, form: { SAMLResponse?: string | undefi
   const p = provider as ProviderRow | null;
   if (!profile || !s || !p) throw new SsoFailure('sso_error', 'saml: no profile');
   if (p.entityId && profile.issuer !== p.entityId) throw new SsoFailure('sso_error', 'saml: issuer is not the provider entity id');
+  checkSubjectConfirmation(profile, String(s.data.requestId), acsUrl(keel));
   const consumed = await keel.singleUse.consume(keel.db, SSO_LOGIN_PURPOSE, String(s.data.requestId));
   if (!consumed) throw new SsoFailure('session_expired', 'login session already used or expired');
   await refuseReplay(keel, p, profile);
   const attributes = Object.fromEntries(Object.entries(profile).filter(([, v]) => typeof v !== 'function'));
   const claims: Record<string, unknown> = { ...(profile.attributes as Record<string, unknown> | undefined), ...attributes };
   delete claims.attributes;
-  if (profile.nameIDFormat === EMAIL_FORMAT && claims.email === undefined) claims.email = profile.nameID;
-  const mapped = mapClaims(p.attributeMapping, claims, profile.nameID, true);
-  const code = await completeSsoLogin(keel, p, mapped, {}, info);
-  return successLocation(keel, (s.data as unknown as SamlSessionData).redirectPath, code);
+  // An emailAddress-format NameID is the email when no email attribute came (samlify's default response, many IdPs).
+  const mapping = profile.nameIDFormat === EMAIL_FORMAT && !sentEmailAttribute(p.attributeMapping, claims) ? { ...p.attributeMapping, email: 'nameID' } : p.attributeMapping;
+  const mapped = mapClaims(mapping, claims, profile.nameID, true);
+  const data = s.data as unknown as SamlSessionData;
+  const code = await completeSsoLogin(keel, p, mapped, {}, info, data.binding);
+  return successLocation(keel, data.redirectPath, code);
+}
+
+/** Whether the assertion carries an email attribute: the mapped one, or one of the SAML URIs for email. */
+function sentEmailAttribute(mapping: AttributeMapping, claims: Record<string, unknown>): boolean {
+  const names = [mapping.email, ...SAML_ATTRIBUTE_URIS.filter((a) => a.field === 'email').map((a) => a.uri)];
+  return names.some((n) => {
+    const v = claims[n];
+    return (typeof v === 'string' && v.trim() !== '') || (Array.isArray(v) && v.some((x) => typeof x === 'string' && x.trim() !== ''));
+  });
+}
+
+interface ConfirmationData {
+  $?: { Method?: string };
+  SubjectConfirmationData?: { $?: { InResponseTo?: string; Recipient?: string; NotOnOrAfter?: string } }[];
+}
+
+/**
+ * The signed assertion itself must answer this login: one of its bearer SubjectConfirmations carries
+ * InResponseTo equal to the request the login session was found by, Recipient equal to the ACS URL and
+ * a NotOnOrAfter still ahead. The response's own InResponseTo is unsigned (it only finds the session),
+ * so an assertion without InResponseTo (IdP-initiated, unsolicited) is refused here.
+ */
+function checkSubjectConfirmation(profile: Profile, requestId: string, acs: string): void {
+  const assertion = (profile.getAssertion?.() as { Assertion?: { Subject?: { SubjectConfirmation?: ConfirmationData[] }[] } } | undefined)?.Assertion;
+  const bearer = (assertion?.Subject?.[0]?.SubjectConfirmation ?? [])
+    .filter((c) => c.$?.Method === 'urn:oasis:names:tc:SAML:2.0:cm:bearer')
+    .map((c) => c.SubjectConfirmationData?.[0]?.$ ?? {});
+  const now = clock.nowMs();
+  const live = bearer.filter((d) => {
+    const until = Date.parse(d.NotOnOrAfter ?? '');
+    return Number.isFinite(until) && until + SAML_CLOCK_SKEW_MS > now;
+  });
+  if (live.length === 0) throw new SsoFailure('sso_error', 'saml: no live bearer subject confirmation');
+  const answering = live.filter((d) => d.InResponseTo !== undefined);
+  if (answering.length === 0) throw new SsoFailure('session_expired', 'saml: unsolicited assertion (no InResponseTo in its subject confirmation)');
+  const ours = answering.filter((d) => d.InResponseTo === requestId);
+  if (ours.length === 0) throw new SsoFailure('session_expired', 'saml: the assertion answers another request');
+  if (!ours.some((d) => d.Recipient === acs)) throw new SsoFailure('sso_error', 'saml: Recipient is not the ACS URL');
 }
 
 /** Records the assertion id (per IdP) until the assertion's NotOnOrAfter; a second use is refused. */
