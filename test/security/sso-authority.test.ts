@@ -6,7 +6,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
 import { backendAvailable } from '../helpers/app.js';
-import { createUser, enrollTotp, login, uniqueEmail } from '../helpers/fixtures.js';
+import { createUser, enrollTotp, login, nextTotpStep, STRONG_PASSWORD, totpCode, uniqueEmail } from '../helpers/fixtures.js';
 import { insertRole } from '../access/helpers.js';
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
 import { createOrganization } from '../../src/modules/tenancy/service.js';
@@ -24,6 +24,7 @@ describe.skipIf(!backendAvailable())('SSO provider authority and identity links'
   let configurerToken: string;
   /** A provider of org B, made by the partner administrator. */
   let providerB: string;
+  let partnerAdmin: string;
 
   beforeAll(async () => {
     w = await ssoWorld();
@@ -42,7 +43,7 @@ describe.skipIf(!backendAvailable())('SSO provider authority and identity links'
     const configurer = await createUser(w.app, { org: { orgId: orgC, roleId: customRole } });
     configurerToken = (await enrollTotp(w.app, (await login(w.app, configurer)).accessToken)).accessToken;
 
-    const partnerAdmin = (await enrollTotp(w.app, (await login(w.app, w.tenant.partnerAdmin)).accessToken)).accessToken;
+    partnerAdmin = (await enrollTotp(w.app, (await login(w.app, w.tenant.partnerAdmin)).accessToken)).accessToken;
     const b = await w.api('POST', '/sso/providers', { token: partnerAdmin, body: { orgId: w.tenant.otherOrgId, name: 'IdP B', type: 'oidc', issuer: idp.issuer, clientId: 'b', clientSecret: 'b-secret' } });
     expect(b.status).toBe(201);
     providerB = b.body.id;
@@ -202,6 +203,80 @@ describe.skipIf(!backendAvailable())('SSO provider authority and identity links'
       expect(await linkOf(carol.id)).toEqual([sub]);
       const refused = await auditOf('sso.identity.refused', providerId);
       expect(refused.some((r) => r.details.subject === sub && r.details.reason === 'subject_taken')).toBe(true);
+    });
+  });
+
+  describe('every session passes the sign-in policy (org B enforces SSO)', () => {
+    const patchB = (body: Record<string, unknown>) => w.api('PATCH', `/sso/providers/${providerB}`, { token: partnerAdmin, body });
+    const inviteToken = (email: string): string => {
+      for (const line of w.logs.text) {
+        if (!line.includes('devEmailSink') || !line.includes(email)) continue;
+        const m = /accept-invite\?token=([\w-]+)/.exec(line);
+        if (m?.[1]) return m[1];
+      }
+      throw new Error(`no invitation mail for ${email}`);
+    };
+    const invite = async (email: string) => {
+      const res = await w.api('POST', '/users/invite', { token: partnerAdmin, body: { email, name: 'Invited Person', roleId: SYSTEM_ROLES.orgTechnician.id, orgId: w.tenant.otherOrgId } });
+      expect(res.status).toBe(201);
+      return inviteToken(email);
+    };
+    const passwordOf = async (email: string) => {
+      const rows = await w.app.server.keel.db.execute(sql`select password_hash, status from users where lower(email) = lower(${email})`);
+      return (rows as { rows: { password_hash: string | null; status: string }[] }).rows[0];
+    };
+
+    beforeAll(async () => {
+      expect((await w.api('POST', `/sso/providers/${providerB}/status`, { token: partnerAdmin, body: { status: 'active' } })).status).toBe(200);
+    });
+
+    it('an MFA sign-in that started before enforceSSO was switched on ends in 403 sso_required, not a session', async () => {
+      expect((await patchB({ enforceSSO: false })).status).toBe(200);
+      const member = await createUser(w.app, { org: { orgId: w.tenant.otherOrgId, roleId: SYSTEM_ROLES.orgTechnician.id } });
+      const { secret } = await enrollTotp(w.app, (await login(w.app, member)).accessToken);
+      const challenge = await w.app.api('POST', '/auth/login', { body: { email: member.email, password: member.password } });
+      expect(challenge.body.mfaRequired).toBe(true);
+      expect((await patchB({ enforceSSO: true })).status).toBe(200);
+      await nextTotpStep();
+      const verify = await w.app.api('POST', '/auth/mfa/verify', { body: { tempToken: challenge.body.tempToken, code: await totpCode(secret) } });
+      expect(verify.status).toBe(403);
+      expect(verify.body.code).toBe('sso_required');
+      expect(verify.body.accessToken).toBeUndefined();
+      expect(verify.cookies).toEqual([]);
+    });
+
+    it('accepting an invitation under enforceSSO: accepted, password-less, no tokens or cookies; the answer says to use SSO', async () => {
+      expect((await patchB({ enforceSSO: true })).status).toBe(200);
+      const email = uniqueEmail('invited-sso');
+      const res = await w.app.api('POST', '/auth/accept-invite', { body: { token: await invite(email), password: STRONG_PASSWORD } });
+      expect(res.status).toBe(200);
+      expect(res.body).toMatchObject({ ssoRequired: true, user: { email, orgId: w.tenant.otherOrgId } });
+      expect(res.body.accessToken).toBeUndefined();
+      expect(res.body.refreshToken).toBeUndefined();
+      expect(res.cookies).toEqual([]);
+      expect(await passwordOf(email)).toEqual({ password_hash: null, status: 'active' });
+      const logins = await w.api('GET', `/audit-logs?action=user.login&targetId=${res.body.user.id}`, { token: partnerAdmin });
+      expect(logins.body.data).toEqual([]);
+      // An existing account without an association joins with its password, and gets no session either.
+      const existing = await createUser(w.app);
+      const joined = await w.app.api('POST', '/auth/accept-invite', { body: { token: await invite(existing.email), password: existing.password } });
+      expect(joined.status).toBe(200);
+      expect(joined.body).toMatchObject({ ssoRequired: true, user: { id: existing.id, orgId: w.tenant.otherOrgId } });
+      expect(joined.body.accessToken).toBeUndefined();
+      expect(joined.cookies).toEqual([]);
+    });
+
+    it('without enforceSSO the invitation still signs in with the new password', async () => {
+      expect((await patchB({ enforceSSO: false })).status).toBe(200);
+      try {
+        const email = uniqueEmail('invited-pw');
+        const res = await w.app.api('POST', '/auth/accept-invite', { body: { token: await invite(email), password: STRONG_PASSWORD } });
+        expect(res.status).toBe(200);
+        expect(res.body.accessToken).toBeTruthy();
+        expect(res.body.ssoRequired).toBeUndefined();
+      } finally {
+        await patchB({ enforceSSO: true });
+      }
     });
   });
 });
