@@ -204,6 +204,24 @@ describe.skipIf(!backendAvailable())('SSO provider authority and identity links'
       const refused = await auditOf('sso.identity.refused', providerId);
       expect(refused.some((r) => r.details.subject === sub && r.details.reason === 'subject_taken')).toBe(true);
     });
+    it('a refused sign-in is logged with its error code, never with the authorization code, and audited as a failed sso.login', async () => {
+      const newcomer = uniqueEmail('logged');
+      const sub = account(randomSub('logged'), newcomer, { email_verified: false });
+      const { location, steps } = await new Browser(w.app).signInAt(`${w.app.url}/api/v1/sso/login/${w.tenant.orgId}`, sub, isApp);
+      expect(location).toBe(failed('sso_error'));
+      const callbackUrl = new URL(steps.at(-1)!);
+      expect(callbackUrl.pathname).toBe('/api/v1/sso/callback');
+      const authorizationCode = callbackUrl.searchParams.get('code')!;
+      expect(authorizationCode.length).toBeGreaterThan(20);
+      const refused = w.logs.text.filter((l) => l.includes('SSO login refused')).map((l) => JSON.parse(l) as Record<string, unknown>);
+      expect(refused.length).toBeGreaterThan(0);
+      expect(refused.at(-1)).toMatchObject({ code: 'sso_error', providerId, msg: 'SSO login refused' });
+      expect(String(refused.at(-1)!.reason)).toMatch(/^email_not_verified/);
+      for (const line of w.logs.text) expect(line).not.toContain(authorizationCode);
+      const audit = await auditOf('sso.login', providerId);
+      expect(audit[0]).toMatchObject({ result: 'failure', details: { providerId, error: 'sso_error' } });
+      expect(String(audit[0]!.details.reason)).toMatch(/^email_not_verified/);
+    });
   });
 
   describe('every session passes the sign-in policy (org B enforces SSO)', () => {
