@@ -34,16 +34,27 @@ function hasControl(text: string): boolean {
 
 /**
  * The post-login path: only a same-origin relative path (`/…`, not `//…` or `/\…`), at most 500
- * characters; anything else is a 400 naming `redirect`. Default `/`.
+ * characters; anything else is a 400 naming `redirect`. Default `/`. The rule holds for the path as
+ * given *and* as normalised (`/.//x` and `/..//x` normalise to `//x`, which a browser or a client-side
+ * router reads as another host), and for slashes hidden as `%2f`/`%5c` in the path; the answer is
+ * the normalised path and query (a fragment is dropped: the exchange code goes there).
  */
 export function safeRedirectPath(keel: Keel, raw: string | undefined): string {
   if (raw === undefined || raw === '') return '/';
   const bad = () => validationError([{ path: 'redirect', message: 'must be a relative path on this site (starting with a single /)' }]);
-  if (raw.length > 500 || !raw.startsWith('/') || raw.startsWith('//') || raw.startsWith('/\\') || raw.includes('\\') || hasControl(raw)) throw bad();
+  if (raw.length > 500 || !raw.startsWith('/') || raw.includes('\\') || hasControl(raw)) throw bad();
+  const pathPart = raw.split(/[?#]/, 1)[0] ?? '';
+  if (/%(?:2f|5c)/i.test(pathPart)) throw bad();
   const base = new URL(keel.config.publicUrl);
-  const resolved = new URL(raw, base);
-  if (resolved.origin !== base.origin) throw bad();
-  return `${resolved.pathname}${resolved.search}`;
+  let resolved: URL;
+  try {
+    resolved = new URL(raw, base);
+  } catch {
+    throw bad();
+  }
+  const path = `${resolved.pathname}${resolved.search}`;
+  if (resolved.origin !== base.origin || !path.startsWith('/') || path.startsWith('//') || path.includes('\\') || hasControl(path)) throw bad();
+  return path;
 }
 
 /** The state cookie's signature: HMAC-SHA256 keyed on the encryption key (never the JWT secret), SPEC 5.9.2. */
