@@ -8,6 +8,7 @@ import { sql } from 'drizzle-orm';
 import { backendAvailable } from '../helpers/app.js';
 import { createUser, enrollTotp, login, nextTotpStep, STRONG_PASSWORD, totpCode, uniqueEmail } from '../helpers/fixtures.js';
 import { insertRole } from '../access/helpers.js';
+import { raceTest, together } from '../helpers/race.js';
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
 import { createOrganization } from '../../src/modules/tenancy/service.js';
 import { clock } from '../../src/platform/clock.js';
@@ -204,6 +205,23 @@ describe.skipIf(!backendAvailable())('SSO provider authority and identity links'
       const refused = await auditOf('sso.identity.refused', providerId);
       expect(refused.some((r) => r.details.subject === sub && r.details.reason === 'subject_taken')).toBe(true);
     });
+    raceTest('two sign-ins of one unlinked account under two subjects at once: one links, the other is refused', async () => {
+      const atCallback = (location: string) => location.includes('/api/v1/sso/callback');
+      for (let round = 0; round < 5; round++) {
+        const dan = await createUser(w.app, { email: uniqueEmail('dan'), org: { orgId: w.tenant.orgId, roleId: SYSTEM_ROLES.orgTechnician.id } });
+        const subs = [account(randomSub('dan-a'), dan.email), account(randomSub('dan-b'), dan.email)];
+        const browsers = [new Browser(w.app), new Browser(w.app)];
+        // Both browsers go through the IdP and stop at Keel's callback; then both callbacks run together.
+        const callbacks = await Promise.all(browsers.map(async (b, i) => (await b.signInAt(`${w.app.url}/api/v1/sso/login/${w.tenant.orgId}`, subs[i]!, atCallback)).location));
+        const answers = await together(2, (i) => browsers[i]!.fetch(callbacks[i]!));
+        const locations = answers.map((r) => r.headers.get('location') ?? '');
+        expect(locations.filter((l) => ssoCodeOf(l) !== null), locations.join(' ')).toHaveLength(1);
+        expect(locations.filter((l) => l === failed('sso_error')), locations.join(' ')).toHaveLength(1);
+        const winner = subs[locations.findIndex((l) => ssoCodeOf(l) !== null)]!;
+        expect(await linkOf(dan.id)).toEqual([winner]);
+      }
+    });
+
     it('a refused sign-in is logged with its error code, never with the authorization code, and audited as a failed sso.login', async () => {
       const newcomer = uniqueEmail('logged');
       const sub = account(randomSub('logged'), newcomer, { email_verified: false });

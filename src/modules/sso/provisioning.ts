@@ -252,16 +252,23 @@ async function linkIdentity(keel: Keel, db: Db, p: ProviderRow, userId: string, 
     lastLoginAt: now,
     updatedAt: now,
   };
+  let written: { id: string }[];
   try {
-    await db
+    // The update applies only to the same subject: a link made by a parallel sign-in under another
+    // subject (after the check above) leaves no row written, and this sign-in is refused too.
+    written = await db
       .insert(ssoIdentities)
       .values({ ...values, externalId, userId, providerId: p.id, createdAt: now })
-      .onConflictDoUpdate({ target: [ssoIdentities.providerId, ssoIdentities.userId], set: values });
+      .onConflictDoUpdate({ target: [ssoIdentities.providerId, ssoIdentities.userId], set: values, setWhere: eq(ssoIdentities.externalId, externalId) })
+      .returning({ id: ssoIdentities.id });
   } catch (err) {
     // The IdP subject is linked to another account of this provider (its email changed at the IdP).
     const code = (err as { code?: string; cause?: { code?: string } }).code ?? (err as { cause?: { code?: string } }).cause?.code;
     // (No userId here: when the account was made by this sign-in it is rolled back with the link.)
     throw new SsoFailure('sso_error', `identity_subject_taken: identity link refused (${code ?? 'error'})`).about({ refusedSubject: externalId });
+  }
+  if (written.length === 0) {
+    throw new SsoFailure('sso_error', 'identity_subject_changed: the account was linked to this provider under another subject meanwhile').about({ userId, refusedSubject: externalId });
   }
 }
 
