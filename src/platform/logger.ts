@@ -5,9 +5,27 @@ import { loggableError } from './safe-error.js';
 /** Keys whose values never reach a log line, at any depth of a logged object. */
 const REDACT = new Set([
   'password', 'currentPassword', 'newPassword', 'secret', 'clientSecret', 'token', 'tempToken', 'refreshToken',
-  'accessToken', 'code', 'key', 'authorization', 'cookie', 'set-cookie', 'mfaSecret', 'recoveryCodes',
+  'accessToken', 'key', 'authorization', 'cookie', 'set-cookie', 'mfaSecret', 'recoveryCodes', 'ssoCode',
+  'SAMLResponse', 'RelayState',
 ]);
+/*
+ * A `code` is a secret only by where it sits: the OAuth authorization code, an SSO exchange code or a
+ * one-time code arrive as `code` in a request's query, body, form or parameters, so `code` is redacted
+ * under those keys. Elsewhere `code` is an error code (`sso_error`, `23505`, `validation_failed`) and
+ * stays visible: it is what an operator searches the logs for.
+ */
+const REDACT_UNDER = new Set(['query', 'body', 'params', 'form', 'searchParams', 'json']);
+const CONTEXT_SECRETS = new Set(['code']);
+/** A URL (absolute or a path) with a query string or fragment, which may carry a code or token. */
+const URL_WITH_QUERY = /^(?:[a-z][a-z\d+.-]*:\/\/|\/)[^\s?#]*[?#]\S*$/i;
 const CENSOR = '[redacted]';
+
+/** A URL's query string and fragment replaced (`https://x/cb?[redacted]`); anything else as it is. */
+function redactUrl(value: string): string {
+  if (value.length < 3 || (!value.includes('?') && !value.includes('#')) || !URL_WITH_QUERY.test(value)) return value;
+  const cut = value.search(/[?#]/);
+  return `${value.slice(0, cut)}${value[cut]}${CENSOR}`;
+}
 const REDACT_DEPTH = 8;
 
 function isPlain(value: object): boolean {
@@ -22,7 +40,8 @@ function isPlain(value: object): boolean {
  * Plain objects and arrays are walked (to REDACT_DEPTH); anything else (Date, Buffer, class
  * instances) is left to JSON as it is, and errors go through pino's `err` serializer first.
  */
-export function redactSecrets<T>(value: T, depth = 0): T {
+export function redactSecrets<T>(value: T, depth = 0, parentKey?: string): T {
+  if (typeof value === 'string') return redactUrl(value) as T;
   if (typeof value !== 'object' || value === null || depth > REDACT_DEPTH || !isPlain(value)) return value;
   if (Array.isArray(value)) {
     let copy: unknown[] | null = null;
@@ -37,10 +56,12 @@ export function redactSecrets<T>(value: T, depth = 0): T {
     return (copy ?? value) as T;
   }
   const source = value as Record<string, unknown>;
+  const request = parentKey !== undefined && REDACT_UNDER.has(parentKey);
   let copy: Record<string, unknown> | null = null;
   for (const key of Object.keys(source)) {
     const item = source[key];
-    const next = REDACT.has(key) && item !== undefined && item !== null ? CENSOR : redactSecrets(item, depth + 1);
+    const secret = REDACT.has(key) || (request && CONTEXT_SECRETS.has(key));
+    const next = secret && item !== undefined && item !== null ? CENSOR : redactSecrets(item, depth + 1, key);
     if (next !== item) {
       copy ??= { ...source };
       copy[key] = next;

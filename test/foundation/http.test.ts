@@ -84,6 +84,34 @@ describe.skipIf(!backendAvailable())('HTTP foundation', () => {
     expect((bundle.body as string).length).toBeGreaterThan(100_000);
   });
 
+  it('the docs page carries a strict CSP and X-Frame-Options: DENY, and loads only its own assets under it', async () => {
+    const docs = await app.request('GET', '/api/v1/docs');
+    expect(docs.status).toBe(200);
+    const csp = docs.headers.get('content-security-policy') ?? '';
+    const directives = Object.fromEntries(csp.split(/;\s*/).map((d) => [d.split(' ')[0], d.split(' ').slice(1).join(' ')]));
+    expect(directives).toMatchObject({ 'default-src': "'none'", 'script-src': "'self'", 'style-src': "'self'", 'connect-src': "'self'", 'frame-ancestors': "'none'", 'object-src': "'none'", 'base-uri': "'none'" });
+    expect(csp).not.toMatch(/unsafe-inline|unsafe-eval|\*/);
+    expect(docs.headers.get('x-frame-options')).toBe('DENY');
+    const html = docs.body as string;
+    // Nothing inline for the policy to refuse: every script has a src, no <style> element, no style attribute.
+    const scripts = [...html.matchAll(/<script([^>]*)>([\s\S]*?)<\/script>/g)];
+    expect(scripts.length).toBe(2);
+    for (const [, attrs, body] of scripts) {
+      expect(attrs).toMatch(/src="/);
+      expect(body).toBe('');
+    }
+    expect(html).not.toMatch(/<style|style=|on\w+=/i);
+    // Every asset the page names is Keel's own ('self') and is served, with its type.
+    const assets = [...html.matchAll(/(?:src|href)="([^"]+)"/g)].map((m) => m[1]!);
+    expect(assets).toEqual(['/api/v1/docs/assets/swagger-ui.css', '/api/v1/docs/assets/swagger-ui-bundle.js', '/api/v1/docs/assets/init.js']);
+    for (const asset of assets) {
+      const res = await app.request('GET', asset);
+      expect(res.status, asset).toBe(200);
+      expect(res.headers.get('content-type'), asset).toMatch(asset.endsWith('.css') ? /^text\/css/ : /^text\/javascript/);
+    }
+    expect((await app.request('GET', '/api/v1/docs/assets/init.js')).body).toContain('"/api/v1/openapi.json"');
+  });
+
   it('is reachable on the embedded or the real backend this project runs', async () => {
     const res = await app.request('GET', '/health');
     expect(res.body.database.kind).toBe(process.env.KEEL_TEST_DB === 'postgres' ? 'postgres' : 'pglite');

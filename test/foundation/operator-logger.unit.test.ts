@@ -95,8 +95,37 @@ describe('log redaction', () => {
   it('passes a line without secrets through as it is (no copy)', () => {
     const line = { reqId: 'r-1', method: 'GET', path: '/api/v1/users/me', status: 200, ms: 0.4 };
     expect(redactSecrets(line)).toBe(line);
-    const withSecret = { reqId: 'r-1', code: '123456' };
-    expect(redactSecrets(withSecret)).toEqual({ reqId: 'r-1', code: '[redacted]' });
+    const withSecret = { reqId: 'r-1', token: '123456' };
+    expect(redactSecrets(withSecret)).toEqual({ reqId: 'r-1', token: '[redacted]' });
+  });
+
+  it('redacts a code by where it sits (request query, body, form, params; URL query strings and fragments) and keeps error codes', () => {
+    const line = {
+      code: 'sso_error',
+      err: { code: '23505' },
+      query: { code: 'oauth-authorization-code', state: 's' },
+      body: { code: 'exchange-code' },
+      req: { params: { code: 'p-code' }, form: { code: 'f-code', SAMLResponse: 'PHNhbWw+' } },
+      url: 'http://127.0.0.1:3000/api/v1/sso/callback?code=oauth-authorization-code&state=s',
+      location: 'https://keel.example/devices#ssoCode=exchange-code',
+      path: '/api/v1/sso/callback?code=oauth-authorization-code',
+      list: ['/x?token=t-1', 'plain words with a ? mark'],
+      reason: 'oidc: OperationProcessingError unexpected response',
+    };
+    const out = redactSecrets(line);
+    expect(out).toEqual({
+      code: 'sso_error',
+      err: { code: '23505' },
+      query: { code: '[redacted]', state: 's' },
+      body: { code: '[redacted]' },
+      req: { params: { code: '[redacted]' }, form: { code: '[redacted]', SAMLResponse: '[redacted]' } },
+      url: 'http://127.0.0.1:3000/api/v1/sso/callback?[redacted]',
+      location: 'https://keel.example/devices#[redacted]',
+      path: '/api/v1/sso/callback?[redacted]',
+      list: ['/x?[redacted]', 'plain words with a ? mark'],
+      reason: 'oidc: OperationProcessingError unexpected response',
+    });
+    expect(JSON.stringify(out)).not.toMatch(/authorization-code|exchange-code|p-code|f-code|t-1|PHNhbWw/);
   });
 });
 

@@ -1,8 +1,7 @@
 import { Writable } from 'node:stream';
-import { pino } from 'pino';
 import { startTestApp, type TestApp, type TestAppOptions } from '../helpers/app.js';
 import { createTenant, enrollTotp, login, type Tenant } from '../helpers/fixtures.js';
-import type { Logger } from '../../src/platform/logger.js';
+import { createLogger, type Logger } from '../../src/platform/logger.js';
 
 /** Every log line an app wrote, as text, and parsed. */
 export interface CapturedLog {
@@ -10,17 +9,19 @@ export interface CapturedLog {
   text: string[];
 }
 
+/** Keel's own logger (its redaction included, as an operator's log has it), at debug, into memory. */
 export function captureLog(): CapturedLog {
   const text: string[] = [];
-  const log = pino(
-    { level: 'debug' },
+  const log = createLogger(
+    'debug',
+    {},
     new Writable({
       write(chunk: Buffer, _enc, done) {
         for (const line of chunk.toString().split('\n').filter(Boolean)) text.push(line);
         done();
       },
     }),
-  ) as unknown as Logger;
+  );
   return { log, text };
 }
 

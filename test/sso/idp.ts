@@ -17,6 +17,8 @@ export interface IdpAccount {
   given_name?: string;
   family_name?: string;
   groups?: string[];
+  /** `true` unless the test says otherwise (an IdP that marks the address unverified). */
+  email_verified?: boolean;
 }
 
 export interface OidcIdp {
@@ -43,7 +45,7 @@ export async function startOidcIdp(opts: { redirectUri: string; clientId?: strin
     findAccount: (_ctx, id) => {
       const account = accounts.get(id);
       if (!account) return undefined;
-      return { accountId: id, claims: () => ({ ...account, email_verified: true }) };
+      return { accountId: id, claims: () => ({ email_verified: true, ...account }) };
     },
     pkce: { required: () => true },
   });

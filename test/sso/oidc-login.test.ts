@@ -283,11 +283,14 @@ describe.skipIf(!backendAvailable())('OIDC login against a real OpenID provider'
       const first = await exchange((await ssoLogin(account(email, { groups: ['keel-staff', 'keel-admins'] }))).location);
       expect(first.body.user.roleId).toBe(orgAdminRole); // list order of the mappings decides, not the claim's
       const staff = await createUser(w.app, { email: uniqueEmail('staff'), org: { orgId: w.tenant.orgId, roleId: orgReadOnly } });
-      const moved = await exchange((await ssoLogin(account(staff.email, { groups: ['keel-staff'] }))).location);
+      const staffSub = account(staff.email, { groups: ['keel-staff'] });
+      const moved = await exchange((await ssoLogin(staffSub)).location);
       expect(moved.body.user.roleId).toBe(custom.body.id);
       const audit = await w.app.api('GET', `/audit-logs?action=user.role.assign&targetId=${staff.id}`, { token: w.adminToken });
       expect(audit.body.data[0].details).toMatchObject({ from: orgReadOnly, to: custom.body.id, source: 'sso_group_mapping' });
-      const none = await exchange((await ssoLogin(account(staff.email, { groups: ['unmapped'] }))).location);
+      // The same subject (another one would be refused: the account is linked), now in no mapped group.
+      idp.accounts.set(staffSub, { ...idp.accounts.get(staffSub)!, groups: ['unmapped'] });
+      const none = await exchange((await ssoLogin(staffSub)).location);
       expect(none.body.user.roleId).toBe(custom.body.id);
     } finally {
       await patch({ groupRoleMappings: [] });

@@ -1,5 +1,6 @@
 import type { Keel } from '../../keel.js';
 import type { users } from './schema.js';
+import { forbidden } from '../../platform/http/errors.js';
 
 type User = typeof users.$inferSelect;
 
@@ -42,4 +43,14 @@ export async function passwordPolicyVerdicts(keel: Keel, user: User, use: Passwo
     if (v.refuse) break;
   }
   return out;
+}
+
+/**
+ * The sign-in policy every session but an SSO one passes (`signIn` asks it; password login asks it
+ * before the second-factor challenge): the first refusal's error (403 `sso_required` under enforced
+ * SSO), or null. Audits nothing: a break-glass sign-in is recorded once, by the password check.
+ */
+export async function signInRefusal(keel: Keel, user: User): Promise<Error | null> {
+  const refusal = (await passwordPolicyVerdicts(keel, user, 'login')).find((v) => v.refuse);
+  return refusal ? (refusal.error ?? forbidden('Password sign-in is not allowed for this account', 'password_login_refused')) : null;
 }

@@ -6,7 +6,7 @@ import { clock } from '../../platform/clock.js';
 import { newId } from '../../platform/db/columns.js';
 import { prepared, rawQuery, tableReader } from '../../platform/db/raw.js';
 import { AppError, conflict, forbidden, notFound, unauthorized } from '../../platform/http/errors.js';
-import { passwordPolicyVerdicts } from './password-policy.js';
+import { passwordPolicyVerdicts, signInRefusal } from './password-policy.js';
 import { auditInsert, writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import type { Logger } from '../../platform/logger.js';
 import { identityOf } from './context.js';
@@ -104,8 +104,14 @@ export async function signIn(
   keel: Keel,
   user: User,
   info: RequestInfo,
-  opts: { mfa: boolean; method: 'password' | 'mfa' | 'sso' | 'registration'; details?: Record<string, unknown> },
+  opts: { mfa: boolean; method: 'password' | 'mfa' | 'sso' | 'registration'; details?: Record<string, unknown>; policyChecked?: boolean },
 ): Promise<TokenAnswer> {
+  // Every session but an SSO one passes the sign-in policy (enforced SSO: 403 `sso_required`), whatever
+  // proved the user (second factor, invitation, registration); password login has asked it already.
+  if (opts.method !== 'sso' && !opts.policyChecked) {
+    const refusal = await signInRefusal(keel, user);
+    if (refusal) throw refusal;
+  }
   const identity = identityOf(keel);
   const ports = identityPorts(keel);
   const [access, passkeys] = await Promise.all([ports.tenantOf(keel.db, user), ports.passkeyCount(keel.db, user)]);
@@ -194,7 +200,7 @@ export async function passwordLogin(keel: Keel, email: string, password: string,
       countAuthOutcome(keel.metrics, 'login', 'challenge');
       return challenge;
     }
-    const answer = await signIn(keel, user, { ...info, actor: { type: 'user', id: user.id, email: user.email } }, { mfa: false, method: 'password' });
+    const answer = await signIn(keel, user, { ...info, actor: { type: 'user', id: user.id, email: user.email } }, { mfa: false, method: 'password', policyChecked: true });
     signedIn = true;
     countAuthOutcome(keel.metrics, 'login', 'success');
     return answer;

@@ -16,13 +16,32 @@ export const SAML_CLOCK_SKEW_MS = 60_000;
 /** The callback error codes of SPEC 7: nothing else ever reaches the login page's URL. */
 export type SsoErrorCode = 'session_expired' | 'provider_not_found' | 'domain_not_allowed' | 'user_not_found' | 'default_role_required' | 'no_org_access' | 'sso_error';
 
-/** A callback failure with its SPEC 7 code; the internal reason goes to the log only. */
+/** What a failure is known to be about, once the login session named it (for the audit entry). */
+export interface SsoFailureContext {
+  providerId?: string;
+  orgId?: string;
+  userId?: string;
+  /** The IdP subject a refused identity link asserted (audited as `sso.identity.refused`). */
+  refusedSubject?: string;
+}
+
+/**
+ * A callback failure with its SPEC 7 code; the internal reason goes to the log and, once the
+ * provider is known (`context`), to the `sso.login` failure audit entry, never to the browser.
+ */
 export class SsoFailure extends Error {
   override name = 'SsoFailure';
+  context: SsoFailureContext = {};
   constructor(
     readonly code: SsoErrorCode,
     readonly reason: string,
   ) {
     super(reason);
+  }
+
+  /** Adds what is known (earlier facts win: the innermost throw knows most). */
+  about(context: SsoFailureContext): this {
+    this.context = { ...context, ...this.context };
+    return this;
   }
 }

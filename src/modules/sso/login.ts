@@ -4,10 +4,12 @@ import { clock } from '../../platform/clock.js';
 import { constantTimeEqual } from '../../platform/crypto.js';
 import { AppError, badRequest, validationError } from '../../platform/http/errors.js';
 import { OutboundError } from '../../platform/outbound.js';
-import type { AuditRequestInfo } from '../audit/service.js';
+import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
+import { requestLog } from '../../platform/request-scope.js';
+import { loggableError } from '../../platform/safe-error.js';
 import { activeProvider, noActiveProvider, openSecret, type ProviderRow } from './providers.js';
 import { discover, clientConfig, client, rememberJwks } from './oidc.js';
-import { completeSsoLogin, mapClaims } from './provisioning.js';
+import { completeSsoLogin, emailVerifiedClaim, mapClaims } from './provisioning.js';
 import { samlAuthorizeUrl } from './saml.js';
 import { CALLBACK_PATH, SSO_LOGIN_PURPOSE, SSO_LOGIN_TTL_MS, SsoFailure } from './constants.js';
 import { ssoProviders } from './schema.js';
@@ -34,16 +36,27 @@ function hasControl(text: string): boolean {
 
 /**
  * The post-login path: only a same-origin relative path (`/…`, not `//…` or `/\…`), at most 500
- * characters; anything else is a 400 naming `redirect`. Default `/`.
+ * characters; anything else is a 400 naming `redirect`. Default `/`. The rule holds for the path as
+ * given *and* as normalised (`/.//x` and `/..//x` normalise to `//x`, which a browser or a client-side
+ * router reads as another host), and for slashes hidden as `%2f`/`%5c` in the path; the answer is
+ * the normalised path and query (a fragment is dropped: the exchange code goes there).
  */
 export function safeRedirectPath(keel: Keel, raw: string | undefined): string {
   if (raw === undefined || raw === '') return '/';
   const bad = () => validationError([{ path: 'redirect', message: 'must be a relative path on this site (starting with a single /)' }]);
-  if (raw.length > 500 || !raw.startsWith('/') || raw.startsWith('//') || raw.startsWith('/\\') || raw.includes('\\') || hasControl(raw)) throw bad();
+  if (raw.length > 500 || !raw.startsWith('/') || raw.includes('\\') || hasControl(raw)) throw bad();
+  const pathPart = raw.split(/[?#]/, 1)[0] ?? '';
+  if (/%(?:2f|5c)/i.test(pathPart)) throw bad();
   const base = new URL(keel.config.publicUrl);
-  const resolved = new URL(raw, base);
-  if (resolved.origin !== base.origin) throw bad();
-  return `${resolved.pathname}${resolved.search}`;
+  let resolved: URL;
+  try {
+    resolved = new URL(raw, base);
+  } catch {
+    throw bad();
+  }
+  const path = `${resolved.pathname}${resolved.search}`;
+  if (resolved.origin !== base.origin || !path.startsWith('/') || path.startsWith('//') || path.includes('\\') || hasControl(path)) throw bad();
+  return path;
 }
 
 /** The state cookie's signature: HMAC-SHA256 keyed on the encryption key (never the JWT secret), SPEC 5.9.2. */
@@ -153,6 +166,17 @@ export async function oidcCallback(keel: Keel, query: URLSearchParams, cookie: s
   if (session?.data.type !== 'oidc' || !session.secret) throw new SsoFailure('session_expired', 'no live login session for this state');
   const data = session.data as unknown as OidcSessionData;
   const p = await loginProvider(keel, data.providerId);
+  try {
+    return await oidcFinish(keel, p, data, state, session.secret, query, info);
+  } catch (err) {
+    // From here on the failure is about this provider: it is audited as a failed sign-in.
+    if (err instanceof SsoFailure) err.about({ providerId: p.id, orgId: p.orgId });
+    throw err;
+  }
+}
+
+/** The callback once its provider is known: the code exchange, the claims, the sign-in's provisioning. */
+async function oidcFinish(keel: Keel, p: ProviderRow, data: OidcSessionData, state: string, verifier: string, query: URLSearchParams, info: AuditRequestInfo): Promise<string> {
   if (p.type !== 'oidc') throw new SsoFailure('provider_not_found', 'provider is no longer OIDC');
   let claims: Record<string, unknown>;
   let tokens: client.TokenEndpointResponse & client.TokenEndpointResponseHelpers;
@@ -162,7 +186,7 @@ export async function oidcCallback(keel: Keel, query: URLSearchParams, cookie: s
     config = clientConfig(keel, endpoints);
     const current = new URL(`${callbackUrl(keel)}?${query.toString()}`);
     tokens = await client.authorizationCodeGrant(config, current, {
-      pkceCodeVerifier: session.secret,
+      pkceCodeVerifier: verifier,
       expectedState: state,
       expectedNonce: data.nonce,
       idTokenExpected: true,
@@ -188,6 +212,30 @@ export async function oidcCallback(keel: Keel, query: URLSearchParams, cookie: s
     accessToken: tokens.access_token,
     refreshToken: tokens.refresh_token,
     expiresAt: expiresIn === undefined ? null : new Date(clock.nowMs() + expiresIn * 1000),
-  }, info, data.binding);
+  }, info, data.binding, emailVerifiedClaim(p.attributeMapping, claims));
   return successLocation(keel, data.redirectPath, code);
+}
+
+/**
+ * A refused SSO sign-in whose provider is known (its login session was found): audited `sso.login`
+ * with `result: 'failure'`, `details.error` (the SPEC 7 code the browser got) and `details.reason`;
+ * a refused identity link also as `sso.identity.refused` (the subject asserted, why). Failures before
+ * a login session is identified (a forged or stale state) are only logged: anyone can send those, and
+ * they must not fill the audit log. The entry never fails the redirect (its error is logged).
+ */
+export async function auditSsoFailure(keel: Keel, failure: SsoFailure, info: AuditRequestInfo): Promise<void> {
+  const { providerId, orgId, userId, refusedSubject } = failure.context;
+  if (!providerId) return;
+  const reason = failure.reason.slice(0, 200);
+  const who: AuditRequestInfo = { ...info, actor: userId ? { type: 'user', id: userId } : { type: 'anonymous' } };
+  const target = userId ? { type: 'user', id: userId } : { type: 'sso_provider', id: providerId };
+  try {
+    await writeAudit(keel.db, who, { action: 'sso.login', orgId: orgId ?? null, target, details: { providerId, error: failure.code, reason }, result: 'failure' });
+    if (refusedSubject !== undefined) {
+      const why = reason.startsWith('identity_subject_changed') ? 'subject_changed' : 'subject_taken';
+      await writeAudit(keel.db, who, { action: 'sso.identity.refused', orgId: orgId ?? null, target, details: { providerId, subject: refusedSubject, reason: why }, result: 'failure' });
+    }
+  } catch (err) {
+    requestLog(keel.log, info).error({ error: loggableError(err) }, 'SSO login refused: the audit entry could not be written');
+  }
 }

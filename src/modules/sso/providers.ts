@@ -11,6 +11,7 @@ import { AppError, conflict, notFound, validationError } from '../../platform/ht
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { assignableRole } from '../access/roles.js';
 import { reachOrg, type AccessContext } from '../access/scope.js';
+import { assertCoversOrgMembers } from '../users/service.js';
 import { DEFAULT_MAPPING, DEFAULT_SCOPES, findPreset } from './presets.js';
 import { ssoProviders, type AttributeMapping, type GroupRoleMapping } from './schema.js';
 import { discover, discoveryFailure } from './oidc.js';
@@ -154,6 +155,23 @@ async function assertRoles(db: Db, orgId: string, defaultRoleId: string | null |
   if (bad.length > 0) throw validationError(bad);
 }
 
+/**
+ * Who may configure an organisation's provider (create, PATCH, status, delete): a provider grants
+ * roles (`defaultRoleId`, `groupRoleMappings`) and signs in any member of its organisation by email,
+ * so the caller must hold every permission of each role it grants (before and after the change) and
+ * of each member it can sign in: the users module's rule for changing a user and giving a role
+ * (`assertCoversOrgMembers`), else 403 `privilege_escalation`. (Partner callers without full
+ * organisation access and callers restricted to sites or groups are stopped by the route's guard.)
+ */
+export async function assertMayConfigureProvider(db: Db, access: AccessContext, orgId: string, ...providers: (Pick<ProviderInput, 'defaultRoleId' | 'groupRoleMappings'> | undefined)[]): Promise<void> {
+  const grants: string[] = [];
+  for (const p of providers) {
+    if (p?.defaultRoleId) grants.push(p.defaultRoleId);
+    for (const m of p?.groupRoleMappings ?? []) grants.push(m.roleId);
+  }
+  await assertCoversOrgMembers(db, access, orgId, grants);
+}
+
 /** Fills the four endpoints from the issuer's discovery document; a failure is a warning, never a refusal (SPEC 4.4). */
 async function discoverInto(keel: Keel, set: Partial<ProviderRow>, issuer: string, providerId: string, request: RequestRef): Promise<void> {
   try {
@@ -178,6 +196,7 @@ export async function createProvider(keel: Keel, access: AccessContext, orgId: s
   if (input.preset && !preset) throw validationError([{ path: 'preset', message: 'is not a known preset (GET /sso/presets)' }]);
   if (preset && preset.type !== input.type) throw validationError([{ path: 'preset', message: `is a ${preset.type} preset` }]);
   await assertRoles(keel.db, orgId, input.defaultRoleId, input.groupRoleMappings);
+  await assertMayConfigureProvider(keel.db, access, orgId, input);
   const id = newId();
   const now = clock.now();
   const row: typeof ssoProviders.$inferInsert = {
@@ -242,6 +261,7 @@ const PATCH_COLUMNS = {
 export async function updateProvider(keel: Keel, access: AccessContext, id: string, input: ProviderInput, info: AuditRequestInfo): Promise<ProviderView> {
   const p = await findProvider(keel.db, access, id);
   await assertRoles(keel.db, p.orgId, input.defaultRoleId, input.groupRoleMappings);
+  await assertMayConfigureProvider(keel.db, access, p.orgId, p, input);
   const set: Partial<ProviderRow> = {};
   const changes: string[] = [];
   for (const [field, column] of Object.entries(PATCH_COLUMNS) as [keyof typeof PATCH_COLUMNS, keyof ProviderRow][]) {
@@ -288,6 +308,7 @@ export async function updateProvider(keel: Keel, access: AccessContext, id: stri
 /** Deletes the provider, its pending login sessions and (by cascade) its identity links. */
 export async function deleteProvider(keel: Keel, access: AccessContext, id: string, info: AuditRequestInfo): Promise<void> {
   const p = await findProvider(keel.db, access, id);
+  await assertMayConfigureProvider(keel.db, access, p.orgId, p);
   await transaction(keel.db, async (tx) => {
     await tx.db.delete(singleUseRecords).where(and(eq(singleUseRecords.purpose, SSO_LOGIN_PURPOSE), eq(singleUseRecords.subjectId, p.id)));
     await tx.db.delete(ssoProviders).where(eq(ssoProviders.id, p.id));
@@ -299,6 +320,7 @@ export async function deleteProvider(keel: Keel, access: AccessContext, id: stri
 /** Moves the status; a second `active` provider of an organisation is 409 (the partial unique index decides, so two racing activations cannot both win). */
 export async function setProviderStatus(keel: Keel, access: AccessContext, id: string, status: ProviderStatus, info: AuditRequestInfo): Promise<ProviderView> {
   const p = await findProvider(keel.db, access, id);
+  await assertMayConfigureProvider(keel.db, access, p.orgId, p);
   try {
     const updated = await transaction(keel.db, async (tx) => {
       const [row] = await tx.db.update(ssoProviders).set({ status, updatedAt: clock.now() }).where(eq(ssoProviders.id, p.id)).returning();

@@ -1,6 +1,7 @@
-import { eq } from 'drizzle-orm';
+import { and, eq } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import { requestLog, type RequestRef } from '../../platform/request-scope.js';
+import type { Db } from '../../platform/db/client.js';
 import { transaction } from '../../platform/db/transaction.js';
 import { clock } from '../../platform/clock.js';
 import { constantTimeEqual, sha256Hex } from '../../platform/crypto.js';
@@ -90,21 +91,91 @@ export const IDENTITY_SEALED: SealedColumn[] = (['access_token', 'refresh_token'
 }));
 
 /**
+ * The IdP's word on the address (OIDC `email_verified`): an address it marks unverified signs in and
+ * provisions no one (an IdP that lets a user type any address would otherwise make them anyone of
+ * that address). `true`/`"true"` is verified, `false`/`"false"` is not; the claim speaks only for the
+ * standard `email` claim, so with another mapped email claim, or none sent (Entra ID, SAML), it is
+ * absent (`null`).
+ */
+export function emailVerifiedClaim(mapping: AttributeMapping, claims: Record<string, unknown>): boolean | null {
+  if (mapping.email !== 'email') return null;
+  const v = claims.email_verified;
+  if (v === true || v === 'true') return true;
+  if (v === false || v === 'false') return false;
+  return null;
+}
+
+/**
+ * Refuses an address the IdP marked unverified (`sso_error`, audited by the caller as a failed
+ * sign-in). Where the IdP says nothing (`null`: Entra ID, SAML), the organisation's verified domains
+ * decide: that rule belongs here, after this check and before any account is looked up.
+ */
+export function assertEmailNotUnverified(emailVerified: boolean | null): void {
+  if (emailVerified === false) throw new SsoFailure('sso_error', 'email_not_verified: the IdP marks the email as unverified');
+}
+
+/**
  * SPEC 5.9 steps 7-9 for a verified profile: allowed domain, user by email (case-insensitive), JIT
  * provisioning with `defaultRoleId` (or the mapped group's role), organisation membership, group to
  * role mapping, the identity link; then a single-use exchange code (2 minutes, any instance).
+ * Provisioning, the role change and the identity link commit together or not at all
+ * (`provisionAndLink`): a refused link leaves no account and no role change.
  */
-export async function completeSsoLogin(keel: Keel, p: ProviderRow, profile: MappedProfile, idp: IdpTokens, info: AuditRequestInfo, binding: string | null = null): Promise<string> {
-  if (!domainAllowed(p.allowedDomains, profile.email)) throw new SsoFailure('domain_not_allowed', 'email domain not allowed');
+export async function completeSsoLogin(keel: Keel, p: ProviderRow, profile: MappedProfile, idp: IdpTokens, info: AuditRequestInfo, binding: string | null = null, emailVerified: boolean | null = null): Promise<string> {
+  try {
+    assertEmailNotUnverified(emailVerified);
+    if (!domainAllowed(p.allowedDomains, profile.email)) throw new SsoFailure('domain_not_allowed', 'email domain not allowed');
+    const fromGroups = await mappedRole(keel, p, profile.groups, info);
+    const user = await findUserByEmail(keel.db, profile.email);
+    let newRoleId: string | null = null;
+    if (!user) {
+      if (!p.autoProvision) throw new SsoFailure('user_not_found', 'no account and autoProvision is off');
+      newRoleId = fromGroups ?? p.defaultRoleId;
+      if (!newRoleId || !(await assignableRole(keel.db, newRoleId, { orgId: p.orgId }))) throw new SsoFailure('default_role_required', 'no usable role for a new user');
+    } else {
+      if (user.status !== 'active') throw new SsoFailure('sso_error', `account is ${user.status}`).about({ userId: user.id });
+      const m = await getMembership(keel.db, user.id);
+      if (m?.kind !== 'organization' || m.orgId !== p.orgId) throw new SsoFailure('no_org_access', 'no membership of the provider organization').about({ userId: user.id });
+    }
+    const { account, roleChanged } = await provisionAndLink(keel, p, profile, idp, info, user ?? null, fromGroups, newRoleId);
+    if (roleChanged) await identityOf(keel).sessions.userChanged(account.id);
+    const { token } = await keel.singleUse.create(keel.db, {
+      purpose: SSO_EXCHANGE_PURPOSE,
+      ttlMs: SSO_EXCHANGE_TTL_MS,
+      subjectId: account.id,
+      data: { providerId: p.id, orgId: p.orgId, type: p.type, binding },
+    });
+    return token;
+  } catch (err) {
+    if (err instanceof SsoFailure) err.about({ providerId: p.id, orgId: p.orgId });
+    throw err;
+  }
+}
+
+type UserRow = typeof users.$inferSelect;
+
+/**
+ * One transaction: the new account (with its membership and `user.sso.provision` entry) or the
+ * existing member's group-mapped role, then the identity link. Any refusal (the link's subject, a
+ * membership gone meanwhile) rolls all of it back.
+ */
+async function provisionAndLink(
+  keel: Keel,
+  p: ProviderRow,
+  profile: MappedProfile,
+  idp: IdpTokens,
+  info: AuditRequestInfo,
+  existing: UserRow | null,
+  fromGroups: string | null,
+  newRoleId: string | null,
+): Promise<{ account: UserRow; roleChanged: boolean }> {
   const system: AuditRequestInfo = { ...info, actor: { type: 'system' } };
-  const fromGroups = await mappedRole(keel, p, profile.groups, info);
-  let user = await findUserByEmail(keel.db, profile.email);
-  let roleChanged = false;
-  if (!user) {
-    if (!p.autoProvision) throw new SsoFailure('user_not_found', 'no account and autoProvision is off');
-    const roleId = fromGroups ?? p.defaultRoleId;
-    if (!roleId || !(await assignableRole(keel.db, roleId, { orgId: p.orgId }))) throw new SsoFailure('default_role_required', 'no usable role for a new user');
-    user = await transaction(keel.db, async (tx) => {
+  return transaction(keel.db, async (tx) => {
+    let account = existing;
+    let roleChanged = false;
+    if (!account) {
+      const roleId = newRoleId;
+      if (!roleId) throw new SsoFailure('default_role_required', 'no usable role for a new user');
       const now = clock.now();
       const [created] = await tx.db
         .insert(users)
@@ -119,55 +190,61 @@ export async function completeSsoLogin(keel: Keel, p: ProviderRow, profile: Mapp
         target: { type: 'user', id: created.id },
         details: { providerId: p.id, roleId, fromGroupMapping: fromGroups !== null },
       });
-      return created;
-    });
-  } else {
-    if (user.status !== 'active') throw new SsoFailure('sso_error', `account is ${user.status}`);
-    const m = await getMembership(keel.db, user.id);
-    if (m?.kind !== 'organization' || m.orgId !== p.orgId) throw new SsoFailure('no_org_access', 'no membership of the provider organization');
-    if (fromGroups && fromGroups !== m.roleId) {
-      const target = user;
-      roleChanged = await transaction(keel.db, async (tx) => {
+      account = created;
+    } else {
+      const target = account;
+      const m = await getMembership(tx.db, target.id);
+      if (m?.kind !== 'organization' || m.orgId !== p.orgId) throw new SsoFailure('no_org_access', 'no membership of the provider organization').about({ userId: target.id });
+      if (fromGroups && fromGroups !== m.roleId) {
+        let kept = false;
         try {
           await assertNotLastFullAdmin(tx.db, { orgId: p.orgId }, target.id, fromGroups);
         } catch (err) {
-          if (err instanceof AppError && err.code === 'last_admin') {
-            requestLog(keel.log, info).warn({ providerId: p.id, userId: target.id }, 'SSO group mapping would remove the last full administrator; role kept');
-            return false;
-          }
-          throw err;
+          if (!(err instanceof AppError && err.code === 'last_admin')) throw err;
+          requestLog(keel.log, info).warn({ providerId: p.id, userId: target.id }, 'SSO group mapping would remove the last full administrator; role kept');
+          kept = true;
         }
-        await setOrganizationMemberRole(tx.db, p.orgId, target.id, fromGroups);
-        await writeAudit(tx.db, system, {
-          action: 'user.role.assign',
-          orgId: p.orgId,
-          target: { type: 'user', id: target.id },
-          details: { from: m.roleId, to: fromGroups, source: 'sso_group_mapping', providerId: p.id },
-        });
-        return true;
-      });
+        if (!kept) {
+          await setOrganizationMemberRole(tx.db, p.orgId, target.id, fromGroups);
+          await writeAudit(tx.db, system, {
+            action: 'user.role.assign',
+            orgId: p.orgId,
+            target: { type: 'user', id: target.id },
+            details: { from: m.roleId, to: fromGroups, source: 'sso_group_mapping', providerId: p.id },
+          });
+          roleChanged = true;
+        }
+      }
     }
-  }
-  const account = user;
-  if (roleChanged) await identityOf(keel).sessions.userChanged(account.id);
-  const membership = await getMembership(keel.db, account.id);
-  if (membership?.kind !== 'organization' || membership.orgId !== p.orgId) throw new SsoFailure('no_org_access', 'no membership of the provider organization');
-  await linkIdentity(keel, p, account.id, profile, idp);
-  const { token } = await keel.singleUse.create(keel.db, {
-    purpose: SSO_EXCHANGE_PURPOSE,
-    ttlMs: SSO_EXCHANGE_TTL_MS,
-    subjectId: account.id,
-    data: { providerId: p.id, orgId: p.orgId, type: p.type, binding },
+    try {
+      await linkIdentity(keel, tx.db, p, account.id, profile, idp);
+    } catch (err) {
+      if (err instanceof SsoFailure && existing) err.about({ userId: existing.id });
+      throw err;
+    }
+    return { account, roleChanged };
   });
-  return token;
 }
 
-/** Creates or updates the identity link (profile, sealed IdP tokens, last login). */
-async function linkIdentity(keel: Keel, p: ProviderRow, userId: string, profile: MappedProfile, idp: IdpTokens): Promise<void> {
+/**
+ * Creates or updates the identity link (profile, sealed IdP tokens, last login) inside the caller's
+ * transaction. The link is (provider, IdP subject) and is never moved: an account already linked to
+ * this provider under another subject is refused (`identity_subject_changed`), and so is a subject
+ * already linked to another account (`identity_subject_taken`); the caller audits both.
+ */
+async function linkIdentity(keel: Keel, db: Db, p: ProviderRow, userId: string, profile: MappedProfile, idp: IdpTokens): Promise<void> {
   const seal = (v: string | undefined, which: string) => (v ? keel.secrets.sealer.seal(v, tokenAad(p.id, userId, which)) : null);
   const now = clock.now();
+  const externalId = profile.externalId.slice(0, 255);
+  const [linked] = await db
+    .select({ externalId: ssoIdentities.externalId })
+    .from(ssoIdentities)
+    .where(and(eq(ssoIdentities.providerId, p.id), eq(ssoIdentities.userId, userId)))
+    .for('update');
+  if (linked && linked.externalId !== externalId) {
+    throw new SsoFailure('sso_error', 'identity_subject_changed: the account is linked to this provider under another subject').about({ userId, refusedSubject: externalId });
+  }
   const values = {
-    externalId: profile.externalId.slice(0, 255),
     email: profile.email,
     profile: profile.raw,
     accessToken: seal(idp.accessToken, 'access_token'),
@@ -176,14 +253,23 @@ async function linkIdentity(keel: Keel, p: ProviderRow, userId: string, profile:
     lastLoginAt: now,
     updatedAt: now,
   };
+  let written: { id: string }[];
   try {
-    await keel.db
+    // The update applies only to the same subject: a link made by a parallel sign-in under another
+    // subject (after the check above) leaves no row written, and this sign-in is refused too.
+    written = await db
       .insert(ssoIdentities)
-      .values({ ...values, userId, providerId: p.id, createdAt: now })
-      .onConflictDoUpdate({ target: [ssoIdentities.providerId, ssoIdentities.userId], set: values });
+      .values({ ...values, externalId, userId, providerId: p.id, createdAt: now })
+      .onConflictDoUpdate({ target: [ssoIdentities.providerId, ssoIdentities.userId], set: values, setWhere: eq(ssoIdentities.externalId, externalId) })
+      .returning({ id: ssoIdentities.id });
   } catch (err) {
     // The IdP subject is linked to another account of this provider (its email changed at the IdP).
-    throw new SsoFailure('sso_error', `identity link refused: ${(err as { code?: string }).code ?? 'error'}`);
+    const code = (err as { code?: string; cause?: { code?: string } }).code ?? (err as { cause?: { code?: string } }).cause?.code;
+    // (No userId here: when the account was made by this sign-in it is rolled back with the link.)
+    throw new SsoFailure('sso_error', `identity_subject_taken: identity link refused (${code ?? 'error'})`).about({ refusedSubject: externalId });
+  }
+  if (written.length === 0) {
+    throw new SsoFailure('sso_error', 'identity_subject_changed: the account was linked to this provider under another subject meanwhile').about({ userId, refusedSubject: externalId });
   }
 }
 

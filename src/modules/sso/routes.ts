@@ -29,7 +29,8 @@ import {
   TestReportSchema,
 } from './http.js';
 import { activeProvider, createProvider, deleteProvider, findProvider, listProviders, providerView, setProviderStatus, testProvider, updateProvider } from './providers.js';
-import { oidcCallback, safeRedirectPath, startLogin, stateCookieValue } from './login.js';
+import { auditSsoFailure, oidcCallback, safeRedirectPath, startLogin, stateCookieValue } from './login.js';
+import { loggableError } from '../../platform/safe-error.js';
 import { errorLocation } from './locations.js';
 import { exchangeCode } from './provisioning.js';
 import { samlAcs, samlMetadata } from './saml.js';
@@ -83,7 +84,10 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   // Partner and system callers name the organisation (orgId); a route that needs one checks it in the
   // handler (orgOf), after the body is validated, so a bad body is always answered as such.
   const read = () => [auth, ...guard(keel)];
-  const write = () => [auth, ...guard(keel, { permission: ['organizations', 'write'] }), requireMfa(keel)];
+  // Provider writes configure who signs in to the whole organisation: partner callers need full
+  // organisation access and members restricted to sites or groups may not (the service adds the cover
+  // rule: assertMayConfigureProvider).
+  const write = () => [auth, ...guard(keel, { permission: ['organizations', 'write'], fullOrgAccess: true, wholeOrg: true }), requireMfa(keel)];
 
   api.openapi(
     createRoute({
@@ -229,11 +233,13 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   );
 
   /** Every failure of a callback or the ACS: logged with its reason, answered with only its SPEC 7 code. */
-  const failed = (c: Context<AppEnv>, err: unknown) => {
+  const failed = async (c: Context<AppEnv>, err: unknown) => {
     const failure = err instanceof SsoFailure ? err : new SsoFailure('sso_error', 'unexpected error');
-    const log = requestLog(keel.log, requestInfo(c));
-    if (!(err instanceof SsoFailure)) log.error({ error: (err as Error).name }, 'SSO login: unexpected error');
-    log.warn({ code: failure.code, reason: failure.reason }, 'SSO login refused');
+    const info = requestInfo(c);
+    const log = requestLog(keel.log, info);
+    if (!(err instanceof SsoFailure)) log.error({ error: loggableError(err) }, 'SSO login: unexpected error');
+    log.warn({ code: failure.code, reason: failure.reason, providerId: failure.context.providerId }, 'SSO login refused');
+    await auditSsoFailure(keel, failure, info);
     return c.redirect(errorLocation(keel, failure.code), 302);
   };
 

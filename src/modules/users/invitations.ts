@@ -20,6 +20,7 @@ import { identityOf } from '../identity/context.js';
 import { findUserByEmail, invalidCredentials, signIn, type RequestInfo, type TokenAnswer } from '../identity/service.js';
 import { assertStrongPassword, hashPassword } from '../identity/passwords.js';
 import { verifyReenteredPassword } from '../identity/lockout.js';
+import { signInRefusal } from '../identity/password-policy.js';
 import { requireUserPrincipal } from '../access/bearer.js';
 import { selfProfile, type SelfProfile } from '../identity/profile.js';
 import { deviceGroups, organizations, partners, sites } from '../tenancy/schema.js';
@@ -496,10 +497,15 @@ export async function revokeInvitation(keel: Keel, access: AccessContext, id: st
 
 const invalidInvite = () => new AppError(400, 'invalid_token', 'The invitation is invalid or has expired');
 
-/** The answer when a signed-in account accepts (no new session: its own session now carries the membership). */
+/**
+ * The answer when a signed-in account accepts (no new session: its own session now carries the
+ * membership), or when the organisation joined enforces SSO (`ssoRequired`: accepted, no session;
+ * the account signs in through its identity provider).
+ */
 export interface InviteAccepted {
   message: string;
   user: SelfProfile;
+  ssoRequired?: true;
 }
 
 /**
@@ -540,6 +546,9 @@ export async function acceptInvite(
     if (keel.config.ENABLE_2FA && !principal.mfa && (await enrolledMethods(keel, user)).length > 0) {
       throw forbidden('Sign in with your second factor before joining', 'mfa_required');
     }
+  } else if (newAccount && (await signInRefusal(keel, user))) {
+    // The invitation's organisation enforces SSO (the invited account is a member already): the
+    // account is accepted without a password (it could never sign in with one) and gets no session.
   } else {
     if (!input.password) throw validationError([{ path: 'password', message: 'is required' }]);
     if (newAccount) {
@@ -578,7 +587,7 @@ export async function acceptInvite(
       const now = clock.now();
       await tx.db
         .update(users)
-        .set({ passwordHash, status: 'active', passwordChangedAt: now, updatedAt: now, ...(input.name ? { name: input.name.trim() } : {}) })
+        .set({ passwordHash, status: 'active', ...(passwordHash ? { passwordChangedAt: now } : {}), updatedAt: now, ...(input.name ? { name: input.name.trim() } : {}) })
         .where(and(eq(users.id, user.id), sql`${users.status} = 'invited'`));
     }
     // One association per account: its other invitations can no longer be accepted.
@@ -595,5 +604,10 @@ export async function acceptInvite(
   if (principal) return { message: 'Invitation accepted', user: await selfProfile(keel, user.id) };
   const fresh = await loadUser(keel.db, user.id);
   if (!fresh) throw invalidInvite();
+  // Every session passes the sign-in policy: under enforced SSO the invitation is accepted, and the
+  // account signs in through the organisation's identity provider (no tokens here).
+  if (await signInRefusal(keel, fresh)) {
+    return { message: 'Invitation accepted. Your organization requires single sign-on: sign in through your identity provider', user: await selfProfile(keel, user.id), ssoRequired: true };
+  }
   return signIn(keel, fresh, actor, { mfa: false, method: 'password' });
 }

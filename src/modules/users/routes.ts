@@ -95,8 +95,12 @@ const AcceptBody = z
   })
   .openapi('AcceptInviteRequest', { example: { token: 'Hk2v9Qx7LmP3sR8tY1wZ5bN0cF4gJ6dA2eU7iO9kTqM', password: 'correct-Horse-battery-9', name: 'Grace Hopper' } });
 const InviteAcceptedSchema = z
-  .object({ message: z.string().openapi({ description: 'What was done, as a sentence for people' }), user: SelfProfileSchema })
-  .openapi('InviteAccepted', { description: 'Accepted with a bearer token: the account joined the scope; no new session is made' });
+  .object({
+    message: z.string().openapi({ description: 'What was done, as a sentence for people' }),
+    user: SelfProfileSchema,
+    ssoRequired: z.literal(true).optional().openapi({ description: 'Present when the organisation joined enforces single sign-on: the invitation is accepted, no session is made, and the account signs in through its identity provider' }),
+  })
+  .openapi('InviteAccepted', { description: 'Accepted with a bearer token (the account joined the scope; no new session is made), or accepted where SSO is enforced (ssoRequired; no session)' });
 const InvitationSchema = z
   .object({
     id: z.uuid().openapi({ description: 'Invitation id (for DELETE /users/invitations/{id})' }),

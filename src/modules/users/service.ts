@@ -176,6 +176,31 @@ export async function assertCoversUser(
   if (missing.length > 0) throw privilegeEscalation('You cannot change a user who holds permissions you do not hold', missing);
 }
 
+/**
+ * Whoever can make someone *become* any member of an organisation (an organisation's SSO provider
+ * signs its members in by email, so whoever points it at an identity provider can sign in as each of
+ * them) needs what `assertCoversUser` asks for every one of them, whatever their status (a disabled
+ * or invited member may be active tomorrow), plus every role in `grants` (the role cap of
+ * `assertRoleWithinCaller`): otherwise 403 `privilege_escalation` with `details.missing`. Members are
+ * read by role (one statement), and a platform administrator holding a membership there counts as
+ * `*:*`, as `getAccessSummary` has it.
+ */
+export async function assertCoversOrgMembers(db: Db, access: AccessContext, orgId: string, grants: readonly string[] = []): Promise<void> {
+  const held = await db
+    .selectDistinct({ roleId: organizationUsers.roleId, isPlatformAdmin: users.isPlatformAdmin })
+    .from(organizationUsers)
+    .innerJoin(users, eq(users.id, organizationUsers.userId))
+    .where(eq(organizationUsers.orgId, orgId));
+  const pairs: PermissionPair[] = [];
+  for (const row of held) {
+    if (row.isPlatformAdmin) pairs.push({ resource: '*', action: '*' });
+    else pairs.push(...((await resolveRole(db, row.roleId))?.permissions.pairs ?? []));
+  }
+  const members = access.permissions.missing(pairs);
+  if (members.length > 0) throw privilegeEscalation('You cannot configure sign-in for an organization whose members hold permissions you do not hold', members);
+  for (const roleId of new Set(grants)) await assertRoleWithinCaller(db, access, roleId);
+}
+
 /** Pending invitations of a user for one partner or organisation (a membership's tenant). */
 export function invitationsOfTenant(userId: string, tenant: Tenant): SQL | undefined {
   return and(

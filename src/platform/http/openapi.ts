@@ -52,20 +52,40 @@ const ASSETS: Record<string, string> = {
   'swagger-ui-standalone-preset.js': 'text/javascript; charset=utf-8',
 };
 
-/** The docs page and its assets, served from the swagger-ui-dist package (no CDN). */
+/**
+ * The docs page's policy: scripts and styles only from Keel itself (the page has no inline script:
+ * its start-up is `assets/init.js`), images from itself or `data:` (swagger-ui's icons), requests
+ * (the OpenAPI document, "Try it out") only to Keel, no plugins, no framing (with
+ * `X-Frame-Options: DENY` for browsers without `frame-ancestors`).
+ */
+export const DOCS_CSP = [
+  "default-src 'none'",
+  "script-src 'self'",
+  "style-src 'self'",
+  "img-src 'self' data:",
+  "font-src 'self'",
+  "connect-src 'self'",
+  "object-src 'none'",
+  "base-uri 'none'",
+  "form-action 'none'",
+  "frame-ancestors 'none'",
+].join('; ');
+const DOCS_HEADERS = { 'Content-Security-Policy': DOCS_CSP, 'X-Frame-Options': 'DENY', 'X-Content-Type-Options': 'nosniff' };
+
+/** The docs page and its assets, served from the swagger-ui-dist package (no CDN), under `DOCS_CSP`. */
 export function mountDocs(app: OpenAPIHono<never>, base: string, specPath: string): void {
   const html = `<!doctype html><html><head><meta charset="utf-8"><title>Keel API</title>
 <link rel="stylesheet" href="${base}/assets/swagger-ui.css"></head><body><div id="ui"></div>
 <script src="${base}/assets/swagger-ui-bundle.js"></script>
 <script src="${base}/assets/init.js"></script></body></html>`;
   const init = `window.ui = SwaggerUIBundle({ url: ${JSON.stringify(specPath)}, dom_id: '#ui' });`;
-  app.get(base, (c) => c.html(html));
-  app.get(`${base}/assets/init.js`, (c) => c.body(init, 200, { 'Content-Type': 'text/javascript; charset=utf-8' }));
+  app.get(base, (c) => c.html(html, 200, DOCS_HEADERS));
+  app.get(`${base}/assets/init.js`, (c) => c.body(init, 200, { ...DOCS_HEADERS, 'Content-Type': 'text/javascript; charset=utf-8' }));
   app.get(`${base}/assets/:file`, (c) => {
     const file = c.req.param('file');
     const type = ASSETS[file];
     if (!type) return c.json({ error: 'Not found', code: 'not_found' }, 404);
-    return c.body(readFileSync(join(swaggerDir, file)), 200, { 'Content-Type': type, 'Cache-Control': 'public, max-age=86400' });
+    return c.body(readFileSync(join(swaggerDir, file)), 200, { ...DOCS_HEADERS, 'Content-Type': type, 'Cache-Control': 'public, max-age=86400' });
   });
 }
 

@@ -14,12 +14,15 @@ export function AcceptInvite() {
   const [name, setName] = useState('');
   const [password, setPassword] = useState('');
   const [challenge, setChallenge] = useState<MfaChallenge | null>(null);
+  // The organisation enforces single sign-on: accepted, no session; sign in through its provider.
+  const [ssoOrg, setSsoOrg] = useState<string | null>(null);
 
   const s = useSubmit(async () => {
     const body: Record<string, string> = { token, password };
     if (name.trim()) body.name = name.trim();
-    const r = await api<TokenAnswer | MfaChallenge>('POST', '/auth/accept-invite', { body });
-    if (isMfaChallenge(r)) setChallenge(r);
+    const r = await api<TokenAnswer | MfaChallenge | { ssoRequired: true; user: SelfProfile }>('POST', '/auth/accept-invite', { body });
+    if ('ssoRequired' in r) setSsoOrg(r.user.orgId ?? '');
+    else if (isMfaChallenge(r)) setChallenge(r);
     else if (isTokenAnswer(r)) {
       signIn(r);
       navigate('/', { replace: true });
@@ -49,7 +52,11 @@ export function AcceptInvite() {
         <h2>Accept your invitation</h2>
         {!token && <Alert>This link has no invitation token. Open the link from the email again.</Alert>}
         <ErrorAlert error={finishError} />
-        {challenge ? (
+        {ssoOrg !== null ? (
+          <Alert kind="success">
+            Invitation accepted. Your organisation signs in with single sign-on: <Link href={ssoOrg ? `/login?org=${ssoOrg}` : '/login'}>sign in through your identity provider</Link>.
+          </Alert>
+        ) : challenge ? (
           <SecondFactor challenge={challenge} onDone={(t) => void finish(t)} onCancel={() => setChallenge(null)} />
         ) : (
           <form onSubmit={s.submit}>
