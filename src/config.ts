@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { isIP } from 'node:net';
 import { PROJECT_ROOT } from './platform/paths.js';
 import { parseKey } from './platform/crypto.js';
-import { parseReleaseKey, parseReleaseKeys } from './modules/agents/signing.js';
+import { parseReleaseKey, parseReleaseKeys } from './platform/release-signing.js';
 
 /**
  * Every environment variable Keel reads, parsed once. A bad value stops start-up with one line naming

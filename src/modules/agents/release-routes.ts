@@ -1,19 +1,22 @@
 import { createReadStream } from 'node:fs';
 import { Readable } from 'node:stream';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
+import type { MiddlewareHandler } from 'hono';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import { AppError, badRequest, validationError, zodFields } from '../../platform/http/errors.js';
 import { uploadLimitsOf } from '../../platform/http/middleware.js';
 import { errors, json, jsonBody, page, PageQuery, paginated } from '../../platform/http/schemas.js';
+import { documentAccess } from '../../platform/http/route-docs.js';
+import { writeAudit } from '../audit/service.js';
 import { authenticate } from '../../http/authenticate.js';
 import { requestInfo } from '../identity/http.js';
-import { accessOf, guard } from '../access/scope.js';
+import { accessOf, guard, requireScope } from '../access/scope.js';
 import { deviceAuth } from './context.js';
 import { ComponentName, Platform, Version } from './http.js';
 import { listVersions, localBuild, promote, registerRemote, registerUpload, resumeRollout, widenRollout } from './releases.js';
 import { syncRemote } from './sync.js';
-import { releaseWriter } from './release-writer.js';
+import { releaseRefusal, releaseRefused } from './release-writer.js';
 
 const d = (description: string, example?: unknown) => (example === undefined ? { description } : { description, example });
 
@@ -136,6 +139,22 @@ const DownloadParams = z.object({
   os: z.string().max(50).openapi({ param: { name: 'os', in: 'path' }, description: 'Operating system' }),
   arch: z.string().max(50).openapi({ param: { name: 'arch', in: 'path' }, description: 'CPU architecture' }),
 });
+
+/** The one middleware chain of every release write (release-writer.ts decides): authenticate, this rule (refusals audited), platform scope. */
+export function releaseWriter(keel: Keel): MiddlewareHandler<AppEnv>[] {
+  const check = documentAccess<MiddlewareHandler<AppEnv>>(
+    async (c, next) => {
+      const refusal = releaseRefusal(c.get('principal'));
+      if (refusal) {
+        await writeAudit(keel.db, requestInfo(c), { action: 'agent.release.refused', result: 'failure', details: { reason: refusal, route: `${c.req.method} ${c.req.path}` } });
+        throw releaseRefused(refusal);
+      }
+      await next();
+    },
+    { releaseWriter: true },
+  );
+  return [authenticate(keel), check, requireScope(keel, { scopes: ['system'] })];
+}
 
 /** Releases: list, register (upload or remote), download, sync from the release host, promote, rollout. */
 export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
