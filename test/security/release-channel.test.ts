@@ -219,6 +219,21 @@ describe.skipIf(!backendAvailable())(`the release channel (${backend})`, () => {
     expect(verify(null, Buffer.from(keyListStatement(hb.body.releaseKeys.keys)), pinned, Buffer.from(hb.body.releaseKeys.signature, 'base64'))).toBe(true);
   });
 
+  it('with keys configured a build without a trusted signature (registered before the keys, or by a retired key) is never offered', async () => {
+    const d = await enroll(app, await enrollmentKey(app, w.tokens.orgAdmin, w.orgId), { arch: 'old' });
+    // Rows as an earlier Keel (no keys) or a since-retired key left them.
+    await app.server.keel.db.insert(agentReleases).values([
+      { ...remote('7.0.0', 'old'), filePath: null, source: 'remote', signature: null, keyId: null },
+      { ...remote('7.1.0', 'old'), filePath: null, source: 'remote', signature: signBuild(stranger.privateKey, remote('7.1.0', 'old')), keyId: keyId(raw(stranger)) },
+    ]);
+    for (const version of ['7.0.0', '7.1.0']) {
+      expect((await app.api('POST', '/agent-versions/promote', { token: admin, body: { version, allowDowngrade: true } })).status).toBe(200);
+      expect((await heartbeat(app, d)).body.update, version).toBeNull();
+    }
+    expect((await app.api('POST', '/agent-versions', { token: admin, body: signedRemote('7.2.0', 'old') })).status).toBe(201);
+    expect((await heartbeat(app, d)).body.update).toMatchObject({ version: '7.2.0', keyId: keyId(raw(keyA)) });
+  });
+
   it('NODE_ENV=production refuses to start without AGENT_RELEASE_PUBLIC_KEYS; bad keys are refused at start', () => {
     const production = { NODE_ENV: 'production', APP_ENCRYPTION_KEY: 'a'.repeat(64), JWT_SECRET: 'j'.repeat(40) };
     expect(() => loadConfig(production)).toThrow(/AGENT_RELEASE_PUBLIC_KEYS is required/);
