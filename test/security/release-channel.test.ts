@@ -8,6 +8,8 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { existsSync, readdirSync } from 'node:fs';
+import { Writable } from 'node:stream';
+import { pino } from 'pino';
 import { join } from 'node:path';
 import { createHash, generateKeyPairSync, sign, verify, createPublicKey } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -232,6 +234,22 @@ describe.skipIf(!backendAvailable())(`the release channel (${backend})`, () => {
     }
     expect((await app.api('POST', '/agent-versions', { token: admin, body: signedRemote('7.2.0', 'old') })).status).toBe(201);
     expect((await heartbeat(app, d)).body.update).toMatchObject({ version: '7.2.0', keyId: keyId(raw(keyA)) });
+  });
+
+  it('keel serve warns at start when no release key is configured (development only)', async () => {
+    const lines: { msg?: string }[] = [];
+    const stream = new Writable({
+      write(chunk: Buffer, _enc, done) {
+        for (const l of chunk.toString('utf8').split('\n').filter(Boolean)) lines.push(JSON.parse(l) as { msg?: string });
+        done();
+      },
+    });
+    const keyless = await startTestApp({ log: pino({ level: 'warn' }, stream) });
+    try {
+      expect(lines.some((l) => /AGENT_RELEASE_PUBLIC_KEYS is not set: unsigned agent builds are accepted/.test(l.msg ?? ''))).toBe(true);
+    } finally {
+      await keyless.close();
+    }
   });
 
   it('NODE_ENV=production refuses to start without AGENT_RELEASE_PUBLIC_KEYS; bad keys are refused at start', () => {
