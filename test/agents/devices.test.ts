@@ -7,7 +7,7 @@ import { sha256Hex } from '../../src/platform/crypto.js';
 import { devices, enrollmentKeys } from '../../src/modules/agents/schema.js';
 import { auditLogs } from '../../src/modules/audit/schema.js';
 import type { KeelEvent } from '../../src/events.js';
-import { enroll, enrollmentKey, heartbeat, runSweep } from './helpers.js';
+import { enroll, enrollmentKey, heartbeat, mfaAdmin, runSweep } from './helpers.js';
 import { agentsOf } from '../../src/modules/agents/context.js';
 
 describe.skipIf(!backendAvailable())(`devices and heartbeats (${backend})`, () => {
@@ -61,14 +61,14 @@ describe.skipIf(!backendAvailable())(`devices and heartbeats (${backend})`, () =
     const key = await enrollmentKey(app, w.tokens.orgAdmin, w.orgId);
     const res = await app.api('POST', '/agents/enroll', { body: { enrollmentKey: key, hostname: 'ws-1', os: 'linux', arch: 'amd64', agentVersion: '1.0.0' } });
     expect(res.status).toBe(201);
-    expect(res.body).toEqual({ deviceId: expect.any(String), deviceToken: expect.stringMatching(/^kd_/), heartbeatIntervalSeconds: 60 });
+    expect(res.body).toEqual({ deviceId: expect.any(String), deviceToken: expect.stringMatching(/^kd_/), heartbeatIntervalSeconds: 60, releaseKeys: [] });
     const [row] = await app.server.keel.db.select().from(devices).where(eq(devices.id, res.body.deviceId));
     expect(row!.tokenHash).toBe(sha256Hex(res.body.deviceToken));
     expect(eventsOf(res.body.deviceId)).toEqual(['device.enrolled']);
 
     const hb = await heartbeat(app, res.body, { components: { agent: '1.0.0', watchdog: '1.0.0' }, loggedInUser: 'alice' });
     expect(hb.status).toBe(200);
-    expect(hb.body).toEqual({ nextHeartbeatSeconds: 60, autoUpdate: true, update: null });
+    expect(hb.body).toEqual({ nextHeartbeatSeconds: 60, autoUpdate: true, update: null, releaseKeys: null });
     const got = await app.api('GET', `/devices/${res.body.deviceId}`, { token: w.tokens.orgAdmin });
     expect(got.status).toBe(200);
     expect(got.body).toMatchObject({ hostname: 'ws-1', os: 'linux', arch: 'amd64', status: 'online', components: { agent: '1.0.0', watchdog: '1.0.0' }, autoUpdate: true, loggedInUser: 'alice' });
@@ -216,12 +216,15 @@ describe.skipIf(!backendAvailable())(`devices and heartbeats (${backend})`, () =
 
   it('AGENT_AUTO_PROMOTE (default true): a registered release is the target at once, never a downgrade', async () => {
     const body = (version: string) => ({ version, component: 'agent', os: 'linux', arch: 'auto', url: `https://releases.example.com/${version}`, sha256: 'f'.repeat(64), size: 9 });
-    const first = await app.api('POST', '/agent-versions', { token: w.tokens.platformAdmin, body: body('2.0.0') });
+    const admin = await mfaAdmin(app, w);
+    const first = await app.api('POST', '/agent-versions', { token: admin, body: body('2.0.0') });
     expect(first.status).toBe(201);
     expect(first.body.promoted).toEqual(['agent:linux/auto']);
-    const lower = await app.api('POST', '/agent-versions', { token: w.tokens.platformAdmin, body: body('1.9.0') });
+    expect(first.body.autoPromote).toEqual({ status: 'promoted', reason: null });
+    const lower = await app.api('POST', '/agent-versions', { token: admin, body: body('1.9.0') });
     expect(lower.status).toBe(201);
     expect(lower.body.promoted).toEqual([]);
+    expect(lower.body.autoPromote).toEqual({ status: 'skipped', reason: 'downgrade' });
     const d = await enroll(app, await enrollmentKey(app, w.tokens.orgAdmin, w.orgId), { arch: 'auto' });
     expect((await heartbeat(app, d)).body.update).toMatchObject({ version: '2.0.0' });
   });

@@ -126,6 +126,8 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: SAML fiel
     const t = await tab();
     const { page } = t;
     await signInWithTotp(page, `${app.publicUrl}/devices/agent-versions`, admin, secret);
+    // Registered without release keys (this test app has none): the build is marked unsigned.
+    await page.getByRole('row').filter({ hasText: '2.1.0' }).getByText('unsigned', { exact: true }).waitFor();
     await page.getByRole('button', { name: 'Promote agent 2.1.0' }).click();
     const dialog = page.getByRole('dialog', { name: 'Promote agent 2.1.0' });
     await dialog.getByLabel('Offer to this share of devices (%)').fill('40');

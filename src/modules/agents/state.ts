@@ -7,6 +7,7 @@ import { prepared, rawQuery } from '../../platform/db/raw.js';
 import { organizations } from '../tenancy/schema.js';
 import { agentReleases, agentTargets, agentUpdateSettings, devices, type ComponentVersions, type MaintenanceWindow, type PinnedVersions } from './schema.js';
 import type { BuildInfo, Component, TargetInfo } from './decision.js';
+import { releaseKeysOf } from './release-keys.js';
 
 /**
  * What the heartbeat needs, held in memory per process (DECISIONS "Caches"): devices by token hash,
@@ -203,9 +204,14 @@ export class AgentState {
       .from(agentReleases)
       .where(and(eq(agentReleases.os, os), eq(agentReleases.arch, arch)));
     const loaded = new Map<string, BuildInfo>();
+    // With release keys configured only builds signed by one of them are offered: an unsigned build
+    // registered before the keys, or one signed by a key since retired, is left out (agents would refuse it).
+    const { keys } = releaseKeysOf(this.keel.config);
+    const trusted = new Set(keys.map((k) => k.id));
     for (const r of rows) {
+      if (keys.length > 0 && (r.keyId === null || !trusted.has(r.keyId))) continue;
       const url = r.url ?? `${this.publicBase()}/api/v1/agent-versions/${encodeURIComponent(r.version)}/download/${r.component}/${encodeURIComponent(r.os)}/${encodeURIComponent(r.arch)}`;
-      loaded.set(`${r.version}/${r.component}/${r.os}/${r.arch}`, { url, sha256: r.sha256, size: r.size });
+      loaded.set(`${r.version}/${r.component}/${r.os}/${r.arch}`, { url, sha256: r.sha256, size: r.size, signature: r.signature ?? null, keyId: r.keyId ?? null });
     }
     if (generation === this.#configGeneration) {
       for (const [key, build] of loaded) this.#builds.set(key, build);
