@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { isIP } from 'node:net';
 import { PROJECT_ROOT } from './platform/paths.js';
 import { parseKey } from './platform/crypto.js';
+import { parseReleaseKey, parseReleaseKeys } from './modules/agents/signing.js';
 
 /**
  * Every environment variable Keel reads, parsed once. A bad value stops start-up with one line naming
@@ -88,6 +89,10 @@ const envSchema = z.object({
   AGENT_AUTO_PROMOTE: bool(true),
   // Ed25519 public key (PEM, or the 32 raw bytes in base64) that signs the release host's manifest.
   AGENT_RELEASE_PUBLIC_KEY: optionalString,
+  // Ed25519 public keys (comma-separated; PEM or base64 of the raw 32 bytes) that sign builds; several for rotation.
+  AGENT_RELEASE_PUBLIC_KEYS: optionalString,
+  // Base64 Ed25519 signature of the key-list statement {"keys":[...]} (two-phase key rotation), by a key the agents trust.
+  AGENT_RELEASE_KEYS_SIGNATURE: optionalString,
   AGENT_HEARTBEAT_SECONDS: int(60, 1, 3600),
   AGENT_UPLOAD_LIMIT_BYTES: int(256 * 1024 * 1024, 1024, 4 * 1024 * 1024 * 1024),
   // Automatic rollout halt: failed + rolled_back reports of a version over this share of at least the minimum.
@@ -166,6 +171,30 @@ function packageVersion(): string {
   }
 }
 
+/** AGENT_RELEASE_PUBLIC_KEY(S) parse as Ed25519 keys; production needs AGENT_RELEASE_PUBLIC_KEYS (builds must be signed). */
+function checkReleaseKeys(e: Env, production: boolean): void {
+  for (const name of ['AGENT_RELEASE_PUBLIC_KEYS', 'AGENT_RELEASE_PUBLIC_KEY'] as const) {
+    try {
+      if (name === 'AGENT_RELEASE_PUBLIC_KEYS') parseReleaseKeys(e[name]);
+      else if (e[name]) parseReleaseKey(e[name]);
+    } catch {
+      throw new ConfigError(`Invalid configuration: ${name} must be Ed25519 public keys (PEM, or the raw 32 bytes in base64)${name.endsWith('S') ? ', comma-separated' : ''}`);
+    }
+  }
+  if (production && parseReleaseKeys(e.AGENT_RELEASE_PUBLIC_KEYS).length === 0) {
+    throw new ConfigError('Invalid configuration: AGENT_RELEASE_PUBLIC_KEYS is required when NODE_ENV=production (agents only run signed builds)');
+  }
+  const sig = e.AGENT_RELEASE_KEYS_SIGNATURE?.trim();
+  if (sig !== undefined && sig !== '') {
+    if (!/^[A-Za-z0-9+/]+={0,2}$/.test(sig) || Buffer.from(sig, 'base64').length !== 64) {
+      throw new ConfigError('Invalid configuration: AGENT_RELEASE_KEYS_SIGNATURE must be a base64 Ed25519 signature (64 bytes)');
+    }
+    if (parseReleaseKeys(e.AGENT_RELEASE_PUBLIC_KEYS).length === 0) {
+      throw new ConfigError('Invalid configuration: AGENT_RELEASE_KEYS_SIGNATURE needs AGENT_RELEASE_PUBLIC_KEYS (the list it signs)');
+    }
+  }
+}
+
 /** Parses the environment. Throws ConfigError with one line naming the first bad variable. */
 export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
   const parsed = envSchema.safeParse(env);
@@ -195,6 +224,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   if (production && e.AGENT_RELEASE_URL && !e.AGENT_RELEASE_PUBLIC_KEY) {
     throw new ConfigError('Invalid configuration: AGENT_RELEASE_PUBLIC_KEY is required when NODE_ENV=production and AGENT_RELEASE_URL is set (release manifests must be signed)');
   }
+  checkReleaseKeys(e, production);
   checkSecrets(e);
   checkAdmin(e);
   checkTrustProxy(e.TRUST_PROXY);

@@ -47,7 +47,7 @@ describe.skipIf(!backendAvailable())(`update decisions (${backend})`, () => {
   it('offers the promoted target with url, sha256 and size; nothing when installed equals the target or auto-update is off', async () => {
     const { device, arch: a } = await fleet();
     const hb = await heartbeat(app, device);
-    expect(hb.body.update).toEqual({ component: 'agent', version: '2.0.0', url: 'https://releases.example.com/2.0.0/agent', sha256: 'a'.repeat(64), size: 1000 });
+    expect(hb.body.update).toEqual({ component: 'agent', version: '2.0.0', url: 'https://releases.example.com/2.0.0/agent', sha256: 'a'.repeat(64), size: 1000, signature: null, keyId: null });
     expect(await offered(device, '2.0.0')).toBeNull();
     await app.api('POST', `/devices/${device.deviceId}/auto-update`, { token: w.tokens.orgAdmin, body: { enabled: false } });
     expect(await offered(device)).toBeNull();

@@ -61,14 +61,14 @@ describe.skipIf(!backendAvailable())(`devices and heartbeats (${backend})`, () =
     const key = await enrollmentKey(app, w.tokens.orgAdmin, w.orgId);
     const res = await app.api('POST', '/agents/enroll', { body: { enrollmentKey: key, hostname: 'ws-1', os: 'linux', arch: 'amd64', agentVersion: '1.0.0' } });
     expect(res.status).toBe(201);
-    expect(res.body).toEqual({ deviceId: expect.any(String), deviceToken: expect.stringMatching(/^kd_/), heartbeatIntervalSeconds: 60 });
+    expect(res.body).toEqual({ deviceId: expect.any(String), deviceToken: expect.stringMatching(/^kd_/), heartbeatIntervalSeconds: 60, releaseKeys: [] });
     const [row] = await app.server.keel.db.select().from(devices).where(eq(devices.id, res.body.deviceId));
     expect(row!.tokenHash).toBe(sha256Hex(res.body.deviceToken));
     expect(eventsOf(res.body.deviceId)).toEqual(['device.enrolled']);
 
     const hb = await heartbeat(app, res.body, { components: { agent: '1.0.0', watchdog: '1.0.0' }, loggedInUser: 'alice' });
     expect(hb.status).toBe(200);
-    expect(hb.body).toEqual({ nextHeartbeatSeconds: 60, autoUpdate: true, update: null });
+    expect(hb.body).toEqual({ nextHeartbeatSeconds: 60, autoUpdate: true, update: null, releaseKeys: null });
     const got = await app.api('GET', `/devices/${res.body.deviceId}`, { token: w.tokens.orgAdmin });
     expect(got.status).toBe(200);
     expect(got.body).toMatchObject({ hostname: 'ws-1', os: 'linux', arch: 'amd64', status: 'online', components: { agent: '1.0.0', watchdog: '1.0.0' }, autoUpdate: true, loggedInUser: 'alice' });

@@ -162,7 +162,9 @@ describe.skipIf(!backendAvailable())(`releases and promotion (${backend})`, () =
     }
     const production = { NODE_ENV: 'production', APP_ENCRYPTION_KEY: 'a'.repeat(64), JWT_SECRET: 'j'.repeat(40), AGENT_RELEASE_URL: 'https://releases.example.com' };
     expect(() => loadConfig(production)).toThrow(/AGENT_RELEASE_PUBLIC_KEY is required/);
-    expect(() => loadConfig({ ...production, AGENT_RELEASE_PUBLIC_KEY: rawPublic })).not.toThrow();
+    expect(() => loadConfig({ ...production, AGENT_RELEASE_PUBLIC_KEYS: rawPublic })).toThrow(/AGENT_RELEASE_PUBLIC_KEY is required/);
+    expect(() => loadConfig({ ...production, AGENT_RELEASE_PUBLIC_KEY: rawPublic })).toThrow(/AGENT_RELEASE_PUBLIC_KEYS is required/);
+    expect(() => loadConfig({ ...production, AGENT_RELEASE_PUBLIC_KEY: rawPublic, AGENT_RELEASE_PUBLIC_KEYS: rawPublic })).not.toThrow();
   });
 
   it('a 10% rollout is widened by /rollout (never narrowed)', async () => {

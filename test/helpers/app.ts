@@ -1,7 +1,7 @@
 import { existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash, generateKeyPairSync, randomBytes } from 'node:crypto';
 import { createServer as createNetServer, type AddressInfo } from 'node:net';
 import { loadConfig } from '../../src/config.js';
 import { startServer, type RunningServer } from '../../src/server.js';
@@ -126,6 +126,10 @@ export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> 
   const port = opts.publicUrlFromPort ? await freePort() : 0;
   if (opts.publicUrlFromPort) env.PUBLIC_URL = `http://localhost:${port}`;
   Object.assign(env, opts.env ?? {});
+  // Production refuses to start without release keys: a test app under production gets a throwaway one.
+  if (env.NODE_ENV === 'production' && env.AGENT_RELEASE_PUBLIC_KEYS === undefined) {
+    env.AGENT_RELEASE_PUBLIC_KEYS = generateKeyPairSync('ed25519').publicKey.export({ format: 'der', type: 'spki' }).subarray(12).toString('base64');
+  }
   const config = loadConfig(env);
   const log = opts.log ?? createLogger(config.LOG_LEVEL);
   const database = config.DATABASE_URL ? await openDatabase({ url: config.DATABASE_URL, poolSize: 10 }) : await openTemplatePglite();

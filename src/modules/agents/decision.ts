@@ -58,6 +58,9 @@ export interface BuildInfo {
   url: string;
   sha256: string;
   size: number;
+  /** Release signature (base64) and the id of the key that verified it; null: unsigned. */
+  signature?: string | null;
+  keyId?: string | null;
 }
 
 export interface DecisionInput {

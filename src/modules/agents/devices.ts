@@ -10,6 +10,7 @@ import { deviceGroups, sites } from '../tenancy/schema.js';
 import type { Limit } from '../../platform/rate-limit.js';
 import { devices, enrollmentKeys } from './schema.js';
 import { DEVICE_TOPIC } from './state.js';
+import { releaseKeysOf } from './release-keys.js';
 
 export const DEVICE_TOKEN_PREFIX = 'kd_';
 const ENROLLMENT_KEY_PREFIX = 'ke_';
@@ -204,7 +205,7 @@ export async function enroll(keel: Keel, input: EnrollInput, intervalSeconds: nu
     await keel.events.publish(tx, 'device.enrolled', key.orgId, { deviceId: d.id, hostname: d.hostname, os: d.os, arch: d.arch, siteId, deviceGroupId, agentVersion: input.agentVersion });
     return d;
   });
-  return { deviceId: device.id, deviceToken: token, heartbeatIntervalSeconds: intervalSeconds };
+  return { deviceId: device.id, deviceToken: token, heartbeatIntervalSeconds: intervalSeconds, releaseKeys: releaseKeysOf(keel.config).pinned };
 }
 
 export interface DeviceFilters extends Paging {

@@ -9,6 +9,7 @@ import { COMPONENTS, decideUpdate, type Component, type Offer } from './decision
 import { CONFIG_TOPIC, DEVICE_TOPIC, type AgentState, type DeviceState } from './state.js';
 import { UPDATING_TIMEOUT_MS } from './devices.js';
 import type { AgentMetrics } from './metrics.js';
+import { releaseKeysOf } from './release-keys.js';
 
 export interface HeartbeatInput {
   components: { agent: string; helper?: string | undefined; watchdog?: string | undefined };
@@ -19,7 +20,9 @@ export interface HeartbeatInput {
 export interface HeartbeatAnswer {
   nextHeartbeatSeconds: number;
   autoUpdate: boolean;
-  update: { component: Component; version: string; url: string; sha256: string; size: number } | null;
+  update: { component: Component; version: string; url: string; sha256: string; size: number; signature: string | null; keyId: string | null } | null;
+  /** Two-phase release-key rotation: the key list and the operator's signature over its statement (signing.ts), or null. */
+  releaseKeys: { keys: string[]; signature: string } | null;
 }
 
 export interface Agents {
@@ -78,7 +81,10 @@ export async function heartbeat(ctx: Agents, tokenHash: string, d: DeviceState, 
   return {
     nextHeartbeatSeconds: ctx.intervalSeconds + (versionChanged ? Math.floor(Math.random() * 61) : 0),
     autoUpdate: d.autoUpdate,
-    update: offer ? { component: offer.component, version: offer.version, url: offer.url, sha256: offer.sha256, size: offer.size } : null,
+    update: offer
+      ? { component: offer.component, version: offer.version, url: offer.url, sha256: offer.sha256, size: offer.size, signature: offer.signature ?? null, keyId: offer.keyId ?? null }
+      : null,
+    releaseKeys: releaseKeysOf(ctx.keel.config).statement,
   };
 }
 

@@ -84,6 +84,7 @@ export const Enrolled = z
     deviceId: z.uuid().openapi(d('Device id')),
     deviceToken: z.string().openapi(d('Device token for heartbeats and reports (shown once; stored only as a hash)')),
     heartbeatIntervalSeconds: z.number().int().openapi(d('Heartbeat interval')),
+    releaseKeys: z.array(z.string()).openapi(d('Release keys the agent pins (base64 of the raw 32-byte Ed25519 keys); [] when Keel has none (development only)')),
   })
   .openapi('Enrolled');
 
@@ -102,6 +103,8 @@ export const UpdateOffer = z
     url: z.string().openapi(d('Download URL')),
     sha256: z.string().openapi(d('SHA-256 of the binary (hex)')),
     size: z.number().int().openapi(d('Size in bytes')),
+    signature: z.string().nullable().openapi(d('Ed25519 signature (base64) over the canonical manifest entry {"arch","component","os","sha256","size","version"}; null: unsigned (development only). The agent verifies it with its pinned keys before running the binary')),
+    keyId: z.string().nullable().openapi(d('Id of the release key that signed the build (first 8 hex of SHA-256 of the raw key), or null')),
   })
   .openapi('UpdateOffer');
 
@@ -110,6 +113,13 @@ export const HeartbeatAnswer = z
     nextHeartbeatSeconds: z.number().int().openapi(d('Seconds until the next heartbeat')),
     autoUpdate: z.boolean().openapi(d('Whether this device takes updates')),
     update: UpdateOffer.nullable().openapi(d('The update to apply now, or null')),
+    releaseKeys: z
+      .object({
+        keys: z.array(z.string()).openapi(d('Release keys (base64 of the raw 32-byte Ed25519 keys), sorted')),
+        signature: z.string().openapi(d('Ed25519 signature (base64), by a key the agent already trusts, over the UTF-8 of {"keys":[...]} (this list, no spaces)')),
+      })
+      .nullable()
+      .openapi(d('Two-phase release-key rotation (AGENT_RELEASE_KEYS_SIGNATURE): the new key list to pin once its signature verifies; null: no rotation')),
   })
   .openapi('HeartbeatAnswer');
 

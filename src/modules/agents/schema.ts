@@ -94,6 +94,10 @@ export const agentReleases = pgTable(
     /** Local source: the file name under DATA_DIR/agent-releases. */
     filePath: text('file_path'),
     source: varchar('source', { length: 10 }).notNull(),
+    /** Ed25519 signature (base64) over the build's canonical manifest entry (signing.ts); null: unsigned. */
+    signature: text('signature'),
+    /** Id of the release key that verified the signature (first 8 hex of SHA-256 of the raw key). */
+    keyId: varchar('key_id', { length: 16 }),
     createdAt: createdAt(),
   },
   (t) => [uniqueIndex('agent_releases_build_idx').on(t.version, t.component, t.os, t.arch)],

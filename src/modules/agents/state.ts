@@ -195,7 +195,7 @@ export class AgentState {
     const loaded = new Map<string, BuildInfo>();
     for (const r of rows) {
       const url = r.url ?? `${this.publicBase()}/api/v1/agent-versions/${encodeURIComponent(r.version)}/download/${r.component}/${encodeURIComponent(r.os)}/${encodeURIComponent(r.arch)}`;
-      loaded.set(`${r.version}/${r.component}/${r.os}/${r.arch}`, { url, sha256: r.sha256, size: r.size });
+      loaded.set(`${r.version}/${r.component}/${r.os}/${r.arch}`, { url, sha256: r.sha256, size: r.size, signature: r.signature ?? null, keyId: r.keyId ?? null });
     }
     if (generation === this.#configGeneration) {
       for (const [key, build] of loaded) this.#builds.set(key, build);
