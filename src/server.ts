@@ -1,4 +1,5 @@
 import { serve, type ServerType } from '@hono/node-server';
+import { releaseKeysOf } from './modules/agents/release-keys.js';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Keel, KeelOptions } from './keel.js';
@@ -116,6 +117,9 @@ export async function startServer(opts: KeelOptions & { port?: number; host?: st
     }
   } else if (keel.database.kind === 'pglite') {
     keel.log.warn('WORKER=off on the embedded database: no process delivers webhooks (a keel worker needs PostgreSQL)');
+  }
+  if (releaseKeysOf(keel.config).keys.length === 0) {
+    keel.log.warn('AGENT_RELEASE_PUBLIC_KEYS is not set: unsigned agent builds are accepted and offered (development only; NODE_ENV=production refuses to start without it)');
   }
   let maintenance: PgliteMaintenance | null = null;
   if (keel.database.kind === 'pglite') {

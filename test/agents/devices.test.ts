@@ -7,7 +7,7 @@ import { sha256Hex } from '../../src/platform/crypto.js';
 import { devices, enrollmentKeys } from '../../src/modules/agents/schema.js';
 import { auditLogs } from '../../src/modules/audit/schema.js';
 import type { KeelEvent } from '../../src/events.js';
-import { enroll, enrollmentKey, heartbeat, runSweep } from './helpers.js';
+import { enroll, enrollmentKey, heartbeat, mfaAdmin, runSweep } from './helpers.js';
 import { agentsOf } from '../../src/modules/agents/context.js';
 
 describe.skipIf(!backendAvailable())(`devices and heartbeats (${backend})`, () => {
@@ -214,12 +214,15 @@ describe.skipIf(!backendAvailable())(`devices and heartbeats (${backend})`, () =
 
   it('AGENT_AUTO_PROMOTE (default true): a registered release is the target at once, never a downgrade', async () => {
     const body = (version: string) => ({ version, component: 'agent', os: 'linux', arch: 'auto', url: `https://releases.example.com/${version}`, sha256: 'f'.repeat(64), size: 9 });
-    const first = await app.api('POST', '/agent-versions', { token: w.tokens.platformAdmin, body: body('2.0.0') });
+    const admin = await mfaAdmin(app, w);
+    const first = await app.api('POST', '/agent-versions', { token: admin, body: body('2.0.0') });
     expect(first.status).toBe(201);
     expect(first.body.promoted).toEqual(['agent:linux/auto']);
-    const lower = await app.api('POST', '/agent-versions', { token: w.tokens.platformAdmin, body: body('1.9.0') });
+    expect(first.body.autoPromote).toEqual({ status: 'promoted', reason: null });
+    const lower = await app.api('POST', '/agent-versions', { token: admin, body: body('1.9.0') });
     expect(lower.status).toBe(201);
     expect(lower.body.promoted).toEqual([]);
+    expect(lower.body.autoPromote).toEqual({ status: 'skipped', reason: 'downgrade' });
     const d = await enroll(app, await enrollmentKey(app, w.tokens.orgAdmin, w.orgId), { arch: 'auto' });
     expect((await heartbeat(app, d)).body.update).toMatchObject({ version: '2.0.0' });
   });

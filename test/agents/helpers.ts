@@ -1,3 +1,5 @@
+import type { KeyObject } from 'node:crypto';
+import { signBuild } from '../../src/modules/agents/signing.js';
 import type { TestApp } from '../helpers/app.js';
 import { loadConfig } from '../../src/config.js';
 import { startServer, type RunningServer } from '../../src/server.js';
@@ -36,12 +38,10 @@ export async function mfaAdmin(app: TestApp, w: World): Promise<string> {
   return (await enrollTotp(app, accessToken)).accessToken;
 }
 
-/** Registers a remote build (JSON) as the platform administrator. */
-export async function registerRemote(app: TestApp, token: string, b: { version: string; component?: string; os?: string; arch?: string; sha256?: string }) {
-  const res = await app.api('POST', '/agent-versions', {
-    token,
-    body: { component: 'agent', os: 'linux', arch: 'amd64', url: `https://releases.example.com/${b.version}/agent`, sha256: 'a'.repeat(64), size: 1000, ...b },
-  });
+/** Registers a remote build (JSON) as the platform administrator; signed with `signWith` when given. */
+export async function registerRemote(app: TestApp, token: string, b: { version: string; component?: string; os?: string; arch?: string; sha256?: string }, signWith?: KeyObject) {
+  const body = { component: 'agent', os: 'linux', arch: 'amd64', url: `https://releases.example.com/${b.version}/agent`, sha256: 'a'.repeat(64), size: 1000, ...b };
+  const res = await app.api('POST', '/agent-versions', { token, body: signWith ? { ...body, signature: signBuild(signWith, body) } : body });
   if (res.status !== 201) throw new Error(`register: ${res.status} ${JSON.stringify(res.body)}`);
   return res.body;
 }

@@ -11,6 +11,7 @@ import { agentTargets } from '../../src/modules/agents/schema.js';
 import { auditLogs } from '../../src/modules/audit/schema.js';
 import { raceTest, together } from '../helpers/race.js';
 import { enroll, enrollmentKey, heartbeat, mfaAdmin, registerRemote } from './helpers.js';
+import { signBuild } from '../../src/modules/agents/signing.js';
 
 /** A release host on loopback: serves whatever the test puts in `files`. */
 async function releaseHost(): Promise<{ url: string; files: Map<string, string>; close: () => Promise<void> }> {
@@ -32,11 +33,13 @@ const keys = generateKeyPairSync('ed25519');
 const rawPublic = (keys.publicKey.export({ format: 'der', type: 'spki' })).subarray(12).toString('base64');
 const other = generateKeyPairSync('ed25519');
 
+/** Each asset signed with the release key (signing.ts), as the release host publishes it. */
+const signed = (version: string, a: { component: string; os: string; arch: string; url: string; sha256: string; size: number }) => ({ ...a, signature: signBuild(keys.privateKey, { ...a, version }) });
 const manifest = JSON.stringify({
   releases: [
-    { version: '2.1.0', assets: [{ component: 'agent', os: 'linux', arch: 'amd64', url: 'v2.1.0/agent-linux-amd64', sha256: 'b'.repeat(64), size: 10 }, { component: 'watchdog', os: 'linux', arch: 'amd64', url: 'v2.1.0/watchdog-linux-amd64', sha256: 'c'.repeat(64), size: 10 }] },
-    { version: '2.2.0-rc.1', assets: [{ component: 'agent', os: 'linux', arch: 'amd64', url: 'v2.2.0-rc.1/agent', sha256: 'd'.repeat(64), size: 10 }] },
-    { version: '2.0.0', assets: [{ component: 'agent', os: 'linux', arch: 'amd64', url: 'v2.0.0/agent', sha256: 'e'.repeat(64), size: 10 }] },
+    { version: '2.1.0', assets: [signed('2.1.0', { component: 'agent', os: 'linux', arch: 'amd64', url: 'v2.1.0/agent-linux-amd64', sha256: 'b'.repeat(64), size: 10 }), signed('2.1.0', { component: 'watchdog', os: 'linux', arch: 'amd64', url: 'v2.1.0/watchdog-linux-amd64', sha256: 'c'.repeat(64), size: 10 })] },
+    { version: '2.2.0-rc.1', assets: [signed('2.2.0-rc.1', { component: 'agent', os: 'linux', arch: 'amd64', url: 'v2.2.0-rc.1/agent', sha256: 'd'.repeat(64), size: 10 })] },
+    { version: '2.0.0', assets: [signed('2.0.0', { component: 'agent', os: 'linux', arch: 'amd64', url: 'v2.0.0/agent', sha256: 'e'.repeat(64), size: 10 })] },
   ],
 });
 
@@ -56,14 +59,18 @@ describe.skipIf(!backendAvailable())(`releases and promotion (${backend})`, () =
     await host?.close();
   });
 
-  it('registering needs a platform administrator; promote also a second factor (403 mfa_required); both audited', async () => {
-    const body = { version: '1.0.0', component: 'agent', os: 'linux', arch: 'arm64', url: 'https://releases.example.com/a', sha256: 'a'.repeat(64), size: 5 };
+  it('registering and promoting need a platform administrator with a second factor (403 mfa_required); audited', async () => {
+    const unsigned = { version: '1.0.0', component: 'agent', os: 'linux', arch: 'arm64', url: 'https://releases.example.com/a', sha256: 'a'.repeat(64), size: 5 };
+    const body = { ...unsigned, signature: signBuild(keys.privateKey, unsigned) };
     expect((await app.api('POST', '/agent-versions', { token: w.tokens.partnerFull, body })).status).toBe(403);
     // A platform administrator whose session has no second factor.
     const plain = (await login(app, await createUser(app, { platformAdmin: true }))).accessToken;
-    const reg = await app.api('POST', '/agent-versions', { token: plain, body });
+    const refused = await app.api('POST', '/agent-versions', { token: plain, body });
+    expect(refused.status).toBe(403);
+    expect(refused.body.code).toBe('mfa_required');
+    const reg = await app.api('POST', '/agent-versions', { token: admin, body });
     expect(reg.status).toBe(201);
-    expect(reg.body).toMatchObject({ version: '1.0.0', component: 'agent', os: 'linux', arch: 'arm64', sha256: 'a'.repeat(64), promoted: [] });
+    expect(reg.body).toMatchObject({ version: '1.0.0', component: 'agent', os: 'linux', arch: 'arm64', sha256: 'a'.repeat(64), promoted: [], autoPromote: { status: 'off', reason: null }, signed: true });
     const noMfa = await app.api('POST', '/agent-versions/promote', { token: plain, body: { version: '1.0.0' } });
     expect(noMfa.status).toBe(403);
     expect(noMfa.body.code).toBe('mfa_required');
@@ -81,7 +88,7 @@ describe.skipIf(!backendAvailable())(`releases and promotion (${backend})`, () =
   });
 
   it('never a downgrade unless allowDowngrade', async () => {
-    for (const version of ['1.1.0', '1.2.0']) await registerRemote(app, admin, { version, arch: 'dg' });
+    for (const version of ['1.1.0', '1.2.0']) await registerRemote(app, admin, { version, arch: 'dg' }, keys.privateKey);
     expect((await app.api('POST', '/agent-versions/promote', { token: admin, body: { version: '1.2.0' } })).status).toBe(200);
     const down = await app.api('POST', '/agent-versions/promote', { token: admin, body: { version: '1.1.0' } });
     expect(down.status).toBe(409);
@@ -99,8 +106,8 @@ describe.skipIf(!backendAvailable())(`releases and promotion (${backend})`, () =
   raceTest('10 parallel promotes of different versions leave exactly one target per (component, os, arch)', async () => {
     const versions = Array.from({ length: 10 }, (_, i) => `5.0.${i}`);
     for (const version of versions) {
-      await registerRemote(app, admin, { version, arch: 'race' });
-      await registerRemote(app, admin, { version, arch: 'race', component: 'watchdog' });
+      await registerRemote(app, admin, { version, arch: 'race' }, keys.privateKey);
+      await registerRemote(app, admin, { version, arch: 'race', component: 'watchdog' }, keys.privateKey);
     }
     const answers = await together(10, (i) => app.api('POST', '/agent-versions/promote', { token: admin, body: { version: versions[i] } }));
     for (const a of answers) expect([200, 409]).toContain(a.status);
@@ -121,7 +128,7 @@ describe.skipIf(!backendAvailable())(`releases and promotion (${backend})`, () =
     expect((await app.api('POST', '/agent-versions/sync-remote', { token: w.tokens.partnerFull })).status).toBe(403);
     const res = await app.api('POST', '/agent-versions/sync-remote', { token: admin });
     expect(res.status).toBe(200);
-    expect(res.body).toEqual({ version: '2.1.0', synced: ['agent:linux/amd64', 'watchdog:linux/amd64'], promoted: [] });
+    expect(res.body).toEqual({ version: '2.1.0', synced: ['agent:linux/amd64', 'watchdog:linux/amd64'], promoted: [], autoPromote: { status: 'off', reason: null } });
     const rc = await app.api('POST', '/agent-versions/sync-remote?version=2.2.0-rc.1', { token: admin });
     expect(rc.body).toMatchObject({ version: '2.2.0-rc.1', synced: ['agent:linux/amd64'] });
     const list = (await app.api('GET', '/agent-versions?limit=100', { token: admin })).body.data;
@@ -168,7 +175,7 @@ describe.skipIf(!backendAvailable())(`releases and promotion (${backend})`, () =
   });
 
   it('a 10% rollout is widened by /rollout (never narrowed)', async () => {
-    await registerRemote(app, admin, { version: '3.0.0', arch: 'wide' });
+    await registerRemote(app, admin, { version: '3.0.0', arch: 'wide' }, keys.privateKey);
     expect((await app.api('POST', '/agent-versions/promote', { token: admin, body: { version: '3.0.0', rollout: { percent: 10 } } })).status).toBe(200);
     const widen = await app.api('POST', '/agent-versions/rollout', { token: admin, body: { component: 'agent', percent: 100 } });
     expect(widen.status).toBe(200);
@@ -180,7 +187,7 @@ describe.skipIf(!backendAvailable())(`releases and promotion (${backend})`, () =
   it('heartbeat offers a synced remote build with its release-host URL', async () => {
     const key = await enrollmentKey(app, w.tokens.orgAdmin, w.orgId);
     const d = await enroll(app, key, { arch: 'single' });
-    await registerRemote(app, admin, { version: '4.0.0', arch: 'single', sha256: createHash('sha256').update('x').digest('hex') });
+    await registerRemote(app, admin, { version: '4.0.0', arch: 'single', sha256: createHash('sha256').update('x').digest('hex') }, keys.privateKey);
     await app.api('POST', '/agent-versions/promote', { token: admin, body: { version: '4.0.0', component: 'agent', allowDowngrade: true } });
     expect((await heartbeat(app, d)).body.update).toMatchObject({ version: '4.0.0', url: 'https://releases.example.com/4.0.0/agent' });
   });

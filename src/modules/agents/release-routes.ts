@@ -8,12 +8,12 @@ import { uploadLimitsOf } from '../../platform/http/middleware.js';
 import { errors, json, jsonBody, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { authenticate } from '../../http/authenticate.js';
 import { requestInfo } from '../identity/http.js';
-import { requireMfa } from '../mfa/policy.js';
 import { accessOf, guard } from '../access/scope.js';
 import { deviceAuth } from './context.js';
 import { ComponentName, Platform, Version } from './http.js';
 import { listVersions, localBuild, promote, registerRemote, registerUpload, resumeRollout, widenRollout } from './releases.js';
 import { syncRemote } from './sync.js';
+import { releaseWriter } from './release-writer.js';
 
 const d = (description: string, example?: unknown) => (example === undefined ? { description } : { description, example });
 
@@ -27,11 +27,23 @@ const Build = z
     sha256: z.string().openapi(d('SHA-256 of the binary (hex)')),
     size: z.number().int().openapi(d('Size in bytes')),
     source: z.string().openapi(d('local (uploaded to Keel) or remote (release host)')),
+    signed: z.boolean().openapi(d('Whether a release key verified the build\'s signature at registration (false: registered without release keys, development only)')),
+    keyId: z.string().nullable().openapi(d('Id of the release key that signed the build (first 8 hex of SHA-256 of the raw key), or null')),
     createdAt: z.string().openapi(d('Registration time')),
   })
   .openapi('AgentBuild');
 
-const Registered = Build.extend({ promoted: z.array(z.string()).openapi(d('Platforms promoted at once (AGENT_AUTO_PROMOTE), as component:os/arch')) }).openapi('AgentBuildRegistered');
+const AutoPromote = z
+  .object({
+    status: z.enum(['promoted', 'off', 'skipped']).openapi(d('promoted (AGENT_AUTO_PROMOTE, the caller could promote); off (AGENT_AUTO_PROMOTE=false); skipped (see reason)')),
+    reason: z.enum(['mfa_required', 'user_required', 'downgrade']).nullable().openapi(d('Why it was skipped: the caller could not promote (mfa_required, user_required), or it would be a downgrade')),
+  })
+  .openapi('AutoPromote');
+
+const Registered = Build.extend({
+  promoted: z.array(z.string()).openapi(d('Platforms promoted at once (AGENT_AUTO_PROMOTE), as component:os/arch')),
+  autoPromote: AutoPromote,
+}).openapi('AgentBuildRegistered');
 
 const Rollout = z
   .object({
@@ -64,10 +76,11 @@ const RemoteBody = z
     url: z.string().max(2000).openapi(d('Download URL on the release host (https)', 'https://releases.example.com/1.5.0/agent-linux-amd64')),
     sha256: z.string().regex(/^[0-9a-fA-F]{64}$/, 'must be 64 hex characters').openapi(d('SHA-256 of the binary (hex)')),
     size: z.number().int().positive().openapi(d('Size in bytes', 1048576)),
+    signature: z.string().max(200).optional().openapi(d('Ed25519 signature (base64) over the canonical manifest entry {"arch","component","os","sha256","size","version"} (`keel release sign`); required when release keys are configured (400 release_signature_invalid)')),
   })
   .openapi('AgentBuildRemote', { example: { version: '1.5.0', component: 'agent', os: 'linux', arch: 'amd64', url: 'https://releases.example.com/1.5.0/agent-linux-amd64', sha256: 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855', size: 1048576 } });
 
-const UploadMeta = z.object({ version: Version, component: ComponentName, os: Platform, arch: Platform });
+const UploadMeta = z.object({ version: Version, component: ComponentName, os: Platform, arch: Platform, signature: z.string().max(200).optional() });
 const UploadForm = z
   .object({
     version: z.string().openapi(d('Version', '1.5.0')),
@@ -75,6 +88,7 @@ const UploadForm = z
     os: z.string().openapi(d('Operating system', 'linux')),
     arch: z.string().openapi(d('CPU architecture', 'amd64')),
     file: z.any().openapi({ type: 'string', format: 'binary', description: 'The binary (its SHA-256 is computed by Keel)' }),
+    signature: z.string().optional().openapi(d('Ed25519 signature (base64) over the canonical manifest entry of the file; required when release keys are configured')),
   })
   .openapi('AgentBuildUpload', { example: { version: '1.5.0', component: 'agent', os: 'linux', arch: 'amd64', file: '(binary)' } });
 
@@ -112,6 +126,7 @@ const Synced = z
     version: z.string().openapi(d('Synced version')),
     synced: z.array(z.string()).openapi(d('Registered builds, as component:os/arch')),
     promoted: z.array(z.string()).openapi(d('Platforms promoted at once (AGENT_AUTO_PROMOTE)')),
+    autoPromote: AutoPromote,
   })
   .openapi('Synced');
 
@@ -125,7 +140,8 @@ const DownloadParams = z.object({
 /** Releases: list, register (upload or remote), download, sync from the release host, promote, rollout. */
 export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   const auth = authenticate(keel);
-  const platformAdmin = [auth, ...guard(keel, { scopes: ['system'] })];
+  // Every write that changes what devices are offered: the one release rule (release-writer.ts).
+  const writer = releaseWriter(keel);
   uploadLimitsOf(keel).set('/api/v1/agent-versions', keel.config.AGENT_UPLOAD_LIMIT_BYTES);
 
   api.openapi(
@@ -150,8 +166,8 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'post', path: '/agent-versions', tags: ['agents'], summary: 'Register a build (upload with BINARY_SOURCE=local, or a remote URL)',
-      description: 'multipart/form-data with version, component, os, arch and file (BINARY_SOURCE=local; AGENT_UPLOAD_LIMIT_BYTES), or JSON naming a URL on the release host. With AGENT_AUTO_PROMOTE the version becomes the target at once (never a downgrade).',
-      middleware: platformAdmin,
+      description: 'multipart/form-data with version, component, os, arch and file (BINARY_SOURCE=local; AGENT_UPLOAD_LIMIT_BYTES), or JSON naming a URL on the release host. With release keys configured (AGENT_RELEASE_PUBLIC_KEYS) the build must carry `signature` (a multipart field with an upload): unsigned or wrongly signed, 400 `release_signature_invalid` and nothing is written. With AGENT_AUTO_PROMOTE the version becomes the target at once (never a downgrade; `autoPromote` says what happened).',
+      middleware: writer,
       // `required: false` lets each content type be validated only when it is the one sent.
       request: { body: { required: false, content: { 'application/json': { schema: RemoteBody }, 'multipart/form-data': { schema: UploadForm } } } },
       responses: { 201: json(Registered, 'Registered'), ...errors(400, 401, 403, 409) },
@@ -167,10 +183,10 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
           throw badRequest('invalid_multipart', 'The multipart body could not be read');
         }
         const file = form.file;
-        const meta = UploadMeta.safeParse({ version: form.version, component: form.component, os: form.os, arch: form.arch });
+        const meta = UploadMeta.safeParse({ version: form.version, component: form.component, os: form.os, arch: form.arch, signature: form.signature });
         if (!meta.success) throw validationError(zodFields(meta.error));
         if (!(file instanceof File)) throw validationError([{ path: 'file', message: 'is required (a file part)' }]);
-        return c.json(await registerUpload(keel, meta.data, new Uint8Array(await file.arrayBuffer()), info), 201);
+        return c.json(await registerUpload(keel, meta.data, new Uint8Array(await file.arrayBuffer()), info, c.get('principal')), 201);
       }
       if (!/^application\/json/i.test(type)) throw new AppError(415, 'unsupported_media_type', 'Send multipart/form-data or application/json');
       let json: unknown;
@@ -181,7 +197,7 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       }
       const body = RemoteBody.strict().safeParse(json);
       if (!body.success) throw validationError(zodFields(body.error));
-      return c.json(await registerRemote(keel, body.data, info), 201);
+      return c.json(await registerRemote(keel, body.data, info, c.get('principal')), 201);
     },
   );
 
@@ -203,18 +219,18 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'post', path: '/agent-versions/sync-remote', tags: ['agents'], summary: "Register a release from the release host's signed manifest",
-      description: 'Fetches AGENT_RELEASE_URL/manifest.json and manifest.json.sig (Ed25519, AGENT_RELEASE_PUBLIC_KEY; unsigned or wrongly signed: 502 manifest_signature_invalid). Without version: the latest stable release (never a prerelease).',
-      middleware: platformAdmin,
+      description: 'Fetches AGENT_RELEASE_URL/manifest.json and manifest.json.sig (Ed25519, AGENT_RELEASE_PUBLIC_KEY; unsigned or wrongly signed: 502 manifest_signature_invalid). Each asset carries its build `signature` (400 `release_signature_invalid` when one does not verify with the release keys; nothing is registered). Without version: the latest stable release (never a prerelease).',
+      middleware: writer,
       request: { query: z.object({ version: Version.optional().openapi({ description: 'Version to sync (default: latest stable)' }) }) },
       responses: { 200: json(Synced, 'Synced'), ...errors(400, 401, 403, 404, 409, 502, 503) },
     }),
-    async (c) => c.json(await syncRemote(keel, c.req.valid('query').version, requestInfo(c)), 200),
+    async (c) => c.json(await syncRemote(keel, c.req.valid('query').version, requestInfo(c), c.get('principal')), 200),
   );
 
   api.openapi(
     createRoute({
       method: 'post', path: '/agent-versions/promote', tags: ['agents'], summary: 'Make a version the fleet target (optionally staged)',
-      middleware: [...platformAdmin, requireMfa(keel)],
+      middleware: writer,
       request: { body: jsonBody(PromoteBody) },
       responses: { 200: json(Promoted, 'Promoted'), ...errors(400, 401, 403, 404, 409) },
     }),
@@ -224,7 +240,7 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'post', path: '/agent-versions/rollout', tags: ['agents'], summary: "Widen the current target's rollout",
-      middleware: [...platformAdmin, requireMfa(keel)],
+      middleware: writer,
       request: { body: jsonBody(RolloutBody) },
       responses: { 200: json(z.object({ updated: z.array(z.string()).openapi(d('Platforms changed')), percent: z.number().int().openapi(d('New share')) }).openapi('RolloutWidened'), 'Widened'), ...errors(400, 401, 403, 404, 409) },
     }),
@@ -237,7 +253,7 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'post', path: '/agent-versions/rollout/resume', tags: ['agents'], summary: 'Resume a halted rollout (failure counting restarts)',
-      middleware: [...platformAdmin, requireMfa(keel)],
+      middleware: writer,
       request: { body: jsonBody(ResumeBody) },
       responses: { 200: json(z.object({ resumed: z.array(z.string()).openapi(d('Platforms resumed')) }).openapi('RolloutResumed'), 'Resumed'), ...errors(400, 401, 403, 409) },
     }),

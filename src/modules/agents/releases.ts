@@ -13,6 +13,10 @@ import { agentReleases, agentTargets, devices } from './schema.js';
 import { compareVersions, COMPONENTS, isPrerelease, type Component } from './decision.js';
 import { CONFIG_TOPIC } from './state.js';
 import { reportCounts } from './heartbeat.js';
+import { releaseKeysOf } from './release-keys.js';
+import { releaseRefusal } from './release-writer.js';
+import { verifyBuildSignature } from './signing.js';
+import type { Principal } from '../identity/principal.js';
 
 type ReleaseRow = typeof agentReleases.$inferSelect;
 const PROMOTE_LOCK = 7345016; // one promote (or rollout change) at a time (docs/decisions.md)
@@ -29,10 +33,42 @@ export interface BuildInput {
   sha256: string;
   size: number;
   filePath: string | null;
+  /** Release signature (base64) as sent; verified by registerBuilds. */
+  signature?: string | null | undefined;
+}
+
+export const signatureInvalid = (detail: string, platform: string) =>
+  badRequest('release_signature_invalid', `The release signature of ${platform} ${detail}`, { platform });
+
+/**
+ * The release-signature rule (docs/decisions.md): with release keys configured every build must carry
+ * a signature, by one of them, over its canonical manifest entry (signing.ts); a refusal is audited
+ * as a failure and nothing is written. Without keys (development only) builds are accepted as sent.
+ * Answers each build with the id of the key that verified it (null: unsigned or no keys).
+ */
+export async function verifyBuilds(keel: Keel, builds: BuildInput[], info: AuditRequestInfo, action: string): Promise<(BuildInput & { keyId: string | null })[]> {
+  const { keys } = releaseKeysOf(keel.config);
+  const out: (BuildInput & { keyId: string | null })[] = [];
+  for (const b of builds) {
+    const signature = b.signature?.trim() || null;
+    if (keys.length === 0) {
+      out.push({ ...b, signature, keyId: null });
+      continue;
+    }
+    const key = signature ? verifyBuildSignature(keys, b, signature) : null;
+    if (!key) {
+      const reason = signature ? 'signature does not verify' : 'unsigned';
+      await writeAudit(keel.db, info, { action, result: 'failure', target: { type: 'agent_version', id: b.version }, details: { reason: 'release_signature_invalid', detail: reason, platform: platformName(b) } });
+      throw signatureInvalid(signature ? 'does not verify with any of AGENT_RELEASE_PUBLIC_KEYS' : 'is missing: with release keys configured every build must be signed', platformName(b));
+    }
+    out.push({ ...b, signature, keyId: key.id });
+  }
+  return out;
 }
 
 /** Registers builds (one transaction); an existing identical build is kept, a different one is a 409. */
-export async function registerBuilds(keel: Keel, builds: BuildInput[], info: AuditRequestInfo, action: string): Promise<ReleaseRow[]> {
+export async function registerBuilds(keel: Keel, input: BuildInput[], info: AuditRequestInfo, action: string): Promise<ReleaseRow[]> {
+  const builds = await verifyBuilds(keel, input, info, action);
   const rows = await transaction(keel.db, async (tx) => {
     const out: ReleaseRow[] = [];
     for (const b of builds) {
@@ -69,28 +105,50 @@ export const releaseView = (r: ReleaseRow, base: string) => ({
   sha256: r.sha256,
   size: r.size,
   source: r.source,
+  signed: r.keyId !== null,
+  keyId: r.keyId,
   createdAt: r.createdAt.toISOString(),
 });
 
-/** Auto-promote (AGENT_AUTO_PROMOTE): never a downgrade; a refused promote leaves the target as it was. */
-export async function autoPromote(keel: Keel, version: string, components: Component[], info: AuditRequestInfo): Promise<string[]> {
-  if (!keel.config.AGENT_AUTO_PROMOTE) return [];
+/** What auto-promote did: `promoted`, `off` (AGENT_AUTO_PROMOTE=false) or `skipped` (with the reason). */
+export interface AutoPromoted {
+  promoted: string[];
+  autoPromote: { status: 'promoted' | 'off' | 'skipped'; reason: 'mfa_required' | 'user_required' | 'downgrade' | null };
+}
+
+/**
+ * Auto-promote (AGENT_AUTO_PROMOTE): only when the caller could promote itself (the release rule,
+ * release-writer.ts, decided again here so no path registers and promotes for a caller who could
+ * not); never a downgrade; a refused promote leaves the target as it was.
+ */
+export async function autoPromote(keel: Keel, version: string, components: Component[], info: AuditRequestInfo, caller: Pick<Principal, 'kind' | 'sessionId' | 'mfa'>): Promise<AutoPromoted> {
+  if (!keel.config.AGENT_AUTO_PROMOTE) return { promoted: [], autoPromote: { status: 'off', reason: null } };
+  const refusal = releaseRefusal(caller);
+  if (refusal) {
+    await writeAudit(keel.db, info, { action: 'agent.version.promote', result: 'failure', target: { type: 'agent_version', id: version }, details: { reason: refusal, automatic: true } });
+    return { promoted: [], autoPromote: { status: 'skipped', reason: refusal } };
+  }
   const promoted: string[] = [];
+  let downgrade = false;
   for (const component of [...new Set(components)]) {
     try {
       promoted.push(...(await promote(keel, { version, component }, info)).promoted);
     } catch (err) {
       if (!(err instanceof AppError && err.status === 409)) throw err;
+      downgrade = true;
     }
   }
-  return promoted;
+  return promoted.length === 0 && downgrade ? { promoted, autoPromote: { status: 'skipped', reason: 'downgrade' } } : { promoted, autoPromote: { status: 'promoted', reason: null } };
 }
 
 /** A build uploaded to Keel (BINARY_SOURCE=local): stored under DATA_DIR by its SHA-256. */
-export async function registerUpload(keel: Keel, meta: { version: string; component: Component; os: string; arch: string }, file: Uint8Array, info: AuditRequestInfo) {
+export async function registerUpload(keel: Keel, meta: { version: string; component: Component; os: string; arch: string; signature?: string | undefined }, file: Uint8Array, info: AuditRequestInfo, caller: Pick<Principal, 'kind' | 'sessionId' | 'mfa'>) {
   if (keel.config.BINARY_SOURCE !== 'local') throw badRequest('binary_source_remote', 'Uploads need BINARY_SOURCE=local; register a remote build with JSON {version, component, os, arch, url, sha256, size}');
   if (file.byteLength === 0) throw badRequest('validation_failed', 'The file is empty', { fields: [{ path: 'file', message: 'is empty' }] });
   const sha256 = sha256Hex(Buffer.from(file));
+  const build: BuildInput = { ...meta, url: null, sha256, size: file.byteLength, filePath: sha256 };
+  // Refused before the file is stored: nothing is written for a build that is not signed.
+  await verifyBuilds(keel, [build], info, 'agent.version.register');
   const dir = releaseDir(keel);
   mkdirSync(dir, { recursive: true });
   const target = join(dir, sha256);
@@ -99,18 +157,21 @@ export async function registerUpload(keel: Keel, meta: { version: string; compon
     writeFileSync(partial, file);
     renameSync(partial, target);
   }
-  const [row] = await registerBuilds(keel, [{ ...meta, url: null, sha256, size: file.byteLength, filePath: sha256 }], info, 'agent.version.register');
+  const [row] = await registerBuilds(keel, [build], info, 'agent.version.register');
   if (!row) throw new Error('release registration returned nothing');
-  const promoted = await autoPromote(keel, meta.version, [meta.component], info);
-  return { ...releaseView(row, keel.config.publicUrl), promoted };
+  return { ...releaseView(row, keel.config.publicUrl), ...(await autoPromote(keel, meta.version, [meta.component], info, caller)) };
 }
 
-export async function registerRemote(keel: Keel, b: { version: string; component: Component; os: string; arch: string; url: string; sha256: string; size: number }, info: AuditRequestInfo) {
+export async function registerRemote(
+  keel: Keel,
+  b: { version: string; component: Component; os: string; arch: string; url: string; sha256: string; size: number; signature?: string | undefined },
+  info: AuditRequestInfo,
+  caller: Pick<Principal, 'kind' | 'sessionId' | 'mfa'>,
+) {
   checkReleaseUrl(keel, b.url);
   const [row] = await registerBuilds(keel, [{ ...b, sha256: b.sha256.toLowerCase(), filePath: null }], info, 'agent.version.register');
   if (!row) throw new Error('release registration returned nothing');
-  const promoted = await autoPromote(keel, b.version, [b.component], info);
-  return { ...releaseView(row, keel.config.publicUrl), promoted };
+  return { ...releaseView(row, keel.config.publicUrl), ...(await autoPromote(keel, b.version, [b.component], info, caller)) };
 }
 
 export function checkReleaseUrl(keel: Keel, url: string): void {

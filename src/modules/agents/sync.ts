@@ -5,6 +5,7 @@ import { AppError, notFound } from '../../platform/http/errors.js';
 import { OutboundError, outboundRequest } from '../../platform/outbound.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { compareVersions, COMPONENTS, isPrerelease } from './decision.js';
+import type { Principal } from '../identity/principal.js';
 import { autoPromote, checkReleaseUrl, platformName, registerBuilds, type BuildInput } from './releases.js';
 
 /** `POST /agent-versions/sync-remote`: the release host's signed manifest (docs/decisions.md, README). */
@@ -16,6 +17,7 @@ const Asset = z.object({
   url: z.string().min(1).max(2000),
   sha256: z.string().regex(/^[0-9a-fA-F]{64}$/),
   size: z.number().int().positive(),
+  signature: z.string().max(200).optional(),
 });
 const Manifest = z.object({ releases: z.array(z.object({ version: z.string().min(1).max(64), assets: z.array(Asset).min(1) })) });
 
@@ -50,7 +52,7 @@ async function fetchBytes(keel: Keel, url: string, max: number): Promise<Buffer>
  * AGENT_RELEASE_PUBLIC_KEY (no key: refused, whatever NODE_ENV says), picks the named version or the
  * latest stable one, registers every asset and (AGENT_AUTO_PROMOTE) promotes it.
  */
-export async function syncRemote(keel: Keel, version: string | undefined, info: AuditRequestInfo) {
+export async function syncRemote(keel: Keel, version: string | undefined, info: AuditRequestInfo, caller: Pick<Principal, 'kind' | 'sessionId' | 'mfa'>) {
   const base = keel.config.AGENT_RELEASE_URL;
   if (!base) throw unavailable('release_host_unconfigured', 'AGENT_RELEASE_URL is not set');
   if (!keel.config.AGENT_RELEASE_PUBLIC_KEY) throw unavailable('release_key_missing', 'AGENT_RELEASE_PUBLIC_KEY is not set: unsigned release metadata is never accepted');
@@ -80,10 +82,10 @@ export async function syncRemote(keel: Keel, version: string | undefined, info: 
     : manifest.releases.filter((r) => !isPrerelease(r.version)).sort((a, b) => compareVersions(b.version, a.version))[0];
   if (!release) throw notFound(version ? `Release ${version}` : 'Stable release');
   const builds: BuildInput[] = release.assets.map((a) => ({
-    version: release.version, component: a.component, os: a.os, arch: a.arch, url: new URL(a.url, root).toString(), sha256: a.sha256.toLowerCase(), size: a.size, filePath: null,
+    version: release.version, component: a.component, os: a.os, arch: a.arch, url: new URL(a.url, root).toString(), sha256: a.sha256.toLowerCase(), size: a.size, filePath: null, signature: a.signature,
   }));
   for (const b of builds) checkReleaseUrl(keel, b.url ?? '');
   const rows = await registerBuilds(keel, builds, info, 'agent.version.sync');
-  const promoted = await autoPromote(keel, release.version, builds.map((b) => b.component), info);
-  return { version: release.version, synced: rows.map(platformName).sort(), promoted };
+  const promoted = await autoPromote(keel, release.version, builds.map((b) => b.component), info, caller);
+  return { version: release.version, synced: rows.map(platformName).sort(), ...promoted };
 }

@@ -24,6 +24,8 @@ export interface AccessDoc {
   factorProof?: boolean;
   /** A device token (an enrolled agent), not a user's token. */
   device?: boolean;
+  /** The release channel's rule (agents/release-writer.ts): a platform administrator's session verified with a second factor. */
+  releaseWriter?: boolean;
 }
 
 const ACCESS_DOC = Symbol.for('keel.accessDoc');
@@ -67,6 +69,9 @@ export function operationIdOf(method: string, path: string): string {
 export function accessText(doc: AccessDoc): string {
   if (doc.device) return 'Access: a device token (Bearer, from POST /agents/enroll); user tokens and API keys are refused.';
   if (!doc.auth) return 'Access: public (no token).';
+  if (doc.releaseWriter) {
+    return 'Access: the release rule: a platform administrator\'s own session verified with a second factor (403 `mfa_required`, also with ENABLE_2FA=false); API keys are refused with 403 `user_required` whatever their permissions; refusals are audited (`agent.release.refused`).';
+  }
   const parts = [doc.auth === 'user' ? 'a signed-in user (access token; API keys are refused with 403 `user_required`)' : 'an access token or an API key'];
   if (doc.scopes) parts.push(`caller scope ${doc.scopes.join(' or ')}`);
   if (doc.permission) parts.push(`permission \`${doc.permission}\``);
@@ -88,6 +93,6 @@ export function documentedRoute(config: RouteConfig & { middleware?: unknown }):
     description,
     // A route that authenticates inside its handler depending on the body (a temp token or a bearer
     // token) declares its own `security` (with `{}` for "optional"); that declaration is kept.
-    security: route.security ?? (doc.device ? [{ deviceToken: [] }] : doc.auth ? (doc.auth === 'user' ? [{ bearerAuth: [] }] : [{ bearerAuth: [] }, { apiKey: [] }]) : []),
+    security: route.security ?? (doc.releaseWriter ? [{ bearerAuth: [] }] : doc.device ? [{ deviceToken: [] }] : doc.auth ? (doc.auth === 'user' ? [{ bearerAuth: [] }] : [{ bearerAuth: [] }, { apiKey: [] }]) : []),
   };
 }
