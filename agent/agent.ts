@@ -369,21 +369,24 @@ export class Agent {
     const hash = createHash('sha256');
     let received = 0;
     const fd = openSync(dest, 'w', 0o700);
+    let over = false;
     try {
       for await (const chunk of res.body as AsyncIterable<Uint8Array>) {
         received += chunk.byteLength;
         if (received > offer.size) {
-          abort.abort();
-          return `size mismatch: the download goes past the offered ${offer.size} bytes`;
+          over = true; // leaving the loop cancels the body; the abort below closes the connection
+          break;
         }
         hash.update(chunk);
         writeSync(fd, chunk);
       }
     } catch (err) {
-      return `download failed: ${(err as Error).message}`;
+      if (!over) return `download failed: ${(err as Error).message}`;
     } finally {
       closeSync(fd);
+      if (over) abort.abort();
     }
+    if (over) return `size mismatch: the download goes past the offered ${offer.size} bytes`;
     if (received !== offer.size) return `size mismatch: ${received} bytes received, ${offer.size} offered`;
     if (hash.digest('hex') !== offer.sha256.toLowerCase()) return 'checksum mismatch: the download does not match the offered SHA-256';
     return null;
