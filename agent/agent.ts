@@ -101,6 +101,15 @@ export function retryAfterMs(header: string | null, now = Date.now()): number | 
 }
 
 /**
+ * The interval a heartbeat answer asks for, kept within 1 s to an hour (Keel's longest interval plus
+ * its jitter): a forged or broken answer can neither spin the agent against Keel nor silence it.
+ */
+export function heartbeatSeconds(asked: unknown): number {
+  if (typeof asked !== 'number' || !Number.isFinite(asked)) return 60;
+  return Math.min(Math.max(asked, 1), 3_660);
+}
+
+/**
  * Whether the device token may go with a request to `url`: only to Keel's own origin (scheme, host
  * and port compared parsed, so `https://keel.example.com.attacker.net` is another origin).
  */
@@ -542,7 +551,7 @@ export class Agent {
     const loop = async (): Promise<void> => {
       let next = 60;
       try {
-        next = (await this.tick()).answer.nextHeartbeatSeconds;
+        next = heartbeatSeconds((await this.tick()).answer.nextHeartbeatSeconds);
       } catch (err) {
         this.#o.log(`heartbeat failed: ${(err as Error).message}`);
       }

@@ -13,9 +13,9 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { Agent, retryAfterMs, sameOrigin, ENROLL_RETRY_AFTER_MAX_MS, type AgentOptions } from '../../agent/agent.js';
-import { keyIdOf } from '../../agent/release-signature.js';
-import { keyListStatement, manifestEntry, parseReleaseKey, signBuild, signText, verifyBuildSignature } from '../../src/modules/agents/signing.js';
+import { Agent, heartbeatSeconds, retryAfterMs, sameOrigin, ENROLL_RETRY_AFTER_MAX_MS, type AgentOptions } from '../../agent/agent.js';
+import { canonicalEntry, keyIdOf, keyListMessage } from '../../agent/release-signature.js';
+import { keyId, keyListStatement, manifestEntry, parseReleaseKey, signBuild, signText, verifyBuildSignature } from '../../src/modules/agents/signing.js';
 import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { createWorld, type World } from '../access/helpers.js';
 import { cliEnv, runCli } from '../helpers/cli.js';
@@ -274,6 +274,17 @@ describe.skipIf(!backendAvailable() || process.platform !== 'linux')(`the refere
     expect(sameOrigin('https://KEEL.example.com:443/x', server)).toBe(true);
   });
 
+  it('a heartbeat answer cannot spin or silence the agent: the interval it asks for is kept within 1 s to an hour', () => {
+    expect([0, -5, 0.001, 60, 3_600, 1e12, Number.NaN, '5', null].map(heartbeatSeconds)).toEqual([1, 1, 1, 60, 3_600, 3_660, 60, 60, 60]);
+  });
+
+  it('the agent\'s canonical forms are Keel\'s (entry, key id, key-list statement)', () => {
+    const build = { version: '1.2.3-rc.1', component: 'helper', os: 'linux', arch: 'arm64', sha256: 'AB'.repeat(32), size: 12345 };
+    expect(canonicalEntry(build)).toBe(manifestEntry(build));
+    expect(keyIdOf(K1.pub)).toBe(keyId(K1.pub));
+    expect(keyListMessage([K2.pub, K1.pub, K2.pub])).toBe(keyListStatement([K2.pub, K1.pub, K2.pub]));
+  });
+
   it('a download on another origin whose URL starts with the server URL gets no Authorization header', async () => {
     const a = await agentOn();
     expect(host.url.startsWith(proxy.url)).toBe(true); // the prefix check would have sent the token here
@@ -411,13 +422,17 @@ describe.skipIf(!backendAvailable() || process.platform !== 'linux')(`the refere
       expect(readFileSync(out, 'utf8')).toBe(pem);
     });
 
-    it('sign-keys prints the key-list statement\'s signature; a wrong command line exits 2', async () => {
+    it('sign-keys prints the key-list statement\'s signature; a wrong command line exits 2, a key that is not Ed25519 exits 1', async () => {
       const res = await runCli(['release', 'sign-keys', '--key', join(work, 'k1.pem'), '--keys', `${K2.pub},${K1.pub}`], cliEnv(join(work, 'data')));
       expect(res.code).toBe(0);
       expect(res.stdout).toBe(`${signText(K1.private, keyListStatement([K1.pub, K2.pub]))}\n`);
       const bad = await runCli(['release', 'sign', '--key', join(work, 'k1.pem')], cliEnv(join(work, 'data')));
       expect(bad.code).toBe(2);
       expect(bad.stderr).toMatch(/^keel: release sign: --file, --version, --component, --os, --arch are required/);
+      writeFileSync(join(work, 'rsa.pem'), generateKeyPairSync('rsa', { modulusLength: 1024 }).privateKey.export({ format: 'pem', type: 'pkcs8' }));
+      const rsa = await runCli(['release', 'sign-keys', '--key', join(work, 'rsa.pem'), '--keys', K1.pub], cliEnv(join(work, 'data')));
+      expect(rsa).toMatchObject({ code: 1, stdout: '' });
+      expect(rsa.stderr).toMatch(/^keel: the key file .* holds a rsa key, not Ed25519\n$/);
     });
 
     it('end to end: the signature `keel release sign` prints is what Keel requires and what the agent installs', async () => {
