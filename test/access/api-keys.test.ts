@@ -131,7 +131,7 @@ describe.skipIf(!backendAvailable())(`API keys (${backend})`, () => {
     const created = await newKey(w.tokens.orgAdmin, { name: 'k', permissions: [{ resource: '*', action: 'read' }] });
     const res = await app.api('POST', '/api-keys', { token: created.body.key, body: { name: 'child', permissions: [{ resource: 'users', action: 'read' }] } });
     expect(res.status).toBe(403);
-    expect(res.body.code).toBe('api_key_forbidden');
+    expect(res.body.code).toBe('user_required');
     const principal = await (await import('../../src/modules/access/api-keys.js')).authenticateApiKey(app.server.keel, created.body.key);
     expect(principal).toMatchObject({ kind: 'api_key', mfa: false, sessionId: null, userId: w.orgAdmin.id });
   });

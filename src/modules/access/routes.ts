@@ -316,7 +316,8 @@ export function mountAccessRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   );
 
   const keysTag = ['api-keys'];
-  const keyGuard = [auth, ...guard(keel)];
+  // API keys are managed by their users only: a key never creates, lists or revokes keys (403 user_required).
+  const keyGuard = [authenticate(keel, { principal: 'user' }), ...guard(keel)];
 
   api.openapi(
     createRoute({

@@ -42,7 +42,7 @@ const AutoPromote = z
 
 const Registered = Build.extend({
   promoted: z.array(z.string()).openapi(d('Platforms promoted at once (AGENT_AUTO_PROMOTE), as component:os/arch')),
-  autoPromote: AutoPromote,
+  autoPromote: AutoPromote.openapi(d('What AGENT_AUTO_PROMOTE did with this registration')),
 }).openapi('AgentBuildRegistered');
 
 const Rollout = z
@@ -126,7 +126,7 @@ const Synced = z
     version: z.string().openapi(d('Synced version')),
     synced: z.array(z.string()).openapi(d('Registered builds, as component:os/arch')),
     promoted: z.array(z.string()).openapi(d('Platforms promoted at once (AGENT_AUTO_PROMOTE)')),
-    autoPromote: AutoPromote,
+    autoPromote: AutoPromote.openapi(d('What AGENT_AUTO_PROMOTE did with this release')),
   })
   .openapi('Synced');
 

@@ -59,7 +59,9 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   const auth = authenticate(keel);
   // Partner and system callers name the organisation (orgId); a route that needs one checks it in the
   // handler (orgOf), after the body is validated, so a bad body is always answered as such.
-  const read = () => [auth, ...guard(keel)];
+  // Reads need only the organisation for its users; an API key would read with no permission checked,
+  // so these routes are user-only (403 user_required; docs/security.md "Update channel: release writes and signatures").
+  const read = () => [authenticate(keel, { principal: 'user' }), ...guard(keel)];
   const write = () => [auth, ...guard(keel, { permission: ['organizations', 'write'] }), requireMfa(keel)];
 
   api.openapi(

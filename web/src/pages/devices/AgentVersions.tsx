@@ -13,7 +13,7 @@ interface AgentVersion {
   version: string;
   component: Component;
   prerelease: boolean;
-  builds: { os: string; arch: string; size: number; source: string }[];
+  builds: { os: string; arch: string; size: number; source: string; signed: boolean; keyId: string | null }[];
   deviceCount: number;
   target: string[];
   rollout: { percent: number; status: 'active' | 'halted' | 'complete'; succeeded: number; failed: number; devices: number } | null;
@@ -104,7 +104,23 @@ function VersionList() {
                       {v.prerelease && <span className="badge">pre-release</span>}
                       {v.target.length > 0 && <span className="badge badge-ok">target</span>}
                     </td>
-                    <td className="small">{v.builds.map((b) => `${b.os}/${b.arch}`).join(', ') || '—'}</td>
+                    <td className="small">
+                      {v.builds.length === 0
+                        ? '—'
+                        : v.builds.map((b, i) => (
+                            <span key={`${b.os}/${b.arch}`}>
+                              {i > 0 && ', '}
+                              {b.os}/{b.arch}
+                              {b.signed ? (
+                                <span className="muted" title={`Signed with release key ${b.keyId ?? ''}`}> (key {b.keyId})</span>
+                              ) : (
+                                <span className="badge badge-warn" title="Registered without a release signature: agents that pin release keys refuse it">
+                                  unsigned
+                                </span>
+                              )}
+                            </span>
+                          ))}
+                    </td>
                     <td>{v.deviceCount}</td>
                     <td>
                       {v.rollout ? (
