@@ -20,6 +20,7 @@ import { loadConfig } from '../../src/config.js';
 import { agentReleases, agentTargets } from '../../src/modules/agents/schema.js';
 import { auditLogs } from '../../src/modules/audit/schema.js';
 import { keyId, keyListStatement, signBuild } from '../../src/modules/agents/signing.js';
+import { registerRemote } from '../../src/modules/agents/releases.js';
 import { enroll, enrollmentKey, heartbeat, mfaAdmin } from '../agents/helpers.js';
 
 const API = '/api/v1';
@@ -108,9 +109,11 @@ describe.skipIf(!backendAvailable())(`the release channel (${backend})`, () => {
     const routes = releaseWrites();
     expect(routes.map((r) => `${r.method} ${r.path}`)).toEqual(expect.arrayContaining(['POST /agent-versions', 'POST /agent-versions/promote', 'POST /agent-versions/sync-remote', 'POST /agent-versions/rollout', 'POST /agent-versions/rollout/resume']));
     const before = { releases: (await releases()).length, targets: JSON.stringify(await targets()) };
+    // A body each route would accept from a permitted caller (a new route gets {}): the refusal is the rule's, not validation's.
+    const bodies: Record<string, unknown> = { '/agent-versions': signedRemote('9.0.0', 'deny'), '/agent-versions/promote': { version: '9.0.0' }, '/agent-versions/rollout': { percent: 100 } };
     for (const r of routes) {
       for (const [who, token, code] of [['api key *:*', keyAll, 'user_required'], ['password-only admin', plain, 'mfa_required'], ['partner admin', w.tokens.partnerFull, null]] as const) {
-        const res = await app.api(r.method, r.path, { token, body: { ...signedRemote('9.0.0', 'deny'), percent: 100 } });
+        const res = await app.api(r.method, r.path, { token, body: bodies[r.path] ?? {} });
         expect(res.status, `${who} ${r.method} ${r.path}: ${JSON.stringify(res.body)}`).toBe(403);
         if (code) expect(res.body.code, `${who} ${r.method} ${r.path}`).toBe(code);
       }
@@ -137,6 +140,15 @@ describe.skipIf(!backendAvailable())(`the release channel (${backend})`, () => {
     expect((await releases()).filter((r) => r.arch === 'evil')).toEqual([]);
     expect((await targets()).filter((t) => t.arch === 'evil')).toEqual([]);
     expect((await heartbeat(app, device)).body.update).toBeNull();
+  });
+
+  it('auto-promote decides again: a caller who could not promote registers without promoting (autoPromote skipped, audited)', async () => {
+    const info = { actor: { type: 'user' as const, id: w.platformAdmin.id } };
+    const res = await registerRemote(app.server.keel, { ...signedRemote('6.0.0', 'ap'), component: 'agent' }, info, { kind: 'user', sessionId: 'password-only', mfa: false });
+    expect(res).toMatchObject({ promoted: [], autoPromote: { status: 'skipped', reason: 'mfa_required' } });
+    expect((await targets()).filter((t) => t.arch === 'ap')).toEqual([]);
+    const skipped = await app.server.keel.db.select().from(auditLogs).where(and(eq(auditLogs.action, 'agent.version.promote'), eq(auditLogs.result, 'failure'), eq(auditLogs.targetId, '6.0.0')));
+    expect(skipped.length).toBe(1);
   });
 
   it('with keys configured: unsigned, wrong key, tampered size or sha256: 400 release_signature_invalid, nothing written, audited; the rotation key: 201 with its keyId', async () => {
