@@ -7,16 +7,28 @@
  *   KEEL_AGENT_BINARY        the managed binary (default <KEEL_AGENT_DIR>/bin/agent)
  *   KEEL_AGENT_VERSION       version of that binary at first start (default 0.0.0)
  *   KEEL_AGENT_WATCHDOG      true: restart the binary on exit, restore the backup when it fails to start
+ *   KEEL_HELPER_VERSION      the helper component's installed version: set, the agent manages the helper
+ *   KEEL_HELPER_BINARY       the helper's file (default <directory of the binary>/helper)
+ *   KEEL_WATCHDOG_VERSION, KEEL_WATCHDOG_BINARY   the same for the watchdog component
+ *
+ * The release keys it checks offers with come from the enrolment answer (kept in the state directory).
  */
 import { hostname } from 'node:os';
 import { join, resolve } from 'node:path';
-import { Agent } from './agent.js';
+import { Agent, type AgentOptions } from './agent.js';
 
 const ARCH: Record<string, string> = { x64: 'amd64', arm64: 'arm64', ia32: '386', arm: 'arm' };
 const OS: Record<string, string> = { win32: 'windows', darwin: 'darwin', linux: 'linux' };
 
 const dir = resolve(process.env.KEEL_AGENT_DIR ?? './agent-state');
-const agent = new Agent({
+/** Each other component the agent manages: its version and (optionally) its own file. */
+const components: NonNullable<AgentOptions['components']> = {};
+for (const c of ['helper', 'watchdog'] as const) {
+  const version = process.env[`KEEL_${c.toUpperCase()}_VERSION`];
+  const path = process.env[`KEEL_${c.toUpperCase()}_BINARY`];
+  if (version) components[c] = { initialVersion: version, ...(path ? { path } : {}) };
+}
+const options: AgentOptions = {
   server: (process.env.KEEL_URL ?? 'http://127.0.0.1:3000').replace(/\/+$/, ''),
   ...(process.env.KEEL_ENROLLMENT_KEY ? { enrollmentKey: process.env.KEEL_ENROLLMENT_KEY } : {}),
   stateDir: dir,
@@ -26,8 +38,16 @@ const agent = new Agent({
   os: OS[process.platform] ?? process.platform,
   arch: ARCH[process.arch] ?? process.arch,
   watchdog: /^(1|true|yes)$/i.test(process.env.KEEL_AGENT_WATCHDOG ?? ''),
+  components,
   log: (m) => process.stderr.write(`keel-agent: ${m}\n`),
-});
+};
+let agent: Agent;
+try {
+  agent = new Agent(options);
+} catch (err) {
+  process.stderr.write(`keel-agent: ${(err as Error).message}\n`);
+  process.exit(1);
+}
 
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {

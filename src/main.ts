@@ -26,9 +26,19 @@ Commands:
                         is dropped from APP_ENCRYPTION_KEYS_PREVIOUS)
   sessions revoke-all   sign every user out everywhere at once (after a suspected
                         compromise); accounts, factors and API keys stay
+  release keygen --out <file>
+                        write a new Ed25519 release-signing key (PKCS#8 PEM, mode
+                        0600, never overwriting) and print its public key (base64)
+  release sign --key <file> --file <binary> --version <v> --component <c>
+               --os <os> --arch <arch>
+                        print the build's signature (base64 Ed25519 over its
+                        canonical manifest entry) for POST /agent-versions
+  release sign-keys --key <file> --keys <k1,k2,...>
+                        print the signature of a release-key list (key rotation)
   help                  show this text (also: keel --help)
 
-Configuration comes from environment variables (README.md, "Configuration").`;
+Configuration comes from environment variables (README.md, "Configuration"); the release
+commands read none: they work on the operator's machine, where the private key stays.`;
 
 /** A wrong command line: exit code 2, the message and the usage. */
 class UsageError extends Error {
@@ -53,7 +63,8 @@ type Command =
   | { name: 'migrate' }
   | { name: 'admin create'; email: string; displayName: string | undefined }
   | { name: 'secrets reseal' }
-  | { name: 'sessions revoke-all' };
+  | { name: 'sessions revoke-all' }
+  | { name: 'release'; args: string[] };
 
 const HELP = new Set(['help', '--help', '-h']);
 
@@ -120,6 +131,8 @@ function parseArgs(argv: string[]): Command {
     case 'sessions':
       noMoreArgs('sessions revoke-all', subcommand('sessions', 'revoke-all', rest));
       return { name: 'sessions revoke-all' };
+    case 'release':
+      return { name: 'release', args: rest }; // parsed by modules/agents/release-cli.ts
     default:
       throw new UsageError(`unknown command ${quote(command)}`);
   }
@@ -433,6 +446,12 @@ async function main(argv: string[]): Promise<number | null> {
     process.stdout.write(`${USAGE}\n`);
     return 0;
   }
+  if (command.name === 'release') {
+    // Signing needs no configuration, no database and no secret of the server's.
+    const { releaseCommand } = await import('./modules/agents/release-cli.js');
+    process.stdout.write(await releaseCommand(command.args));
+    return 0;
+  }
   // Every command checks the whole configuration, as `serve` does.
   const config = loadConfig();
   const log = createLogger(config.LOG_LEVEL);
@@ -465,7 +484,7 @@ function describeFailure(err: unknown): { line: string; code: number } {
   if (name === 'UsageError') return { line: `${(err as Error).message}\n\n${USAGE}`, code: 2 };
   if (err instanceof CliError) return { line: err.message, code: err.exitCode };
   // By name: the classes live in modules this file imports only when a command needs them.
-  if (err instanceof ConfigError || ['MigrationError', 'AdminExistsError', 'ListenError'].includes(name)) {
+  if (err instanceof ConfigError || ['MigrationError', 'AdminExistsError', 'ListenError', 'ReleaseCommandError'].includes(name)) {
     return { line: (err as Error).message, code: 1 };
   }
   if (name === 'AppError') {

@@ -1,4 +1,4 @@
-import { chmodSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -136,10 +136,11 @@ describe.skipIf(!backendAvailable() || process.platform !== 'linux')(`the refere
   it('a file-lock error is retried on the next heartbeat', async () => {
     let locked = 1;
     const { agent, bin, arch: a } = await agentOn({
-      writeBinary: (path, data) => {
+      replaceBinary: (from, to) => {
         if (locked-- > 0) throw Object.assign(new Error('resource busy'), { code: 'EBUSY' });
-        rmSync(path, { force: true });
-        writeFileSync(path, data, { mode: 0o755 });
+        rmSync(to, { force: true });
+        renameSync(from, to);
+        chmodSync(to, 0o755);
       },
     });
     await upload('1.5.0', script('1.5.0'), a);
