@@ -15,6 +15,7 @@ import type { ProviderRow } from './providers.js';
 import { SAML_ATTRIBUTE_URIS } from './presets.js';
 import { SSO_EXCHANGE_PURPOSE, SSO_EXCHANGE_TTL_MS, SsoFailure } from './constants.js';
 import type { SealedColumn } from '../../platform/reseal.js';
+import { ssoEmailRefusal } from '../domains/service.js';
 
 /** The profile an IdP asserted, after the provider's attribute mapping. */
 export interface MappedProfile {
@@ -98,6 +99,9 @@ export async function completeSsoLogin(keel: Keel, p: ProviderRow, profile: Mapp
   const system: AuditRequestInfo = { ...info, actor: { type: 'system' } };
   const fromGroups = await mappedRole(keel, p, profile.groups, info);
   let user = await findUserByEmail(keel.db, profile.email);
+  // Verified domains decide whose provider may provision or link an address (docs/decisions.md "Verified domains").
+  const refused = await ssoEmailRefusal(keel.db, { kind: 'org', orgId: p.orgId, partnerId: null }, profile.email, { existingAccount: Boolean(user), emailVerified: profile.raw.email_verified });
+  if (refused) throw new SsoFailure('domain_not_allowed', refused);
   let roleChanged = false;
   if (!user) {
     if (!p.autoProvision) throw new SsoFailure('user_not_found', 'no account and autoProvision is off');
