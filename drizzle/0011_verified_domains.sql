@@ -22,4 +22,5 @@ ALTER TABLE "verified_domains" ADD CONSTRAINT "verified_domains_created_by_users
 CREATE UNIQUE INDEX "verified_domains_one_verified_idx" ON "verified_domains" USING btree ("domain") WHERE status = 'verified';--> statement-breakpoint
 CREATE UNIQUE INDEX "verified_domains_org_domain_idx" ON "verified_domains" USING btree ("org_id","domain") WHERE org_id IS NOT NULL;--> statement-breakpoint
 CREATE UNIQUE INDEX "verified_domains_partner_domain_idx" ON "verified_domains" USING btree ("partner_id","domain") WHERE partner_id IS NOT NULL;--> statement-breakpoint
-CREATE INDEX "verified_domains_due_idx" ON "verified_domains" USING btree ("checked_at") WHERE status = 'verified';
+CREATE INDEX "verified_domains_due_idx" ON "verified_domains" USING btree ("checked_at") WHERE status = 'verified';--> statement-breakpoint
+ALTER TABLE "sso_providers" ADD COLUMN "mfa_acr_values" jsonb DEFAULT '[]'::jsonb NOT NULL;

@@ -8,6 +8,7 @@ import type { AuditRequestInfo } from '../audit/service.js';
 import { activeProvider, noActiveProvider, openSecret, type ProviderRow } from './providers.js';
 import { discover, clientConfig, client, rememberJwks } from './oidc.js';
 import { completeSsoLogin, mapClaims } from './provisioning.js';
+import { providerAssertedMfa } from './mfa.js';
 import { samlAuthorizeUrl } from './saml.js';
 import { CALLBACK_PATH, SSO_LOGIN_PURPOSE, SSO_LOGIN_TTL_MS, SsoFailure } from './constants.js';
 import { ssoProviders } from './schema.js';
@@ -142,6 +143,7 @@ export async function oidcCallback(keel: Keel, query: URLSearchParams, cookie: s
   let claims: Record<string, unknown>;
   let tokens: client.TokenEndpointResponse & client.TokenEndpointResponseHelpers;
   let config: client.Configuration;
+  let assertedMfa: boolean;
   try {
     const endpoints = await oidcEndpoints(keel, p);
     config = clientConfig(keel, endpoints);
@@ -155,6 +157,8 @@ export async function oidcCallback(keel: Keel, query: URLSearchParams, cookie: s
     rememberJwks(keel, endpoints, config);
     const idClaims = tokens.claims();
     if (!idClaims) throw new Error('no ID token');
+    // From the signed ID token only (UserInfo is merged below and cannot add a second factor).
+    assertedMfa = providerAssertedMfa(p, { amr: idClaims.amr, acr: idClaims.acr });
     claims = { ...idClaims };
     if (config.serverMetadata().userinfo_endpoint) {
       const userInfo = await client.fetchUserInfo(config, tokens.access_token, idClaims.sub);
@@ -167,7 +171,7 @@ export async function oidcCallback(keel: Keel, query: URLSearchParams, cookie: s
     const cause = e.cause instanceof OutboundError ? ` (outbound ${e.cause.code}: ${e.cause.message})` : '';
     throw new SsoFailure('sso_error', `oidc: ${e.name ?? 'Error'} ${e.code ?? ''} ${e.error ?? ''} ${(e.message ?? '').slice(0, 200)}${cause}`);
   }
-  const profile = mapClaims(p.attributeMapping, claims, String(claims.sub), false);
+  const profile = { ...mapClaims(p.attributeMapping, claims, String(claims.sub), false), mfa: assertedMfa };
   const expiresIn = tokens.expiresIn();
   const code = await completeSsoLogin(keel, p, profile, {
     accessToken: tokens.access_token,

@@ -25,6 +25,8 @@ export interface MappedProfile {
   groups: string[];
   /** Everything the IdP sent (UserInfo claims or SAML attributes), kept on the identity link. */
   raw: Record<string, unknown>;
+  /** The IdP asserted a second factor for this login (`providerAssertedMfa`): the session starts `mfa: true`. */
+  mfa?: boolean | undefined;
 }
 
 const str = (v: unknown): string | undefined => {
@@ -160,7 +162,7 @@ export async function completeSsoLogin(keel: Keel, p: ProviderRow, profile: Mapp
     purpose: SSO_EXCHANGE_PURPOSE,
     ttlMs: SSO_EXCHANGE_TTL_MS,
     subjectId: account.id,
-    data: { providerId: p.id, orgId: p.orgId, type: p.type },
+    data: { providerId: p.id, orgId: p.orgId, type: p.type, mfa: profile.mfa === true },
   });
   return token;
 }
@@ -198,9 +200,11 @@ export async function exchangeCode(keel: Keel, code: string, info: RequestInfo):
   if (!record?.subjectId) throw invalidExchangeCode();
   const [user] = await keel.db.select().from(users).where(eq(users.id, record.subjectId));
   if (user?.status !== 'active') throw invalidExchangeCode();
+  // mfa: true only when the provider asserted a second factor at the IdP (sso/mfa.ts); else a Keel factor steps the session up.
+  const mfa = record.data.mfa === true;
   return signIn(keel, user, { ...info, actor: { type: 'user', id: user.id, email: user.email } }, {
-    mfa: false,
+    mfa,
     method: 'sso',
-    details: { providerId: record.data.providerId, providerType: record.data.type },
+    details: { providerId: record.data.providerId, providerType: record.data.type, idpMfa: mfa },
   });
 }
