@@ -23,6 +23,7 @@ describe.skipIf(!backendAvailable())('verified domains', () => {
   let idp: OidcIdp;
   let other: Tenant;
   let otherAdmin: string;
+  let providerId: string;
 
   beforeAll(async () => {
     dns = await startDnsServer();
@@ -35,6 +36,7 @@ describe.skipIf(!backendAvailable())('verified domains', () => {
       body: { name: 'IdP', type: 'oidc', preset: 'workforce-idp', issuer: idp.issuer, clientId: idp.clientId, clientSecret: idp.clientSecret, defaultRoleId: SYSTEM_ROLES.orgReadOnly.id },
     });
     expect(created.status).toBe(201);
+    providerId = created.body.id;
     expect((await w.api('POST', `/sso/providers/${created.body.id}/status`, { token: w.adminToken, body: { status: 'active' } })).status).toBe(200);
   }, 60_000);
 
@@ -183,6 +185,26 @@ describe.skipIf(!backendAvailable())('verified domains', () => {
     expect(ex.status).toBe(200);
     expect(ex.body.user.email).toContain(`@${aDomain}`);
     expect((await w.api('DELETE', `${orgDomains(w.tenant.orgId)}/${aClaim.id}`, { token: w.adminToken })).status).toBe(204);
+  });
+
+  it("enforceSSO applies to the organisation's verified domains: an account of that domain outside the organisation cannot sign in with a password; partner users keep it", async () => {
+    const domain = fresh('enforced');
+    const claim = await verified(w.adminToken, w.tenant.orgId, domain);
+    const enforce = (on: boolean) => w.api('PATCH', `/sso/providers/${providerId}`, { token: w.adminToken, body: { enforceSSO: on } });
+    const outsider = await createUser(w.app, { email: `stray@${domain}`, org: { orgId: w.tenant.otherOrgId, roleId: SYSTEM_ROLES.orgReadOnly.id } });
+    const partnerUser = await createUser(w.app, { email: `msp@${domain}`, partner: { partnerId: w.tenant.partnerId, roleId: SYSTEM_ROLES.partnerTechnician.id } });
+    const password = (u: { email: string; password: string }) => w.api('POST', '/auth/login', { body: { email: u.email, password: u.password } });
+    try {
+      expect((await password(outsider)).status).toBe(200);
+      expect((await enforce(true)).status).toBe(200);
+      const refused = await password(outsider);
+      expect(refused.status).toBe(403);
+      expect(refused.body.code).toBe('sso_required');
+      expect((await password(partnerUser)).status).not.toBe(403);
+    } finally {
+      expect((await enforce(false)).status).toBe(200);
+      expect((await w.api('DELETE', `${orgDomains(w.tenant.orgId)}/${claim.id}`, { token: w.adminToken })).status).toBe(204);
+    }
   });
 
   it('the daily re-check lapses a domain whose record was removed (pending, audited by the system); no answer keeps it verified', async () => {

@@ -351,6 +351,18 @@ export async function ssoEmailRefusal(db: Db, owner: DomainOwner, email: string,
   return null;
 }
 
+/** The organisation whose verified domain (the most specific one) covers this email, or null (none, or a partner's). */
+export async function verifiedDomainOrg(db: Db, email: string): Promise<string | null> {
+  const candidates = coveringDomains(email);
+  if (candidates.length === 0) return null;
+  const rows = await db
+    .select({ domain: verifiedDomains.domain, orgId: verifiedDomains.orgId })
+    .from(verifiedDomains)
+    .where(and(eq(verifiedDomains.status, 'verified'), inArray(verifiedDomains.domain, candidates)));
+  const covering = candidates.map((d) => rows.find((r) => r.domain === d)).find((r) => r !== undefined);
+  return covering?.orgId ?? null;
+}
+
 /** Whether an organisation has verified any domain (the console's nudge). */
 export async function hasVerifiedDomain(db: Db, owner: DomainOwner): Promise<boolean> {
   const [row] = await db.select({ id: verifiedDomains.id }).from(verifiedDomains).where(and(ownerCondition(owner), eq(verifiedDomains.status, 'verified'))).limit(1);
