@@ -6,7 +6,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser } from 'playwright-core';
 import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
-import { createTenant, type Tenant } from '../helpers/fixtures.js';
+import { eq } from 'drizzle-orm';
+import { createTenant, createUser, totpCode, type Tenant } from '../helpers/fixtures.js';
+import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
+import { users } from '../../src/modules/identity/schema.js';
+import { identityOf } from '../../src/modules/identity/context.js';
+import { newTotpSecret } from '../../src/modules/mfa/totp.js';
 import { chromiumAvailable, launchChromium } from '../helpers/browser.js';
 import { startDnsServer, type DnsServer } from '../helpers/dns.js';
 import { axeViolations, consoleBuild, consoleTabs, submitPassword } from './helpers.js';
@@ -57,6 +62,34 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: verified 
     await row.getByText('verified', { exact: true }).waitFor();
     await page.getByText('No domain is verified yet').waitFor({ state: 'detached' });
     await t.screenshot('sso-domains');
+    expect(t.problems).toEqual([]);
+  });
+
+  it('a session without a second factor is refused an SSO provider write, and the page confirms it in place with a TOTP code (step-up), after which the save works', async () => {
+    const admin = await createUser(app, { org: { orgId: tenant.orgId, roleId: SYSTEM_ROLES.orgAdmin.id } });
+    const t = await tabs.open();
+    const { page } = t;
+    await page.goto(`${app.publicUrl}/integrations/sso`);
+    await submitPassword(page, admin.email, admin.password);
+    await page.getByRole('heading', { name: 'Single sign-on' }).waitFor();
+    // Arrangement: an authenticator set up after this browser signed in (as for an SSO session, which has no Keel factor step).
+    const keel = app.server.keel;
+    const secret = await newTotpSecret();
+    await keel.db.update(users).set({ mfaSecret: keel.secrets.sealer.seal(secret, `users.mfa_secret:${admin.id}`), mfaEnabled: true, mfaMethod: 'totp' }).where(eq(users.id, admin.id));
+    await identityOf(keel).sessions.userChanged(admin.id);
+
+    await page.getByRole('button', { name: 'New provider' }).click();
+    const form = page.getByRole('form', { name: 'New provider' });
+    await form.getByLabel('Name', { exact: true }).fill('Stepped up');
+    await form.getByRole('button', { name: 'Create provider' }).click();
+    await form.getByRole('alert').getByText('can only be changed from a session signed in with a second factor').waitFor();
+    const stepUp = form.getByRole('group', { name: 'Confirm with your second factor' });
+    await stepUp.getByLabel('Second-factor code').fill(await totpCode(secret));
+    await stepUp.getByRole('button', { name: 'Confirm session' }).click();
+    await form.getByText('This session is now confirmed with your second factor').waitFor();
+    expect(await axeViolations(page)).toEqual([]);
+    await form.getByRole('button', { name: 'Create provider' }).click();
+    await page.getByRole('heading', { name: /Stepped up/ }).waitFor();
     expect(t.problems).toEqual([]);
   });
 });
