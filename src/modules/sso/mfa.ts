@@ -25,3 +25,26 @@ export function providerAssertedMfa(provider: Pick<ProviderRow, 'mfaAcrValues'>,
   const acrs = Array.isArray(claims.acr) ? claims.acr : [claims.acr];
   return acrs.some((acr) => typeof acr === 'string' && acr !== '' && provider.mfaAcrValues.includes(acr));
 }
+
+type XmlNode = string | { _?: unknown } | undefined;
+interface ParsedAssertion {
+  Assertion?: { AuthnStatement?: { AuthnContext?: { AuthnContextClassRef?: XmlNode[] }[] }[] };
+}
+
+/**
+ * The AuthnContextClassRef values of a validated SAML assertion (node-saml's `profile.getAssertion()`,
+ * the signed assertion parsed), to pass to `providerAssertedMfa` as `acr`.
+ */
+export function samlAuthnContextClassRefs(profile: { getAssertion?: () => unknown }): string[] {
+  const assertion = (profile.getAssertion?.() as ParsedAssertion | undefined)?.Assertion;
+  const out: string[] = [];
+  for (const statement of assertion?.AuthnStatement ?? []) {
+    for (const context of statement.AuthnContext ?? []) {
+      for (const ref of context.AuthnContextClassRef ?? []) {
+        const text = typeof ref === 'string' ? ref : typeof ref?._ === 'string' ? ref._ : undefined;
+        if (text) out.push(text.trim());
+      }
+    }
+  }
+  return out;
+}

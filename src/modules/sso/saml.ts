@@ -9,6 +9,7 @@ import type { AuditRequestInfo } from '../audit/service.js';
 import type { ProviderRow } from './providers.js';
 import { ssoProviders } from './schema.js';
 import { completeSsoLogin, mapClaims } from './provisioning.js';
+import { providerAssertedMfa, samlAuthnContextClassRefs } from './mfa.js';
 import { successLocation } from './locations.js';
 import { ACS_PATH, SAML_ASSERTION_PURPOSE, SAML_CLOCK_SKEW_MS, SSO_LOGIN_PURPOSE, SSO_LOGIN_TTL_MS, SsoFailure } from './constants.js';
 
@@ -146,7 +147,8 @@ export async function samlAcs(keel: Keel, form: { SAMLResponse?: string | undefi
   const claims: Record<string, unknown> = { ...(profile.attributes as Record<string, unknown> | undefined), ...attributes };
   delete claims.attributes;
   if (profile.nameIDFormat === EMAIL_FORMAT && claims.email === undefined) claims.email = profile.nameID;
-  const mapped = mapClaims(p.attributeMapping, claims, profile.nameID, true);
+  // A second factor asserted by the IdP (an AuthnContextClassRef of the provider's mfaAcrValues) makes the session mfa: true.
+  const mapped = { ...mapClaims(p.attributeMapping, claims, profile.nameID, true), mfa: providerAssertedMfa(p, { acr: samlAuthnContextClassRefs(profile) }) };
   const code = await completeSsoLogin(keel, p, mapped, {}, info);
   return successLocation(keel, (s.data as unknown as SamlSessionData).redirectPath, code);
 }
