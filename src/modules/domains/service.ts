@@ -362,9 +362,3 @@ export async function verifiedDomainOrg(db: Db, email: string): Promise<string |
   const covering = candidates.map((d) => rows.find((r) => r.domain === d)).find((r) => r !== undefined);
   return covering?.orgId ?? null;
 }
-
-/** Whether an organisation has verified any domain (the console's nudge). */
-export async function hasVerifiedDomain(db: Db, owner: DomainOwner): Promise<boolean> {
-  const [row] = await db.select({ id: verifiedDomains.id }).from(verifiedDomains).where(and(ownerCondition(owner), eq(verifiedDomains.status, 'verified'))).limit(1);
-  return row !== undefined;
-}
