@@ -65,9 +65,9 @@ describe.skipIf(!backendAvailable())('verified domains', () => {
   }
 
   /** Signs in at org A's provider as an IdP account with this email; answers where the browser landed. */
-  async function ssoLogin(email: string): Promise<string> {
+  async function ssoLogin(email: string, extra: { email_verified?: boolean } = {}): Promise<string> {
     const sub = `sub-${randomBytes(6).toString('hex')}`;
-    idp.accounts.set(sub, { sub, email, name: 'Jay Doe' });
+    idp.accounts.set(sub, { sub, email, name: 'Jay Doe', ...extra });
     const isApp = (l: string) => l.startsWith(w.app.publicUrl) && !l.includes('/api/v1/sso/callback');
     const { location } = await new Browser(w.app).signInAt(`${w.app.url}/api/v1/sso/login/${w.tenant.orgId}`, sub, isApp);
     return location;
@@ -205,6 +205,12 @@ describe.skipIf(!backendAvailable())('verified domains', () => {
       expect((await enforce(false)).status).toBe(200);
       expect((await w.api('DELETE', `${orgDomains(w.tenant.orgId)}/${claim.id}`, { token: w.adminToken })).status).toBe(204);
     }
+  });
+
+  it('an existing account is not linked when the IdP says email_verified: false and no verified domain of the organisation covers it', async () => {
+    const member = await createUser(w.app, { email: uniqueEmail('unverified'), org: { orgId: w.tenant.orgId, roleId: SYSTEM_ROLES.orgReadOnly.id } });
+    expect(await ssoLogin(member.email, { email_verified: false })).toBe(`${w.app.publicUrl}/login?error=domain_not_allowed`);
+    expect(ssoCodeOf(await ssoLogin(member.email, { email_verified: true }))).toBeTruthy();
   });
 
   it('the daily re-check lapses a domain whose record was removed (pending, audited by the system); no answer keeps it verified', async () => {

@@ -18,6 +18,8 @@ export interface IdpAccount {
   /** How the IdP says it authenticated this account (the ID token's `amr` and `acr`). */
   amr?: string[];
   acr?: string;
+  /** What the IdP says about the address (default true). */
+  email_verified?: boolean;
 }
 
 export interface OidcIdp {
@@ -45,7 +47,7 @@ export async function startOidcIdp(opts: { redirectUri: string; clientId?: strin
       const account = accounts.get(id);
       if (!account) return undefined;
       const { amr: _amr, acr: _acr, ...claims } = account;
-      return { accountId: id, claims: () => ({ ...claims, email_verified: true }) };
+      return { accountId: id, claims: () => ({ email_verified: true, ...claims }) };
     },
     pkce: { required: () => true },
     acrValues: ['urn:keel:test:pwd', 'urn:keel:test:mfa'],
