@@ -159,6 +159,10 @@ const envSchema = z.object({
   METRICS_TOKEN: optionalString.refine((v) => v === undefined || v.length >= 16, { message: 'must be at least 16 characters' }),
   HASH_QUEUE_MAX: int(0, 0, 100000),
   HASH_THREAD_NICE: int(10, 0, 19),
+  // Verified domains: the DNS server asked for TXT records (an IP address, with an optional port: `127.0.0.1:5353`, `[::1]:53`); unset: the system's resolvers.
+  DNS_RESOLVER: optionalString.refine((v) => v === undefined || /^(\d{1,3}(\.\d{1,3}){3}(:\d{1,5})?|\[[0-9a-fA-F:]+\](:\d{1,5})?|[0-9a-fA-F:]+)$/.test(v), { message: 'must be an IP address with an optional port (127.0.0.1:5353)' }),
+  // Verified domains: verification attempts (DNS lookups) per organisation or partner per minute.
+  DOMAIN_VERIFY_LIMIT: int(10, 1, 100000),
 });
 
 export type Env = z.infer<typeof envSchema>;

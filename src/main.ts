@@ -308,8 +308,10 @@ async function worker(config: Config, log: Logger): Promise<void> {
     const [{ openKeel }, { pendingMigrations }] = await Promise.all([import('./compose.js'), import('./platform/db/migrator.js')]);
     await waitForMigrations(config, log, () => pendingMigrations(database));
     keel = await openKeel({ config, log, database, skipMigrate: true });
-    const { webhooksOf } = await import('./modules/webhooks/runtime.js');
+    const [{ webhooksOf }, { startDomainRecheck }] = await Promise.all([import('./modules/webhooks/runtime.js'), import('./modules/domains/service.js')]);
     await webhooksOf(keel).startWorker();
+    // The worker role's timers: the daily re-check of verified domains.
+    keel.onClose(startDomainRecheck(keel));
   } catch (err) {
     await database.close();
     throw err;

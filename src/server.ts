@@ -8,6 +8,7 @@ import { buildApp } from './app.js';
 import type { OpenAPIHono } from '@hono/zod-openapi';
 import type { AppEnv } from './app-env.js';
 import { webhooksOf } from './modules/webhooks/runtime.js';
+import { startDomainRecheck } from './modules/domains/service.js';
 import { PgliteMaintenance } from './platform/db/pglite-maintenance.js';
 
 export interface RunningServer {
@@ -158,6 +159,8 @@ export async function startServer(opts: KeelOptions & { port?: number; host?: st
   if (keel.config.WORKER === 'inline') {
     try {
       await webhooksOf(keel).startWorker();
+      // The worker role's timers: the daily re-check of verified domains.
+      keel.onClose(startDomainRecheck(keel));
     } catch (err) {
       server.close();
       await keel.close();

@@ -10,6 +10,7 @@ import { mountAuditRoutes } from './audit/routes.js';
 import { mountWebhookRoutes } from './webhooks/routes.js';
 import { mountAgentRoutes } from './agents/routes.js';
 import { mountSsoRoutes } from './sso/routes.js';
+import { mountDomainRoutes } from './domains/routes.js';
 
 /** Each module contributes one function that mounts its routes on the /api/v1 router. */
 export type MountRoutes = (api: OpenAPIHono<AppEnv>, keel: Keel) => void;
@@ -17,3 +18,4 @@ export type MountRoutes = (api: OpenAPIHono<AppEnv>, keel: Keel) => void;
 export const moduleRoutes: MountRoutes[] = [mountIdentityRoutes, mountMfaRoutes];
 moduleRoutes.push(mountAccessRoutes, mountOrgRoutes, mountUserRoutes, mountAuditRoutes);
 moduleRoutes.push(mountWebhookRoutes, mountAgentRoutes, mountSsoRoutes);
+moduleRoutes.push(mountDomainRoutes);

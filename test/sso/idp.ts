@@ -17,6 +17,9 @@ export interface IdpAccount {
   given_name?: string;
   family_name?: string;
   groups?: string[];
+  /** How the IdP says it authenticated this account (the ID token's `amr` and `acr`). */
+  amr?: string[];
+  acr?: string;
   /** `true` unless the test says otherwise (an IdP that marks the address unverified). */
   email_verified?: boolean;
 }
@@ -41,14 +44,25 @@ export async function startOidcIdp(opts: { redirectUri: string; clientId?: strin
     clients: [{ client_id: clientId, client_secret: clientSecret, redirect_uris: [opts.redirectUri], grant_types: ['authorization_code'], response_types: ['code'] }],
     cookies: { keys: ['test-cookie-key-0123456789'] },
     scopes: ['openid', 'profile', 'email', 'groups'],
-    claims: { openid: ['sub'], email: ['email', 'email_verified'], profile: ['name', 'given_name', 'family_name'], groups: ['groups'] },
+    claims: { openid: ['sub', 'amr', 'acr'], email: ['email', 'email_verified'], profile: ['name', 'given_name', 'family_name'], groups: ['groups'] },
     findAccount: (_ctx, id) => {
       const account = accounts.get(id);
       if (!account) return undefined;
-      return { accountId: id, claims: () => ({ email_verified: true, ...account }) };
+      const { amr: _amr, acr: _acr, ...claims } = account;
+      return { accountId: id, claims: () => ({ email_verified: true, ...claims }) };
     },
     pkce: { required: () => true },
+    acrValues: ['urn:keel:test:pwd', 'urn:keel:test:mfa'],
   });
+  // The development login form knows no authentication methods: the account's amr/acr go into the login result.
+  const finish = provider.interactionFinished.bind(provider);
+  provider.interactionFinished = (req, res, result, options) => {
+    const login = (result as { login?: { accountId: string; amr?: string[]; acr?: string } }).login;
+    const account = login ? accounts.get(login.accountId) : undefined;
+    if (login && account?.amr) login.amr = account.amr;
+    if (login && account?.acr) login.acr = account.acr;
+    return finish(req, res, result, options);
+  };
   const seen: string[] = [];
   const callback = provider.callback();
   const server: Server = createServer((req, res) => {

@@ -17,5 +17,6 @@ declare module 'oidc-provider' {
   export default class Provider {
     constructor(issuer: string, configuration?: ProviderConfiguration);
     callback(): (req: IncomingMessage, res: ServerResponse) => void;
+    interactionFinished(req: IncomingMessage, res: ServerResponse, result: Record<string, unknown>, options?: Record<string, unknown>): Promise<void>;
   }
 }

@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generate } from 'selfsigned';
 import { SignedXml } from 'xml-crypto';
 import { backendAvailable } from '../helpers/app.js';
-import { cookie, createUser, uniqueEmail } from '../helpers/fixtures.js';
+import { cookie, createUser, jwtClaims, uniqueEmail } from '../helpers/fixtures.js';
 import { raceTest, together } from '../helpers/race.js';
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
 import { ssoCodeOf, ssoWorld, type SsoWorld } from './helpers.js';
@@ -47,6 +47,7 @@ interface AssertionOptions {
   recipient?: string;
   /** SubjectConfirmationData@InResponseTo; null leaves it out (an IdP-initiated assertion). */
   subjectInResponseTo?: string | null;
+  authnContext?: string;
 }
 
 function assertionXml(o: AssertionOptions): string {
@@ -57,7 +58,7 @@ function assertionXml(o: AssertionOptions): string {
     `<saml:Subject><saml:NameID Format="urn:oasis:names:tc:SAML:1.1:nameid-format:emailAddress">${o.email}</saml:NameID>` +
     `<saml:SubjectConfirmation Method="urn:oasis:names:tc:SAML:2.0:cm:bearer"><saml:SubjectConfirmationData${o.subjectInResponseTo === null ? '' : ` InResponseTo="${o.subjectInResponseTo ?? o.inResponseTo}"`} NotOnOrAfter="${until}" Recipient="${o.recipient ?? o.acs}"/></saml:SubjectConfirmation></saml:Subject>` +
     `<saml:Conditions NotBefore="${iso(-60_000)}" NotOnOrAfter="${until}"><saml:AudienceRestriction><saml:Audience>${o.audience}</saml:Audience></saml:AudienceRestriction></saml:Conditions>` +
-    `<saml:AuthnStatement AuthnInstant="${iso(0)}" SessionIndex="${id()}"><saml:AuthnContext><saml:AuthnContextClassRef>urn:oasis:names:tc:SAML:2.0:ac:classes:PasswordProtectedTransport</saml:AuthnContextClassRef></saml:AuthnContext></saml:AuthnStatement>` +
+    `<saml:AuthnStatement AuthnInstant="${iso(0)}" SessionIndex="${id()}"><saml:AuthnContext><saml:AuthnContextClassRef>${o.authnContext ?? 'urn:oasis:names:tc:SAML:2.0:ac:classes:PasswordProtectedTransport'}</saml:AuthnContextClassRef></saml:AuthnContext></saml:AuthnStatement>` +
     `<saml:AttributeStatement>` +
     `<saml:Attribute Name="${C}/emailaddress"><saml:AttributeValue>${o.email}</saml:AttributeValue></saml:Attribute>` +
     `<saml:Attribute Name="${C}/givenname"><saml:AttributeValue>Grace</saml:AttributeValue></saml:Attribute>` +
@@ -202,6 +203,24 @@ describe.skipIf(!backendAvailable())('SAML service provider', () => {
     const landed = await post(xml);
     const ex = await w.app.api('POST', '/sso/exchange', { body: { code: ssoCodeOf(landed) } });
     expect(ex.body.user.id).toBe(existing.id);
+  });
+
+  it("an AuthnContextClassRef of the provider's mfaAcrValues gives an mfa: true session; PasswordProtectedTransport does not", async () => {
+    const mfaRef = 'http://schemas.microsoft.com/claims/multipleauthn';
+    const set = await w.api('PATCH', `/sso/providers/${providerId}`, { token: w.adminToken, body: { mfaAcrValues: [mfaRef] } });
+    expect(set.status).toBe(200);
+    try {
+      const email = uniqueEmail('samlmfa');
+      const strong = await signedLogin({ email, authnContext: mfaRef });
+      const ex = await w.app.api('POST', '/sso/exchange', { body: { code: ssoCodeOf(strong.location) } });
+      expect(ex.status).toBe(200);
+      expect(jwtClaims(ex.body.accessToken).mfa).toBe(true);
+      const weak = await signedLogin({ email });
+      const ex2 = await w.app.api('POST', '/sso/exchange', { body: { code: ssoCodeOf(weak.location) } });
+      expect(jwtClaims(ex2.body.accessToken).mfa).toBe(false);
+    } finally {
+      await w.api('PATCH', `/sso/providers/${providerId}`, { token: w.adminToken, body: { mfaAcrValues: [] } });
+    }
   });
 
   it('refuses an unsigned response', async () => {

@@ -1,7 +1,7 @@
 // The console's small component kit: labelled fields that show the API's `details.fields`, buttons,
 // alerts that explain an error (403, 428, 429, network) in plain words, tables and a pager.
 import { createContext, useContext, useEffect, useId, useState, type SyntheticEvent, type InputHTMLAttributes, type ReactNode, type SelectHTMLAttributes, type TextareaHTMLAttributes } from 'react';
-import { ApiError } from './api';
+import { ApiError, api, setTokens, type TokenAnswer } from './api';
 
 /**
  * What the writes of the page in view change ("Single sign-on settings"), set by PermissionPage:
@@ -16,8 +16,8 @@ export function describeError(err: unknown, mfaSubject?: string | null): string 
     case 'mfa_enrollment_required':
       return 'Your role requires a second factor. Set up an authenticator app, a phone or a passkey first.';
     case 'mfa_required':
-      // The console cannot upgrade a session in place (the API has no step-up route).
-      return `${mfaSubject ?? 'This'} can only be changed from a session signed in with a second factor. Sign out, sign in again with your authenticator, texted code or passkey, and retry.`;
+      // ErrorAlert offers the step-up (POST /auth/mfa/step-up) under this sentence.
+      return `${mfaSubject ?? 'This'} can only be changed from a session signed in with a second factor. Confirm this session with a code below (authenticator, texted code or recovery code), or sign out and sign in again with your passkey, and retry.`;
     case 'forbidden':
     case 'permission_denied':
       return `You do not have permission to do this. ${err.message}`;
@@ -43,7 +43,57 @@ export function Alert({ kind = 'error', children }: { kind?: 'error' | 'info' | 
 export function ErrorAlert({ error }: { error: unknown }) {
   const subject = useContext(MfaSubject);
   if (!error) return null;
-  return <Alert>{describeError(error, subject)}</Alert>;
+  return (
+    <>
+      <Alert>{describeError(error, subject)}</Alert>
+      {error instanceof ApiError && error.code === 'mfa_required' && <StepUp />}
+    </>
+  );
+}
+
+/**
+ * Upgrades the current session with a second factor in place (`POST /auth/mfa/step-up`): a session
+ * signed in through SSO, or before a factor was set up. No <form> of its own: it is shown inside
+ * the form whose save was refused.
+ */
+function StepUp() {
+  const [code, setCode] = useState('');
+  const [done, setDone] = useState(false);
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<unknown>(null);
+  const confirm = async () => {
+    setError(null);
+    setBusy(true);
+    try {
+      setTokens(await api<TokenAnswer>('POST', '/auth/mfa/step-up', { body: { code: code.trim() } }));
+      setDone(true);
+    } catch (err) {
+      setError(err);
+    } finally {
+      setBusy(false);
+    }
+  };
+  if (done) return <Alert kind="success">This session is now confirmed with your second factor: save again.</Alert>;
+  return (
+    <div className="row" role="group" aria-label="Confirm with your second factor">
+      <Field
+        label="Second-factor code"
+        autoComplete="one-time-code"
+        value={code}
+        onChange={(e) => setCode(e.target.value)}
+        onKeyDown={(e) => {
+          if (e.key === 'Enter') {
+            e.preventDefault();
+            void confirm();
+          }
+        }}
+        error={error ? describeError(error) : undefined}
+      />
+      <Button type="button" kind="secondary" busy={busy} disabled={code.trim().length < 6} onClick={() => void confirm()}>
+        Confirm session
+      </Button>
+    </div>
+  );
 }
 
 /** Said beside a save button whose write needs a session with a second factor (before it fails on it). */

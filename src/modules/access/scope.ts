@@ -55,6 +55,8 @@ export interface ScopeOptions {
   fullOrgAccess?: boolean;
   /** Name of a path parameter that names the organisation (e.g. `orgId` in /orgs/:orgId/sites). */
   orgIdParam?: string;
+  /** Name of a path parameter that names the partner (e.g. `partnerId` in /partners/:partnerId/domains). */
+  partnerIdParam?: string;
   /**
    * The route acts on the whole organisation (its settings, its webhooks, its SSO providers, its
    * enrolment keys): a caller restricted to some sites or device groups gets 403
@@ -103,7 +105,7 @@ async function namedId(c: Context, field: 'orgId' | 'partnerId', param?: string)
   const value = [...values][0] ?? '';
   if (!UUID.test(value)) {
     // A malformed path id reads as "not found", like any id that names nothing.
-    if (fromParam) throw notFound('Organization');
+    if (fromParam) throw notFound(field === 'orgId' ? 'Organization' : 'Partner');
     throw validationError([{ path: field, message: 'must be a UUID' }]);
   }
   return value;
@@ -299,7 +301,7 @@ function scopeMiddleware(keel: Keel, opts: ScopeOptions): MiddlewareHandler<AppE
     if (opts.fullOrgAccess && access.scope === 'partner' && access.orgAccess !== 'all') throw fullOrgAccessRequired();
 
     const namedOrg = await namedId(c, 'orgId', opts.orgIdParam);
-    const namedPartner = await namedId(c, 'partnerId');
+    const namedPartner = await namedId(c, 'partnerId', opts.partnerIdParam);
     if (access.scope === 'organization') {
       if (namedOrg && namedOrg !== access.homeOrgId) throw notFound('Organization');
       if (namedPartner) throw notFound('Partner');

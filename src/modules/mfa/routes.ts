@@ -6,7 +6,7 @@ import { errors, ErrorSchema, json, jsonBody, MessageSchema, page, PageQuery, pa
 import { authenticate } from '../../http/authenticate.js';
 import { requireUserPrincipal } from '../access/bearer.js';
 import { requestInfo, tokenResponse, TokenAnswerSchema, userPrincipal } from '../identity/http.js';
-import { confirmTotp, disableMfa, rotateRecoveryCodes, setupTotp, verifyLoginCode } from './service.js';
+import { confirmTotp, disableMfa, rotateRecoveryCodes, setupTotp, stepUpSession, verifyLoginCode } from './service.js';
 import { confirmPhone, enableSms, sendLoginSms, sendSmsToSelf, startPhoneVerification } from './sms.js';
 import {
   deletePasskey,
@@ -177,6 +177,21 @@ export function mountMfaRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       await endSessionsWithoutMfa(keel, p.userId, p.sessionId);
       tokenResponse(c, keel, answer);
       return c.json(answer, 200);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/auth/mfa/step-up', tags: tag,
+      summary: 'Upgrade the current session to mfa: true with a TOTP or SMS code or a recovery code (an SSO session whose provider asserted no second factor)',
+      middleware: [auth] as const,
+      request: { body: jsonBody(z.object({ code: Code }).openapi('MfaStepUpRequest', { example: { code: '123456' } })) },
+      responses: { 200: json(TokenAnswerSchema, 'The same session, now with mfa: true (a new token pair; cookies set)'), ...errors(400, 401, 404, 409, 429) },
+    }),
+    async (c) => {
+      const p = userPrincipal(c);
+      const answer = await stepUpSession(keel, p.userId, p.sessionId, c.req.valid('json').code, requestInfo(c));
+      return c.json(tokenResponse(c, keel, answer), 200);
     },
   );
 

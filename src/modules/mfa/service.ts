@@ -186,6 +186,29 @@ async function requireCurrentFactor(keel: Keel, user: User, code: string): Promi
 }
 
 /**
+ * Step-up (`POST /auth/mfa/step-up`): the caller's live session, signed in without a second factor
+ * (an SSO session whose provider asserted none, or a password session of a user who enrolled since),
+ * becomes `mfa: true` once a current TOTP or SMS code or a recovery code is proven, through
+ * `upgradeSession` (same session, rotated refresh token). The MFA verify limit applies. Audited
+ * `auth.mfa.step_up`, a wrong code as a failure.
+ */
+export async function stepUpSession(keel: Keel, userId: string, sessionId: string, code: string, info: RequestInfo): Promise<TokenAnswer> {
+  if (!keel.config.ENABLE_2FA) throw mfaDisabled();
+  const user = await loadUser(keel, userId);
+  const access = await getAccessSummary(keel.db, user);
+  const entry = { action: 'auth.mfa.step_up', partnerId: access.partnerId, orgId: access.orgId, target: { type: 'user', id: userId } };
+  try {
+    await requireCurrentFactor(keel, user, code);
+  } catch (err) {
+    if (err instanceof AppError && err.code === 'invalid_code') await writeAudit(keel.db, info, { ...entry, result: 'failure' });
+    throw err;
+  }
+  const tokens = await upgradeSession(keel, user, sessionId);
+  await writeAudit(keel.db, info, entry);
+  return tokens;
+}
+
+/**
  * Turns off TOTP/SMS: clears the secret, phone and recovery codes and keeps passkeys. Refused with 403
  * while the organisation or its partner requires MFA.
  */

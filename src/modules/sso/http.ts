@@ -26,6 +26,7 @@ export const GroupRoleMappingSchema = z
   .openapi('SsoGroupRoleMapping', { description: 'At each SSO login the first mapping (in list order) whose group the user is in decides the role' });
 
 const GroupRoleMappings = z.array(GroupRoleMappingSchema).max(100);
+const MfaAcrValues = z.array(z.string().trim().min(1).max(500)).max(20);
 
 export const PresetSchema = z
   .object({
@@ -69,6 +70,7 @@ export const ProviderSchema = z
     ssoUrl: z.string().nullable().openapi(d('SAML: the IdP single sign-on URL (HTTP-Redirect binding)')),
     certificate: z.string().nullable().openapi(d('SAML: the IdP signing certificate (PEM)')),
     groupRoleMappings: GroupRoleMappings.openapi(d('IdP groups to roles, first match wins')),
+    mfaAcrValues: MfaAcrValues.openapi(d('OIDC acr (SAML AuthnContextClassRef) values that mean the IdP checked a second factor: a login asserting one starts an mfa: true session (as does an amr of mfa, otp, hwk, swk or pop)')),
     createdBy: z.uuid().nullable().openapi(d('User who created the provider')),
     createdAt: z.string().openapi(d('Creation time (ISO 8601)')),
     updatedAt: z.string().openapi(d('Last change (ISO 8601)')),
@@ -93,6 +95,7 @@ const writable = {
   ssoUrl: Url500.nullable().optional().openapi(d('SAML: IdP single sign-on URL', 'https://sts.example.com/adfs/ls/')),
   certificate: z.string().min(1).max(20000).nullable().optional().openapi(d('SAML: IdP signing certificate, PEM or bare base64')),
   groupRoleMappings: GroupRoleMappings.optional().openapi(d('IdP groups to roles (first match in list order wins)')),
+  mfaAcrValues: MfaAcrValues.optional().openapi(d('acr / AuthnContextClassRef values that mean a second factor (default none; amr mfa, otp, hwk, swk, pop always count)', ['http://schemas.openid.net/pape/policies/2007/06/multi-factor'])),
 };
 
 export const ProviderCreateSchema = z

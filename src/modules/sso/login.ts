@@ -10,6 +10,7 @@ import { loggableError } from '../../platform/safe-error.js';
 import { activeProvider, noActiveProvider, openSecret, type ProviderRow } from './providers.js';
 import { discover, clientConfig, client, rememberJwks } from './oidc.js';
 import { completeSsoLogin, emailVerifiedClaim, mapClaims } from './provisioning.js';
+import { providerAssertedMfa } from './mfa.js';
 import { samlAuthorizeUrl } from './saml.js';
 import { CALLBACK_PATH, SSO_LOGIN_PURPOSE, SSO_LOGIN_TTL_MS, SsoFailure } from './constants.js';
 import { ssoProviders } from './schema.js';
@@ -181,6 +182,7 @@ async function oidcFinish(keel: Keel, p: ProviderRow, data: OidcSessionData, sta
   let claims: Record<string, unknown>;
   let tokens: client.TokenEndpointResponse & client.TokenEndpointResponseHelpers;
   let config: client.Configuration;
+  let assertedMfa: boolean;
   try {
     const endpoints = await oidcEndpoints(keel, p);
     config = clientConfig(keel, endpoints);
@@ -194,6 +196,8 @@ async function oidcFinish(keel: Keel, p: ProviderRow, data: OidcSessionData, sta
     rememberJwks(keel, endpoints, config);
     const idClaims = tokens.claims();
     if (!idClaims) throw new Error('no ID token');
+    // From the signed ID token only (UserInfo is merged below and cannot add a second factor).
+    assertedMfa = providerAssertedMfa(p, { amr: idClaims.amr, acr: idClaims.acr });
     claims = { ...idClaims };
     if (config.serverMetadata().userinfo_endpoint) {
       const userInfo = await client.fetchUserInfo(config, tokens.access_token, idClaims.sub);
@@ -206,7 +210,7 @@ async function oidcFinish(keel: Keel, p: ProviderRow, data: OidcSessionData, sta
     const cause = e.cause instanceof OutboundError ? ` (outbound ${e.cause.code}: ${e.cause.message})` : '';
     throw new SsoFailure('sso_error', `oidc: ${e.name ?? 'Error'} ${e.code ?? ''} ${e.error ?? ''} ${(e.message ?? '').slice(0, 200)}${cause}`);
   }
-  const profile = mapClaims(p.attributeMapping, claims, String(claims.sub), false);
+  const profile = { ...mapClaims(p.attributeMapping, claims, String(claims.sub), false), mfa: assertedMfa };
   const expiresIn = tokens.expiresIn();
   const code = await completeSsoLogin(keel, p, profile, {
     accessToken: tokens.access_token,

@@ -4,6 +4,7 @@ import { getMembership } from '../access/service.js';
 import { registerPasswordPolicy, type PasswordPolicy } from '../identity/password-policy.js';
 import { activeProvider } from './providers.js';
 import { activeCacheOf } from './active-cache.js';
+import { verifiedDomainOrg } from '../domains/service.js';
 
 export const ssoRequired = () =>
   new AppError(403, 'sso_required', 'Your organization requires single sign-on: sign in through your identity provider');
@@ -15,16 +16,27 @@ export const ssoRequired = () =>
  * `user.login.break_glass`.
  */
 export function enforcedSsoPolicy(keel: Keel): PasswordPolicy {
-  return async (user, use) => {
-    const m = await getMembership(keel.db, user.id);
-    if (m?.kind !== 'organization') return null;
-    const orgId = m.orgId;
-    // Cached per process with cross-process invalidation: a password login of a member costs no statement here once known.
-    const p = await activeCacheOf(keel).get(orgId, async () => {
+  // Cached per process with cross-process invalidation: a password login of a member costs no statement here once known.
+  const enforcing = (orgId: string) =>
+    activeCacheOf(keel).get(orgId, async () => {
       const row = await activeProvider(keel.db, orgId);
       return row ? { providerId: row.id, enforceSso: row.enforceSso } : null;
     });
-    if (!p?.enforceSso) return null;
+  return async (user, use) => {
+    const m = await getMembership(keel.db, user.id);
+    // Partner users are no organisation's members: they keep password sign-in.
+    if (m?.kind === 'partner') return null;
+    let orgId = m?.kind === 'organization' ? m.orgId : null;
+    let p = orgId ? await enforcing(orgId) : null;
+    if (!p?.enforceSso) {
+      // An address of a domain an organisation verified is held to that organisation's enforced SSO (docs/decisions.md "Verified domains").
+      const owner = await verifiedDomainOrg(keel.db, user.email);
+      if (owner && owner !== orgId) {
+        orgId = owner;
+        p = await enforcing(owner);
+      }
+    }
+    if (!orgId || !p?.enforceSso) return null;
     if (user.isPlatformAdmin) {
       return use === 'login' ? { refuse: false, audit: { action: 'user.login.break_glass', orgId, details: { providerId: p.providerId, reason: 'enforced_sso' } } } : null;
     }

@@ -51,6 +51,7 @@ export interface ProviderView {
   ssoUrl: string | null;
   certificate: string | null;
   groupRoleMappings: GroupRoleMapping[];
+  mfaAcrValues: string[];
   createdBy: string | null;
   createdAt: string;
   updatedAt: string;
@@ -81,6 +82,7 @@ export function providerView(p: ProviderRow): ProviderView {
     ssoUrl: p.ssoUrl,
     certificate: p.certificate,
     groupRoleMappings: p.groupRoleMappings,
+    mfaAcrValues: p.mfaAcrValues,
     createdBy: p.createdBy,
     createdAt: p.createdAt.toISOString(),
     updatedAt: p.updatedAt.toISOString(),
@@ -115,6 +117,7 @@ export interface ProviderInput {
   ssoUrl?: string | null | undefined;
   certificate?: string | null | undefined;
   groupRoleMappings?: GroupRoleMapping[] | undefined;
+  mfaAcrValues?: string[] | undefined;
 }
 
 /** A PEM certificate, or a bare base64 body made into one (DECISIONS). 400 when it does not parse. */
@@ -223,6 +226,7 @@ export async function createProvider(keel: Keel, access: AccessContext, orgId: s
     ssoUrl: input.ssoUrl ?? null,
     certificate: input.certificate ? normaliseCertificate(input.certificate) : null,
     groupRoleMappings: input.groupRoleMappings ?? [],
+    mfaAcrValues: input.mfaAcrValues ?? [],
     createdBy: access.principal.kind === 'user' ? access.principal.userId : null,
     createdAt: now,
     updatedAt: now,
@@ -255,7 +259,7 @@ const PATCH_COLUMNS = {
   name: 'name', issuer: 'issuer', clientId: 'clientId', authorizationUrl: 'authorizationUrl', tokenUrl: 'tokenUrl',
   userInfoUrl: 'userInfoUrl', jwksUrl: 'jwksUrl', scopes: 'scopes', attributeMapping: 'attributeMapping',
   autoProvision: 'autoProvision', defaultRoleId: 'defaultRoleId', allowedDomains: 'allowedDomains', enforceSSO: 'enforceSso',
-  entityId: 'entityId', ssoUrl: 'ssoUrl', groupRoleMappings: 'groupRoleMappings',
+  entityId: 'entityId', ssoUrl: 'ssoUrl', groupRoleMappings: 'groupRoleMappings', mfaAcrValues: 'mfaAcrValues',
 } as const satisfies Record<string, keyof ProviderRow>;
 
 export async function updateProvider(keel: Keel, access: AccessContext, id: string, input: ProviderInput, info: AuditRequestInfo): Promise<ProviderView> {

@@ -17,6 +17,7 @@ import type { ProviderRow } from './providers.js';
 import { SAML_ATTRIBUTE_URIS } from './presets.js';
 import { SSO_EXCHANGE_PURPOSE, SSO_EXCHANGE_TTL_MS, SsoFailure } from './constants.js';
 import type { SealedColumn } from '../../platform/reseal.js';
+import { ssoEmailRefusal } from '../domains/service.js';
 
 /** The profile an IdP asserted, after the provider's attribute mapping. */
 export interface MappedProfile {
@@ -26,6 +27,8 @@ export interface MappedProfile {
   groups: string[];
   /** Everything the IdP sent (UserInfo claims or SAML attributes), kept on the identity link. */
   raw: Record<string, unknown>;
+  /** The IdP asserted a second factor for this login (`providerAssertedMfa`): the session starts `mfa: true`. */
+  mfa?: boolean | undefined;
 }
 
 const str = (v: unknown): string | undefined => {
@@ -127,6 +130,9 @@ export async function completeSsoLogin(keel: Keel, p: ProviderRow, profile: Mapp
     if (!domainAllowed(p.allowedDomains, profile.email)) throw new SsoFailure('domain_not_allowed', 'email domain not allowed');
     const fromGroups = await mappedRole(keel, p, profile.groups, info);
     const user = await findUserByEmail(keel.db, profile.email);
+    // Verified domains decide whose provider may provision or link an address (docs/decisions.md "Verified domains").
+    const refused = await ssoEmailRefusal(keel.db, { kind: 'org', orgId: p.orgId, partnerId: null }, profile.email, { existingAccount: Boolean(user), emailVerified });
+    if (refused) throw new SsoFailure('domain_not_allowed', refused);
     let newRoleId: string | null = null;
     if (!user) {
       if (!p.autoProvision) throw new SsoFailure('user_not_found', 'no account and autoProvision is off');
@@ -143,7 +149,7 @@ export async function completeSsoLogin(keel: Keel, p: ProviderRow, profile: Mapp
       purpose: SSO_EXCHANGE_PURPOSE,
       ttlMs: SSO_EXCHANGE_TTL_MS,
       subjectId: account.id,
-      data: { providerId: p.id, orgId: p.orgId, type: p.type, binding },
+      data: { providerId: p.id, orgId: p.orgId, type: p.type, binding, mfa: profile.mfa === true },
     });
     return token;
   } catch (err) {
@@ -301,9 +307,11 @@ export async function exchangeCode(keel: Keel, code: string, info: RequestInfo, 
     });
     throw new AppError(403, 'sso_binding_mismatch', 'This sign-in was started in another browser: start it again here');
   }
+  // mfa: true only when the provider asserted a second factor at the IdP (sso/mfa.ts); else a Keel factor steps the session up.
+  const mfa = record.data.mfa === true;
   return signIn(keel, user, { ...info, actor: { type: 'user', id: user.id, email: user.email } }, {
-    mfa: false,
+    mfa,
     method: 'sso',
-    details: { providerId: record.data.providerId, providerType: record.data.type },
+    details: { providerId: record.data.providerId, providerType: record.data.type, idpMfa: mfa },
   });
 }

@@ -10,6 +10,7 @@ import type { ProviderRow } from './providers.js';
 import { ssoProviders, type AttributeMapping } from './schema.js';
 import { SAML_ATTRIBUTE_URIS } from './presets.js';
 import { completeSsoLogin, mapClaims } from './provisioning.js';
+import { providerAssertedMfa, samlAuthnContextClassRefs } from './mfa.js';
 import { successLocation } from './locations.js';
 import { checkScannedResponse, scanSamlResponse } from './saml-scan.js';
 import { ACS_PATH, SAML_ASSERTION_PURPOSE, SAML_CLOCK_SKEW_MS, SSO_LOGIN_PURPOSE, SSO_LOGIN_TTL_MS, SsoFailure } from './constants.js';
@@ -156,7 +157,8 @@ export async function samlAcs(keel: Keel, form: { SAMLResponse?: string | undefi
   delete claims.attributes;
   // An emailAddress-format NameID is the email when no email attribute came (samlify's default response, many IdPs).
   const mapping = profile.nameIDFormat === EMAIL_FORMAT && !sentEmailAttribute(p.attributeMapping, claims) ? { ...p.attributeMapping, email: 'nameID' } : p.attributeMapping;
-  const mapped = mapClaims(mapping, claims, profile.nameID, true);
+  // A second factor asserted by the IdP (an AuthnContextClassRef of the provider's mfaAcrValues) makes the session mfa: true.
+  const mapped = { ...mapClaims(mapping, claims, profile.nameID, true), mfa: providerAssertedMfa(p, { acr: samlAuthnContextClassRefs(profile) }) };
   const data = s.data as unknown as SamlSessionData;
   const code = await completeSsoLogin(keel, p, mapped, {}, info, data.binding);
   return successLocation(keel, data.redirectPath, code);

@@ -54,6 +54,8 @@ export const ssoProviders = pgTable(
     ssoUrl: varchar('sso_url', { length: 500 }),
     certificate: text('certificate'),
     groupRoleMappings: jsonb('group_role_mappings').$type<GroupRoleMapping[]>().notNull().default([]),
+    /** OIDC `acr` / SAML AuthnContextClassRef values that mean the IdP checked a second factor (sso/mfa.ts). */
+    mfaAcrValues: jsonb('mfa_acr_values').$type<string[]>().notNull().default([]),
     createdBy: uuid('created_by').references(() => users.id, { onDelete: 'set null' }),
     createdAt: createdAt(),
     updatedAt: updatedAt(),

@@ -10,6 +10,7 @@ import { useTenant } from '../../tenant';
 import { Alert, Button, Card, ErrorAlert, Field, MfaNote, PageHeader, Pager, QueryState, Select, TableFrame, useSubmit, when } from '../../ui';
 import { permissionPage } from '../../permission';
 import { ProviderForm } from './SsoForm';
+import { VerifiedDomains } from './Domains';
 
 type SsoStatus = 'inactive' | 'testing' | 'active';
 
@@ -131,6 +132,7 @@ function ProviderList() {
           </>
         )}
       </QueryState>
+      <VerifiedDomains />
     </>
   );
 }

@@ -1,0 +1,35 @@
+import { promises as dns } from 'node:dns';
+import type { Keel } from '../../keel.js';
+
+/** What a TXT lookup of a domain found: its records, none (the name or its TXT records do not exist), or no answer. */
+export type TxtAnswer = { kind: 'records'; values: string[] } | { kind: 'none' } | { kind: 'error'; code: string };
+
+/** Codes of `node:dns` that mean "the DNS answered: there is no such record", as opposed to "no answer". */
+const NO_RECORD = new Set(['ENOTFOUND', 'ENODATA', 'NXDOMAIN']);
+
+const resolvers = new WeakMap<Keel, dns.Resolver>();
+
+/**
+ * The resolver of a process: `DNS_RESOLVER` (an IP address with an optional port, e.g. a loopback
+ * server in tests) or the system's servers. A few seconds per lookup, two tries.
+ */
+function resolverOf(keel: Keel): dns.Resolver {
+  let r = resolvers.get(keel);
+  if (!r) {
+    r = new dns.Resolver({ timeout: 2_000, tries: 2 });
+    if (keel.config.DNS_RESOLVER) r.setServers([keel.config.DNS_RESOLVER]);
+    resolvers.set(keel, r);
+  }
+  return r;
+}
+
+/** The TXT records of `domain` (each record's strings joined, as RFC 7208 reads them). Never throws. */
+export async function lookupTxt(keel: Keel, domain: string): Promise<TxtAnswer> {
+  try {
+    const records = await resolverOf(keel).resolveTxt(domain);
+    return { kind: 'records', values: records.map((chunks) => chunks.join('')) };
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code ?? 'EDNS';
+    return NO_RECORD.has(code) ? { kind: 'none' } : { kind: 'error', code };
+  }
+}
