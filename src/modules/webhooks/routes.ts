@@ -29,14 +29,24 @@ const EventType = z.enum(EVENT_TYPES).openapi({ description: 'An event type of S
 const ApiStatus = z.enum(['active', 'paused', 'failed']).openapi({
   description: '`active`: deliveries are made; `paused`: deliveries are held (not attempted) until active again; `failed`: set by Keel after 24 hours in which every delivery (at least 10) was dead-lettered, held until a person makes it active',
 });
-const Header = z
-  .object({
-    key: z.string().min(1).max(HEADER_LIMITS.nameLength).openapi(d(`Header name (1-${HEADER_LIMITS.nameLength} characters, no CR/LF; Content-Type, User-Agent, X-Service-* and webhook-* are Keel's own)`)),
-    value: z.string().max(HEADER_LIMITS.valueLength).openapi(d(`Header value (at most ${HEADER_LIMITS.valueLength} characters, no CR/LF)`)),
-  })
+const HeaderKey = z.string().min(1).max(HEADER_LIMITS.nameLength).openapi(d(`Header name (1-${HEADER_LIMITS.nameLength} characters, no CR/LF; Content-Type, User-Agent, X-Service-* and webhook-* are Keel's own)`));
+const HeaderValue = z.string().max(HEADER_LIMITS.valueLength).openapi(d(`Header value (at most ${HEADER_LIMITS.valueLength} characters, no CR/LF); write-only: never returned`));
+const Header = z.object({ key: HeaderKey, value: HeaderValue }).strict();
+const Headers = z.array(Header).max(HEADER_LIMITS.count).openapi(d(`Custom headers sent on each delivery, after the standard ones (at most ${HEADER_LIMITS.count}); their values are write-only`));
+const HeaderPatch = z
+  .object({ key: HeaderKey, value: HeaderValue.optional().openapi(d('The new value; omitted: the value stored for this header name is kept (400 when there is none)')) })
   .strict();
-const Headers = z.array(Header).max(HEADER_LIMITS.count).openapi(d(`Custom headers sent on each delivery, after the standard ones (at most ${HEADER_LIMITS.count})`));
-const Url = z.string().trim().min(1).max(2048).openapi(d('The receiver: HTTPS, not a local or private address (checked at save and before every attempt); stored encrypted'));
+const HeadersPatch = z
+  .array(HeaderPatch)
+  .max(HEADER_LIMITS.count)
+  .openapi(d(`The whole list of custom headers (at most ${HEADER_LIMITS.count}): a header left out is removed; an entry without \`value\` keeps its stored value`));
+const HeaderOut = z
+  .object({
+    key: z.string().openapi(d('Header name')),
+    valueSet: z.literal(true).openapi(d('A value is stored; it is write-only and never returned')),
+  })
+  .openapi('WebhookHeader', { description: 'A custom header: its name, never its value' });
+const Url = z.string().trim().min(1).max(2048).openapi(d('The receiver: HTTPS, not a local or private address (checked at save and before every attempt), without user:password@ (400 `invalid_webhook_url`: send credentials in a custom header); stored encrypted'));
 const Secret = z.string().min(16).max(256).openapi({ description: 'HMAC signing secret (16-256 characters); never returned' });
 const bounded = (k: keyof typeof RETRY_BOUNDS, description: string, intOnly = true) => {
   const [min, max] = RETRY_BOUNDS[k];
@@ -69,7 +79,7 @@ const Webhook = z
     name: z.string().openapi(d('Display name')),
     url: z.string().openapi({ description: 'The URL with userinfo removed and credential-like query values REDACTED' }),
     events: z.array(z.string()).openapi(d('Subscribed event types')),
-    headers: z.array(z.object({ key: z.string().openapi(d('Header name')), value: z.string().openapi(d('Header value')) })).openapi(d('Custom headers sent on each delivery')),
+    headers: z.array(HeaderOut).openapi(d('Custom headers sent on each delivery: names only, the values are write-only')),
     status: ApiStatus,
     hasSecret: z.boolean().openapi(d('Whether deliveries are signed (the secret itself is never returned)')),
     previousSecretExpiresAt: z.string().nullable().openapi(d('While a rotated-out secret still signs (24 hours after a rotation): when it stops; else null')),
@@ -149,7 +159,7 @@ const WebhookPatch = z
     url: Url.optional(),
     secret: Secret.nullable().optional().openapi({ description: 'Replaces the secret at once (no overlap); null removes it' }),
     events: Events.optional(),
-    headers: Headers.optional(),
+    headers: HeadersPatch.optional(),
     status: ApiStatus.optional(),
     retryPolicy: RetryPolicyIn.nullable().optional().openapi({ description: 'null: back to the defaults' }),
     orgId: z.uuid().optional().openapi(d('The organisation (partner and system callers)')),

@@ -48,7 +48,8 @@ export interface WebhookView {
   name: string;
   url: string;
   events: string[];
-  headers: CustomHeader[];
+  /** Names only: header values are write-only (they often carry a receiver's credentials). */
+  headers: { key: string; valueSet: true }[];
   status: ApiWebhookStatus;
   hasSecret: boolean;
   /** When a rotation's previous secret stops signing; null outside an overlap. */
@@ -105,7 +106,7 @@ export function webhookView(keel: Keel, row: WebhookRow): WebhookView {
     name: row.name,
     url: redactUrl(keel.secrets.sealer.open(row.urlSealed, aad(row.id, 'url'))),
     events: row.events,
-    headers: openHeaders(keel, row),
+    headers: openHeaders(keel, row).map((h) => ({ key: h.key, valueSet: true as const })),
     status: apiStatus(row.status),
     hasSecret: row.secretSealed !== null,
     previousSecretExpiresAt: overlap ? isoOrNull(row.previousSecretExpiresAt) : null,
@@ -143,6 +144,17 @@ export function deliveryView(row: DeliveryRow): DeliveryView {
 
 /** SPEC 7: "Webhook URL fails validation": 400 `invalid_webhook_url`, saying which rule. */
 async function vetUrl(keel: Keel, url: string): Promise<void> {
+  // Userinfo would be redacted in reads and never sent: refused, so nothing is kept that is not used.
+  let parsed: URL | null = null;
+  try {
+    parsed = new URL(url);
+  } catch {
+    // vetTarget names the problem.
+  }
+  if (parsed && (parsed.username !== '' || parsed.password !== '')) {
+    const message = 'must not carry credentials (user:password@); send them in a custom header, whose value is write-only';
+    throw new AppError(400, 'invalid_webhook_url', `Invalid webhook URL: ${message}`, { fields: [{ path: 'url', message }] });
+  }
   try {
     await vetTarget(url, keel.outbound);
   } catch (err) {
@@ -252,19 +264,40 @@ export async function createWebhook(keel: Keel, access: AccessContext, input: We
   return webhookView(keel, row);
 }
 
+/** A custom header in a PATCH: without `value`, the value stored for the same name (any case) is kept. */
+export interface HeaderPatch {
+  key: string;
+  value?: string | undefined;
+}
+
+/** The headers a PATCH asks for, with kept values filled in from the stored ones; 400 when an entry keeps a value that does not exist. */
+function resolveHeaderPatch(stored: readonly CustomHeader[], patch: readonly HeaderPatch[]): CustomHeader[] {
+  const byName = new Map(stored.map((h) => [h.key.toLowerCase(), h.value]));
+  const problems: { path: string; message: string }[] = [];
+  const out = patch.map((h, i) => {
+    if (h.value !== undefined) return { key: h.key, value: h.value };
+    const kept = byName.get(h.key.toLowerCase());
+    if (kept === undefined) problems.push({ path: `headers.${i}.value`, message: 'is required: no value is stored for this header' });
+    return { key: h.key, value: kept ?? '' };
+  });
+  if (problems.length > 0) throw validationError(problems);
+  return out;
+}
+
 export interface WebhookPatch {
   name?: string | undefined;
   url?: string | undefined;
   secret?: string | null | undefined;
   events?: string[] | undefined;
-  headers?: CustomHeader[] | undefined;
+  headers?: HeaderPatch[] | undefined;
   status?: ApiWebhookStatus | undefined;
   retryPolicy?: RetryPolicyInput | null | undefined;
 }
 
 export async function updateWebhook(keel: Keel, access: AccessContext, id: string, patch: WebhookPatch, info: AuditRequestInfo): Promise<WebhookView> {
   const current = await visibleWebhook(keel.db, access, id);
-  if (patch.headers) checkHeaders(patch.headers);
+  const headers = patch.headers ? resolveHeaderPatch(openHeaders(keel, current), patch.headers) : undefined;
+  if (headers) checkHeaders(headers);
   if (patch.retryPolicy !== undefined) checkPolicy(patch.retryPolicy);
   if (patch.url !== undefined) await vetUrl(keel, patch.url);
   const sealer = keel.secrets.sealer;
@@ -290,8 +323,8 @@ export async function updateWebhook(keel: Keel, access: AccessContext, id: strin
     set.events = [...new Set(patch.events)];
     changes.push('events');
   }
-  if (patch.headers !== undefined) {
-    set.headersSealed = sealHeaders(keel, id, patch.headers);
+  if (headers !== undefined) {
+    set.headersSealed = sealHeaders(keel, id, headers);
     changes.push('headers');
   }
   if (patch.retryPolicy !== undefined) {

