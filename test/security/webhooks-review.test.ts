@@ -10,8 +10,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, backendAvailable, type TestApp } from '../helpers/app.js';
 import { login } from '../helpers/fixtures.js';
-import { startReceiver, type Receiver } from '../webhooks/receiver.js';
-import { createHook, createWebhookWorld, type WebhookWorld } from '../webhooks/setup.js';
+import { insertRole, orgUserWithRole } from '../access/helpers.js';
+import { startReceiver, verifyServiceSignature, verifyStandard, type Receiver } from '../webhooks/receiver.js';
+import { createHook, createWebhookWorld, publish, type WebhookWorld } from '../webhooks/setup.js';
 
 describe.skipIf(!backendAvailable())('webhooks review', () => {
   let app: TestApp;
@@ -83,6 +84,41 @@ describe.skipIf(!backendAvailable())('webhooks review', () => {
       expect(update.status).toBe(400);
       expect(update.body.code).toBe('invalid_webhook_url');
       expect(update.body.details.fields[0].path).toBe('url');
+    });
+  });
+
+  describe('test deliveries', () => {
+    it('a test delivery is marked in a header and in the signed body; naming a real event type needs events:publish', async () => {
+      const secret = 'test-marking-secret-0123456789';
+      const hook = await createHook(app, w.admin, { url: rx.url, secret, events: ['device.decommissioned'] });
+      // webhooks:read + webhooks:write only: the default test event is allowed, a real event type is not.
+      const role = await insertRole(app, { scope: 'organization', orgId: w.orgId, name: 'Hook Writer', perms: ['webhooks:read', 'webhooks:write'] });
+      const { token: writer } = await orgUserWithRole(app, w.orgId, role);
+      const forged = await app.api('POST', `/webhooks/${hook.id}/test`, { token: writer, body: { event: 'device.decommissioned', payload: { deviceId: 'd-1' } } });
+      expect(forged.status).toBe(403);
+      expect(forged.body.code).toBe('permission_denied');
+      expect(forged.body.details).toEqual({ required: 'events:publish' });
+      const plain = await app.api('POST', `/webhooks/${hook.id}/test`, { token: writer });
+      expect(plain.status).toBe(202);
+      const [got] = await rx.waitFor(1, (r) => r.headers['x-service-delivery-id'] === plain.body.delivery.id);
+      expect(got!.headers['x-service-test']).toBe('true');
+      expect(JSON.parse(got!.body)).toMatchObject({ type: 'webhook.test', test: true });
+      expect(verifyServiceSignature(secret, got!)).toBe(true);
+      expect(verifyStandard(secret, got!)).toBe(true);
+
+      // With events:publish (the Organisation Admin holds it) a real event type goes, marked as a test.
+      const named = await app.api('POST', `/webhooks/${hook.id}/test`, { token: w.admin, body: { event: 'device.decommissioned', payload: { deviceId: 'd-1' } } });
+      expect(named.status).toBe(202);
+      const [real] = await rx.waitFor(1, (r) => r.headers['x-service-delivery-id'] === named.body.delivery.id);
+      expect(real!.headers['x-service-event-type']).toBe('device.decommissioned');
+      expect(real!.headers['x-service-test']).toBe('true');
+      expect(JSON.parse(real!.body)).toEqual(expect.objectContaining({ type: 'device.decommissioned', test: true, data: { deviceId: 'd-1' } }));
+
+      // A real event whose data says "test": true is not marked.
+      const event = await publish(app, w.eventsKey, 'device.decommissioned', { test: true, deviceId: 'd-2' });
+      const [published] = await rx.waitFor(1, (r) => r.headers['x-service-event-id'] === event.id);
+      expect(published!.headers['x-service-test']).toBeUndefined();
+      expect(JSON.parse(published!.body).test).toBeUndefined();
     });
   });
 });

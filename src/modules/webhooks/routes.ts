@@ -178,7 +178,10 @@ const TestBody = z
     orgId: z.uuid().optional().openapi(d('The organisation (partner and system callers)')),
   })
   .strict()
-  .openapi('WebhookTest', { description: 'A test delivery (default event `webhook.test`)', example: { event: 'webhook.test' } });
+  .openapi('WebhookTest', {
+    description: 'A test delivery (default event `webhook.test`), marked `X-Service-Test: true` and `"test": true` in its body; naming another event type needs `events:publish` too (403 `permission_denied` otherwise)',
+    example: { event: 'webhook.test' },
+  });
 const DeliveryParams = z.object({
   id: z.uuid().openapi({ description: 'Webhook id', param: { name: 'id', in: 'path' } }),
   deliveryId: z.uuid().openapi({ description: 'Delivery id (a `failed` one)', param: { name: 'deliveryId', in: 'path' } }),

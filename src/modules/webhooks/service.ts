@@ -11,7 +11,7 @@ import { AppError, conflict, notFound, validationError } from '../../platform/ht
 import { OutboundError, vetTarget } from '../../platform/outbound.js';
 import type { SealedColumn } from '../../platform/reseal.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
-import { visibleOrgCondition, type AccessContext } from '../access/scope.js';
+import { permissionDenied, visibleOrgCondition, type AccessContext } from '../access/scope.js';
 import {
   apiStatus,
   effectivePolicy,
@@ -451,8 +451,11 @@ export async function listDeliveries(
 }
 
 /** The request body of SPEC 6.1, in this key order; its JSON text is stored and sent as it is. */
-export function eventBody(event: { id: string; type: string; timestamp: string; orgId: string | null; data: unknown }): Record<string, unknown> {
-  return { id: event.id, type: event.type, timestamp: event.timestamp, orgId: event.orgId, data: event.data };
+export function eventBody(event: { id: string; type: string; timestamp: string; orgId: string | null; data: unknown }, test = false): Record<string, unknown> {
+  // A test delivery's `test: true` stands right before `data` (signing.ts `isTestBody` relies on it).
+  return test
+    ? { id: event.id, type: event.type, timestamp: event.timestamp, orgId: event.orgId, test: true, data: event.data }
+    : { id: event.id, type: event.type, timestamp: event.timestamp, orgId: event.orgId, data: event.data };
 }
 
 const insertDeliveries = prepared(
@@ -482,10 +485,13 @@ export async function testWebhook(
   const hook = await visibleWebhook(keel.db, access, id);
   if (hook.status !== 'active') throw conflict('webhook_not_active', `Only an active webhook can be tested; this one is ${apiStatus(hook.status)}`);
   const event = input.event ?? TEST_EVENT;
+  // Naming a real event type sends what looks like that event (marked as a test): only for callers
+  // who may publish events. The default test event needs webhooks:write alone.
+  if (event !== TEST_EVENT && !access.can('events', 'publish')) throw permissionDenied('events', 'publish');
   const timestamp = clock.now().toISOString();
   const data = input.payload ?? { message: 'This is a test delivery from Keel', timestamp, webhookId: id };
   const eventId = newId();
-  const body = JSON.stringify(eventBody({ id: eventId, type: event, timestamp, orgId: hook.orgId, data }));
+  const body = JSON.stringify(eventBody({ id: eventId, type: event, timestamp, orgId: hook.orgId, data }, true));
   const [deliveryId] = await transaction(keel.db, async (tx) => {
     const ids = await enqueueDeliveries(tx.db, [id], hook.orgId, event, eventId, body);
     await writeAudit(tx.db, info, { action: 'webhook.test', partnerId: access.partnerId, orgId: hook.orgId, target: { type: 'webhook', id }, details: { event } });
