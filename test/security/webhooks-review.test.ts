@@ -11,7 +11,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, backendAvailable, type TestApp } from '../helpers/app.js';
 import { login } from '../helpers/fixtures.js';
 import { insertRole, orgUserWithRole } from '../access/helpers.js';
-import { startReceiver, verifyServiceSignature, verifyStandard, type Receiver } from '../webhooks/receiver.js';
+import { standardSignedBy, startReceiver, verifyServiceSignature, verifyStandard, type Receiver } from '../webhooks/receiver.js';
+import { behindLock, raceTest, together } from '../helpers/race.js';
+import { clock } from '../../src/platform/clock.js';
 import { createHook, createWebhookWorld, publish, type WebhookWorld } from '../webhooks/setup.js';
 
 describe.skipIf(!backendAvailable())('webhooks review', () => {
@@ -119,6 +121,71 @@ describe.skipIf(!backendAvailable())('webhooks review', () => {
       const [published] = await rx.waitFor(1, (r) => r.headers['x-service-event-id'] === event.id);
       expect(published!.headers['x-service-test']).toBeUndefined();
       expect(JSON.parse(published!.body).test).toBeUndefined();
+    });
+  });
+
+  describe('rotation', () => {
+    const A = 'rotation-secret-A-0123456789';
+    const B = 'rotation-secret-B-0123456789';
+    const C = 'rotation-secret-C-0123456789';
+
+    it('A→B→C: every rotated-out secret signs until its own expiry (A is not cut short by C)', async () => {
+      const hook = await createHook(app, w.admin, { url: rx.url, secret: A, events: ['script.started'] });
+      try {
+        expect((await app.api('POST', `/webhooks/${hook.id}/rotate-secret`, { token: w.admin, body: { secret: B } })).status).toBe(200);
+        clock.advance(60 * 60_000);
+        const admin = (await login(app, w.orgAdmin)).accessToken;
+        const third = await app.api('POST', `/webhooks/${hook.id}/rotate-secret`, { token: admin, body: { secret: C } });
+        expect(third.status).toBe(200);
+        const signedBy = async () => {
+          const event = await publish(app, w.eventsKey, 'script.started', { n: Math.random() });
+          const [got] = await rx.waitFor(1, (r) => r.headers['x-service-event-id'] === event.id);
+          return {
+            got: got!,
+            all: [A, B, C].filter((s) => standardSignedBy(s, got!)),
+          };
+        };
+        const first = await signedBy();
+        expect(first.all).toEqual([A, B, C]);
+        expect(verifyServiceSignature(C, first.got)).toBe(true);
+        expect(verifyServiceSignature(B, first.got, 'x-service-signature-previous')).toBe(true);
+        expect(first.got.headers['webhook-signature']!.split(' ')).toHaveLength(3);
+
+        // 23 h later (24 h after A's rotation, plus a minute): A has had its 24 hours; B keeps its own.
+        clock.advance(23 * 60 * 60_000 + 60_000);
+        expect((await signedBy()).all).toEqual([B, C]);
+        clock.advance(60 * 60_000);
+        expect((await signedBy()).all).toEqual([C]);
+      } finally {
+        clock.reset();
+      }
+    });
+
+    it('at most three rotated-out secrets sign beside the current one: the next rotation within their overlap is 409 too_many_rotations', async () => {
+      const hook = await createHook(app, w.admin, { url: rx.url, secret: A });
+      for (const s of [B, C, 'rotation-secret-D-0123456789']) expect((await app.api('POST', `/webhooks/${hook.id}/rotate-secret`, { token: w.admin, body: { secret: s } })).status).toBe(200);
+      const refused = await app.api('POST', `/webhooks/${hook.id}/rotate-secret`, { token: w.admin, body: {} });
+      expect(refused.status).toBe(409);
+      expect(refused.body.code).toBe('too_many_rotations');
+      expect(refused.body.details.nextRotationAt).toEqual(expect.any(String));
+      // A PATCH of the secret replaces every secret at once; rotations are possible again.
+      expect((await app.api('PATCH', `/webhooks/${hook.id}`, { token: w.admin, body: { secret: 'rotation-secret-E-0123456789' } })).status).toBe(200);
+      expect((await app.api('POST', `/webhooks/${hook.id}/rotate-secret`, { token: w.admin, body: {} })).status).toBe(200);
+    });
+
+    raceTest('two rotations at once are serialised: both secrets (and the one before) sign', async () => {
+      const hook = await createHook(app, w.admin, { url: rx.url, secret: A, events: ['script.failed'] });
+      // Both requests wait behind a lock on the table, so they meet: without serialisation both read the
+      // same secret as their previous one and the first's new secret is lost.
+      const answers = await behindLock(app.server.keel.config.DATABASE_URL!, 'lock table webhooks in exclusive mode', 2, () =>
+        together(2, () => app.api('POST', `/webhooks/${hook.id}/rotate-secret`, { token: w.admin, body: {} })),
+      );
+      expect(answers.map((a) => a.status)).toEqual([200, 200]);
+      const [s1, s2] = answers.map((a) => a.body.secret as string);
+      expect(s1).not.toBe(s2);
+      const event = await publish(app, w.eventsKey, 'script.failed', {});
+      const [got] = await rx.waitFor(1, (r) => r.headers['x-service-event-id'] === event.id);
+      for (const s of [A, s1!, s2!]) expect(standardSignedBy(s, got!), s).toBe(true);
     });
   });
 });

@@ -18,7 +18,8 @@ export interface RetryPolicy {
  * A subscription of an organisation's events (SPEC 2.6). The URL, the secrets and the custom headers
  * (which often carry a receiver's credentials) are AES-256-GCM sealed, bound to the row's id.
  * `previous_secret_sealed` is the secret a rotation replaced, still signing until
- * `previous_secret_expires_at`. `failing_since` / `dead_letter_streak` decide the automatic move to
+ * `previous_secret_expires_at`; `older_secrets_sealed` holds the ones rotated out before it (a sealed
+ * JSON list, each with its own expiry: every rotated-out secret keeps its whole overlap). `failing_since` / `dead_letter_streak` decide the automatic move to
  * `error` (DECISIONS: 24 hours in which every delivery was dead-lettered, at least 10).
  */
 export const webhooks = pgTable(
@@ -33,6 +34,7 @@ export const webhooks = pgTable(
     secretSealed: text('secret_sealed'),
     previousSecretSealed: text('previous_secret_sealed'),
     previousSecretExpiresAt: ts('previous_secret_expires_at'),
+    olderSecretsSealed: text('older_secrets_sealed'),
     events: jsonb('events').$type<string[]>().notNull(),
     headersSealed: text('headers_sealed'),
     status: varchar('status', { length: 20 }).$type<StoredWebhookStatus>().notNull().default('active'),

@@ -21,7 +21,9 @@ import {
   type ApiWebhookStatus,
   type ClaimedDelivery,
   type CustomHeader,
+  type PreviousSecret,
   type RouteTicket,
+  MAX_PREVIOUS_SECRETS,
 } from './model.js';
 import { webhookDeliveries, webhooks, type DeliveryStatus, type RetryPolicy } from './schema.js';
 
@@ -32,10 +34,10 @@ type DeliveryRow = typeof webhookDeliveries.$inferSelect;
 export const ROTATION_OVERLAP_MS = 24 * 60 * 60 * 1000;
 
 /** The associated data a sealed column is bound to: a value cannot be moved to another row or column. */
-export const aad = (id: string, column: 'url' | 'secret' | 'previous_secret' | 'headers') => `webhook:${id}:${column}`;
+export const aad = (id: string, column: 'url' | 'secret' | 'previous_secret' | 'older_secrets' | 'headers') => `webhook:${id}:${column}`;
 
 /** The sealed columns of this module, for `keel secrets reseal` (platform/reseal.ts). */
-export const WEBHOOK_SEALED: SealedColumn[] = (['url', 'secret', 'previous_secret', 'headers'] as const).map((c) => ({
+export const WEBHOOK_SEALED: SealedColumn[] = (['url', 'secret', 'previous_secret', 'older_secrets', 'headers'] as const).map((c) => ({
   table: 'webhooks',
   column: `${c}_sealed`,
   keys: ['id'],
@@ -317,6 +319,7 @@ export async function updateWebhook(keel: Keel, access: AccessContext, id: strin
     set.secretSealed = patch.secret ? sealer.seal(patch.secret, aad(id, 'secret')) : null;
     set.previousSecretSealed = null;
     set.previousSecretExpiresAt = null;
+    set.olderSecretsSealed = null;
     changes.push('secret');
   }
   if (patch.events !== undefined) {
@@ -359,7 +362,14 @@ export async function updateWebhook(keel: Keel, access: AccessContext, id: strin
   return webhookView(keel, row);
 }
 
-/** Rotation: the new secret signs at once, the previous one for 24 hours more (both signatures meanwhile). */
+/**
+ * Rotation: the new secret signs at once, and every rotated-out secret keeps signing for 24 hours
+ * from its own rotation (all of them meanwhile: one `v1,` each in `webhook-signature`), at most
+ * `MAX_PREVIOUS_SECRETS` of them: a further rotation within their overlap is 409 `too_many_rotations`
+ * (a PATCH of `secret` replaces every secret at once). Rotations of one webhook are serialised by a
+ * row lock: two at once both succeed, one after the other, so the first's secret is the second's
+ * previous one and signs for its 24 hours.
+ */
 export async function rotateSecret(
   keel: Keel,
   access: AccessContext,
@@ -367,18 +377,35 @@ export async function rotateSecret(
   given: string | undefined,
   info: AuditRequestInfo,
 ): Promise<{ webhook: WebhookView; secret?: string }> {
-  const current = await visibleWebhook(keel.db, access, id);
+  await visibleWebhook(keel.db, access, id);
   const secret = given ?? `whsk_${randomToken(32)}`;
   const sealer = keel.secrets.sealer;
-  const now = clock.now();
-  const previous = current.secretSealed ? sealer.open(current.secretSealed, aad(id, 'secret')) : null;
   const row = await transaction(keel.db, async (tx) => {
+    // The row as it is once no other rotation (or update) of it is in flight.
+    const [current] = await tx.db.select().from(webhooks).where(eq(webhooks.id, id)).for('update');
+    if (!current) throw notFound('Webhook');
+    const now = clock.now();
+    const previous: PreviousSecret[] = [];
+    if (current.secretSealed) previous.push({ secret: sealer.open(current.secretSealed, aad(id, 'secret')), expiresAt: now.getTime() + ROTATION_OVERLAP_MS });
+    if (current.previousSecretSealed && current.previousSecretExpiresAt) {
+      previous.push({ secret: sealer.open(current.previousSecretSealed, aad(id, 'previous_secret')), expiresAt: current.previousSecretExpiresAt.getTime() });
+    }
+    if (current.olderSecretsSealed) previous.push(...(JSON.parse(sealer.open(current.olderSecretsSealed, aad(id, 'older_secrets'))) as PreviousSecret[]));
+    const live = previous.filter((p) => p.expiresAt > now.getTime());
+    if (live.length > MAX_PREVIOUS_SECRETS) {
+      const freeAt = Math.min(...live.slice(1).map((p) => p.expiresAt));
+      throw conflict('too_many_rotations', `At most ${MAX_PREVIOUS_SECRETS} rotated-out secrets sign beside the current one; the next rotation is possible once the oldest expires (or replace every secret at once with PATCH secret)`, {
+        nextRotationAt: new Date(freeAt).toISOString(),
+      });
+    }
+    const [newest, ...older] = live;
     const [updated] = await tx.db
       .update(webhooks)
       .set({
         secretSealed: sealer.seal(secret, aad(id, 'secret')),
-        previousSecretSealed: previous !== null ? sealer.seal(previous, aad(id, 'previous_secret')) : null,
-        previousSecretExpiresAt: previous !== null ? new Date(now.getTime() + ROTATION_OVERLAP_MS) : null,
+        previousSecretSealed: newest ? sealer.seal(newest.secret, aad(id, 'previous_secret')) : null,
+        previousSecretExpiresAt: newest ? new Date(newest.expiresAt) : null,
+        olderSecretsSealed: older.length > 0 ? sealer.seal(JSON.stringify(older), aad(id, 'older_secrets')) : null,
         updatedAt: now,
       })
       .where(eq(webhooks.id, id))
@@ -389,7 +416,7 @@ export async function rotateSecret(
       partnerId: access.partnerId,
       orgId: updated.orgId,
       target: { type: 'webhook', id },
-      details: { generated: given === undefined, overlapHours: previous !== null ? 24 : 0 },
+      details: { generated: given === undefined, overlapHours: current.secretSealed ? 24 : 0, previousSecretsSigning: live.length },
     });
     return updated;
   });
