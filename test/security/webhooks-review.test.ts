@@ -10,11 +10,13 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, backendAvailable, type TestApp } from '../helpers/app.js';
 import { login } from '../helpers/fixtures.js';
-import { insertRole, orgUserWithRole } from '../access/helpers.js';
-import { standardSignedBy, startReceiver, verifyServiceSignature, verifyStandard, type Receiver } from '../webhooks/receiver.js';
-import { behindLock, raceTest, together } from '../helpers/race.js';
+import { insertRole, orgUserWithRole, ROLE } from '../access/helpers.js';
+import { standardSignedBy, startReceiver, status, verifyServiceSignature, verifyStandard, type Receiver } from '../webhooks/receiver.js';
+import { behindLock, expectOneWinner, raceTest, together } from '../helpers/race.js';
+import { eq } from 'drizzle-orm';
+import { webhookDeliveries } from '../../src/modules/webhooks/schema.js';
 import { clock } from '../../src/platform/clock.js';
-import { createHook, createWebhookWorld, publish, type WebhookWorld } from '../webhooks/setup.js';
+import { createHook, createWebhookWorld, deliveriesUntil, publish, type WebhookWorld } from '../webhooks/setup.js';
 
 describe.skipIf(!backendAvailable())('webhooks review', () => {
   let app: TestApp;
@@ -23,7 +25,7 @@ describe.skipIf(!backendAvailable())('webhooks review', () => {
   let reader: string;
 
   beforeAll(async () => {
-    app = await startTestApp();
+    app = await startTestApp({ env: { EVENTS_PUBLISH_LIMIT: '20', WEBHOOK_MANUAL_LIMIT: '5', WEBHOOK_MANUAL_CALLER_LIMIT: '15' } });
     w = await createWebhookWorld(app);
     rx = await startReceiver();
     reader = (await login(app, w.orgReadOnly)).accessToken;
@@ -186,6 +188,105 @@ describe.skipIf(!backendAvailable())('webhooks review', () => {
       const event = await publish(app, w.eventsKey, 'script.failed', {});
       const [got] = await rx.waitFor(1, (r) => r.headers['x-service-event-id'] === event.id);
       for (const s of [A, s1!, s2!]) expect(standardSignedBy(s, got!), s).toBe(true);
+    });
+  });
+
+  describe('limits and retries', () => {
+    let failing: Receiver;
+    beforeAll(async () => {
+      failing = await startReceiver();
+      failing.behave(status(500));
+    });
+    afterAll(async () => {
+      await failing.close();
+    });
+
+    /** A webhook without retries whose test delivery was dead-lettered, and that delivery. */
+    async function failedDelivery(token: string): Promise<{ hook: any; delivery: any }> {
+      const hook = await createHook(app, token, { url: failing.url, retryPolicy: { maxRetries: 0 } });
+      expect((await app.api('POST', `/webhooks/${hook.id}/test`, { token })).status).toBe(202);
+      const [delivery] = await deliveriesUntil(app, token, hook.id, (d) => d.length === 1 && d[0].status === 'failed');
+      return { hook, delivery };
+    }
+
+    it('webhooks per organisation are capped (WEBHOOKS_PER_ORG_LIMIT, default 25): 409 webhook_limit_reached at 26, room again after a delete', async () => {
+      const made: string[] = [];
+      for (let i = 0; i < 25; i++) made.push((await createHook(app, w.otherAdmin, { name: `cap-${i}`, url: rx.url })).id);
+      const refused = await app.api('POST', '/webhooks', { token: w.otherAdmin, body: { name: 'cap-26', url: rx.url, events: ['alert.triggered'] } });
+      expect(refused.status).toBe(409);
+      expect(refused.body.code).toBe('webhook_limit_reached');
+      expect(refused.body.details).toEqual({ limit: 25 });
+      expect((await app.api('GET', '/webhooks?limit=100', { token: w.otherAdmin })).body.pagination.total).toBe(25);
+      // One deleted: room for one more.
+      expect((await app.api('DELETE', `/webhooks/${made[0]}`, { token: w.otherAdmin })).status).toBe(204);
+      expect((await app.api('POST', '/webhooks', { token: w.otherAdmin, body: { name: 'cap-again', url: rx.url, events: ['alert.triggered'] } })).status).toBe(201);
+      for (const id of made.slice(1)) await app.api('DELETE', `/webhooks/${id}`, { token: w.otherAdmin });
+    });
+
+    it('POST /events is limited per API key: 429 with Retry-After (EVENTS_PUBLISH_LIMIT a minute)', async () => {
+      const key = (await app.api('POST', '/api-keys', { token: w.admin, body: { name: 'burst', permissions: [{ resource: 'events', action: 'publish' }] } })).body.key as string;
+      for (let i = 0; i < 20; i++) expect((await app.api('POST', '/events', { token: key, body: { type: 'alert.resolved', data: {} } })).status).toBe(202);
+      const refused = await app.api('POST', '/events', { token: key, body: { type: 'alert.resolved', data: {} } });
+      expect(refused.status).toBe(429);
+      expect(refused.body.code).toBe('rate_limited');
+      expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
+      // Another key is not held by this one's limit.
+      expect((await app.api('POST', '/events', { token: w.eventsKey, body: { type: 'alert.resolved', data: {} } })).status).toBe(202);
+    });
+
+    it('tests and retries are limited per webhook and per caller: 429 with Retry-After', async () => {
+      const { token } = await orgUserWithRole(app, w.orgId, ROLE.orgAdmin);
+      const hooks = [];
+      for (let i = 0; i < 3; i++) hooks.push(await createHook(app, w.admin, { url: rx.url }));
+      const test = (hook: any, t = token) => app.api('POST', `/webhooks/${hook.id}/test`, { token: t });
+      for (let i = 0; i < 5; i++) expect((await test(hooks[0])).status).toBe(202);
+      const perHook = await test(hooks[0]);
+      expect(perHook.status).toBe(429);
+      expect(Number(perHook.headers.get('retry-after'))).toBeGreaterThan(0);
+      // The caller has spent 6 of 15: 5 + 4 more pass on other webhooks, the 16th is refused as the caller's.
+      for (let i = 0; i < 5; i++) expect((await test(hooks[1])).status).toBe(202);
+      for (let i = 0; i < 4; i++) expect((await test(hooks[2])).status).toBe(202);
+      const perCaller = await test(hooks[2]);
+      expect(perCaller.status).toBe(429);
+      expect(perCaller.headers.get('retry-after')).toMatch(/^\d+$/);
+      // Another caller still tests that webhook (it has 1 of its 5 left).
+      expect((await test(hooks[2], w.admin)).status).toBe(202);
+      // A retry spends the same points: this caller is out of them.
+      const { hook, delivery } = await failedDelivery(w.admin);
+      const retry = await app.api('POST', `/webhooks/${hook.id}/retry/${delivery.id}`, { token });
+      expect(retry.status).toBe(429);
+    });
+
+    it('a failed delivery is retried once: the retry names it (retryOf); a second retry is 409 already_retried', async () => {
+      const { hook, delivery } = await failedDelivery(w.admin);
+      const first = await app.api('POST', `/webhooks/${hook.id}/retry/${delivery.id}`, { token: w.admin });
+      expect(first.status).toBe(202);
+      const second = await app.api('POST', `/webhooks/${hook.id}/retry/${delivery.id}`, { token: w.admin });
+      expect(second.status).toBe(409);
+      expect(second.body.code).toBe('already_retried');
+      expect(second.body.details).toEqual({ retryDeliveryId: first.body.delivery.id });
+      const list = await deliveriesUntil(app, w.admin, hook.id, (d) => d.length === 2 && d.every((x: any) => x.status === 'failed'));
+      expect(list.find((d: any) => d.id === first.body.delivery.id).retryOf).toBe(delivery.id);
+      // The retry itself failed: it may be retried in turn, once.
+      expect((await app.api('POST', `/webhooks/${hook.id}/retry/${first.body.delivery.id}`, { token: w.admin })).status).toBe(202);
+    });
+
+    it('a retry of another tenant\'s delivery through one\'s own webhook is 404', async () => {
+      const mine = await createHook(app, w.admin, { url: rx.url });
+      const { delivery: foreign } = await failedDelivery(w.otherAdmin);
+      const res = await app.api('POST', `/webhooks/${mine.id}/retry/${foreign.id}`, { token: w.admin });
+      expect(res.status).toBe(404);
+      expect(res.body.code).toBe('not_found');
+    });
+
+    raceTest('10 parallel retries of one failed delivery make exactly one new delivery', async () => {
+      const { hook, delivery } = await failedDelivery(w.admin);
+      const { token } = await orgUserWithRole(app, w.orgId, ROLE.orgAdmin);
+      const answers = await together(10, () => app.api('POST', `/webhooks/${hook.id}/retry/${delivery.id}`, { token }));
+      expectOneWinner(answers, 202, [409, 429]);
+      const rows = await app.server.keel.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.webhookId, hook.id));
+      expect(rows).toHaveLength(2);
+      expect(rows.filter((r) => r.retryOf === delivery.id)).toHaveLength(1);
     });
   });
 });

@@ -21,6 +21,7 @@ import {
   testWebhook,
   updateWebhook,
   visibleWebhook,
+  webhookLimits,
   webhookView,
 } from './service.js';
 
@@ -112,7 +113,8 @@ const Delivery = z
     status: z.enum(['pending', 'delivered', 'failed', 'retrying']).openapi(d('`pending` (no attempt yet), `delivered` (2xx), `retrying` (next attempt at nextAttemptAt), `failed` (retries exhausted, dead-lettered)')),
     event: z.string().openapi(d('Event type')),
     eventId: z.string().openapi(d('Event id (X-Service-Event-Id), shared by a manual retry')),
-    payload: z.unknown().openapi(d('The JSON body sent: id, type, timestamp, orgId, data')),
+    payload: z.unknown().openapi(d('The JSON body sent: id, type, timestamp, orgId, (test,) data')),
+    retryOf: z.uuid().nullable().openapi(d('The failed delivery this one retries (a manual retry), or null')),
     responseStatus: z.number().int().nullable().openapi(d('HTTP status of the latest attempt, or null (no answer)')),
     responseBody: z.string().nullable().openapi(d('Its body, first 1,000 characters')),
     responseTimeMs: z.number().int().nullable().openapi(d('How long the latest attempt took, in ms')),
@@ -240,10 +242,10 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
 
   api.openapi(
     createRoute({
-      method: 'post', path: '/webhooks', tags, summary: 'Subscribe a URL to events of the organisation',
+      method: 'post', path: '/webhooks', tags, summary: 'Subscribe a URL to events of the organisation (at most WEBHOOKS_PER_ORG_LIMIT, default 25: 409 `webhook_limit_reached` beyond)',
       middleware: write(),
       request: { query: ScopeQuery, body: jsonBody(WebhookCreate) },
-      responses: { 201: json(Webhook, 'Created, status active'), ...errors(400, 401, 403, 404, 428) },
+      responses: { 201: json(Webhook, 'Created, status active'), ...errors(400, 401, 403, 404, 409, 428) },
     }),
     async (c) => {
       // The body is validated first; then the organisation must be known (SPEC 7).
@@ -319,10 +321,11 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
 
   api.openapi(
     createRoute({
-      method: 'post', path: '/webhooks/{id}/test', tags, summary: 'Queue a test delivery (webhook.test by default)',
+      method: 'post', path: '/webhooks/{id}/test', tags,
+      summary: 'Queue a test delivery (webhook.test by default); tests and retries are limited per webhook (WEBHOOK_MANUAL_LIMIT, default 10 a minute) and per caller (WEBHOOK_MANUAL_CALLER_LIMIT, default 30): 429 with Retry-After',
       middleware: write(),
       request: { params: IdParam, query: ScopeQuery, body: { required: false, content: { 'application/json': { schema: TestBody } } } },
-      responses: { 202: json(Queued, 'Queued'), ...errors(400, 401, 403, 404, 409, 428) },
+      responses: { 202: json(Queued, 'Queued'), ...errors(400, 401, 403, 404, 409, 428, 429) },
     }),
     async (c) => {
       const body = (c.req.valid('json') as z.infer<typeof TestBody> | undefined) ?? {};
@@ -332,10 +335,11 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
 
   api.openapi(
     createRoute({
-      method: 'post', path: '/webhooks/{id}/retry/{deliveryId}', tags, summary: 'Retry a failed delivery as a new pending record',
+      method: 'post', path: '/webhooks/{id}/retry/{deliveryId}', tags,
+      summary: 'Retry a failed delivery as a new pending record (`retryOf` names the failed one); once per failed delivery: 409 `already_retried` (with `retryDeliveryId`) after that; limited like tests (429)',
       middleware: write(),
       request: { params: DeliveryParams, query: ScopeQuery },
-      responses: { 202: json(Queued, 'Queued'), ...errors(400, 401, 403, 404, 409, 428) },
+      responses: { 202: json(Queued, 'Queued'), ...errors(400, 401, 403, 404, 409, 428, 429) },
     }),
     async (c) => {
       const { id, deliveryId } = c.req.valid('param');
@@ -345,14 +349,16 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
 
   api.openapi(
     createRoute({
-      method: 'post', path: '/events', tags: ['events'], summary: 'Publish an event of another component (API keys with events:publish)',
+      method: 'post', path: '/events', tags: ['events'], summary: 'Publish an event of another component (API keys with events:publish; EVENTS_PUBLISH_LIMIT a minute per key, default 6,000: 429 with Retry-After)',
       middleware: [auth, ...guard(keel, { permission: ['events', 'publish'] })],
       request: { query: ScopeQuery, body: jsonBody(EventIn) },
-      responses: { 202: json(EventOut, 'Published: one delivery per subscribed active webhook'), ...errors(400, 401, 403, 404, 428) },
+      responses: { 202: json(EventOut, 'Published: one delivery per subscribed active webhook'), ...errors(400, 401, 403, 404, 428, 429) },
     }),
     async (c) => {
       const { type, data } = c.req.valid('json');
-      if (principalOf(c)?.kind !== 'api_key') throw forbidden('Events are published with an API key holding events:publish', 'api_key_required');
+      const principal = principalOf(c);
+      if (principal?.kind !== 'api_key') throw forbidden('Events are published with an API key holding events:publish', 'api_key_required');
+      await webhookLimits(keel).publish.consume(principal.apiKeyId ?? principal.userId);
       const event = await publishEvent(keel, inOrg(accessOf(c)).orgId, type, data);
       return c.json({ id: event.id, type: event.type, timestamp: event.timestamp, orgId: event.orgId ?? '' }, 202);
     },

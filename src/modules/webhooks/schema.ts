@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { index, integer, json, jsonb, pgTable, text, uuid, varchar } from 'drizzle-orm/pg-core';
+import { index, integer, json, jsonb, pgTable, text, uniqueIndex, uuid, varchar } from 'drizzle-orm/pg-core';
 import { createdAt, idColumn, ts, updatedAt } from '../../platform/db/columns.js';
 import { organizations } from '../tenancy/schema.js';
 
@@ -79,6 +79,8 @@ export const webhookDeliveries = pgTable(
     responseBody: text('response_body'),
     responseTimeMs: integer('response_time_ms'),
     errorMessage: text('error_message'),
+    /** The failed delivery this one retries (a manual retry): at most one retry per failed delivery. */
+    retryOf: uuid('retry_of'),
     claimId: uuid('claim_id'),
     leaseExpiresAt: ts('lease_expires_at'),
     createdAt: createdAt(),
@@ -86,6 +88,7 @@ export const webhookDeliveries = pgTable(
   },
   (t) => [
     index('webhook_deliveries_webhook_idx').on(t.webhookId, t.createdAt),
+    uniqueIndex('webhook_deliveries_retry_of_idx').on(t.retryOf).where(sql`${t.retryOf} is not null`),
     // The claim (a webhook's oldest due rows) and the discovery of webhooks with due rows.
     index('webhook_deliveries_webhook_due_idx')
       .on(t.webhookId, t.nextRetryAt)

@@ -10,6 +10,7 @@ import { transaction, transactionIf } from '../../platform/db/transaction.js';
 import { AppError, conflict, notFound, validationError } from '../../platform/http/errors.js';
 import { OutboundError, vetTarget } from '../../platform/outbound.js';
 import type { SealedColumn } from '../../platform/reseal.js';
+import type { Limit } from '../../platform/rate-limit.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { permissionDenied, visibleOrgCondition, type AccessContext } from '../access/scope.js';
 import {
@@ -26,9 +27,42 @@ import {
   MAX_PREVIOUS_SECRETS,
 } from './model.js';
 import { webhookDeliveries, webhooks, type DeliveryStatus, type RetryPolicy } from './schema.js';
+import { organizations } from '../tenancy/schema.js';
 
 type WebhookRow = typeof webhooks.$inferSelect;
 type DeliveryRow = typeof webhookDeliveries.$inferSelect;
+
+/**
+ * The webhooks' rate limits of a Keel (project limiter: Redis when configured): `POST /events` per API
+ * key, manual tests and retries per webhook and per caller (a minute each; 429 `rate_limited` with
+ * Retry-After beyond).
+ */
+export interface WebhookLimits {
+  publish: Limit;
+  manualPerWebhook: Limit;
+  manualPerCaller: Limit;
+}
+const limitsByKeel = new WeakMap<Keel, WebhookLimits>();
+export function webhookLimits(keel: Keel): WebhookLimits {
+  let l = limitsByKeel.get(keel);
+  if (!l) {
+    l = {
+      publish: keel.limits.define('events-publish', keel.config.EVENTS_PUBLISH_LIMIT, 60),
+      manualPerWebhook: keel.limits.define('webhook-manual', keel.config.WEBHOOK_MANUAL_LIMIT, 60),
+      manualPerCaller: keel.limits.define('webhook-manual-caller', keel.config.WEBHOOK_MANUAL_CALLER_LIMIT, 60),
+    };
+    limitsByKeel.set(keel, l);
+  }
+  return l;
+}
+
+/** A manual test or retry spends a point of the webhook's and of the caller's (an API key is its own caller). */
+async function spendManual(keel: Keel, access: AccessContext, webhookId: string): Promise<void> {
+  const l = webhookLimits(keel);
+  const caller = access.principal.apiKeyId ? `key:${access.principal.apiKeyId}` : `user:${access.principal.userId}`;
+  await l.manualPerCaller.consume(caller);
+  await l.manualPerWebhook.consume(webhookId);
+}
 
 /** How long a rotated-out secret keeps signing (DECISIONS "Shapes for what Keel adds"). */
 export const ROTATION_OVERLAP_MS = 24 * 60 * 60 * 1000;
@@ -74,6 +108,8 @@ export interface DeliveryView {
   event: string;
   eventId: string;
   payload: unknown;
+  /** The failed delivery this one retries (a manual retry), or null. */
+  retryOf: string | null;
   responseStatus: number | null;
   responseBody: string | null;
   responseTimeMs: number | null;
@@ -133,6 +169,7 @@ export function deliveryView(row: DeliveryRow): DeliveryView {
     event: row.eventType,
     eventId: row.eventId,
     payload: row.payload,
+    retryOf: row.retryOf,
     responseStatus: row.responseStatus,
     responseBody: row.responseBody,
     responseTimeMs: row.responseTimeMs,
@@ -236,6 +273,14 @@ export async function createWebhook(keel: Keel, access: AccessContext, input: We
   const now = clock.now();
   const sealer = keel.secrets.sealer;
   const row = await transaction(keel.db, async (tx) => {
+    // The cap, counted while no other creation in the organisation is (the organisation's row is
+    // locked against other writers, not against references to it).
+    await tx.db.select({ id: organizations.id }).from(organizations).where(eq(organizations.id, orgId)).for('no key update');
+    const [have] = await tx.db.select({ n: count() }).from(webhooks).where(eq(webhooks.orgId, orgId));
+    const limit = keel.config.WEBHOOKS_PER_ORG_LIMIT;
+    if ((have?.n ?? 0) >= limit) {
+      throw conflict('webhook_limit_reached', `An organisation may have at most ${limit} webhooks; delete one first`, { limit });
+    }
     const [created] = await tx.db
       .insert(webhooks)
       .values({
@@ -511,6 +556,7 @@ export async function testWebhook(
 ): Promise<{ message: string; delivery: { id: string; webhookId: string; status: 'pending'; event: string; attempt: number } }> {
   const hook = await visibleWebhook(keel.db, access, id);
   if (hook.status !== 'active') throw conflict('webhook_not_active', `Only an active webhook can be tested; this one is ${apiStatus(hook.status)}`);
+  await spendManual(keel, access, id);
   const event = input.event ?? TEST_EVENT;
   // Naming a real event type sends what looks like that event (marked as a test): only for callers
   // who may publish events. The default test event needs webhooks:write alone.
@@ -528,7 +574,21 @@ export async function testWebhook(
   return { message: 'Test delivery queued', delivery: { id: deliveryId ?? '', webhookId: id, status: 'pending', event, attempt: 0 } };
 }
 
-/** SPEC 4.5: a `failed` delivery is copied into a new pending record (same event type, event id and payload); the original stays failed. */
+const insertRetry = prepared(
+  'webhook_delivery_retry_insert',
+  `insert into webhook_deliveries (id, webhook_id, org_id, event_type, event_id, payload, status, attempts, next_retry_at, created_at, retry_of)
+   select $1::uuid, d.webhook_id, d.org_id, d.event_type, d.event_id, d.payload, 'pending', 0, $3::timestamptz, $3::timestamptz, d.id
+     from webhook_deliveries d where d.id = $2::uuid
+   on conflict (retry_of) where retry_of is not null do nothing
+   returning id`,
+);
+
+/**
+ * SPEC 4.5: a `failed` delivery is copied into a new pending record (same event type, event id and
+ * payload), linked to it by `retryOf`; the original stays failed. One retry per failed delivery: a
+ * second (or a concurrent one) is 409 `already_retried` naming the retry (the unique index on
+ * `retry_of` decides between concurrent ones).
+ */
 export async function retryDelivery(
   keel: Keel,
   access: AccessContext,
@@ -537,26 +597,37 @@ export async function retryDelivery(
   info: AuditRequestInfo,
 ): Promise<{ message: string; delivery: { id: string; webhookId: string; status: 'pending'; event: string; attempt: number } }> {
   const hook = await visibleWebhook(keel.db, access, webhookId);
-  const [original] = await rawQuery<{ status: DeliveryStatus; event_type: string; event_id: string; payload: string }>(
+  const [original] = await rawQuery<{ status: DeliveryStatus; event_type: string; retried_by: string | null }>(
     keel.db,
-    prepared('webhook_delivery_for_retry', 'select status, event_type, event_id, payload::text as payload from webhook_deliveries where id = $1 and webhook_id = $2'),
+    prepared(
+      'webhook_delivery_for_retry',
+      'select d.status, d.event_type, (select r.id from webhook_deliveries r where r.retry_of = d.id) as retried_by from webhook_deliveries d where d.id = $1 and d.webhook_id = $2',
+    ),
     [deliveryId, webhookId],
   );
   if (!original) throw notFound('Delivery');
   if (original.status !== 'failed') throw conflict('delivery_not_failed', 'Only failed deliveries can be retried');
-  const [id] = await transaction(keel.db, async (tx) => {
-    const ids = await enqueueDeliveries(tx.db, [webhookId], hook.orgId, original.event_type, original.event_id, original.payload);
+  const retried = (by: string) => conflict('already_retried', 'This delivery has been retried already', { retryDeliveryId: by });
+  if (original.retried_by) throw retried(original.retried_by);
+  await spendManual(keel, access, webhookId);
+  const id = await transaction(keel.db, async (tx) => {
+    const [row] = await rawQuery<{ id: string }>(tx.db, insertRetry, [newId(), deliveryId, clock.now().toISOString()]);
+    if (!row) return null;
     await writeAudit(tx.db, info, {
       action: 'webhook.delivery.retry',
       partnerId: access.partnerId,
       orgId: hook.orgId,
       target: { type: 'webhook_delivery', id: deliveryId },
-      details: { webhookId, newDeliveryId: ids[0] },
+      details: { webhookId, newDeliveryId: row.id },
     });
-    tx.afterCommit(() => webhooksRuntime(keel)?.announce(ids, [webhookId]));
-    return ids;
+    tx.afterCommit(() => webhooksRuntime(keel)?.announce([row.id], [webhookId]));
+    return row.id;
   });
-  return { message: 'Delivery queued for retry', delivery: { id: id ?? '', webhookId, status: 'pending', event: original.event_type, attempt: 0 } };
+  if (id === null) {
+    const [by] = await rawQuery<{ id: string }>(keel.db, prepared('webhook_delivery_retried_by', 'select id from webhook_deliveries where retry_of = $1'), [deliveryId]);
+    throw retried(by?.id ?? '');
+  }
+  return { message: 'Delivery queued for retry', delivery: { id, webhookId, status: 'pending', event: original.event_type, attempt: 0 } };
 }
 
 /**
