@@ -14,6 +14,7 @@ import { insertRole, orgUserWithRole, ROLE } from '../access/helpers.js';
 import { standardSignedBy, startReceiver, status, verifyServiceSignature, verifyStandard, type Receiver } from '../webhooks/receiver.js';
 import { behindLock, expectOneWinner, raceTest, together } from '../helpers/race.js';
 import { eq } from 'drizzle-orm';
+import { enroll, enrollmentKey } from '../agents/helpers.js';
 import { webhookDeliveries } from '../../src/modules/webhooks/schema.js';
 import { clock } from '../../src/platform/clock.js';
 import { createHook, createWebhookWorld, deliveriesUntil, publish, type WebhookWorld } from '../webhooks/setup.js';
@@ -287,6 +288,59 @@ describe.skipIf(!backendAvailable())('webhooks review', () => {
       const rows = await app.server.keel.db.select().from(webhookDeliveries).where(eq(webhookDeliveries.webhookId, hook.id));
       expect(rows).toHaveLength(2);
       expect(rows.filter((r) => r.retryOf === delivery.id)).toHaveLength(1);
+    });
+  });
+
+  describe('site restriction', () => {
+    it('a caller restricted to site S1a sees no delivery of an S1b event (payload siteId, or the device\'s), nor events without placement', async () => {
+      const site = async (name: string) => {
+        const res = await app.api('POST', `/orgs/${w.orgId}/sites`, { token: w.admin, body: { name } });
+        expect(res.status).toBe(201);
+        return res.body.id as string;
+      };
+      const [s1a, s1b] = [await site('S1a'), await site('S1b')];
+      const hook = await createHook(app, w.admin, { url: rx.url, events: ['device.enrolled', 'device.offline', 'webhook.test'] });
+      const inA = await enroll(app, await enrollmentKey(app, w.admin, w.orgId, { name: 'a', siteId: s1a }));
+      const inB = await enroll(app, await enrollmentKey(app, w.admin, w.orgId, { name: 'b', siteId: s1b }));
+      // Placed through the device the data names (no siteId in the data).
+      await publish(app, w.eventsKey, 'device.offline', { deviceId: inA.deviceId });
+      await publish(app, w.eventsKey, 'device.offline', { deviceId: inB.deviceId });
+      await publish(app, w.eventsKey, 'device.offline', { deviceId: 'not-a-uuid' });
+      expect((await app.api('POST', `/webhooks/${hook.id}/test`, { token: w.admin })).status).toBe(202);
+      const all = await deliveriesUntil(app, w.admin, hook.id, (d) => d.length === 6);
+
+      const { token: restrictedReader } = await orgUserWithRole(app, w.orgId, ROLE.orgReadOnly, { siteIds: [s1a] });
+      const seen = await app.api('GET', `/webhooks/${hook.id}/deliveries?limit=100`, { token: restrictedReader });
+      expect(seen.status).toBe(200);
+      const mine = all.filter((d: any) => d.payload.data.deviceId === inA.deviceId).map((d: any) => d.id).sort();
+      expect(mine).toHaveLength(2);
+      expect(seen.body.data.map((d: any) => d.id).sort()).toEqual(mine);
+      expect(seen.body.pagination.total).toBe(2);
+      expect(JSON.stringify(seen.body)).not.toContain(inB.deviceId);
+      expect(JSON.stringify(seen.body)).not.toContain(s1b);
+      // Restricted by device group (it has none): nothing placed passes.
+      const { token: groupReader } = await orgUserWithRole(app, w.orgId, ROLE.orgReadOnly, { deviceGroupIds: [] });
+      expect((await app.api('GET', `/webhooks/${hook.id}/deliveries`, { token: groupReader })).body.data).toEqual([]);
+    });
+
+    it('webhook writes are organisation-wide: a site-restricted administrator gets 403 whole_org_access_required', async () => {
+      const res = await app.api('POST', `/orgs/${w.orgId}/sites`, { token: w.admin, body: { name: 'S-writes' } });
+      const { token } = await orgUserWithRole(app, w.orgId, ROLE.orgAdmin, { siteIds: [res.body.id] });
+      const hook = await createHook(app, w.admin, { url: rx.url });
+      const calls: [string, string, unknown?][] = [
+        ['POST', '/webhooks', { name: 'x', url: rx.url, events: ['alert.triggered'] }],
+        ['PATCH', `/webhooks/${hook.id}`, { name: 'y' }],
+        ['POST', `/webhooks/${hook.id}/test`],
+        ['POST', `/webhooks/${hook.id}/retry/${hook.id}`],
+        ['POST', `/webhooks/${hook.id}/rotate-secret`, {}],
+        ['DELETE', `/webhooks/${hook.id}`],
+      ];
+      for (const [method, path, body] of calls) {
+        const answer = await app.api(method, path, { token, ...(body ? { body } : {}) });
+        expect(answer.status, `${method} ${path}`).toBe(403);
+        expect(answer.body.code).toBe('whole_org_access_required');
+      }
+      expect((await app.api('GET', `/webhooks/${hook.id}`, { token: w.admin })).body.name).toBe('hook');
     });
   });
 });

@@ -224,7 +224,9 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   const auth = authenticate(keel);
   const tags = ['webhooks'];
   const read = (requireOrg = false) => [auth, ...guard(keel, { requireOrg, permission: ['webhooks', 'read'] })];
-  const write = (requireOrg = false) => [auth, ...guard(keel, { requireOrg, permission: ['webhooks', 'write'] })];
+  // Webhooks act on the whole organisation (every event of it): their writes (create, update, delete,
+  // test, retry, rotation) are refused to callers restricted to some sites or device groups.
+  const write = (requireOrg = false) => [auth, ...guard(keel, { requireOrg, wholeOrg: true, permission: ['webhooks', 'write'] })];
 
   api.openapi(
     createRoute({
@@ -307,7 +309,8 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
 
   api.openapi(
     createRoute({
-      method: 'get', path: '/webhooks/{id}/deliveries', tags, summary: 'Delivery history, newest first',
+      method: 'get', path: '/webhooks/{id}/deliveries', tags,
+      summary: 'Delivery history, newest first; a caller restricted to some sites or device groups sees only the deliveries of events placed within them (the event\'s siteId/deviceGroupId, else its device\'s); events with no placement only unrestricted callers see',
       middleware: read(),
       request: { params: IdParam, query: PageQuery.extend(ScopeQuery.shape).extend({ status: z.enum(DELIVERY_STATUSES as ['pending', 'delivered', 'failed', 'retrying']).optional().openapi(d('Only deliveries of this status')) }) },
       responses: { 200: json(paginated(Delivery), 'Deliveries'), ...errors(400, 401, 403, 404, 428) },

@@ -1,4 +1,4 @@
-import { and, count, desc, eq, type SQL } from 'drizzle-orm';
+import { and, count, desc, eq, sql, type AnyColumn, type SQL } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import type { EventType, KeelEvent } from '../../events.js';
 import { clock } from '../../platform/clock.js';
@@ -12,7 +12,8 @@ import { OutboundError, vetTarget } from '../../platform/outbound.js';
 import type { SealedColumn } from '../../platform/reseal.js';
 import type { Limit } from '../../platform/rate-limit.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
-import { permissionDenied, visibleOrgCondition, type AccessContext } from '../access/scope.js';
+import { permissionDenied, placementFilter, restricted, visibleOrgCondition, type AccessContext } from '../access/scope.js';
+import { devices } from '../agents/schema.js';
 import {
   apiStatus,
   effectivePolicy,
@@ -484,6 +485,23 @@ export async function deleteWebhook(keel: Keel, access: AccessContext, id: strin
   });
 }
 
+/**
+ * Where an event is placed, for the site and device-group restriction of delivery reads: its data's
+ * `siteId` / `deviceGroupId`, else those of the device its data names (`deviceId`). An event with
+ * neither (a login, a test) has no placement: the filter (`placementFilter`) then passes it only for
+ * unrestricted callers. `body` is the stored JSON body (`{..., data: {...}}`).
+ */
+function eventPlacement(body: SQL): { siteId: AnyColumn; deviceGroupId: AnyColumn } {
+  const field = (k: string) => sql`(${body}->'data'->>${sql.raw(`'${k}'`)})`;
+  const device = sql`(case when ${field('deviceId')} ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$' then ${field('deviceId')}::uuid end)`;
+  const ofDevice = (col: AnyColumn) => sql`(select ${col}::text from ${devices} where ${devices.id} = ${device})`;
+  // SQL expressions standing where placementFilter expects columns (it compares them with `in`).
+  return {
+    siteId: sql`coalesce(${field('siteId')}, ${ofDevice(devices.siteId)})` as unknown as AnyColumn,
+    deviceGroupId: sql`coalesce(${field('deviceGroupId')}, ${ofDevice(devices.deviceGroupId)})` as unknown as AnyColumn,
+  };
+}
+
 export async function deliveryStats(db: Db, webhookId: string): Promise<DeliveryStats> {
   const [s] = await rawQuery<{ total: number; pending: number; delivered: number; failed: number; retrying: number; last: Date | string | null }>(
     db,
@@ -510,7 +528,11 @@ export async function listDeliveries(
   q: Paging & { status?: DeliveryStatus | undefined },
 ): Promise<{ data: DeliveryView[]; total: number }> {
   await visibleWebhook(keel.db, access, webhookId);
-  const where: SQL | undefined = and(eq(webhookDeliveries.webhookId, webhookId), q.status ? eq(webhookDeliveries.status, q.status) : undefined);
+  const where: SQL | undefined = and(
+    eq(webhookDeliveries.webhookId, webhookId),
+    q.status ? eq(webhookDeliveries.status, q.status) : undefined,
+    restricted(access) ? placementFilter(access, eventPlacement(sql`${webhookDeliveries.payload}`)) : undefined,
+  );
   const [total] = await keel.db.select({ n: count() }).from(webhookDeliveries).where(where);
   const rows = await keel.db
     .select()
