@@ -15,7 +15,10 @@ import { standardSignedBy, startReceiver, status, verifyServiceSignature, verify
 import { behindLock, expectOneWinner, raceTest, together } from '../helpers/race.js';
 import { eq } from 'drizzle-orm';
 import { enroll, enrollmentKey } from '../agents/helpers.js';
-import { webhookDeliveries } from '../../src/modules/webhooks/schema.js';
+import { webhookDeliveries, webhookPayloads } from '../../src/modules/webhooks/schema.js';
+import { sweepDeliveries } from '../../src/modules/webhooks/retention.js';
+import { enqueueDeliveries } from '../../src/modules/webhooks/service.js';
+import { newId } from '../../src/platform/db/columns.js';
 import { clock } from '../../src/platform/clock.js';
 import { createHook, createWebhookWorld, deliveriesUntil, publish, type WebhookWorld } from '../webhooks/setup.js';
 
@@ -341,6 +344,71 @@ describe.skipIf(!backendAvailable())('webhooks review', () => {
         expect(answer.body.code).toBe('whole_org_access_required');
       }
       expect((await app.api('GET', `/webhooks/${hook.id}`, { token: w.admin })).body.name).toBe('hook');
+    });
+  });
+
+  describe('bounded growth', () => {
+    it('an event fanned out to 5 webhooks stores its payload once; every delivery sends it', async () => {
+      const hooks = [];
+      for (let i = 0; i < 5; i++) hooks.push(await createHook(app, w.admin, { url: rx.url, events: ['patch.failed'] }));
+      const big = 'x'.repeat(64 * 1024);
+      const event = await publish(app, w.eventsKey, 'patch.failed', { big });
+      const got = await rx.waitFor(5, (r) => r.headers['x-service-event-id'] === event.id);
+      for (const r of got) expect(JSON.parse(r.body).data.big).toBe(big);
+      const db = app.server.keel.db;
+      const rows = await db.select().from(webhookDeliveries).where(eq(webhookDeliveries.eventId, event.id));
+      expect(rows.map((r) => r.webhookId).sort()).toEqual(hooks.map((h) => h.id).sort());
+      expect(new Set(rows.map((r) => r.payloadId)).size).toBe(1);
+      const payloads = await db.select().from(webhookPayloads).where(eq(webhookPayloads.id, rows[0]!.payloadId));
+      expect(payloads).toHaveLength(1);
+    });
+
+    it('retention: finished deliveries older than the period are swept with their orphaned payloads; pending and retrying ones are kept', async () => {
+      const db = app.server.keel.db;
+      const done = await createHook(app, w.admin, { url: rx.url, events: ['automation.completed'] });
+      const slow = await startReceiver();
+      slow.behave(status(503));
+      const retrying = await createHook(app, w.admin, { url: slow.url, events: ['automation.completed'], retryPolicy: { initialDelayMs: 3_600_000, maxDelayMs: 3_600_000 } });
+      const held = await createHook(app, w.admin, { url: rx.url, events: ['automation.failed'] });
+      await app.api('PATCH', `/webhooks/${held.id}`, { token: w.admin, body: { status: 'paused' } });
+      try {
+        const finished = await publish(app, w.eventsKey, 'automation.completed', { n: 1 });
+        // A paused webhook's delivery stays pending (arranged: routing skips paused webhooks).
+        const pending = { id: newId() };
+        await enqueueDeliveries(db, [held.id], w.orgId, 'automation.failed', pending.id, JSON.stringify({ id: pending.id, type: 'automation.failed', timestamp: clock.now().toISOString(), orgId: w.orgId, data: {} }));
+        await deliveriesUntil(app, w.admin, done.id, (d) => d.some((x: any) => x.eventId === finished.id && x.status === 'delivered'));
+        await deliveriesUntil(app, w.admin, retrying.id, (d) => d.some((x: any) => x.eventId === finished.id && x.status === 'retrying'));
+        const payloadOf = async (eventId: string) => (await db.select().from(webhookDeliveries).where(eq(webhookDeliveries.eventId, eventId)))[0]!.payloadId;
+        const finishedPayload = await payloadOf(finished.id);
+        // An event whose webhook is deleted leaves an orphaned payload behind.
+        const gone = await createHook(app, w.admin, { url: rx.url, events: ['automation.started'] });
+        const orphanEvent = await publish(app, w.eventsKey, 'automation.started', {});
+        await deliveriesUntil(app, w.admin, gone.id, (d) => d.length === 1 && d[0].status === 'delivered');
+        const orphanPayload = await payloadOf(orphanEvent.id);
+        await app.api('DELETE', `/webhooks/${gone.id}`, { token: w.admin });
+
+        // 29 days on: nothing is old enough (the orphan is, and goes).
+        clock.advance(29 * 24 * 3600_000);
+        expect(await sweepDeliveries(app.server.keel)).toMatchObject({ deliveries: 0 });
+        expect(await db.select().from(webhookPayloads).where(eq(webhookPayloads.id, orphanPayload))).toHaveLength(0);
+        // Past 30 days: the delivered one goes; the retrying and the pending ones stay, with the payloads they refer to.
+        clock.advance(2 * 24 * 3600_000);
+        const swept = await sweepDeliveries(app.server.keel);
+        expect(swept.deliveries).toBeGreaterThanOrEqual(1);
+        const admin = (await login(app, w.orgAdmin)).accessToken;
+        const list = async (id: string) => (await app.api('GET', `/webhooks/${id}/deliveries?limit=100`, { token: admin })).body.data as any[];
+        expect((await list(done.id)).filter((d) => d.eventId === finished.id)).toEqual([]);
+        expect((await list(retrying.id)).map((d) => [d.eventId, d.status])).toEqual([[finished.id, 'retrying']]);
+        expect((await list(held.id)).map((d) => [d.eventId, d.status])).toEqual([[pending.id, 'pending']]);
+        expect(await db.select().from(webhookPayloads).where(eq(webhookPayloads.id, finishedPayload))).toHaveLength(1);
+        // Once the retrying one is gone too (its webhook deleted), its payload is an orphan and is swept.
+        await app.api('DELETE', `/webhooks/${retrying.id}`, { token: admin });
+        await sweepDeliveries(app.server.keel);
+        expect(await db.select().from(webhookPayloads).where(eq(webhookPayloads.id, finishedPayload))).toHaveLength(0);
+      } finally {
+        clock.reset();
+        await slow.close();
+      }
     });
   });
 });

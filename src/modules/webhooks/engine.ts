@@ -109,9 +109,9 @@ const claimStatement = prepared(
        ) x
    )
    update webhook_deliveries d set claim_id = $2::uuid, lease_expires_at = $5::timestamptz
-     from picked, webhooks w
-    where d.id = picked.id and w.id = d.webhook_id and w.status = 'active'
-   returning d.id, d.webhook_id, d.org_id, d.event_type, d.event_id, d.payload::text as body, d.attempts,
+     from picked, webhooks w, webhook_payloads p
+    where d.id = picked.id and w.id = d.webhook_id and w.status = 'active' and p.id = d.payload_id
+   returning d.id, d.webhook_id, d.org_id, d.event_type, d.event_id, p.body::text as body, d.attempts,
              w.url_sealed, w.secret_sealed, w.previous_secret_sealed, w.previous_secret_expires_at, w.older_secrets_sealed, w.headers_sealed, w.retry_policy`,
   // A generic plan of this one scanned the whole table (platform/db/raw.ts `customPlan`).
   { customPlan: true },

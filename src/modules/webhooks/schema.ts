@@ -55,11 +55,28 @@ export const webhooks = pgTable(
 export type DeliveryStatus = 'pending' | 'delivered' | 'failed' | 'retrying';
 
 /**
+ * An event's request body, stored once and referenced by each of its deliveries (one per webhook, and
+ * their manual retries). `body` is exactly what is sent and signed (`json`, not `jsonb`: the text is
+ * kept byte for byte). Written in the routing statement with its deliveries; deleted by the retention
+ * sweep once no delivery refers to it (runtime.ts).
+ */
+export const webhookPayloads = pgTable(
+  'webhook_payloads',
+  {
+    id: uuid('id').primaryKey(),
+    orgId: uuid('org_id').notNull(),
+    body: json('body').notNull(),
+    createdAt: createdAt(),
+  },
+  (t) => [index('webhook_payloads_created_idx').on(t.createdAt)],
+);
+
+/**
  * One event for one webhook (SPEC 2.7), and the queue itself (ARCHITECTURE "Where state lives"): a
  * row is due when `status` is pending/retrying and `next_retry_at` has passed; a worker claims it by
  * setting `claim_id` and `lease_expires_at` (FOR UPDATE SKIP LOCKED), and records the attempt's result
- * only while its claim id is still the row's (fencing). `payload` is the request body exactly as sent
- * (`json`, not `jsonb`: the text is kept byte for byte, so it is what was signed).
+ * only while its claim id is still the row's (fencing). `payload_id` names the request body, stored
+ * once per event in `webhook_payloads`.
  */
 export const webhookDeliveries = pgTable(
   'webhook_deliveries',
@@ -71,7 +88,7 @@ export const webhookDeliveries = pgTable(
     orgId: uuid('org_id').notNull(),
     eventType: varchar('event_type', { length: 100 }).notNull(),
     eventId: varchar('event_id', { length: 100 }).notNull(),
-    payload: json('payload').notNull(),
+    payloadId: uuid('payload_id').notNull(),
     status: varchar('status', { length: 20 }).$type<DeliveryStatus>().notNull().default('pending'),
     attempts: integer('attempts').notNull().default(0),
     nextRetryAt: ts('next_retry_at'),
@@ -88,6 +105,8 @@ export const webhookDeliveries = pgTable(
   },
   (t) => [
     index('webhook_deliveries_webhook_idx').on(t.webhookId, t.createdAt),
+    // The retention sweep's "does a delivery still refer to this payload?".
+    index('webhook_deliveries_payload_idx').on(t.payloadId),
     uniqueIndex('webhook_deliveries_retry_of_idx').on(t.retryOf).where(sql`${t.retryOf} is not null`),
     // The claim (a webhook's oldest due rows) and the discovery of webhooks with due rows.
     index('webhook_deliveries_webhook_due_idx')

@@ -1,4 +1,4 @@
-import { and, count, desc, eq, sql, type AnyColumn, type SQL } from 'drizzle-orm';
+import { and, count, desc, eq, getTableColumns, sql, type AnyColumn, type SQL } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import type { EventType, KeelEvent } from '../../events.js';
 import { clock } from '../../platform/clock.js';
@@ -27,7 +27,7 @@ import {
   type RouteTicket,
   MAX_PREVIOUS_SECRETS,
 } from './model.js';
-import { webhookDeliveries, webhooks, type DeliveryStatus, type RetryPolicy } from './schema.js';
+import { webhookDeliveries, webhookPayloads, webhooks, type DeliveryStatus, type RetryPolicy } from './schema.js';
 import { organizations } from '../tenancy/schema.js';
 
 type WebhookRow = typeof webhooks.$inferSelect;
@@ -160,7 +160,7 @@ export function webhookView(keel: Keel, row: WebhookRow): WebhookView {
   };
 }
 
-export function deliveryView(row: DeliveryRow): DeliveryView {
+export function deliveryView(row: DeliveryRow & { payload: unknown }): DeliveryView {
   const waiting = row.status === 'pending' || row.status === 'retrying';
   return {
     id: row.id,
@@ -531,12 +531,17 @@ export async function listDeliveries(
   const where: SQL | undefined = and(
     eq(webhookDeliveries.webhookId, webhookId),
     q.status ? eq(webhookDeliveries.status, q.status) : undefined,
-    restricted(access) ? placementFilter(access, eventPlacement(sql`${webhookDeliveries.payload}`)) : undefined,
+    restricted(access) ? placementFilter(access, eventPlacement(sql`${webhookPayloads.body}`)) : undefined,
   );
-  const [total] = await keel.db.select({ n: count() }).from(webhookDeliveries).where(where);
-  const rows = await keel.db
-    .select()
+  const [total] = await keel.db
+    .select({ n: count() })
     .from(webhookDeliveries)
+    .innerJoin(webhookPayloads, eq(webhookPayloads.id, webhookDeliveries.payloadId))
+    .where(where);
+  const rows = await keel.db
+    .select({ ...getTableColumns(webhookDeliveries), payload: webhookPayloads.body })
+    .from(webhookDeliveries)
+    .innerJoin(webhookPayloads, eq(webhookPayloads.id, webhookDeliveries.payloadId))
     .where(where)
     .orderBy(desc(webhookDeliveries.createdAt), desc(webhookDeliveries.id))
     .limit(q.limit)
@@ -554,16 +559,19 @@ export function eventBody(event: { id: string; type: string; timestamp: string; 
 
 const insertDeliveries = prepared(
   'webhook_deliveries_insert',
-  `insert into webhook_deliveries (id, webhook_id, org_id, event_type, event_id, payload, status, attempts, next_retry_at, created_at)
-   select d.id, d.webhook_id, $3, $4, $5, $6::json, 'pending', 0, $7::timestamptz, $7::timestamptz
+  `with pl as (
+     insert into webhook_payloads (id, org_id, body, created_at) values ($8::uuid, $3::uuid, $6::json, $7::timestamptz)
+   )
+   insert into webhook_deliveries (id, webhook_id, org_id, event_type, event_id, payload_id, status, attempts, next_retry_at, created_at)
+   select d.id, d.webhook_id, $3, $4, $5, $8::uuid, 'pending', 0, $7::timestamptz, $7::timestamptz
      from unnest($1::uuid[], $2::uuid[]) as d(id, webhook_id)`,
 );
 
-/** Inserts one pending delivery per webhook for one body; answers the new ids. Runs in the caller's transaction. */
+/** Inserts the body once and one pending delivery per webhook referring to it; answers the new ids. Runs in the caller's transaction. */
 export async function enqueueDeliveries(db: Db, webhookIds: string[], orgId: string, eventType: string, eventId: string, body: string): Promise<string[]> {
   if (webhookIds.length === 0) return [];
   const ids = webhookIds.map(() => newId());
-  await rawQuery(db, insertDeliveries, [ids, webhookIds, orgId, eventType, eventId, body, clock.now().toISOString()]);
+  await rawQuery(db, insertDeliveries, [ids, webhookIds, orgId, eventType, eventId, body, clock.now().toISOString(), newId()]);
   return ids;
 }
 
@@ -598,8 +606,8 @@ export async function testWebhook(
 
 const insertRetry = prepared(
   'webhook_delivery_retry_insert',
-  `insert into webhook_deliveries (id, webhook_id, org_id, event_type, event_id, payload, status, attempts, next_retry_at, created_at, retry_of)
-   select $1::uuid, d.webhook_id, d.org_id, d.event_type, d.event_id, d.payload, 'pending', 0, $3::timestamptz, $3::timestamptz, d.id
+  `insert into webhook_deliveries (id, webhook_id, org_id, event_type, event_id, payload_id, status, attempts, next_retry_at, created_at, retry_of)
+   select $1::uuid, d.webhook_id, d.org_id, d.event_type, d.event_id, d.payload_id, 'pending', 0, $3::timestamptz, $3::timestamptz, d.id
      from webhook_deliveries d where d.id = $2::uuid
    on conflict (retry_of) where retry_of is not null do nothing
    returning id`,
