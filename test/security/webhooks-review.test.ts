@@ -411,4 +411,18 @@ describe.skipIf(!backendAvailable())('webhooks review', () => {
       }
     });
   });
+
+  describe('tenancy', () => {
+    it('the webhook list is filtered by organisation: exactly the organisation\'s own webhooks, while another has some', async () => {
+      const t = await createWebhookWorld(app);
+      const a1 = await createHook(app, t.admin, { name: 'a1', url: rx.url });
+      const a2 = await createHook(app, t.admin, { name: 'a2', url: rx.url });
+      const b1 = await createHook(app, t.otherAdmin, { name: 'b1', url: rx.url });
+      const listA = await app.api('GET', '/webhooks?limit=100', { token: t.admin });
+      expect(listA.body.data.map((h: any) => h.id).sort()).toEqual([a1.id, a2.id].sort());
+      expect(listA.body.pagination.total).toBe(2);
+      const listB = await app.api('GET', '/webhooks?limit=100', { token: t.otherAdmin });
+      expect(listB.body.data.map((h: any) => h.id)).toEqual([b1.id]);
+    });
+  });
 });
