@@ -97,7 +97,7 @@ export async function benchWebhooks(backend: BenchBackend): Promise<WebhookBench
   const rx = `http://127.0.0.1:${rxPort}`;
   await waitForHealthy(`${rx}/health`, rxProc, 30_000, 50);
   // Profile Keel with BENCH_KEEL_NODE_ARGS (bench/lib.ts startKeel).
-  const keel = await backend.startKeel({ ADMIN_EMAIL: ADMIN.email, ADMIN_PASSWORD: ADMIN.password, ALLOW_INSECURE_TARGETS: 'true' });
+  const keel = await backend.startKeel({ ADMIN_EMAIL: ADMIN.email, ADMIN_PASSWORD: ADMIN.password, ALLOW_INSECURE_TARGETS: 'true', EVENTS_PUBLISH_LIMIT: '1000000' });
   const api = new Pool(keel.url, { connections: 32 });
   try {
     const token = (await postJson(`${keel.url}/api/v1/auth/login`, ADMIN)).body.accessToken as string;

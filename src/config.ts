@@ -150,6 +150,14 @@ const envSchema = z.object({
   WEBHOOK_TIMEOUT_MS: int(30_000, 100, 120_000),
   WEBHOOK_CONCURRENCY: int(128, 1, 4096),
   WEBHOOK_CONCURRENCY_PER_WEBHOOK: int(8, 1, 256),
+  // Webhook limits (docs/decisions.md "Webhooks: limits, retention, rotation, test deliveries"): webhooks
+  // per organisation; POST /events per API key per minute; manual tests and retries per minute, per
+  // webhook and per caller; days a finished delivery is kept.
+  WEBHOOKS_PER_ORG_LIMIT: int(25, 1, 10_000),
+  EVENTS_PUBLISH_LIMIT: int(6_000, 1, 1_000_000),
+  WEBHOOK_MANUAL_LIMIT: int(10, 1, 100_000),
+  WEBHOOK_MANUAL_CALLER_LIMIT: int(30, 1, 100_000),
+  WEBHOOK_DELIVERY_RETENTION_DAYS: int(30, 1, 3650),
   // Production readiness (issue 19): GET /metrics (off unless enabled; a bearer token when set) and the
   // bound of the password-hashing queue (0: 16 per hashing thread), beyond which logins answer 503.
   METRICS_ENABLED: bool(false),

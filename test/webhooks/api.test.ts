@@ -16,12 +16,18 @@ import { startReceiver, type Receiver } from './receiver.js';
 import { createHook, createWebhookWorld, deliveriesUntil, publish, type WebhookWorld } from './setup.js';
 
 describe.skipIf(!backendAvailable())('webhook endpoints', () => {
+  const resolved: string[] = [];
   let app: TestApp;
   let w: WebhookWorld;
   let rx: Receiver;
 
   beforeAll(async () => {
     app = await startTestApp();
+    // No name is resolved through the system resolver (no DNS query leaves loopback): every name is unknown.
+    app.server.keel.outbound.resolve = (host) => {
+      resolved.push(host);
+      return Promise.reject(Object.assign(new Error(`getaddrinfo ENOTFOUND ${host}`), { code: 'ENOTFOUND' }));
+    };
     w = await createWebhookWorld(app);
     rx = await startReceiver();
   });
@@ -31,20 +37,20 @@ describe.skipIf(!backendAvailable())('webhook endpoints', () => {
   });
 
   it('creates a webhook: 201, status active, hasSecret, never the secret; URL and secret sealed at rest; audited', async () => {
-    const url = `${rx.url}?token=abc123&keep=1`.replace('http://', 'http://user:pa55@');
+    const url = `${rx.url}?token=abc123&keep=1`;
     const res = await app.api('POST', '/webhooks', {
       token: w.admin,
-      body: { name: 'PSA', url, secret: 'a-very-secret-signing-key', events: ['alert.triggered', 'device.offline'], headers: [{ key: 'X-Tenant', value: 't-1' }] },
+      body: { name: 'PSA', url, secret: 'a-very-secret-signing-key', events: ['alert.triggered', 'device.offline'], headers: [{ key: 'X-Tenant', value: 'tenant-value-77' }] },
     });
     expect(res.status).toBe(201);
     expect(Object.keys(res.body).sort()).toEqual(
       ['createdAt', 'createdBy', 'events', 'failureCount', 'hasSecret', 'headers', 'id', 'lastDeliveryAt', 'lastSuccessAt', 'name', 'orgId', 'previousSecretExpiresAt', 'retryPolicy', 'status', 'successCount', 'updatedAt', 'url'].sort(),
     );
-    expect(res.body).toMatchObject({ name: 'PSA', orgId: w.orgId, status: 'active', hasSecret: true, events: ['alert.triggered', 'device.offline'], headers: [{ key: 'X-Tenant', value: 't-1' }], lastDeliveryAt: null });
+    expect(res.body).toMatchObject({ name: 'PSA', orgId: w.orgId, status: 'active', hasSecret: true, events: ['alert.triggered', 'device.offline'], headers: [{ key: 'X-Tenant', valueSet: true }], lastDeliveryAt: null });
     expect(res.body.retryPolicy).toEqual({ maxRetries: 5, initialDelayMs: 1000, backoffMultiplier: 2, maxDelayMs: 300000 });
     expect(res.body.url).toBe(`${rx.url}?token=REDACTED&keep=1`);
     expect(JSON.stringify(res.body)).not.toContain('a-very-secret-signing-key');
-    expect(JSON.stringify(res.body)).not.toContain('pa55');
+    expect(JSON.stringify(res.body)).not.toContain('tenant-value-77');
 
     const [row] = await app.server.keel.db.select().from(webhooks).where(eq(webhooks.id, res.body.id));
     expect(row!.urlSealed).toMatch(/^v1\./);
@@ -88,6 +94,9 @@ describe.skipIf(!backendAvailable())('webhook endpoints', () => {
     expect(urlError.error).toMatch(/^Invalid webhook URL/);
     await bad({ url: 'not a url' }, 'invalid_webhook_url');
     await bad({ url: 'https://nowhere.invalid/hook' }, 'invalid_webhook_url');
+    expect(resolved).toContain('nowhere.invalid');
+    const userinfo = await bad({ url: rx.url.replace('http://', 'http://user:pa55@') }, 'invalid_webhook_url');
+    expect(userinfo.details.fields).toEqual([{ path: 'url', message: expect.stringMatching(/credentials/) }]);
   });
 
   it('lists with pagination and filters, patches every field, deletes with its deliveries; limit over 100 is 400', async () => {
@@ -104,7 +113,8 @@ describe.skipIf(!backendAvailable())('webhook endpoints', () => {
       body: { name: 'renamed', url: `${rx.url}/v2`, secret: 'another-secret-0123456789', events: ['device.online'], headers: [{ key: 'Authorization', value: 'Bearer xyz' }], status: 'paused', retryPolicy: { maxRetries: 2 } },
     });
     expect(patched.status).toBe(200);
-    expect(patched.body).toMatchObject({ name: 'renamed', url: `${rx.url}/v2`, hasSecret: true, events: ['device.online'], headers: [{ key: 'Authorization', value: 'Bearer xyz' }], status: 'paused' });
+    expect(patched.body).toMatchObject({ name: 'renamed', url: `${rx.url}/v2`, hasSecret: true, events: ['device.online'], headers: [{ key: 'Authorization', valueSet: true }], status: 'paused' });
+    expect(JSON.stringify(patched.body)).not.toContain('Bearer xyz');
     expect(patched.body.retryPolicy).toEqual({ maxRetries: 2, initialDelayMs: 1000, backoffMultiplier: 2, maxDelayMs: 300000 });
     const paused = await app.api('GET', '/webhooks?status=paused', { token: w.admin });
     expect(paused.body.data.map((h: any) => h.id)).toEqual([b.id]);

@@ -348,6 +348,23 @@ describe.skipIf(!backendAvailable())('webhook deliveries', () => {
     return hook;
   }
 
+  it('the automatic move needs exactly 10 dead letters: 9 over 24 hours leave the webhook active, the 10th moves it', async () => {
+    const type = 'remote.file.transferred';
+    const hook = await createHook(app, w.admin, { url: rx.url, events: [type], retryPolicy: { maxRetries: 0 } });
+    rx.behave(status(500));
+    clock.freeze();
+    for (let i = 0; i < 8; i++) await publish(app, w.eventsKey, type, { i });
+    await deliveriesUntil(app, w.admin, hook.id, (l) => l.length === 8 && l.every((d: any) => d.status === 'failed'));
+    clock.advance(24 * 3600_000);
+    const admin = (await login(app, w.orgAdmin)).accessToken;
+    await publish(app, w.eventsKey, type, { i: 8 });
+    await deliveriesUntil(app, admin, hook.id, (l) => l.length === 9 && l.every((d: any) => d.status === 'failed'));
+    expect((await app.api('GET', `/webhooks/${hook.id}`, { token: admin })).body.status).toBe('active');
+    await publish(app, w.eventsKey, type, { i: 9 });
+    await deliveriesUntil(app, admin, hook.id, (l) => l.length === 10 && l.every((d: any) => d.status === 'failed'));
+    expect((await app.api('GET', `/webhooks/${hook.id}`, { token: admin })).body.status).toBe('failed');
+  });
+
   it('moves a webhook to failed after 24 hours in which every delivery (at least 10) was dead-lettered, audited', async () => {
     const hook = await tenDeadLettered('remote.session.ended');
     expect((await app.api('GET', `/webhooks/${hook.id}`, { token: w.admin })).body.status).toBe('active');

@@ -8,7 +8,7 @@ import { transactionIf } from '../../platform/db/transaction.js';
 import { OutboundError, UNSAFE_TARGET_CODES, outboundRequest } from '../../platform/outbound.js';
 import { loggableError } from '../../platform/safe-error.js';
 import { writeAudit } from '../audit/service.js';
-import { attemptFields, effectivePolicy, retryDelayMs, type ClaimedDelivery, type RouteTicket, type WebhookAttemptColumns } from './model.js';
+import { attemptFields, effectivePolicy, retryDelayMs, type ClaimedDelivery, type PreviousSecret, type RouteTicket, type WebhookAttemptColumns } from './model.js';
 import { aad } from './service.js';
 import { deliveryHeaders } from './signing.js';
 
@@ -109,10 +109,10 @@ const claimStatement = prepared(
        ) x
    )
    update webhook_deliveries d set claim_id = $2::uuid, lease_expires_at = $5::timestamptz
-     from picked, webhooks w
-    where d.id = picked.id and w.id = d.webhook_id and w.status = 'active'
-   returning d.id, d.webhook_id, d.org_id, d.event_type, d.event_id, d.payload::text as body, d.attempts,
-             w.url_sealed, w.secret_sealed, w.previous_secret_sealed, w.previous_secret_expires_at, w.headers_sealed, w.retry_policy`,
+     from picked, webhooks w, webhook_payloads p
+    where d.id = picked.id and w.id = d.webhook_id and w.status = 'active' and p.id = d.payload_id
+   returning d.id, d.webhook_id, d.org_id, d.event_type, d.event_id, p.body::text as body, d.attempts,
+             w.url_sealed, w.secret_sealed, w.previous_secret_sealed, w.previous_secret_expires_at, w.older_secrets_sealed, w.headers_sealed, w.retry_policy`,
   // A generic plan of this one scanned the whole table (platform/db/raw.ts `customPlan`).
   { customPlan: true },
 );
@@ -554,6 +554,10 @@ export class DeliveryEngine {
     if (row.secretSealed) secrets.push(this.#open(row.secretSealed, aad(row.webhookId, 'secret')));
     if (row.previousSecretSealed && row.previousSecretExpiresAt !== null && row.previousSecretExpiresAt > nowMs) {
       secrets.push(this.#open(row.previousSecretSealed, aad(row.webhookId, 'previous_secret')));
+    }
+    // Older rotated-out secrets, each until its own expiry (service.ts rotateSecret).
+    if (row.olderSecretsSealed) {
+      for (const s of JSON.parse(this.#open(row.olderSecretsSealed, aad(row.webhookId, 'older_secrets'))) as PreviousSecret[]) if (s.expiresAt > nowMs) secrets.push(s.secret);
     }
     const custom = row.headersSealed ? (JSON.parse(this.#open(row.headersSealed, aad(row.webhookId, 'headers'))) as { key: string; value: string }[]) : [];
     const url = this.#open(row.urlSealed, aad(row.webhookId, 'url'));

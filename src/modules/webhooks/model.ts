@@ -118,11 +118,22 @@ export interface ClaimedDelivery {
   secretSealed: string | null;
   previousSecretSealed: string | null;
   previousSecretExpiresAt: number | null;
+  /** Older rotated-out secrets still in their overlap: a sealed JSON list of `PreviousSecret`, newest first. */
+  olderSecretsSealed: string | null;
   headersSealed: string | null;
   retryPolicy: Partial<RetryPolicy> | null;
   claimId: string;
   leaseUntil: number;
 }
+
+/** A rotated-out secret older than the newest previous one, signing until `expiresAt` (epoch ms). */
+export interface PreviousSecret {
+  secret: string;
+  expiresAt: number;
+}
+
+/** How many rotated-out secrets may sign beside the current one (each until its own expiry). */
+export const MAX_PREVIOUS_SECRETS = 3;
 
 /** A webhook's columns an attempt needs, as the claim and the routing statements return them. */
 export interface WebhookAttemptColumns {
@@ -130,17 +141,19 @@ export interface WebhookAttemptColumns {
   secret_sealed: unknown;
   previous_secret_sealed: unknown;
   previous_secret_expires_at: unknown;
+  older_secrets_sealed: unknown;
   headers_sealed: unknown;
   retry_policy: unknown;
 }
 
 /** The attempt fields of a `ClaimedDelivery` from those columns (either driver's types: dates and JSON as text or parsed). */
-export function attemptFields(r: WebhookAttemptColumns): Pick<ClaimedDelivery, 'urlSealed' | 'secretSealed' | 'previousSecretSealed' | 'previousSecretExpiresAt' | 'headersSealed' | 'retryPolicy'> {
+export function attemptFields(r: WebhookAttemptColumns): Pick<ClaimedDelivery, 'urlSealed' | 'secretSealed' | 'previousSecretSealed' | 'previousSecretExpiresAt' | 'olderSecretsSealed' | 'headersSealed' | 'retryPolicy'> {
   return {
     urlSealed: r.url_sealed as string,
     secretSealed: (r.secret_sealed as string | null) ?? null,
     previousSecretSealed: (r.previous_secret_sealed as string | null) ?? null,
     previousSecretExpiresAt: r.previous_secret_expires_at == null ? null : new Date(r.previous_secret_expires_at as string).getTime(),
+    olderSecretsSealed: (r.older_secrets_sealed as string | null) ?? null,
     headersSealed: (r.headers_sealed as string | null) ?? null,
     retryPolicy: r.retry_policy == null ? null : ((typeof r.retry_policy === 'string' ? JSON.parse(r.retry_policy) : r.retry_policy) as Partial<RetryPolicy>),
   };

@@ -21,6 +21,7 @@ import {
   testWebhook,
   updateWebhook,
   visibleWebhook,
+  webhookLimits,
   webhookView,
 } from './service.js';
 
@@ -29,14 +30,24 @@ const EventType = z.enum(EVENT_TYPES).openapi({ description: 'An event type of S
 const ApiStatus = z.enum(['active', 'paused', 'failed']).openapi({
   description: '`active`: deliveries are made; `paused`: deliveries are held (not attempted) until active again; `failed`: set by Keel after 24 hours in which every delivery (at least 10) was dead-lettered, held until a person makes it active',
 });
-const Header = z
-  .object({
-    key: z.string().min(1).max(HEADER_LIMITS.nameLength).openapi(d(`Header name (1-${HEADER_LIMITS.nameLength} characters, no CR/LF; Content-Type, User-Agent, X-Service-* and webhook-* are Keel's own)`)),
-    value: z.string().max(HEADER_LIMITS.valueLength).openapi(d(`Header value (at most ${HEADER_LIMITS.valueLength} characters, no CR/LF)`)),
-  })
+const HeaderKey = z.string().min(1).max(HEADER_LIMITS.nameLength).openapi(d(`Header name (1-${HEADER_LIMITS.nameLength} characters, no CR/LF; Content-Type, User-Agent, X-Service-* and webhook-* are Keel's own)`));
+const HeaderValue = z.string().max(HEADER_LIMITS.valueLength).openapi(d(`Header value (at most ${HEADER_LIMITS.valueLength} characters, no CR/LF); write-only: never returned`));
+const Header = z.object({ key: HeaderKey, value: HeaderValue }).strict();
+const Headers = z.array(Header).max(HEADER_LIMITS.count).openapi(d(`Custom headers sent on each delivery, after the standard ones (at most ${HEADER_LIMITS.count}); their values are write-only`));
+const HeaderPatch = z
+  .object({ key: HeaderKey, value: HeaderValue.optional().openapi(d('The new value; omitted: the value stored for this header name is kept (400 when there is none)')) })
   .strict();
-const Headers = z.array(Header).max(HEADER_LIMITS.count).openapi(d(`Custom headers sent on each delivery, after the standard ones (at most ${HEADER_LIMITS.count})`));
-const Url = z.string().trim().min(1).max(2048).openapi(d('The receiver: HTTPS, not a local or private address (checked at save and before every attempt); stored encrypted'));
+const HeadersPatch = z
+  .array(HeaderPatch)
+  .max(HEADER_LIMITS.count)
+  .openapi(d(`The whole list of custom headers (at most ${HEADER_LIMITS.count}): a header left out is removed; an entry without \`value\` keeps its stored value`));
+const HeaderOut = z
+  .object({
+    key: z.string().openapi(d('Header name')),
+    valueSet: z.literal(true).openapi(d('A value is stored; it is write-only and never returned')),
+  })
+  .openapi('WebhookHeader', { description: 'A custom header: its name, never its value' });
+const Url = z.string().trim().min(1).max(2048).openapi(d('The receiver: HTTPS, not a local or private address (checked at save and before every attempt), without user:password@ (400 `invalid_webhook_url`: send credentials in a custom header); stored encrypted'));
 const Secret = z.string().min(16).max(256).openapi({ description: 'HMAC signing secret (16-256 characters); never returned' });
 const bounded = (k: keyof typeof RETRY_BOUNDS, description: string, intOnly = true) => {
   const [min, max] = RETRY_BOUNDS[k];
@@ -69,7 +80,7 @@ const Webhook = z
     name: z.string().openapi(d('Display name')),
     url: z.string().openapi({ description: 'The URL with userinfo removed and credential-like query values REDACTED' }),
     events: z.array(z.string()).openapi(d('Subscribed event types')),
-    headers: z.array(z.object({ key: z.string().openapi(d('Header name')), value: z.string().openapi(d('Header value')) })).openapi(d('Custom headers sent on each delivery')),
+    headers: z.array(HeaderOut).openapi(d('Custom headers sent on each delivery: names only, the values are write-only')),
     status: ApiStatus,
     hasSecret: z.boolean().openapi(d('Whether deliveries are signed (the secret itself is never returned)')),
     previousSecretExpiresAt: z.string().nullable().openapi(d('While a rotated-out secret still signs (24 hours after a rotation): when it stops; else null')),
@@ -102,7 +113,8 @@ const Delivery = z
     status: z.enum(['pending', 'delivered', 'failed', 'retrying']).openapi(d('`pending` (no attempt yet), `delivered` (2xx), `retrying` (next attempt at nextAttemptAt), `failed` (retries exhausted, dead-lettered)')),
     event: z.string().openapi(d('Event type')),
     eventId: z.string().openapi(d('Event id (X-Service-Event-Id), shared by a manual retry')),
-    payload: z.unknown().openapi(d('The JSON body sent: id, type, timestamp, orgId, data')),
+    payload: z.unknown().openapi(d('The JSON body sent: id, type, timestamp, orgId, (test,) data')),
+    retryOf: z.uuid().nullable().openapi(d('The failed delivery this one retries (a manual retry), or null')),
     responseStatus: z.number().int().nullable().openapi(d('HTTP status of the latest attempt, or null (no answer)')),
     responseBody: z.string().nullable().openapi(d('Its body, first 1,000 characters')),
     responseTimeMs: z.number().int().nullable().openapi(d('How long the latest attempt took, in ms')),
@@ -149,7 +161,7 @@ const WebhookPatch = z
     url: Url.optional(),
     secret: Secret.nullable().optional().openapi({ description: 'Replaces the secret at once (no overlap); null removes it' }),
     events: Events.optional(),
-    headers: Headers.optional(),
+    headers: HeadersPatch.optional(),
     status: ApiStatus.optional(),
     retryPolicy: RetryPolicyIn.nullable().optional().openapi({ description: 'null: back to the defaults' }),
     orgId: z.uuid().optional().openapi(d('The organisation (partner and system callers)')),
@@ -168,7 +180,10 @@ const TestBody = z
     orgId: z.uuid().optional().openapi(d('The organisation (partner and system callers)')),
   })
   .strict()
-  .openapi('WebhookTest', { description: 'A test delivery (default event `webhook.test`)', example: { event: 'webhook.test' } });
+  .openapi('WebhookTest', {
+    description: 'A test delivery (default event `webhook.test`), marked `X-Service-Test: true` and `"test": true` in its body; naming another event type needs `events:publish` too (403 `permission_denied` otherwise)',
+    example: { event: 'webhook.test' },
+  });
 const DeliveryParams = z.object({
   id: z.uuid().openapi({ description: 'Webhook id', param: { name: 'id', in: 'path' } }),
   deliveryId: z.uuid().openapi({ description: 'Delivery id (a `failed` one)', param: { name: 'deliveryId', in: 'path' } }),
@@ -209,7 +224,9 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   const auth = authenticate(keel);
   const tags = ['webhooks'];
   const read = (requireOrg = false) => [auth, ...guard(keel, { requireOrg, permission: ['webhooks', 'read'] })];
-  const write = (requireOrg = false) => [auth, ...guard(keel, { requireOrg, permission: ['webhooks', 'write'] })];
+  // Webhooks act on the whole organisation (every event of it): their writes (create, update, delete,
+  // test, retry, rotation) are refused to callers restricted to some sites or device groups.
+  const write = (requireOrg = false) => [auth, ...guard(keel, { requireOrg, wholeOrg: true, permission: ['webhooks', 'write'] })];
 
   api.openapi(
     createRoute({
@@ -227,10 +244,10 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
 
   api.openapi(
     createRoute({
-      method: 'post', path: '/webhooks', tags, summary: 'Subscribe a URL to events of the organisation',
+      method: 'post', path: '/webhooks', tags, summary: 'Subscribe a URL to events of the organisation (at most WEBHOOKS_PER_ORG_LIMIT, default 25: 409 `webhook_limit_reached` beyond)',
       middleware: write(),
       request: { query: ScopeQuery, body: jsonBody(WebhookCreate) },
-      responses: { 201: json(Webhook, 'Created, status active'), ...errors(400, 401, 403, 404, 428) },
+      responses: { 201: json(Webhook, 'Created, status active'), ...errors(400, 401, 403, 404, 409, 428) },
     }),
     async (c) => {
       // The body is validated first; then the organisation must be known (SPEC 7).
@@ -292,7 +309,8 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
 
   api.openapi(
     createRoute({
-      method: 'get', path: '/webhooks/{id}/deliveries', tags, summary: 'Delivery history, newest first',
+      method: 'get', path: '/webhooks/{id}/deliveries', tags,
+      summary: 'Delivery history, newest first; a caller restricted to some sites or device groups sees only the deliveries of events placed within them (the event\'s siteId/deviceGroupId, else its device\'s); events with no placement only unrestricted callers see',
       middleware: read(),
       request: { params: IdParam, query: PageQuery.extend(ScopeQuery.shape).extend({ status: z.enum(DELIVERY_STATUSES as ['pending', 'delivered', 'failed', 'retrying']).optional().openapi(d('Only deliveries of this status')) }) },
       responses: { 200: json(paginated(Delivery), 'Deliveries'), ...errors(400, 401, 403, 404, 428) },
@@ -306,10 +324,11 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
 
   api.openapi(
     createRoute({
-      method: 'post', path: '/webhooks/{id}/test', tags, summary: 'Queue a test delivery (webhook.test by default)',
+      method: 'post', path: '/webhooks/{id}/test', tags,
+      summary: 'Queue a test delivery (webhook.test by default); tests and retries are limited per webhook (WEBHOOK_MANUAL_LIMIT, default 10 a minute) and per caller (WEBHOOK_MANUAL_CALLER_LIMIT, default 30): 429 with Retry-After',
       middleware: write(),
       request: { params: IdParam, query: ScopeQuery, body: { required: false, content: { 'application/json': { schema: TestBody } } } },
-      responses: { 202: json(Queued, 'Queued'), ...errors(400, 401, 403, 404, 409, 428) },
+      responses: { 202: json(Queued, 'Queued'), ...errors(400, 401, 403, 404, 409, 428, 429) },
     }),
     async (c) => {
       const body = (c.req.valid('json') as z.infer<typeof TestBody> | undefined) ?? {};
@@ -319,10 +338,11 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
 
   api.openapi(
     createRoute({
-      method: 'post', path: '/webhooks/{id}/retry/{deliveryId}', tags, summary: 'Retry a failed delivery as a new pending record',
+      method: 'post', path: '/webhooks/{id}/retry/{deliveryId}', tags,
+      summary: 'Retry a failed delivery as a new pending record (`retryOf` names the failed one); once per failed delivery: 409 `already_retried` (with `retryDeliveryId`) after that; limited like tests (429)',
       middleware: write(),
       request: { params: DeliveryParams, query: ScopeQuery },
-      responses: { 202: json(Queued, 'Queued'), ...errors(400, 401, 403, 404, 409, 428) },
+      responses: { 202: json(Queued, 'Queued'), ...errors(400, 401, 403, 404, 409, 428, 429) },
     }),
     async (c) => {
       const { id, deliveryId } = c.req.valid('param');
@@ -332,14 +352,16 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
 
   api.openapi(
     createRoute({
-      method: 'post', path: '/events', tags: ['events'], summary: 'Publish an event of another component (API keys with events:publish)',
+      method: 'post', path: '/events', tags: ['events'], summary: 'Publish an event of another component (API keys with events:publish; EVENTS_PUBLISH_LIMIT a minute per key, default 6,000: 429 with Retry-After)',
       middleware: [auth, ...guard(keel, { permission: ['events', 'publish'] })],
       request: { query: ScopeQuery, body: jsonBody(EventIn) },
-      responses: { 202: json(EventOut, 'Published: one delivery per subscribed active webhook'), ...errors(400, 401, 403, 404, 428) },
+      responses: { 202: json(EventOut, 'Published: one delivery per subscribed active webhook'), ...errors(400, 401, 403, 404, 428, 429) },
     }),
     async (c) => {
       const { type, data } = c.req.valid('json');
-      if (principalOf(c)?.kind !== 'api_key') throw forbidden('Events are published with an API key holding events:publish', 'api_key_required');
+      const principal = principalOf(c);
+      if (principal?.kind !== 'api_key') throw forbidden('Events are published with an API key holding events:publish', 'api_key_required');
+      await webhookLimits(keel).publish.consume(principal.apiKeyId ?? principal.userId);
       const event = await publishEvent(keel, inOrg(accessOf(c)).orgId, type, data);
       return c.json({ id: event.id, type: event.type, timestamp: event.timestamp, orgId: event.orgId ?? '' }, 202);
     },

@@ -3,7 +3,7 @@ import type { KeelEvent } from '../../events.js';
 import { clock } from '../../platform/clock.js';
 import { loggableError } from '../../platform/safe-error.js';
 import type { Db } from '../../platform/db/client.js';
-import { randomV7 } from '../../platform/db/columns.js';
+import { newId, randomV7 } from '../../platform/db/columns.js';
 import { prepared, rawQuery } from '../../platform/db/raw.js';
 import type { Tx } from '../../platform/db/transaction.js';
 import { attemptFields, type ClaimedDelivery, type WebhookAttemptColumns } from './model.js';
@@ -11,7 +11,9 @@ import { eventBody, webhooksRuntime, type RuntimeHooks } from './service.js';
 
 /**
  * Routing (SPEC 6.1): one pending delivery per active webhook of an event's organisation subscribed
- * to its type, written in the publisher's transaction.
+ * to its type, written in the publisher's transaction. The event's body is stored once
+ * (`webhook_payloads`, $10: one id per event), in the same statement, only for an event that has a
+ * delivery; each delivery refers to it.
  *
  * One statement routes any number of events ($1-$4: their organisations, types, ids and bodies). A
  * publisher inside a transaction routes its own event with it. A publisher outside one (`tx.alone`:
@@ -35,18 +37,24 @@ import { eventBody, webhooksRuntime, type RuntimeHooks } from './service.js';
 const routeStatement = prepared(
   'webhook_deliveries_route',
   `with ev as (
-     select * from unnest($1::uuid[], $2::text[], $3::text[], $4::json[]) as e(org_id, type, event_id, payload)
-   ), ins as (
-     insert into webhook_deliveries (id, webhook_id, org_id, event_type, event_id, payload, status, attempts, next_retry_at, created_at, claim_id, lease_expires_at)
-     select encode(overlay(uuid_send($9::uuid) placing int4send((row_number() over ())::int4) from 13 for 4), 'hex')::uuid,
-            w.id, w.org_id, e.type, e.event_id, e.payload, 'pending', 0, $5::timestamptz, $5::timestamptz,
-            c.claim_id, case when c.claim_id is null then null else to_timestamp($7::float8 / 1000.0) end
+     select * from unnest($1::uuid[], $2::text[], $3::text[], $4::json[], $10::uuid[]) as e(org_id, type, event_id, payload, payload_id)
+   ), t as (
+     select e.org_id, e.type, e.event_id, e.payload_id, w.id as webhook_id
        from ev e
        join webhooks w on w.org_id = e.org_id and w.status = 'active' and w.events ? e.type
-       cross join lateral (select case when $6::uuid is null or w.id = any($8::uuid[]) then null else $6::uuid end as claim_id) c
+   ), pl as (
+     insert into webhook_payloads (id, org_id, body, created_at)
+     select e.payload_id, e.org_id, e.payload, $5::timestamptz from ev e where exists (select 1 from t where t.payload_id = e.payload_id)
+   ), ins as (
+     insert into webhook_deliveries (id, webhook_id, org_id, event_type, event_id, payload_id, status, attempts, next_retry_at, created_at, claim_id, lease_expires_at)
+     select encode(overlay(uuid_send($9::uuid) placing int4send((row_number() over ())::int4) from 13 for 4), 'hex')::uuid,
+            t.webhook_id, t.org_id, t.type, t.event_id, t.payload_id, 'pending', 0, $5::timestamptz, $5::timestamptz,
+            c.claim_id, case when c.claim_id is null then null else to_timestamp($7::float8 / 1000.0) end
+       from t
+       cross join lateral (select case when $6::uuid is null or t.webhook_id = any($8::uuid[]) then null else $6::uuid end as claim_id) c
      returning id, webhook_id, claim_id, event_id
    )
-   select ins.id, ins.webhook_id, ins.claim_id, ins.event_id, w.url_sealed, w.secret_sealed, w.previous_secret_sealed, w.previous_secret_expires_at, w.headers_sealed, w.retry_policy
+   select ins.id, ins.webhook_id, ins.claim_id, ins.event_id, w.url_sealed, w.secret_sealed, w.previous_secret_sealed, w.previous_secret_expires_at, w.older_secrets_sealed, w.headers_sealed, w.retry_policy
      from ins left join webhooks w on ins.claim_id is not null and w.id = ins.webhook_id`,
 );
 
@@ -84,6 +92,7 @@ async function routeNow(keel: Keel, db: Db, events: Routable[], runtime: Runtime
     ticket?.leaseUntil ?? null,
     ticket?.full ?? [],
     randomV7(),
+    events.map(() => newId()),
   ]);
   routerStats(keel).statements++;
   const claimed: ClaimedDelivery[] = [];

@@ -2,6 +2,7 @@ import type { Keel } from '../../keel.js';
 import { loggableError } from '../../platform/safe-error.js';
 import { prepared, rawQuery } from '../../platform/db/raw.js';
 import { DELIVERY_LIST, DeliveryEngine, LIST_CAP } from './engine.js';
+import { RETENTION_SWEEP_MS, sweepDeliveries } from './retention.js';
 import { routeEvent } from './routing.js';
 import { setWebhooksRuntime, webhooksRuntime } from './service.js';
 
@@ -70,6 +71,12 @@ export function installWebhooks(keel: Keel): Webhooks {
       if (engine.running) return;
       await engine.start();
       await listenForWakeUps(keel, engine, hints);
+      // Retention: finished deliveries past WEBHOOK_DELIVERY_RETENTION_DAYS and orphaned payloads, hourly.
+      const retention = setInterval(() => {
+        sweepDeliveries(keel).catch((err: unknown) => keel.log.warn({ error: loggableError(err) }, 'webhooks: retention sweep failed (tried again within the hour)'));
+      }, RETENTION_SWEEP_MS);
+      retention.unref();
+      engine.onStop(() => clearInterval(retention));
     },
     async stopWorker(opts = { graceful: true }) {
       await engine.stop(opts);

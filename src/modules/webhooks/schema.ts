@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { index, integer, json, jsonb, pgTable, text, uuid, varchar } from 'drizzle-orm/pg-core';
+import { index, integer, json, jsonb, pgTable, text, uniqueIndex, uuid, varchar } from 'drizzle-orm/pg-core';
 import { createdAt, idColumn, ts, updatedAt } from '../../platform/db/columns.js';
 import { organizations } from '../tenancy/schema.js';
 
@@ -18,7 +18,8 @@ export interface RetryPolicy {
  * A subscription of an organisation's events (SPEC 2.6). The URL, the secrets and the custom headers
  * (which often carry a receiver's credentials) are AES-256-GCM sealed, bound to the row's id.
  * `previous_secret_sealed` is the secret a rotation replaced, still signing until
- * `previous_secret_expires_at`. `failing_since` / `dead_letter_streak` decide the automatic move to
+ * `previous_secret_expires_at`; `older_secrets_sealed` holds the ones rotated out before it (a sealed
+ * JSON list, each with its own expiry: every rotated-out secret keeps its whole overlap). `failing_since` / `dead_letter_streak` decide the automatic move to
  * `error` (DECISIONS: 24 hours in which every delivery was dead-lettered, at least 10).
  */
 export const webhooks = pgTable(
@@ -33,6 +34,7 @@ export const webhooks = pgTable(
     secretSealed: text('secret_sealed'),
     previousSecretSealed: text('previous_secret_sealed'),
     previousSecretExpiresAt: ts('previous_secret_expires_at'),
+    olderSecretsSealed: text('older_secrets_sealed'),
     events: jsonb('events').$type<string[]>().notNull(),
     headersSealed: text('headers_sealed'),
     status: varchar('status', { length: 20 }).$type<StoredWebhookStatus>().notNull().default('active'),
@@ -53,11 +55,28 @@ export const webhooks = pgTable(
 export type DeliveryStatus = 'pending' | 'delivered' | 'failed' | 'retrying';
 
 /**
+ * An event's request body, stored once and referenced by each of its deliveries (one per webhook, and
+ * their manual retries). `body` is exactly what is sent and signed (`json`, not `jsonb`: the text is
+ * kept byte for byte). Written in the routing statement with its deliveries; deleted by the retention
+ * sweep once no delivery refers to it (runtime.ts).
+ */
+export const webhookPayloads = pgTable(
+  'webhook_payloads',
+  {
+    id: uuid('id').primaryKey(),
+    orgId: uuid('org_id').notNull(),
+    body: json('body').notNull(),
+    createdAt: createdAt(),
+  },
+  (t) => [index('webhook_payloads_created_idx').on(t.createdAt)],
+);
+
+/**
  * One event for one webhook (SPEC 2.7), and the queue itself (ARCHITECTURE "Where state lives"): a
  * row is due when `status` is pending/retrying and `next_retry_at` has passed; a worker claims it by
  * setting `claim_id` and `lease_expires_at` (FOR UPDATE SKIP LOCKED), and records the attempt's result
- * only while its claim id is still the row's (fencing). `payload` is the request body exactly as sent
- * (`json`, not `jsonb`: the text is kept byte for byte, so it is what was signed).
+ * only while its claim id is still the row's (fencing). `payload_id` names the request body, stored
+ * once per event in `webhook_payloads`.
  */
 export const webhookDeliveries = pgTable(
   'webhook_deliveries',
@@ -69,7 +88,7 @@ export const webhookDeliveries = pgTable(
     orgId: uuid('org_id').notNull(),
     eventType: varchar('event_type', { length: 100 }).notNull(),
     eventId: varchar('event_id', { length: 100 }).notNull(),
-    payload: json('payload').notNull(),
+    payloadId: uuid('payload_id').notNull(),
     status: varchar('status', { length: 20 }).$type<DeliveryStatus>().notNull().default('pending'),
     attempts: integer('attempts').notNull().default(0),
     nextRetryAt: ts('next_retry_at'),
@@ -77,6 +96,8 @@ export const webhookDeliveries = pgTable(
     responseBody: text('response_body'),
     responseTimeMs: integer('response_time_ms'),
     errorMessage: text('error_message'),
+    /** The failed delivery this one retries (a manual retry): at most one retry per failed delivery. */
+    retryOf: uuid('retry_of'),
     claimId: uuid('claim_id'),
     leaseExpiresAt: ts('lease_expires_at'),
     createdAt: createdAt(),
@@ -84,6 +105,9 @@ export const webhookDeliveries = pgTable(
   },
   (t) => [
     index('webhook_deliveries_webhook_idx').on(t.webhookId, t.createdAt),
+    // The retention sweep's "does a delivery still refer to this payload?".
+    index('webhook_deliveries_payload_idx').on(t.payloadId),
+    uniqueIndex('webhook_deliveries_retry_of_idx').on(t.retryOf).where(sql`${t.retryOf} is not null`),
     // The claim (a webhook's oldest due rows) and the discovery of webhooks with due rows.
     index('webhook_deliveries_webhook_due_idx')
       .on(t.webhookId, t.nextRetryAt)

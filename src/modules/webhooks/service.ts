@@ -1,4 +1,4 @@
-import { and, count, desc, eq, type SQL } from 'drizzle-orm';
+import { and, count, desc, eq, getTableColumns, sql, type AnyColumn, type SQL } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import type { EventType, KeelEvent } from '../../events.js';
 import { clock } from '../../platform/clock.js';
@@ -10,8 +10,10 @@ import { transaction, transactionIf } from '../../platform/db/transaction.js';
 import { AppError, conflict, notFound, validationError } from '../../platform/http/errors.js';
 import { OutboundError, vetTarget } from '../../platform/outbound.js';
 import type { SealedColumn } from '../../platform/reseal.js';
+import type { Limit } from '../../platform/rate-limit.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
-import { visibleOrgCondition, type AccessContext } from '../access/scope.js';
+import { permissionDenied, placementFilter, restricted, visibleOrgCondition, type AccessContext } from '../access/scope.js';
+import { devices } from '../agents/schema.js';
 import {
   apiStatus,
   effectivePolicy,
@@ -21,21 +23,56 @@ import {
   type ApiWebhookStatus,
   type ClaimedDelivery,
   type CustomHeader,
+  type PreviousSecret,
   type RouteTicket,
+  MAX_PREVIOUS_SECRETS,
 } from './model.js';
-import { webhookDeliveries, webhooks, type DeliveryStatus, type RetryPolicy } from './schema.js';
+import { webhookDeliveries, webhookPayloads, webhooks, type DeliveryStatus, type RetryPolicy } from './schema.js';
+import { organizations } from '../tenancy/schema.js';
 
 type WebhookRow = typeof webhooks.$inferSelect;
 type DeliveryRow = typeof webhookDeliveries.$inferSelect;
+
+/**
+ * The webhooks' rate limits of a Keel (project limiter: Redis when configured): `POST /events` per API
+ * key, manual tests and retries per webhook and per caller (a minute each; 429 `rate_limited` with
+ * Retry-After beyond).
+ */
+export interface WebhookLimits {
+  publish: Limit;
+  manualPerWebhook: Limit;
+  manualPerCaller: Limit;
+}
+const limitsByKeel = new WeakMap<Keel, WebhookLimits>();
+export function webhookLimits(keel: Keel): WebhookLimits {
+  let l = limitsByKeel.get(keel);
+  if (!l) {
+    l = {
+      publish: keel.limits.define('events-publish', keel.config.EVENTS_PUBLISH_LIMIT, 60),
+      manualPerWebhook: keel.limits.define('webhook-manual', keel.config.WEBHOOK_MANUAL_LIMIT, 60),
+      manualPerCaller: keel.limits.define('webhook-manual-caller', keel.config.WEBHOOK_MANUAL_CALLER_LIMIT, 60),
+    };
+    limitsByKeel.set(keel, l);
+  }
+  return l;
+}
+
+/** A manual test or retry spends a point of the webhook's and of the caller's (an API key is its own caller). */
+async function spendManual(keel: Keel, access: AccessContext, webhookId: string): Promise<void> {
+  const l = webhookLimits(keel);
+  const caller = access.principal.apiKeyId ? `key:${access.principal.apiKeyId}` : `user:${access.principal.userId}`;
+  await l.manualPerCaller.consume(caller);
+  await l.manualPerWebhook.consume(webhookId);
+}
 
 /** How long a rotated-out secret keeps signing (DECISIONS "Shapes for what Keel adds"). */
 export const ROTATION_OVERLAP_MS = 24 * 60 * 60 * 1000;
 
 /** The associated data a sealed column is bound to: a value cannot be moved to another row or column. */
-export const aad = (id: string, column: 'url' | 'secret' | 'previous_secret' | 'headers') => `webhook:${id}:${column}`;
+export const aad = (id: string, column: 'url' | 'secret' | 'previous_secret' | 'older_secrets' | 'headers') => `webhook:${id}:${column}`;
 
 /** The sealed columns of this module, for `keel secrets reseal` (platform/reseal.ts). */
-export const WEBHOOK_SEALED: SealedColumn[] = (['url', 'secret', 'previous_secret', 'headers'] as const).map((c) => ({
+export const WEBHOOK_SEALED: SealedColumn[] = (['url', 'secret', 'previous_secret', 'older_secrets', 'headers'] as const).map((c) => ({
   table: 'webhooks',
   column: `${c}_sealed`,
   keys: ['id'],
@@ -48,7 +85,8 @@ export interface WebhookView {
   name: string;
   url: string;
   events: string[];
-  headers: CustomHeader[];
+  /** Names only: header values are write-only (they often carry a receiver's credentials). */
+  headers: { key: string; valueSet: true }[];
   status: ApiWebhookStatus;
   hasSecret: boolean;
   /** When a rotation's previous secret stops signing; null outside an overlap. */
@@ -71,6 +109,8 @@ export interface DeliveryView {
   event: string;
   eventId: string;
   payload: unknown;
+  /** The failed delivery this one retries (a manual retry), or null. */
+  retryOf: string | null;
   responseStatus: number | null;
   responseBody: string | null;
   responseTimeMs: number | null;
@@ -105,7 +145,7 @@ export function webhookView(keel: Keel, row: WebhookRow): WebhookView {
     name: row.name,
     url: redactUrl(keel.secrets.sealer.open(row.urlSealed, aad(row.id, 'url'))),
     events: row.events,
-    headers: openHeaders(keel, row),
+    headers: openHeaders(keel, row).map((h) => ({ key: h.key, valueSet: true as const })),
     status: apiStatus(row.status),
     hasSecret: row.secretSealed !== null,
     previousSecretExpiresAt: overlap ? isoOrNull(row.previousSecretExpiresAt) : null,
@@ -120,7 +160,7 @@ export function webhookView(keel: Keel, row: WebhookRow): WebhookView {
   };
 }
 
-export function deliveryView(row: DeliveryRow): DeliveryView {
+export function deliveryView(row: DeliveryRow & { payload: unknown }): DeliveryView {
   const waiting = row.status === 'pending' || row.status === 'retrying';
   return {
     id: row.id,
@@ -130,6 +170,7 @@ export function deliveryView(row: DeliveryRow): DeliveryView {
     event: row.eventType,
     eventId: row.eventId,
     payload: row.payload,
+    retryOf: row.retryOf,
     responseStatus: row.responseStatus,
     responseBody: row.responseBody,
     responseTimeMs: row.responseTimeMs,
@@ -143,6 +184,17 @@ export function deliveryView(row: DeliveryRow): DeliveryView {
 
 /** SPEC 7: "Webhook URL fails validation": 400 `invalid_webhook_url`, saying which rule. */
 async function vetUrl(keel: Keel, url: string): Promise<void> {
+  // Userinfo would be redacted in reads and never sent: refused, so nothing is kept that is not used.
+  let parsed: URL | null = null;
+  try {
+    parsed = new URL(url);
+  } catch {
+    // vetTarget names the problem.
+  }
+  if (parsed && (parsed.username !== '' || parsed.password !== '')) {
+    const message = 'must not carry credentials (user:password@); send them in a custom header, whose value is write-only';
+    throw new AppError(400, 'invalid_webhook_url', `Invalid webhook URL: ${message}`, { fields: [{ path: 'url', message }] });
+  }
   try {
     await vetTarget(url, keel.outbound);
   } catch (err) {
@@ -222,6 +274,14 @@ export async function createWebhook(keel: Keel, access: AccessContext, input: We
   const now = clock.now();
   const sealer = keel.secrets.sealer;
   const row = await transaction(keel.db, async (tx) => {
+    // The cap, counted while no other creation in the organisation is (the organisation's row is
+    // locked against other writers, not against references to it).
+    await tx.db.select({ id: organizations.id }).from(organizations).where(eq(organizations.id, orgId)).for('no key update');
+    const [have] = await tx.db.select({ n: count() }).from(webhooks).where(eq(webhooks.orgId, orgId));
+    const limit = keel.config.WEBHOOKS_PER_ORG_LIMIT;
+    if ((have?.n ?? 0) >= limit) {
+      throw conflict('webhook_limit_reached', `An organisation may have at most ${limit} webhooks; delete one first`, { limit });
+    }
     const [created] = await tx.db
       .insert(webhooks)
       .values({
@@ -252,19 +312,40 @@ export async function createWebhook(keel: Keel, access: AccessContext, input: We
   return webhookView(keel, row);
 }
 
+/** A custom header in a PATCH: without `value`, the value stored for the same name (any case) is kept. */
+export interface HeaderPatch {
+  key: string;
+  value?: string | undefined;
+}
+
+/** The headers a PATCH asks for, with kept values filled in from the stored ones; 400 when an entry keeps a value that does not exist. */
+function resolveHeaderPatch(stored: readonly CustomHeader[], patch: readonly HeaderPatch[]): CustomHeader[] {
+  const byName = new Map(stored.map((h) => [h.key.toLowerCase(), h.value]));
+  const problems: { path: string; message: string }[] = [];
+  const out = patch.map((h, i) => {
+    if (h.value !== undefined) return { key: h.key, value: h.value };
+    const kept = byName.get(h.key.toLowerCase());
+    if (kept === undefined) problems.push({ path: `headers.${i}.value`, message: 'is required: no value is stored for this header' });
+    return { key: h.key, value: kept ?? '' };
+  });
+  if (problems.length > 0) throw validationError(problems);
+  return out;
+}
+
 export interface WebhookPatch {
   name?: string | undefined;
   url?: string | undefined;
   secret?: string | null | undefined;
   events?: string[] | undefined;
-  headers?: CustomHeader[] | undefined;
+  headers?: HeaderPatch[] | undefined;
   status?: ApiWebhookStatus | undefined;
   retryPolicy?: RetryPolicyInput | null | undefined;
 }
 
 export async function updateWebhook(keel: Keel, access: AccessContext, id: string, patch: WebhookPatch, info: AuditRequestInfo): Promise<WebhookView> {
   const current = await visibleWebhook(keel.db, access, id);
-  if (patch.headers) checkHeaders(patch.headers);
+  const headers = patch.headers ? resolveHeaderPatch(openHeaders(keel, current), patch.headers) : undefined;
+  if (headers) checkHeaders(headers);
   if (patch.retryPolicy !== undefined) checkPolicy(patch.retryPolicy);
   if (patch.url !== undefined) await vetUrl(keel, patch.url);
   const sealer = keel.secrets.sealer;
@@ -284,14 +365,15 @@ export async function updateWebhook(keel: Keel, access: AccessContext, id: strin
     set.secretSealed = patch.secret ? sealer.seal(patch.secret, aad(id, 'secret')) : null;
     set.previousSecretSealed = null;
     set.previousSecretExpiresAt = null;
+    set.olderSecretsSealed = null;
     changes.push('secret');
   }
   if (patch.events !== undefined) {
     set.events = [...new Set(patch.events)];
     changes.push('events');
   }
-  if (patch.headers !== undefined) {
-    set.headersSealed = sealHeaders(keel, id, patch.headers);
+  if (headers !== undefined) {
+    set.headersSealed = sealHeaders(keel, id, headers);
     changes.push('headers');
   }
   if (patch.retryPolicy !== undefined) {
@@ -326,7 +408,14 @@ export async function updateWebhook(keel: Keel, access: AccessContext, id: strin
   return webhookView(keel, row);
 }
 
-/** Rotation: the new secret signs at once, the previous one for 24 hours more (both signatures meanwhile). */
+/**
+ * Rotation: the new secret signs at once, and every rotated-out secret keeps signing for 24 hours
+ * from its own rotation (all of them meanwhile: one `v1,` each in `webhook-signature`), at most
+ * `MAX_PREVIOUS_SECRETS` of them: a further rotation within their overlap is 409 `too_many_rotations`
+ * (a PATCH of `secret` replaces every secret at once). Rotations of one webhook are serialised by a
+ * row lock: two at once both succeed, one after the other, so the first's secret is the second's
+ * previous one and signs for its 24 hours.
+ */
 export async function rotateSecret(
   keel: Keel,
   access: AccessContext,
@@ -334,18 +423,35 @@ export async function rotateSecret(
   given: string | undefined,
   info: AuditRequestInfo,
 ): Promise<{ webhook: WebhookView; secret?: string }> {
-  const current = await visibleWebhook(keel.db, access, id);
+  await visibleWebhook(keel.db, access, id);
   const secret = given ?? `whsk_${randomToken(32)}`;
   const sealer = keel.secrets.sealer;
-  const now = clock.now();
-  const previous = current.secretSealed ? sealer.open(current.secretSealed, aad(id, 'secret')) : null;
   const row = await transaction(keel.db, async (tx) => {
+    // The row as it is once no other rotation (or update) of it is in flight.
+    const [current] = await tx.db.select().from(webhooks).where(eq(webhooks.id, id)).for('update');
+    if (!current) throw notFound('Webhook');
+    const now = clock.now();
+    const previous: PreviousSecret[] = [];
+    if (current.secretSealed) previous.push({ secret: sealer.open(current.secretSealed, aad(id, 'secret')), expiresAt: now.getTime() + ROTATION_OVERLAP_MS });
+    if (current.previousSecretSealed && current.previousSecretExpiresAt) {
+      previous.push({ secret: sealer.open(current.previousSecretSealed, aad(id, 'previous_secret')), expiresAt: current.previousSecretExpiresAt.getTime() });
+    }
+    if (current.olderSecretsSealed) previous.push(...(JSON.parse(sealer.open(current.olderSecretsSealed, aad(id, 'older_secrets'))) as PreviousSecret[]));
+    const live = previous.filter((p) => p.expiresAt > now.getTime());
+    if (live.length > MAX_PREVIOUS_SECRETS) {
+      const freeAt = Math.min(...live.slice(1).map((p) => p.expiresAt));
+      throw conflict('too_many_rotations', `At most ${MAX_PREVIOUS_SECRETS} rotated-out secrets sign beside the current one; the next rotation is possible once the oldest expires (or replace every secret at once with PATCH secret)`, {
+        nextRotationAt: new Date(freeAt).toISOString(),
+      });
+    }
+    const [newest, ...older] = live;
     const [updated] = await tx.db
       .update(webhooks)
       .set({
         secretSealed: sealer.seal(secret, aad(id, 'secret')),
-        previousSecretSealed: previous !== null ? sealer.seal(previous, aad(id, 'previous_secret')) : null,
-        previousSecretExpiresAt: previous !== null ? new Date(now.getTime() + ROTATION_OVERLAP_MS) : null,
+        previousSecretSealed: newest ? sealer.seal(newest.secret, aad(id, 'previous_secret')) : null,
+        previousSecretExpiresAt: newest ? new Date(newest.expiresAt) : null,
+        olderSecretsSealed: older.length > 0 ? sealer.seal(JSON.stringify(older), aad(id, 'older_secrets')) : null,
         updatedAt: now,
       })
       .where(eq(webhooks.id, id))
@@ -356,7 +462,7 @@ export async function rotateSecret(
       partnerId: access.partnerId,
       orgId: updated.orgId,
       target: { type: 'webhook', id },
-      details: { generated: given === undefined, overlapHours: previous !== null ? 24 : 0 },
+      details: { generated: given === undefined, overlapHours: current.secretSealed ? 24 : 0, previousSecretsSigning: live.length },
     });
     return updated;
   });
@@ -377,6 +483,23 @@ export async function deleteWebhook(keel: Keel, access: AccessContext, id: strin
       details: { name: current.name },
     });
   });
+}
+
+/**
+ * Where an event is placed, for the site and device-group restriction of delivery reads: its data's
+ * `siteId` / `deviceGroupId`, else those of the device its data names (`deviceId`). An event with
+ * neither (a login, a test) has no placement: the filter (`placementFilter`) then passes it only for
+ * unrestricted callers. `body` is the stored JSON body (`{..., data: {...}}`).
+ */
+function eventPlacement(body: SQL): { siteId: AnyColumn; deviceGroupId: AnyColumn } {
+  const field = (k: string) => sql`(${body}->'data'->>${sql.raw(`'${k}'`)})`;
+  const device = sql`(case when ${field('deviceId')} ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$' then ${field('deviceId')}::uuid end)`;
+  const ofDevice = (col: AnyColumn) => sql`(select ${col}::text from ${devices} where ${devices.id} = ${device})`;
+  // SQL expressions standing where placementFilter expects columns (it compares them with `in`).
+  return {
+    siteId: sql`coalesce(${field('siteId')}, ${ofDevice(devices.siteId)})` as unknown as AnyColumn,
+    deviceGroupId: sql`coalesce(${field('deviceGroupId')}, ${ofDevice(devices.deviceGroupId)})` as unknown as AnyColumn,
+  };
 }
 
 export async function deliveryStats(db: Db, webhookId: string): Promise<DeliveryStats> {
@@ -405,11 +528,20 @@ export async function listDeliveries(
   q: Paging & { status?: DeliveryStatus | undefined },
 ): Promise<{ data: DeliveryView[]; total: number }> {
   await visibleWebhook(keel.db, access, webhookId);
-  const where: SQL | undefined = and(eq(webhookDeliveries.webhookId, webhookId), q.status ? eq(webhookDeliveries.status, q.status) : undefined);
-  const [total] = await keel.db.select({ n: count() }).from(webhookDeliveries).where(where);
-  const rows = await keel.db
-    .select()
+  const where: SQL | undefined = and(
+    eq(webhookDeliveries.webhookId, webhookId),
+    q.status ? eq(webhookDeliveries.status, q.status) : undefined,
+    restricted(access) ? placementFilter(access, eventPlacement(sql`${webhookPayloads.body}`)) : undefined,
+  );
+  const [total] = await keel.db
+    .select({ n: count() })
     .from(webhookDeliveries)
+    .innerJoin(webhookPayloads, eq(webhookPayloads.id, webhookDeliveries.payloadId))
+    .where(where);
+  const rows = await keel.db
+    .select({ ...getTableColumns(webhookDeliveries), payload: webhookPayloads.body })
+    .from(webhookDeliveries)
+    .innerJoin(webhookPayloads, eq(webhookPayloads.id, webhookDeliveries.payloadId))
     .where(where)
     .orderBy(desc(webhookDeliveries.createdAt), desc(webhookDeliveries.id))
     .limit(q.limit)
@@ -418,22 +550,28 @@ export async function listDeliveries(
 }
 
 /** The request body of SPEC 6.1, in this key order; its JSON text is stored and sent as it is. */
-export function eventBody(event: { id: string; type: string; timestamp: string; orgId: string | null; data: unknown }): Record<string, unknown> {
-  return { id: event.id, type: event.type, timestamp: event.timestamp, orgId: event.orgId, data: event.data };
+export function eventBody(event: { id: string; type: string; timestamp: string; orgId: string | null; data: unknown }, test = false): Record<string, unknown> {
+  // A test delivery's `test: true` stands right before `data` (signing.ts `isTestBody` relies on it).
+  return test
+    ? { id: event.id, type: event.type, timestamp: event.timestamp, orgId: event.orgId, test: true, data: event.data }
+    : { id: event.id, type: event.type, timestamp: event.timestamp, orgId: event.orgId, data: event.data };
 }
 
 const insertDeliveries = prepared(
   'webhook_deliveries_insert',
-  `insert into webhook_deliveries (id, webhook_id, org_id, event_type, event_id, payload, status, attempts, next_retry_at, created_at)
-   select d.id, d.webhook_id, $3, $4, $5, $6::json, 'pending', 0, $7::timestamptz, $7::timestamptz
+  `with pl as (
+     insert into webhook_payloads (id, org_id, body, created_at) values ($8::uuid, $3::uuid, $6::json, $7::timestamptz)
+   )
+   insert into webhook_deliveries (id, webhook_id, org_id, event_type, event_id, payload_id, status, attempts, next_retry_at, created_at)
+   select d.id, d.webhook_id, $3, $4, $5, $8::uuid, 'pending', 0, $7::timestamptz, $7::timestamptz
      from unnest($1::uuid[], $2::uuid[]) as d(id, webhook_id)`,
 );
 
-/** Inserts one pending delivery per webhook for one body; answers the new ids. Runs in the caller's transaction. */
+/** Inserts the body once and one pending delivery per webhook referring to it; answers the new ids. Runs in the caller's transaction. */
 export async function enqueueDeliveries(db: Db, webhookIds: string[], orgId: string, eventType: string, eventId: string, body: string): Promise<string[]> {
   if (webhookIds.length === 0) return [];
   const ids = webhookIds.map(() => newId());
-  await rawQuery(db, insertDeliveries, [ids, webhookIds, orgId, eventType, eventId, body, clock.now().toISOString()]);
+  await rawQuery(db, insertDeliveries, [ids, webhookIds, orgId, eventType, eventId, body, clock.now().toISOString(), newId()]);
   return ids;
 }
 
@@ -448,11 +586,15 @@ export async function testWebhook(
 ): Promise<{ message: string; delivery: { id: string; webhookId: string; status: 'pending'; event: string; attempt: number } }> {
   const hook = await visibleWebhook(keel.db, access, id);
   if (hook.status !== 'active') throw conflict('webhook_not_active', `Only an active webhook can be tested; this one is ${apiStatus(hook.status)}`);
+  await spendManual(keel, access, id);
   const event = input.event ?? TEST_EVENT;
+  // Naming a real event type sends what looks like that event (marked as a test): only for callers
+  // who may publish events. The default test event needs webhooks:write alone.
+  if (event !== TEST_EVENT && !access.can('events', 'publish')) throw permissionDenied('events', 'publish');
   const timestamp = clock.now().toISOString();
   const data = input.payload ?? { message: 'This is a test delivery from Keel', timestamp, webhookId: id };
   const eventId = newId();
-  const body = JSON.stringify(eventBody({ id: eventId, type: event, timestamp, orgId: hook.orgId, data }));
+  const body = JSON.stringify(eventBody({ id: eventId, type: event, timestamp, orgId: hook.orgId, data }, true));
   const [deliveryId] = await transaction(keel.db, async (tx) => {
     const ids = await enqueueDeliveries(tx.db, [id], hook.orgId, event, eventId, body);
     await writeAudit(tx.db, info, { action: 'webhook.test', partnerId: access.partnerId, orgId: hook.orgId, target: { type: 'webhook', id }, details: { event } });
@@ -462,7 +604,21 @@ export async function testWebhook(
   return { message: 'Test delivery queued', delivery: { id: deliveryId ?? '', webhookId: id, status: 'pending', event, attempt: 0 } };
 }
 
-/** SPEC 4.5: a `failed` delivery is copied into a new pending record (same event type, event id and payload); the original stays failed. */
+const insertRetry = prepared(
+  'webhook_delivery_retry_insert',
+  `insert into webhook_deliveries (id, webhook_id, org_id, event_type, event_id, payload_id, status, attempts, next_retry_at, created_at, retry_of)
+   select $1::uuid, d.webhook_id, d.org_id, d.event_type, d.event_id, d.payload_id, 'pending', 0, $3::timestamptz, $3::timestamptz, d.id
+     from webhook_deliveries d where d.id = $2::uuid
+   on conflict (retry_of) where retry_of is not null do nothing
+   returning id`,
+);
+
+/**
+ * SPEC 4.5: a `failed` delivery is copied into a new pending record (same event type, event id and
+ * payload), linked to it by `retryOf`; the original stays failed. One retry per failed delivery: a
+ * second (or a concurrent one) is 409 `already_retried` naming the retry (the unique index on
+ * `retry_of` decides between concurrent ones).
+ */
 export async function retryDelivery(
   keel: Keel,
   access: AccessContext,
@@ -471,26 +627,37 @@ export async function retryDelivery(
   info: AuditRequestInfo,
 ): Promise<{ message: string; delivery: { id: string; webhookId: string; status: 'pending'; event: string; attempt: number } }> {
   const hook = await visibleWebhook(keel.db, access, webhookId);
-  const [original] = await rawQuery<{ status: DeliveryStatus; event_type: string; event_id: string; payload: string }>(
+  const [original] = await rawQuery<{ status: DeliveryStatus; event_type: string; retried_by: string | null }>(
     keel.db,
-    prepared('webhook_delivery_for_retry', 'select status, event_type, event_id, payload::text as payload from webhook_deliveries where id = $1 and webhook_id = $2'),
+    prepared(
+      'webhook_delivery_for_retry',
+      'select d.status, d.event_type, (select r.id from webhook_deliveries r where r.retry_of = d.id) as retried_by from webhook_deliveries d where d.id = $1 and d.webhook_id = $2',
+    ),
     [deliveryId, webhookId],
   );
   if (!original) throw notFound('Delivery');
   if (original.status !== 'failed') throw conflict('delivery_not_failed', 'Only failed deliveries can be retried');
-  const [id] = await transaction(keel.db, async (tx) => {
-    const ids = await enqueueDeliveries(tx.db, [webhookId], hook.orgId, original.event_type, original.event_id, original.payload);
+  const retried = (by: string) => conflict('already_retried', 'This delivery has been retried already', { retryDeliveryId: by });
+  if (original.retried_by) throw retried(original.retried_by);
+  await spendManual(keel, access, webhookId);
+  const id = await transaction(keel.db, async (tx) => {
+    const [row] = await rawQuery<{ id: string }>(tx.db, insertRetry, [newId(), deliveryId, clock.now().toISOString()]);
+    if (!row) return null;
     await writeAudit(tx.db, info, {
       action: 'webhook.delivery.retry',
       partnerId: access.partnerId,
       orgId: hook.orgId,
       target: { type: 'webhook_delivery', id: deliveryId },
-      details: { webhookId, newDeliveryId: ids[0] },
+      details: { webhookId, newDeliveryId: row.id },
     });
-    tx.afterCommit(() => webhooksRuntime(keel)?.announce(ids, [webhookId]));
-    return ids;
+    tx.afterCommit(() => webhooksRuntime(keel)?.announce([row.id], [webhookId]));
+    return row.id;
   });
-  return { message: 'Delivery queued for retry', delivery: { id: id ?? '', webhookId, status: 'pending', event: original.event_type, attempt: 0 } };
+  if (id === null) {
+    const [by] = await rawQuery<{ id: string }>(keel.db, prepared('webhook_delivery_retried_by', 'select id from webhook_deliveries where retry_of = $1'), [deliveryId]);
+    throw retried(by?.id ?? '');
+  }
+  return { message: 'Delivery queued for retry', delivery: { id, webhookId, status: 'pending', event: original.event_type, attempt: 0 } };
 }
 
 /**

@@ -12,6 +12,9 @@ import { createHmac } from 'node:crypto';
  * During a rotation's overlap, `secrets` holds the newest secret first and the previous one second:
  * `X-Service-Signature` carries the newest, `X-Service-Signature-Previous` the previous, and
  * `webhook-signature` one `v1,…` per secret, space-separated.
+ *
+ * A test delivery (`POST /webhooks/:id/test`) carries `X-Service-Test: true` and `"test": true` in
+ * its body (DECISIONS: both), so a receiver never takes it for a real event.
  */
 
 export const USER_AGENT = 'Service-Webhooks/1.0';
@@ -27,6 +30,17 @@ export function reservedHeader(name: string): boolean {
     // What frames or routes the request is undici's and Keel's, not a receiver's setting.
     ['host', 'content-length', 'transfer-encoding', 'connection', 'keep-alive', 'upgrade', 'te', 'trailer', 'expect', 'proxy-connection'].includes(n)
   );
+}
+
+/**
+ * Whether a stored body is a test delivery's: its keys are `id, type, timestamp, orgId, test, data`
+ * in this order (service.ts `eventBody`), and none of the first four can hold `,"data":`, so the
+ * first `,"data":` is the data key and a test body has `,"test":true` right before it. A real event
+ * whose data holds `"test": true` is not one. No parse: this runs on every attempt.
+ */
+export function isTestBody(body: string): boolean {
+  const at = body.indexOf(',"data":');
+  return at > 0 && body.startsWith(',"test":true', at - ',"test":true'.length);
 }
 
 export interface SignInput {
@@ -59,6 +73,8 @@ export function deliveryHeaders(input: SignInput): Record<string, string> {
     'X-Service-Event-Type': input.eventType,
     'X-Service-Timestamp': ts,
   };
+  // A test delivery says so in a header, and in the body (`"test": true`), which the signatures cover.
+  if (isTestBody(input.body)) headers['X-Service-Test'] = 'true';
   const [newest, previous] = input.secrets;
   if (newest !== undefined) {
     headers['X-Service-Signature'] = serviceSignature(newest, ts, input.body);

@@ -26,7 +26,8 @@ interface Webhook {
   name: string;
   url: string;
   events: string[];
-  headers: { key: string; value: string }[];
+  /** Names only: header values are write-only. */
+  headers: { key: string; valueSet: true }[];
   status: WebhookStatus;
   hasSecret: boolean;
   previousSecretExpiresAt: string | null;
@@ -196,8 +197,15 @@ function EventPicker({ value, onChange, error }: { value: Set<string>; onChange:
   );
 }
 
-function HeadersEditor({ value, onChange, fields }: { value: { key: string; value: string }[]; onChange: (v: { key: string; value: string }[]) => void; fields: Record<string, string> }) {
-  const set = (i: number, patch: Partial<{ key: string; value: string }>) => onChange(value.map((h, j) => (j === i ? { ...h, ...patch } : h)));
+/** A header being edited: `stored` while its value is the one already saved (left empty, it is kept). */
+interface HeaderDraft {
+  key: string;
+  value: string;
+  stored: boolean;
+}
+
+function HeadersEditor({ value, onChange, fields }: { value: HeaderDraft[]; onChange: (v: HeaderDraft[]) => void; fields: Record<string, string> }) {
+  const set = (i: number, patch: Partial<HeaderDraft>) => onChange(value.map((h, j) => (j === i ? { ...h, ...patch } : h)));
   return (
     <div className="field">
       <strong>Custom headers</strong>
@@ -206,14 +214,21 @@ function HeadersEditor({ value, onChange, fields }: { value: { key: string; valu
       {value.map((h, i) => (
         <div className="kv-row" key={i}>
           <Field label={`Header ${i + 1} name`} required maxLength={100} value={h.key} onChange={(e) => set(i, { key: e.target.value })} error={fields[`headers.${i}.key`] ?? fields[`headers.${i}`]} />
-          <Field label={`Header ${i + 1} value`} maxLength={2000} value={h.value} onChange={(e) => set(i, { value: e.target.value })} error={fields[`headers.${i}.value`]} />
+          <Field
+            label={`Header ${i + 1} value`}
+            maxLength={2000}
+            value={h.value}
+            onChange={(e) => set(i, { value: e.target.value })}
+            error={fields[`headers.${i}.value`]}
+            hint={h.stored ? 'A value is saved (never shown); leave empty to keep it.' : undefined}
+          />
           <Button type="button" kind="link" onClick={() => onChange(value.filter((_, j) => j !== i))} aria-label={`Remove header ${i + 1}`}>
             Remove
           </Button>
         </div>
       ))}
       {value.length < 20 && (
-        <Button type="button" kind="secondary" onClick={() => onChange([...value, { key: '', value: '' }])}>
+        <Button type="button" kind="secondary" onClick={() => onChange([...value, { key: '', value: '', stored: false }])}>
           Add a header
         </Button>
       )}
@@ -234,7 +249,7 @@ function WebhookForm({ webhook, onSaved, onCancel }: { webhook?: Webhook; onSave
   const [url, setUrl] = useState(webhook ? '' : 'https://');
   const [secret, setSecret] = useState('');
   const [events, setEvents] = useState<Set<string>>(new Set(webhook?.events ?? []));
-  const [headers, setHeaders] = useState(webhook?.headers ?? []);
+  const [headers, setHeaders] = useState<HeaderDraft[]>(() => (webhook?.headers ?? []).map((h) => ({ key: h.key, value: '', stored: true })));
   const [status, setStatus] = useState<WebhookStatus>(webhook?.status ?? 'active');
   const [policy, setPolicy] = useState<Record<keyof RetryPolicy, string>>(() => {
     const p = webhook?.retryPolicy;
@@ -243,7 +258,9 @@ function WebhookForm({ webhook, onSaved, onCancel }: { webhook?: Webhook; onSave
   const s = useSubmit(async () => {
     const retryPolicy: Partial<RetryPolicy> = {};
     for (const f of POLICY_FIELDS) if (policy[f.key].trim() !== '') retryPolicy[f.key] = Number(policy[f.key]);
-    const body: Record<string, unknown> = { name: name.trim(), events: [...events], headers, retryPolicy };
+    // A saved header left empty is sent without a value: the server keeps the stored one.
+    const sent = headers.map((h) => (h.stored && h.value === '' ? { key: h.key } : { key: h.key, value: h.value }));
+    const body: Record<string, unknown> = { name: name.trim(), events: [...events], headers: sent, retryPolicy };
     if (url.trim()) body.url = url.trim();
     if (secret) body.secret = secret;
     if (webhook) {
