@@ -64,6 +64,27 @@ describe.skipIf(!backendAvailable())(`devices across organisations (${backend})`
     expect(await pending(foreign!.deviceId)).toBe(false);
   });
 
+  it('a real device or enrolment key of another organisation: 404 for read, auto-update, decommission and revoke, and unchanged', async () => {
+    const foreign = inB[1]!;
+    for (const [method, path, body] of [
+      ['GET', `/devices/${foreign.deviceId}`, undefined],
+      ['POST', `/devices/${foreign.deviceId}/auto-update`, { enabled: false }],
+      ['DELETE', `/devices/${foreign.deviceId}`, undefined],
+    ] as const) {
+      const res = await app.api(method, path, { token: w.tokens.orgAdmin, ...(body ? { body } : {}) });
+      expect(res.status, `${method} ${path}`).toBe(404);
+    }
+    const still = await app.api('GET', `/devices/${foreign.deviceId}`, { token: w.tokens.partnerFull });
+    expect(still.body).toMatchObject({ id: foreign.deviceId, autoUpdate: true });
+    // An organisation B key named under organisation A's path is not found, and still enrols in B.
+    const created = await app.api('POST', `/orgs/${w.otherOrgId}/enrollment-keys`, { token: w.tokens.partnerFull, body: { name: 'B key' } });
+    expect(created.status).toBe(201);
+    expect((await app.api('DELETE', `/orgs/${w.orgId}/enrollment-keys/${created.body.id}`, { token: w.tokens.orgAdmin })).status).toBe(404);
+    const enrolled = await enroll(app, created.body.key as string);
+    expect((await app.api('GET', `/devices/${enrolled.deviceId}`, { token: w.tokens.partnerFull })).body.orgId).toBe(w.otherOrgId);
+    inB.push(enrolled);
+  });
+
   describe('enrolment places a device only in its own organisation, consistently', () => {
     const made = async (path: string, token: string, body: Record<string, unknown>) => {
       const res = await app.api('POST', path, { token, body });
