@@ -163,9 +163,11 @@ describe.skipIf(!backendAvailable())(`update decisions (${backend})`, () => {
     await app.api('POST', `/devices/${device.deviceId}/auto-update`, { token: w.tokens.orgAdmin, body: { enabled: false } });
     await app.api('POST', '/devices/update-now', { token: w.tokens.orgTechnician, body: { deviceIds: [device.deviceId] } });
     expect(await offered(device)).toBeNull();
-    // Another organisation's device is a 404.
-    const other = await app.api('POST', '/devices/update-now', { token: w.tokens.orgTechnician, body: { deviceIds: ['00000000-0000-7000-8000-000000000001'] } });
+    // A real device of another organisation is a 404, and is not marked.
+    const foreign = await enroll(app, await enrollmentKey(app, w.tokens.partnerFull, w.otherOrgId));
+    const other = await app.api('POST', '/devices/update-now', { token: w.tokens.orgTechnician, body: { deviceIds: [foreign.deviceId] } });
     expect(other.status).toBe(404);
+    expect((await app.api('GET', `/devices/${foreign.deviceId}`, { token: w.tokens.partnerFull })).body.updateNowPending).toBe(false);
     const audit = await app.api('GET', `/audit-logs?action=device.update_now&limit=100`, { token: w.tokens.orgAdmin });
     expect(audit.status).toBe(200);
     expect(audit.body.data.filter((a: any) => a.targetId === device.deviceId || a.target?.id === device.deviceId).length).toBeGreaterThanOrEqual(1);

@@ -6,9 +6,11 @@
  * Host names resolve through a resolver the test controls; IP literals need none.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer, type Server as HttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { addressBlocked, outboundRequest, vetTarget, type OutboundPolicy, type Resolver } from '../../src/platform/outbound.js';
+import { makeCertificate } from '../webhooks/receiver.js';
 
 const PUBLIC = '93.184.216.34';
 const names: Record<string, string[]> = {
@@ -149,5 +151,44 @@ describe('outbound requests against real receivers', () => {
   it('gives up on a receiver that never answers, and cuts an answer that is too large', async () => {
     expect(await codeOf(outboundRequest(`${base}/silent`, { timeoutMs: 300, maxResponseBytes: 1024 }, development))).toBe('timeout');
     expect(await codeOf(outboundRequest(`${base}/huge`, { method: 'GET', timeoutMs: 5_000, maxResponseBytes: 1024 }, development))).toBe('too_large');
+  });
+});
+
+describe('outbound requests check the server certificate', () => {
+  let server: HttpsServer;
+  let base: string;
+  let cert: string;
+
+  beforeAll(async () => {
+    // A self-signed certificate for 127.0.0.1: its own CA, in no trust store unless given as `policy.ca`.
+    const material = await makeCertificate();
+    cert = material.cert;
+    server = createHttpsServer({ key: material.key, cert: material.cert }, (_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/plain' }).end('secret-bearing answer');
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+    base = `https://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+  afterAll(async () => {
+    server.closeAllConnections();
+    await new Promise((r) => server.close(r));
+  });
+
+  it('refuses a server whose certificate no trusted authority signed, and accepts it once its CA is given', async () => {
+    // Each policy has its own connection pool: the refused attempt leaves nothing the accepted one reuses.
+    const untrusted: OutboundPolicy = { allowInsecure: true, resolve };
+    let refusal: unknown;
+    try {
+      await outboundRequest(`${base}/token`, { method: 'POST', body: 'client_secret=s3cret', timeoutMs: 5_000, maxResponseBytes: 1024 }, untrusted);
+    } catch (err) {
+      refusal = err;
+    }
+    expect(refusal).toMatchObject({ code: 'network' });
+    expect((refusal as Error).message).toMatch(/certificate/i);
+
+    const trusted: OutboundPolicy = { allowInsecure: true, resolve, ca: cert };
+    const res = await outboundRequest(`${base}/token`, { method: 'GET', timeoutMs: 5_000, maxResponseBytes: 1024 }, trusted);
+    expect(res.status).toBe(200);
+    expect(res.body.toString()).toBe('secret-bearing answer');
   });
 });

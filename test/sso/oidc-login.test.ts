@@ -2,6 +2,8 @@
  * OIDC single sign-on end to end (SPEC 5.9, SPEC 7's callback codes, SPEC 8's limits) against a real
  * oidc-provider on 127.0.0.1, driven over HTTP with a cookie jar through its login and consent forms.
  */
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
 import { backend, backendAvailable } from '../helpers/app.js';
@@ -427,9 +429,69 @@ describe.skipIf(!backendAvailable())('OIDC login against a real OpenID provider'
     }
   });
 
-  it('the client secret never appears in a response or a log line', () => {
-    expect(w.seen.length).toBeGreaterThan(20);
-    expect(w.logs.text.length).toBeGreaterThan(10);
+  it('an ID token signed by another key under the IdP key\'s kid (a forging token endpoint): sso_error, nobody provisioned', async () => {
+    const { decodeJwt, decodeProtectedHeader, generateKeyPair, SignJWT } = await import('jose');
+    // A token endpoint in front of the real one: it answers the IdP's tokens, the ID token re-signed
+    // (same header, same claims) with a key of its own when `forge` is on.
+    let forge = false;
+    let forged = 0;
+    const server = createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        void (async () => {
+          const headers: Record<string, string> = { 'content-type': req.headers['content-type'] ?? 'application/x-www-form-urlencoded' };
+          if (req.headers.authorization) headers.authorization = req.headers.authorization;
+          const upstream = await fetch(`${idp.issuer}/token`, { method: 'POST', headers, body: Buffer.concat(chunks) });
+          const body = (await upstream.json()) as Record<string, unknown>;
+          if (forge && typeof body.id_token === 'string') {
+            const header = decodeProtectedHeader(body.id_token);
+            const { privateKey } = await generateKeyPair(header.alg ?? 'RS256');
+            body.id_token = await new SignJWT(decodeJwt(body.id_token)).setProtectedHeader({ ...header, alg: header.alg ?? 'RS256' }).sign(privateKey);
+            forged++;
+          }
+          res.writeHead(upstream.status, { 'content-type': 'application/json', 'cache-control': 'no-store' }).end(JSON.stringify(body));
+        })().catch(() => res.writeHead(502).end());
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+    const saved = (await w.api('GET', `/sso/providers/${providerId}`, { token: w.adminToken })).body.tokenUrl as string;
+    expect((await patch({ tokenUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}/token` })).status).toBe(200);
+    try {
+      // Passed through unchanged, the IdP's own token signs in: the endpoint in front is no obstacle.
+      const honest = await ssoLogin(account(uniqueEmail('honest-token')));
+      expect(ssoCodeOf(honest.location), honest.location).toBeTruthy();
+      forge = true;
+      const email = uniqueEmail('forged-token');
+      const { location } = await ssoLogin(account(email));
+      expect(forged).toBe(1);
+      expect(location).toBe(`${w.app.publicUrl}/login?error=sso_error`);
+      expect(w.logs.text.filter((l) => l.includes('SSO login refused')).at(-1)).toContain('OAUTH_INVALID_RESPONSE');
+      const found = await w.api('GET', `/users?search=${encodeURIComponent(email)}`, { token: w.adminToken });
+      expect(found.body.data).toEqual([]);
+    } finally {
+      await patch({ tokenUrl: saved });
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    }
+  });
+
+  it('the client secret never appears in a response or a log line', async () => {
+    // The test makes its own traffic, so it holds when run alone: provider reads, a sign-in and its
+    // exchange, a refused sign-in with a wrong secret (logged) and the secret set back.
+    const before = { seen: w.seen.length, logs: w.logs.text.length };
+    expect((await w.api('GET', `/sso/providers/${providerId}`, { token: w.adminToken })).status).toBe(200);
+    expect((await w.api('GET', '/sso/providers', { token: w.adminToken })).status).toBe(200);
+    const signedIn = await w.api('POST', '/sso/exchange', { body: { code: ssoCodeOf((await ssoLogin(account(uniqueEmail('no-secret')))).location) } });
+    expect(signedIn.status).toBe(200);
+    await patch({ clientSecret: 'not-the-secret' });
+    try {
+      expect((await ssoLogin(account(uniqueEmail('no-secret-bad')))).location).toBe(`${w.app.publicUrl}/login?error=sso_error`);
+    } finally {
+      await patch({ clientSecret: idp.clientSecret });
+    }
+    expect(w.seen.length - before.seen).toBe(10); // five answers, body and headers each
+    expect(w.logs.text.slice(before.logs).some((l) => l.includes('SSO login refused'))).toBe(true);
     for (const text of [...w.seen, ...w.logs.text]) {
       expect(text).not.toContain(idp.clientSecret);
       expect(text).not.toContain('not-the-secret');

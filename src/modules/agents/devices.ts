@@ -186,9 +186,12 @@ export async function enroll(keel: Keel, input: EnrollInput, intervalSeconds: nu
     const [s] = await keel.db.select({ id: sites.id }).from(sites).where(and(eq(sites.id, siteId), eq(sites.orgId, key.orgId)));
     if (!s) throw notFound('Site');
   }
-  if (deviceGroupId && !key.deviceGroupId) {
-    const [g] = await keel.db.select({ id: deviceGroups.id }).from(deviceGroups).where(and(eq(deviceGroups.id, deviceGroupId), eq(deviceGroups.orgId, key.orgId)));
+  if (deviceGroupId) {
+    // The key's own group or one the agent names: of the key's organisation, and of the device's site
+    // (checkPlacement's rule for keys, here for the placement the key and the agent make together).
+    const [g] = await keel.db.select({ id: deviceGroups.id, siteId: deviceGroups.siteId }).from(deviceGroups).where(and(eq(deviceGroups.id, deviceGroupId), eq(deviceGroups.orgId, key.orgId)));
     if (!g) throw notFound('Device group');
+    if (siteId && g.siteId && g.siteId !== siteId) throw badRequest('placement_mismatch', 'The device group belongs to another site');
   }
   const token = `${DEVICE_TOKEN_PREFIX}${randomToken(32)}`;
   const now = clock.now();
