@@ -152,6 +152,17 @@ describe.skipIf(!backendAvailable())(`full partner organisation access (${backen
       { method: 'PUT', route: '/orgs/:orgId/agent-update-settings', path: `/orgs/${w.otherOrgId}/agent-update-settings`, body: { maintenanceWindow: null }, expect: { selected: 404, none: 404 } },
       { method: 'GET', route: '/partners/:partnerId/agent-update-settings', path: `/partners/${w.partnerId}/agent-update-settings`, expect: { selected: 200, none: 200 } },
       { method: 'PUT', route: '/partners/:partnerId/agent-update-settings', path: `/partners/${w.partnerId}/agent-update-settings`, body: { maintenanceWindow: null }, expect: { selected: 'full', none: 'full' } },
+      // Verified domains: reads like the organisation's (and the partner's); every write is partner-wide (it decides
+      // whose addresses an SSO provider may sign in), so selected and none users get full_org_access_required.
+      { method: 'GET', route: '/orgs/:orgId/domains', path: `/orgs/${w.orgId}/domains`, expect: { selected: 200, none: 404 } },
+      { method: 'GET', route: '/orgs/:orgId/domains', path: `/orgs/${w.otherOrgId}/domains`, expect: { selected: 404, none: 404 } },
+      { method: 'POST', route: '/orgs/:orgId/domains', path: `/orgs/${w.orgId}/domains`, body: { domain: 'selected.example' }, expect: { selected: 'full', none: 'full' } },
+      { method: 'POST', route: '/orgs/:orgId/domains/:id/verify', path: `/orgs/${w.orgId}/domains/${randomUUID()}/verify`, expect: { selected: 'full', none: 'full' } },
+      { method: 'DELETE', route: '/orgs/:orgId/domains/:id', path: `/orgs/${w.orgId}/domains/${randomUUID()}`, expect: { selected: 'full', none: 'full' } },
+      { method: 'GET', route: '/partners/:partnerId/domains', path: `/partners/${w.partnerId}/domains`, expect: { selected: 200, none: 200 } },
+      { method: 'POST', route: '/partners/:partnerId/domains', path: `/partners/${w.partnerId}/domains`, body: { domain: 'partner.example' }, expect: { selected: 'full', none: 'full' } },
+      { method: 'POST', route: '/partners/:partnerId/domains/:id/verify', path: `/partners/${w.partnerId}/domains/${randomUUID()}/verify`, expect: { selected: 'full', none: 'full' } },
+      { method: 'DELETE', route: '/partners/:partnerId/domains/:id', path: `/partners/${w.partnerId}/domains/${randomUUID()}`, expect: { selected: 'full', none: 'full' } },
       // Last: deletes that succeed for the selected user in its own organisation.
       { method: 'DELETE', route: '/sites/:id', path: `/sites/${siteA}`, expect: { selected: 204, none: 404 } },
       { method: 'DELETE', route: '/device-groups/:id', path: `/device-groups/${groupA}`, expect: { selected: 204, none: 404 } },

@@ -83,8 +83,8 @@ describe.skipIf(!backendAvailable())(`request edge (${backend})`, () => {
     return ops;
   }
 
-  /** A concrete URL for a documented path: `{orgId}` is the tenant's organisation, other ids are fresh. */
-  const concrete = (path: string) => path.replace('/api/v1', '').replace('{orgId}', tenant.orgId).replace(/\{\w+\}/g, () => randomUUID());
+  /** A concrete URL for a documented path: `{orgId}` and `{partnerId}` are the tenant's, other ids are fresh. */
+  const concrete = (path: string) => path.replace('/api/v1', '').replace('{orgId}', tenant.orgId).replace('{partnerId}', tenant.partnerId).replace(/\{\w+\}/g, () => randomUUID());
 
   /** The smallest value a schema accepts, as far as the document says (required fields only). */
   function minimal(schema: Schema, field = ''): unknown {

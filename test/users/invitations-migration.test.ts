@@ -35,7 +35,7 @@ async function freshDatabase(): Promise<Database> {
 function migrationsBefore0002(): string {
   const dir = mkdtempSync(join(tmpdir(), 'keel-mig-'));
   cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
-  cpSync(MIGRATIONS_DIR, dir, { recursive: true, filter: (src) => !/\/0002_[^/]*\.sql$/.test(src) && !/\/000[3-9]_[^/]*\.sql$/.test(src) });
+  cpSync(MIGRATIONS_DIR, dir, { recursive: true, filter: (src) => !/\/(000[2-9]|00[1-9]\d)_[^/]*\.sql$/.test(src) });
   return dir;
 }
 

@@ -288,3 +288,9 @@ export async function updateNow(keel: Keel, access: AccessContext, ids: string[]
   for (const id of unique) await keel.invalidation.publish(DEVICE_TOPIC, id);
   return unique;
 }
+
+/** The site and device group (as text) of the device an SQL uuid expression names, for reads of other modules (webhook deliveries). */
+export const devicePlacementSql = (deviceId: SQL): { siteId: SQL; deviceGroupId: SQL } => ({
+  siteId: sql`(select ${devices.siteId}::text from ${devices} where ${devices.id} = ${deviceId})`,
+  deviceGroupId: sql`(select ${devices.deviceGroupId}::text from ${devices} where ${devices.id} = ${deviceId})`,
+});

@@ -1,3 +1,4 @@
+import { devicePlacementSql } from '../agents/devices.js';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
@@ -317,7 +318,7 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     }),
     async (c) => {
       const q = c.req.valid('query');
-      const { data, total } = await listDeliveries(keel, accessOf(c), c.req.valid('param').id, q);
+      const { data, total } = await listDeliveries(keel, accessOf(c), c.req.valid('param').id, q, devicePlacementSql);
       return c.json(page(data, q, total), 200);
     },
   );

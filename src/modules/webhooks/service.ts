@@ -13,7 +13,6 @@ import type { SealedColumn } from '../../platform/reseal.js';
 import type { Limit } from '../../platform/rate-limit.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { permissionDenied, placementFilter, restricted, visibleOrgCondition, type AccessContext } from '../access/scope.js';
-import { devices } from '../agents/schema.js';
 import {
   apiStatus,
   effectivePolicy,
@@ -491,16 +490,23 @@ export async function deleteWebhook(keel: Keel, access: AccessContext, id: strin
  * neither (a login, a test) has no placement: the filter (`placementFilter`) then passes it only for
  * unrestricted callers. `body` is the stored JSON body (`{..., data: {...}}`).
  */
-function eventPlacement(body: SQL): { siteId: AnyColumn; deviceGroupId: AnyColumn } {
+function eventPlacement(body: SQL, ofDevice: DevicePlacement): { siteId: AnyColumn; deviceGroupId: AnyColumn } {
   const field = (k: string) => sql`(${body}->'data'->>${sql.raw(`'${k}'`)})`;
   const device = sql`(case when ${field('deviceId')} ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$' then ${field('deviceId')}::uuid end)`;
-  const ofDevice = (col: AnyColumn) => sql`(select ${col}::text from ${devices} where ${devices.id} = ${device})`;
+  const placed = ofDevice(device);
   // SQL expressions standing where placementFilter expects columns (it compares them with `in`).
   return {
-    siteId: sql`coalesce(${field('siteId')}, ${ofDevice(devices.siteId)})` as unknown as AnyColumn,
-    deviceGroupId: sql`coalesce(${field('deviceGroupId')}, ${ofDevice(devices.deviceGroupId)})` as unknown as AnyColumn,
+    siteId: sql`coalesce(${field('siteId')}, ${placed.siteId})` as unknown as AnyColumn,
+    deviceGroupId: sql`coalesce(${field('deviceGroupId')}, ${placed.deviceGroupId})` as unknown as AnyColumn,
   };
 }
+
+/**
+ * The site and device group (as text) of the device an SQL uuid expression names: a port, since devices
+ * belong to the agents module, which sits above webhooks (the delivery route hands in agents'
+ * `devicePlacementSql`; docs/architecture.md "How a lower module reaches a higher one").
+ */
+export type DevicePlacement = (deviceId: SQL) => { siteId: SQL; deviceGroupId: SQL };
 
 export async function deliveryStats(db: Db, webhookId: string): Promise<DeliveryStats> {
   const [s] = await rawQuery<{ total: number; pending: number; delivered: number; failed: number; retrying: number; last: Date | string | null }>(
@@ -526,12 +532,13 @@ export async function listDeliveries(
   access: AccessContext,
   webhookId: string,
   q: Paging & { status?: DeliveryStatus | undefined },
+  ofDevice: DevicePlacement,
 ): Promise<{ data: DeliveryView[]; total: number }> {
   await visibleWebhook(keel.db, access, webhookId);
   const where: SQL | undefined = and(
     eq(webhookDeliveries.webhookId, webhookId),
     q.status ? eq(webhookDeliveries.status, q.status) : undefined,
-    restricted(access) ? placementFilter(access, eventPlacement(sql`${webhookPayloads.body}`)) : undefined,
+    restricted(access) ? placementFilter(access, eventPlacement(sql`${webhookPayloads.body}`, ofDevice)) : undefined,
   );
   const [total] = await keel.db
     .select({ n: count() })
