@@ -98,7 +98,7 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: hostile t
     platform = await openConsole(browser);
     await signInWithTotp(platform.page, `${app.publicUrl}/`, admin, adminMfa.secret);
     await platform.page.getByRole('button', { name: 'Sign out' }).waitFor();
-  });
+  }, 120_000); // a console build when web/ changed, about thirty objects and two sign-ins
   afterAll(async () => {
     await org?.close();
     await platform?.close();
