@@ -2,7 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { createWorld, type World } from '../access/helpers.js';
 import type { RunningServer } from '../../src/server.js';
-import { closeSecond, enroll, enrollmentKey, heartbeat, mfaAdmin, registerRemote, startSecondProcess } from './helpers.js';
+import { waitUntil } from '../helpers/wait.js';
+import { closeSecond, type Enrolled, enroll, enrollmentKey, heartbeat, mfaAdmin, registerRemote, startSecondProcess } from './helpers.js';
 
 /**
  * Two Keel processes on one PostgreSQL and one Redis: the heartbeat caches of one process follow
@@ -13,9 +14,10 @@ describe.skipIf(!backendAvailable() || backend !== 'postgres')(`heartbeat caches
   let second: RunningServer;
   let w: World;
   beforeAll(async () => {
-    app = await startTestApp({ env: { LOGIN_LIMIT: '1000', AGENT_AUTO_PROMOTE: 'false' } });
+    // The waits below ask with heartbeats: a slow machine must not run them into the per-device limit.
+    app = await startTestApp({ env: { LOGIN_LIMIT: '1000', AGENT_AUTO_PROMOTE: 'false', AGENT_HEARTBEAT_LIMIT: '100000' } });
     w = await createWorld(app);
-    second = await startSecondProcess(app, { AGENT_AUTO_PROMOTE: 'false' });
+    second = await startSecondProcess(app, { AGENT_AUTO_PROMOTE: 'false', AGENT_HEARTBEAT_LIMIT: '100000' });
   });
   afterAll(async () => {
     await closeSecond(second);
@@ -26,14 +28,12 @@ describe.skipIf(!backendAvailable() || backend !== 'postgres')(`heartbeat caches
     const res = await fetch(`${second.url}/api/v1${path}`, { method, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'x-forwarded-for': app.ip }, ...(body ? { body: JSON.stringify(body) } : {}) });
     return { status: res.status, body: (await res.text()) || null };
   };
-  /** Waits (pacing only) until the first process's answer shows what the second process changed. */
-  const eventually = async (check: () => Promise<boolean>) => {
-    for (let i = 0; i < 100; i++) {
-      if (await check()) return true;
-      await new Promise((r) => setTimeout(r, 20));
-    }
-    return false;
-  };
+  /** Waits (pacing only) until the first process's heartbeat answer shows what the second process changed; fails naming it. */
+  const firstProcessShows = (what: string, d: Enrolled, done: (answer: { status: number; body: any }) => boolean) =>
+    waitUntil(`the first process's heartbeat answer to show ${what}`, async () => {
+      const { status, body } = await heartbeat(app, d);
+      return { status, body };
+    }, done);
 
   it('auto-update, a promote and a decommission made on one process reach the other process\'s heartbeat answers', async () => {
     const admin = await mfaAdmin(app, w);
@@ -42,14 +42,14 @@ describe.skipIf(!backendAvailable() || backend !== 'postgres')(`heartbeat caches
     expect((await heartbeat(app, d)).body).toMatchObject({ autoUpdate: true, update: null });
     // Auto-update off through the second process.
     expect((await viaSecond('POST', `/devices/${d.deviceId}/auto-update`, w.tokens.orgAdmin, { enabled: false })).status).toBe(200);
-    expect(await eventually(async () => (await heartbeat(app, d)).body.autoUpdate === false)).toBe(true);
+    await firstProcessShows('autoUpdate false', d, (a) => a.body.autoUpdate === false);
     expect((await viaSecond('POST', `/devices/${d.deviceId}/auto-update`, w.tokens.orgAdmin, { enabled: true })).status).toBe(200);
-    expect(await eventually(async () => (await heartbeat(app, d)).body.autoUpdate === true)).toBe(true);
+    await firstProcessShows('autoUpdate true', d, (a) => a.body.autoUpdate === true);
     // A promote through the second process: the first offers it.
     expect((await viaSecond('POST', '/agent-versions/promote', admin, { version: '1.1.0' })).status).toBe(200);
-    expect(await eventually(async () => (await heartbeat(app, d)).body.update?.version === '1.1.0')).toBe(true);
+    await firstProcessShows('the update to 1.1.0', d, (a) => a.body.update?.version === '1.1.0');
     // Decommissioned through the second process: the token stops working on the first.
     expect((await viaSecond('DELETE', `/devices/${d.deviceId}`, w.tokens.orgAdmin)).status).toBe(204);
-    expect(await eventually(async () => (await heartbeat(app, d)).status === 401)).toBe(true);
+    await firstProcessShows('a 401 for the decommissioned device', d, (a) => a.status === 401);
   });
 });

@@ -12,6 +12,7 @@ import { Agent, HeartbeatDeferred } from '../../agent/agent.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { createWorld, type World } from '../access/helpers.js';
+import { waitUntil } from '../helpers/wait.js';
 import { enroll, enrollmentKey, heartbeat } from './helpers.js';
 
 describe.skipIf(!backendAvailable() || backend !== 'postgres')(`device requests under overload (${backend})`, () => {
@@ -37,7 +38,7 @@ describe.skipIf(!backendAvailable() || backend !== 'postgres')(`device requests 
       await lock.query('lock table devices in exclusive mode');
       const held = [heartbeat(app, a), heartbeat(app, b)];
       const waiting = async () => Number((await lock.query("select count(*)::int as n from pg_locks where relation = 'devices'::regclass and not granted")).rows[0].n);
-      for (let i = 0; i < 500 && (await waiting()) < 2; i++) await new Promise((r) => setTimeout(r, 20));
+      await waitUntil('both first heartbeats waiting on the devices lock', waiting, (n) => n >= 2);
       expect(await waiting()).toBe(2);
       const shed = await heartbeat(app, c);
       expect(shed.status).toBe(503);

@@ -3,6 +3,7 @@ import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js'
 import { createWorld, type World } from '../access/helpers.js';
 import { startReceiver, verifyServiceSignature, type Received, type Receiver } from '../webhooks/receiver.js';
 import { clock } from '../../src/platform/clock.js';
+import { waitUntil } from '../helpers/wait.js';
 import { enroll, enrollmentKey, heartbeat, runSweep } from './helpers.js';
 
 /**
@@ -53,13 +54,11 @@ describe.skipIf(!backendAvailable())('device events as webhooks', () => {
     expect((await heartbeat(app, d, { components: { agent: '1.1.0' }, loggedInUser: 'alice' })).status).toBe(200);
     // Moving the clock while attempts are in flight would make their leases look expired: let the
     // first four deliveries finish (recorded delivered) before the clock moves.
-    const deadline0 = Date.now() + 30_000;
-    for (;;) {
-      const list = await app.api('GET', `/webhooks/${hookId}/deliveries?status=delivered&limit=1`, { token: w.tokens.orgAdmin });
-      if (list.body.pagination.total >= 4) break;
-      if (Date.now() > deadline0) throw new Error(`delivered: ${JSON.stringify(list.body.pagination)}`);
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    await waitUntil(
+      'the first four deliveries (enrolled, online, updated, session.login) recorded delivered',
+      async () => (await app.api('GET', `/webhooks/${hookId}/deliveries?status=delivered&limit=1`, { token: w.tokens.orgAdmin })).body.pagination,
+      (p: { total: number }) => p.total >= 4,
+    );
     // Heartbeats stop: the offline timer marks the device. (The clock stays moved until the deliveries
     // it made due have arrived.)
     clock.advance(3 * 60_000 + 1_000);
@@ -70,8 +69,7 @@ describe.skipIf(!backendAvailable())('device events as webhooks', () => {
     const mine = (r: Received) => payload(r).data.deviceId === d.deviceId;
     const expected = ['device.decommissioned', 'device.enrolled', 'device.offline', 'device.online', 'device.updated', 'session.login'];
     const typesNow = () => [...new Set(rx.received.filter(mine).map((r) => r.headers['x-service-event-type']))].sort();
-    const deadline = Date.now() + 30_000;
-    while (typesNow().length < expected.length && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    await waitUntil(`a delivery of each of ${expected.join(', ')} at the receiver`, typesNow, (types) => types.length >= expected.length);
     expect(typesNow()).toEqual(expected);
     const got = rx.received.filter(mine);
     expect(got.map((r) => r.headers['x-service-event-type']).sort()).toEqual(expected); // each once: an unchanged heartbeat adds nothing

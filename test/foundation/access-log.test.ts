@@ -14,6 +14,7 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { createUser } from '../helpers/fixtures.js';
+import { waitUntil } from '../helpers/wait.js';
 import { cliEnv, startServe } from '../helpers/cli.js';
 
 interface Line {
@@ -40,13 +41,8 @@ describe.skipIf(!backendAvailable())(`access log (${backend})`, () => {
   );
 
   /** The access line for a request id; lines are written when Node's response closes. */
-  async function accessLine(reqId: string): Promise<Line | undefined> {
-    for (let i = 0; i < 50; i++) {
-      const found = lines.find((l) => l.msg === 'request' && l.reqId === reqId);
-      if (found) return found;
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
-    return undefined;
+  function accessLine(reqId: string): Promise<Line | undefined> {
+    return waitUntil(`the access line of request ${reqId}`, () => lines.find((l) => l.msg === 'request' && l.reqId === reqId));
   }
 
   beforeAll(async () => {

@@ -9,6 +9,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { createUser, login, type TestUser } from '../helpers/fixtures.js';
+import { waitUntil } from '../helpers/wait.js';
 import { HASH_THREADS, hashQueueDepth, holdHashWorkers } from '../../src/platform/argon2-pool.js';
 
 const QUEUE_MAX = HASH_THREADS + 2;
@@ -38,7 +39,7 @@ describe.skipIf(!backendAvailable())(`overload: the bounded hash queue (${backen
       const refusedCount = FLOOD - (QUEUE_MAX - HASH_THREADS);
       const settled: { status: number; body: any; headers: Headers }[] = [];
       for (const p of pending) void p.then((r) => settled.push(r));
-      for (let i = 0; i < 500 && settled.length < refusedCount; i++) await new Promise((r) => setTimeout(r, 10));
+      await waitUntil(`the ${refusedCount} refused logins to answer while the threads are held`, () => settled.length, (n) => n >= refusedCount, { everyMs: 10 });
       expect(settled).toHaveLength(refusedCount);
       for (const r of settled) {
         expect(r.status).toBe(503);
@@ -106,15 +107,18 @@ describe.skipIf(!backendAvailable())(`overload: a refusal spends nothing (${back
         await admin.query('begin');
         await admin.query('select id from users where id = $1 for update', [user.id]);
         const login = app.api('POST', '/auth/login', { body: { email: user.email, password: 'a wrong password, refused at the verify' } });
-        let waiting = 0;
-        for (let i = 0; i < 400 && waiting === 0; i++) {
-          const { rows } = await admin.query<{ n: number }>(
-            // The login's connection, waiting for the row lock (its reported query text can lag behind).
-            "select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and datname = current_database() and pid <> pg_backend_pid()",
-          );
-          waiting = rows[0]?.n ?? 0;
-          if (waiting === 0) await new Promise((r) => setTimeout(r, 25));
-        }
+        const waiting = await waitUntil(
+          "the login's connection waiting on the user row's lock",
+          async () => {
+            const { rows } = await admin.query<{ n: number }>(
+              // The login's connection, waiting for the row lock (its reported query text can lag behind).
+              "select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and datname = current_database() and pid <> pg_backend_pid()",
+            );
+            return rows[0]?.n ?? 0;
+          },
+          (n) => n > 0,
+          { everyMs: 25 },
+        );
         expect(waiting).toBe(1);
         hold = holdHashWorkers();
         await admin.query('commit');

@@ -9,6 +9,7 @@ import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { createUser, login } from '../helpers/fixtures.js';
+import { waitUntil } from '../helpers/wait.js';
 import { createLogger } from '../../src/platform/logger.js';
 
 interface Line {
@@ -35,13 +36,8 @@ describe.skipIf(!backendAvailable())(`request ids and traceparent on every log l
     }),
   );
 
-  async function lineWhere(match: (l: Line) => boolean): Promise<Line | undefined> {
-    for (let i = 0; i < 200; i++) {
-      const found = lines.find(match);
-      if (found) return found;
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
-    return undefined;
+  function lineWhere(match: (l: Line) => boolean): Promise<Line | undefined> {
+    return waitUntil(`a log line where ${match.toString()}`, () => lines.find(match));
   }
 
   beforeAll(async () => {

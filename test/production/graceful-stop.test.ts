@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { createUser, login } from '../helpers/fixtures.js';
 import { closeSecond, startSecondProcess } from '../agents/helpers.js';
+import { waitUntil } from '../helpers/wait.js';
 import type { RunningServer } from '../../src/server.js';
 
 describe.skipIf(!backendAvailable() || backend !== 'postgres')(`graceful stop (${backend})`, () => {
@@ -46,7 +47,7 @@ describe.skipIf(!backendAvailable() || backend !== 'postgres')(`graceful stop ($
         return socket;
       });
       const waiting = async () => Number((await lock.query("select count(*)::int as n from pg_locks where relation = 'sessions'::regclass and not granted")).rows[0].n);
-      for (let i = 0; i < 500 && (await waiting()) < tokens.length; i++) await new Promise((r) => setTimeout(r, 20));
+      await waitUntil(`${tokens.length} logouts waiting on the sessions lock`, waiting, (n) => n >= tokens.length);
       expect(await waiting()).toBe(tokens.length);
       // The clients leave but one, and the process is told to stop.
       const [stays, ...leave] = sockets;
@@ -95,11 +96,7 @@ describe.skipIf(!backendAvailable() || backend !== 'postgres')(`graceful stop ($
         await db.end();
       }
       expect(await viaBounded()).toBe(200); // the cache still holds it: no message came
-      let status = 200;
-      for (let i = 0; i < 100 && status === 200; i++) {
-        await new Promise((r) => setTimeout(r, 50));
-        status = await viaBounded();
-      }
+      const status = await waitUntil('the bounded cache to let the revoked session go (401)', viaBounded, (s) => s !== 200, { everyMs: 50 });
       expect(status).toBe(401);
     } finally {
       await closeSecond(bounded);

@@ -12,6 +12,7 @@ import { createWorld, type World } from '../access/helpers.js';
 import { auditLogs } from '../../src/modules/audit/schema.js';
 import { agentTargets } from '../../src/modules/agents/schema.js';
 import { closeSecond, enroll, enrollmentKey, heartbeat, mfaAdmin, registerRemote, startSecondProcess, type Enrolled } from '../agents/helpers.js';
+import { waitUntil } from '../helpers/wait.js';
 import type { RunningServer } from '../../src/server.js';
 
 describe.skipIf(!backendAvailable())(`rollout reports count only real offers (${backend})`, () => {
@@ -106,11 +107,11 @@ describe.skipIf(!backendAvailable())(`rollout reports count only real offers (${
         const newcomer = await enroll(app, key, { arch: 'race' });
         expect((await heartbeat(app, newcomer)).body.update).toBeNull();
         // The other process dropped its cached targets (published after commit): it offers nothing either.
-        let offered: unknown = 'unknown';
-        for (let i = 0; i < 50 && offered !== null; i++) {
-          offered = (JSON.parse((await via(second, '/agents/heartbeat', newcomer.deviceToken, { components: { agent: '1.0.0' } })).body ?? '{}') as { update?: unknown }).update;
-          if (offered !== null) await new Promise((r) => setTimeout(r, 20));
-        }
+        const offered = await waitUntil(
+          `the other process to offer no update after the halt (round ${round})`,
+          async () => (JSON.parse((await via(second!, '/agents/heartbeat', newcomer.deviceToken, { components: { agent: '1.0.0' } })).body ?? '{}') as { update?: unknown }).update,
+          (update) => update === null,
+        );
         expect(offered).toBeNull();
       }
     }, 120_000);
