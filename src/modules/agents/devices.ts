@@ -149,19 +149,12 @@ interface EnrollLimits {
   perKey: Limit;
 }
 
-const enrollLimitsByKeel = new WeakMap<Keel, EnrollLimits>();
-
 /** The enrolment limits of a Keel (tests let a window pass with `reset`). */
 export function enrollLimits(keel: Keel): EnrollLimits {
-  let l = enrollLimitsByKeel.get(keel);
-  if (!l) {
-    l = {
-      perIp: keel.limits.define('enroll-ip', keel.config.ENROLL_IP_LIMIT, 60),
-      perKey: keel.limits.define('enroll-key', keel.config.ENROLL_KEY_LIMIT, 60),
-    };
-    enrollLimitsByKeel.set(keel, l);
-  }
-  return l;
+  return keel.limits.group('enrolment', (l) => ({
+    perIp: l.define('enroll-ip', keel.config.ENROLL_IP_LIMIT, 60),
+    perKey: l.define('enroll-key', keel.config.ENROLL_KEY_LIMIT, 60),
+  }));
 }
 
 /**

@@ -189,12 +189,7 @@ export function recordMatches(answer: TxtAnswer, token: string): boolean {
 const reasonOf = (answer: TxtAnswer): DomainReason =>
   answer.kind === 'none' ? 'txt_record_missing' : answer.kind === 'error' ? 'dns_lookup_failed' : 'txt_record_mismatch';
 
-const verifyLimits = new WeakMap<Keel, Limit>();
-const verifyLimit = (keel: Keel): Limit => {
-  let l = verifyLimits.get(keel);
-  if (!l) verifyLimits.set(keel, (l = keel.limits.define('domain-verify', keel.config.DOMAIN_VERIFY_LIMIT, 60)));
-  return l;
-};
+const verifyLimit = (keel: Keel): Limit => keel.limits.group('domains', (l) => l.define('domain-verify', keel.config.DOMAIN_VERIFY_LIMIT, 60));
 
 /**
  * `POST …/domains/:id/verify`: looks the TXT records up now. Found: `verified` (409 `domain_claimed`

@@ -28,39 +28,32 @@ interface MfaLimits {
   passkeyChallengesLogin: Limit;
 }
 
-const limitsByKeel = new WeakMap<Keel, MfaLimits>();
-
 /** A browser asks once per ceremony; these leave room for retries and several tabs, not for flooding. */
 export const PASSKEY_CHALLENGES_PER_USER = 20;
 export const PASSKEY_CHALLENGES_PER_TEMP_TOKEN = 5;
 
 /** The MFA module's named limits (DECISIONS "Limits"), defined once per Keel. */
 export function mfaLimits(keel: Keel): MfaLimits {
-  let l = limitsByKeel.get(keel);
-  if (!l) {
-    const c = keel.config;
-    l = {
-      /** MFA verification attempts per user, separate from the login limit. */
-      verify: keel.limits.define('mfa-verify', c.MFA_VERIFY_LIMIT, c.MFA_VERIFY_WINDOW_SECONDS),
-      /** Phone verification requests per user per hour. */
-      phoneVerifyUser: keel.limits.define('phone-verify-user', c.PHONE_VERIFY_HOURLY_LIMIT, 3600),
-      /**
-       * Verification texts to one number per hour, across all users. A bucket of its own: asking for
-       * codes to someone else's number never spends that number's sign-in budget (smsPerPhone).
-       */
-      phoneVerifyPhone: keel.limits.define('phone-verify-phone', c.PHONE_VERIFY_PER_PHONE_HOURLY_LIMIT, 3600),
-      /** Verification texts per day from an account with no partner or organisation (self-registered). */
-      phoneVerifyTenantless: keel.limits.define('phone-verify-tenantless', c.PHONE_VERIFY_TENANTLESS_DAILY_LIMIT, 86_400),
-      /** Sign-in texts to one number per hour, across all users. */
-      smsPerPhone: keel.limits.define('sms-phone', c.SMS_PER_PHONE_HOURLY_LIMIT, 3600),
-      /** Login SMS sends per temp token (or per user when asked by a signed-in user). */
-      smsPerLogin: keel.limits.define('sms-login', c.SMS_PER_TEMP_TOKEN_LIMIT, 600),
-      /** WebAuthn challenges (registration and sign-in options) per user per 5 minutes: each one is a stored row. */
-      passkeyChallengesUser: keel.limits.define('passkey-challenge-user', PASSKEY_CHALLENGES_PER_USER, 300),
-      /** Sign-in challenges per temp token (its 5-minute life). */
-      passkeyChallengesLogin: keel.limits.define('passkey-challenge-login', PASSKEY_CHALLENGES_PER_TEMP_TOKEN, 300),
-    };
-    limitsByKeel.set(keel, l);
-  }
-  return l;
+  const c = keel.config;
+  return keel.limits.group('mfa', (limits) => ({
+    /** MFA verification attempts per user, separate from the login limit. */
+    verify: limits.define('mfa-verify', c.MFA_VERIFY_LIMIT, c.MFA_VERIFY_WINDOW_SECONDS),
+    /** Phone verification requests per user per hour. */
+    phoneVerifyUser: limits.define('phone-verify-user', c.PHONE_VERIFY_HOURLY_LIMIT, 3600),
+    /**
+     * Verification texts to one number per hour, across all users. A bucket of its own: asking for
+     * codes to someone else's number never spends that number's sign-in budget (smsPerPhone).
+     */
+    phoneVerifyPhone: limits.define('phone-verify-phone', c.PHONE_VERIFY_PER_PHONE_HOURLY_LIMIT, 3600),
+    /** Verification texts per day from an account with no partner or organisation (self-registered). */
+    phoneVerifyTenantless: limits.define('phone-verify-tenantless', c.PHONE_VERIFY_TENANTLESS_DAILY_LIMIT, 86_400),
+    /** Sign-in texts to one number per hour, across all users. */
+    smsPerPhone: limits.define('sms-phone', c.SMS_PER_PHONE_HOURLY_LIMIT, 3600),
+    /** Login SMS sends per temp token (or per user when asked by a signed-in user). */
+    smsPerLogin: limits.define('sms-login', c.SMS_PER_TEMP_TOKEN_LIMIT, 600),
+    /** WebAuthn challenges (registration and sign-in options) per user per 5 minutes: each one is a stored row. */
+    passkeyChallengesUser: limits.define('passkey-challenge-user', PASSKEY_CHALLENGES_PER_USER, 300),
+    /** Sign-in challenges per temp token (its 5-minute life). */
+    passkeyChallengesLogin: limits.define('passkey-challenge-login', PASSKEY_CHALLENGES_PER_TEMP_TOKEN, 300),
+  }));
 }

@@ -46,19 +46,12 @@ interface SsoLimits {
   loginLimit: Limit;
   acsLimit: Limit;
 }
-const limits = new WeakMap<Keel, SsoLimits>();
-
 function limitsOf(keel: Keel): SsoLimits {
-  let l = limits.get(keel);
-  if (!l) {
-    l = {
-      exchangeLimit: keel.limits.define('sso-exchange', keel.config.SSO_EXCHANGE_LIMIT, 60),
-      loginLimit: keel.limits.define('sso-login', keel.config.SSO_LOGIN_LIMIT, 60),
-      acsLimit: keel.limits.define('sso-saml-acs', keel.config.SAML_ACS_LIMIT, 60),
-    };
-    limits.set(keel, l);
-  }
-  return l;
+  return keel.limits.group('sso', (l) => ({
+    exchangeLimit: l.define('sso-exchange', keel.config.SSO_EXCHANGE_LIMIT, 60),
+    loginLimit: l.define('sso-login', keel.config.SSO_LOGIN_LIMIT, 60),
+    acsLimit: l.define('sso-saml-acs', keel.config.SAML_ACS_LIMIT, 60),
+  }));
 }
 
 /** The organisation a `requireOrg` route acts in (the guard has answered 400 without one). */

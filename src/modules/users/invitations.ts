@@ -133,18 +133,11 @@ interface InviteLimits {
   resendsPerInviter: Limit;
 }
 
-const limitsByKeel = new WeakMap<Keel, InviteLimits>();
-
 function inviteLimits(keel: Keel): InviteLimits {
-  let l = limitsByKeel.get(keel);
-  if (!l) {
-    l = {
-      perInvitee: keel.limits.define('invite-emails', keel.config.INVITE_EMAILS_PER_INVITEE_LIMIT, 3600),
-      resendsPerInviter: keel.limits.define('invite-resends', keel.config.INVITE_RESENDS_PER_INVITER_LIMIT, 3600),
-    };
-    limitsByKeel.set(keel, l);
-  }
-  return l;
+  return keel.limits.group('invitations', (l) => ({
+    perInvitee: l.define('invite-emails', keel.config.INVITE_EMAILS_PER_INVITEE_LIMIT, 3600),
+    resendsPerInviter: l.define('invite-resends', keel.config.INVITE_RESENDS_PER_INVITER_LIMIT, 3600),
+  }));
 }
 
 const inviteeKey = (email: string) => email.trim().toLowerCase();

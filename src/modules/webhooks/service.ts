@@ -42,18 +42,12 @@ export interface WebhookLimits {
   manualPerWebhook: Limit;
   manualPerCaller: Limit;
 }
-const limitsByKeel = new WeakMap<Keel, WebhookLimits>();
 export function webhookLimits(keel: Keel): WebhookLimits {
-  let l = limitsByKeel.get(keel);
-  if (!l) {
-    l = {
-      publish: keel.limits.define('events-publish', keel.config.EVENTS_PUBLISH_LIMIT, 60),
-      manualPerWebhook: keel.limits.define('webhook-manual', keel.config.WEBHOOK_MANUAL_LIMIT, 60),
-      manualPerCaller: keel.limits.define('webhook-manual-caller', keel.config.WEBHOOK_MANUAL_CALLER_LIMIT, 60),
-    };
-    limitsByKeel.set(keel, l);
-  }
-  return l;
+  return keel.limits.group('webhooks', (l) => ({
+    publish: l.define('events-publish', keel.config.EVENTS_PUBLISH_LIMIT, 60),
+    manualPerWebhook: l.define('webhook-manual', keel.config.WEBHOOK_MANUAL_LIMIT, 60),
+    manualPerCaller: l.define('webhook-manual-caller', keel.config.WEBHOOK_MANUAL_CALLER_LIMIT, 60),
+  }));
 }
 
 /** A manual test or retry spends a point of the webhook's and of the caller's (an API key is its own caller). */
