@@ -1,7 +1,8 @@
-import { createPublicKey, verify, type KeyObject } from 'node:crypto';
+import { verify } from 'node:crypto';
 import { z } from 'zod';
 import type { Keel } from '../../keel.js';
 import { AppError, notFound } from '../../platform/http/errors.js';
+import { parseReleaseKey } from '../../platform/release-signing.js';
 import { OutboundError, outboundRequest } from '../../platform/outbound.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { compareVersions, COMPONENTS, isPrerelease } from './decision.js';
@@ -20,17 +21,6 @@ const Asset = z.object({
   signature: z.string().max(200).optional(),
 });
 const Manifest = z.object({ releases: z.array(z.object({ version: z.string().min(1).max(64), assets: z.array(Asset).min(1) })) });
-
-const ED25519_SPKI_PREFIX = Buffer.from('302a300506032b6570032100', 'hex');
-
-/** AGENT_RELEASE_PUBLIC_KEY: a PEM public key, or the raw 32 bytes in base64. */
-export function releaseKey(text: string): KeyObject {
-  const t = text.trim();
-  if (t.includes('BEGIN')) return createPublicKey(t.replace(/\\n/g, '\n'));
-  const raw = Buffer.from(t, 'base64');
-  if (raw.length !== 32) throw new Error('AGENT_RELEASE_PUBLIC_KEY must be a PEM Ed25519 public key or 32 bytes in base64');
-  return createPublicKey({ key: Buffer.concat([ED25519_SPKI_PREFIX, raw]), format: 'der', type: 'spki' });
-}
 
 const unavailable = (code: string, message: string) => new AppError(503, code, message);
 const badGateway = (code: string, message: string) => new AppError(502, code, message);
@@ -56,7 +46,7 @@ export async function syncRemote(keel: Keel, version: string | undefined, info: 
   const base = keel.config.AGENT_RELEASE_URL;
   if (!base) throw unavailable('release_host_unconfigured', 'AGENT_RELEASE_URL is not set');
   if (!keel.config.AGENT_RELEASE_PUBLIC_KEY) throw unavailable('release_key_missing', 'AGENT_RELEASE_PUBLIC_KEY is not set: unsigned release metadata is never accepted');
-  const key = releaseKey(keel.config.AGENT_RELEASE_PUBLIC_KEY);
+  const key = parseReleaseKey(keel.config.AGENT_RELEASE_PUBLIC_KEY).key;
   const root = base.endsWith('/') ? base : `${base}/`;
   const manifestUrl = new URL('manifest.json', root).toString();
   const body = await fetchBytes(keel, manifestUrl, 1024 * 1024);
