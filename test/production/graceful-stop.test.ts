@@ -80,6 +80,42 @@ describe.skipIf(!backendAvailable() || backend !== 'postgres')(`graceful stop ($
     for (const token of tokens) expect((await app.api('GET', '/users/me', { token })).status).toBe(401);
   });
 
+  it('right-password sign-ins in flight when their process stops finish there: none is left counted towards the lockout', async () => {
+    const second = await startSecondProcess(app);
+    const users = await Promise.all(Array.from({ length: 4 }, () => createUser(app)));
+    const counts = async () =>
+      (await app.server.keel.database.query<{ n: number }>('select failed_login_count as n from users where id = any($1) order by id', [users.map((u) => u.id)])).map((r) => Number(r.n));
+    const lock = new pg.Client({ connectionString: app.server.keel.config.DATABASE_URL });
+    await lock.connect();
+    try {
+      // The sign-in policy reads verified domains after the password check and before the session:
+      // with that table locked, each sign-in waits there holding its lockout reservation.
+      await lock.query('begin');
+      await lock.query('lock table verified_domains in access exclusive mode');
+      const sockets = users.map((u) => {
+        const body = JSON.stringify({ email: u.email, password: u.password });
+        const socket = connect(second.port, '127.0.0.1');
+        socket.on('error', () => undefined);
+        socket.write(`POST /api/v1/auth/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Forwarded-For: ${app.ip}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+        return socket;
+      });
+      const waiting = async () => Number((await lock.query("select count(*)::int as n from pg_locks where relation = 'verified_domains'::regclass and not granted")).rows[0].n);
+      await waitUntil(`${users.length} sign-ins waiting on the verified_domains lock`, waiting, (n) => n >= users.length);
+      // Each holds a reservation: a failure counted until the sign-in completes or gives it back.
+      expect(await counts()).toEqual(users.map(() => 1));
+      // The clients leave and the process is told to stop; then the lock goes.
+      for (const socket of sockets) socket.destroy();
+      const stopped = second.drain().then(() => closeSecond(second));
+      for (let i = 0; i < 10; i++) await new Promise((r) => setTimeout(r, 20));
+      await lock.query('commit');
+      await stopped;
+    } finally {
+      await lock.end().catch(() => undefined);
+    }
+    // The stop waited for the sign-ins, which completed (clearing the count) before the pool closed.
+    expect(await counts()).toEqual(users.map(() => 0));
+  });
+
   it('a revocation committed but never announced (its process died first) is honoured within CACHE_MAX_STALENESS_SECONDS', async () => {
     const bounded = await startSecondProcess(app, { CACHE_MAX_STALENESS_SECONDS: '1' });
     try {
