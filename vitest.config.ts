@@ -23,8 +23,9 @@ export default defineConfig({
     maxWorkers: 2,
     // No test resolves or connects outside loopback (docs/testing.md "Network").
     setupFiles: ['test/setup/loopback-guard.ts'],
-    testTimeout: 30_000,
-    hookTimeout: 60_000,
+    // Caps for a hung test, not time rules (docs/testing.md "Waiting"): a loaded laptop must still pass.
+    testTimeout: 120_000,
+    hookTimeout: 180_000,
     // Room for the globalSetup teardown (PostgreSQL fast shutdown).
     teardownTimeout: 30_000,
     projects: [

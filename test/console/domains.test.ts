@@ -51,7 +51,7 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: verified 
     await form.getByLabel('Domain', { exact: true }).fill('Contoso-Console.example');
     await form.getByRole('button', { name: 'Add domain' }).click();
     const row = page.getByRole('row', { name: /contoso-console\.example/ });
-    const record = (await row.locator('code').textContent({ timeout: 15_000 })) ?? '';
+    const record = (await row.locator('code').textContent({ timeout: 60_000 })) ?? '';
     expect(record).toMatch(/^keel-verification=[\w-]{43}$/);
     await row.getByRole('button', { name: 'Verify contoso-console.example' }).click();
     await row.getByText('has no TXT record').waitFor();

@@ -28,7 +28,7 @@ export async function openConsole(browser: Browser, viewport = { width: 1280, he
   const context = await browser.newContext({ viewport });
   const page = await context.newPage();
   // Fail a step within 15 s with what it waited for, well inside the test's own timeout.
-  page.setDefaultTimeout(15_000);
+  page.setDefaultTimeout(60_000);
   const problems: string[] = [];
   page.on('console', (msg) => {
     // A 4xx the page handles itself is logged by chromium as a failed resource: not a problem.

@@ -73,7 +73,7 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks,
     await expect.poll(async () => {
       await page.getByRole('button', { name: 'Refresh' }).click();
       return page.getByRole('cell', { name: 'delivered' }).count();
-    }, { timeout: 15_000 }).toBe(1);
+    }, { timeout: 60_000 }).toBe(1);
     await page.getByRole('button', { name: /^View delivery webhook\.test/ }).click();
     const dialog = page.getByRole('dialog', { name: 'Delivery webhook.test' });
     await dialog.getByText('HTTP 200').waitFor();
@@ -115,7 +115,7 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks,
     await expect.poll(async () => {
       await page.getByRole('button', { name: 'Refresh' }).click();
       return page.getByRole('button', { name: /^Retry delivery webhook\.test/ }).count();
-    }, { timeout: 15_000 }).toBe(1);
+    }, { timeout: 60_000 }).toBe(1);
     await page.getByRole('cell', { name: 'HTTP 500' }).first().waitFor();
     receiver.behave(ok);
     await page.getByRole('button', { name: /^Retry delivery webhook\.test/ }).click();
@@ -124,7 +124,7 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks,
     await expect.poll(async () => {
       await page.getByRole('button', { name: 'Refresh' }).click();
       return page.getByRole('cell', { name: 'delivered' }).count();
-    }, { timeout: 15_000 }).toBe(1);
+    }, { timeout: 60_000 }).toBe(1);
     expect(t.problems).toEqual([]);
   });
   it('an organisation admin with a second factor sets up an OIDC provider from a preset, tests discovery and activates it with SSO enforced; a member then signs in through the real IdP in the browser', async () => {

@@ -5,17 +5,15 @@
  * Below: the real `keel serve` at its default LOG_LEVEL writes stdout through a buffered asynchronous
  * destination (platform/logger.ts), and a clean stop loses no line.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { rmSync } from 'node:fs';
 import { connect } from 'node:net';
-import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { createUser } from '../helpers/fixtures.js';
 import { waitUntil } from '../helpers/wait.js';
-import { cliEnv, startServe } from '../helpers/cli.js';
+import { cliEnv, migratedDataDir, startServe } from '../helpers/cli.js';
 
 interface Line {
   level: number;
@@ -93,8 +91,8 @@ describe.skipIf(!backendAvailable())(`access log (${backend})`, () => {
 
 describe.skipIf(process.env.KEEL_TEST_DB !== 'pglite')('access lines of keel serve at the default LOG_LEVEL', () => {
   let dataDir: string;
-  beforeAll(() => {
-    dataDir = mkdtempSync(join(tmpdir(), 'keel-accesslog-'));
+  beforeAll(async () => {
+    dataDir = await migratedDataDir();
   });
   afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
 

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openDatabase, pgliteDirFor } from '../../src/platform/db/client.js';
-import { cliEnv, runCli, startServe } from '../helpers/cli.js';
+import { cliEnv, migratedDataDir, runCli, startServe } from '../helpers/cli.js';
 
 const STRONG = 'quiet-lantern-orbit-7-tundra';
 
@@ -47,8 +47,8 @@ describe.skipIf(process.env.KEEL_TEST_DB !== 'pglite')('keel CLI', () => {
   describe('admin create', () => {
     let dataDir: string;
     let env: Record<string, string>;
-    beforeAll(() => {
-      dataDir = mkdtempSync(join(tmpdir(), 'keel-cli-'));
+    beforeAll(async () => {
+      dataDir = await migratedDataDir();
       env = cliEnv(dataDir);
     });
     afterAll(() => rmSync(dataDir, { recursive: true, force: true }));

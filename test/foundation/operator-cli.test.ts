@@ -12,9 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../../src/config.js';
 import { startTestApp } from '../helpers/app.js';
 import { openDatabase, pgliteDirFor } from '../../src/platform/db/client.js';
-import { migrate } from '../../src/platform/db/migrator.js';
-import { seedAccess } from '../../src/modules/access/seed.js';
-import { cliEnv, runCli, runInTerminal, startServe, terminalAvailable, type CliResult } from '../helpers/cli.js';
+import { cliEnv, migratedDataDir, runCli, runInTerminal, startServe, terminalAvailable, type CliResult } from '../helpers/cli.js';
 
 const STRONG = 'quiet-lantern-orbit-7-tundra';
 const noStack = /\bat .+:\d+:\d+|\n\s+at /;
@@ -149,7 +147,7 @@ describe.skipIf(process.env.KEEL_TEST_DB !== 'pglite')('keel command line: messa
 
   it('stops with one line naming ADMIN_PASSWORD when it is too weak, and creates nobody', async () => {
     for (const weak of ['admin', 'password123']) {
-      const dir = freshDir();
+      const dir = await migratedDataDir();
       const res = await runCli(['serve'], cliEnv(dir, { ADMIN_EMAIL: 'first@example.com', ADMIN_PASSWORD: weak, PORT: '0' }));
       expectOneLine(res, 1, /^keel: Invalid configuration: ADMIN_PASSWORD (must be at least 8 characters|is too weak)/);
       expect(res.stderr.replace('ADMIN_PASSWORD', '').toLowerCase()).not.toContain(weak);
@@ -158,11 +156,9 @@ describe.skipIf(process.env.KEEL_TEST_DB !== 'pglite')('keel command line: messa
   }, 120_000);
 
   it('prints one line without the query, its values (a password hash) or a stack when the database refuses a write', async () => {
-    const dir = freshDir();
+    const dir = await migratedDataDir();
     const database = await openDatabase({ pgliteDir: pgliteDirFor(dir) });
     try {
-      await migrate(database);
-      await seedAccess(database.db);
       // Any new platform administrator now breaks a constraint: the insert fails after the password was hashed.
       await database.query('alter table users add constraint keel_test_no_admins check (not is_platform_admin)');
     } finally {
@@ -185,10 +181,9 @@ describe.skipIf(process.env.KEEL_TEST_DB !== 'pglite')('keel command line: messa
     await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
     const port = (blocker.address() as { port: number }).port;
     try {
-      const res = await runCli(['serve'], cliEnv(freshDir(), { PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info' }));
+      const res = await runCli(['serve'], cliEnv(await migratedDataDir(), { PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info' }));
       expectOneLine(res, 1, new RegExp(`^keel: cannot listen on 127\\.0\\.0\\.1:${port}: another process already listens there; stop it, or set PORT to a free port$`));
       // Written to the buffered log before the failure, flushed on the way out.
-      expect(res.stdout).toMatch(/"msg":"migrations applied"/);
       expect(res.stdout).toMatch(/"msg":"No platform administrator exists yet/);
     } finally {
       blocker.close();
@@ -196,7 +191,7 @@ describe.skipIf(process.env.KEEL_TEST_DB !== 'pglite')('keel command line: messa
   }, 90_000);
 
   it('prints one line, no stack trace, when HOST does not resolve', async () => {
-    const res = await runCli(['serve'], cliEnv(freshDir(), { PORT: '0', HOST: 'no-such-host.invalid' }));
+    const res = await runCli(['serve'], cliEnv(await migratedDataDir(), { PORT: '0', HOST: 'no-such-host.invalid' }));
     expectOneLine(res, 1, /^keel: cannot listen on no-such-host\.invalid:0: HOST "no-such-host\.invalid" does not resolve to an address/);
   }, 90_000);
 
@@ -230,8 +225,8 @@ describe.skipIf(process.env.KEEL_TEST_DB !== 'pglite')('keel command line: messa
 
   describe.skipIf(!terminalAvailable())('the hidden password prompt (on a terminal)', () => {
     let dir: string;
-    beforeAll(() => {
-      dir = freshDir();
+    beforeAll(async () => {
+      dir = await migratedDataDir();
     });
 
     it('asks twice without echo, and refuses two different answers', async () => {

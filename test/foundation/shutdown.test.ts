@@ -47,7 +47,7 @@ async function loginInFlight(port: number, body: string): Promise<Socket> {
 
 const refused = (port: number) => open(port).then((s) => (s.destroy(), 'accepted'), (err: unknown) => (err as NodeJS.ErrnoException).code);
 
-describe.skipIf(!backendAvailable())('graceful shutdown of the HTTP server', { timeout: 30_000 }, () => {
+describe.skipIf(!backendAvailable())('graceful shutdown of the HTTP server', () => {
   let app: TestApp | undefined;
   afterEach(async () => {
     await app?.close();

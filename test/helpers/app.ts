@@ -27,19 +27,41 @@ export function backendAvailable(): boolean {
  * files); later files load that dump (about 0.5 s).
  */
 export async function openTemplatePglite(): Promise<Database> {
-  const hash = createHash('sha256');
-  for (const f of readdirSync(MIGRATIONS_DIR).filter((n) => n.endsWith('.sql')).sort()) hash.update(f).update(readFileSync(join(MIGRATIONS_DIR, f)));
-  const file = join(tmpdir(), `keel-pglite-template-${hash.digest('hex').slice(0, 16)}.tar`);
-  if (existsSync(file)) {
-    return openDatabase({ pgliteDir: 'memory://', pgliteLoad: new Blob([readFileSync(file)]) });
-  }
+  const file = templateFile();
+  if (existsSync(file)) return openDatabase({ pgliteDir: 'memory://', pgliteLoad: new Blob([readFileSync(file)]) });
   const db = await openDatabase({ pgliteDir: 'memory://' });
   await migrate(db);
-  const dump = await db.dump!();
+  await saveTemplate(file, await db.dump!());
+  return db;
+}
+
+/** The migrated template's dump (made here when this run has none yet): what `openTemplatePglite` loads. */
+export async function templateDump(): Promise<Blob> {
+  const file = templateFile();
+  if (!existsSync(file)) {
+    const db = await openDatabase({ pgliteDir: 'memory://' });
+    try {
+      await migrate(db);
+      await saveTemplate(file, await db.dump!());
+    } finally {
+      await db.close();
+    }
+  }
+  return new Blob([readFileSync(file)]);
+}
+
+/** The template's file in the temp dir, keyed by the migration files. */
+function templateFile(): string {
+  const hash = createHash('sha256');
+  for (const f of readdirSync(MIGRATIONS_DIR).filter((n) => n.endsWith('.sql')).sort()) hash.update(f).update(readFileSync(join(MIGRATIONS_DIR, f)));
+  return join(tmpdir(), `keel-pglite-template-${hash.digest('hex').slice(0, 16)}.tar`);
+}
+
+/** Written under a private name, then renamed: a parallel test file reads a whole dump or none. */
+async function saveTemplate(file: string, dump: Blob): Promise<void> {
   const partial = `${file}.${process.pid}.${randomBytes(4).toString('hex')}`;
   writeFileSync(partial, Buffer.from(await dump.arrayBuffer()));
   renameSync(partial, file);
-  return db;
 }
 
 export interface ApiResponse<T = any> {

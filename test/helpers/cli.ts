@@ -11,10 +11,13 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll } from 'vitest';
-import { freePort } from './app.js';
+import { freePort, templateDump } from './app.js';
+import { openDatabase, pgliteDirFor } from '../../src/platform/db/client.js';
 import { ensureBuilt } from '../../bin/build.js';
 import { ensureConsoleBuilt } from '../../bin/console.js';
 
@@ -51,6 +54,24 @@ function track(child: ChildProcess): ChildProcess {
   children.add(child);
   child.once('exit', () => children.delete(child));
   return child;
+}
+
+const madeDirs: string[] = [];
+afterAll(() => {
+  for (const dir of madeDirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+/**
+ * A temp DATA_DIR whose embedded database is already migrated, from the run's migrated template
+ * (`openTemplatePglite`): for commands whose test is not about a first start, which then skip
+ * PGlite's initdb and the migrations (seconds each on a loaded machine). Removed after the file.
+ */
+export async function migratedDataDir(): Promise<string> {
+  const dir = mkdtempSync(join(tmpdir(), 'keel-cli-'));
+  madeDirs.push(dir);
+  const database = await openDatabase({ pgliteDir: pgliteDirFor(dir), pgliteLoad: await templateDump() });
+  await database.close();
+  return dir;
 }
 
 export interface CliResult {

@@ -176,7 +176,7 @@ describe.skipIf(!backendAvailable())('webhook deliveries', () => {
     await publish(app, w.eventsKey, 'script.completed', { job: 'third' });
     expect(engine.stats.routedHere).toBe(routed + 2);
     // Its row was woken for and taken by a claim (the second one's retry is not due on the frozen clock).
-    await expect.poll(() => engine.stats.claimed, { timeout: 10_000 }).toBe(claimed + 1);
+    await expect.poll(() => engine.stats.claimed, { timeout: 60_000 }).toBe(claimed + 1);
     // Its retries stay out of the next tests.
     expect((await app.api('DELETE', `/webhooks/${hook.id}`, { token: w.admin })).status).toBe(204);
   });
@@ -293,7 +293,7 @@ describe.skipIf(!backendAvailable())('webhook deliveries', () => {
     answers[1]!(200);
     await deliveriesUntil(app, w.admin, hook.id, (l) => l.length === 1 && l[0].status === 'delivered');
     answers[0]!(500);
-    await expect.poll(() => engine.stats.fencedOut, { timeout: 10_000 }).toBe(fencedBefore + 1);
+    await expect.poll(() => engine.stats.fencedOut, { timeout: 60_000 }).toBe(fencedBefore + 1);
     const [d] = await deliveriesUntil(app, w.admin, hook.id, (l) => l.length === 1);
     expect(d).toMatchObject({ status: 'delivered', attempt: 1, responseStatus: 200, responseBody: 'answer 200' });
   });
