@@ -8,6 +8,7 @@
 import { createServer, type Server } from 'node:http';
 import Provider from 'oidc-provider';
 import { createRequire } from 'node:module';
+import { randomUUID } from 'node:crypto';
 import { freePort, type TestApp } from '../helpers/app.js';
 
 export interface IdpAccount {
@@ -169,17 +170,75 @@ interface Samlify {
   setSchemaValidator(v: { validate: (xml: string) => Promise<string> }): void;
   Constants: { namespace: { binding: { redirect: string }; format: { emailAddress: string } } };
   IdentityProvider(settings: Record<string, unknown>): {
-    parseLoginRequest(sp: unknown, binding: 'redirect', req: { query: Record<string, string> }): Promise<unknown>;
-    createLoginResponse(sp: unknown, request: unknown, binding: 'post', user: { email: string }): Promise<{ context: string }>;
+    parseLoginRequest(sp: unknown, binding: 'redirect', req: { query: Record<string, string> }): Promise<{ extract: { request: { id: string } } }>;
+    createLoginResponse(
+      sp: unknown,
+      request: unknown,
+      binding: 'post',
+      user: { email: string },
+      customTagReplacement?: (template: string) => { id: string; context: string },
+    ): Promise<{ context: string }>;
   };
   ServiceProvider(settings: Record<string, unknown>): unknown;
+  SamlLib: {
+    defaultLoginResponseTemplate: { context: string };
+    replaceTagsByValue(xml: string, values: Record<string, string>): string;
+  };
 }
 const samlify = createRequire(import.meta.url)('samlify') as Samlify;
 samlify.setSchemaValidator({ validate: () => Promise.resolve('skipped') });
 
+export interface SamlResponseOptions {
+  /** Sign the whole response around an unsigned assertion (an IdP option many offer). */
+  signWholeResponseOnly?: boolean;
+  /** An AttributeStatement with these attributes (names as the IdP sends them: URIs, OIDs). */
+  attributes?: { name: string; values: string[] }[];
+  /** An AuthnStatement naming this AuthnContextClassRef (how the person authenticated at the IdP). */
+  authnContextClassRef?: string;
+}
+
 export interface SamlIdp {
   /** samlify's base64 HTTP-POST answer to the AuthnRequest in `loginLocation` (Keel's redirect to the IdP). */
-  respond(loginLocation: URL, user: { email: string }, opts?: { signWholeResponseOnly?: boolean }): Promise<string>;
+  respond(loginLocation: URL, user: { email: string }, opts?: SamlResponseOptions): Promise<string>;
+}
+
+const xmlText = (v: string) => v.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
+
+/**
+ * samlify's login-response template with an AuthnStatement and an AttributeStatement, as an IdP
+ * configured with attribute release fills it in (samlify leaves both to the IdP's template); samlify
+ * still parses the request and signs. The values are samlify's own tags, filled as it fills them.
+ */
+function customResponse(o: SamlResponseOptions, ctx: { requestId: string; acs: string; spEntity: string; idpEntity: string; email: string }) {
+  return (template: string): { id: string; context: string } => {
+    const authn = o.authnContextClassRef
+      ? `<saml:AuthnStatement AuthnInstant="{IssueInstant}" SessionIndex="{AssertionID}"><saml:AuthnContext><saml:AuthnContextClassRef>${xmlText(o.authnContextClassRef)}</saml:AuthnContextClassRef></saml:AuthnContext></saml:AuthnStatement>`
+      : '';
+    const attributes = (o.attributes ?? [])
+      .map((a) => `<saml:Attribute Name="${xmlText(a.name)}">${a.values.map((v) => `<saml:AttributeValue>${xmlText(v)}</saml:AttributeValue>`).join('')}</saml:Attribute>`)
+      .join('');
+    const filled = template.replace('{AuthnStatement}', authn).replace('{AttributeStatement}', attributes ? `<saml:AttributeStatement>${attributes}</saml:AttributeStatement>` : '');
+    const id = `_${randomUUID()}`;
+    const now = new Date();
+    const later = new Date(now.getTime() + 5 * 60_000).toISOString();
+    const context = samlify.SamlLib.replaceTagsByValue(filled, {
+      ID: id,
+      AssertionID: `_${randomUUID()}`,
+      Destination: ctx.acs,
+      Audience: ctx.spEntity,
+      SubjectRecipient: ctx.acs,
+      Issuer: ctx.idpEntity,
+      IssueInstant: now.toISOString(),
+      StatusCode: 'urn:oasis:names:tc:SAML:2.0:status:Success',
+      ConditionsNotBefore: now.toISOString(),
+      ConditionsNotOnOrAfter: later,
+      SubjectConfirmationDataNotOnOrAfter: later,
+      NameIDFormat: samlify.Constants.namespace.format.emailAddress,
+      NameID: ctx.email,
+      InResponseTo: ctx.requestId,
+    });
+    return { id, context };
+  };
 }
 
 export function samlifyIdp(o: { entityId: string; ssoUrl: string; cert: string; key: string; spMetadata: string }): SamlIdp {
@@ -197,8 +256,11 @@ export function samlifyIdp(o: { entityId: string; ssoUrl: string; cert: string; 
     async respond(loginLocation, user, opts = {}) {
       const target = opts.signWholeResponseOnly ? spWholeResponse : sp;
       const request = await idp.parseLoginRequest(target, 'redirect', { query: Object.fromEntries(loginLocation.searchParams) });
-      const { context } = await idp.createLoginResponse(target, request, 'post', user);
-      return context;
+      if (!opts.attributes && !opts.authnContextClassRef) return (await idp.createLoginResponse(target, request, 'post', user)).context;
+      const acs = /AssertionConsumerService[^>]*Location="([^"]+)"/.exec(o.spMetadata)?.[1] ?? '';
+      const spEntity = /entityID="([^"]+)"/.exec(o.spMetadata)?.[1] ?? '';
+      const replace = customResponse(opts, { requestId: request.extract.request.id, acs, spEntity, idpEntity: o.entityId, email: user.email });
+      return (await idp.createLoginResponse(target, request, 'post', user, replace)).context;
     },
   };
 }

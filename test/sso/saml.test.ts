@@ -15,7 +15,7 @@ import { cookie, createUser, jwtClaims, uniqueEmail } from '../helpers/fixtures.
 import { raceTest, together } from '../helpers/race.js';
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
 import { ssoCodeOf, ssoWorld, type SsoWorld } from './helpers.js';
-import { samlifyIdp, type SamlIdp } from './idp.js';
+import { samlifyIdp, type SamlIdp, type SamlResponseOptions } from './idp.js';
 
 const IDP_ENTITY = 'https://idp.example.test/entity';
 const IDP_SSO_URL = 'https://idp.example.test/sso';
@@ -175,9 +175,22 @@ describe.skipIf(!backendAvailable())('SAML service provider', () => {
     expect(request).toContain(`>${spEntity}</saml:Issuer>`);
   });
 
-  it('a response with a signed assertion signs in: URI attributes mapped, user provisioned, back to the page with #ssoCode', async () => {
+  /** samlify's answer to a fresh login, posted to the ACS: where Keel sends the browser. */
+  async function samlifyLogin(email: string, opts: SamlResponseOptions = {}): Promise<string> {
+    const { location } = await startLogin();
+    return postBase64(await samlIdp.respond(location, { email }, opts));
+  }
+  /** The claim URIs an AD FS or Entra ID IdP releases. */
+  const releasedAttributes = (email: string, groups: string[]) => [
+    { name: `${C}/emailaddress`, values: [email] },
+    { name: `${C}/givenname`, values: ['Grace'] },
+    { name: 'urn:oid:2.5.4.4', values: ['Hopper'] },
+    { name: 'http://schemas.microsoft.com/ws/2008/06/identity/claims/groups', values: groups },
+  ];
+
+  it('samlify as the IdP releasing attributes: a signed assertion signs in, URI attributes mapped, user provisioned, back to the page with #ssoCode', async () => {
     const email = uniqueEmail('saml');
-    const { location } = await signedLogin({ email, groups: ['g1', 'g2'] });
+    const location = await samlifyLogin(email, { attributes: releasedAttributes(email, ['g1', 'g2']) });
     expect(location.startsWith(`${w.app.publicUrl}/reports#ssoCode=`)).toBe(true);
     const ex = await w.app.api('POST', '/sso/exchange', { body: { code: ssoCodeOf(location) } });
     expect(ex.status).toBe(200);
@@ -211,12 +224,12 @@ describe.skipIf(!backendAvailable())('SAML service provider', () => {
     expect(set.status).toBe(200);
     try {
       const email = uniqueEmail('samlmfa');
-      const strong = await signedLogin({ email, authnContext: mfaRef });
-      const ex = await w.app.api('POST', '/sso/exchange', { body: { code: ssoCodeOf(strong.location) } });
+      const strong = await samlifyLogin(email, { authnContextClassRef: mfaRef });
+      const ex = await w.app.api('POST', '/sso/exchange', { body: { code: ssoCodeOf(strong) } });
       expect(ex.status).toBe(200);
       expect(jwtClaims(ex.body.accessToken).mfa).toBe(true);
-      const weak = await signedLogin({ email });
-      const ex2 = await w.app.api('POST', '/sso/exchange', { body: { code: ssoCodeOf(weak.location) } });
+      const weak = await samlifyLogin(email, { authnContextClassRef: 'urn:oasis:names:tc:SAML:2.0:ac:classes:PasswordProtectedTransport' });
+      const ex2 = await w.app.api('POST', '/sso/exchange', { body: { code: ssoCodeOf(weak) } });
       expect(jwtClaims(ex2.body.accessToken).mfa).toBe(false);
     } finally {
       await w.api('PATCH', `/sso/providers/${providerId}`, { token: w.adminToken, body: { mfaAcrValues: [] } });
@@ -281,14 +294,14 @@ describe.skipIf(!backendAvailable())('SAML service provider', () => {
     responseXml(requestId, o.destination ?? acs, sign(assertionXml({ inResponseTo: requestId, audience: spEntity, acs, email: uniqueEmail('saml7'), ...o }), 'Assertion', idpKeys));
 
   it('refuses a Response whose Destination is not the ACS URL (assertion signed, or the response itself signed)', async () => {
-    const { requestId } = await startLogin();
+    const { requestId, location } = await startLogin();
     expect(await post(signedResponse(requestId, { destination: 'https://evil.example/acs' }))).toBe(failed('sso_error'));
     expect(lastReason()).toBe('saml: Destination is not the ACS URL');
     const signedWhole = sign(responseXml(requestId, 'https://evil.example/acs', assertionXml({ inResponseTo: requestId, audience: spEntity, acs, email: uniqueEmail('dest') })), 'Response', idpKeys);
     expect(await post(signedWhole)).toBe(failed('sso_error'));
     expect(lastReason()).toBe('saml: Destination is not the ACS URL');
-    // The login session is still there: the right response signs in.
-    expect(ssoCodeOf(await post(signedResponse(requestId)))).toBeTruthy();
+    // The login session is still there: the IdP's right response signs in.
+    expect(ssoCodeOf(await postBase64(await samlIdp.respond(location, { email: uniqueEmail('dest') })))).toBeTruthy();
   });
 
   it('refuses an assertion whose SubjectConfirmationData Recipient is not the ACS URL', async () => {
@@ -360,9 +373,9 @@ describe.skipIf(!backendAvailable())('SAML service provider', () => {
   });
 
   raceTest('one signed response posted 10 times at once: one sign-in, the others session_expired', async () => {
-    const { requestId } = await startLogin();
-    const xml = responseXml(requestId, acs, sign(assertionXml({ inResponseTo: requestId, audience: spEntity, acs, email: uniqueEmail('race') }), 'Assertion', idpKeys));
-    const locations = await together(10, () => post(xml));
+    const { location } = await startLogin();
+    const response = await samlIdp.respond(location, { email: uniqueEmail('race') });
+    const locations = await together(10, () => postBase64(response));
     expect(locations.filter((l) => ssoCodeOf(l) !== null)).toHaveLength(1);
     expect(locations.filter((l) => l === failed('session_expired') || l === failed('sso_error'))).toHaveLength(9);
   });
@@ -370,8 +383,8 @@ describe.skipIf(!backendAvailable())('SAML service provider', () => {
   describe('login CSRF: the exchange code works only in the browser that started its login', () => {
     /** A finished login: its exchange code and the binding cookie of the browser that started it. */
     async function finished(): Promise<{ code: string; binding: string }> {
-      const { requestId, binding } = await startLogin();
-      const code = ssoCodeOf(await post(signedResponse(requestId)))!;
+      const { location, binding } = await startLogin();
+      const code = ssoCodeOf(await postBase64(await samlIdp.respond(location, { email: uniqueEmail('csrf') })))!;
       expect(code).toBeTruthy();
       return { code, binding: binding.value };
     }
