@@ -221,6 +221,56 @@ function checkReleaseKeys(e: Env, production: boolean): void {
 }
 
 /** Parses the environment. Throws ConfigError with one line naming the first bad variable. */
+/** Names read outside the schema (the test harness, Node itself): never reported as look-alikes. */
+const READ_ELSEWHERE = new Set(['NODE_OPTIONS', 'NODE_ENV', 'KEEL_TEST_DB', 'KEEL_LOOPBACK_GUARD', 'REQUIRE_REAL_BACKENDS', 'CONSOLE_DIR']);
+
+/** Edit distance counting a swap of two neighbours as one edit (SMTP_ULR), stopping early past `max`. */
+function distance(a: string, b: string, max: number): number {
+  if (Math.abs(a.length - b.length) > max) return max + 1;
+  const at = (row: number[], j: number): number => row[j] ?? Number.POSITIVE_INFINITY;
+  let before: number[] = [];
+  let prev = Array.from({ length: b.length + 1 }, (_, i) => i);
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i];
+    let best = i;
+    for (let j = 1; j <= b.length; j++) {
+      let v = Math.min(at(prev, j) + 1, at(row, j - 1) + 1, at(prev, j - 1) + (a[i - 1] === b[j - 1] ? 0 : 1));
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) v = Math.min(v, at(before, j - 2) + 1);
+      row.push(v);
+      best = Math.min(best, v);
+    }
+    if (best > max) return max + 1;
+    before = prev;
+    prev = row;
+  }
+  return at(prev, b.length);
+}
+
+/**
+ * Environment variables that are not Keel's settings but look like one (a typo such as `SMTP_ULR`
+ * or `ALLOW_INSECURE_TARGET`): each with the known name it is closest to. A misspelt setting is
+ * otherwise silently ignored and its default applies; every command logs these as warnings.
+ */
+export function lookalikeSettings(env: Record<string, string | undefined> = process.env): { name: string; closest: string }[] {
+  const known = Object.keys(envSchema.shape);
+  const out: { name: string; closest: string }[] = [];
+  for (const name of Object.keys(env)) {
+    if (known.includes(name) || READ_ELSEWHERE.has(name) || !/^[A-Z][A-Z0-9_]*$/.test(name)) continue;
+    const max = name.length <= 8 ? 1 : 2;
+    let closest: string | null = null;
+    let bestDistance = max + 1;
+    for (const k of known) {
+      const d = distance(name, k, max);
+      if (d < bestDistance) {
+        bestDistance = d;
+        closest = k;
+      }
+    }
+    if (closest) out.push({ name, closest });
+  }
+  return out.sort((a, b) => a.name.localeCompare(b.name));
+}
+
 export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
   const parsed = envSchema.safeParse(env);
   if (!parsed.success) {

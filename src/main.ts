@@ -1,4 +1,4 @@
-import { ConfigError, loadConfig, type Config } from './config.js';
+import { ConfigError, loadConfig, lookalikeSettings, type Config } from './config.js';
 import { createLogger, flushLogs, flushLogsSync, type Logger } from './platform/logger.js';
 import { openDatabase, pgliteDirFor, type Database } from './platform/db/client.js';
 import type { AppError } from './platform/http/errors.js';
@@ -458,6 +458,9 @@ async function main(argv: string[]): Promise<number | null> {
   const config = loadConfig();
   const log = createLogger(config.LOG_LEVEL);
   activeLog = log;
+  for (const { name, closest } of lookalikeSettings()) {
+    log.warn({ setting: name, closest }, `${name} is not a Keel setting and is ignored: did you mean ${closest}?`);
+  }
   switch (command.name) {
     case 'serve':
       await serve(config, log);

@@ -128,6 +128,18 @@ describe.skipIf(process.env.KEEL_TEST_DB !== 'pglite')('keel command line: messa
     });
   });
 
+  it('warns about a setting that looks like one of Keel’s (a typo would otherwise be ignored in silence)', async () => {
+    const res = await runCli(['migrate'], cliEnv(await migratedDataDir(), { LOG_LEVEL: 'warn', SMTP_ULR: 'smtp://127.0.0.1:2525', ALLOW_INSECURE_TARGET: 'true' }));
+    expect(res.code, res.stderr).toBe(0);
+    const warnings = res.stdout.split('\n').filter((l) => l.includes('is not a Keel setting')).map((l) => JSON.parse(l) as { msg: string; level: number });
+    expect(warnings.map((w) => w.msg)).toEqual([
+      'ALLOW_INSECURE_TARGET is not a Keel setting and is ignored: did you mean ALLOW_INSECURE_TARGETS?',
+      'SMTP_ULR is not a Keel setting and is ignored: did you mean SMTP_URL?',
+    ]);
+    expect(warnings.every((w) => w.level === 40)).toBe(true);
+    expect(res.stdout).not.toContain('smtp://127.0.0.1:2525'); // a value is never echoed (it may be a secret)
+  });
+
   it('takes the public URL from the port actually listened on when none is configured', async () => {
     const app = await startTestApp();
     try {
