@@ -273,6 +273,7 @@ export class Agent {
     if (!Array.isArray(keys) || !keys.every(isRawKey)) throw new Error('enrolment answer carries release keys this agent cannot read');
     this.#state = { deviceId: enrolled.deviceId, deviceToken: enrolled.deviceToken, version: this.#o.initialVersion, releaseKeys: [...new Set(keys)].sort() };
     this.#save();
+    this.#o.log(`enrolled as device ${enrolled.deviceId} (${this.#o.hostname}, ${this.#o.os}/${this.#o.arch}, agent ${this.#o.initialVersion})`);
     if (keys.length > 0) this.#o.log(`pinned release keys ${this.releaseKeys.map(keyIdOf).join(', ')}`);
   }
 
@@ -468,6 +469,7 @@ export class Agent {
       this.#state = { ...(this.#state as State), components: { ...this.#state?.components, [offer.component]: offer.version } };
       this.#save();
       await this.#report(offer, 'succeeded', undefined, fromVersion);
+      log(`updated ${offer.component} ${fromVersion ?? '?'} -> ${offer.version}`);
       return 'succeeded';
     }
     await this.stop();
@@ -475,6 +477,7 @@ export class Agent {
       this.#state = { ...(this.#state as State), version: offer.version };
       this.#save();
       await this.#report(offer, 'succeeded', undefined, fromVersion);
+      log(`updated agent ${fromVersion ?? '?'} -> ${offer.version}`);
       return 'succeeded';
     }
     log(`update ${offer.version} did not start: rolling back`);

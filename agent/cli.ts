@@ -17,6 +17,32 @@ import { hostname } from 'node:os';
 import { join, resolve } from 'node:path';
 import { Agent, type AgentOptions } from './agent.js';
 
+const USAGE = `Usage: keel-agent            (runs the agent; configured by environment variables)
+       keel-agent --help     (this text)
+
+  KEEL_URL                 Keel's base URL (default http://127.0.0.1:3000)
+  KEEL_ENROLLMENT_KEY      the organisation's enrolment key (first start; the identity is then kept)
+  KEEL_AGENT_DIR           state directory (default ./agent-state)
+  KEEL_AGENT_BINARY        the managed binary (default <KEEL_AGENT_DIR>/bin/agent)
+  KEEL_AGENT_VERSION       version of that binary at first start (default 0.0.0)
+  KEEL_AGENT_WATCHDOG      true: restart the binary on exit, restore the backup when it fails to start
+  KEEL_HELPER_VERSION, KEEL_HELPER_BINARY       the helper component, when the agent manages it
+  KEEL_WATCHDOG_VERSION, KEEL_WATCHDOG_BINARY   the watchdog component, likewise
+
+Example: KEEL_URL=https://keel.example.com KEEL_ENROLLMENT_KEY=<key> npx keel-agent
+`;
+
+// Arguments are only for help: anything else is a mistake, said before any state is written.
+const [arg, ...extra] = process.argv.slice(2);
+if (arg !== undefined) {
+  if (['--help', '-h', 'help'].includes(arg) && extra.length === 0) {
+    process.stdout.write(USAGE);
+    process.exit(0);
+  }
+  process.stderr.write(`keel-agent: unexpected argument "${arg.replace(/[^\x20-\x7e]/g, '?').slice(0, 40)}" (settings are environment variables)\n\n${USAGE}`);
+  process.exit(2);
+}
+
 const ARCH: Record<string, string> = { x64: 'amd64', arm64: 'arm64', ia32: '386', arm: 'arm' };
 const OS: Record<string, string> = { win32: 'windows', darwin: 'darwin', linux: 'linux' };
 

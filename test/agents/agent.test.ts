@@ -69,7 +69,10 @@ describe.skipIf(!backendAvailable() || process.platform !== 'linux')(`the refere
   const rolloutOf = async (version: string) => (await app.api('GET', '/agent-versions?limit=100', { token: admin })).body.data.find((v: any) => v.version === version)?.rollout;
 
   it('applies an offered update on real files: download, SHA-256 check, backup, replace, restart, report the new version at once', async () => {
-    const { agent, bin, arch: a } = await agentOn();
+    const said: string[] = [];
+    const { agent, bin, arch: a } = await agentOn({ log: (m) => said.push(m) });
+    // The person who installed it sees that it enrolled.
+    expect(said).toContain(`enrolled as device ${agent.deviceId} (ref-${a}, linux/${a}, agent 1.0.0)`);
     const registered = await upload('1.1.0', script('1.1.0'), a);
     expect(registered.sha256).toMatch(/^[0-9a-f]{64}$/);
     expect(registered.url).toContain(`/api/v1/agent-versions/1.1.0/download/agent/linux/${a}`);
@@ -85,6 +88,7 @@ describe.skipIf(!backendAvailable() || process.platform !== 'linux')(`the refere
     // Reported at once (the heartbeat after the update, no interval waited).
     expect(await device(agent.deviceId!)).toMatchObject({ status: 'online', components: { agent: '1.1.0' } });
     expect(await rolloutOf('1.1.0')).toMatchObject({ succeeded: 1, failed: 0 });
+    expect(said).toContain('updated agent 1.0.0 -> 1.1.0');
   });
 
   it('a corrupted download (wrong SHA-256) is refused by the agent and reported failed; nothing replaced', async () => {
