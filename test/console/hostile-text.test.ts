@@ -2,8 +2,9 @@
  * Hostile text in every console page that shows user-controlled text: names carrying markup
  * (`<img onerror>`, a closing `</script>`), a right-to-left override mark and one very long word,
  * all created through the API, then each page opened once in chromium. The page must show the text
- * as text (its textContent holds the literal), build no element from it, run nothing from it, and
- * wrap the long word instead of widening the page past the viewport.
+ * as text (its textContent holds the literal), build no element from it, run nothing from it, let
+ * no other text follow the override mark in the name's paragraph (a name sits in `<bdi>` where text
+ * follows it), and wrap the long word instead of widening the page past the viewport.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser, Page } from 'playwright-core';
@@ -116,12 +117,49 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: hostile t
       text: document.body.textContent || '',
       scrollWidth: document.documentElement.scrollWidth,
       innerWidth: window.innerWidth,
+      // Text after a right-to-left override mark in the same paragraph shows reversed (a name that
+      // turns "· 3 deliveries" around, or a file name's extension): every name carrying one must end
+      // its paragraph, or sit in an isolating element (<bdi>, unicode-bidi: isolate).
+      overrides: (() => {
+        const out = [];
+        const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+        for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+          const at = (n.nodeValue || '').indexOf('\u202E');
+          if (at < 0) continue;
+          let box = n.parentElement;
+          for (; box && box !== document.body; box = box.parentElement) {
+            const cs = getComputedStyle(box);
+            if (cs.display !== 'inline' && cs.display !== 'contents') break;
+            if (/isolate|plaintext/.test(cs.unicodeBidi)) break;
+          }
+          // The text after the mark up to the paragraph's end (a nested block starts the next one).
+          // What follows the mark in its own text node is first the rest of the name itself.
+          const own = (n.nodeValue || '').slice(at + 1);
+          const named = ${JSON.stringify(Object.values(H).map((v) => v.split('\u202E')[1]).concat(['enrolment key']))}.filter((w) => own.startsWith(w)).sort((x, y) => y.length - x.length)[0] || '';
+          let after = own.slice(named.length);
+          const rest = document.createTreeWalker(box, NodeFilter.SHOW_TEXT);
+          rest.currentNode = n;
+          for (let m = rest.nextNode(); m; m = rest.nextNode()) {
+            let block = false;
+            for (let e = m.parentElement; e && e !== box; e = e.parentElement) {
+              const d = getComputedStyle(e).display;
+              if (d !== 'inline' && d !== 'contents') block = true;
+            }
+            if (block) break;
+            after += m.nodeValue || '';
+          }
+          // What the name itself says after its mark is the name: only text beyond it counts.
+          after = after.trim();
+          if (after) out.push(box.tagName.toLowerCase() + ': ' + JSON.stringify(after.slice(0, 60)));
+        }
+        return out.slice(0, 5);
+      })(),
       // The innermost elements that reach past the viewport, to name in a failure.
       wide: [...document.body.querySelectorAll('*')].filter((e) => beyond(e) && ![...e.children].some(beyond)).slice(0, 3)
         .map((e) => e.tagName.toLowerCase() + '.' + e.className + ' in ' + (e.parentElement ? e.parentElement.tagName.toLowerCase() + '.' + e.parentElement.className : '')),
     };
   })()`;
-  interface Seen { pwned: unknown; images: number; scripts: number; text: string; scrollWidth: number; innerWidth: number; wide: string[] }
+  interface Seen { pwned: unknown; images: number; scripts: number; text: string; scrollWidth: number; innerWidth: number; wide: string[]; overrides: string[] }
 
   /**
    * Opens `path`, waits until every literal shows (`expect` holds text the page renders as the
@@ -143,6 +181,7 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: hostile t
     expect.soft(seen.images, `${path}: no <img> built from a name`).toBe(0);
     expect.soft(seen.scripts, `${path}: no <script> built from a name`).toBe(0);
     expect.soft(seen.pwned, `${path}: nothing from a name ran`).toBeUndefined();
+    expect.soft(seen.overrides, `${path}: no text follows a name's right-to-left override in its paragraph`).toEqual([]);
     expect.soft(seen.scrollWidth, `${path}: the long word wraps inside the ${seen.innerWidth}px viewport (wider: ${seen.wide.join('; ')})`).toBeLessThanOrEqual(seen.innerWidth + MARGIN);
     expect.soft(t.problems, `${path}: no console error or CSP violation`).toEqual([]);
     t.problems.length = 0;
@@ -160,8 +199,9 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: hostile t
     await visit(org, '/admin/orgs', [H.org]);
     await visit(org, `/admin/orgs/${tenant.orgId}`, [H.org, H.site, H.group, LONG_NAME]);
     await visit(org, '/admin/api-keys', [H.apiKey, LONG_NAME]);
-    // The audit log shows an entry's recorded values (as JSON) when its details are opened: the site's creation.
-    await visit(org, '/admin/audit', [JSON.stringify(H.site).slice(1, -1)], async (page) => {
+    // The audit log shows an entry's recorded values (as JSON) when its details are opened: the site's
+    // creation, the override mark written as its escape (in JSON it is the same string).
+    await visit(org, '/admin/audit', [JSON.stringify(H.site).slice(1, -1).replace('\u202E', '\\u202e')], async (page) => {
       await page.getByLabel('Target id').fill(ids.site!);
       await page.getByRole('button', { name: 'Filter' }).click();
       await expect.poll(() => page.getByRole('button', { name: 'Details' }).count()).toBe(1);

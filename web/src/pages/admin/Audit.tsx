@@ -30,6 +30,13 @@ function iso(local: string): string {
   return local ? new Date(local).toISOString() : '';
 }
 
+/**
+ * An entry's recorded values as JSON, with bidirectional controls written as escapes: a recorded name
+ * carrying a right-to-left override would otherwise reverse the rest of the block.
+ */
+const recorded = (v: unknown): string =>
+  JSON.stringify(v, null, 2).replace(/[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+
 export const Audit = permissionPage(AuditPage, '/admin/audit');
 
 function AuditPage() {
@@ -119,7 +126,7 @@ function AuditPage() {
                     {open === e.id && (
                       <tr>
                         <td colSpan={6}>
-                          <pre className="small">{JSON.stringify({ changes: e.changes, details: e.details, ipAddress: e.ipAddress }, null, 2)}</pre>
+                          <pre className="small">{recorded({ changes: e.changes, details: e.details, ipAddress: e.ipAddress })}</pre>
                         </td>
                       </tr>
                     )}

@@ -327,7 +327,7 @@ function DeviceGroups({ orgId }: { orgId: string }) {
             {groups.data?.data.map((g) => (
               <li key={g.id}>
                 <span>
-                  {g.name} <span className="small muted">({siteName(g.siteId)})</span>
+                  <bdi>{g.name}</bdi> <span className="small muted">({siteName(g.siteId)})</span>
                 </span>
                 <div className="row">
                   {can('devices', 'write') && (
