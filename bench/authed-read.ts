@@ -87,7 +87,7 @@ export async function benchAuthedRead(backend: BenchBackend): Promise<AuthedRead
   // Keel's default LOG_LEVEL (info): an access line per request, to a file; the development email
   // sink's invitation link is read from the same file.
   const keel = await backend.startKeel({ ADMIN_EMAIL: admin.email, ADMIN_PASSWORD: admin.password });
-  // The same read on a Keel with METRICS_ENABLED (issue 19): the latency histogram's cost on the hot path.
+  // The same read on a Keel with METRICS_ENABLED: the latency histogram's cost on the hot path.
   const withMetrics = await backend.startKeel({ METRICS_ENABLED: 'true' });
   const bare = await startBare();
   const rounds: { route: string; keel: Result; bare: Result }[][] = [];

@@ -208,14 +208,14 @@ const EventOut = z
 
 const noContent = { 204: { description: 'Deleted, with its deliveries' } } as const;
 
-/** The request's organisation, or SPEC 7's "organization context is required" (400 `org_required`) for a partner or system caller that named none. */
+/** The request's organisation, or "organization context is required" (docs/specification.md "Errors") (400 `org_required`) for a partner or system caller that named none. */
 function inOrg(access: AccessContext): AccessContext & { orgId: string } {
   if (!access.orgId) throw orgRequired();
   return access as AccessContext & { orgId: string };
 }
 
 /**
- * SPEC 4.5 and DECISIONS "Shapes for what Keel adds": webhooks (`webhooks:read` / `webhooks:write`),
+ * docs/specification.md "Webhooks: subscriptions" and docs/decisions.md "Webhook shapes": webhooks (`webhooks:read` / `webhooks:write`),
  * their deliveries, test and retry, secret rotation; and `POST /events` for API keys holding
  * `events:publish`. Organisation users act in their organisation; partner and system callers name it
  * with `orgId` on list and create (400 `org_required` otherwise), and may name it on the others.
@@ -251,7 +251,7 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       responses: { 201: json(Webhook, 'Created, status active'), ...errors(400, 401, 403, 404, 409, 428) },
     }),
     async (c) => {
-      // The body is validated first; then the organisation must be known (SPEC 7).
+      // The body is validated first; then the organisation must be known (docs/specification.md "Errors").
       const body = c.req.valid('json');
       return c.json(await createWebhook(keel, inOrg(accessOf(c)), body, requestInfo(c)), 201);
     },
