@@ -88,7 +88,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'get', path: '/sso/presets', tags, summary: 'Provider presets with default scopes and attribute mappings',
       middleware: [auth],
-      responses: { 200: json(z.object({ data: z.array(PresetSchema).openapi({ description: 'Every preset of SPEC 2.4' }) }), 'Presets'), ...errors(401) },
+      responses: { 200: json(z.object({ data: z.array(PresetSchema).openapi({ description: 'Every preset Keel knows' }) }), 'Presets'), ...errors(401) },
     }),
     (c) => c.json({ data: presetsView() }, 200),
   );

@@ -27,7 +27,7 @@ import {
 } from './service.js';
 
 const d = (description: string) => ({ description });
-const EventType = z.enum(EVENT_TYPES).openapi({ description: 'An event type of SPEC 6.1 (device.*, alert.*, script.*, automation.*, policy.*, patch.*, security.score_changed, remote.*, user.login/logout, session.login/logout, webhook.test)' });
+const EventType = z.enum(EVENT_TYPES).openapi({ description: 'An event type (device.*, alert.*, script.*, automation.*, policy.*, patch.*, security.score_changed, remote.*, user.login/logout, session.login/logout, webhook.test)' });
 const ApiStatus = z.enum(['active', 'paused', 'failed']).openapi({
   description: '`active`: deliveries are made; `paused`: deliveries are held (not attempted) until active again; `failed`: set by Keel after 24 hours in which every delivery (at least 10) was dead-lettered, held until a person makes it active',
 });
@@ -53,7 +53,7 @@ const Secret = z.string().min(16).max(256).openapi({ description: 'HMAC signing 
 const bounded = (k: keyof typeof RETRY_BOUNDS, description: string, intOnly = true) => {
   const [min, max] = RETRY_BOUNDS[k];
   const n = intOnly ? z.number().int() : z.number();
-  return n.min(min).max(max).optional().openapi(d(`${description} (${min}-${max}; default from SPEC 8 when omitted)`));
+  return n.min(min).max(max).optional().openapi(d(`${description} (${min}-${max}; the default when omitted)`));
 };
 const RetryPolicyIn = z
   .object({
