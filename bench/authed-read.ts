@@ -25,7 +25,7 @@ export interface AuthedReadResult {
   backend: string;
   /** What was read: the route and whose token. */
   route: string;
-  /** Whether the goal applies (GET /users/me); the inherited-role route is recorded beside it. */
+  /** Whether the throughput goal applies (GET /users/me); the inherited-role route is recorded beside it. */
   hasGoal: boolean;
   connections: number;
   keelPerSecond: number;
