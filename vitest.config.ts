@@ -11,7 +11,9 @@ import { defineConfig } from 'vitest/config';
  *
  * Select one with `npx vitest run --project pglite` (or `--project postgres`).
  */
-const include = ['src/**/*.test.ts', 'test/**/*.test.ts'];
+// Every test lives under test/ (docs/testing.md "Layout and running"; test/foundation/layers.unit.test.ts
+// fails on a test file under src/).
+const include = ['test/**/*.test.ts'];
 const exclude = ['**/node_modules/**', 'bench/**', '**/dist/**'];
 
 export default defineConfig({

@@ -1,6 +1,6 @@
 /**
- * The reference agent (issue 16): enrols, heartbeats with jitter, and applies an offered update as
- * SPEC 8 says, on real files:
+ * The reference agent: enrols, heartbeats with jitter, and applies an offered update as
+ * docs/specification.md "Agents and updates" says, on real files:
  *
  *   report `started` → check the offer's release signature against the keys pinned at enrolment →
  *   download to a temp file beside the target, hashing as it goes and aborting past the offered
@@ -424,7 +424,7 @@ export class Agent {
     return { answer, outcome };
   }
 
-  /** Applies one offered update (SPEC 8). */
+  /** Applies one offered update (docs/specification.md "Agents and updates"). */
   async apply(offer: Offer): Promise<Outcome> {
     const log = this.#o.log;
     const fromVersion = this.versionOf(offer.component);

@@ -25,7 +25,7 @@ export interface AuthedReadResult {
   backend: string;
   /** What was read: the route and whose token. */
   route: string;
-  /** Whether the issue's goal applies (GET /users/me); the inherited-role route is recorded beside it. */
+  /** Whether the throughput goal applies (GET /users/me); the inherited-role route is recorded beside it. */
   hasGoal: boolean;
   connections: number;
   keelPerSecond: number;
@@ -87,7 +87,7 @@ export async function benchAuthedRead(backend: BenchBackend): Promise<AuthedRead
   // Keel's default LOG_LEVEL (info): an access line per request, to a file; the development email
   // sink's invitation link is read from the same file.
   const keel = await backend.startKeel({ ADMIN_EMAIL: admin.email, ADMIN_PASSWORD: admin.password });
-  // The same read on a Keel with METRICS_ENABLED (issue 19): the latency histogram's cost on the hot path.
+  // The same read on a Keel with METRICS_ENABLED: the latency histogram's cost on the hot path.
   const withMetrics = await backend.startKeel({ METRICS_ENABLED: 'true' });
   const bare = await startBare();
   const rounds: { route: string; keel: Result; bare: Result }[][] = [];

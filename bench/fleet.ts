@@ -1,5 +1,5 @@
 /**
- * The agent fleet (issue 16): simulated agents over real HTTP against Keel at its default settings.
+ * The agent fleet: simulated agents over real HTTP against Keel at its default settings.
  *
  * 1. Heartbeats: FLEET_DEVICES (default 10,000) devices are enrolled and brought online through the
  *    API; then autocannon sends POST /agents/heartbeat round-robin over all their device tokens (each

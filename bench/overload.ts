@@ -1,5 +1,5 @@
 /**
- * Overload (issue 19): a login flood at five times the login capacity measured in the same run, while
+ * Overload: a login flood at five times the login capacity measured in the same run, while
  * authenticated reads (GET /api/v1/users/me) go on at a steady rate. The password-hashing queue is
  * bounded (HASH_QUEUE_MAX, default 16 per hashing thread): logins beyond it answer 503 `overloaded`
  * at once, so the reads keep their latency. Printed: the capacity, the offered and answered login

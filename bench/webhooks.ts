@@ -1,5 +1,5 @@
 /**
- * Webhook delivery against its physical limit (issue 15): N events, each fanned out to 10 webhooks on
+ * Webhook delivery against its physical limit: N events, each fanned out to 10 webhooks on
  * one local receiver (bench/webhook-receiver.ts, its own process), Keel at its default settings
  * (`node bin/keel.js serve`, LOG_LEVEL info, the worker inline) with ALLOW_INSECURE_TARGETS for the
  * http loopback receiver. Printed:

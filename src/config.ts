@@ -111,7 +111,7 @@ const envSchema = z.object({
   TRUST_PROXY: optionalString,
   WEBAUTHN_RP_ID: optionalString,
   WEBAUTHN_ORIGIN: url(['http:', 'https:']),
-  // Limits (DECISIONS "More details"); each can be set by environment.
+  // Limits (docs/decisions.md "Limits"); each can be set by environment.
   LOGIN_LIMIT: int(10, 1, 100000),
   LOGIN_WINDOW_SECONDS: int(900, 1, 86400),
   // Failed logins per IP across every email per LOGIN_WINDOW_SECONDS (an office behind one NAT shares it).
@@ -131,7 +131,7 @@ const envSchema = z.object({
   // POST /agents/enroll per minute: per client IP (every attempt, wrong keys included) and per enrolment key.
   ENROLL_IP_LIMIT: int(60, 1, 1000000),
   ENROLL_KEY_LIMIT: int(600, 1, 1000000),
-  // Keel's SAML service-provider entity id (SPEC 2.4: configurable per deployment); default {PUBLIC_URL}/api/v1/sso/saml/metadata.
+  // Keel's SAML service-provider entity id (docs/specification.md "Single sign-on: providers": configurable per deployment); default {PUBLIC_URL}/api/v1/sso/saml/metadata.
   SAML_SP_ENTITY_ID: z.string().trim().min(1).max(500).optional(),
   PASSWORD_REENTRY_LIMIT: int(5, 1, 100000),
   SMS_PER_TEMP_TOKEN_LIMIT: int(3, 1, 1000),
@@ -145,7 +145,7 @@ const envSchema = z.object({
   // The built web console served at / (bin/keel.js sets it for `serve`); unset: no console.
   CONSOLE_DIR: optionalString,
   BODY_LIMIT_BYTES: int(1024 * 1024, 1024, 1024 * 1024 * 1024),
-  // Webhook delivery (SPEC 8: 30,000 ms per attempt): the overall deadline of one attempt, attempts in
+  // Webhook delivery (docs/specification.md "Limits": 30,000 ms per attempt): the overall deadline of one attempt, attempts in
   // flight per worker process, and per webhook (so one slow receiver never takes every slot).
   WEBHOOK_TIMEOUT_MS: int(30_000, 100, 120_000),
   WEBHOOK_CONCURRENCY: int(128, 1, 4096),
@@ -158,7 +158,7 @@ const envSchema = z.object({
   WEBHOOK_MANUAL_LIMIT: int(10, 1, 100_000),
   WEBHOOK_MANUAL_CALLER_LIMIT: int(30, 1, 100_000),
   WEBHOOK_DELIVERY_RETENTION_DAYS: int(30, 1, 3650),
-  // Production readiness (issue 19): GET /metrics (off unless enabled; a bearer token when set) and the
+  // Production readiness (docs/decisions.md "Production readiness"): GET /metrics (off unless enabled; a bearer token when set) and the
   // bound of the password-hashing queue (0: 16 per hashing thread), beyond which logins answer 503.
   METRICS_ENABLED: bool(false),
   WORKER_METRICS_PORT: int(9465, 0, 65535),

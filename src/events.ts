@@ -2,7 +2,7 @@ import { newId } from './platform/db/columns.js';
 import { clock } from './platform/clock.js';
 import type { Tx } from './platform/db/transaction.js';
 
-/** Event types a webhook can subscribe to (SPEC 6.1). */
+/** Event types a webhook can subscribe to (docs/specification.md "Events"). */
 export const EVENT_TYPES = [
   'device.enrolled', 'device.online', 'device.offline', 'device.updated', 'device.decommissioned',
   'alert.triggered', 'alert.acknowledged', 'alert.resolved', 'alert.escalated',
@@ -33,7 +33,7 @@ export interface KeelEvent<T extends EventType = EventType> {
   id: string;
   type: T;
   timestamp: string;
-  /** Events without an organisation are not routed to webhooks (DECISIONS). */
+  /** Events without an organisation are not routed to webhooks (docs/decisions.md "Webhook shapes"). */
   orgId: string | null;
   data: EventData<T>;
 }

@@ -10,7 +10,7 @@ import type { Keel } from './keel.js';
 //
 // Every failure ends in one line on stderr, `keel: …`, and an exit code: 2 for a wrong command line
 // (with the usage), 1 for anything else, 130 for a cancelled prompt. Never a stack trace, a query
-// or a value from the database (issue 14.1, 14.5).
+// or a value from the database (docs/decisions.md "Operating Keel: data directory, CLI, start-up, access log").
 
 const USAGE = `Usage: keel <command> [options]
 

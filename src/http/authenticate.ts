@@ -11,7 +11,7 @@ import { getAccessSummary } from '../modules/access/service.js';
 import { forceMfaSatisfied, mfaEnrollmentRequired } from '../modules/mfa/policy.js';
 
 /*
- * The request path's first steps (ARCHITECTURE "Request path"): the bearer token, then the Force MFA
+ * The request path's first steps (docs/architecture.md "Request paths"): the bearer token, then the Force MFA
  * gate. It composes identity (sessions, tokens), access (API keys, the access summary) and mfa (the
  * policy), so it lives above all three, beside the routes that use it (docs/architecture.md). The
  * next step, scope and permission, is `guard` in modules/access/scope.ts.
@@ -19,7 +19,7 @@ import { forceMfaSatisfied, mfaEnrollmentRequired } from '../modules/mfa/policy.
 
 export interface AuthenticateOptions {
   /**
-   * Skip the Force MFA gate (428): only for the routes a user needs to enrol a factor (DECISIONS:
+   * Skip the Force MFA gate (428): only for the routes a user needs to enrol a factor (docs/decisions.md "Tokens and sessions":
    * `/auth/me`, `/users/me`, logout, refresh, MFA, phone and passkey enrolment).
    */
   allowUnenrolled?: boolean;

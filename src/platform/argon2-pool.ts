@@ -5,7 +5,7 @@ import { AppError } from './http/errors.js';
 
 /**
  * Argon2id on a pool of worker threads of its own, one per core up to 4 (docs/decisions.md
- * "Password hashing threads").
+ * "Cost on the request path…", Password hashing threads).
  *
  * @node-rs/argon2's async functions run on libuv's shared pool (4 threads). On a machine with fewer
  * cores than that, four 19 MiB hashes take turns on the cores and evict each other's memory: on 2

@@ -11,7 +11,7 @@ export interface CacheOptions<V> {
 }
 
 /**
- * A per-process cache of values loaded from the database, dropped by invalidations (DECISIONS
+ * A per-process cache of values loaded from the database, dropped by invalidations (docs/decisions.md
  * "Caches"): the one mechanism behind every such cache in Keel.
  *
  * - A drop published on the invalidation bus reaches every process at once (Redis pub/sub or NOTIFY,

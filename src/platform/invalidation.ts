@@ -12,11 +12,11 @@ export type InvalidationHandler = (key: string) => void;
 /**
  * Cross-process cache invalidation. `publish(topic, key)` runs local handlers at once and pushes the
  * message to every other process (Redis pub/sub when REDIS_URL is set, PostgreSQL NOTIFY otherwise),
- * so a revoked session or a changed role stops working everywhere within a second (DECISIONS "Caches").
+ * so a revoked session or a changed role stops working everywhere within a second (docs/decisions.md "Caches").
  *
  * With Redis on PostgreSQL every process listens on both; a message goes by Redis, and by NOTIFY when
  * Redis is not connected or refuses it, so a revocation still reaches every process while Redis is
- * down (issue 19 "Redis stopped"). Handlers drop cache entries, so a message heard twice is harmless.
+ * down (docs/decisions.md "Many processes and faults"). Handlers drop cache entries, so a message heard twice is harmless.
  */
 export class Invalidation {
   readonly #handlers = new Map<string, Set<InvalidationHandler>>();

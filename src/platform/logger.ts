@@ -71,7 +71,7 @@ export function redactSecrets<T>(value: T, depth = 0, parentKey?: string): T {
 }
 
 /*
- * Log lines go to stdout through one buffered, asynchronous writer per process (issue 14.2).
+ * Log lines go to stdout through one buffered, asynchronous writer per process (docs/decisions.md "Operating Keel: data directory, CLI, start-up, access log").
  * pino's default writes each line with its own synchronous write(2): at info, one access line per
  * request, that cost a large part of a cached read. Here a line is encoded straight into a chunk of
  * memory (no per-line Buffer; sonic-boom, pino's own asynchronous destination, measures the byte

@@ -7,7 +7,7 @@ import { Agent, buildConnector, type Dispatcher } from 'undici';
 
 /**
  * The one way Keel calls a URL someone configured (webhook receivers, OIDC issuers, release hosts):
- * SPEC 4.5's target rules, checked when the URL is saved (`vetTarget`) and again on every request
+ * The target rules of docs/specification.md "Outbound targets", checked when the URL is saved (`vetTarget`) and again on every request
  * (`outboundRequest`), which also connects only to addresses that pass, at connect time, so a name
  * that resolves to a public address when checked and to a private one a moment later (DNS
  * rebinding) is refused. Redirects are not followed; each attempt has one overall deadline and a
@@ -61,8 +61,8 @@ const systemResolver: Resolver = (hostname) => dnsLookup(hostname, { all: true, 
 export const VET_TIMEOUT_MS = 10_000;
 
 /*
- * The blocked ranges: the table of the webhooks issue (SPEC 4.5's private, loopback and link-local
- * ranges, plus every special-purpose range no receiver lives in). ipaddr.js parses (every IPv4
+ * The blocked ranges: the private, loopback and link-local ranges of
+ * docs/specification.md "Outbound targets", plus every special-purpose range no receiver lives in). ipaddr.js parses (every IPv4
  * literal form: decimal, octal, hex, short); this table decides, because ipaddr.js calls some of
  * these "unicast".
  *
@@ -191,7 +191,7 @@ export interface VettedTarget {
 }
 
 /**
- * Checks a target URL by SPEC 4.5's rules, resolving its host name; throws an OutboundError saying
+ * Checks a target URL by the rules of docs/specification.md "Outbound targets", resolving its host name; throws an OutboundError saying
  * why not. The name must resolve before `signal` fires (default: VET_TIMEOUT_MS from now).
  */
 export async function vetTarget(raw: string, policy: OutboundPolicy, signal?: AbortSignal): Promise<VettedTarget> {

@@ -20,7 +20,7 @@ export interface Limit {
  *
  * While Redis is unreachable a limit falls back to this process's own memory at once (never waits for
  * Redis, never fails the request): the limits still hold, per process instead of across all of them,
- * until Redis answers again (issue 19 "Redis stopped").
+ * until Redis answers again (docs/decisions.md "Many processes and faults").
  */
 export class RateLimits {
   readonly #groups = new Map<string, unknown>();

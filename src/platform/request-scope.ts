@@ -1,7 +1,7 @@
 import type { Logger } from './logger.js';
 
 /*
- * Which request a log line belongs to (docs/decisions.md "Request ids on every line"). The access
+ * Which request a log line belongs to (docs/decisions.md "Production readiness", Request ids on every line). The access
  * line carries the request id and the client's `traceparent`; a service line written for a request
  * carries them through `requestLog`, given the request facts the route already hands every service
  * for its audit entries (`requestInfo(c)`: `requestId`, `traceparent`). Work a request leaves behind

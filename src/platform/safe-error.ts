@@ -1,5 +1,5 @@
 /**
- * What of an error may reach a log line (issue 13 D6).
+ * What of an error may reach a log line (docs/security.md "Findings", 6).
  *
  * Database errors carry what was sent with the query: PGlite's errors have `params`, drizzle's
  * `DrizzleQueryError` has `params` and writes them into its message (and so into its stack), and

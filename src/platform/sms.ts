@@ -22,7 +22,7 @@ export interface SmsGateway {
   /** `log` (development sink) or `twilio`. */
   readonly provider: 'log' | 'twilio';
   /**
-   * False when nothing would reach a phone: the log sink under production (DECISIONS: SMS MFA then
+   * False when nothing would reach a phone: the log sink under production (docs/decisions.md "Keys and URLs": SMS MFA then
    * answers 503 `sms_unavailable`).
    */
   readonly available: boolean;

@@ -1,5 +1,5 @@
 /**
- * `POST /agents/enroll` is rate limited (issue 16 left it open; docs/decisions.md "Agent update
+ * `POST /agents/enroll` is rate limited (docs/decisions.md "Agent update
  * control"): per client IP (every attempt, a wrong key too, so keys cannot be guessed at speed) and
  * per enrolment key, through the project's limiter (Redis on the postgres project, memory on pglite).
  * Client addresses are claimed with X-Forwarded-For through the trusted loopback proxy (TRUST_PROXY).

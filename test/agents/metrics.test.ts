@@ -1,5 +1,5 @@
 /**
- * Agent metrics in `GET /metrics` (issue 19 "heartbeat rate, devices by status"):
+ * Agent metrics in `GET /metrics` (heartbeat rate, devices by status):
  * `keel_agent_heartbeats_total{outcome}`, `keel_agent_update_reports_total{state}` and
  * `keel_devices{status}`, the last counted by the database on each scrape with the status clients see
  * (silent devices and stuck updates read `offline` before the timer stores it).

@@ -7,7 +7,7 @@ import { waitUntil } from '../helpers/wait.js';
 import { enroll, enrollmentKey, heartbeat, runSweep } from './helpers.js';
 
 /**
- * Issue 16 "device events reach a webhook receiver": the device events the agents module publishes
+ * Device events reach a webhook receiver: the device events the agents module publishes
  * on the bus arrive, signed, at a real HTTP receiver subscribed to them through the webhooks engine,
  * in the order they happened, and only to the device's organisation.
  */

@@ -1,8 +1,10 @@
+import { readdirSync } from 'node:fs';
+import { join, relative, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { layerViolations, importCycles, loadImportGraph, LAYERS } from '../helpers/layers.js';
 
 /**
- * The module layer order of docs/architecture.md, enforced (issue 14.8): a domain file of a module
+ * The module layer order of docs/architecture.md, enforced (docs/decisions.md "Module layers"): a domain file of a module
  * imports only platform code and domain files of its own module or of modules below it; HTTP adapter
  * files (`routes.ts`, `http.ts`, `src/http/`) sit on top and may use any module; no domain file
  * imports an HTTP adapter; and no two files import each other through a circle.
@@ -43,5 +45,19 @@ describe('module layers', () => {
     expect(violations).toContain('src/modules/audit/service.ts -> src/modules/access/routes.ts (a domain file imports an HTTP adapter)');
     expect(violations).toContain('src/platform/crypto.ts -> src/modules/identity/schema.ts (platform imports a module)');
     expect(importCycles(broken)).toContainEqual(expect.stringContaining('src/platform/clock.ts'));
+  });
+});
+
+describe('test layout', () => {
+  const ROOT = resolve(import.meta.dirname, '../..');
+  const testsUnder = (dir: string): string[] =>
+    readdirSync(join(ROOT, dir), { recursive: true, encoding: 'utf8' })
+      .filter((f) => /\.test\.tsx?$/.test(f))
+      .map((f) => relative(ROOT, join(ROOT, dir, f)));
+
+  it('every test lives under test/, none under src/ (docs/testing.md "Layout and running")', () => {
+    expect(testsUnder('test').length).toBeGreaterThan(100);
+    expect(testsUnder('test')).toEqual(expect.arrayContaining(['test/foundation/crypto.unit.test.ts', 'test/agents/decision.unit.test.ts']));
+    expect(testsUnder('src')).toEqual([]);
   });
 });

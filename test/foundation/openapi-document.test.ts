@@ -6,7 +6,7 @@ import { strictSchema } from '../../src/platform/http/validation.js';
 import { bodyExamples, lookup, operationsOf, undescribedProperties, validatorOf } from '../helpers/openapi.js';
 
 /**
- * Issue 14.3: the OpenAPI document drives the docs page. It is a valid OpenAPI 3.1 document; every
+ * docs/decisions.md "API descriptions": the OpenAPI document drives the docs page. It is a valid OpenAPI 3.1 document; every
  * operation has a unique operationId and an "Access" paragraph; the security schemes exist; and an
  * operation declares security exactly when the route refuses a request without a token, which is
  * checked against the running app for every operation (so the document cannot drift from the routes).

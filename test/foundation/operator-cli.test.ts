@@ -1,5 +1,5 @@
 /**
- * First run and the command line (issue 14.5), as an operator meets them: each mistake gives one
+ * First run and the command line, as an operator meets them: each mistake gives one
  * clear line on stderr (no stack trace) and the right exit code, help goes to stdout, and a fresh
  * start without an administrator says how to make one. The real CLI in child processes on temp
  * DATA_DIRs (embedded database).

@@ -1,5 +1,5 @@
 /**
- * One process at a time on an embedded data directory (issue 14.1): real `keel serve` processes on a
+ * One process at a time on an embedded data directory: real `keel serve` processes on a
  * temp DATA_DIR, a second serve, `admin create` and `migrate` against it, then a SIGKILL and a new
  * start over the stale lock. Below, the lock itself (platform/db/data-dir-lock.ts): stale holders,
  * a reused pid, a holder on another host, and several processes recovering one stale lock at once.

@@ -1,6 +1,6 @@
 /**
  * The process logger (platform/logger.ts): secrets are redacted at any depth without copying a line
- * that has none, and stdout is written by a buffered asynchronous writer (issue 14.2) that writes
+ * that has none, and stdout is written by a buffered asynchronous writer that writes
  * nothing while a request is served, everything on flush, in order, and, when its reader stalls,
  * drops lines beyond its bound and says how many once the output moves again.
  */

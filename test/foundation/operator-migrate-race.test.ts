@@ -1,5 +1,5 @@
 /**
- * Processes starting together on one empty PostgreSQL database (issue 14.9) all come up: the
+ * Processes starting together on one empty PostgreSQL database all come up: the
  * migrator takes its advisory lock before any statement (even `create table if not exists
  * keel_migrations`, which otherwise races in PostgreSQL's catalog: "duplicate key value violates
  * unique constraint pg_type_typname_nsp_index"), the seed is idempotent, and the first administrator

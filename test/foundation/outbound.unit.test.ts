@@ -1,5 +1,5 @@
 /**
- * The outbound-request guard (platform/outbound.ts): SPEC 4.5's target rules, the development
+ * The outbound-request guard (platform/outbound.ts): the target rules of docs/specification.md "Outbound targets", the development
  * allowance for http and loopback (and only those), and the request itself against real receivers
  * on loopback: headers and body arrive, no redirect is followed, a name that re-resolves to a
  * blocked address at connect time is refused, a silent receiver times out, a huge answer is cut.
@@ -44,7 +44,7 @@ describe('outbound target rules', () => {
     expect(vetted.addresses).toContain(PUBLIC);
   });
 
-  it('refuses what SPEC 4.5 refuses, saying which rule', async () => {
+  it('refuses what the target rules refuse, saying which rule', async () => {
     const cases: [string, string][] = [
       ['http://hooks.example.com/', 'insecure_url'],
       ['ftp://hooks.example.com/', 'invalid_url'],

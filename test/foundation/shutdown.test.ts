@@ -1,5 +1,5 @@
 /**
- * Graceful shutdown of `keel serve` (issue 19): on SIGTERM the listener closes at once, a request in
+ * Graceful shutdown of `keel serve`: on SIGTERM the listener closes at once, a request in
  * flight still gets its whole answer, and one that never completes is cut after the grace period
  * (`drainMs`) so the stop is bounded. The request is shown to be in flight without any timing: the
  * client sends `Expect: 100-continue` and waits for Node's `100 Continue`, which is written only once

@@ -7,7 +7,7 @@ import { operationsOf, requestsFor, type FuzzRequest, type Operation } from '../
 import { ErrorSchema } from '../../src/platform/http/schemas.js';
 
 /**
- * Issue 19 "Fuzzing": requests generated from Keel's own OpenAPI document (valid, near-valid and
+ * Fuzzing (docs/testing.md "Fuzzing"): requests generated from Keel's own OpenAPI document (valid, near-valid and
  * hostile) against every operation, without a token, as a platform administrator (with a second
  * factor), as an organisation administrator and with an API key. Every answer: no 5xx (but a 503 the
  * operation documents, such as a dependency this test does not configure); an error in

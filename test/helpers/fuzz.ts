@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 
 /**
- * Requests generated from Keel's own OpenAPI document (issue 19 "Fuzzing"): for an operation, values
+ * Requests generated from Keel's own OpenAPI document (docs/testing.md "Fuzzing"): for an operation, values
  * that follow its declared schemas, near-valid ones (one field replaced, dropped or added) and hostile
  * ones (wrong types, huge strings, deep nesting, invalid UUIDs, unpaired surrogates, NUL), sent with
  * the right or a wrong content type, whole or cut short.

@@ -7,7 +7,7 @@ import { createPgDatabase, redisUrl, type PgTestDatabase } from './backends.js';
 import { cliEnv, keelArgs, ROOT, startServe, type ServeProcess } from './cli.js';
 
 /**
- * Keel as it runs when one machine is not enough (issue 19): several `keel serve` (WORKER=off) and
+ * Keel as it runs when one machine is not enough (docs/deploy.md "Topology"): several `keel serve` (WORKER=off) and
  * `keel worker` processes on one real PostgreSQL database and one Redis, all started from the CLI
  * with the same secrets, as an operator would.
  */

@@ -137,7 +137,7 @@ describe.skipIf(!haveChromium || !backendAvailable())('passkeys in a real browse
     const laptop = await device();
     const phone = await device();
     const first = await registerPasskey(laptop, accessToken, user, 'Laptop');
-    // Adding a factor to an account that has one needs a session established with it (issue 13 D2).
+    // Adding a factor to an account that has one needs a session established with it (docs/security.md "Findings", 2).
     const refused = await app.api('POST', '/auth/passkeys/register/options', { token: accessToken, body: { currentPassword: user.password, name: 'Phone' } });
     expect(refused.status).toBe(403);
     expect(refused.body.code).toBe('mfa_required');

@@ -1,5 +1,5 @@
 /**
- * GET /metrics (issue 19, observability): off unless METRICS_ENABLED (a 404 like any unknown path,
+ * GET /metrics (observability): off unless METRICS_ENABLED (a 404 like any unknown path,
  * absent from the OpenAPI document); with METRICS_TOKEN only a scraper sending that bearer token
  * reads it. The Prometheus text shows request latency by route template (never a raw path), sign-in
  * outcomes of identity and mfa, webhook attempts and queue depth, the hash queue, and metrics a module
@@ -128,7 +128,7 @@ describe.skipIf(!backendAvailable())(`metrics (${backend})`, () => {
     expect(attempts(waiting, 'retrying') - attempts(before, 'retrying')).toBe(2);
 
     rx.behave(ok);
-    clock.advance(10 * 60_000); // past the first retry delay (SPEC 8), within the access token's life
+    clock.advance(10 * 60_000); // past the first retry delay (docs/specification.md "Limits"), within the access token's life
     await engineOf(app).pumpNow();
     await deliveriesUntil(app, w.admin, hook.id, (d) => d.length === 2 && d.every((x: any) => x.status === 'delivered'));
     const done = await scrape();

@@ -1,5 +1,5 @@
 /**
- * Overload (issue 19): the password-hashing queue is bounded (HASH_QUEUE_MAX); a login beyond it is
+ * Overload: the password-hashing queue is bounded (HASH_QUEUE_MAX); a login beyond it is
  * refused at once with 503 `overloaded`, `Retry-After` and `retryAfter`, never queued; authenticated
  * reads never touch the pool. Deterministic, not timed: every hashing thread is held by a job that
  * does not end until the test releases it (`holdHashWorkers`), so the queue admits exactly

@@ -1,5 +1,5 @@
 /**
- * GET /health/ready (issue 19): 200 when the database answers and, with REDIS_URL, Redis answers a
+ * GET /health/ready: 200 when the database answers and, with REDIS_URL, Redis answers a
  * PING; 503 in the error envelope naming what is down; back to 200 by itself when it returns.
  * `/health` stays the liveness check. Redis is stopped for real: a redis-server of this test's own on
  * a free port (the shared test Redis serves other files in parallel), killed and started again. The

@@ -1,5 +1,5 @@
 /**
- * Request ids and tracing (issue 19): the lines Keel writes about a request carry the request's id
+ * Request ids and tracing: the lines Keel writes about a request carry the request's id
  * (X-Request-Id), the access line and service lines alike (`requestLog`, given the request facts
  * every service receives), including work the request left to run after its answer (the email of a
  * password reset); a valid W3C `traceparent` is kept, logged on the access line and every other line

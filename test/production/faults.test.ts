@@ -5,7 +5,7 @@ import { startReceiver, type Receiver } from '../webhooks/receiver.js';
 import { openDatabase } from '../../src/platform/db/client.js';
 
 /**
- * Issue 19 "Faults": a process killed with SIGKILL loses nothing that was committed and leaves
+ * Faults (docs/decisions.md "Many processes and faults"): a process killed with SIGKILL loses nothing that was committed and leaves
  * nothing half-written.
  */
 describe.skipIf(backend !== 'postgres' || !backendAvailable())('faults on a multi-process Keel', () => {

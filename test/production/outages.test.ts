@@ -10,7 +10,7 @@ import { call, startWorkerProcess, TOPOLOGY_ADMIN, type WorkerProcess } from '..
 import { startReceiver, type Receiver } from '../webhooks/receiver.js';
 
 /**
- * Issue 19 "Faults": PostgreSQL restarted and Redis stopped under a running Keel, on servers of the
+ * Faults (docs/decisions.md "Many processes and faults"): PostgreSQL restarted and Redis stopped under a running Keel, on servers of the
  * test's own. While PostgreSQL is down, what needs it answers 503 in the envelope (never 500) and
  * Keel comes back by itself; while Redis is down, sign-in, refresh, revocation and deliveries go on
  * (limits per process), and Redis is used again once it is back.

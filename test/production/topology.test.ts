@@ -12,7 +12,7 @@ import { addOrganizationMember } from '../../src/modules/access/service.js';
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
 
 /**
- * Issue 19 "A multi-process topology": two `keel serve` (WORKER=off) and two `keel worker` processes
+ * A multi-process topology (docs/deploy.md "Topology"): two `keel serve` (WORKER=off) and two `keel worker` processes
  * on one PostgreSQL and one Redis, started from the CLI. What one process starts, the other
  * finishes; what one process revokes, the other refuses; limits are counted once for all.
  *

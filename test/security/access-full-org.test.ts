@@ -1,5 +1,5 @@
 /**
- * Issue 13 D11 and issue 14 point 6: partner users whose `orgAccess` is `selected` or `none` get 403
+ * docs/security.md "Findings", 11, and full organisation access on reads too: partner users whose `orgAccess` is `selected` or `none` get 403
  * `full_org_access_required` on every users and roles route (reads included) and on every
  * partner-wide write, decided in one place (the guard's `fullOrgAccess`). The users and roles routes
  * are taken from the app's own route table, so a route added later is covered without editing this
@@ -60,7 +60,7 @@ describe.skipIf(!backendAvailable())(`full partner organisation access (${backen
   it('every users and roles route of the route table answers 403 full_org_access_required to selected and none partner users, reads included', async () => {
     const routes = routesOf(app, isUsersOrRoles);
     const keys = routes.map((r) => `${r.method} ${r.path}`);
-    // The table is the one the app serves: the routes SPEC 4.2 and 4.3 name are all in it.
+    // The table is the one the app serves: the user and role routes of docs/specification.md are all in it.
     expect(keys).toEqual(expect.arrayContaining([
       'GET /users', 'GET /users/:id', 'POST /users/invite', 'POST /users/resend-invite', 'PATCH /users/:id', 'DELETE /users/:id',
       'POST /users/:id/role', 'GET /users/roles', 'GET /roles', 'POST /roles', 'GET /roles/permissions/available', 'GET /roles/:id',
@@ -140,7 +140,7 @@ describe.skipIf(!backendAvailable())(`full partner organisation access (${backen
       { method: 'PATCH', route: '/device-groups/:id', path: `/device-groups/${groupA}`, body: { name: 'G2' }, expect: { selected: 200, none: 404 } },
       { method: 'PATCH', route: '/device-groups/:id', path: `/device-groups/${groupB}`, body: { name: 'G2' }, expect: { selected: 404, none: 404 } },
       { method: 'DELETE', route: '/device-groups/:id', path: `/device-groups/${groupB}`, expect: { selected: 404, none: 404 } },
-      // Agents (issue 16): enrolment keys and update settings of an organisation; the partner's settings are partner-wide.
+      // Agents: enrolment keys and update settings of an organisation; the partner's settings are partner-wide.
       { method: 'GET', route: '/orgs/:orgId/enrollment-keys', path: `/orgs/${w.orgId}/enrollment-keys`, expect: { selected: 200, none: 404 } },
       { method: 'GET', route: '/orgs/:orgId/enrollment-keys', path: `/orgs/${w.otherOrgId}/enrollment-keys`, expect: { selected: 404, none: 404 } },
       { method: 'POST', route: '/orgs/:orgId/enrollment-keys', path: `/orgs/${w.orgId}/enrollment-keys`, body: {}, expect: { selected: 201, none: 404 } },

@@ -1,5 +1,5 @@
 /**
- * Issue 13 D5 (the role side) and issue 20 (the last administrator race): changing a role needs the
+ * docs/security.md "Findings", 5 (the role side), and the last administrator race: changing a role needs the
  * caller to hold both what it grants now and what it will grant; no partner or organisation is left
  * without a `*:*` holder by a role edit; and the last-holder rule holds under concurrent requests on
  * PostgreSQL (one lock per tenant, taken before counting).

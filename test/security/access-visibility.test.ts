@@ -1,9 +1,9 @@
 /**
- * Issue 13 D4: partner users with `orgAccess` `selected` or `none` never read an organisation they
+ * docs/security.md "Findings", 4: partner users with `orgAccess` `selected` or `none` never read an organisation they
  * may not enter. One function (`visibleOrgs` in access/scope.ts) decides which organisations a
  * principal sees, and every read that spans organisations filters through it: the audit log and its
  * export, role holders and user counts, the user list. Over HTTP such users read the audit log; users
- * and roles answer them 403 (issue 14 point 6, test/security/access-full-org.test.ts), so those
+ * and roles answer them 403 (test/security/access-full-org.test.ts), so those
  * reads are also called past the route guard, straight at the service, to show that the filter holds
  * on its own; the same filter is shown over HTTP with the callers that do reach those routes
  * (a platform administrator naming a partner or an organisation, an organisation user).

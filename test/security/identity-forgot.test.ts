@@ -1,5 +1,5 @@
 /**
- * Issue 13 D7: forgot-password answers before, and independently of, the account lookup, the reset
+ * docs/security.md "Findings", 7: forgot-password answers before, and independently of, the account lookup, the reset
  * token and the email. The queued work runs after the answer; its failures are logged, never
  * answered. (No timing is asserted: an answer that waited for the mail server would not come back
  * while the mail server hangs.)

@@ -1,5 +1,5 @@
 /**
- * Issue 13 D3 and D8: the account lockout holds under concurrency (a failure is reserved before the
+ * docs/security.md "Findings", 3 and 8: the account lockout holds under concurrency (a failure is reserved before the
  * Argon2 verify), every password re-entry is limited per user and counts towards the lockout, and
  * login has a per-IP limit across emails.
  */

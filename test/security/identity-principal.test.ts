@@ -1,5 +1,5 @@
 /**
- * Issue 13 D1: an API key never acts on an account route. The account routes are taken from the
+ * docs/security.md "Findings", 1: an API key never acts on an account route. The account routes are taken from the
  * app's own route table (every `/auth/*` and `/users/me` handler), so a route added later is covered
  * without editing this file: it must refuse an API key with 403 `user_required`, or be named below
  * as public by design.

@@ -11,7 +11,7 @@ import { PASSKEY_CHALLENGES_PER_TEMP_TOKEN } from '../../src/modules/mfa/common.
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
 
 /**
- * Issue 13, MFA findings, reproduced through HTTP:
+ * The MFA findings of docs/security.md "Findings", reproduced through HTTP:
  * - D2: adding or replacing a factor never asked for the existing one;
  * - D10: anyone could spend a user's SMS sign-in budget with verification requests to their number;
  * - D14: `allowedMfaMethods` was enforced for SMS only;
@@ -86,7 +86,7 @@ describe.skipIf(!backendAvailable())('D2: factor changes need the existing facto
     const rotated = await app.api('POST', '/auth/mfa/recovery-codes', { token: signedIn.body.accessToken, body: { code: await totpCode(secret) } });
     expect(rotated.status).toBe(200);
     expect(rotated.body.recoveryCodes).toHaveLength(10);
-    // A second authenticator is a conflict, not a silent replacement (issue 20: setup when enrolled).
+    // A second authenticator is a conflict, not a silent replacement (setup when enrolled).
     const again = await app.api('POST', '/auth/mfa/setup', { token: signedIn.body.accessToken });
     expect(again.status).toBe(409);
     expect(again.body.code).toBe('mfa_already_enabled');

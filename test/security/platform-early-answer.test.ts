@@ -1,5 +1,5 @@
 /**
- * Issue 14.7: an early error answer (404, 400, 401, 413) to a request whose large body is still on
+ * docs/decisions.md "Security fixes and the request edge": an early error answer (404, 400, 401, 413) to a request whose large body is still on
  * its way is read by an ordinary HTTP client every time, never ends in EPIPE or ECONNRESET.
  *
  * Two clients send 1-4 MiB in 64 KiB pieces, each after the previous one left the socket and a short

@@ -1,11 +1,11 @@
 /**
  * The request edge (platform/http): what every route gets whatever it declares.
  *
- * - Issue 14.4: every JSON body is strict, on every route (derived from the route table): the minimal
+ * - Every JSON body is strict, on every route (derived from the route table): the minimal
  *   body plus an unknown field is a 400 `validation_failed` naming it; nested objects too.
- * - Issue 14.5: a missing field reads "is required" on every route; a wrong method on an existing path
+ * - A missing field reads "is required" on every route; a wrong method on an existing path
  *   is 405 with `Allow` (derived from the route table).
- * - Issue 13 D6: NUL (and unpaired surrogates) in any body field, query parameter or path is a 400
+ * - docs/security.md "Findings", 6: NUL (and unpaired surrogates) in any body field, query parameter or path is a 400
  *   naming the field, never a 500; and no database error's parameters reach the log.
  *
  * Validation runs after authentication (a 401 comes first), so the route-table checks sign in as a
@@ -117,7 +117,7 @@ describe.skipIf(!backendAvailable())(`request edge (${backend})`, () => {
 
   const fieldsOf = (body: any): { path: string; message: string }[] => (body?.details?.fields ?? []) as { path: string; message: string }[];
 
-  describe('strict bodies on every route (issue 14.4)', () => {
+  describe('strict bodies on every route', () => {
     it('refuses an unknown field beside the minimal body, naming it, on every route with a JSON body', async () => {
       const withBody = operations().filter((o) => o.body);
       expect(withBody.length).toBeGreaterThanOrEqual(35);
@@ -168,7 +168,7 @@ describe.skipIf(!backendAvailable())(`request edge (${backend})`, () => {
     });
   });
 
-  describe('missing fields and wrong methods (issue 14.5)', () => {
+  describe('missing fields and wrong methods', () => {
     it('names every missing required field "is required", the same on every route', async () => {
       const wrong: string[] = [];
       let checked = 0;
@@ -217,7 +217,7 @@ describe.skipIf(!backendAvailable())(`request edge (${backend})`, () => {
     });
   });
 
-  describe('text PostgreSQL cannot store (issue 13 D6)', () => {
+  describe('text PostgreSQL cannot store', () => {
     const unstorable = (path: string) => ({ path, message: expect.stringMatching(/cannot be stored/) as unknown });
 
     it('refuses NUL in the forgot-password email, unauthenticated, as a 400 naming the field', async () => {
@@ -282,7 +282,7 @@ describe.skipIf(!backendAvailable())(`request edge (${backend})`, () => {
     });
   });
 
-  describe('database errors in the log (issue 13 D6)', () => {
+  describe('database errors in the log', () => {
     it('logs a failed insert with its code and constraint, never its parameters or the failing row', async () => {
       // A constraint the application does not expect: registration's insert fails inside the database.
       await app.server.keel.database.query("alter table users add constraint keel_test_no_boom check (name <> 'Boom Lovelace')");

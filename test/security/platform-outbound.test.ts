@@ -1,6 +1,6 @@
 /**
- * The outbound guard (platform/outbound.ts), issue 13 D12:
- * - the blocked-range table of the webhooks issue, complete, and every IPv4 literal encoding, as a
+ * The outbound guard (platform/outbound.ts), docs/security.md "Findings", 12:
+ * - the blocked-range table (docs/specification.md "Outbound targets" and every special-purpose range), complete, and every IPv4 literal encoding, as a
  *   table of refused and allowed targets (IP literals in URLs, and addresses a name resolves to);
  * - one deadline per attempt, created first: it ends a slow resolution while vetting, a slow
  *   connect-time resolution, a server that accepts TCP and never speaks TLS, and a trickling body.
@@ -171,7 +171,7 @@ const TABLE: [string, string][] = [
   ['https://[64:ff9b:2::1]/', 'accepted'],
 ];
 
-describe('outbound guard: the blocked-range table (issue 13 D12)', () => {
+describe('outbound guard: the blocked-range table', () => {
   it('has at least 60 cases, refused and allowed', () => {
     expect(TABLE.length).toBeGreaterThanOrEqual(60);
     expect(TABLE.filter(([, c]) => c === 'accepted').length).toBeGreaterThanOrEqual(20);
@@ -230,7 +230,7 @@ function stallingResolver(answer: string, fast?: string): { resolve: Resolver; s
   };
 }
 
-describe('outbound guard: one deadline per attempt (issue 13 D12)', () => {
+describe('outbound guard: one deadline per attempt', () => {
   let http: Server;
   let httpPort: number;
   let trickleClosed: Promise<void> = Promise.resolve();

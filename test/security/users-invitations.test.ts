@@ -1,5 +1,5 @@
 /**
- * Issue 13 D9, D13 and "also check" (MFA at accept), issue 20 (invitation expiry on the clock, the
+ * docs/security.md "Findings", 9 and 13, "Also checked" (MFA at accept), and invitation expiry on the clock (the
  * accept race on PostgreSQL): an invitation is a record of its own (grant, inviter, expiry, token
  * hash) that can be listed and revoked, is re-validated when accepted, is replaced by a re-invite,
  * whose resends are limited, and whose answer reveals nothing about an account that existed.

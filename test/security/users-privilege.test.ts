@@ -1,5 +1,5 @@
 /**
- * Issue 13 D5 (user side) and issue 20 mutations #1 and #2: who may change whom.
+ * docs/security.md "Findings", 5 (the user side), and its mutation checks: who may change whom.
  * - Changing a user (status, name, role, membership, their invitation) needs every permission that
  *   user holds now (and, for a role change, the new role's): else 403 `privilege_escalation`.
  * - PATCH / DELETE /users/:id and POST /users/:id/role need users:write / users:delete / users:write.

@@ -1,6 +1,6 @@
 /**
  * Two SSO rules against a real oidc-provider on 127.0.0.1: `allowedDomains` matches the email's domain
- * exactly (case-insensitively; no suffix, no subdomain: docs/decisions.md "Claim mapping"), and an
+ * exactly (case-insensitively; no suffix, no subdomain: docs/decisions.md "Organisation single sign-on", Claim mapping), and an
  * exchange code is worth nothing once its user is disabled between the login and the exchange.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

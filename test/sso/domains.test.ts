@@ -1,5 +1,5 @@
 /**
- * Verified domains (docs/decisions.md "Verified domains"): an organisation claims an email domain and
+ * Verified domains (docs/decisions.md "Verified domains and SSO step-up"): an organisation claims an email domain and
  * proves it with a DNS TXT record, looked up through a loopback DNS server of the test's own
  * (DNS_RESOLVER); once verified, no other organisation's provider provisions or links an address in
  * it, and the organisation's own provider provisions only within its verified domains. A real

@@ -1,5 +1,5 @@
 /**
- * OIDC single sign-on end to end (SPEC 5.9, SPEC 7's callback codes, SPEC 8's limits) against a real
+ * OIDC single sign-on end to end (docs/specification.md "Single sign-on: the login flow", its callback codes, the limits) against a real
  * oidc-provider on 127.0.0.1, driven over HTTP with a cookie jar through its login and consent forms.
  */
 import { createServer } from 'node:http';

@@ -1,5 +1,5 @@
 /**
- * SSO providers (SPEC 2.4, 3, 4.4, 5.8, 6.2): presets; create/read/patch/delete/status/test; who may
+ * SSO providers (docs/specification.md "Single sign-on: providers"): presets; create/read/patch/delete/status/test; who may
  * write (organizations:write + an mfa session); tenant isolation; one active provider per
  * organisation; the client secret sealed and never shown; OIDC discovery through the outbound guard
  * (a private or loopback issuer refused unless ALLOW_INSECURE_TARGETS).
@@ -27,7 +27,7 @@ describe.skipIf(!backendAvailable())('SSO providers', () => {
     await w?.app.close();
   });
 
-  it('GET /sso/presets lists every preset of SPEC 2.4 with type, scopes and mapping; SAML presets carry the URI table', async () => {
+  it('GET /sso/presets lists every preset with type, scopes and mapping; SAML presets carry the URI table', async () => {
     const res = await w.api('GET', '/sso/presets', { token: w.adminToken });
     expect(res.status).toBe(200);
     const ids = (res.body.data as { id: string }[]).map((p) => p.id).sort();

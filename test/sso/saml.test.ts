@@ -1,5 +1,5 @@
 /**
- * SAML 2.0 service provider (DECISIONS "SSO", "Shapes for what Keel adds"): a test IdP signs real
+ * SAML 2.0 service provider (docs/decisions.md "SSO shapes"): a test IdP signs real
  * responses (xml-crypto, RSA-SHA256, a certificate generated here with selfsigned) and posts them to
  * the ACS as a browser would. Acceptance (assertion signed, or response signed), and refusal of an
  * unsigned response, a tampered assertion, signature wrapping, a wrong audience, an expired assertion,

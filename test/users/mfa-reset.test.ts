@@ -10,7 +10,7 @@ import { passkeys } from '../../src/modules/mfa/schema.js';
 import { auditLogs } from '../../src/modules/audit/schema.js';
 
 /**
- * Issue 14.10: `POST /users/:id/mfa/reset` for a user who lost their authenticator: users:write, a
+ * `POST /users/:id/mfa/reset` for a user who lost their authenticator: users:write, a
  * session with a second factor, covering the user's permissions, never one's own; clears TOTP, phone and
  * recovery codes (passkeys with `{passkeys: true}`), ends their sessions, emails them, audited.
  */

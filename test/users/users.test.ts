@@ -249,7 +249,7 @@ describe.skipIf(!backendAvailable())('users and invitations', () => {
     expect(narrowed.body.data.map((u: { id: string }) => u.id)).toContain(bUser.id);
     expect(narrowed.body.data.every((u: { orgId: string }) => u.orgId === tenant.otherOrgId)).toBe(true);
 
-    // Without full organisation access a partner user administers and reads no users at all (SPEC 5.8).
+    // Without full organisation access a partner user administers and reads no users at all (docs/specification.md "Tenant hierarchy and scopes").
     const selected = await createUser(app, {
       partner: { partnerId: tenant.partnerId, roleId: SYSTEM_ROLES.partnerReadOnly.id, orgAccess: 'selected', orgIds: [tenant.orgId] },
     });

@@ -1,5 +1,5 @@
 /**
- * Webhook endpoints of SPEC 4.5 and what Keel adds (issue 15): exact fields, validation, sealing at
+ * Webhook endpoints of docs/specification.md "Webhooks: subscriptions" and what Keel adds: exact fields, validation, sealing at
  * rest, the redacted URL, audit entries, POST /events, the bus subscriber in the publisher's
  * transaction, and the cross-tenant rules (another organisation's webhook, deliveries, test and retry
  * are 404).

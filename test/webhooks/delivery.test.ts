@@ -1,5 +1,5 @@
 /**
- * Deliveries against real receivers (issue 15 "Done when"): the exact body and headers over HTTPS,
+ * Deliveries against real receivers: the exact body and headers over HTTPS,
  * both signature schemes checked independently and by the `standardwebhooks` verifier; rotation on
  * the controllable clock; the exact retry delays, `retrying` with `nextAttemptAt` between attempts,
  * exhaustion to `failed`, the dead-letter list in Redis, manual retry; held deliveries of a paused
@@ -42,7 +42,7 @@ describe.skipIf(!backendAvailable())('webhook deliveries', () => {
     await app.close();
   });
 
-  it('sends the exact body and headers of SPEC 6.1 over HTTPS, signed in both schemes, custom headers after', async () => {
+  it('sends the exact body and headers over HTTPS, signed in both schemes, custom headers after', async () => {
     const hook = await createHook(app, w.admin, { url: rx.url, secret: SECRET, events: ['alert.triggered'], headers: [{ key: 'X-Tenant', value: 'acme' }, { key: 'Authorization', value: 'Bearer r3ceiver' }] });
     const before = Date.now();
     const event = await publish(app, w.eventsKey, 'alert.triggered', { alertId: 'a-1', severity: 'critical', nested: { n: [1, 2] } });
@@ -50,7 +50,7 @@ describe.skipIf(!backendAvailable())('webhook deliveries', () => {
     const got = r!;
     expect(got.method).toBe('POST');
     expect(got.path).toBe('/hook');
-    // The body byte for byte: the SPEC 6.1 keys in order, as JSON.stringify writes them.
+    // The body byte for byte: the keys of docs/specification.md "Webhooks: deliveries" in order, as JSON.stringify writes them.
     expect(got.body).toBe(JSON.stringify({ id: event.id, type: 'alert.triggered', timestamp: event.timestamp, orgId: w.orgId, data: { alertId: 'a-1', severity: 'critical', nested: { n: [1, 2] } } }));
     const [delivery] = await deliveriesUntil(app, w.admin, hook.id, (d) => d.length === 1 && d[0].status === 'delivered');
     expect(Object.keys(got.headers).sort()).toEqual(
@@ -211,7 +211,7 @@ describe.skipIf(!backendAvailable())('webhook deliveries', () => {
     }
   });
 
-  it('retries on the exact SPEC 8 delays with retrying and nextAttemptAt visible, then failed, dead-lettered, and a manual retry delivers', async () => {
+  it('retries on the exact default delays with retrying and nextAttemptAt visible, then failed, dead-lettered, and a manual retry delivers', async () => {
     const hook = await createHook(app, w.admin, { url: rx.url, secret: SECRET, events: ['patch.failed'] });
     rx.behave(status(503, 'busy'));
     clock.freeze();

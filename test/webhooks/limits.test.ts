@@ -1,5 +1,5 @@
 /**
- * Receivers that misbehave (issue 15 "Done when"): a hung receiver, a trickling one, a 3xx, a
+ * Receivers that misbehave: a hung receiver, a trickling one, a 3xx, a
  * connection reset and a 10 MB answer are each handled within the limits (one overall deadline per
  * attempt, a small read cap, redirects never followed); a slow receiver never holds up another
  * webhook's deliveries. The attempt deadline is WEBHOOK_TIMEOUT_MS (30 s by default, 1.5 s here).
@@ -40,7 +40,7 @@ describe.skipIf(!backendAvailable())('webhook delivery limits', () => {
 
   const oneShot = (event: string) => createHook(app, w.admin, { url: rx.url, events: [event], retryPolicy: { maxRetries: 0 } });
 
-  it('the default attempt deadline is SPEC 8\'s 30,000 ms', () => {
+  it('the default attempt deadline is 30,000 ms', () => {
     expect(loadConfig({}).WEBHOOK_TIMEOUT_MS).toBe(30_000);
   });
 

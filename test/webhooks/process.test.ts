@@ -1,5 +1,5 @@
 /**
- * The worker roles as an operator runs them (issue 15 "Roles"): real `keel serve` / `keel worker`
+ * The worker roles as an operator runs them (docs/deploy.md "Process roles"): real `keel serve` / `keel worker`
  * processes. A process killed with SIGKILL in the middle of a delivery leaves nothing lost: after a
  * restart every delivery arrives. SIGTERM stops claiming, finishes the attempt in flight (recorded as
  * delivered) and exits 0. On the embedded database the worker runs inside `serve` (a `keel worker`

@@ -1,5 +1,5 @@
 /**
- * The webhook URL guard through the API (SPEC 4.5, issue 15): every blocked range and IPv4/IPv6
+ * The webhook URL guard through the API (docs/specification.md "Outbound targets"): every blocked range and IPv4/IPv6
  * literal encoding, and host names answering blocked addresses, refused at create and update with
  * `invalid_webhook_url`, under the production policy (ALLOW_INSECURE_TARGETS=false). Then DNS
  * rebinding: a host whose answer changes to a private address after it was saved is never connected

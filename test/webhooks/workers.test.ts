@@ -1,5 +1,5 @@
 /**
- * PostgreSQL is the queue (issue 15): two Keel instances on one PostgreSQL never make the same
+ * PostgreSQL is the queue: two Keel instances on one PostgreSQL never make the same
  * attempt twice (5,000 deliveries, every arrival counted), and a flushed Redis loses nothing (its
  * lists only hint; the rows are the truth). PostgreSQL project only: PGlite has one session, so a race
  * there cannot fail.

@@ -112,7 +112,7 @@ export async function authenticateApiKey(keel: Keel, token: string): Promise<Pri
     userId: key.createdBy,
     email: found.user.email,
     sessionId: null,
-    // Keys never satisfy step-up (DECISIONS).
+    // Keys never satisfy step-up (docs/decisions.md "Roles, permissions and seeded roles").
     mfa: false,
     isPlatformAdmin: found.user.isPlatformAdmin,
     apiKeyId: key.id,

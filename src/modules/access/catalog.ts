@@ -1,15 +1,15 @@
 import type { PermissionPair } from './schema.js';
 
-/** Resources of the role builder (SPEC 2.2). */
+/** Resources of the role builder (docs/specification.md "Roles and permissions"). */
 export const BUILDER_RESOURCES = [
   'devices', 'scripts', 'alerts', 'automations', 'reports', 'backup', 'billing', 'users', 'settings',
   'organizations', 'sites', 'remote',
 ] as const;
 
-/** Role-builder actions and the canonical action each maps to (DECISIONS "Roles and permissions"). */
+/** Role-builder actions and the canonical action each maps to (docs/decisions.md "Roles, permissions and seeded roles"). */
 export const BUILDER_ACTION_MAP = { view: 'read', create: 'write', update: 'write', delete: 'delete', execute: 'execute' } as const;
 
-/** Named permissions referenced by endpoints (SPEC 2.2), plus Keel's additions (DECISIONS). */
+/** Named permissions referenced by endpoints (docs/specification.md "Roles and permissions"), plus Keel's additions (docs/decisions.md "Roles, permissions and seeded roles"). */
 const NAMED: [string, string, string][] = [
   ['alerts', 'acknowledge', 'Acknowledge alerts'],
   ['users', 'invite', 'Invite users'],
@@ -39,7 +39,7 @@ export const PERMISSION_CATALOG: CatalogEntry[] = (() => {
     }
   }
   for (const [resource, action, description] of NAMED) out.set(`${resource}:${action}`, { resource, action, description });
-  // `*` on either side (DECISIONS): every action on one resource, or one canonical action on every resource.
+  // `*` on either side (docs/decisions.md "Roles, permissions and seeded roles"): every action on one resource, or one canonical action on every resource.
   const resources = [...new Set([...out.values()].map((p) => p.resource))];
   for (const resource of resources) out.set(`${resource}:*`, { resource, action: '*', description: `Every action on ${resource}` });
   for (const action of CANONICAL_ACTIONS) {
@@ -72,7 +72,7 @@ export interface SystemRoleSeed {
   permissions: PermissionPair[];
 }
 
-/** Seeded global system roles (DECISIONS "More details"). Fixed ids so every install agrees. */
+/** Seeded global system roles (docs/decisions.md "Roles, permissions and seeded roles"). Fixed ids so every install agrees. */
 export const SYSTEM_ROLES = {
   partnerAdmin: {
     id: '00000000-0000-7000-8000-000000000001', name: 'Partner Admin', scope: 'partner', forceMfa: true,

@@ -15,7 +15,7 @@ export const OrgIdParam = z.object({
   }),
 });
 
-/** `orgId` / `partnerId` query parameters that name the organisation or partner (DECISIONS "Naming the organisation"). */
+/** `orgId` / `partnerId` query parameters that name the organisation or partner (docs/decisions.md "Naming the organisation"). */
 export const ScopeQuery = z.object({
   orgId: z.uuid().optional().openapi({
     description:

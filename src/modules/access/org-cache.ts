@@ -16,7 +16,7 @@ export interface OrgTenant {
 const caches = new WeakMap<Db, InvalidatedCache<OrgTenant | null>>();
 
 /**
- * The organisation `orgId` (id and partner), cached per process (DECISIONS "Caches"): a request that
+ * The organisation `orgId` (id and partner), cached per process (docs/decisions.md "Caches"): a request that
  * names an organisation (an API key publishing events, a partner acting in one of its organisations)
  * reads no row. An organisation's partner is never changed, so only a deletion drops an entry
  * (ORGS_TOPIC, in every process); an unknown id is not kept, so a new organisation is found at once.

@@ -86,7 +86,7 @@ const chainsWith = (roleId: string): Selection<ResolvedRole | null> =>
   roleId === '*' ? '*' : (entry) => entry?.chain.some((r) => r.id === roleId) ?? false;
 
 /**
- * Per-process cache of resolved roles (DECISIONS "Caches"). Any role change publishes its id on
+ * Per-process cache of resolved roles (docs/decisions.md "Caches"). Any role change publishes its id on
  * ROLES_TOPIC; every process drops the entries whose chain contains that role at once. A load that
  * raced with an invalidation is not stored (generation check), so a stale chain never lands.
  */

@@ -173,7 +173,7 @@ export async function getRole(db: Db, access: AccessContext, id: string): Promis
   return viewOf(db, await findVisibleRole(db, access, id), access);
 }
 
-/** Checks a parent for a role of `owner` (DECISIONS: same scope; a system role or one of the same owner; no cycle). */
+/** Checks a parent for a role of `owner` (docs/decisions.md "Roles, permissions and seeded roles": same scope; a system role or one of the same owner; no cycle). */
 async function checkParent(db: Db, owner: Owner, parentId: string, selfId: string | null): Promise<RoleRow> {
   if (selfId && parentId === selfId) throw circularInheritance();
   const [parent] = await db.select().from(roles).where(eq(roles.id, parentId));
@@ -204,7 +204,7 @@ async function subtreeDepth(db: Db, roleId: string): Promise<number> {
   return Number(rowsOf<{ depth: number | string }>(result)[0]?.depth ?? 0);
 }
 
-/** The caps of DECISIONS: what the role would grant (own + inherited) must be within the caller's permissions. */
+/** The caps of docs/decisions.md "Roles, permissions and seeded roles": what the role would grant (own + inherited) must be within the caller's permissions. */
 async function assertWithinCaller(db: Db, access: AccessContext, direct: PermissionPair[], parentId: string | null): Promise<void> {
   const inherited = parentId ? ((await loadRoleChain(db, parentId))?.permissions.pairs ?? []) : [];
   const missing = access.permissions.missing(new PermissionSet([...direct, ...inherited]).pairs);
@@ -296,7 +296,7 @@ export async function updateRole(keel: Keel, access: AccessContext, id: string, 
     const parentChanges = input.parentRoleId !== undefined && input.parentRoleId !== existing.parentRoleId;
     const parentId = input.parentRoleId !== undefined ? input.parentRoleId : existing.parentRoleId;
     // Whoever changes a role must hold everything it grants now (own + inherited), not only what it
-    // will grant: a caller cannot strip a stronger role (issue 13 D5).
+    // will grant: a caller cannot strip a stronger role (docs/security.md "Findings", 5).
     await assertCoversRole(tx.db, access, existing.id);
     if (parentChanges) {
       await tx.db.execute(sql`select pg_advisory_xact_lock(${ROLE_TREE_LOCK})`);

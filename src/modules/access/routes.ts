@@ -176,7 +176,7 @@ export function mountAccessRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   membershipCacheFor(keel);
   const auth = authenticate(keel);
   // Partner users without full organisation access get 403 on every roles route, reads included
-  // (SPEC 5.8 and 7: they cannot administer users and roles).
+  // (docs/specification.md "Tenant hierarchy and scopes": they cannot administer users and roles).
   // Roles are organisation-wide: writing them needs whole-organisation access (wholeOrg).
   const roleGuard = (action: 'read' | 'write' | 'delete') => [auth, ...guard(keel, { fullOrgAccess: true, wholeOrg: action !== 'read', permission: ['users', action] })];
   const rolesTag = ['roles'];

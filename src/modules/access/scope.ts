@@ -48,7 +48,7 @@ export interface ScopeOptions {
   requireOrg?: boolean;
   /**
    * Partner users need `orgAccess: all` (403 `full_org_access_required`), decided here and nowhere
-   * else: every users and roles route, reads included (SPEC 5.8, SPEC 7), and every partner-wide
+   * else: every users and roles route, reads included (docs/specification.md "Tenant hierarchy and scopes"), and every partner-wide
    * write (partner settings, creating and deleting organisations). Checked before the permission,
    * any named organisation and the body, so such a user learns nothing more from these routes.
    */
@@ -132,7 +132,7 @@ function buildContext(principal: Principal, s: AccessSummary & { scope: Scope })
 }
 
 /**
- * Which organisations a principal may see: THE one decision (issue 13 D4). Every read that spans
+ * Which organisations a principal may see: THE one decision (docs/security.md "Findings", 4). Every read that spans
  * organisations (audit entries, role holders and counts, the user list, organisation lists; later
  * webhooks, devices, SSO providers) filters through it, never through its own reading of `orgAccess`.
  *
@@ -281,7 +281,7 @@ export async function accessContextFor(keel: Keel, principal: Principal): Promis
 }
 
 /**
- * Resolves the request's scope (SPEC 5.7, DECISIONS "Scopes" and "Naming the organisation") and sets
+ * Resolves the request's scope (docs/specification.md "Tenant hierarchy and scopes"; docs/decisions.md "Naming the organisation") and sets
  * `c.get('access')`. Runs after `authenticate`. Users with no association: 403 `context_required`.
  * An `orgId` or `partnerId` the caller cannot reach: 404.
  */
@@ -369,7 +369,7 @@ function scopeDoc(opts: ScopeOptions): AccessDoc {
   return doc;
 }
 
-/** Site and device-group restriction of an organisation user (SPEC 2.3); null lists mean "all". */
+/** Site and device-group restriction of an organisation user (docs/specification.md "Tenant hierarchy and scopes"); null lists mean "all". */
 export interface Restriction {
   siteIds: string[] | null;
   deviceGroupIds: string[] | null;
@@ -384,7 +384,7 @@ export function canSeePlacement(r: Restriction, item: { siteId: string | null; d
 
 /**
  * A SQL condition for lists of devices (or anything with site and group columns): both filters must
- * pass (DECISIONS). Undefined when the caller is not restricted. Use inside `and(...)`.
+ * pass (docs/decisions.md "Naming the organisation"). Undefined when the caller is not restricted. Use inside `and(...)`.
  */
 export function placementFilter(r: Restriction, cols: { siteId: AnyColumn; deviceGroupId: AnyColumn }): SQL | undefined {
   const parts: SQL[] = [];

@@ -76,7 +76,7 @@ async function loadMembership(db: Db, userId: string): Promise<Membership | null
 }
 
 /**
- * Per-process cache of memberships (platform/cache.ts, DECISIONS "Caches"). Every change of a user's
+ * Per-process cache of memberships (platform/cache.ts, docs/decisions.md "Caches"). Every change of a user's
  * association publishes the user on the identity `user` topic (`sessions.userChanged`,
  * `revokeAllForUser`); an organisation delete publishes `*` on the roles topic. Either clears the entry
  * here and on every other process at once.
@@ -196,7 +196,7 @@ export const lastAdmin = () => conflict('last_admin', 'This would leave no user 
 
 /**
  * Removing a member or giving them `newRoleId` (null: removal or disabling) must leave the partner or
- * organisation with at least one active `*:*` holder: otherwise 409 `last_admin` (DECISIONS "More details").
+ * organisation with at least one active `*:*` holder: otherwise 409 `last_admin` (docs/decisions.md "Roles, permissions and seeded roles").
  * For the users module; call it inside the transaction that makes the change, before making it. It
  * takes the tenant's lock (`lockFullAdmins`) first and reads the membership and the count after it,
  * so of two administrators removing each other at once, the second sees the first's removal.

@@ -36,7 +36,7 @@ const DeviceQuery = Paging.extend({
 });
 const accepted = (schema: z.ZodType, description: string) => ({ 202: json(schema, description) });
 
-/** Devices, enrolment, heartbeats, update reports and update settings (issue 16); releases in release-routes.ts. */
+/** Devices, enrolment, heartbeats, update reports and update settings; releases in release-routes.ts. */
 export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   const ctx = agentsOf(keel);
   const interval = ctx.intervalSeconds;

@@ -6,7 +6,7 @@ import { deviceGroups, organizations, sites } from '../tenancy/schema.js';
 /** Installed versions per component, as the agent last reported them. */
 export type ComponentVersions = { agent?: string; helper?: string; watchdog?: string };
 
-/** A maintenance window in UTC (DECISIONS "Agents and updates"). */
+/** A maintenance window in UTC (docs/decisions.md "Agent and update shapes"). */
 export interface MaintenanceWindow {
   days: ('mon' | 'tue' | 'wed' | 'thu' | 'fri' | 'sat' | 'sun')[];
   start: string;

@@ -45,7 +45,7 @@ export async function getSettings(keel: Keel, access: AccessContext, type: 'org'
   return view(await read(keel, await owner(keel, access, type, id)));
 }
 
-/** PUT: each field optional; absent is unchanged, null clears it (DECISIONS "Shapes"). */
+/** PUT: each field optional; absent is unchanged, null clears it (docs/decisions.md "Agent and update shapes"). */
 export async function putSettings(keel: Keel, access: AccessContext, type: 'org' | 'partner', id: string, patch: SettingsPatch, info: AuditRequestInfo) {
   const o = await owner(keel, access, type, id);
   const row = await transaction(keel.db, async (tx) => {

@@ -10,7 +10,7 @@ import type { BuildInfo, Component, TargetInfo } from './decision.js';
 import { releaseKeysOf } from './release-keys.js';
 
 /**
- * What the heartbeat needs, held in memory per process (DECISIONS "Caches"): devices by token hash,
+ * What the heartbeat needs, held in memory per process (docs/decisions.md "Caches"): devices by token hash,
  * the fleet targets, builds and update settings. Every write elsewhere publishes on one of two
  * invalidation topics, which every process applies at once (Redis pub/sub or LISTEN/NOTIFY):
  * `agents.device` (key: a device id, or `*`) and `agents.config` (targets, builds, settings: `*`).

@@ -62,7 +62,7 @@ const userId = (c: Context<AppEnv>) => {
 };
 
 /**
- * Verified domains (docs/decisions.md "Verified domains"): an organisation (or a partner) claims an
+ * Verified domains (docs/decisions.md "Verified domains and SSO step-up"): an organisation (or a partner) claims an
  * email domain and proves it with a DNS TXT record. Reads need `organizations:read`; writes
  * `organizations:write`, the whole organisation (no site or group restriction) and, for partner
  * users, `orgAccess: all`.

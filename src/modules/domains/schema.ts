@@ -6,7 +6,7 @@ import { users } from '../identity/schema.js';
 
 /**
  * An email domain an organisation (or a partner) claims, proven by a DNS TXT record
- * `keel-verification=<token>` at the domain (docs/decisions.md "Verified domains"). At most one owner
+ * `keel-verification=<token>` at the domain (docs/decisions.md "Verified domains and SSO step-up"). At most one owner
  * holds a domain `verified` at a time (partial unique index); the token is public by design (it is
  * published in DNS) and is compared in constant time.
  */

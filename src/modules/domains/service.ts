@@ -322,7 +322,7 @@ export function startDomainRecheck(keel: Keel): () => Promise<void> {
 }
 
 /**
- * The SSO rule of verified domains (docs/decisions.md "Verified domains"), asked before an email is
+ * The SSO rule of verified domains (docs/decisions.md "Verified domains and SSO step-up"), asked before an email is
  * provisioned or linked by a provider of `owner`. Answers null when allowed, else the reason:
  * 1. the most specific verified domain covering the email belongs to another organisation or partner;
  * 2. the owner has verified domains and none covers the email;

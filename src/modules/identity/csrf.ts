@@ -2,7 +2,7 @@ import type { Keel } from '../../keel.js';
 import { constantTimeEqual, hmacSha256Hex } from '../../platform/crypto.js';
 
 /*
- * The `service_csrf` value bound to a session (DECISIONS: double submit, constant-time). The cookie and
+ * The `service_csrf` value bound to a session (docs/decisions.md "Tokens and sessions": double submit, constant-time). The cookie and
  * header handling is HTTP (http.ts); the value and its check are the session's, used by the refresh
  * rotation (service.ts).
  */

@@ -9,7 +9,7 @@ import { users } from './schema.js';
 type User = typeof users.$inferSelect;
 
 /**
- * The account lockout (DECISIONS limits: LOCKOUT_THRESHOLD consecutive failed passwords lock an
+ * The account lockout (docs/decisions.md "Limits": LOCKOUT_THRESHOLD consecutive failed passwords lock an
  * account for LOCKOUT_SECONDS). Every password check first *reserves* a failure, with one
  * conditional UPDATE that refuses while the account is locked and sets the lock when the reservation
  * reaches the threshold; only then does the Argon2 verify run. A right password releases its

@@ -29,7 +29,7 @@ export interface SecondFactorChallenge {
 }
 
 /**
- * What identity needs from the modules above it (docs/architecture.md "Ports"). Identity is below
+ * What identity needs from the modules above it (docs/architecture.md "How a lower module reaches a higher one"). Identity is below
  * access and mfa, so it cannot import them; the composition root (`src/compose.ts`) hands these
  * functions down once per process, before the first request.
  */

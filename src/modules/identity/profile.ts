@@ -14,7 +14,7 @@ export const PermissionPairSchema = z
   })
   .openapi({ description: 'One `resource:action` permission' });
 
-/** The self-profile of `GET /auth/me`, `GET /users/me` and the `user` of every token answer (DECISIONS). */
+/** The self-profile of `GET /auth/me`, `GET /users/me` and the `user` of every token answer (docs/decisions.md "Tokens and sessions"). */
 export const SelfProfileSchema = z
   .object({
     id: z.uuid().openapi({ description: 'Your user id (UUID); the `sub` claim of your access tokens' }),

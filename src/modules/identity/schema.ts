@@ -27,7 +27,7 @@ export const users = pgTable(
     avatarUrl: text('avatar_url'),
     lastLoginAt: ts('last_login_at'),
     passwordChangedAt: ts('password_changed_at'),
-    /** Consecutive failed password logins, and the lockout they caused (DECISIONS limits). */
+    /** Consecutive failed password logins, and the lockout they caused (docs/decisions.md "Limits"). */
     failedLoginCount: bigint('failed_login_count', { mode: 'number' }).notNull().default(0),
     lockedUntil: ts('locked_until'),
     createdAt: createdAt(),

@@ -279,7 +279,7 @@ export async function refresh(keel: Keel, refreshToken: string, csrf?: string): 
   return { kind: 'ok', answer: await tokenAnswer(keel, user, { id: result.sessionId, refreshToken: result.refreshToken, mfa: result.mfa }) };
 }
 
-/** Revokes every session of the user (SPEC: logout revokes all active tokens) and records it. */
+/** Revokes every session of the user (docs/specification.md "Sessions and tokens": logout revokes all active tokens) and records it. */
 export async function logout(keel: Keel, userId: string, sessionId: string | null, info: RequestInfo): Promise<void> {
   const [user] = await keel.db.select().from(users).where(eq(users.id, userId));
   if (!user) return;

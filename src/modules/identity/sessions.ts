@@ -49,7 +49,7 @@ class Refused extends Error {}
 /**
  * Sessions are refresh-token families in PostgreSQL. Live sessions are cached per process; any
  * revocation publishes an invalidation that clears the entry here at once and on every other process
- * (DECISIONS "Caches"), so a revoked session's access tokens fail on the very next request.
+ * (docs/decisions.md "Caches"), so a revoked session's access tokens fail on the very next request.
  */
 export class SessionService {
   readonly #cache = new Map<string, LiveSession>();

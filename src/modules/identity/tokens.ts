@@ -52,7 +52,7 @@ function signatureOf(token: string): string {
  *
  * Signing is one synchronous HMAC over a fixed header and the JSON claims (RFC 7515 compact form):
  * jose signs through WebCrypto, a job queued on libuv's thread pool behind the logins' Argon2
- * verifies (docs/decisions.md "Cost on the request path"). Verifying, where a mistake would let a
+ * verifies (docs/decisions.md "Cost on the request path…"). Verifying, where a mistake would let a
  * forged token in, stays with jose; the tests verify every signed token with it.
  */
 export class AccessTokens {

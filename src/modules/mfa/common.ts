@@ -32,7 +32,7 @@ interface MfaLimits {
 export const PASSKEY_CHALLENGES_PER_USER = 20;
 export const PASSKEY_CHALLENGES_PER_TEMP_TOKEN = 5;
 
-/** The MFA module's named limits (DECISIONS "Limits"), defined once per Keel. */
+/** The MFA module's named limits (docs/decisions.md "Limits"), defined once per Keel. */
 export function mfaLimits(keel: Keel): MfaLimits {
   const c = keel.config;
   return keel.limits.group('mfa', (limits) => ({

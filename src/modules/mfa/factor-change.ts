@@ -9,7 +9,7 @@ import { enrolledMethods } from './login.js';
 import { mfaRequired } from './policy.js';
 
 /**
- * THE rule for changing second factors (issue 13 D2): once a user has any factor enrolled, enrolling,
+ * THE rule for changing second factors (docs/security.md "Findings", 2): once a user has any factor enrolled, enrolling,
  * replacing or removing a factor (TOTP setup and confirmation, phone verification, SMS enable, passkey
  * registration and deletion, turning MFA off) and regenerating recovery codes need a session that was
  * established with a second factor (`mfa: true`): 403 `mfa_required` otherwise. A user with no factor

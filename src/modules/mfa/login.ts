@@ -30,7 +30,7 @@ export async function enrolledMethods(keel: Keel, user: typeof users.$inferSelec
   const methods: Method[] = [];
   if (user.mfaEnabled && user.mfaSecret) methods.push('totp');
   if (user.mfaEnabled && user.phoneVerified && user.phoneNumber && user.mfaMethod === 'sms') methods.push('sms');
-  // Passkeys are an alternate factor beside TOTP/SMS (SPEC 2.1).
+  // Passkeys are an alternate factor beside TOTP/SMS (docs/specification.md "MFA").
   // Registering a passkey sets mfa_enabled, and it is cleared only when no factor remains: a user
   // without it has no passkey, so the count (a query on every login) is skipped for them.
   if (user.mfaEnabled) {

@@ -37,7 +37,7 @@ const webauthn = lazy(() => import('@simplewebauthn/server'));
 
 export const WEBAUTHN_REGISTER_PURPOSE = 'webauthn_register';
 export const WEBAUTHN_LOGIN_PURPOSE = 'webauthn_login';
-/** WebAuthn challenges are held 5 minutes and consumed atomically on use (SPEC 5.4, 8). */
+/** WebAuthn challenges are held 5 minutes and consumed atomically on use (docs/specification.md "MFA"). */
 export const WEBAUTHN_CHALLENGE_TTL_MS = 5 * 60_000;
 
 type PasskeyRow = typeof passkeys.$inferSelect;

@@ -23,7 +23,7 @@ const NOT_ALLOWED: Record<MfaMethod, () => AppError> = {
   passkey: () => forbidden('Your organization does not allow passkeys', 'passkey_not_allowed'),
 };
 
-/** 403 `<method>_not_allowed` with the organisation's reason (SPEC 7's message for SMS). */
+/** 403 `<method>_not_allowed` with the organisation's reason (the message for SMS of docs/specification.md "Errors"). */
 export const methodNotAllowed = (method: MfaMethod): AppError => NOT_ALLOWED[method]();
 
 /**
@@ -50,7 +50,7 @@ export const mfaEnrollmentRequired = () =>
 
 /**
  * Force MFA (428): a user whose role (or an ancestor) has `forceMfa` must have a factor enrolled. An
- * authenticator app (TOTP) satisfies it (SPEC 6); SMS and passkeys only while the effective policy
+ * authenticator app (TOTP) satisfies it (docs/specification.md "MFA"); SMS and passkeys only while the effective policy
  * allows them (`usableMethods`). Decided from the user's current enrolment, so a token issued before
  * enrolment works once a factor is enrolled, and an SMS-only user is gated again once SMS is turned off.
  */

@@ -118,7 +118,7 @@ const asOptions = (options: { challenge: string }) => options as z.infer<typeof 
 const unavailable = (code: 502 | 503, description: string) => ({ [code]: { description, content: { 'application/json': { schema: ErrorSchema } } } });
 
 export function mountMfaRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
-  // The enrolment routes stay reachable for a Force-MFA user who has no factor yet (DECISIONS). Every
+  // The enrolment routes stay reachable for a Force-MFA user who has no factor yet (docs/decisions.md "Tokens and sessions"). Every
   // MFA, phone and passkey route is an account route: a signed-in user, never an API key (user_required).
   const auth = authenticate(keel, { allowUnenrolled: true, principal: 'user' });
   const factorProof = requireFactorProof(keel);

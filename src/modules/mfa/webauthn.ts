@@ -16,7 +16,7 @@ export interface RelyingParty {
 export type RelyingPartyResult = { ok: true; rp: RelyingParty } | { ok: false; reason: string };
 
 /**
- * WebAuthn relying party (DECISIONS "Keys and URLs"): RP ID is WEBAUTHN_RP_ID or the host of
+ * WebAuthn relying party (docs/decisions.md "Keys and URLs"): RP ID is WEBAUTHN_RP_ID or the host of
  * PUBLIC_URL, origin is WEBAUTHN_ORIGIN or PUBLIC_URL's origin. Browsers refuse an IP address as
  * RP ID, an origin whose host is not the RP ID or a subdomain of it, and plain http anywhere but
  * localhost; such a setup is reported here instead of failing in every browser.

@@ -26,7 +26,7 @@ import {
   updateSite,
 } from './service.js';
 
-/** `settings.security` (DECISIONS); unknown keys are a 400. */
+/** `settings.security` (docs/decisions.md "Access and tenancy"); unknown keys are a 400. */
 const Method = (name: string) => z.boolean().optional().openapi({ description: `Whether ${name} may be used as a second factor (default true; false refuses enrolling it and skips it at login)` });
 const Settings = z
   .object({
@@ -127,7 +127,7 @@ const noContent = { 204: { description: 'Done' } } as const;
 type Action = 'read' | 'write' | 'delete';
 
 /**
- * Tenancy endpoints of DECISIONS "Endpoints Keel adds". Partners and organisations are behind
+ * Tenancy endpoints of docs/decisions.md "Endpoints Keel adds". Partners and organisations are behind
  * `organizations:*`, sites behind `sites:*`, device groups behind `devices:*` (docs/decisions.md).
  * Partner-wide writes (a partner's settings, creating or deleting an organisation) carry the guard's
  * `fullOrgAccess`: a partner user without `orgAccess: all` gets 403 `full_org_access_required`.

@@ -17,7 +17,7 @@ import { createOrganization, createPartner, groupView, mergeSettings, orgView, p
 
 /*
  * Administration of partners, organisations, sites and device groups under the caller's access
- * (DECISIONS "Endpoints Keel adds"): who may see and change which tenant, and what an organisation's
+ * (docs/decisions.md "Endpoints Keel adds"): who may see and change which tenant, and what an organisation's
  * deletion takes with it (memberships, roles). The tenant records themselves and their settings are
  * the tenancy module's, below access (docs/architecture.md).
  */

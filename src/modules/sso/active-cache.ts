@@ -14,7 +14,7 @@ const MAX_ENTRIES = 50_000;
 /**
  * Per process: whether an organisation's active provider enforces SSO, so a password login costs no
  * extra statement once known (platform/cache.ts). Every provider write publishes the organisation on
- * `SSO_PROVIDERS_TOPIC` after commit (here and on every other process: DECISIONS "Caches").
+ * `SSO_PROVIDERS_TOPIC` after commit (here and on every other process: docs/decisions.md "Caches").
  */
 export class ActiveProviderCache {
   readonly #cache: InvalidatedCache<ActiveSummary | null>;

@@ -1,4 +1,4 @@
-/** Single-use purposes (platform/single-use.ts) and lifetimes of the SSO flows (SPEC 8). */
+/** Single-use purposes (platform/single-use.ts) and lifetimes of the SSO flows (docs/specification.md "Limits"). */
 export const SSO_LOGIN_PURPOSE = 'sso_login';
 export const SSO_EXCHANGE_PURPOSE = 'sso_exchange';
 export const SAML_ASSERTION_PURPOSE = 'sso_saml_assertion';
@@ -13,7 +13,7 @@ export const ACS_PATH = '/api/v1/sso/saml/acs';
 /** Allowed difference between the IdP's clock and Keel's for SAML NotBefore / NotOnOrAfter. */
 export const SAML_CLOCK_SKEW_MS = 60_000;
 
-/** The callback error codes of SPEC 7: nothing else ever reaches the login page's URL. */
+/** The callback error codes of docs/specification.md "Single sign-on: the login flow": nothing else ever reaches the login page's URL. */
 export type SsoErrorCode = 'session_expired' | 'provider_not_found' | 'domain_not_allowed' | 'user_not_found' | 'default_role_required' | 'no_org_access' | 'sso_error';
 
 /** What a failure is known to be about, once the login session named it (for the audit entry). */
@@ -26,7 +26,7 @@ export interface SsoFailureContext {
 }
 
 /**
- * A callback failure with its SPEC 7 code; the internal reason goes to the log and, once the
+ * A callback failure with its callback error code; the internal reason goes to the log and, once the
  * provider is known (`context`), to the `sso.login` failure audit entry, never to the browser.
  */
 export class SsoFailure extends Error {

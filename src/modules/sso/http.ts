@@ -16,7 +16,7 @@ export const AttributeMappingSchema = z
     lastName: z.string().min(1).max(500).optional().openapi(d('Claim holding the family name', 'family_name')),
     groups: z.string().min(1).max(500).optional().openapi(d('Claim holding the groups (an array of strings), read by groupRoleMappings', 'groups')),
   })
-  .openapi('SsoAttributeMapping', { description: 'IdP claim names for each profile field (SPEC 2.4)' });
+  .openapi('SsoAttributeMapping', { description: 'IdP claim names for each profile field' });
 
 export const GroupRoleMappingSchema = z
   .object({
@@ -38,7 +38,7 @@ export const PresetSchema = z
     samlAttributes: z
       .array(z.object({ uri: z.string().openapi(d('SAML attribute name (URI)')), field: z.string().openapi(d('Profile field it fills')) }))
       .nullable()
-      .openapi(d('SAML only: attribute URIs mapped automatically (SPEC 2.4)')),
+      .openapi(d('SAML only: attribute URIs mapped automatically')),
     groupRoleMappingsSupported: z.boolean().openapi(d('Providers of this preset accept groupRoleMappings (the groups claim decides the role at each login)')),
   })
   .openapi('SsoPreset');

@@ -6,7 +6,7 @@ export function successLocation(keel: Keel, redirectPath: string, code: string):
   return `${keel.config.publicUrl}${redirectPath}#ssoCode=${encodeURIComponent(code)}`;
 }
 
-/** Where a failed login goes: the login page with one of SPEC 7's codes and nothing else. */
+/** Where a failed login goes: the login page with one of the codes of docs/specification.md "Single sign-on: the login flow" and nothing else. */
 export function errorLocation(keel: Keel, code: SsoErrorCode): string {
   return `${keel.config.publicUrl}/login?error=${code}`;
 }

@@ -16,7 +16,7 @@ import { CALLBACK_PATH, SSO_LOGIN_PURPOSE, SSO_LOGIN_TTL_MS, SsoFailure } from '
 import { ssoProviders } from './schema.js';
 import { successLocation } from './locations.js';
 
-/** The stored part of an OIDC login session (SPEC 2.5); the PKCE verifier travels sealed beside it. */
+/** The stored part of an OIDC login session (docs/specification.md "Single sign-on: the login flow"); the PKCE verifier travels sealed beside it. */
 interface OidcSessionData {
   type: 'oidc';
   providerId: string;
@@ -60,14 +60,14 @@ export function safeRedirectPath(keel: Keel, raw: string | undefined): string {
   return path;
 }
 
-/** The state cookie's signature: HMAC-SHA256 keyed on the encryption key (never the JWT secret), SPEC 5.9.2. */
+/** The state cookie's signature: HMAC-SHA256 keyed on the encryption key (never the JWT secret), docs/specification.md "Single sign-on: the login flow" step 2. */
 const stateMessage = (state: string): string => `keel:service_sso_state:v1:${state}`;
 
 export function stateCookieValue(keel: Keel, state: string): string {
   return `${state}.${keel.secrets.keyed.make(stateMessage(state))}`;
 }
 
-/** SPEC 5.9.4, first: the returned state against the signed cookie, in constant time; any mismatch is `session_expired`. */
+/** docs/specification.md "Single sign-on: the login flow" step 4, first: the returned state against the signed cookie, in constant time; any mismatch is `session_expired`. */
 export function checkStateCookie(keel: Keel, cookie: string | undefined, state: string | undefined): string {
   const expired = () => new SsoFailure('session_expired', 'state cookie missing or not matching');
   if (!cookie || !state) throw expired();
@@ -123,7 +123,7 @@ async function assertLoginCapacity(keel: Keel, p: ProviderRow): Promise<void> {
   throw new AppError(429, 'sso_logins_outstanding', 'Too many sign-ins are in progress for this organization; try again in a minute', undefined, { 'Retry-After': '60' });
 }
 
-/** `GET /sso/login/:orgId` (SPEC 5.9.1-3): the organisation's active provider, a stored login session, the IdP's URL. */
+/** `GET /sso/login/:orgId` (docs/specification.md "Single sign-on: the login flow" steps 1-3): the organisation's active provider, a stored login session, the IdP's URL. */
 export async function startLogin(keel: Keel, orgId: string, redirectPath: string, binding: string): Promise<LoginStart> {
   const p = await activeProvider(keel.db, orgId);
   if (!p) throw noActiveProvider();
@@ -157,7 +157,7 @@ export async function loginProvider(keel: Keel, providerId: unknown): Promise<Pr
 }
 
 /**
- * `GET /sso/callback` (SPEC 5.9.4-10): state against the cookie first, then the login session consumed
+ * `GET /sso/callback` (docs/specification.md "Single sign-on: the login flow" steps 4-10): state against the cookie first, then the login session consumed
  * once, the code exchanged with the PKCE verifier (ID token issuer, audience, expiry and nonce checked
  * by openid-client), UserInfo, the mapping and provisioning. Answers where to send the browser.
  */
@@ -222,7 +222,7 @@ async function oidcFinish(keel: Keel, p: ProviderRow, data: OidcSessionData, sta
 
 /**
  * A refused SSO sign-in whose provider is known (its login session was found): audited `sso.login`
- * with `result: 'failure'`, `details.error` (the SPEC 7 code the browser got) and `details.reason`;
+ * with `result: 'failure'`, `details.error` (the callback error code the browser got) and `details.reason`;
  * a refused identity link also as `sso.identity.refused` (the subject asserted, why). Failures before
  * a login session is identified (a forged or stale state) are only logged: anyone can send those, and
  * they must not fill the audit log. The entry never fails the redirect (its error is logged).

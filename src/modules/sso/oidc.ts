@@ -8,8 +8,8 @@ export const IDP_TIMEOUT_MS = 10_000;
 export const IDP_MAX_RESPONSE_BYTES = 1024 * 1024;
 
 /**
- * openid-client's fetch, routed through the outbound guard (platform/outbound.ts): SPEC 4.5's target
- * rules on every request, the vetted address pinned at connect time, one deadline, a size cap, no
+ * openid-client's fetch, routed through the outbound guard (platform/outbound.ts): the target rules of
+ * docs/specification.md "Outbound targets" on every request, the vetted address pinned at connect time, one deadline, a size cap, no
  * redirect followed.
  */
 export function guardedFetch(keel: Keel): client.CustomFetch {

@@ -10,7 +10,7 @@ export const ssoRequired = () =>
   new AppError(403, 'sso_required', 'Your organization requires single sign-on: sign in through your identity provider');
 
 /**
- * Enforced SSO (SPEC 5.11) as a password policy of the identity module: a member of an organisation
+ * Enforced SSO (docs/specification.md "Single sign-on: the login flow") as a password policy of the identity module: a member of an organisation
  * whose active provider has `enforceSSO` cannot sign in with a password (403 `sso_required`) and gets
  * no reset link. A platform administrator keeps password sign-in as break-glass, audited
  * `user.login.break_glass`.
@@ -29,7 +29,7 @@ export function enforcedSsoPolicy(keel: Keel): PasswordPolicy {
     let orgId = m?.kind === 'organization' ? m.orgId : null;
     let p = orgId ? await enforcing(orgId) : null;
     if (!p?.enforceSso) {
-      // An address of a domain an organisation verified is held to that organisation's enforced SSO (docs/decisions.md "Verified domains").
+      // An address of a domain an organisation verified is held to that organisation's enforced SSO (docs/decisions.md "Verified domains and SSO step-up").
       const owner = await verifiedDomainOrg(keel.db, user.email);
       if (owner && owner !== orgId) {
         orgId = owner;

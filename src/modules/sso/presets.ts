@@ -1,10 +1,10 @@
 import type { AttributeMapping } from './schema.js';
 
-/** The 2005/05 identity-claims namespace and the vendor claims namespace of SPEC 2.4. */
+/** The 2005/05 identity-claims namespace and the vendor claims namespace of docs/specification.md "Single sign-on: providers". */
 export const CLAIMS_2005 = 'http://schemas.xmlsoap.org/ws/2005/05/identity/claims';
 export const VENDOR_CLAIMS = 'http://schemas.microsoft.com';
 
-/** SAML attribute URIs mapped automatically (SPEC 2.4), in the order they are tried. */
+/** SAML attribute URIs mapped automatically (docs/specification.md "Single sign-on: providers"), in the order they are tried. */
 export const SAML_ATTRIBUTE_URIS: readonly { uri: string; field: keyof AttributeMapping }[] = [
   { uri: `${CLAIMS_2005}/emailaddress`, field: 'email' },
   { uri: `${CLAIMS_2005}/name`, field: 'name' },
@@ -43,7 +43,7 @@ const saml = (id: string, name: string): Preset => ({
   samlAttributes: SAML_ATTRIBUTE_URIS.map((a) => ({ uri: a.uri, field: a.field })),
 });
 
-/** SPEC 2.4's presets (neutral ids). `groups` is mapped where the IdP sends it by default. */
+/** The presets of docs/specification.md "Single sign-on: providers" (neutral ids). `groups` is mapped where the IdP sends it by default. */
 export const PRESETS: readonly Preset[] = [
   oidc('cloud-directory', 'Cloud directory (OIDC)', 'openid profile email', { email: 'email', name: 'name', firstName: 'given_name', lastName: 'family_name', groups: 'groups' }),
   oidc('workforce-idp', 'Workforce identity provider (OIDC)', 'openid profile email groups', { email: 'email', name: 'name', firstName: 'given_name', lastName: 'family_name', groups: 'groups' }),

@@ -120,7 +120,7 @@ export interface ProviderInput {
   mfaAcrValues?: string[] | undefined;
 }
 
-/** A PEM certificate, or a bare base64 body made into one (DECISIONS). 400 when it does not parse. */
+/** A PEM certificate, or a bare base64 body made into one (docs/decisions.md "SSO shapes"). 400 when it does not parse. */
 export function normaliseCertificate(text: string): string {
   const body = text.includes('BEGIN CERTIFICATE') ? text.trim() : `-----BEGIN CERTIFICATE-----\n${(text.replace(/\s+/g, '').match(/.{1,64}/g) ?? []).join('\n')}\n-----END CERTIFICATE-----`;
   try {
@@ -175,7 +175,7 @@ export async function assertMayConfigureProvider(db: Db, access: AccessContext, 
   await assertCoversOrgMembers(db, access, orgId, grants);
 }
 
-/** Fills the four endpoints from the issuer's discovery document; a failure is a warning, never a refusal (SPEC 4.4). */
+/** Fills the four endpoints from the issuer's discovery document; a failure is a warning, never a refusal (docs/specification.md "Single sign-on: providers"). */
 async function discoverInto(keel: Keel, set: Partial<ProviderRow>, issuer: string, providerId: string, request: RequestRef): Promise<void> {
   try {
     const d = await discover(keel, issuer);
@@ -254,7 +254,7 @@ export async function createProvider(keel: Keel, access: AccessContext, orgId: s
   return providerView(created);
 }
 
-/** PATCH field names (SPEC 4.4's list, plus the SAML fields, preset and groupRoleMappings Keel adds) → columns. */
+/** PATCH field names (the list of docs/specification.md "Single sign-on: providers", plus the SAML fields, preset and groupRoleMappings Keel adds) → columns. */
 const PATCH_COLUMNS = {
   name: 'name', issuer: 'issuer', clientId: 'clientId', authorizationUrl: 'authorizationUrl', tokenUrl: 'tokenUrl',
   userInfoUrl: 'userInfoUrl', jwksUrl: 'jwksUrl', scopes: 'scopes', attributeMapping: 'attributeMapping',

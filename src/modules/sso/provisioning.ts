@@ -39,9 +39,9 @@ const str = (v: unknown): string | undefined => {
 const list = (v: unknown): string[] => (Array.isArray(v) ? v.filter((x): x is string => typeof x === 'string') : typeof v === 'string' ? [v] : []);
 
 /**
- * Maps claims with the provider's `attributeMapping` (SPEC 2.4): `email` and `name` required; a
+ * Maps claims with the provider's `attributeMapping` (docs/specification.md "Single sign-on: providers"): `email` and `name` required; a
  * missing name is built from firstName/lastName, else the email; `groups` an array of strings. For
- * SAML the URI table of SPEC 2.4 fills whatever the mapping left empty.
+ * SAML the URI table of the same section fills whatever the mapping left empty.
  */
 export function mapClaims(mapping: AttributeMapping, claims: Record<string, unknown>, externalId: string, saml: boolean): MappedProfile {
   const pick = (field: keyof AttributeMapping): unknown => {
@@ -118,7 +118,7 @@ export function assertEmailNotUnverified(emailVerified: boolean | null): void {
 }
 
 /**
- * SPEC 5.9 steps 7-9 for a verified profile: allowed domain, user by email (case-insensitive), JIT
+ * docs/specification.md "Single sign-on: the login flow" steps 7-9 for a verified profile: allowed domain, user by email (case-insensitive), JIT
  * provisioning with `defaultRoleId` (or the mapped group's role), organisation membership, group to
  * role mapping, the identity link; then a single-use exchange code (2 minutes, any instance).
  * Provisioning, the role change and the identity link commit together or not at all
@@ -130,7 +130,7 @@ export async function completeSsoLogin(keel: Keel, p: ProviderRow, profile: Mapp
     if (!domainAllowed(p.allowedDomains, profile.email)) throw new SsoFailure('domain_not_allowed', 'email domain not allowed');
     const fromGroups = await mappedRole(keel, p, profile.groups, info);
     const user = await findUserByEmail(keel.db, profile.email);
-    // Verified domains decide whose provider may provision or link an address (docs/decisions.md "Verified domains").
+    // Verified domains decide whose provider may provision or link an address (docs/decisions.md "Verified domains and SSO step-up").
     const refused = await ssoEmailRefusal(keel.db, { kind: 'org', orgId: p.orgId, partnerId: null }, profile.email, { existingAccount: Boolean(user), emailVerified });
     if (refused) throw new SsoFailure('domain_not_allowed', refused);
     let newRoleId: string | null = null;

@@ -62,7 +62,7 @@ function orgOf(c: Context<AppEnv>): string {
 }
 
 /**
- * Organisation single sign-on (SPEC 2.4, 2.5, 4.4, 5.9-5.11; DECISIONS "SSO"): presets, providers
+ * Organisation single sign-on (docs/specification.md "Single sign-on: providers" and "Single sign-on: the login flow"; docs/decisions.md "SSO shapes"): presets, providers
  * (writes need `organizations:write` and an `mfa: true` session), the OIDC and SAML login flows and
  * the exchange of the one-time code. (Enforced SSO is registered with identity by the composition root.)
  */
@@ -88,7 +88,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'get', path: '/sso/presets', tags, summary: 'Provider presets with default scopes and attribute mappings',
       middleware: [auth],
-      responses: { 200: json(z.object({ data: z.array(PresetSchema).openapi({ description: 'Every preset of SPEC 2.4' }) }), 'Presets'), ...errors(401) },
+      responses: { 200: json(z.object({ data: z.array(PresetSchema).openapi({ description: 'Every preset Keel knows' }) }), 'Presets'), ...errors(401) },
     }),
     (c) => c.json({ data: presetsView() }, 200),
   );
@@ -227,7 +227,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     },
   );
 
-  /** Every failure of a callback or the ACS: logged with its reason, answered with only its SPEC 7 code. */
+  /** Every failure of a callback or the ACS: logged with its reason, answered with only its callback error code. */
   const failed = async (c: Context<AppEnv>, err: unknown) => {
     const failure = err instanceof SsoFailure ? err : new SsoFailure('sso_error', 'unexpected error');
     const info = requestInfo(c);

@@ -2,7 +2,7 @@ import { SsoFailure } from './constants.js';
 
 /**
  * The cheap look at a posted SAMLResponse before any XML parser sees it (docs/decisions.md
- * "Organisation SSO: SAML checks and unauthenticated limits"): base64 shape and size, then one linear
+ * "Organisation SSO: SAML checks, login binding and unauthenticated limits"): base64 shape and size, then one linear
  * scan of the markup that refuses a DOCTYPE (so no entity can be declared), counts elements and their
  * depth, and reads the few attributes Keel checks itself: the root Response's Destination and
  * InResponseTo, whether the root carries its own signature, and every SignatureMethod / DigestMethod

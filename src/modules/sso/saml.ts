@@ -53,7 +53,7 @@ export async function samlMetadata(keel: Keel, providerId: string): Promise<stri
 }
 
 /**
- * The AuthnRequest by HTTP-Redirect (SPEC 5.9's `/sso/login/:orgId` for a SAML provider): its ID is the
+ * The AuthnRequest by HTTP-Redirect (`/sso/login/:orgId` for a SAML provider): its ID is the
  * login session's token, so the ACS finds the session by InResponseTo (10 minutes, single use).
  */
 export async function samlAuthorizeUrl(keel: Keel, p: ProviderRow, redirectPath: string, binding: string): Promise<string> {

@@ -8,7 +8,7 @@ import { users } from '../identity/schema.js';
 export const ssoProviderType = pgEnum('sso_provider_type', ['oidc', 'saml']);
 export const ssoProviderStatus = pgEnum('sso_provider_status', ['inactive', 'testing', 'active']);
 
-/** Claim names of the IdP for each profile field (SPEC 2.4). */
+/** Claim names of the IdP for each profile field (docs/specification.md "Single sign-on: providers"). */
 export interface AttributeMapping {
   email: string;
   name: string;
@@ -23,7 +23,7 @@ export interface GroupRoleMapping {
 }
 
 /**
- * An organisation's identity provider (SPEC 2.4). `client_secret` is AES-256-GCM sealed (bound to the
+ * An organisation's identity provider (docs/specification.md "Single sign-on: providers"). `client_secret` is AES-256-GCM sealed (bound to the
  * row id); at most one provider per organisation is `active` (partial unique index).
  */
 export const ssoProviders = pgTable(
@@ -66,7 +66,7 @@ export const ssoProviders = pgTable(
   ],
 );
 
-/** A user's link to an identity at a provider (SPEC 2.5); IdP tokens sealed. */
+/** A user's link to an identity at a provider (docs/specification.md "Single sign-on: the login flow"); IdP tokens sealed. */
 export const ssoIdentities = pgTable(
   'sso_identities',
   {

@@ -1,7 +1,7 @@
 import { index, jsonb, pgTable, uuid, varchar } from 'drizzle-orm/pg-core';
 import { createdAt, idColumn, updatedAt } from '../../platform/db/columns.js';
 
-/** `settings.security`: { requireMfa, allowedMfaMethods: { totp, sms, passkey } } (DECISIONS). */
+/** `settings.security`: { requireMfa, allowedMfaMethods: { totp, sms, passkey } } (docs/decisions.md "Access and tenancy"). */
 export interface TenantSettings {
   security?: {
     requireMfa?: boolean | undefined;

@@ -63,7 +63,7 @@ function policyOf(s: TenantSettings | undefined | null): SecurityPolicy {
   return { requireMfa: sec.requireMfa ?? false, allowedMfaMethods: { totp: m.totp ?? true, sms: m.sms ?? true, passkey: m.passkey ?? true } };
 }
 
-/** The stricter of two policies wins (DECISIONS): MFA required if either requires it; a method allowed only if both allow it. */
+/** The stricter of two policies wins (docs/decisions.md "Endpoints Keel adds"): MFA required if either requires it; a method allowed only if both allow it. */
 function stricter(a: SecurityPolicy, b: SecurityPolicy): SecurityPolicy {
   return {
     requireMfa: a.requireMfa || b.requireMfa,

@@ -28,7 +28,7 @@ import { enrolledMethods, loginSecondFactor, type MfaChallenge } from '../mfa/lo
 import { assertCoversUser, assertRoleWithinCaller, getVisibleUser, type UserView } from './service.js';
 import { invitations } from './schema.js';
 
-/** Links are valid 7 days (DECISIONS "Registration, bootstrap, invitations"). */
+/** Links are valid 7 days (docs/decisions.md "Registration, bootstrap, invitations"). */
 export const INVITE_TTL_MS = 7 * 24 * 3600_000;
 
 type InvitationRow = typeof invitations.$inferSelect;

@@ -7,7 +7,7 @@ import { clearFactors } from '../mfa/service.js';
 import { assertCoversUser, targetForChange } from './service.js';
 
 /**
- * `POST /users/:id/mfa/reset` (issue 14.10): for a user who lost their authenticator. Clears their TOTP,
+ * `POST /users/:id/mfa/reset`: for a user who lost their authenticator. Clears their TOTP,
  * phone and recovery codes (passkeys too with `{passkeys: true}`), ends every session of theirs, tells
  * them by email and is audited. The route needs `users:write` and a session with a second factor; here:
  * never one's own (403 `self_change_forbidden`), and the caller must hold every permission the user holds

@@ -9,7 +9,7 @@ import { addPartnerMember } from '../access/service.js';
 import { SYSTEM_ROLES } from '../access/catalog.js';
 
 /*
- * `POST /auth/register-partner` (SPEC 4.1): a partner, its first user and that user's Partner Admin
+ * `POST /auth/register-partner` (docs/specification.md "Users and invitations"): a partner, its first user and that user's Partner Admin
  * membership in one transaction. It sits here, above identity and access, because it joins the two
  * (docs/architecture.md); `POST /auth/register` (a user without a tenant) stays in identity.
  */

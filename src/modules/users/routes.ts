@@ -125,7 +125,7 @@ const tag = ['users'];
 
 export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   const auth = authenticate(keel);
-  // Reads too: partner users without full organisation access get 403 on every users route (SPEC 5.8, 7).
+  // Reads too: partner users without full organisation access get 403 on every users route (docs/specification.md "Tenant hierarchy and scopes").
   const read = (action: string) => [auth, ...guard(keel, { fullOrgAccess: true, permission: ['users', action] })];
   // Administering users acts on the whole organisation (an invitation or a role change could hand out
   // more than the caller's own sites): callers restricted to some sites or device groups are refused.

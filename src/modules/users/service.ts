@@ -84,7 +84,7 @@ function view(r: Row): UserView {
 }
 
 /**
- * The users a caller can see (SPEC 4.2 "users in the current scope"): members of the organisations
+ * The users a caller can see (docs/specification.md "Users and invitations": "the users of the current scope"): members of the organisations
  * the access module's `visibleOrgs` gives (the one decision), plus the members of the partner whose
  * own records it shows; for a system caller naming nothing, everyone.
  */
@@ -148,7 +148,7 @@ export function tenantOf(m: Membership): Tenant {
   return m.kind === 'partner' ? { partnerId: m.partnerId } : { orgId: m.orgId };
 }
 
-/** A role may only be given by a caller who holds every permission it grants (DECISIONS caps). */
+/** A role may only be given by a caller who holds every permission it grants (the caps of docs/decisions.md "Roles, permissions and seeded roles"). */
 export async function assertRoleWithinCaller(db: Db, access: AccessContext, roleId: string): Promise<void> {
   const role = await resolveRole(db, roleId);
   if (!role) throw notFound('Role');

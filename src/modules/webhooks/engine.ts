@@ -13,7 +13,7 @@ import { aad } from './service.js';
 import { deliveryHeaders } from './signing.js';
 
 /**
- * The delivery engine: PostgreSQL rows are the queue (ARCHITECTURE "Where state lives").
+ * The delivery engine: PostgreSQL rows are the queue (docs/architecture.md "Processes and where state lives").
  *
  * - **Claim.** One statement takes up to N due rows (`pending`/`retrying`, `next_retry_at` passed, no
  *   live lease, webhook `active`) with `FOR UPDATE SKIP LOCKED` and stamps them with a fresh claim id
@@ -55,10 +55,10 @@ const FAILING_WEBHOOK_SLOTS = 2;
 const FLUSH_BATCH = 1_000;
 /** How long a finished attempt's result may wait to be written with others. */
 const FLUSH_DELAY_MS = 100;
-/** DECISIONS "Webhooks": at least this many dead-lettered deliveries, and every one of 24 hours. */
+/** docs/decisions.md "Webhook shapes": at least this many dead-lettered deliveries, and every one of 24 hours. */
 export const AUTO_FAIL_MIN_DEAD = 10;
 export const AUTO_FAIL_WINDOW_MS = 24 * 60 * 60 * 1000;
-/** Redis lists (SPEC 6.1): wake-up hints and the dead-letter list, delivery ids only; capped. */
+/** Redis lists (docs/specification.md "Webhooks: deliveries"): wake-up hints and the dead-letter list, delivery ids only; capped. */
 export const DELIVERY_LIST = 'service:webhooks:delivery';
 export const DLQ_LIST = 'service:webhooks:dlq';
 export const LIST_CAP = 10_000;
@@ -761,7 +761,7 @@ function cancellation(): AbortController {
 
 function describeFailure(err: unknown, timeoutMs: number): string {
   if (err instanceof OutboundError) {
-    // SPEC 7: an unsafe URL at delivery fails the attempt without an HTTP request.
+    // docs/specification.md "Outbound targets": an unsafe URL at delivery fails the attempt without an HTTP request.
     if (UNSAFE_TARGET_CODES.has(err.code)) return `Unsafe webhook URL: ${err.message}`;
     if (err.code === 'unresolvable') return `Unsafe webhook URL: it could not be validated (${err.message})`;
     if (err.code === 'timeout') return `Timed out: no complete answer within ${timeoutMs} ms`;

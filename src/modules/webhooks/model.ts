@@ -14,10 +14,10 @@ export const apiStatus = (s: StoredWebhookStatus): ApiWebhookStatus => TO_API[s]
 
 export const DELIVERY_STATUSES: readonly DeliveryStatus[] = ['pending', 'delivered', 'failed', 'retrying'];
 
-/** SPEC 8's defaults: 5 retries after the first attempt, 1 s doubling, at most 5 minutes. */
+/** The defaults of docs/specification.md "Limits": 5 retries after the first attempt, 1 s doubling, at most 5 minutes. */
 export const DEFAULT_RETRY_POLICY: RetryPolicy = { maxRetries: 5, initialDelayMs: 1_000, backoffMultiplier: 2, maxDelayMs: 300_000 };
 
-/** Bounds of a webhook's own `retryPolicy` (DECISIONS "Webhooks": settable within bounds). */
+/** Bounds of a webhook's own `retryPolicy` (docs/decisions.md "Webhook shapes": settable within bounds). */
 export const RETRY_BOUNDS = {
   maxRetries: [0, 10],
   initialDelayMs: [100, 3_600_000],
@@ -29,12 +29,12 @@ export function effectivePolicy(stored: Partial<RetryPolicy> | null | undefined)
   return { ...DEFAULT_RETRY_POLICY, ...(stored ?? {}) };
 }
 
-/** SPEC 8: the delay before retry n+1 (n = 0 for the first retry) is min(initial × multiplier^n, max). */
+/** docs/specification.md "Limits": the delay before retry n+1 (n = 0 for the first retry) is min(initial × multiplier^n, max). */
 export function retryDelayMs(policy: RetryPolicy, n: number): number {
   return Math.min(Math.round(policy.initialDelayMs * policy.backoffMultiplier ** n), policy.maxDelayMs);
 }
 
-/** DECISIONS "Webhooks": query parameters whose values read responses replace with REDACTED. */
+/** docs/decisions.md "Webhook shapes": query parameters whose values read responses replace with REDACTED. */
 const CREDENTIAL_PARAMS = new Set(
   ['token', 'sig', 'signature', 'key', 'apikey', 'api_key', 'access_token', 'secret', 'password', 'code', 'x-amz-signature', 'x-amz-credential'],
 );

@@ -27,7 +27,7 @@ import {
 } from './service.js';
 
 const d = (description: string) => ({ description });
-const EventType = z.enum(EVENT_TYPES).openapi({ description: 'An event type of SPEC 6.1 (device.*, alert.*, script.*, automation.*, policy.*, patch.*, security.score_changed, remote.*, user.login/logout, session.login/logout, webhook.test)' });
+const EventType = z.enum(EVENT_TYPES).openapi({ description: 'An event type (device.*, alert.*, script.*, automation.*, policy.*, patch.*, security.score_changed, remote.*, user.login/logout, session.login/logout, webhook.test)' });
 const ApiStatus = z.enum(['active', 'paused', 'failed']).openapi({
   description: '`active`: deliveries are made; `paused`: deliveries are held (not attempted) until active again; `failed`: set by Keel after 24 hours in which every delivery (at least 10) was dead-lettered, held until a person makes it active',
 });
@@ -53,7 +53,7 @@ const Secret = z.string().min(16).max(256).openapi({ description: 'HMAC signing 
 const bounded = (k: keyof typeof RETRY_BOUNDS, description: string, intOnly = true) => {
   const [min, max] = RETRY_BOUNDS[k];
   const n = intOnly ? z.number().int() : z.number();
-  return n.min(min).max(max).optional().openapi(d(`${description} (${min}-${max}; default from SPEC 8 when omitted)`));
+  return n.min(min).max(max).optional().openapi(d(`${description} (${min}-${max}; the default when omitted)`));
 };
 const RetryPolicyIn = z
   .object({
@@ -208,14 +208,14 @@ const EventOut = z
 
 const noContent = { 204: { description: 'Deleted, with its deliveries' } } as const;
 
-/** The request's organisation, or SPEC 7's "organization context is required" (400 `org_required`) for a partner or system caller that named none. */
+/** The request's organisation, or "organization context is required" (docs/specification.md "Errors") (400 `org_required`) for a partner or system caller that named none. */
 function inOrg(access: AccessContext): AccessContext & { orgId: string } {
   if (!access.orgId) throw orgRequired();
   return access as AccessContext & { orgId: string };
 }
 
 /**
- * SPEC 4.5 and DECISIONS "Shapes for what Keel adds": webhooks (`webhooks:read` / `webhooks:write`),
+ * docs/specification.md "Webhooks: subscriptions" and docs/decisions.md "Webhook shapes": webhooks (`webhooks:read` / `webhooks:write`),
  * their deliveries, test and retry, secret rotation; and `POST /events` for API keys holding
  * `events:publish`. Organisation users act in their organisation; partner and system callers name it
  * with `orgId` on list and create (400 `org_required` otherwise), and may name it on the others.
@@ -251,7 +251,7 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       responses: { 201: json(Webhook, 'Created, status active'), ...errors(400, 401, 403, 404, 409, 428) },
     }),
     async (c) => {
-      // The body is validated first; then the organisation must be known (SPEC 7).
+      // The body is validated first; then the organisation must be known (docs/specification.md "Errors").
       const body = c.req.valid('json');
       return c.json(await createWebhook(keel, inOrg(accessOf(c)), body, requestInfo(c)), 201);
     },

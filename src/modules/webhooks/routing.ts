@@ -10,7 +10,7 @@ import { attemptFields, type ClaimedDelivery, type WebhookAttemptColumns } from 
 import { eventBody, webhooksRuntime, type RuntimeHooks } from './service.js';
 
 /**
- * Routing (SPEC 6.1): one pending delivery per active webhook of an event's organisation subscribed
+ * Routing (docs/specification.md "Webhooks: deliveries"): one pending delivery per active webhook of an event's organisation subscribed
  * to its type, written in the publisher's transaction. The event's body is stored once
  * (`webhook_payloads`, $10: one id per event), in the same statement, only for an event that has a
  * delivery; each delivery refers to it.
@@ -216,7 +216,7 @@ export function routerStats(keel: Keel): RouterStats {
  * The bus subscriber: routes `event` in the publisher's transaction, so an event whose transaction
  * rolls back delivers nothing and a committed one is never lost. Once it has committed, the rows
  * this process's engine claimed go to it; workers are woken for the others. Events without an
- * organisation are not routed (DECISIONS).
+ * organisation are not routed (docs/decisions.md "Webhook shapes").
  */
 export async function routeEvent(keel: Keel, tx: Tx, event: KeelEvent): Promise<void> {
   if (!event.orgId) return;

@@ -3,10 +3,10 @@ import { index, integer, json, jsonb, pgTable, text, uniqueIndex, uuid, varchar 
 import { createdAt, idColumn, ts, updatedAt } from '../../platform/db/columns.js';
 import { organizations } from '../tenancy/schema.js';
 
-/** Stored webhook status (SPEC 3): the API's `active` / `paused` / `failed` (DECISIONS "Webhooks"). */
+/** Stored webhook status: the API's `active` / `paused` / `failed` (docs/decisions.md "Webhook shapes"). */
 export type StoredWebhookStatus = 'active' | 'disabled' | 'error';
 
-/** A delivery's own retry schedule (SPEC 8), the defaults filled in. */
+/** A delivery's own retry schedule (docs/specification.md "Limits"), the defaults filled in. */
 export interface RetryPolicy {
   maxRetries: number;
   initialDelayMs: number;
@@ -15,12 +15,12 @@ export interface RetryPolicy {
 }
 
 /**
- * A subscription of an organisation's events (SPEC 2.6). The URL, the secrets and the custom headers
+ * A subscription of an organisation's events (docs/specification.md "Webhooks: subscriptions"). The URL, the secrets and the custom headers
  * (which often carry a receiver's credentials) are AES-256-GCM sealed, bound to the row's id.
  * `previous_secret_sealed` is the secret a rotation replaced, still signing until
  * `previous_secret_expires_at`; `older_secrets_sealed` holds the ones rotated out before it (a sealed
  * JSON list, each with its own expiry: every rotated-out secret keeps its whole overlap). `failing_since` / `dead_letter_streak` decide the automatic move to
- * `error` (DECISIONS: 24 hours in which every delivery was dead-lettered, at least 10).
+ * `error` (docs/decisions.md "Webhook shapes": 24 hours in which every delivery was dead-lettered, at least 10).
  */
 export const webhooks = pgTable(
   'webhooks',
@@ -72,7 +72,7 @@ export const webhookPayloads = pgTable(
 );
 
 /**
- * One event for one webhook (SPEC 2.7), and the queue itself (ARCHITECTURE "Where state lives"): a
+ * One event for one webhook (docs/specification.md "Webhooks: deliveries"), and the queue itself (docs/architecture.md "Processes and where state lives"): a
  * row is due when `status` is pending/retrying and `next_retry_at` has passed; a worker claims it by
  * setting `claim_id` and `lease_expires_at` (FOR UPDATE SKIP LOCKED), and records the attempt's result
  * only while its claim id is still the row's (fencing). `payload_id` names the request body, stored

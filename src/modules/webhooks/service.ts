@@ -58,7 +58,7 @@ async function spendManual(keel: Keel, access: AccessContext, webhookId: string)
   await l.manualPerWebhook.consume(webhookId);
 }
 
-/** How long a rotated-out secret keeps signing (DECISIONS "Shapes for what Keel adds"). */
+/** How long a rotated-out secret keeps signing (docs/decisions.md "Webhook shapes"). */
 export const ROTATION_OVERLAP_MS = 24 * 60 * 60 * 1000;
 
 /** The associated data a sealed column is bound to: a value cannot be moved to another row or column. */
@@ -175,7 +175,7 @@ export function deliveryView(row: DeliveryRow & { payload: unknown }): DeliveryV
   };
 }
 
-/** SPEC 7: "Webhook URL fails validation": 400 `invalid_webhook_url`, saying which rule. */
+/** docs/specification.md "Errors": "Webhook URL fails validation": 400 `invalid_webhook_url`, saying which rule. */
 async function vetUrl(keel: Keel, url: string): Promise<void> {
   // Userinfo would be redacted in reads and never sent: refused, so nothing is kept that is not used.
   let parsed: URL | null = null;
@@ -550,7 +550,7 @@ export async function listDeliveries(
   return { data: rows.map(deliveryView), total: total?.n ?? 0 };
 }
 
-/** The request body of SPEC 6.1, in this key order; its JSON text is stored and sent as it is. */
+/** The request body of docs/specification.md "Webhooks: deliveries", in this key order; its JSON text is stored and sent as it is. */
 export function eventBody(event: { id: string; type: string; timestamp: string; orgId: string | null; data: unknown }, test = false): Record<string, unknown> {
   // A test delivery's `test: true` stands right before `data` (signing.ts `isTestBody` relies on it).
   return test
@@ -615,7 +615,7 @@ const insertRetry = prepared(
 );
 
 /**
- * SPEC 4.5: a `failed` delivery is copied into a new pending record (same event type, event id and
+ * docs/specification.md "Webhooks: deliveries": a `failed` delivery is copied into a new pending record (same event type, event id and
  * payload), linked to it by `retryOf`; the original stays failed. One retry per failed delivery: a
  * second (or a concurrent one) is 409 `already_retried` naming the retry (the unique index on
  * `retry_of` decides between concurrent ones).

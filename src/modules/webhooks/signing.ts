@@ -1,20 +1,20 @@
 import { createHmac } from 'node:crypto';
 
 /**
- * The request a webhook delivery sends (SPEC 6.1), signed two ways:
+ * The request a webhook delivery sends (docs/specification.md "Webhooks: deliveries"), signed two ways:
  *
  * - the spec's scheme: `X-Service-Signature: sha256=<hex HMAC-SHA256(secret, "<ts>.<raw body>")>`, where
  *   `<ts>` is `X-Service-Signature-Timestamp` (Unix milliseconds of the attempt);
  * - Standard Webhooks: `webhook-id`, `webhook-timestamp` (Unix seconds) and
  *   `webhook-signature: v1,<base64 HMAC-SHA256(key, "<id>.<timestamp>.<raw body>")>`, the key being the
- *   UTF-8 bytes of the webhook's secret (DECISIONS "Shapes for what Keel adds").
+ *   UTF-8 bytes of the webhook's secret (docs/decisions.md "Webhook shapes").
  *
  * During a rotation's overlap, `secrets` holds the newest secret first and the previous one second:
  * `X-Service-Signature` carries the newest, `X-Service-Signature-Previous` the previous, and
  * `webhook-signature` one `v1,…` per secret, space-separated.
  *
  * A test delivery (`POST /webhooks/:id/test`) carries `X-Service-Test: true` and `"test": true` in
- * its body (DECISIONS: both), so a receiver never takes it for a real event.
+ * its body (docs/decisions.md "Webhook shapes": both), so a receiver never takes it for a real event.
  */
 
 export const USER_AGENT = 'Service-Webhooks/1.0';

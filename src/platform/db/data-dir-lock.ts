@@ -3,7 +3,7 @@ import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 
 /*
- * One process at a time on an embedded (PGlite) data directory (issue 14.1).
+ * One process at a time on an embedded (PGlite) data directory (docs/decisions.md "Operating Keel: data directory, CLI, start-up, access log").
  *
  * PGlite is PostgreSQL in one process with no shared memory between processes: two processes on
  * one directory each believe they own it and corrupt it for good. Node has no OS file lock

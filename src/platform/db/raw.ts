@@ -13,7 +13,7 @@ import type { Db } from './client.js';
  *
  * A `Statement` (from `prepared`) is also prepared once per connection and afterwards only bound and
  * executed: PostgreSQL parses and plans it once (on PGlite, whose parse and plan run in WebAssembly
- * on the main thread, that halves a lookup's cost: docs/decisions.md "Prepared hot statements").
+ * on the main thread, that halves a lookup's cost: docs/decisions.md "Cost on the request path…", Prepared hot statements).
  */
 
 export interface DriverClient {

@@ -9,7 +9,7 @@ import { databaseUnavailable } from '../db/unavailable.js';
 import { printable } from './validation.js';
 import { requestLog, type RequestRef } from '../request-scope.js';
 
-/** The one error envelope: `{ error, code, details? }` (DECISIONS "API conventions"). */
+/** The one error envelope: `{ error, code, details? }` (docs/decisions.md "API conventions"). */
 export interface ErrorBody {
   error: string;
   code: string;
@@ -89,7 +89,7 @@ export function handleError(err: unknown, c: Context, log: Logger): Response {
       return errorResponse(c, new AppError(status, 'bad_request', 'The request could not be processed'));
     }
   }
-  // The database is down or restarting (issue 19): the request can be tried again shortly.
+  // The database is down or restarting (docs/decisions.md "Many processes and faults"): the request can be tried again shortly.
   if (databaseUnavailable(err)) {
     requestLog(log, lineRef(c)).warn({ error: loggableError(err) }, 'database unavailable');
     return errorResponse(c, new AppError(503, 'database_unavailable', 'The database is unavailable; try again shortly', undefined, { 'Retry-After': '5' }));

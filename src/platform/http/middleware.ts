@@ -56,7 +56,7 @@ function ensurePrepared(c: Context, headers: readonly (readonly [string, string]
 }
 
 /*
- * Early answers to requests whose body is still arriving (issue 14.7).
+ * Early answers to requests whose body is still arriving (docs/decisions.md "Security fixes and the request edge").
  *
  * A 404, 401, 400 or 413 can be answered before the client has sent its body. Closing the connection
  * then (Node closes after an answer marked `Connection: close`; @hono/node-server gives an unread

@@ -91,7 +91,7 @@ export function mountDocs(app: OpenAPIHono<never>, base: string, specPath: strin
 
 /**
  * Which paths take a request body other than JSON, read from what the routes declare (their
- * `request.body.content` types in the OpenAPI registry), so the API gate's 415 rule (DECISIONS: 415
+ * `request.body.content` types in the OpenAPI registry), so the API gate's 415 rule (docs/decisions.md "API conventions": 415
  * only for a body type the route does not declare) follows the route table rather than a list kept
  * by hand. `prefix` is where the router is mounted. The set is built on first use, after every
  * module has mounted its routes.

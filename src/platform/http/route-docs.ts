@@ -1,6 +1,6 @@
 /**
  * What a route enforces, written into its OpenAPI operation by the same objects that enforce it, so the
- * document cannot disagree with the route (issue 14.3). Each access middleware (authenticate, the scope
+ * document cannot disagree with the route (docs/decisions.md "API descriptions"). Each access middleware (authenticate, the scope
  * and permission guard, step-up, factor proof) carries an `AccessDoc`; `createRouter` reads the route's
  * middleware list when it registers the path and derives `security`, `operationId` and an "Access"
  * paragraph of the description. A new middleware that restricts access tags itself with `documentAccess`.

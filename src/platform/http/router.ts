@@ -7,7 +7,7 @@ const CACHE_MAX = 2_000;
 /**
  * Hono's TrieRouter with the answers for fixed paths remembered.
  *
- * Hono's fast RegExpRouter refuses Keel's routes: SPEC puts fixed paths beside parameters on the
+ * Hono's fast RegExpRouter refuses Keel's routes: the API puts fixed paths beside parameters on the
  * same level (`/roles/permissions/available` next to `/roles/:id`), so hono falls back to the
  * TrieRouter, which walks every pattern and middleware entry of the tree on each request: about
  * 12 µs of a 90 µs authenticated read (bench/README.md "Profiling"). A method and path always

@@ -61,7 +61,7 @@ export const jsonBody = <T extends z.ZodType>(schema: T) => ({
   content: { 'application/json': { schema } },
 });
 
-/** Pagination query of every list (DECISIONS): page ≥ 1 default 1, limit 1–100 default 50. */
+/** Pagination query of every list (docs/decisions.md "API conventions"): page ≥ 1 default 1, limit 1–100 default 50. */
 export const PageQuery = z.object({
   page: z.coerce.number().int().min(1).default(1).openapi({ description: 'Page number, from 1 (default 1)', example: 1 }),
   limit: z.coerce.number().int().min(1).max(100).default(50).openapi({ description: 'Items per page, 1 to 100 (default 50; over 100 is a 400)', example: 50 }),

@@ -2,8 +2,8 @@ import { z } from '@hono/zod-openapi';
 import type { FieldIssue } from './errors.js';
 
 /*
- * What every request passes on its way to a route, whatever the route declares (issue 13 D6,
- * issue 14.4 and 14.5): one mechanism each, applied where routes are registered and validated.
+ * What every request passes on its way to a route, whatever the route declares
+ * (docs/security.md "Findings", 6, and docs/decisions.md "Security fixes and the request edge"): one mechanism each, applied where routes are registered and validated.
  *
  * - Bodies are strict: a JSON body's object schema, and every object nested in it, refuses a field it
  *   does not declare (400 `validation_failed`, the field named, "is not a known field"). A nested

@@ -8,7 +8,7 @@ import { useAuth } from '../auth';
 import { Alert, Button, ErrorAlert, Field, Loading, useSubmit } from '../ui';
 import { SecondFactor } from './SecondFactor';
 
-/** SPEC 7: the codes the SSO callback redirects with. */
+/** docs/specification.md "Single sign-on: the login flow": the codes the SSO callback redirects with. */
 export const SSO_ERRORS: Record<string, string> = {
   session_expired: 'The single sign-on attempt took too long or was started in another browser. Start it again.',
   provider_not_found: 'Single sign-on is not set up for this organisation.',

@@ -1,7 +1,7 @@
 // A single sign-on provider's settings form: OIDC client and endpoints or SAML entity id, sign-in
 // URL and signing certificate (checked for shape before sending; whether it parses is the API's to
 // say, shown beside the field), attribute mapping, provisioning and group-to-role mappings. Sends
-// only what changed (DECISIONS: a discovered endpoint sent back would become a hand-set one).
+// only what changed (docs/decisions.md "Web console": a discovered endpoint sent back would become a hand-set one).
 import { useState } from 'react';
 import { useQueryClient } from '@tanstack/react-query';
 import { api } from '../../api';

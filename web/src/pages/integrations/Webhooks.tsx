@@ -56,7 +56,7 @@ interface Delivery {
   deliveredAt: string | null;
 }
 
-/** SPEC 6.1's event types, grouped by what they are about. */
+/** The event types of docs/specification.md "Events", grouped by what they are about. */
 export const EVENT_GROUPS: { title: string; types: string[] }[] = [
   { title: 'Devices', types: ['device.enrolled', 'device.online', 'device.offline', 'device.updated', 'device.decommissioned'] },
   { title: 'Alerts', types: ['alert.triggered', 'alert.acknowledged', 'alert.resolved', 'alert.escalated'] },

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { resolveRelyingParty } from './webauthn.js';
+import { resolveRelyingParty } from '../../src/modules/mfa/webauthn.js';
 
 const rp = (publicUrl: string, extra: { WEBAUTHN_RP_ID?: string; WEBAUTHN_ORIGIN?: string } = {}) =>
   resolveRelyingParty({ publicUrl, WEBAUTHN_RP_ID: extra.WEBAUTHN_RP_ID, WEBAUTHN_ORIGIN: extra.WEBAUTHN_ORIGIN });

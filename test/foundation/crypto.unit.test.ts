@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { randomBytes } from 'node:crypto';
-import { constantTimeEqual, DecryptionError, hmacSha256Hex, KeyedHash, parseKey, randomToken, Sealer, sealingKey, sha256Hex } from './crypto.js';
+import { constantTimeEqual, DecryptionError, hmacSha256Hex, KeyedHash, parseKey, randomToken, Sealer, sealingKey, sha256Hex } from '../../src/platform/crypto.js';
 
 describe('crypto', () => {
   const key = sealingKey(randomBytes(32));

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { loggableError } from './safe-error.js';
+import { loggableError } from '../../src/platform/safe-error.js';
 
 /** A node-postgres DatabaseError as the driver builds it (fields copied from a real unique violation). */
 function pgError(message: string, fields: Record<string, unknown>): Error {

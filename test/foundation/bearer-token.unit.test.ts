@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { bearerToken } from './bearer-token.js';
+import { bearerToken } from '../../src/platform/http/bearer-token.js';
 
 /** The rule the fast path must keep: the scheme in any case, then whitespace, one token, optional trailing whitespace. */
 const RULE = /^Bearer\s+(\S+)\s*$/i;

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { pino } from 'pino';
-import { Invalidation } from './invalidation.js';
-import type { Database } from './db/client.js';
+import { Invalidation } from '../../src/platform/invalidation.js';
+import type { Database } from '../../src/platform/db/client.js';
 
 describe('Invalidation: the staleness bound', () => {
   afterEach(() => vi.useRealTimers());

@@ -1,6 +1,6 @@
 import { generateKeyPairSync } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { keyId, keyListStatement, manifestEntry, parseReleaseKeys, signBuild, signText, verifyBuildSignature, verifyWithAny } from './signing.js';
+import { keyId, keyListStatement, manifestEntry, parseReleaseKeys, signBuild, signText, verifyBuildSignature, verifyWithAny } from '../../src/modules/agents/signing.js';
 
 const a = generateKeyPairSync('ed25519');
 const b = generateKeyPairSync('ed25519');

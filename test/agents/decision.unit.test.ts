@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { cohortBucket, compareVersions, decideUpdate, inCohort, insideWindow, type DecisionInput } from './decision.js';
+import { cohortBucket, compareVersions, decideUpdate, inCohort, insideWindow, type DecisionInput } from '../../src/modules/agents/decision.js';
 
 const at = (iso: string) => new Date(iso);
 

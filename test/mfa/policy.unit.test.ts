@@ -1,12 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { Hono } from 'hono';
-import type { AppEnv } from '../../app-env.js';
-import type { Keel } from '../../keel.js';
-import { loadConfig } from '../../config.js';
-import { createLogger } from '../../platform/logger.js';
-import { handleError } from '../../platform/http/errors.js';
-import type { Principal } from '../identity/principal.js';
-import { requireMfa } from './policy.js';
+import type { AppEnv } from '../../src/app-env.js';
+import type { Keel } from '../../src/keel.js';
+import { loadConfig } from '../../src/config.js';
+import { createLogger } from '../../src/platform/logger.js';
+import { handleError } from '../../src/platform/http/errors.js';
+import type { Principal } from '../../src/modules/identity/principal.js';
+import { requireMfa } from '../../src/modules/mfa/policy.js';
 
 function appWith(principal: Principal, env: Record<string, string> = {}) {
   const keel = { config: loadConfig(env) } as Keel;

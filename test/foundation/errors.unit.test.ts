@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { Hono } from 'hono';
-import { createLogger } from '../logger.js';
-import { AppError, handleError } from './errors.js';
-import { parseKey, Sealer, sealingKey } from '../crypto.js';
+import { createLogger } from '../../src/platform/logger.js';
+import { AppError, handleError } from '../../src/platform/http/errors.js';
+import { parseKey, Sealer, sealingKey } from '../../src/platform/crypto.js';
 
 describe('error envelope', () => {
   const log = createLogger('silent');

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { InvalidatedCache } from './cache.js';
-import type { Invalidation } from './invalidation.js';
+import { InvalidatedCache } from '../../src/platform/cache.js';
+import type { Invalidation } from '../../src/platform/invalidation.js';
 
 /** The bus as a cache sees it: handlers by topic, and the resync handlers (the real bus: test/access/invalidation.test.ts). */
 function bus() {
