@@ -8,8 +8,7 @@ import { transactionIf } from '../../platform/db/transaction.js';
 import { OutboundError, UNSAFE_TARGET_CODES, outboundRequest } from '../../platform/outbound.js';
 import { loggableError } from '../../platform/safe-error.js';
 import { writeAudit } from '../audit/service.js';
-import { attemptFields, effectivePolicy, retryDelayMs, type ClaimedDelivery, type PreviousSecret, type RouteTicket, type WebhookAttemptColumns } from './model.js';
-import { aad } from './service.js';
+import { aad, attemptFields, effectivePolicy, retryDelayMs, type ClaimedDelivery, type PreviousSecret, type RouteTicket, type WebhookAttemptColumns } from './model.js';
 import { deliveryHeaders } from './signing.js';
 
 /**
