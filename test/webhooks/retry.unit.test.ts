@@ -11,7 +11,8 @@ import { AUTO_FAIL_MIN_DEAD, AUTO_FAIL_WINDOW_MS, answerFailure, decideRetry, we
 const AT = Date.parse('2026-05-01T12:00:00.000Z');
 const HOUR = 60 * 60 * 1000;
 const answered = (status: number): AttemptOutcome => ({ kind: 'answered', status });
-const down: AttemptOutcome = { kind: 'unreachable', error: 'Network error: connect ECONNREFUSED 127.0.0.1:9' };
+const REFUSED = 'Network error: connect ECONNREFUSED 127.0.0.1:9';
+const down: AttemptOutcome = { kind: 'unreachable', error: REFUSED };
 
 describe('retry decision', () => {
   it('a 2xx delivers, on any attempt, the last one included', () => {
@@ -26,7 +27,7 @@ describe('retry decision', () => {
       return d.status === 'retrying' ? d.nextRetryAt - AT : null;
     });
     expect(next).toEqual([1_000, 2_000, 4_000, 8_000, 16_000]);
-    expect(decideRetry(down, 6, DEFAULT_RETRY_POLICY, AT)).toEqual({ status: 'failed', error: down.kind === 'unreachable' ? down.error : '' });
+    expect(decideRetry(down, 6, DEFAULT_RETRY_POLICY, AT)).toEqual({ status: 'failed', error: REFUSED });
   });
 
   it("a webhook's own policy: its multiplier, capped by maxDelayMs; maxRetries 0 dead-letters the first failure", () => {
