@@ -126,6 +126,17 @@ export interface ClaimedDelivery {
   leaseUntil: number;
 }
 
+/** The associated data a sealed column is bound to: a value cannot be moved to another row or column. */
+export const aad = (id: string, column: 'url' | 'secret' | 'previous_secret' | 'older_secrets' | 'headers') => `webhook:${id}:${column}`;
+
+/** The request body of a delivery, in this key order; its JSON text is stored and sent as it is. */
+export function eventBody(event: { id: string; type: string; timestamp: string; orgId: string | null; data: unknown }, test = false): Record<string, unknown> {
+  // A test delivery's `test: true` stands right before `data` (signing.ts `isTestBody` relies on it).
+  return test
+    ? { id: event.id, type: event.type, timestamp: event.timestamp, orgId: event.orgId, test: true, data: event.data }
+    : { id: event.id, type: event.type, timestamp: event.timestamp, orgId: event.orgId, data: event.data };
+}
+
 /** A rotated-out secret older than the newest previous one, signing until `expiresAt` (epoch ms). */
 export interface PreviousSecret {
   secret: string;

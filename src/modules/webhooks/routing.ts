@@ -6,8 +6,8 @@ import type { Db } from '../../platform/db/client.js';
 import { newId, randomV7 } from '../../platform/db/columns.js';
 import { prepared, rawQuery } from '../../platform/db/raw.js';
 import type { Tx } from '../../platform/db/transaction.js';
-import { attemptFields, type ClaimedDelivery, type WebhookAttemptColumns } from './model.js';
-import { eventBody, webhooksRuntime, type RuntimeHooks } from './service.js';
+import { attemptFields, eventBody, type ClaimedDelivery, type WebhookAttemptColumns } from './model.js';
+import { webhooksRuntime, type RuntimeHooks } from './service.js';
 
 /**
  * Routing (docs/specification.md "Webhooks: deliveries"): one pending delivery per active webhook of an event's organisation subscribed

@@ -14,7 +14,9 @@ import type { Limit } from '../../platform/rate-limit.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { permissionDenied, placementFilter, restricted, visibleOrgCondition, type AccessContext } from '../access/scope.js';
 import {
+  aad,
   apiStatus,
+  eventBody,
   effectivePolicy,
   headerProblems,
   redactUrl,
@@ -60,9 +62,6 @@ async function spendManual(keel: Keel, access: AccessContext, webhookId: string)
 
 /** How long a rotated-out secret keeps signing (docs/decisions.md "Webhook shapes"). */
 export const ROTATION_OVERLAP_MS = 24 * 60 * 60 * 1000;
-
-/** The associated data a sealed column is bound to: a value cannot be moved to another row or column. */
-export const aad = (id: string, column: 'url' | 'secret' | 'previous_secret' | 'older_secrets' | 'headers') => `webhook:${id}:${column}`;
 
 /** The sealed columns of this module, for `keel secrets reseal` (platform/reseal.ts). */
 export const WEBHOOK_SEALED: SealedColumn[] = (['url', 'secret', 'previous_secret', 'older_secrets', 'headers'] as const).map((c) => ({
@@ -548,14 +547,6 @@ export async function listDeliveries(
     .limit(q.limit)
     .offset((q.page - 1) * q.limit);
   return { data: rows.map(deliveryView), total: total?.n ?? 0 };
-}
-
-/** The request body of docs/specification.md "Webhooks: deliveries", in this key order; its JSON text is stored and sent as it is. */
-export function eventBody(event: { id: string; type: string; timestamp: string; orgId: string | null; data: unknown }, test = false): Record<string, unknown> {
-  // A test delivery's `test: true` stands right before `data` (signing.ts `isTestBody` relies on it).
-  return test
-    ? { id: event.id, type: event.type, timestamp: event.timestamp, orgId: event.orgId, test: true, data: event.data }
-    : { id: event.id, type: event.type, timestamp: event.timestamp, orgId: event.orgId, data: event.data };
 }
 
 const insertDeliveries = prepared(

@@ -34,7 +34,7 @@ export function reservedHeader(name: string): boolean {
 
 /**
  * Whether a stored body is a test delivery's: its keys are `id, type, timestamp, orgId, test, data`
- * in this order (service.ts `eventBody`), and none of the first four can hold `,"data":`, so the
+ * in this order (model.ts `eventBody`), and none of the first four can hold `,"data":`, so the
  * first `,"data":` is the data key and a test body has `,"test":true` right before it. A real event
  * whose data holds `"test": true` is not one. No parse: this runs on every attempt.
  */
