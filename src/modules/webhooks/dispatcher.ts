@@ -114,7 +114,7 @@ export function settle(row: ClaimedDelivery, attempt: Attempt): AttemptResult | 
 /** Why no answer came, as the delivery's history shows it. */
 function describeFailure(err: unknown, timeoutMs: number): string {
   if (err instanceof OutboundError) {
-    // An unsafe URL at delivery fails the attempt without an HTTP request (docs/decisions.md "Outbound requests").
+    // An unsafe URL at delivery fails the attempt without an HTTP request (docs/specification.md "Outbound targets").
     if (UNSAFE_TARGET_CODES.has(err.code)) return `Unsafe webhook URL: ${err.message}`;
     if (err.code === 'unresolvable') return `Unsafe webhook URL: it could not be validated (${err.message})`;
     if (err.code === 'timeout') return `Timed out: no complete answer within ${timeoutMs} ms`;
