@@ -11,7 +11,7 @@ import { describe, expect, it } from 'vitest';
 const ROOT = join(import.meta.dirname, '..', '..');
 const OWNER = 'src/modules/identity/';
 const TABLES = { users: 'users', sessions: 'sessions', sessionRefreshTokens: 'session_refresh_tokens' } as const;
-const SQL_WRITE = new RegExp(`\\b(?:update|insert\\s+into|delete\\s+from)\\s+"?(?:${Object.values(TABLES).join('|')})"?(?![\\w.])`, 'i');
+const SQL_WRITE = new RegExp(`\\b(?:update|insert\\s+into|delete\\s+from)\\s+"?(?:${Object.values(TABLES).join('|')})"?(?![\\w.])`);
 
 function sourceFiles(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
@@ -34,15 +34,15 @@ function importedTables(file: string, text: string): string[] {
   return names;
 }
 
-/** `file:line: the line` for each write to identity's tables in `text`. */
+/** `file:line: the line` for each write to identity's tables in `text` (a statement may span lines). */
 function identityTableWrites(file: string, text: string): string[] {
   const names = importedTables(file, text);
-  const drizzle = names.length > 0 ? new RegExp(`\\.(?:insert|update|delete)\\(\\s*(?:${names.join('|')})\\s*\\)|tableWriter\\(\\s*(?:${names.join('|')})\\s*\\)`) : null;
-  const found: string[] = [];
-  text.split('\n').forEach((line, i) => {
-    if (drizzle?.test(line) || SQL_WRITE.test(line)) found.push(`${file}:${i + 1}: ${line.trim()}`);
-  });
-  return found;
+  const patterns = [new RegExp(SQL_WRITE.source, 'gi')];
+  if (names.length > 0) patterns.push(new RegExp(`(?:\\.(?:insert|update|delete)|\\btableWriter)\\(\\s*(?:${names.join('|')})\\s*\\)`, 'g'));
+  const lines = text.split('\n');
+  const at = new Set<number>();
+  for (const pattern of patterns) for (const m of text.matchAll(pattern)) at.add(text.slice(0, m.index).split('\n').length);
+  return [...at].sort((a, b) => a - b).map((n) => `${file}:${n}: ${lines[n - 1]?.trim() ?? ''}`);
 }
 
 describe('identity owns its tables', () => {
@@ -68,11 +68,18 @@ describe('identity owns its tables', () => {
       'await db.execute(sql`insert into users (email) values (${e})`);',
       'await db.select().from(users).for("update");',
       'await db.update(usersLike).set({});',
+      'await tx.db',
+      '  .update(users)',
+      '  .set({ name });',
+      'await db.execute(sql`',
+      '  UPDATE users SET name = ${n}`);',
     ].join('\n');
     expect(identityTableWrites('x.ts', text)).toEqual([
       'x.ts:2: await tx.db.update(users).set({ status: "disabled" });',
       'x.ts:3: await db.delete(s).where(x);',
       'x.ts:4: await db.execute(sql`insert into users (email) values (${e})`);',
+      'x.ts:8: .update(users)',
+      'x.ts:11: UPDATE users SET name = ${n}`);',
     ]);
   });
 });
