@@ -22,11 +22,6 @@ export default tseslint.config(
     rules: {
       // On Node 20 an AsyncLocalStorage (or any async hook) turns on the promise hooks for every
       // promise in the process: 10-30% of every route's throughput (platform/request-scope.ts).
-      // One way to log an error: `{ error: loggableError(err) }` (platform/safe-error.ts).
-      'no-restricted-syntax': ['error', {
-        selector: "CallExpression[callee.property.name=/^(trace|debug|info|warn|error|fatal)$/] > ObjectExpression > Property[key.name='err']",
-        message: 'Log an error as { error: loggableError(err) } (platform/safe-error.ts): one shape, and nothing of the error beyond its allow-list.',
-      }],
       'no-restricted-imports': ['error', { paths: [
         { name: 'node:async_hooks', message: 'Async hooks slow every promise on Node 20: pass the request (requestLog, platform/request-scope.ts).' },
         { name: 'async_hooks', message: 'Async hooks slow every promise on Node 20: pass the request (requestLog, platform/request-scope.ts).' },

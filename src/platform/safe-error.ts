@@ -11,7 +11,16 @@
  * else of an error object is copied, so a property a library adds later cannot leak either.
  */
 
-export interface LoggedError {
+declare const loggable: unique symbol;
+
+/**
+ * What `loggableError` returns, and the only type a log line's `error` field takes (platform/logger.ts
+ * `LogFields`): the brand cannot be written by hand, so a string, a raw error or an object that only
+ * looks like one is a type error at the log call.
+ */
+export type LoggedError = LoggedErrorFields & { readonly [loggable]: true };
+
+interface LoggedErrorFields {
   name: string;
   message: string;
   code?: string | number;
@@ -54,16 +63,16 @@ function frames(stack: unknown): string | undefined {
   return lines.length > 0 ? lines.join('\n') : undefined;
 }
 
-function put<K extends keyof LoggedError>(out: LoggedError, key: K, value: LoggedError[K] | undefined): void {
+function put<K extends keyof LoggedErrorFields>(out: LoggedErrorFields, key: K, value: LoggedErrorFields[K] | undefined): void {
   if (value !== undefined) out[key] = value;
 }
 
 /** The loggable form of anything thrown (see above). */
 export function loggableError(err: unknown, depth = 0): LoggedError {
-  if (typeof err !== 'object' || err === null) return { name: typeof err, message: String(err).slice(0, 500) };
+  if (typeof err !== 'object' || err === null) return { name: typeof err, message: String(err).slice(0, 500) } as LoggedError;
   const e = err as Props;
   const name = text(e.name) ?? err.constructor.name;
-  let out: LoggedError;
+  let out: LoggedErrorFields;
   if (isDatabaseError(e)) {
     out = { name, message: withoutValues(text(e.message) ?? '') };
     put(out, 'code', text(e.code));
@@ -84,5 +93,5 @@ export function loggableError(err: unknown, depth = 0): LoggedError {
     put(out, 'stack', text(e.stack));
   }
   if (e.cause !== undefined && depth < 5) out.cause = loggableError(e.cause, depth + 1);
-  return out;
+  return out as LoggedError;
 }

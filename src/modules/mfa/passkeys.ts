@@ -19,6 +19,7 @@ import { AppError, conflict, forbidden, notFound, unauthorized } from '../../pla
 import { writeAudit } from '../audit/service.js';
 import { getAccessSummary } from '../access/service.js';
 import { identityOf } from '../identity/context.js';
+import { updateAccount } from '../identity/accounts.js';
 import { users } from '../identity/schema.js';
 import { signIn, type RequestInfo, type TokenAnswer, type User } from '../identity/service.js';
 import { invalidTempToken, loadUser, mfaDisabled, mfaLimits } from './common.js';
@@ -202,15 +203,12 @@ export async function registerPasskey(
       .returning();
     if (!inserted) throw conflict('passkey_exists', 'This passkey is already registered');
     const primaryElsewhere = hasTotp(locked) || smsEnrolled(locked);
-    await tx.db
-      .update(users)
-      .set({
-        mfaEnabled: true,
-        ...(primaryElsewhere || locked.mfaMethod === 'passkey' ? {} : { mfaMethod: 'passkey' as const }),
-        ...(recoveryCodes ? { mfaRecoveryCodes: recoveryCodes.map((c) => hashRecoveryCode(keel.secrets.keyed, c)) } : {}),
-        updatedAt: clock.now(),
-      })
-      .where(eq(users.id, userId));
+    await updateAccount(keel, tx, userId, {
+      mfaEnabled: true,
+      ...(primaryElsewhere || locked.mfaMethod === 'passkey' ? {} : { mfaMethod: 'passkey' as const }),
+      ...(recoveryCodes ? { mfaRecoveryCodes: recoveryCodes.map((c) => hashRecoveryCode(keel.secrets.keyed, c)) } : {}),
+      updatedAt: clock.now(),
+    });
     await writeAudit(tx.db, info, {
       action: 'auth.mfa.passkey.register',
       partnerId: access.partnerId,
@@ -218,7 +216,6 @@ export async function registerPasskey(
       target: { type: 'user', id: userId },
       details: { credential: { id: inserted.id, name: inserted.name, aaguid: inserted.aaguid }, primary: !primaryElsewhere },
     });
-    tx.afterCommit(() => identityOf(keel).sessions.userChanged(userId));
     tx.afterCommit(() => notifyAuthChange(keel, locked, 'passkey_added', info));
     return inserted;
   });
@@ -285,15 +282,15 @@ export async function deletePasskey(keel: Keel, userId: string, passkeyId: strin
     await tx.db.delete(passkeys).where(and(eq(passkeys.id, passkeyId), eq(passkeys.userId, userId)));
     if (others === 0) {
       const fallback = hasTotp(locked) ? 'totp' : smsEnrolled(locked) ? 'sms' : null;
-      await tx.db
-        .update(users)
-        .set({
-          mfaEnabled: fallback !== null,
-          mfaMethod: locked.mfaMethod === 'passkey' ? fallback : locked.mfaMethod,
-          ...(fallback === null ? { mfaRecoveryCodes: null } : {}),
-          updatedAt: clock.now(),
-        })
-        .where(eq(users.id, userId));
+      await updateAccount(keel, tx, userId, {
+        mfaEnabled: fallback !== null,
+        mfaMethod: locked.mfaMethod === 'passkey' ? fallback : locked.mfaMethod,
+        ...(fallback === null ? { mfaRecoveryCodes: null } : {}),
+        updatedAt: clock.now(),
+      });
+    } else {
+      // The passkey count of the self-profile and the live session's enrolled factors (the account row is unchanged).
+      tx.afterCommit(() => identityOf(keel).sessions.userChanged(userId));
     }
     await writeAudit(tx.db, info, {
       action: 'auth.mfa.passkey.delete',
@@ -302,7 +299,6 @@ export async function deletePasskey(keel: Keel, userId: string, passkeyId: strin
       target: { type: 'user', id: userId },
       details: { credential: { id: target.id, name: target.name }, remaining: others },
     });
-    tx.afterCommit(() => identityOf(keel).sessions.userChanged(userId));
     tx.afterCommit(() => notifyAuthChange(keel, locked, 'passkey_removed', info));
   });
 }

@@ -1,8 +1,10 @@
 import { randomInt } from 'node:crypto';
-import { and, eq, sql } from 'drizzle-orm';
-import type { Db } from '../../platform/db/client.js';
+import { sql } from 'drizzle-orm';
+import type { Keel } from '../../keel.js';
 import type { KeyedHash } from '../../platform/crypto.js';
+import { transactionIf } from '../../platform/db/transaction.js';
 import { users } from '../identity/schema.js';
+import { updateAccount } from '../identity/accounts.js';
 
 export const RECOVERY_CODE_COUNT = 10;
 const ALPHABET = 'ABCDEFGHJKLMNPQRSTUVWXYZ23456789'; // no 0/O, 1/I
@@ -32,16 +34,13 @@ export function hashRecoveryCode(keyed: KeyedHash, code: string): string {
  * so of parallel uses of one code exactly one succeeds. The hash may have been made under any
  * configured key, tagged or (before tags) not: every form is looked for.
  */
-export async function consumeRecoveryCode(db: Db, keyed: KeyedHash, userId: string, code: string): Promise<boolean> {
+export async function consumeRecoveryCode(keel: Keel, userId: string, code: string): Promise<boolean> {
   if (!RECOVERY_CODE_PATTERN.test(code.trim().toUpperCase())) return false;
   const forms = sql`array[${sql.join(
-    keyed.candidates(recoveryMessage(code)).map((c) => sql`${c}`),
+    keel.secrets.keyed.candidates(recoveryMessage(code)).map((c) => sql`${c}`),
     sql`, `,
   )}]::text[]`;
-  const rows = await db
-    .update(users)
-    .set({ mfaRecoveryCodes: sql`${users.mfaRecoveryCodes} - ${forms}` })
-    .where(and(eq(users.id, userId), sql`${users.mfaRecoveryCodes} ?| ${forms}`))
-    .returning({ id: users.id });
-  return rows.length > 0;
+  return transactionIf(false, keel.db, (tx) =>
+    updateAccount(keel, tx, userId, { mfaRecoveryCodes: sql`${users.mfaRecoveryCodes} - ${forms}` }, sql`${users.mfaRecoveryCodes} ?| ${forms}`),
+  );
 }

@@ -1,14 +1,12 @@
 import { count, eq } from 'drizzle-orm';
-import type { Db } from '../../platform/db/client.js';
 import type { Keel } from '../../keel.js';
-import { transaction } from '../../platform/db/transaction.js';
+import { transaction, type Tx } from '../../platform/db/transaction.js';
 import { clock } from '../../platform/clock.js';
 import { AppError, conflict, forbidden } from '../../platform/http/errors.js';
 import type { Limit } from '../../platform/rate-limit.js';
 import { writeAudit } from '../audit/service.js';
 import { getAccessSummary } from '../access/service.js';
-import { users } from '../identity/schema.js';
-import { identityOf } from '../identity/context.js';
+import { updateAccount } from '../identity/accounts.js';
 import { signIn, upgradeSession, type RequestInfo, type TokenAnswer, type User } from '../identity/service.js';
 import { passkeys } from './schema.js';
 import { MFA_LOGIN_PURPOSE } from './login.js';
@@ -90,17 +88,14 @@ export async function confirmTotp(
   await transaction(keel.db, async (tx) => {
     const consumed = await keel.singleUse.consumeById(tx.db, pending.id);
     if (!consumed) throw new AppError(400, 'mfa_setup_expired', 'There is no pending authenticator setup (or it expired): start again with /auth/mfa/setup');
-    await tx.db
-      .update(users)
-      .set({
-        mfaSecret: keel.secrets.sealer.seal(secret, secretContext(userId)),
-        mfaEnabled: true,
-        mfaMethod: user.mfaMethod === 'sms' ? 'sms' : 'totp',
-        mfaRecoveryCodes: recoveryCodes.map((c) => hashRecoveryCode(keel.secrets.keyed, c)),
-        totpLastStep: step,
-        updatedAt: clock.now(),
-      })
-      .where(eq(users.id, userId));
+    await updateAccount(keel, tx, userId, {
+      mfaSecret: keel.secrets.sealer.seal(secret, secretContext(userId)),
+      mfaEnabled: true,
+      mfaMethod: user.mfaMethod === 'sms' ? 'sms' : 'totp',
+      mfaRecoveryCodes: recoveryCodes.map((c) => hashRecoveryCode(keel.secrets.keyed, c)),
+      totpLastStep: step,
+      updatedAt: clock.now(),
+    });
     await writeAudit(tx.db, info, {
       action: 'auth.mfa.setup',
       partnerId: access.partnerId,
@@ -128,7 +123,7 @@ export async function checkSecondFactor(keel: Keel, user: User, code: string): P
       const policy = await securityPolicy(keel, await getAccessSummary(keel.db, user));
       if (methodAllowed(policy, 'totp')) {
         const step = await totpStep(secret, trimmed);
-        if (step !== null && (await claimTotpStep(keel.db, user.id, step))) return true;
+        if (step !== null && (await claimTotpStep(keel, user.id, step))) return true;
       } else if (!smsEnrolled(user)) {
         throw methodNotAllowed('totp');
       }
@@ -137,7 +132,7 @@ export async function checkSecondFactor(keel: Keel, user: User, code: string): P
     return false;
   }
   if (RECOVERY_CODE_PATTERN.test(trimmed.toUpperCase())) {
-    return consumeRecoveryCode(keel.db, keel.secrets.keyed, user.id, trimmed);
+    return consumeRecoveryCode(keel, user.id, trimmed);
   }
   return false;
 }
@@ -220,9 +215,8 @@ export async function disableMfa(keel: Keel, userId: string, code: string, info:
   if (policy.requireMfa) throw forbidden('Your organization requires MFA; it cannot be disabled', 'mfa_required_by_organization');
   await requireCurrentFactor(keel, user, code);
   await transaction(keel.db, async (tx) => {
-    await clearFactors(tx.db, userId, { passkeys: false });
+    await clearFactors(keel, tx, userId, { passkeys: false });
     await writeAudit(tx.db, info, { action: 'auth.mfa.disable', partnerId: access.partnerId, orgId: access.orgId, target: { type: 'user', id: userId } });
-    tx.afterCommit(() => identityOf(keel).sessions.userChanged(userId));
     tx.afterCommit(() => notifyAuthChange(keel, user, 'mfa_disabled', info));
   });
 }
@@ -230,25 +224,22 @@ export async function disableMfa(keel: Keel, userId: string, code: string, info:
 /**
  * Clears a user's authenticator (TOTP), phone and recovery codes, and their passkeys too when asked;
  * MFA stays on only while passkeys remain. Run inside the caller's transaction (`/auth/mfa/disable`,
- * and an administrator's `POST /users/:id/mfa/reset`); the caller publishes the user change after commit.
+ * and an administrator's `POST /users/:id/mfa/reset`); the user's change is published when it commits.
  */
-export async function clearFactors(db: Db, userId: string, opts: { passkeys: boolean }): Promise<void> {
-  if (opts.passkeys) await db.delete(passkeys).where(eq(passkeys.userId, userId));
-  const [left] = await db.select({ n: count() }).from(passkeys).where(eq(passkeys.userId, userId));
+export async function clearFactors(keel: Keel, tx: Tx, userId: string, opts: { passkeys: boolean }): Promise<void> {
+  if (opts.passkeys) await tx.db.delete(passkeys).where(eq(passkeys.userId, userId));
+  const [left] = await tx.db.select({ n: count() }).from(passkeys).where(eq(passkeys.userId, userId));
   const keepPasskeys = (left?.n ?? 0) > 0;
-  await db
-    .update(users)
-    .set({
-      mfaSecret: null,
-      mfaRecoveryCodes: null,
-      totpLastStep: null,
-      phoneNumber: null,
-      phoneVerified: false,
-      mfaEnabled: keepPasskeys,
-      mfaMethod: keepPasskeys ? 'passkey' : null,
-      updatedAt: clock.now(),
-    })
-    .where(eq(users.id, userId));
+  await updateAccount(keel, tx, userId, {
+    mfaSecret: null,
+    mfaRecoveryCodes: null,
+    totpLastStep: null,
+    phoneNumber: null,
+    phoneVerified: false,
+    mfaEnabled: keepPasskeys,
+    mfaMethod: keepPasskeys ? 'passkey' : null,
+    updatedAt: clock.now(),
+  });
 }
 
 /** Replaces all recovery codes; needs a current TOTP or SMS code. */
@@ -260,10 +251,7 @@ export async function rotateRecoveryCodes(keel: Keel, userId: string, code: stri
   const access = await getAccessSummary(keel.db, user);
   const codes = newRecoveryCodes();
   await transaction(keel.db, async (tx) => {
-    await tx.db
-      .update(users)
-      .set({ mfaRecoveryCodes: codes.map((c) => hashRecoveryCode(keel.secrets.keyed, c)), updatedAt: clock.now() })
-      .where(eq(users.id, userId));
+    await updateAccount(keel, tx, userId, { mfaRecoveryCodes: codes.map((c) => hashRecoveryCode(keel.secrets.keyed, c)), updatedAt: clock.now() });
     await writeAudit(tx.db, info, {
       action: 'auth.mfa.recovery_codes.rotate',
       partnerId: access.partnerId,

@@ -1,6 +1,6 @@
 import { loggableError } from '../../platform/safe-error.js';
 import { randomInt } from 'node:crypto';
-import { and, eq } from 'drizzle-orm';
+import { eq } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import { requestLog, type RequestRef } from '../../platform/request-scope.js';
 import { clock } from '../../platform/clock.js';
@@ -10,7 +10,7 @@ import { AppError, conflict, validationError } from '../../platform/http/errors.
 import { SmsSendError } from '../../platform/sms.js';
 import { writeAudit } from '../audit/service.js';
 import { getAccessSummary } from '../access/service.js';
-import { identityOf } from '../identity/context.js';
+import { updateAccount } from '../identity/accounts.js';
 import { maskPhone } from '../identity/profile.js';
 import { users } from '../identity/schema.js';
 import { upgradeSession, type RequestInfo, type TokenAnswer, type User } from '../identity/service.js';
@@ -160,7 +160,7 @@ export async function confirmPhone(keel: Keel, userId: string, code: string, inf
   if (!phone) throw new AppError(400, 'code_expired', 'The code has expired: request a new one with /auth/phone/verify');
   const access = await getAccessSummary(keel.db, user);
   await transaction(keel.db, async (tx) => {
-    await tx.db.update(users).set({ phoneNumber: phone, phoneVerified: true, updatedAt: clock.now() }).where(eq(users.id, user.id));
+    await updateAccount(keel, tx, user.id, { phoneNumber: phone, phoneVerified: true, updatedAt: clock.now() });
     await writeAudit(tx.db, info, {
       action: 'auth.phone.verify',
       partnerId: access.partnerId,
@@ -168,7 +168,6 @@ export async function confirmPhone(keel: Keel, userId: string, code: string, inf
       target: { type: 'user', id: user.id },
       details: { phoneNumberMasked: maskPhone(phone), changed: phone !== user.phoneNumber },
     });
-    tx.afterCommit(() => identityOf(keel).sessions.userChanged(user.id));
     tx.afterCommit(() => notifyAuthChange(keel, user, 'phone_verified', info));
   });
   return { phoneNumberMasked: maskPhone(phone), phoneVerified: true };
@@ -195,17 +194,19 @@ export async function enableSms(
   const recoveryCodes = newRecoveryCodes();
   const access = await getAccessSummary(keel.db, user);
   await transaction(keel.db, async (tx) => {
-    const rows = await tx.db
-      .update(users)
-      .set({
+    const enabled = await updateAccount(
+      keel,
+      tx,
+      userId,
+      {
         mfaEnabled: true,
         mfaMethod: 'sms',
         mfaRecoveryCodes: recoveryCodes.map((c) => hashRecoveryCode(keel.secrets.keyed, c)),
         updatedAt: clock.now(),
-      })
-      .where(and(eq(users.id, userId), eq(users.phoneVerified, true)))
-      .returning({ id: users.id });
-    if (rows.length === 0) throw conflict('phone_not_verified', 'Verify a phone number first: /auth/phone/verify, then /auth/phone/confirm');
+      },
+      eq(users.phoneVerified, true),
+    );
+    if (!enabled) throw conflict('phone_not_verified', 'Verify a phone number first: /auth/phone/verify, then /auth/phone/confirm');
     await writeAudit(tx.db, info, {
       action: 'auth.mfa.setup',
       partnerId: access.partnerId,

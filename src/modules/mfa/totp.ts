@@ -1,7 +1,9 @@
-import { and, eq, isNull, lt, or } from 'drizzle-orm';
-import type { Db } from '../../platform/db/client.js';
+import { isNull, lt, or } from 'drizzle-orm';
+import type { Keel } from '../../keel.js';
+import { transactionIf } from '../../platform/db/transaction.js';
 import { clock } from '../../platform/clock.js';
 import { users } from '../identity/schema.js';
+import { updateAccount } from '../identity/accounts.js';
 import { lazy } from '../../platform/lazy.js';
 
 export const TOTP_PERIOD = 30;
@@ -39,11 +41,6 @@ export async function totpStep(secret: string, code: string): Promise<number | n
  * Marks a time-step as used for the user: one conditional UPDATE, so a code (and any code of an
  * earlier step) is accepted once, also under parallel requests. False when it was already used.
  */
-export async function claimTotpStep(db: Db, userId: string, step: number): Promise<boolean> {
-  const rows = await db
-    .update(users)
-    .set({ totpLastStep: step })
-    .where(and(eq(users.id, userId), or(isNull(users.totpLastStep), lt(users.totpLastStep, step))))
-    .returning({ id: users.id });
-  return rows.length > 0;
+export async function claimTotpStep(keel: Keel, userId: string, step: number): Promise<boolean> {
+  return transactionIf(false, keel.db, (tx) => updateAccount(keel, tx, userId, { totpLastStep: step }, or(isNull(users.totpLastStep), lt(users.totpLastStep, step))));
 }

@@ -10,6 +10,7 @@ import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { assignableRole } from '../access/roles.js';
 import { addOrganizationMember, assertNotLastFullAdmin, getMembership, setOrganizationMemberRole } from '../access/service.js';
 import { identityOf } from '../identity/context.js';
+import { createAccount } from '../identity/accounts.js';
 import { findUserByEmail, signIn, type RequestInfo, type TokenAnswer } from '../identity/service.js';
 import { users } from '../identity/schema.js';
 import { ssoIdentities, type AttributeMapping } from './schema.js';
@@ -183,11 +184,7 @@ async function provisionAndLink(
       const roleId = newRoleId;
       if (!roleId) throw new SsoFailure('default_role_required', 'no usable role for a new user');
       const now = clock.now();
-      const [created] = await tx.db
-        .insert(users)
-        .values({ email: profile.email, name: profile.name, passwordHash: null, status: 'active', createdAt: now, updatedAt: now })
-        .onConflictDoNothing()
-        .returning();
+      const created = await createAccount(tx, { email: profile.email, name: profile.name, passwordHash: null, status: 'active', createdAt: now, updatedAt: now });
       if (!created) throw new SsoFailure('sso_error', 'account created concurrently');
       await addOrganizationMember(tx.db, { orgId: p.orgId, userId: created.id, roleId });
       await writeAudit(tx.db, { ...system, actor: { type: 'user', id: created.id, email: created.email } }, {

@@ -17,6 +17,7 @@ import { PermissionSet } from '../access/permissions.js';
 import { organizationUsers, partnerUsers } from '../access/schema.js';
 import { users } from '../identity/schema.js';
 import { identityOf } from '../identity/context.js';
+import { createAccount, updateAccount } from '../identity/accounts.js';
 import { findUserByEmail, invalidCredentials, signIn, type RequestInfo, type TokenAnswer } from '../identity/service.js';
 import { assertStrongPassword, hashPassword } from '../identity/passwords.js';
 import { verifyReenteredPassword } from '../identity/lockout.js';
@@ -217,12 +218,7 @@ export async function inviteUser(keel: Keel, access: AccessContext, input: Invit
       await lockUser(tx.db, id);
       associated(await getMembership(tx.db, id), existing);
     } else {
-      const rows = await tx.db
-        .insert(users)
-        .values({ email, name, status: 'invited', passwordHash: null })
-        .onConflictDoNothing()
-        .returning({ id: users.id });
-      id = rows[0]?.id;
+      id = (await createAccount(tx, { email, name, status: 'invited', passwordHash: null }))?.id;
       if (!id) throw conflict('user_exists', 'User already exists in this scope');
       if (grant.kind === 'partner') await addPartnerMember(tx.db, { ...grant, userId: id });
       else await addOrganizationMember(tx.db, { ...grant, userId: id });
@@ -578,13 +574,17 @@ export async function acceptInvite(
     }
     if (newAccount) {
       const now = clock.now();
-      await tx.db
-        .update(users)
-        .set({ passwordHash, status: 'active', ...(passwordHash ? { passwordChangedAt: now } : {}), updatedAt: now, ...(input.name ? { name: input.name.trim() } : {}) })
-        .where(and(eq(users.id, user.id), sql`${users.status} = 'invited'`));
+      await updateAccount(
+        keel,
+        tx,
+        user.id,
+        { passwordHash, status: 'active', ...(passwordHash ? { passwordChangedAt: now } : {}), updatedAt: now, ...(input.name ? { name: input.name.trim() } : {}) },
+        sql`${users.status} = 'invited'`,
+      );
     }
     // One association per account: its other invitations can no longer be accepted.
     await tx.db.delete(invitations).where(eq(invitations.userId, user.id));
+    // The membership made above (the account's own change is published by updateAccount).
     tx.afterCommit(() => identityOf(keel).sessions.userChanged(user.id));
     await writeAudit(tx.db, actor, {
       action: 'user.invite.accept',

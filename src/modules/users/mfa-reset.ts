@@ -17,7 +17,7 @@ export async function resetUserMfa(keel: Keel, access: AccessContext, id: string
   const { target, membership } = await targetForChange(keel.db, access, id);
   await transaction(keel.db, async (tx) => {
     await assertCoversUser(tx.db, access, target);
-    await clearFactors(tx.db, id, { passkeys: opts.passkeys });
+    await clearFactors(keel, tx, id, { passkeys: opts.passkeys });
     await identityOf(keel).sessions.revokeAllForUser(tx.db, id, 'mfa_reset', tx.afterCommit);
     await writeAudit(tx.db, info, {
       action: 'user.mfa.reset',

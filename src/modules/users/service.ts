@@ -13,6 +13,7 @@ import { resolveRole } from '../access/role-cache.js';
 import { permissionKey, type PermissionPair } from '../access/permissions.js';
 import { users } from '../identity/schema.js';
 import { identityOf } from '../identity/context.js';
+import { updateAccount } from '../identity/accounts.js';
 import { organizations } from '../tenancy/schema.js';
 import { invitations } from './schema.js';
 
@@ -239,19 +240,14 @@ export async function updateUser(
     if (set.status === 'disabled' && membership) await assertNotLastFullAdmin(tx.db, tenantOf(membership), id, null);
     // The status changes only from another one: a parallel request that made this change first
     // leaves this one nothing to revoke or record (for the status; a new name is still set).
-    const [changed] = await tx.db
-      .update(users)
-      .set({ ...set, updatedAt: clock.now() })
-      .where(set.status ? and(eq(users.id, id), ne(users.status, set.status)) : eq(users.id, id))
-      .returning({ id: users.id });
+    const changed = await updateAccount(keel, tx, id, { ...set, updatedAt: clock.now() }, set.status ? ne(users.status, set.status) : undefined);
     let made = set;
     if (!changed) {
       if (set.name === undefined) return;
       made = { name: set.name };
-      await tx.db.update(users).set({ ...made, updatedAt: clock.now() }).where(eq(users.id, id));
+      await updateAccount(keel, tx, id, { ...made, updatedAt: clock.now() });
     }
     if (made.status === 'disabled') await identityOf(keel).sessions.revokeAllForUser(tx.db, id, 'user_disabled', tx.afterCommit);
-    else tx.afterCommit(() => identityOf(keel).sessions.userChanged(id));
     await writeAudit(tx.db, info, {
       action: 'user.update',
       partnerId: membership?.kind === 'partner' ? membership.partnerId : access.partnerId,

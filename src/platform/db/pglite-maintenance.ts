@@ -1,4 +1,6 @@
 import type { Database } from './client.js';
+import type { LogFields } from '../logger.js';
+import { loggableError } from '../safe-error.js';
 
 /**
  * VACUUM and ANALYZE for the embedded database, which has no autovacuum: PGlite runs PostgreSQL as a
@@ -29,8 +31,8 @@ export interface MaintenanceStep {
 }
 
 export interface MaintenanceLog {
-  info(obj: object, msg: string): void;
-  warn(obj: object, msg: string): void;
+  info(fields: LogFields, msg: string): void;
+  warn(fields: LogFields, msg: string): void;
 }
 
 export interface MaintenanceOptions {
@@ -113,7 +115,7 @@ export class PgliteMaintenance {
       await this.#database.query('select pg_stat_force_next_flush()');
       tables = await this.#database.query<TableStats>(STATS);
     } catch (err) {
-      this.#log.warn({ error: (err as Error).message }, 'database maintenance: the table statistics could not be read');
+      this.#log.warn({ error: loggableError(err) }, 'database maintenance: the table statistics could not be read');
       return done;
     }
     for (const t of tables) {
@@ -125,12 +127,12 @@ export class PgliteMaintenance {
       try {
         await this.#database.query(sql);
       } catch (err) {
-        this.#log.warn({ table: t.table, error: (err as Error).message }, `database maintenance: ${action} failed`);
+        this.#log.warn({ table: t.table, error: loggableError(err) }, `database maintenance: ${action} failed`);
         continue;
       }
       const step: MaintenanceStep = { table: t.table, action, deadRows: t.dead, ms: Math.round(performance.now() - t0) };
       done.push(step);
-      this.#log.info(step, `database maintenance: ${action} ${t.table}`);
+      this.#log.info({ ...step }, `database maintenance: ${action} ${t.table}`);
       // Requests that waited for this table go first.
       await new Promise<void>((resolve) => setImmediate(resolve));
     }
