@@ -37,6 +37,14 @@ export interface Agents {
   metrics: AgentMetrics;
   /** Per device: heartbeats (in-process, AGENT_HEARTBEAT_LIMIT a minute) and update reports (AGENT_REPORT_LIMIT an hour). */
   limits: { heartbeat: Limit; report: Limit };
+  /** The per-process bound on device requests in flight (AGENT_MAX_IN_FLIGHT), shared by every device route. */
+  gate: DeviceGate;
+}
+
+export interface DeviceGate {
+  /** False when the bound is reached (the request is shed). */
+  enter(): boolean;
+  leave(): void;
 }
 
 const sameVersions = (a: ComponentVersions, b: ComponentVersions) => COMPONENTS.every((c) => a[c] === b[c]);

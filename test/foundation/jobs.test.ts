@@ -1,0 +1,69 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { eq } from 'drizzle-orm';
+import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
+import { createWorld, type World } from '../access/helpers.js';
+import { openKeel, processRoles } from '../../src/compose.js';
+import { clock } from '../../src/platform/clock.js';
+import { devices } from '../../src/modules/agents/schema.js';
+import { agentsOf } from '../../src/modules/agents/context.js';
+import { enroll, enrollmentKey, heartbeat } from '../agents/helpers.js';
+
+/** Modules and their jobs (docs/architecture.md "Modules and their jobs"): which process role runs what. */
+describe.skipIf(!backendAvailable())(`background jobs per process role (${backend})`, () => {
+  let app: TestApp;
+  let w: World;
+  beforeAll(async () => {
+    // The API role alone: nothing the worker role does may happen in this process.
+    app = await startTestApp({ env: { WORKER: 'off' } });
+    w = await createWorld(app);
+  });
+  afterAll(async () => app?.close());
+  afterEach(() => clock.reset());
+
+  const names = (roles: ReturnType<typeof processRoles>) => app.server.keel.modules.jobsFor(roles).map((j) => j.name);
+
+  it('each role runs exactly its jobs: serve (WORKER=inline), serve (WORKER=off), worker', () => {
+    expect(names(processRoles('serve', 'inline'))).toEqual(['webhooks.delivery', 'webhooks.retention', 'agents.last-seen-flush', 'agents.offline-sweep', 'domains.recheck']);
+    expect(names(processRoles('serve', 'off'))).toEqual(['agents.last-seen-flush']);
+    expect(names(processRoles('worker'))).toEqual(['webhooks.delivery', 'webhooks.retention', 'agents.offline-sweep', 'domains.recheck']);
+    // The server started the jobs of its configuration, not more (mounting routes starts nothing).
+    expect(app.server.keel.modules.running().map((j) => j.name)).toEqual(['agents.last-seen-flush']);
+    expect(app.server.keel.modules.jobs().map((j) => j.name)).toHaveLength(5);
+  });
+
+  it('a module is read from the container, never created on first use', async () => {
+    const k = app.server.keel;
+    expect(agentsOf(k)).toBe(agentsOf(k));
+    // A second container on the same database, with its modules installed, holds its own handles.
+    const other = await openKeel({ config: k.config, log: k.log, database: k.database, skipMigrate: true });
+    try {
+      expect(agentsOf(other)).not.toBe(agentsOf(k));
+      expect(() => other.modules.install('agents', { handle: agentsOf(other) })).toThrow(/installed twice/);
+    } finally {
+      await other.close();
+    }
+  });
+
+  it('the worker role marks a silent device offline on its own timer, with no HTTP request to it', async () => {
+    const d = await enroll(app, await enrollmentKey(app, w.tokens.orgAdmin, w.orgId));
+    expect((await heartbeat(app, d)).status).toBe(200);
+    await agentsOf(app.server.keel).state.flushLastSeen();
+    const status = async () => (await app.server.keel.db.select({ status: devices.status }).from(devices).where(eq(devices.id, d.deviceId)))[0]?.status;
+    expect(await status()).toBe('online');
+    clock.advance(3 * 60_000 + 1000);
+    // A `keel worker` process: the container and the jobs of its role, no server, no metrics scrape.
+    const k = app.server.keel;
+    const worker = await openKeel({ config: k.config, log: k.log, database: k.database, skipMigrate: true });
+    // Only the jobs' intervals are faked: the sweep's 10 s pass without waiting them.
+    vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval'] });
+    try {
+      await worker.modules.start(processRoles('worker'));
+      expect(worker.modules.running().map((j) => j.name)).toContain('agents.offline-sweep');
+      vi.advanceTimersByTime(10_000);
+      await vi.waitFor(async () => expect(await status()).toBe('offline'), { timeout: 10_000, interval: 50 });
+    } finally {
+      await worker.close();
+      vi.useRealTimers();
+    }
+  });
+});
