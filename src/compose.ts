@@ -2,12 +2,14 @@ import { createKeel, type Keel, type KeelOptions } from './keel.js';
 import { seedAccess } from './modules/access/seed.js';
 import { getAccessSummary } from './modules/access/service.js';
 import { bootstrapAdmin } from './modules/identity/bootstrap.js';
-import { wireIdentityPorts } from './modules/identity/ports.js';
+import { installIdentity } from './modules/identity/context.js';
+import { installAccess } from './modules/access/module.js';
+import { installMfa } from './modules/mfa/webauthn.js';
+import { installSso } from './modules/sso/module.js';
 import { enrolledMethods, loginSecondFactor, passkeyCount } from './modules/mfa/login.js';
 import { installWebhooks } from './modules/webhooks/runtime.js';
 import { installAgents } from './modules/agents/context.js';
 import { installDomains } from './modules/domains/service.js';
-import { registerEnforcedSso } from './modules/sso/policy.js';
 import { MFA_SEALED } from './modules/mfa/service.js';
 import { WEBHOOK_SEALED } from './modules/webhooks/service.js';
 import { PROVIDER_SEALED } from './modules/sso/providers.js';
@@ -40,17 +42,15 @@ export async function openKeel(opts: KeelOptions = {}): Promise<Keel> {
  * "Modules and their jobs"): each answers its handle and declares its jobs; none starts here.
  */
 export function installModules(keel: Keel): void {
-  wireIdentityPorts(keel, {
-    tenantOf: getAccessSummary,
-    enrolledMethods,
-    passkeyCount,
-    secondFactor: loginSecondFactor,
-  });
+  // Identity's ports (docs/architecture.md "How a lower module reaches a higher one") are answered by modules above it.
+  keel.modules.install('identity', installIdentity(keel, { tenantOf: getAccessSummary, enrolledMethods, passkeyCount, secondFactor: loginSecondFactor }));
+  keel.modules.install('access', installAccess(keel));
+  keel.modules.install('mfa', installMfa());
   keel.modules.install('webhooks', installWebhooks(keel));
   keel.modules.install('agents', installAgents(keel));
   keel.modules.install('domains', installDomains(keel));
   // Enforced SSO takes part in password sign-in and reset (identity's password-policy port).
-  registerEnforcedSso(keel);
+  keel.modules.install('sso', installSso(keel));
 }
 
 /**
