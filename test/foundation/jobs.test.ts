@@ -7,6 +7,7 @@ import { clock } from '../../src/platform/clock.js';
 import { devices } from '../../src/modules/agents/schema.js';
 import { agentsOf } from '../../src/modules/agents/context.js';
 import { enroll, enrollmentKey, heartbeat } from '../agents/helpers.js';
+import { waitUntil } from '../helpers/wait.js';
 
 /** Modules and their jobs (docs/architecture.md "Modules and their jobs"): which process role runs what. */
 describe.skipIf(!backendAvailable())(`background jobs per process role (${backend})`, () => {
@@ -60,7 +61,7 @@ describe.skipIf(!backendAvailable())(`background jobs per process role (${backen
       await worker.modules.start(processRoles('worker'));
       expect(worker.modules.running().map((j) => j.name)).toContain('agents.offline-sweep');
       vi.advanceTimersByTime(10_000);
-      await vi.waitFor(async () => expect(await status()).toBe('offline'), { timeout: 10_000, interval: 50 });
+      expect(await waitUntil('the worker role\'s sweep to mark the device offline', status, (s) => s === 'offline')).toBe('offline');
     } finally {
       await worker.close();
       vi.useRealTimers();
