@@ -6,6 +6,7 @@ import { installIdentity } from './modules/identity/context.js';
 import { installAccess } from './modules/access/module.js';
 import { installMfa } from './modules/mfa/webauthn.js';
 import { installSso } from './modules/sso/module.js';
+import { installUsers } from './modules/users/invitations.js';
 import { enrolledMethods, loginSecondFactor, passkeyCount } from './modules/mfa/login.js';
 import { installWebhooks } from './modules/webhooks/runtime.js';
 import { installAgents } from './modules/agents/context.js';
@@ -45,7 +46,8 @@ export function installModules(keel: Keel): void {
   // Identity's ports (docs/architecture.md "How a lower module reaches a higher one") are answered by modules above it.
   keel.modules.install('identity', installIdentity(keel, { tenantOf: getAccessSummary, enrolledMethods, passkeyCount, secondFactor: loginSecondFactor }));
   keel.modules.install('access', installAccess(keel));
-  keel.modules.install('mfa', installMfa());
+  keel.modules.install('mfa', installMfa(keel));
+  keel.modules.install('users', installUsers(keel));
   keel.modules.install('webhooks', installWebhooks(keel));
   keel.modules.install('agents', installAgents(keel));
   keel.modules.install('domains', installDomains(keel));

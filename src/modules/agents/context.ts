@@ -8,7 +8,7 @@ import { bearerToken } from '../../platform/http/bearer-token.js';
 import { RateLimits } from '../../platform/rate-limit.js';
 import { AgentState, type DeviceState } from './state.js';
 import { sweep, type Agents, type DeviceGate } from './heartbeat.js';
-import { DEVICE_TOKEN_PREFIX } from './devices.js';
+import { defineEnrollLimits, DEVICE_TOKEN_PREFIX } from './devices.js';
 import { agentMetrics, registerDevicesGauge, type HeartbeatOutcome } from './metrics.js';
 import { intervalJob, type KeelModule } from '../../platform/module.js';
 import { loggableError } from '../../platform/safe-error.js';
@@ -41,6 +41,7 @@ export function installAgents(keel: Keel): KeelModule<Agents> {
     // In this process's memory: a heartbeat costs no Redis round trip (each process allows the limit).
     heartbeat: new RateLimits(null).define('agent-heartbeat', keel.config.AGENT_HEARTBEAT_LIMIT, 60),
     report: keel.limits.define('agent-report', keel.config.AGENT_REPORT_LIMIT, 3600),
+    enrol: defineEnrollLimits(keel),
   };
   const agents: Agents = { keel, state, intervalSeconds: keel.config.AGENT_HEARTBEAT_SECONDS, metrics: agentMetrics(keel), limits, gate: deviceGate(keel.config.AGENT_MAX_IN_FLIGHT) };
   registerDevicesGauge(keel, () => state.flushLastSeen());

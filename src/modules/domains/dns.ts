@@ -1,5 +1,6 @@
 import { promises as dns } from 'node:dns';
 import type { Keel } from '../../keel.js';
+import type { Limit } from '../../platform/rate-limit.js';
 
 /** What a TXT lookup of a domain found: its records, none (the name or its TXT records do not exist), or no answer. */
 export type TxtAnswer = { kind: 'records'; values: string[] } | { kind: 'none' } | { kind: 'error'; code: string };
@@ -10,6 +11,8 @@ const NO_RECORD = new Set(['ENOTFOUND', 'ENODATA', 'NXDOMAIN']);
 /** The domains module's handle (installed by service.ts `installDomains`). */
 export interface Domains {
   resolver: dns.Resolver;
+  /** Verification attempts (DOMAIN_VERIFY_LIMIT a minute). */
+  verifyLimit: Limit;
 }
 
 declare module '../../platform/module.js' {

@@ -190,7 +190,7 @@ export function recordMatches(answer: TxtAnswer, token: string): boolean {
 const reasonOf = (answer: TxtAnswer): DomainReason =>
   answer.kind === 'none' ? 'txt_record_missing' : answer.kind === 'error' ? 'dns_lookup_failed' : 'txt_record_mismatch';
 
-const verifyLimit = (keel: Keel): Limit => keel.limits.group('domains', (l) => l.define('domain-verify', keel.config.DOMAIN_VERIFY_LIMIT, 60));
+const verifyLimit = (keel: Keel): Limit => keel.modules.get('domains').verifyLimit;
 
 /**
  * `POST …/domains/:id/verify`: looks the TXT records up now. Found: `verified` (409 `domain_claimed`
@@ -305,7 +305,7 @@ export const RECHECK_TICK_MS = 15 * 60_000;
  */
 export function installDomains(keel: Keel): KeelModule<Domains> {
   return {
-    handle: { resolver: createResolver(keel) },
+    handle: { resolver: createResolver(keel), verifyLimit: keel.limits.define('domain-verify', keel.config.DOMAIN_VERIFY_LIMIT, 60) },
     jobs: [
       intervalJob({
         name: 'domains.recheck',

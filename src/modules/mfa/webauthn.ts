@@ -3,6 +3,7 @@ import type { Config } from '../../config.js';
 import type { Keel } from '../../keel.js';
 import { AppError } from '../../platform/http/errors.js';
 import type { KeelModule } from '../../platform/module.js';
+import { defineMfaLimits, type MfaLimits } from './common.js';
 
 /** Shown to the user by the authenticator when a passkey is created. */
 export const RP_NAME = 'Keel';
@@ -48,8 +49,9 @@ export function resolveRelyingParty(config: Pick<Config, 'WEBAUTHN_RP_ID' | 'WEB
   return { ok: true, rp: { rpId, rpName: RP_NAME, origin: origin.origin } };
 }
 
-/** The MFA module's per-process state: the relying party, resolved for the public URL it was resolved for. */
+/** The MFA module's per-process state: its limits and the relying party, resolved for the public URL it was resolved for. */
 export interface Mfa {
+  limits: MfaLimits;
   relyingParty: { publicUrl: string; result: RelyingPartyResult } | null;
 }
 
@@ -60,8 +62,8 @@ declare module '../../platform/module.js' {
 }
 
 /** Installs the MFA module. It runs no job. */
-export function installMfa(): KeelModule<Mfa> {
-  return { handle: { relyingParty: null } };
+export function installMfa(keel: Keel): KeelModule<Mfa> {
+  return { handle: { limits: defineMfaLimits(keel), relyingParty: null } };
 }
 
 /**

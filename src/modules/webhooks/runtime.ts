@@ -4,7 +4,7 @@ import { prepared, rawQuery } from '../../platform/db/raw.js';
 import { DELIVERY_LIST, DeliveryEngine, LIST_CAP } from './engine.js';
 import { RETENTION_SWEEP_MS, sweepDeliveries } from './retention.js';
 import { createRouter, routeEvent, type Router } from './routing.js';
-import { webhooksRuntime, type RuntimeHooks } from './service.js';
+import { defineWebhookLimits, webhooksRuntime, type RuntimeHooks, type WebhookLimits } from './service.js';
 import { intervalJob, type KeelModule } from '../../platform/module.js';
 
 /** The gauge of deliveries waiting (README "Operating"). */
@@ -20,6 +20,7 @@ export interface Webhooks {
   runtime: RuntimeHooks;
   /** The event router's batch and counters. */
   router: Router;
+  limits: WebhookLimits;
   /** Starts the delivery engine in this process (the `webhooks.delivery` job of the worker role). */
   startWorker(): Promise<void>;
   /** Stops it: graceful lets attempts in flight finish; otherwise they are cancelled and released. */
@@ -78,6 +79,7 @@ export function installWebhooks(keel: Keel): KeelModule<Webhooks> {
     engine,
     runtime,
     router: createRouter(keel),
+    limits: defineWebhookLimits(keel),
     async startWorker() {
       if (engine.running) return;
       await engine.start();

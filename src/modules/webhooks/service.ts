@@ -43,11 +43,16 @@ export interface WebhookLimits {
   manualPerCaller: Limit;
 }
 export function webhookLimits(keel: Keel): WebhookLimits {
-  return keel.limits.group('webhooks', (l) => ({
+  return keel.modules.get('webhooks').limits;
+}
+/** Defines the module's limits, once per Keel (runtime.ts `installWebhooks`). */
+export function defineWebhookLimits(keel: Keel): WebhookLimits {
+  const l = keel.limits;
+  return {
     publish: l.define('events-publish', keel.config.EVENTS_PUBLISH_LIMIT, 60),
     manualPerWebhook: l.define('webhook-manual', keel.config.WEBHOOK_MANUAL_LIMIT, 60),
     manualPerCaller: l.define('webhook-manual-caller', keel.config.WEBHOOK_MANUAL_CALLER_LIMIT, 60),
-  }));
+  };
 }
 
 /** A manual test or retry spends a point of the webhook's and of the caller's (an API key is its own caller). */
