@@ -4,6 +4,7 @@ import { backend, backendAvailable, startTestApp, type TestApp } from '../helper
 import { createWorld, type World } from '../access/helpers.js';
 import { openKeel, processRoles } from '../../src/compose.js';
 import { clock } from '../../src/platform/clock.js';
+import { sha256Hex } from '../../src/platform/crypto.js';
 import { devices } from '../../src/modules/agents/schema.js';
 import { agentsOf } from '../../src/modules/agents/context.js';
 import { enroll, enrollmentKey, heartbeat } from '../agents/helpers.js';
@@ -13,12 +14,17 @@ import { waitUntil } from '../helpers/wait.js';
 describe.skipIf(!backendAvailable())(`background jobs per process role (${backend})`, () => {
   let app: TestApp;
   let w: World;
+  /** A worker container still open when a test failed half-way. */
+  let open: { close(): Promise<void> } | null = null;
   beforeAll(async () => {
     // The API role alone: nothing the worker role does may happen in this process.
     app = await startTestApp({ env: { WORKER: 'off' } });
     w = await createWorld(app);
   });
-  afterAll(async () => app?.close());
+  afterAll(async () => {
+    await open?.close();
+    await app?.close();
+  });
   afterEach(() => clock.reset());
 
   const names = (roles: ReturnType<typeof processRoles>) => app.server.keel.modules.jobsFor(roles).map((j) => j.name);
@@ -45,7 +51,7 @@ describe.skipIf(!backendAvailable())(`background jobs per process role (${backen
     }
   });
 
-  it('the worker role marks a silent device offline on its own timer, with no HTTP request to it', async () => {
+  it('the worker role marks a silent device offline on its own timer, with no HTTP request to it, and writes its buffered stamps when it closes', async () => {
     const d = await enroll(app, await enrollmentKey(app, w.tokens.orgAdmin, w.orgId));
     expect((await heartbeat(app, d)).status).toBe(200);
     await agentsOf(app.server.keel).state.flushLastSeen();
@@ -55,6 +61,7 @@ describe.skipIf(!backendAvailable())(`background jobs per process role (${backen
     // A `keel worker` process: the container and the jobs of its role, no server, no metrics scrape.
     const k = app.server.keel;
     const worker = await openKeel({ config: k.config, log: k.log, database: k.database, skipMigrate: true });
+    open = worker;
     // Only the jobs' intervals are faked: the sweep's 10 s pass without waiting them.
     vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval'] });
     try {
@@ -63,8 +70,17 @@ describe.skipIf(!backendAvailable())(`background jobs per process role (${backen
       vi.advanceTimersByTime(10_000);
       expect(await waitUntil('the worker role\'s sweep to mark the device offline', status, (s) => s === 'offline')).toBe('offline');
     } finally {
-      await worker.close();
+      await worker.modules.stop({ graceful: false });
       vi.useRealTimers();
     }
+    // No flush job runs in a worker, yet a stamp it buffered is written when its container closes.
+    const state = agentsOf(worker).state;
+    const device = await state.device(sha256Hex(d.deviceToken));
+    const at = clock.nowMs();
+    state.seen(device!, at);
+    await worker.close();
+    open = null;
+    const [row] = await app.server.keel.db.select({ lastSeenAt: devices.lastSeenAt }).from(devices).where(eq(devices.id, d.deviceId));
+    expect(row?.lastSeenAt?.getTime()).toBe(at);
   });
 });
