@@ -6,7 +6,7 @@ import { createOrgCache, type OrgTenant } from './org-cache.js';
 import { createRoleCache, type RoleCache } from './role-cache.js';
 import { createMembershipCache, type Membership } from './service.js';
 
-/** The access module's per-process caches, each cleared on its invalidation topics (docs/decisions.md "Caches"). */
+/** The access module's per-process caches, each cleared on its invalidation topics (docs/decisions.md "Caches on the request path"). */
 export interface Access {
   /** Role chains (role-cache.ts). */
   roles: RoleCache;

@@ -32,7 +32,7 @@ export interface MfaLimits {
 export const PASSKEY_CHALLENGES_PER_USER = 20;
 export const PASSKEY_CHALLENGES_PER_TEMP_TOKEN = 5;
 
-/** The MFA module's named limits (DECISIONS "Limits"), in its handle (webauthn.ts `installMfa`). */
+/** The MFA module's named limits, in its handle (webauthn.ts `installMfa`). */
 export function mfaLimits(keel: Keel): MfaLimits {
   return keel.modules.get('mfa').limits;
 }
