@@ -9,6 +9,11 @@ import { devices } from '../../src/modules/agents/schema.js';
 import { agentsOf } from '../../src/modules/agents/context.js';
 import { enroll, enrollmentKey, heartbeat } from '../agents/helpers.js';
 import { waitUntil } from '../helpers/wait.js';
+import { cliEnv } from '../helpers/cli.js';
+import { startWorkerProcess } from '../helpers/topology.js';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 /** Modules and their jobs (docs/architecture.md "Modules and their jobs"): which process role runs what. */
 describe.skipIf(!backendAvailable())(`background jobs per process role (${backend})`, () => {
@@ -83,4 +88,23 @@ describe.skipIf(!backendAvailable())(`background jobs per process role (${backen
     const [row] = await app.server.keel.db.select({ lastSeenAt: devices.lastSeenAt }).from(devices).where(eq(devices.id, d.deviceId));
     expect(row?.lastSeenAt?.getTime()).toBe(at);
   });
+
+  // A separate `keel worker` needs PostgreSQL (the embedded database is held by one process).
+  it.runIf(backend === 'postgres')('a `keel worker` process marks a silent device offline with no request or scrape', async () => {
+    const d = await enroll(app, await enrollmentKey(app, w.tokens.orgAdmin, w.orgId));
+    expect((await heartbeat(app, d)).status).toBe(200);
+    await agentsOf(app.server.keel).state.flushLastSeen();
+    const status = async () => (await app.server.keel.db.select({ status: devices.status }).from(devices).where(eq(devices.id, d.deviceId)))[0]?.status;
+    expect(await status()).toBe('online');
+    const c = app.server.keel.config;
+    const dir = mkdtempSync(join(tmpdir(), 'keel-jobs-'));
+    // The worker's own heartbeat interval: silent for 3 s is offline to it (its clock is its own).
+    const worker = await startWorkerProcess(cliEnv(dir, { DATABASE_URL: c.DATABASE_URL ?? '', REDIS_URL: c.REDIS_URL ?? '', AGENT_HEARTBEAT_SECONDS: '1', METRICS_ENABLED: 'false' }));
+    try {
+      expect(await waitUntil('keel worker to mark the device offline', status, (s) => s === 'offline', { timeoutMs: 60_000, everyMs: 200 })).toBe('offline');
+    } finally {
+      expect(await worker.stop('SIGTERM')).toBe(0);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 120_000);
 });
