@@ -34,7 +34,12 @@ export async function openKeel(opts: KeelOptions = {}): Promise<Keel> {
       await bootstrapAdmin(database.db, log, config.ADMIN_EMAIL, config.ADMIN_PASSWORD);
     },
   });
-  installModules(keel);
+  try {
+    installModules(keel);
+  } catch (err) {
+    await keel.close();
+    throw err;
+  }
   return keel;
 }
 
