@@ -2,23 +2,28 @@ import { createKeel, type Keel, type KeelOptions } from './keel.js';
 import { seedAccess } from './modules/access/seed.js';
 import { getAccessSummary } from './modules/access/service.js';
 import { bootstrapAdmin } from './modules/identity/bootstrap.js';
-import { wireIdentityPorts } from './modules/identity/ports.js';
+import { installIdentity } from './modules/identity/context.js';
+import { installAccess } from './modules/access/module.js';
+import { installMfa } from './modules/mfa/webauthn.js';
+import { installSso } from './modules/sso/module.js';
+import { installUsers } from './modules/users/invitations.js';
 import { enrolledMethods, loginSecondFactor, passkeyCount } from './modules/mfa/login.js';
 import { installWebhooks } from './modules/webhooks/runtime.js';
-import { installAgentMetrics } from './modules/agents/context.js';
-import { registerEnforcedSso } from './modules/sso/policy.js';
+import { installAgents } from './modules/agents/context.js';
+import { installDomains } from './modules/domains/service.js';
 import { MFA_SEALED } from './modules/mfa/service.js';
 import { WEBHOOK_SEALED } from './modules/webhooks/service.js';
 import { PROVIDER_SEALED } from './modules/sso/providers.js';
 import { IDENTITY_SEALED } from './modules/sso/provisioning.js';
 import { SINGLE_USE_SEALED } from './platform/single-use.js';
 import type { SealedColumn } from './platform/reseal.js';
+import type { ProcessRole } from './platform/module.js';
 
 /**
  * The composition root of a process (docs/architecture.md): builds the container (`createKeel`),
- * runs the modules' start-up work on the migrated database, and hands the lower modules the ports
- * through which they reach modules above them. Every process (`keel serve`, `keel worker`, tests,
- * benchmarks) gets its Keel here, so no module is ever used half-wired.
+ * runs the modules' start-up work on the migrated database, and installs the modules. Every process
+ * (`keel serve`, `keel worker`, tests, benchmarks) gets its Keel here, so no module is ever used
+ * uninstalled; it then starts the jobs of its roles (`processRoles`).
  */
 export async function openKeel(opts: KeelOptions = {}): Promise<Keel> {
   const keel = await createKeel({
@@ -29,26 +34,39 @@ export async function openKeel(opts: KeelOptions = {}): Promise<Keel> {
       await bootstrapAdmin(database.db, log, config.ADMIN_EMAIL, config.ADMIN_PASSWORD);
     },
   });
-  wireModules(keel);
+  try {
+    installModules(keel);
+  } catch (err) {
+    await keel.close();
+    throw err;
+  }
   return keel;
 }
 
-/** The ports and subscriptions of docs/architecture.md, one call per process. */
-export function wireModules(keel: Keel): void {
-  wireIdentityPorts(keel, {
-    tenantOf: getAccessSummary,
-    enrolledMethods,
-    passkeyCount,
-    secondFactor: loginSecondFactor,
-  });
+/**
+ * Installs every module with state on the container, bottom layer first (docs/architecture.md
+ * "Modules and their jobs"): each answers its handle and declares its jobs; none starts here.
+ */
+export function installModules(keel: Keel): void {
+  // Identity's ports (docs/architecture.md "How a lower module reaches a higher one") are answered by modules above it.
+  keel.modules.install('identity', installIdentity(keel, { tenantOf: getAccessSummary, enrolledMethods, passkeyCount, secondFactor: loginSecondFactor }));
+  keel.modules.install('access', installAccess(keel));
+  keel.modules.install('mfa', installMfa(keel));
+  keel.modules.install('users', installUsers(keel));
+  keel.modules.install('webhooks', installWebhooks(keel));
+  keel.modules.install('agents', installAgents(keel));
+  keel.modules.install('domains', installDomains(keel));
   // Enforced SSO takes part in password sign-in and reset (identity's password-policy port).
-  registerEnforcedSso(keel);
-  // The event router subscribes to the bus; the engine starts where a role runs it (server.ts, main.ts)
-  // and stops with the container.
-  const webhooks = installWebhooks(keel);
-  keel.onClose(() => webhooks.stopWorker({ graceful: false }));
-  // Agents' devices-by-status gauge, read on each scrape (its counters are resolved with the module's context).
-  installAgentMetrics(keel);
+  keel.modules.install('sso', installSso(keel));
+}
+
+/**
+ * The roles of a process: `keel serve` answers the API and, with WORKER=inline (the default), runs the
+ * worker's jobs too; `keel worker` runs only those.
+ */
+export function processRoles(command: 'serve' | 'worker', worker: 'inline' | 'off' = 'inline'): ProcessRole[] {
+  if (command === 'worker') return ['worker'];
+  return worker === 'inline' ? ['api', 'worker'] : ['api'];
 }
 
 /** Every column sealed with the encryption key, as each module declares it: what `keel secrets reseal` moves to the current key. */

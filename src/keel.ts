@@ -13,6 +13,7 @@ import { SingleUseStore } from './platform/single-use.js';
 import type { OutboundPolicy } from './platform/outbound.js';
 import { setHashQueueMax, setHashThreadNice } from './platform/argon2-pool.js';
 import { createMetrics, type Metrics } from './platform/metrics.js';
+import { ModuleRegistry } from './platform/module.js';
 
 /** Everything a module needs, built once per process and handed to each module's routes and services. */
 export interface Keel {
@@ -33,6 +34,11 @@ export interface Keel {
   outbound: OutboundPolicy;
   /** Counters, gauges and histograms (platform/metrics.ts): no-ops unless METRICS_ENABLED. */
   metrics: Metrics;
+  /**
+   * The installed modules' handles and background jobs (platform/module.ts), filled by the composition
+   * root (src/compose.ts); a process starts the jobs of its roles (`keel.modules.start`).
+   */
+  modules: ModuleRegistry;
   /** Registers what `close` must stop before the container's own parts (a module's worker). */
   onClose(stop: () => Promise<void>): void;
   close(): Promise<void>;
@@ -104,12 +110,14 @@ export async function createKeel(opts: KeelOptions = {}): Promise<Keel> {
     singleUse: new SingleUseStore(secrets.sealer),
     outbound: { allowInsecure: config.ALLOW_INSECURE_TARGETS },
     metrics,
+    modules: new ModuleRegistry(),
     onClose(stop) {
       closers.push(stop);
     },
     async close() {
-      // What the modules started first (the delivery engine cancels and releases its attempts), newest
-      // first, then what they use.
+      // The jobs still running (the delivery engine cancels and releases its attempts), then what the
+      // modules registered, newest first, then what they use.
+      await keel.modules.stop({ graceful: false });
       for (const stop of closers.splice(0).reverse()) await stop();
       await invalidation.stop();
       redis?.disconnect();

@@ -250,7 +250,7 @@ async function serve(config: Config, log: Logger): Promise<void> {
     // The listener closes at once and the requests in flight finish (SHUTDOWN_GRACE_MS at most),
     // while the delivery worker stops claiming and finishes its attempts (each within its deadline);
     // then the pools close.
-    Promise.all([stopWorker(server.keel), server.drain()])
+    Promise.all([server.keel.modules.stop({ graceful: true }), server.drain()])
       .then(() => server.close())
       .then(() => database.close())
       .then(
@@ -263,11 +263,6 @@ async function serve(config: Config, log: Logger): Promise<void> {
   };
   process.on('SIGINT', stop);
   process.on('SIGTERM', stop);
-}
-
-async function stopWorker(keel: Keel): Promise<void> {
-  const { webhooksOf } = await import('./modules/webhooks/runtime.js');
-  await webhooksOf(keel).stopWorker({ graceful: true });
 }
 
 /**
@@ -296,22 +291,20 @@ async function waitForMigrations(config: Config, log: Logger, pending: () => Pro
 }
 
 /**
- * `keel worker`: the delivery engine alone, on the database `serve` uses, opened the same way (so an
- * embedded DATA_DIR held by a server is refused with the one-line hint). Applies no migrations: it
- * waits for them (`waitForMigrations`). SIGTERM/SIGINT: stop claiming, finish the attempts in
- * flight, exit 0.
+ * `keel worker`: the jobs of the worker role (`processRoles`), on the database `serve` uses, opened
+ * the same way (so an embedded DATA_DIR held by a server is refused with the one-line hint). Applies
+ * no migrations: it waits for them (`waitForMigrations`). SIGTERM/SIGINT: stop claiming, finish the
+ * attempts in flight, exit 0.
  */
 async function worker(config: Config, log: Logger): Promise<void> {
   const database = await open(config, 'keel worker');
   let keel: Keel;
   try {
-    const [{ openKeel }, { pendingMigrations }] = await Promise.all([import('./compose.js'), import('./platform/db/migrator.js')]);
+    const [{ openKeel, processRoles }, { pendingMigrations }] = await Promise.all([import('./compose.js'), import('./platform/db/migrator.js')]);
     await waitForMigrations(config, log, () => pendingMigrations(database));
     keel = await openKeel({ config, log, database, skipMigrate: true });
-    const [{ webhooksOf }, { startDomainRecheck }] = await Promise.all([import('./modules/webhooks/runtime.js'), import('./modules/domains/service.js')]);
-    await webhooksOf(keel).startWorker();
-    // The worker role's timers: the daily re-check of verified domains.
-    keel.onClose(startDomainRecheck(keel));
+    // The worker role's jobs: the delivery engine, the offline sweep, retention, the domain re-check.
+    await keel.modules.start(processRoles('worker'));
   } catch (err) {
     await database.close();
     throw err;
@@ -323,7 +316,7 @@ async function worker(config: Config, log: Logger): Promise<void> {
     try {
       metrics = await serveMetrics(keel.metrics, config.METRICS_TOKEN, config.HOST, config.WORKER_METRICS_PORT);
     } catch (err) {
-      await stopWorker(keel).then(() => keel.close()).then(() => database.close());
+      await keel.modules.stop({ graceful: true }).then(() => keel.close()).then(() => database.close());
       const code = (err as NodeJS.ErrnoException).code;
       throw new CliError(`cannot serve worker metrics on ${config.HOST}:${config.WORKER_METRICS_PORT}: ${code ?? 'listen failed'}; set WORKER_METRICS_PORT to a free port`);
     }
@@ -335,7 +328,7 @@ async function worker(config: Config, log: Logger): Promise<void> {
     if (stopping) process.exit(1);
     stopping = true;
     log.info({ signal }, 'worker shutting down: finishing attempts in flight');
-    stopWorker(keel)
+    keel.modules.stop({ graceful: true })
       .then(() => metrics?.close())
       .then(() => keel.close())
       .then(() => database.close())

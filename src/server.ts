@@ -3,12 +3,10 @@ import { releaseKeysOf } from './modules/agents/release-keys.js';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Keel, KeelOptions } from './keel.js';
-import { openKeel } from './compose.js';
+import { openKeel, processRoles } from './compose.js';
 import { buildApp } from './app.js';
 import type { OpenAPIHono } from '@hono/zod-openapi';
 import type { AppEnv } from './app-env.js';
-import { webhooksOf } from './modules/webhooks/runtime.js';
-import { startDomainRecheck } from './modules/domains/service.js';
 import { PgliteMaintenance } from './platform/db/pglite-maintenance.js';
 
 export interface RunningServer {
@@ -155,18 +153,16 @@ export async function startServer(opts: KeelOptions & { port?: number; host?: st
     throw err;
   }
   const actual = (server.address() as AddressInfo).port;
-  // The delivery worker runs inside `serve` unless WORKER=off leaves it to `keel worker` processes.
-  if (keel.config.WORKER === 'inline') {
-    try {
-      await webhooksOf(keel).startWorker();
-      // The worker role's timers: the daily re-check of verified domains.
-      keel.onClose(startDomainRecheck(keel));
-    } catch (err) {
-      server.close();
-      await keel.close();
-      throw err;
-    }
-  } else if (keel.database.kind === 'pglite') {
+  // The jobs of the API role; the worker's too (the delivery engine, the sweeps) unless WORKER=off
+  // leaves them to `keel worker` processes.
+  try {
+    await keel.modules.start(processRoles('serve', keel.config.WORKER));
+  } catch (err) {
+    server.close();
+    await keel.close();
+    throw err;
+  }
+  if (keel.config.WORKER === 'off' && keel.database.kind === 'pglite') {
     keel.log.warn('WORKER=off on the embedded database: no process delivers webhooks (a keel worker needs PostgreSQL)');
   }
   if (releaseKeysOf(keel.config).keys.length === 0) {

@@ -23,20 +23,12 @@ export interface Limit {
  * until Redis answers again (docs/decisions.md "Many processes and faults").
  */
 export class RateLimits {
-  readonly #groups = new Map<string, unknown>();
-
   constructor(private readonly redis: Redis | null) {}
 
   /**
-   * A module's named limits, defined on first use and kept for the life of this Keel (one set per
-   * process): `keel.limits.group('sso', (l) => ({ login: l.define('sso-login', 60, 60) }))`. The one way
-   * a module holds its limits.
+   * A named limit. A module defines its limits once, when it is installed, and keeps them in its
+   * handle (docs/architecture.md "Modules and their jobs").
    */
-  group<T>(name: string, define: (limits: RateLimits) => T): T {
-    if (!this.#groups.has(name)) this.#groups.set(name, define(this));
-    return this.#groups.get(name) as T;
-  }
-
   define(name: string, points: number, durationSeconds: number): Limit {
     const opts = { keyPrefix: `service:rl:${name}`, points, duration: durationSeconds };
     const limiter: RateLimiterAbstract = this.redis

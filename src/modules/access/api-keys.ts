@@ -35,7 +35,7 @@ function sameTenant(creator: AccessSummary, key: ApiKeyRow): boolean {
   return creator.scope === key.scope && creator.partnerId === key.partnerId && creator.orgId === key.orgId;
 }
 
-interface KeyRecord {
+export interface KeyRecord {
   key: ApiKeyRow;
   user: { email: string; status: string; isPlatformAdmin: boolean };
 }
@@ -53,22 +53,19 @@ const KEY_CACHE_MAX = 50_000;
  * everywhere within the bus's delay; expiry is checked on every use. Only usable keys are kept:
  * not unknown ones (a guesser cannot fill the cache), revoked ones, or those of an inactive creator. The creator's permissions come from the access cache as before.
  */
-const keyCaches = new WeakMap<Keel, InvalidatedCache<KeyRecord | null>>();
-
-function keyCacheOf(keel: Keel): InvalidatedCache<KeyRecord | null> {
-  let cache = keyCaches.get(keel);
-  if (!cache) {
-    // Only a usable key is kept: a revoked one stays revoked, and a disabled creator may be enabled
-    // again without any announcement.
-    cache = new InvalidatedCache<KeyRecord | null>({ max: KEY_CACHE_MAX, keep: (r) => r !== null && r.user.status === 'active' && !r.key.revokedAt })
+export function createKeyCache(keel: Keel): InvalidatedCache<KeyRecord | null> {
+  // Only a usable key is kept: a revoked one stays revoked, and a disabled creator may be enabled
+  // again without any announcement.
+  return (
+    new InvalidatedCache<KeyRecord | null>({ max: KEY_CACHE_MAX, keep: (r) => r !== null && r.user.status === 'active' && !r.key.revokedAt })
       .listen(keel.invalidation, API_KEY_TOPIC, (id) => (id === '*' ? '*' : (r) => r?.key.id === id))
       .listen(keel.invalidation, USER_TOPIC, (userId) => (userId === '*' ? '*' : (r) => r?.key.createdBy === userId))
       // A tenant deleted (its keys go with it) or a role reshuffle announces '*'.
-      .listen(keel.invalidation, ROLES_TOPIC, (roleId) => (roleId === '*' ? '*' : null));
-    keyCaches.set(keel, cache);
-  }
-  return cache;
+      .listen(keel.invalidation, ROLES_TOPIC, (roleId) => (roleId === '*' ? '*' : null))
+  );
 }
+
+const keyCacheOf = (keel: Keel): InvalidatedCache<KeyRecord | null> => keel.modules.get('access').keys;
 
 async function loadKey(keel: Keel, where: { hash: string } | { id: string }): Promise<KeyRecord | null> {
   const [row] = await keel.db

@@ -1,7 +1,6 @@
 import type { Keel } from '../../keel.js';
 import { eq } from 'drizzle-orm';
 import { InvalidatedCache } from '../../platform/cache.js';
-import type { Db } from '../../platform/db/client.js';
 import { organizations } from '../tenancy/schema.js';
 
 /** Published (organisation id) when an organisation is deleted: every process drops it. */
@@ -13,7 +12,10 @@ export interface OrgTenant {
   partnerId: string | null;
 }
 
-const caches = new WeakMap<Db, InvalidatedCache<OrgTenant | null>>();
+/** Creates the organisation cache of a Keel (when the access module is installed). */
+export function createOrgCache(keel: Keel): InvalidatedCache<OrgTenant | null> {
+  return new InvalidatedCache<OrgTenant | null>({ keep: (v) => v !== null }).listen(keel.invalidation, ORGS_TOPIC);
+}
 
 /**
  * The organisation `orgId` (id and partner), cached per process (docs/decisions.md "Caches"): a request that
@@ -22,12 +24,7 @@ const caches = new WeakMap<Db, InvalidatedCache<OrgTenant | null>>();
  * (ORGS_TOPIC, in every process); an unknown id is not kept, so a new organisation is found at once.
  */
 export function cachedOrgTenant(keel: Keel, orgId: string): Promise<OrgTenant | null> {
-  let cache = caches.get(keel.db);
-  if (!cache) {
-    cache = new InvalidatedCache<OrgTenant | null>({ keep: (v) => v !== null }).listen(keel.invalidation, ORGS_TOPIC);
-    caches.set(keel.db, cache);
-  }
-  return cache.get(orgId, async () => {
+  return keel.modules.get('access').orgs.get(orgId, async () => {
     const [row] = await keel.db.select({ id: organizations.id, partnerId: organizations.partnerId }).from(organizations).where(eq(organizations.id, orgId));
     return row ?? null;
   });

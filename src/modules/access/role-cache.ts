@@ -124,16 +124,22 @@ export class RoleCache {
   }
 }
 
+/**
+ * The installed role caches by the main database handle they read through (module.ts `installAccess`
+ * fills it): an index to the access handle's cache, so a read on a process's main handle goes through
+ * it and one on a transaction's handle reads fresh.
+ */
 const caches = new WeakMap<Db, RoleCache>();
 
-/** The role cache of this Keel (created and subscribed to invalidations on first use). */
+/** The role cache of this Keel (the access module's handle). */
 export function roleCacheFor(keel: Keel): RoleCache {
-  let cache = caches.get(keel.db);
-  if (!cache) {
-    const created = new RoleCache(keel.db).listen(keel);
-    caches.set(keel.db, created);
-    cache = created;
-  }
+  return keel.modules.get('access').roles;
+}
+
+/** Creates the role cache of a Keel, subscribed to invalidations (when the access module is installed). */
+export function createRoleCache(keel: Keel): RoleCache {
+  const cache = new RoleCache(keel.db).listen(keel);
+  caches.set(keel.db, cache);
   return cache;
 }
 

@@ -7,8 +7,6 @@ import { createApiKey, listApiKeys, revokeApiKey } from './api-keys.js';
 import { BUILDER_ACTION_MAP, BUILDER_RESOURCES, CANONICAL_ACTIONS, CATALOG_RESOURCES, PERMISSION_CATALOG } from './catalog.js';
 import { IdParam, ScopeQuery } from './http.js';
 import { requestInfo } from '../identity/http.js';
-import { roleCacheFor } from './role-cache.js';
-import { membershipCacheFor } from './service.js';
 import { cloneRole, createRole, deleteRole, effectivePermissions, getRole, listRoles, roleUsers, updateRole } from './roles.js';
 import { accessOf, guard } from './scope.js';
 
@@ -172,8 +170,6 @@ const ListQuery = PageQuery.extend(ScopeQuery.shape);
 const noContent = { 204: { description: 'Done' } } as const;
 
 export function mountAccessRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
-  roleCacheFor(keel);
-  membershipCacheFor(keel);
   const auth = authenticate(keel);
   // Partner users without full organisation access get 403 on every roles route, reads included
   // (docs/specification.md "Tenant hierarchy and scopes": they cannot administer users and roles).

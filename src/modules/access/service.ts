@@ -81,6 +81,8 @@ async function loadMembership(db: Db, userId: string): Promise<Membership | null
  * `revokeAllForUser`); an organisation delete publishes `*` on the roles topic. Either clears the entry
  * here and on every other process at once.
  */
+// The installed membership caches by the main database handle they read through (an index to the
+// access handle's cache, filled by module.ts `installAccess`; a transaction's handle reads fresh).
 const membershipCaches = new WeakMap<Db, InvalidatedCache<Membership | null>>();
 
 /** After a change that rewrites many members' associations (site or group restrictions): drop every cached one. */
@@ -88,13 +90,13 @@ export async function publishMembershipsChanged(keel: Keel): Promise<void> {
   await keel.invalidation.publish(USER_TOPIC, '*');
 }
 
-/** Creates this process's membership cache and subscribes it to invalidations (at app build). */
-export function membershipCacheFor(keel: Keel): void {
-  if (membershipCaches.has(keel.db)) return;
+/** Creates this process's membership cache, subscribed to invalidations (when the access module is installed). */
+export function createMembershipCache(keel: Keel): InvalidatedCache<Membership | null> {
   const cache = new InvalidatedCache<Membership | null>()
     .listen(keel.invalidation, USER_TOPIC)
     .listen(keel.invalidation, ROLES_TOPIC, (roleId) => (roleId === '*' ? '*' : null));
   membershipCaches.set(keel.db, cache);
+  return cache;
 }
 
 /**

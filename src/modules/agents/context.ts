@@ -7,48 +7,54 @@ import { documentAccess } from '../../platform/http/route-docs.js';
 import { bearerToken } from '../../platform/http/bearer-token.js';
 import { RateLimits } from '../../platform/rate-limit.js';
 import { AgentState, type DeviceState } from './state.js';
-import { sweep, type Agents } from './heartbeat.js';
-import { DEVICE_TOKEN_PREFIX } from './devices.js';
+import { sweep, type Agents, type DeviceGate } from './heartbeat.js';
+import { defineEnrollLimits, DEVICE_TOKEN_PREFIX } from './devices.js';
 import { agentMetrics, registerDevicesGauge, type HeartbeatOutcome } from './metrics.js';
+import { intervalJob, type KeelModule } from '../../platform/module.js';
+import { loggableError } from '../../platform/safe-error.js';
 
-/** How often the offline sweep runs (seconds). */
-const SWEEP_EVERY_SECONDS = 10;
+/** How often the offline sweep runs. */
+const SWEEP_EVERY_MS = 10_000;
+/** How often the buffered last-seen stamps are written. */
+const FLUSH_EVERY_MS = 1_000;
 
-const contexts = new WeakMap<Keel, Agents>();
-
-/**
- * The agents module of a Keel: its caches and timers (last-seen flush every second, the offline sweep
- * every 10 seconds), created on first use; the timers stop, and the last stamps are written, when
- * the Keel closes.
- */
-export function agentsOf(keel: Keel): Agents {
-  let ctx = contexts.get(keel);
-  if (!ctx) {
-    const state = new AgentState(keel, () => keel.config.publicUrl);
-    const limits = {
-      // In this process's memory: a heartbeat costs no Redis round trip (each process allows the limit).
-      heartbeat: new RateLimits(null).define('agent-heartbeat', keel.config.AGENT_HEARTBEAT_LIMIT, 60),
-      report: keel.limits.define('agent-report', keel.config.AGENT_REPORT_LIMIT, 3600),
-    };
-    const created: Agents = { keel, state, intervalSeconds: keel.config.AGENT_HEARTBEAT_SECONDS, metrics: agentMetrics(keel), limits };
-    contexts.set(keel, created);
-    state.start(SWEEP_EVERY_SECONDS, () => sweep(created).then(() => undefined));
-    const close = keel.close.bind(keel);
-    keel.close = async () => {
-      await state.stop();
-      await close();
-    };
-    ctx = created;
+declare module '../../platform/module.js' {
+  interface ModuleHandles {
+    agents: Agents;
   }
-  return ctx;
+}
+
+/** The agents module of a Keel (installed by the composition root): its caches, limits and device gate. */
+export function agentsOf(keel: Keel): Agents {
+  return keel.modules.get('agents');
 }
 
 /**
- * The module's metrics on the container's port (composition root, once per Keel): the devices-by-status
- * gauge, counted on each scrape after this process's buffered last-seen stamps are written.
+ * Installs the agents module: its per-process state, the devices-by-status gauge (counted on each scrape
+ * after this process's buffered last-seen stamps are written), and two jobs. The last-seen flush runs
+ * where heartbeats are received (the api role); the offline sweep where the background work runs (the
+ * worker role). The last stamps are written when the Keel closes, whichever jobs ran.
  */
-export function installAgentMetrics(keel: Keel): void {
-  registerDevicesGauge(keel, () => agentsOf(keel).state.flushLastSeen());
+export function installAgents(keel: Keel): KeelModule<Agents> {
+  const state = new AgentState(keel, () => keel.config.publicUrl);
+  const limits = {
+    // In this process's memory: a heartbeat costs no Redis round trip (each process allows the limit).
+    heartbeat: new RateLimits(null).define('agent-heartbeat', keel.config.AGENT_HEARTBEAT_LIMIT, 60),
+    report: keel.limits.define('agent-report', keel.config.AGENT_REPORT_LIMIT, 3600),
+    enrol: defineEnrollLimits(keel),
+  };
+  const agents: Agents = { keel, state, intervalSeconds: keel.config.AGENT_HEARTBEAT_SECONDS, metrics: agentMetrics(keel), limits, gate: deviceGate(keel.config.AGENT_MAX_IN_FLIGHT) };
+  registerDevicesGauge(keel, () => state.flushLastSeen());
+  keel.onClose(() => state.flushLastSeen());
+  const failed = (what: string) => (err: unknown) => keel.log.warn({ error: loggableError(err) }, `agents: ${what} failed`);
+  return {
+    handle: agents,
+    jobs: [
+      // flushLastSeen logs its own failure.
+      intervalJob({ name: 'agents.last-seen-flush', roles: ['api'], everyMs: FLUSH_EVERY_MS, run: () => state.flushLastSeen(), failed: failed('last-seen flush'), finally: () => state.flushLastSeen() }),
+      intervalJob({ name: 'agents.offline-sweep', roles: ['worker'], everyMs: SWEEP_EVERY_MS, run: () => sweep(agents), failed: failed('sweep') }),
+    ],
+  };
 }
 
 interface DeviceAuth {
@@ -70,7 +76,7 @@ export function deviceAuth(keel: Keel, opts: { counts?: 'heartbeat' } = {}): Mid
     refused('unauthorized');
     return unauthorized('The device token is invalid or revoked', 'invalid_device_token');
   };
-  const gate = deviceGate(keel);
+  const gate = ctx.gate;
   return documentAccess<MiddlewareHandler<AppEnv>>(async (c, next) => {
     // Overload is shed before any work: a quick 503 the agent retries later, not a 10-s time-out.
     if (!gate.enter()) {
@@ -105,25 +111,18 @@ const devicesOverloaded = () =>
   new AppError(503, 'overloaded', 'The server is busy with device requests; try again shortly', undefined, { 'Retry-After': String(OVERLOAD_RETRY_AFTER_SECONDS) });
 
 /** The per-process bound on device requests in flight (AGENT_MAX_IN_FLIGHT), shared by every device route. */
-const gates = new WeakMap<Keel, { enter(): boolean; leave(): void }>();
-function deviceGate(keel: Keel): { enter(): boolean; leave(): void } {
-  let gate = gates.get(keel);
-  if (!gate) {
-    let inFlight = 0;
-    const max = keel.config.AGENT_MAX_IN_FLIGHT;
-    gate = {
-      enter: () => {
-        if (inFlight >= max) return false;
-        inFlight++;
-        return true;
-      },
-      leave: () => {
-        inFlight--;
-      },
-    };
-    gates.set(keel, gate);
-  }
-  return gate;
+function deviceGate(max: number): DeviceGate {
+  let inFlight = 0;
+  return {
+    enter: () => {
+      if (inFlight >= max) return false;
+      inFlight++;
+      return true;
+    },
+    leave: () => {
+      inFlight--;
+    },
+  };
 }
 
 export function deviceOf(c: Context<AppEnv>): DeviceAuth {

@@ -142,7 +142,7 @@ export interface EnrollInput {
 
 const badKey = () => unauthorized('The enrollment key is invalid, expired or revoked', 'invalid_enrollment_key');
 
-interface EnrollLimits {
+export interface EnrollLimits {
   /** Enrolments per client IP per minute, every attempt (a wrong key too: key guessing). */
   perIp: Limit;
   /** Enrolments per enrolment key per minute (by the SHA-256 of the key presented, never the key). */
@@ -151,10 +151,15 @@ interface EnrollLimits {
 
 /** The enrolment limits of a Keel (tests let a window pass with `reset`). */
 export function enrollLimits(keel: Keel): EnrollLimits {
-  return keel.limits.group('enrolment', (l) => ({
-    perIp: l.define('enroll-ip', keel.config.ENROLL_IP_LIMIT, 60),
-    perKey: l.define('enroll-key', keel.config.ENROLL_KEY_LIMIT, 60),
-  }));
+  return keel.modules.get('agents').limits.enrol;
+}
+
+/** Defines the enrolment limits, once per Keel (context.ts `installAgents`). */
+export function defineEnrollLimits(keel: Keel): EnrollLimits {
+  return {
+    perIp: keel.limits.define('enroll-ip', keel.config.ENROLL_IP_LIMIT, 60),
+    perKey: keel.limits.define('enroll-key', keel.config.ENROLL_KEY_LIMIT, 60),
+  };
 }
 
 /**

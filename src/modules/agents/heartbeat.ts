@@ -7,7 +7,7 @@ import { writeAudit } from '../audit/service.js';
 import { devices, agentOffers, agentTargets, agentUpdateReports, type ComponentVersions } from './schema.js';
 import { COMPONENTS, decideUpdate, type Component, type Offer } from './decision.js';
 import { CONFIG_TOPIC, DEVICE_TOPIC, type AgentState, type DeviceState } from './state.js';
-import { UPDATING_TIMEOUT_MS } from './devices.js';
+import { UPDATING_TIMEOUT_MS, type EnrollLimits } from './devices.js';
 import type { AgentMetrics } from './metrics.js';
 import type { Limit } from '../../platform/rate-limit.js';
 import { releaseKeysOf } from './release-keys.js';
@@ -36,7 +36,15 @@ export interface Agents {
   /** Heartbeat and update-report counters (no-ops unless METRICS_ENABLED). */
   metrics: AgentMetrics;
   /** Per device: heartbeats (in-process, AGENT_HEARTBEAT_LIMIT a minute) and update reports (AGENT_REPORT_LIMIT an hour). */
-  limits: { heartbeat: Limit; report: Limit };
+  limits: { heartbeat: Limit; report: Limit; enrol: EnrollLimits };
+  /** The per-process bound on device requests in flight (AGENT_MAX_IN_FLIGHT), shared by every device route. */
+  gate: DeviceGate;
+}
+
+export interface DeviceGate {
+  /** False when the bound is reached (the request is shed). */
+  enter(): boolean;
+  leave(): void;
 }
 
 const sameVersions = (a: ComponentVersions, b: ComponentVersions) => COMPONENTS.every((c) => a[c] === b[c]);

@@ -56,7 +56,7 @@ export async function devicesByStatus(keel: Keel, intervalSeconds: number): Prom
 }
 
 /**
- * Registers the devices-by-status gauge (once per Keel: `installAgentMetrics`). `beforeCount` runs first:
+ * Registers the devices-by-status gauge (once per Keel, by context.ts `installAgents`). `beforeCount` runs first:
  * the serving process writes its buffered last-seen stamps, so its own heartbeats are counted. A
  * scrape that arrives while another one's count runs shares that count (one statement at a time).
  */

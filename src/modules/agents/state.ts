@@ -17,7 +17,8 @@ import { releaseKeysOf } from './release-keys.js';
  * A load that raced with an invalidation is not stored (generation check, as access/role-cache.ts).
  *
  * Last-seen stamps are not written per heartbeat: they are buffered and flushed once a second in one
- * statement (`flushLastSeen`), so a heartbeat that changes nothing costs no statement at all.
+ * statement (`flushLastSeen`, run by the `agents.last-seen-flush` job of context.ts), so a heartbeat
+ * that changes nothing costs no statement at all.
  */
 
 export const DEVICE_TOPIC = 'agents.device';
@@ -93,7 +94,6 @@ export class AgentState {
   /** A queued device's state was dropped from the cache: the queue may hold two states of one device. */
   #seenQueueMayRepeat = false;
   #flushing: Promise<void> | null = null;
-  #timer: NodeJS.Timeout | null = null;
 
   constructor(
     private readonly keel: Keel,
@@ -269,24 +269,6 @@ export class AgentState {
     } finally {
       this.#flushing = null;
     }
-  }
-
-  /** Flushes last-seen stamps every second and runs `tick` every `tickEverySeconds`. */
-  start(tickEverySeconds: number, tick: () => Promise<void>): void {
-    if (this.#timer) return;
-    let n = 0;
-    this.#timer = setInterval(() => {
-      n++;
-      void this.flushLastSeen();
-      if (n % tickEverySeconds === 0) void tick().catch((err: unknown) => this.keel.log.warn({ error: loggableError(err) }, 'agents: sweep failed'));
-    }, 1000);
-    this.#timer.unref();
-  }
-
-  async stop(): Promise<void> {
-    if (this.#timer) clearInterval(this.#timer);
-    this.#timer = null;
-    await this.flushLastSeen();
   }
 }
 

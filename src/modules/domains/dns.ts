@@ -1,5 +1,6 @@
 import { promises as dns } from 'node:dns';
 import type { Keel } from '../../keel.js';
+import type { Limit } from '../../platform/rate-limit.js';
 
 /** What a TXT lookup of a domain found: its records, none (the name or its TXT records do not exist), or no answer. */
 export type TxtAnswer = { kind: 'records'; values: string[] } | { kind: 'none' } | { kind: 'error'; code: string };
@@ -7,21 +8,30 @@ export type TxtAnswer = { kind: 'records'; values: string[] } | { kind: 'none' }
 /** Codes of `node:dns` that mean "the DNS answered: there is no such record", as opposed to "no answer". */
 const NO_RECORD = new Set(['ENOTFOUND', 'ENODATA', 'NXDOMAIN']);
 
-const resolvers = new WeakMap<Keel, dns.Resolver>();
+/** The domains module's handle (installed by service.ts `installDomains`). */
+export interface Domains {
+  resolver: dns.Resolver;
+  /** Verification attempts (DOMAIN_VERIFY_LIMIT a minute). */
+  verifyLimit: Limit;
+}
+
+declare module '../../platform/module.js' {
+  interface ModuleHandles {
+    domains: Domains;
+  }
+}
 
 /**
  * The resolver of a process: `DNS_RESOLVER` (an IP address with an optional port, e.g. a loopback
  * server in tests) or the system's servers. A few seconds per lookup, two tries.
  */
-function resolverOf(keel: Keel): dns.Resolver {
-  let r = resolvers.get(keel);
-  if (!r) {
-    r = new dns.Resolver({ timeout: 2_000, tries: 2 });
-    if (keel.config.DNS_RESOLVER) r.setServers([keel.config.DNS_RESOLVER]);
-    resolvers.set(keel, r);
-  }
+export function createResolver(keel: Keel): dns.Resolver {
+  const r = new dns.Resolver({ timeout: 2_000, tries: 2 });
+  if (keel.config.DNS_RESOLVER) r.setServers([keel.config.DNS_RESOLVER]);
   return r;
 }
+
+const resolverOf = (keel: Keel): dns.Resolver => keel.modules.get('domains').resolver;
 
 /** The TXT records of `domain` (each record's strings joined, as RFC 7208 reads them). Never throws. */
 export async function lookupTxt(keel: Keel, domain: string): Promise<TxtAnswer> {

@@ -9,7 +9,8 @@ import { conflict, notFound, validationError } from '../../platform/http/errors.
 import type { Limit } from '../../platform/rate-limit.js';
 import { loggableError } from '../../platform/safe-error.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
-import { lookupTxt, type TxtAnswer } from './dns.js';
+import { createResolver, lookupTxt, type Domains, type TxtAnswer } from './dns.js';
+import { intervalJob, type KeelModule } from '../../platform/module.js';
 import { verifiedDomains, type DomainRow } from './schema.js';
 
 /** Whose domain: an organisation's (its partner named for the audit entry) or a partner's. */
@@ -189,7 +190,7 @@ export function recordMatches(answer: TxtAnswer, token: string): boolean {
 const reasonOf = (answer: TxtAnswer): DomainReason =>
   answer.kind === 'none' ? 'txt_record_missing' : answer.kind === 'error' ? 'dns_lookup_failed' : 'txt_record_mismatch';
 
-const verifyLimit = (keel: Keel): Limit => keel.limits.group('domains', (l) => l.define('domain-verify', keel.config.DOMAIN_VERIFY_LIMIT, 60));
+const verifyLimit = (keel: Keel): Limit => keel.modules.get('domains').verifyLimit;
 
 /**
  * `POST …/domains/:id/verify`: looks the TXT records up now. Found: `verified` (409 `domain_claimed`
@@ -240,7 +241,7 @@ export async function deleteDomain(keel: Keel, owner: DomainOwner, id: string, i
 }
 
 /**
- * The daily re-check (run by the worker role's timer, `startDomainRecheck`): every verified domain
+ * The daily re-check (run by the worker role's `domains.recheck` job, `installDomains`): every verified domain
  * last checked `RECHECK_AFTER_MS` ago or more is looked up again. Its claim on the row is a
  * conditional UPDATE of `checked_at`, so two workers never check one domain twice. A record that is
  * gone (the DNS answered without it) puts the domain back to `pending` with reason
@@ -298,26 +299,25 @@ export async function recheckDomains(keel: Keel, batch = 100): Promise<{ checked
 /** How often the worker looks for domains due a re-check (each is re-checked once a day). */
 export const RECHECK_TICK_MS = 15 * 60_000;
 
-/** Starts the re-check timer of a worker process; answers the stop function. A failed pass is logged and the next tick tries again. */
-export function startDomainRecheck(keel: Keel): () => Promise<void> {
-  let running = false;
-  const tick = () => {
-    if (running) return;
-    running = true;
-    recheckDomains(keel)
-      .then(({ checked, lapsed }) => {
-        if (checked > 0) keel.log.info({ checked, lapsed }, 'verified domains re-checked');
-      })
-      .catch((err: unknown) => keel.log.error({ error: loggableError(err) }, 'verified domain re-check failed'))
-      .finally(() => {
-        running = false;
-      });
-  };
-  const timer = setInterval(tick, RECHECK_TICK_MS);
-  timer.unref();
-  return () => {
-    clearInterval(timer);
-    return Promise.resolve();
+/**
+ * Installs the domains module: its DNS resolver, and the re-check job of the worker role (a pass every
+ * RECHECK_TICK_MS; a failed pass is logged and the next tick tries again).
+ */
+export function installDomains(keel: Keel): KeelModule<Domains> {
+  return {
+    handle: { resolver: createResolver(keel), verifyLimit: keel.limits.define('domain-verify', keel.config.DOMAIN_VERIFY_LIMIT, 60) },
+    jobs: [
+      intervalJob({
+        name: 'domains.recheck',
+        roles: ['worker'],
+        everyMs: RECHECK_TICK_MS,
+        run: async () => {
+          const { checked, lapsed } = await recheckDomains(keel);
+          if (checked > 0) keel.log.info({ checked, lapsed }, 'verified domains re-checked');
+        },
+        failed: (err) => keel.log.error({ error: loggableError(err) }, 'verified domain re-check failed'),
+      }),
+    ],
   };
 }
 

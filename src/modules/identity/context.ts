@@ -3,8 +3,18 @@ import type { Limit } from '../../platform/rate-limit.js';
 import { AccessTokens } from './tokens.js';
 import { SessionService } from './sessions.js';
 import { Deferred } from './deferred.js';
+import { InvalidatedCache } from '../../platform/cache.js';
+import { hmacSha256Hex } from '../../platform/crypto.js';
+import type { KeelModule } from '../../platform/module.js';
+import { PROFILE_TOPIC, USER_TOPIC } from './sessions.js';
+import type { IdentityPorts } from './ports.js';
+import type { PasswordPolicy } from './password-policy.js';
+import type { SelfProfile } from './profile.js';
 
-/** The identity module's per-process state: token keys, the session cache, its rate limits and queued work. */
+/**
+ * The identity module's per-process state: token keys, the session cache, its rate limits and queued
+ * work, the self-profile cache, and what the modules above it handed down (ports, password policies).
+ */
 export interface Identity {
   tokens: AccessTokens;
   sessions: SessionService;
@@ -21,15 +31,32 @@ export interface Identity {
     registerPartner: Limit;
     forgotPassword: Limit;
   };
+  /** What identity needs from the modules above it (ports.ts), handed down by the composition root. */
+  ports: IdentityPorts;
+  /** The password policies modules above identity registered (password-policy.ts), in order. */
+  passwordPolicies: PasswordPolicy[];
+  /** The keys of the CSRF values, one per JWT secret (csrf.ts). */
+  csrfKeys: string[];
+  /** Per-process self-profiles (profile.ts), cleared on the `user` and `profile` topics. */
+  profiles: InvalidatedCache<SelfProfile>;
 }
 
-const instances = new WeakMap<Keel, Identity>();
+declare module '../../platform/module.js' {
+  interface ModuleHandles {
+    identity: Identity;
+  }
+}
 
+/** The identity module of a Keel (installed by the composition root). */
 export function identityOf(keel: Keel): Identity {
-  let identity = instances.get(keel);
-  if (!identity) {
-    const c = keel.config;
-    identity = {
+  return keel.modules.get('identity');
+}
+
+/** Installs the identity module with the ports the modules above it answer. It runs no job. */
+export function installIdentity(keel: Keel, ports: IdentityPorts): KeelModule<Identity> {
+  const c = keel.config;
+  return {
+    handle: {
       tokens: new AccessTokens(keel.secrets.jwtSecrets),
       sessions: new SessionService(keel),
       deferred: new Deferred(keel.log),
@@ -41,8 +68,11 @@ export function identityOf(keel: Keel): Identity {
         registerPartner: keel.limits.define('register-partner', c.REGISTER_PARTNER_LIMIT, 3600),
         forgotPassword: keel.limits.define('forgot-password', c.FORGOT_PASSWORD_LIMIT, 3600),
       },
-    };
-    instances.set(keel, identity);
-  }
-  return identity;
+      ports,
+      passwordPolicies: [],
+      // One derived from each JWT secret (the first signs, every one verifies).
+      csrfKeys: keel.secrets.jwtSecrets.map((s) => hmacSha256Hex(s, 'keel:service_csrf:v1')),
+      profiles: new InvalidatedCache<SelfProfile>().listen(keel.invalidation, USER_TOPIC).listen(keel.invalidation, PROFILE_TOPIC),
+    },
+  };
 }

@@ -7,20 +7,12 @@ import { constantTimeEqual, hmacSha256Hex } from '../../platform/crypto.js';
  * rotation (service.ts).
  */
 
-const csrfKeysOf = new WeakMap<Keel, string[]>();
-
 /**
  * The keys of the CSRF values: one derived from each JWT secret (the first signs, every one verifies,
- * so rotating JWT_SECRET keeps cookie refreshes working through JWT_SECRETS_PREVIOUS).
+ * so rotating JWT_SECRET keeps cookie refreshes working through JWT_SECRETS_PREVIOUS); derived when
+ * the module is installed (context.ts `installIdentity`).
  */
-function csrfKeys(keel: Keel): string[] {
-  let keys = csrfKeysOf.get(keel);
-  if (!keys) {
-    keys = keel.secrets.jwtSecrets.map((s) => hmacSha256Hex(s, 'keel:service_csrf:v1'));
-    csrfKeysOf.set(keel, keys);
-  }
-  return keys;
-}
+const csrfKeys = (keel: Keel): string[] => keel.modules.get('identity').csrfKeys;
 
 const csrfUnder = (key: string, sessionId: string) => hmacSha256Hex(key, sessionId);
 

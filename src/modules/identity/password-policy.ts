@@ -21,22 +21,19 @@ export interface PasswordPolicyVerdict {
 
 export type PasswordPolicy = (user: User, use: PasswordUse) => Promise<PasswordPolicyVerdict | null>;
 
-const registries = new WeakMap<Keel, PasswordPolicy[]>();
-
 /**
  * The port through which modules above identity (SSO) take part in password sign-in and reset,
- * registered at start-up (their mount function), so identity never imports them.
+ * registered when they are installed (src/compose.ts), so identity never imports them. The list is
+ * part of identity's handle.
  */
 export function registerPasswordPolicy(keel: Keel, policy: PasswordPolicy): void {
-  const list = registries.get(keel) ?? [];
-  list.push(policy);
-  registries.set(keel, list);
+  keel.modules.get('identity').passwordPolicies.push(policy);
 }
 
 /** Every registered policy's verdict, in order; the first refusal wins. */
 export async function passwordPolicyVerdicts(keel: Keel, user: User, use: PasswordUse): Promise<PasswordPolicyVerdict[]> {
   const out: PasswordPolicyVerdict[] = [];
-  for (const policy of registries.get(keel) ?? []) {
+  for (const policy of keel.modules.get('identity').passwordPolicies) {
     const v = await policy(user, use);
     if (!v) continue;
     out.push(v);

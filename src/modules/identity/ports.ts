@@ -31,7 +31,7 @@ export interface SecondFactorChallenge {
 /**
  * What identity needs from the modules above it (docs/architecture.md "How a lower module reaches a higher one"). Identity is below
  * access and mfa, so it cannot import them; the composition root (`src/compose.ts`) hands these
- * functions down once per process, before the first request.
+ * functions down once per process, when it installs identity.
  */
 export interface IdentityPorts {
   /** access: the tenant a user acts in. */
@@ -44,15 +44,7 @@ export interface IdentityPorts {
   secondFactor(keel: Keel, user: UserRow): Promise<SecondFactorChallenge | null>;
 }
 
-const wired = new WeakMap<Keel, IdentityPorts>();
-
-/** Called once by the composition root for each process's Keel. */
-export function wireIdentityPorts(keel: Keel, ports: IdentityPorts): void {
-  wired.set(keel, ports);
-}
-
+/** The ports of a Keel, handed to identity when the composition root installs it (context.ts `installIdentity`). */
 export function identityPorts(keel: Keel): IdentityPorts {
-  const ports = wired.get(keel);
-  if (!ports) throw new Error('identity ports are not wired: build Keel through openKeel (src/compose.ts)');
-  return ports;
+  return keel.modules.get('identity').ports;
 }

@@ -3,8 +3,7 @@ import { eq } from 'drizzle-orm';
 import { notFound } from '../../platform/http/errors.js';
 import { users } from './schema.js';
 import type { Keel } from '../../keel.js';
-import { InvalidatedCache } from '../../platform/cache.js';
-import { PROFILE_TOPIC, USER_TOPIC } from './sessions.js';
+import type { InvalidatedCache } from '../../platform/cache.js';
 import { identityPorts, type TenantOf } from './ports.js';
 
 export const PermissionPairSchema = z
@@ -87,18 +86,9 @@ export function profileOf(user: User, passkeys: number, access: TenantOf): SelfP
  * Per-process cache of self-profiles for `GET /auth/me` and `/users/me`, the hottest authenticated
  * reads (platform/cache.ts). Cleared for a user on the `user` topic (any change to the account, its
  * factors or its association publishes there) and entirely on any role change (the access module
- * publishes `profile` `*` then).
+ * publishes `profile` `*` then). Held by the module's handle (context.ts `installIdentity`).
  */
-const profileCaches = new WeakMap<Keel, InvalidatedCache<SelfProfile>>();
-
-function profileCache(keel: Keel): InvalidatedCache<SelfProfile> {
-  let cache = profileCaches.get(keel);
-  if (!cache) {
-    cache = new InvalidatedCache<SelfProfile>().listen(keel.invalidation, USER_TOPIC).listen(keel.invalidation, PROFILE_TOPIC);
-    profileCaches.set(keel, cache);
-  }
-  return cache;
-}
+const profileCache = (keel: Keel): InvalidatedCache<SelfProfile> => keel.modules.get('identity').profiles;
 
 export function cachedSelfProfile(keel: Keel, userId: string): Promise<SelfProfile> {
   return profileCache(keel).get(userId, () => selfProfile(keel, userId));

@@ -17,7 +17,7 @@ export async function loadUser(keel: Keel, userId: string): Promise<User> {
   return user;
 }
 
-interface MfaLimits {
+export interface MfaLimits {
   verify: Limit;
   phoneVerifyUser: Limit;
   phoneVerifyPhone: Limit;
@@ -32,10 +32,16 @@ interface MfaLimits {
 export const PASSKEY_CHALLENGES_PER_USER = 20;
 export const PASSKEY_CHALLENGES_PER_TEMP_TOKEN = 5;
 
-/** The MFA module's named limits (docs/decisions.md "Limits"), defined once per Keel. */
+/** The MFA module's named limits, in its handle (webauthn.ts `installMfa`). */
 export function mfaLimits(keel: Keel): MfaLimits {
+  return keel.modules.get('mfa').limits;
+}
+
+/** Defines the MFA module's limits, once per Keel (when the module is installed). */
+export function defineMfaLimits(keel: Keel): MfaLimits {
   const c = keel.config;
-  return keel.limits.group('mfa', (limits) => ({
+  const limits = keel.limits;
+  return {
     /** MFA verification attempts per user, separate from the login limit. */
     verify: limits.define('mfa-verify', c.MFA_VERIFY_LIMIT, c.MFA_VERIFY_WINDOW_SECONDS),
     /** Phone verification requests per user per hour. */
@@ -55,5 +61,5 @@ export function mfaLimits(keel: Keel): MfaLimits {
     passkeyChallengesUser: limits.define('passkey-challenge-user', PASSKEY_CHALLENGES_PER_USER, 300),
     /** Sign-in challenges per temp token (its 5-minute life). */
     passkeyChallengesLogin: limits.define('passkey-challenge-login', PASSKEY_CHALLENGES_PER_TEMP_TOKEN, 300),
-  }));
+  };
 }

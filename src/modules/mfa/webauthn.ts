@@ -2,6 +2,8 @@ import { isIP } from 'node:net';
 import type { Config } from '../../config.js';
 import type { Keel } from '../../keel.js';
 import { AppError } from '../../platform/http/errors.js';
+import type { KeelModule } from '../../platform/module.js';
+import { defineMfaLimits, type MfaLimits } from './common.js';
 
 /** Shown to the user by the authenticator when a passkey is created. */
 export const RP_NAME = 'Keel';
@@ -47,17 +49,36 @@ export function resolveRelyingParty(config: Pick<Config, 'WEBAUTHN_RP_ID' | 'WEB
   return { ok: true, rp: { rpId, rpName: RP_NAME, origin: origin.origin } };
 }
 
-const resolved = new WeakMap<Keel, RelyingPartyResult>();
+/** The MFA module's per-process state: its limits and the relying party, resolved for the public URL it was resolved for. */
+export interface Mfa {
+  limits: MfaLimits;
+  relyingParty: { publicUrl: string; result: RelyingPartyResult } | null;
+}
 
-/** The relying party of this Keel, resolved once; a bad setup is logged once as a warning. */
-export function relyingPartyOf(keel: Keel): RelyingPartyResult {
-  let r = resolved.get(keel);
-  if (!r) {
-    r = resolveRelyingParty(keel.config);
-    if (!r.ok && keel.config.ENABLE_2FA) keel.log.warn({ reason: r.reason }, 'passkeys are unavailable: WebAuthn relying party misconfigured');
-    resolved.set(keel, r);
+declare module '../../platform/module.js' {
+  interface ModuleHandles {
+    mfa: Mfa;
   }
-  return r;
+}
+
+/** Installs the MFA module. It runs no job. */
+export function installMfa(keel: Keel): KeelModule<Mfa> {
+  return { handle: { limits: defineMfaLimits(keel), relyingParty: null } };
+}
+
+/**
+ * The relying party of this Keel, resolved once for its public URL (a server listening on port 0
+ * completes PUBLIC_URL after the modules are installed); a bad setup is logged once as a warning.
+ */
+export function relyingPartyOf(keel: Keel): RelyingPartyResult {
+  const mfa = keel.modules.get('mfa');
+  const publicUrl = keel.config.publicUrl;
+  if (mfa.relyingParty?.publicUrl !== publicUrl) {
+    const result = resolveRelyingParty(keel.config);
+    if (!result.ok && keel.config.ENABLE_2FA) keel.log.warn({ reason: result.reason }, 'passkeys are unavailable: WebAuthn relying party misconfigured');
+    mfa.relyingParty = { publicUrl, result };
+  }
+  return mfa.relyingParty.result;
 }
 
 /** The relying party, or 503 `passkeys_unavailable` naming what is wrong with the setup. */

@@ -33,13 +33,7 @@ export class ActiveProviderCache {
   }
 }
 
-const caches = new WeakMap<Keel, ActiveProviderCache>();
-
+/** The cache of a Keel, held by the SSO module's handle (module.ts `installSso`). */
 export function activeCacheOf(keel: Keel): ActiveProviderCache {
-  let cache = caches.get(keel);
-  if (!cache) {
-    cache = new ActiveProviderCache(keel);
-    caches.set(keel, cache);
-  }
-  return cache;
+  return keel.modules.get('sso').activeProviders;
 }

@@ -112,23 +112,20 @@ export function clientConfig(keel: Keel, e: OidcEndpoints): client.Configuration
   // for a token received straight from the token endpoint; under ALLOW_INSECURE_TARGETS no TLS vouches
   // for the issuer). The key set is kept per process and issuer, refreshed by openid-client when stale.
   client.enableNonRepudiationChecks(config);
-  const cached = jwksCaches.get(keel)?.get(jwksKey(e));
+  const cached = keel.modules.get('sso').jwks.get(jwksKey(e));
   if (cached) client.setJwksCache(config, cached);
   // eslint-disable-next-line @typescript-eslint/no-deprecated
   if (keel.outbound.allowInsecure) client.allowInsecureRequests(config);
   return config;
 }
 
-const jwksCaches = new WeakMap<Keel, Map<string, client.ExportedJWKSCache>>();
 const jwksKey = (e: OidcEndpoints) => `${e.issuer}|${e.jwksUrl ?? ''}`;
 
-/** Keeps the key set a login fetched (or refreshed) for the next login of the same issuer. */
+/** Keeps the key set a login fetched (or refreshed) for the next login of the same issuer (in the module's handle). */
 export function rememberJwks(keel: Keel, e: OidcEndpoints, config: client.Configuration): void {
   const fresh = client.getJwksCache(config);
   if (!fresh) return;
-  let caches = jwksCaches.get(keel);
-  if (!caches) jwksCaches.set(keel, (caches = new Map<string, client.ExportedJWKSCache>()));
-  caches.set(jwksKey(e), fresh);
+  keel.modules.get('sso').jwks.set(jwksKey(e), fresh);
 }
 
 export { client };

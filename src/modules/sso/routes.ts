@@ -41,18 +41,7 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const tags = ['sso'];
 const redirect = (description: string) => ({ 302: { description, headers: z.object({ Location: z.string().openapi({ description: 'Where the browser goes next' }) }) } });
 
-interface SsoLimits {
-  exchangeLimit: Limit;
-  loginLimit: Limit;
-  acsLimit: Limit;
-}
-function limitsOf(keel: Keel): SsoLimits {
-  return keel.limits.group('sso', (l) => ({
-    exchangeLimit: l.define('sso-exchange', keel.config.SSO_EXCHANGE_LIMIT, 60),
-    loginLimit: l.define('sso-login', keel.config.SSO_LOGIN_LIMIT, 60),
-    acsLimit: l.define('sso-saml-acs', keel.config.SAML_ACS_LIMIT, 60),
-  }));
-}
+const limitsOf = (keel: Keel) => keel.modules.get('sso').limits;
 
 /** The organisation a `requireOrg` route acts in (the guard has answered 400 without one). */
 function orgOf(c: Context<AppEnv>): string {

@@ -1,6 +1,7 @@
 import { loggableError } from '../../platform/safe-error.js';
 import { and, count, desc, eq, gt, inArray, or, sql, type SQL } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
+import type { KeelModule } from '../../platform/module.js';
 import { requestLog, type RequestRef } from '../../platform/request-scope.js';
 import type { Db } from '../../platform/db/client.js';
 import { transaction } from '../../platform/db/transaction.js';
@@ -127,18 +128,36 @@ function tenantCondition(grant: Grant): SQL | undefined {
   return grant.kind === 'partner' ? eq(invitations.partnerId, grant.partnerId) : eq(invitations.orgId, grant.orgId);
 }
 
-interface InviteLimits {
+export interface InviteLimits {
   /** Invitation emails to one address (invite, re-invite, resend) per hour. */
   perInvitee: Limit;
   /** `resend-invite` calls by one inviter per hour. */
   resendsPerInviter: Limit;
 }
 
-function inviteLimits(keel: Keel): InviteLimits {
-  return keel.limits.group('invitations', (l) => ({
-    perInvitee: l.define('invite-emails', keel.config.INVITE_EMAILS_PER_INVITEE_LIMIT, 3600),
-    resendsPerInviter: l.define('invite-resends', keel.config.INVITE_RESENDS_PER_INVITER_LIMIT, 3600),
-  }));
+const inviteLimits = (keel: Keel): InviteLimits => keel.modules.get('users').invitations;
+
+/** The users module's per-process state: its limits. */
+export interface Users {
+  invitations: InviteLimits;
+}
+
+declare module '../../platform/module.js' {
+  interface ModuleHandles {
+    users: Users;
+  }
+}
+
+/** Installs the users module (its invitation limits, defined once per Keel). It runs no job. */
+export function installUsers(keel: Keel): KeelModule<Users> {
+  return {
+    handle: {
+      invitations: {
+        perInvitee: keel.limits.define('invite-emails', keel.config.INVITE_EMAILS_PER_INVITEE_LIMIT, 3600),
+        resendsPerInviter: keel.limits.define('invite-resends', keel.config.INVITE_RESENDS_PER_INVITER_LIMIT, 3600),
+      },
+    },
+  };
 }
 
 const inviteeKey = (email: string) => email.trim().toLowerCase();

@@ -8,7 +8,7 @@ import { prepared, rawQuery } from '../../platform/db/raw.js';
  * ago is deleted; pending and retrying ones are kept whatever their age. Then the event payloads no
  * delivery refers to any more (their deliveries swept, or deleted with their webhook) go too. Both in
  * batches, each its own statement, so the sweep never holds many rows locked; run hourly by the
- * worker (runtime.ts `startWorker`), and by tests on the controllable clock.
+ * worker role (runtime.ts, the `webhooks.retention` job), and by tests on the controllable clock.
  */
 
 /** Rows one statement deletes at most. */

@@ -80,8 +80,8 @@ interface Routed {
   waiting: RoutedRow[];
 }
 
-async function routeNow(keel: Keel, db: Db, events: Routable[], runtime: RuntimeHooks | undefined): Promise<Routed> {
-  const ticket = runtime?.ticket() ?? null;
+async function routeNow(keel: Keel, db: Db, events: Routable[], runtime: RuntimeHooks): Promise<Routed> {
+  const ticket = runtime.ticket();
   const rows = await rawQuery<RoutedRow>(db, routeStatement, [
     events.map((e) => e.orgId),
     events.map((e) => e.type),
@@ -97,7 +97,7 @@ async function routeNow(keel: Keel, db: Db, events: Routable[], runtime: Runtime
   routerStats(keel).statements++;
   const claimed: ClaimedDelivery[] = [];
   const waiting: RoutedRow[] = [];
-  if (rows.length === 0 || !runtime) return { claimed, waiting };
+  if (rows.length === 0) return { claimed, waiting };
   const byId = events.length === 1 ? null : new Map(events.map((e) => [e.id, e]));
   for (const r of rows) {
     if (ticket && r.claim_id !== null) {
@@ -112,8 +112,7 @@ async function routeNow(keel: Keel, db: Db, events: Routable[], runtime: Runtime
 }
 
 /** Committed rows go to this process's engine, and workers are woken for the others. */
-function handOver(runtime: RuntimeHooks | undefined, { claimed, waiting }: Routed): void {
-  if (!runtime) return;
+function handOver(runtime: RuntimeHooks, { claimed, waiting }: Routed): void {
   if (claimed.length > 0) runtime.accept(claimed);
   if (waiting.length > 0) runtime.announce(waiting.map((r) => r.id), waiting.map((r) => r.webhook_id));
 }
@@ -134,7 +133,7 @@ interface Waiter {
  * a few on PostgreSQL (a pool). A statement that fails fails every publisher in it; none of its rows
  * were written.
  */
-class RouteBatch {
+export class RouteBatch {
   readonly #keel: Keel;
   readonly #slots: number;
   #queue: Waiter[] = [];
@@ -199,17 +198,19 @@ export interface RouterStats {
   batchedEvents: number;
 }
 
-const batches = new WeakMap<Keel, RouteBatch>();
-const stats = new WeakMap<Keel, RouterStats>();
+/** The router of a Keel instance: its route batch and counters (held by the module's handle, runtime.ts). */
+export interface Router {
+  batch: RouteBatch;
+  stats: RouterStats;
+}
+
+export function createRouter(keel: Keel): Router {
+  return { batch: new RouteBatch(keel), stats: { statements: 0, batchedEvents: 0 } };
+}
 
 /** Counters of a Keel instance's routing (tests compare statements with events). */
 export function routerStats(keel: Keel): RouterStats {
-  let s = stats.get(keel);
-  if (!s) {
-    s = { statements: 0, batchedEvents: 0 };
-    stats.set(keel, s);
-  }
-  return s;
+  return keel.modules.get('webhooks').router.stats;
 }
 
 /**
@@ -221,14 +222,7 @@ export function routerStats(keel: Keel): RouterStats {
 export async function routeEvent(keel: Keel, tx: Tx, event: KeelEvent): Promise<void> {
   if (!event.orgId) return;
   const routable: Routable = { orgId: event.orgId, type: event.type, id: event.id, body: JSON.stringify(eventBody(event)) };
-  if (tx.alone) {
-    let batch = batches.get(keel);
-    if (!batch) {
-      batch = new RouteBatch(keel);
-      batches.set(keel, batch);
-    }
-    return batch.route(routable);
-  }
+  if (tx.alone) return keel.modules.get('webhooks').router.batch.route(routable);
   const runtime = webhooksRuntime(keel);
   const routed = await routeNow(keel, tx.db, [routable], runtime);
   if (routed.claimed.length > 0 || routed.waiting.length > 0) tx.afterCommit(() => handOver(runtime, routed));

@@ -3,8 +3,9 @@ import { loggableError } from '../../platform/safe-error.js';
 import { prepared, rawQuery } from '../../platform/db/raw.js';
 import { DELIVERY_LIST, DeliveryEngine, LIST_CAP } from './engine.js';
 import { RETENTION_SWEEP_MS, sweepDeliveries } from './retention.js';
-import { routeEvent } from './routing.js';
-import { setWebhooksRuntime, webhooksRuntime } from './service.js';
+import { createRouter, routeEvent, type Router } from './routing.js';
+import { defineWebhookLimits, webhooksRuntime, type RuntimeHooks, type WebhookLimits } from './service.js';
+import { intervalJob, type KeelModule } from '../../platform/module.js';
 
 /** The gauge of deliveries waiting (README "Operating"). */
 export const QUEUE_DEPTH_METRIC = 'keel_webhook_queue_depth';
@@ -15,26 +16,35 @@ export const NOTIFY_CHANNEL = 'keel_webhooks';
 
 export interface Webhooks {
   engine: DeliveryEngine;
-  /** Starts the delivery engine in this process (`keel serve` unless WORKER=off, `keel worker`). */
+  /** What the service and the router reach the engine through (wake-ups, claims for routed rows). */
+  runtime: RuntimeHooks;
+  /** The event router's batch and counters. */
+  router: Router;
+  limits: WebhookLimits;
+  /** Starts the delivery engine in this process (the `webhooks.delivery` job of the worker role). */
   startWorker(): Promise<void>;
   /** Stops it: graceful lets attempts in flight finish; otherwise they are cancelled and released. */
   stopWorker(opts?: { graceful: boolean }): Promise<void>;
 }
 
-const installed = new WeakMap<Keel, Webhooks>();
+declare module '../../platform/module.js' {
+  interface ModuleHandles {
+    webhooks: Webhooks;
+  }
+}
 
-/** The webhooks runtime of a Keel instance (tests reach the engine through it). */
+/** The webhooks module of a Keel (tests reach the engine through it). */
 export function webhooksOf(keel: Keel): Webhooks {
-  const w = installed.get(keel);
-  if (!w) throw new Error('webhooks are not installed on this Keel instance');
-  return w;
+  return keel.modules.get('webhooks');
 }
 
 /**
- * Subscribes the event router to the bus and creates (without starting) the delivery engine. Called
- * once per Keel instance by createKeel.
+ * Installs the webhooks module: subscribes the event router to the bus and creates (without starting)
+ * the delivery engine. Its jobs, both of the worker role: the delivery engine (with its wake-ups from
+ * other processes) and the hourly retention sweep. The engine is cancelled when the Keel closes, also
+ * when it was started through the handle rather than as a job.
  */
-export function installWebhooks(keel: Keel): Webhooks {
+export function installWebhooks(keel: Keel): KeelModule<Webhooks> {
   const engine = new DeliveryEngine(keel, {
     concurrency: keel.config.WEBHOOK_CONCURRENCY,
     perWebhook: keel.config.WEBHOOK_CONCURRENCY_PER_WEBHOOK,
@@ -47,7 +57,7 @@ export function installWebhooks(keel: Keel): Webhooks {
     g.set({}, row?.n ?? 0);
   });
   const hints = keel.redis ? redisHints(keel, keel.redis, engine) : null;
-  setWebhooksRuntime(keel, {
+  const runtime: RuntimeHooks = {
     ticket: () => engine.ticket(),
     accept: (rows) => engine.accept(rows),
     announce(ids, webhookIds) {
@@ -64,26 +74,36 @@ export function installWebhooks(keel: Keel): Webhooks {
       if (keel.redis) keel.redis.lpush(DELIVERY_LIST, 'wake').catch(() => undefined);
       else if (keel.database.kind === 'postgres') keel.database.notify(NOTIFY_CHANNEL, '').catch(() => undefined);
     },
-  });
+  };
   const webhooks: Webhooks = {
     engine,
+    runtime,
+    router: createRouter(keel),
+    limits: defineWebhookLimits(keel),
     async startWorker() {
       if (engine.running) return;
       await engine.start();
       await listenForWakeUps(keel, engine, hints);
-      // Retention: finished deliveries past WEBHOOK_DELIVERY_RETENTION_DAYS and orphaned payloads, hourly.
-      const retention = setInterval(() => {
-        sweepDeliveries(keel).catch((err: unknown) => keel.log.warn({ error: loggableError(err) }, 'webhooks: retention sweep failed (tried again within the hour)'));
-      }, RETENTION_SWEEP_MS);
-      retention.unref();
-      engine.onStop(() => clearInterval(retention));
     },
     async stopWorker(opts = { graceful: true }) {
       await engine.stop(opts);
     },
   };
-  installed.set(keel, webhooks);
-  return webhooks;
+  keel.onClose(() => webhooks.stopWorker({ graceful: false }));
+  return {
+    handle: webhooks,
+    jobs: [
+      { name: 'webhooks.delivery', roles: ['worker'], start: () => webhooks.startWorker(), stop: (opts) => webhooks.stopWorker(opts) },
+      // Finished deliveries past WEBHOOK_DELIVERY_RETENTION_DAYS and orphaned payloads, hourly.
+      intervalJob({
+        name: 'webhooks.retention',
+        roles: ['worker'],
+        everyMs: RETENTION_SWEEP_MS,
+        run: () => sweepDeliveries(keel),
+        failed: (err) => keel.log.warn({ error: loggableError(err) }, 'webhooks: retention sweep failed (tried again within the hour)'),
+      }),
+    ],
+  };
 }
 
 interface RedisHints {

@@ -45,11 +45,16 @@ export interface WebhookLimits {
   manualPerCaller: Limit;
 }
 export function webhookLimits(keel: Keel): WebhookLimits {
-  return keel.limits.group('webhooks', (l) => ({
+  return keel.modules.get('webhooks').limits;
+}
+/** Defines the module's limits, once per Keel (runtime.ts `installWebhooks`). */
+export function defineWebhookLimits(keel: Keel): WebhookLimits {
+  const l = keel.limits;
+  return {
     publish: l.define('events-publish', keel.config.EVENTS_PUBLISH_LIMIT, 60),
     manualPerWebhook: l.define('webhook-manual', keel.config.WEBHOOK_MANUAL_LIMIT, 60),
     manualPerCaller: l.define('webhook-manual-caller', keel.config.WEBHOOK_MANUAL_CALLER_LIMIT, 60),
-  }));
+  };
 }
 
 /** A manual test or retry spends a point of the webhook's and of the caller's (an API key is its own caller). */
@@ -394,7 +399,7 @@ export async function updateWebhook(keel: Keel, access: AccessContext, id: strin
       ...(patch.status !== undefined ? { details: { status: patch.status, previousStatus: apiStatus(current.status) } } : {}),
     });
     // Held deliveries resume once the webhook is active again.
-    if (reactivated) tx.afterCommit(() => webhooksRuntime(keel)?.wake());
+    if (reactivated) tx.afterCommit(() => webhooksRuntime(keel).wake());
     return updated;
   });
   return webhookView(keel, row);
@@ -590,7 +595,7 @@ export async function testWebhook(
   const [deliveryId] = await transaction(keel.db, async (tx) => {
     const ids = await enqueueDeliveries(tx.db, [id], hook.orgId, event, eventId, body);
     await writeAudit(tx.db, info, { action: 'webhook.test', partnerId: access.partnerId, orgId: hook.orgId, target: { type: 'webhook', id }, details: { event } });
-    tx.afterCommit(() => webhooksRuntime(keel)?.announce(ids, [id]));
+    tx.afterCommit(() => webhooksRuntime(keel).announce(ids, [id]));
     return ids;
   });
   return { message: 'Test delivery queued', delivery: { id: deliveryId ?? '', webhookId: id, status: 'pending', event, attempt: 0 } };
@@ -642,7 +647,7 @@ export async function retryDelivery(
       target: { type: 'webhook_delivery', id: deliveryId },
       details: { webhookId, newDeliveryId: row.id },
     });
-    tx.afterCommit(() => webhooksRuntime(keel)?.announce([row.id], [webhookId]));
+    tx.afterCommit(() => webhooksRuntime(keel).announce([row.id], [webhookId]));
     return row.id;
   });
   if (id === null) {
@@ -660,8 +665,8 @@ export async function publishEvent(keel: Keel, orgId: string, type: EventType, d
   return transactionIf(keel.events.subscriberCount(type) > 1, keel.db, (tx) => keel.events.publish(tx, type, orgId, data as never));
 }
 
-// The runtime (engine and wake-ups) of a Keel instance, installed by runtime.ts; imported lazily here
-// as a registry to keep the service free of the engine.
+// The runtime (engine and wake-ups) of a Keel instance, part of the module's handle (runtime.ts
+// `installWebhooks`), read here through the container so the service stays free of the engine.
 export interface RuntimeHooks {
   /** New deliveries (of these webhooks) were committed: wake a worker (here, and through Redis or NOTIFY elsewhere). */
   announce(deliveryIds: string[], webhookIds: string[]): void;
@@ -672,10 +677,6 @@ export interface RuntimeHooks {
   /** Something may be due again (a webhook re-activated). */
   wake(): void;
 }
-const runtimes = new WeakMap<Keel, RuntimeHooks>();
-export function setWebhooksRuntime(keel: Keel, hooks: RuntimeHooks): void {
-  runtimes.set(keel, hooks);
-}
-export function webhooksRuntime(keel: Keel): RuntimeHooks | undefined {
-  return runtimes.get(keel);
+export function webhooksRuntime(keel: Keel): RuntimeHooks {
+  return keel.modules.get('webhooks').runtime;
 }
