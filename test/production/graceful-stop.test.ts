@@ -84,7 +84,7 @@ describe.skipIf(!backendAvailable() || backend !== 'postgres')(`graceful stop ($
     const second = await startSecondProcess(app);
     const users = await Promise.all(Array.from({ length: 4 }, () => createUser(app)));
     const counts = async () =>
-      (await app.server.keel.database.query<{ n: number }>('select failed_login_count as n from users where id = any($1) order by id', [users.map((u) => u.id)])).map((r) => r.n);
+      (await app.server.keel.database.query<{ n: unknown }>('select failed_login_count as n from users where id = any($1) order by id', [users.map((u) => u.id)])).map((r) => Number(r.n));
     const lock = new pg.Client({ connectionString: app.server.keel.config.DATABASE_URL });
     await lock.connect();
     try {
