@@ -2,7 +2,7 @@ import type { OpenAPIHono } from '@hono/zod-openapi';
 import type { Keel } from './keel.js';
 import type { AppEnv } from './app-env.js';
 import { createRouter, declaredNonJsonBodies, mountDocs } from './platform/http/openapi.js';
-import { apiGate, requestContext, uploadLimitsOf } from './platform/http/middleware.js';
+import { apiGate, apiGateStatuses, requestContext, uploadLimitsOf } from './platform/http/middleware.js';
 import { AppError, errorResponse, handleError } from './platform/http/errors.js';
 import { mountHealth, mountReady } from './platform/http/health.js';
 import { latencyObserver, mountMetrics } from './platform/http/metrics.js';
@@ -37,7 +37,7 @@ export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
   mountReady(app, { database: keel.database, redis: keel.redis });
   mountMetrics(app, keel.metrics, keel.config.METRICS_TOKEN);
 
-  const api = createRouter<AppEnv>();
+  const api = createRouter<AppEnv>({ gate: apiGateStatuses });
   app.use(
     `${API_BASE}/*`,
     apiGate({

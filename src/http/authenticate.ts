@@ -57,5 +57,5 @@ export function authenticate(keel: Keel, opts: AuthenticateOptions = {}): Middle
     }
     return next();
   };
-  return documentAccess(mw, { auth: opts.principal ?? 'any' });
+  return documentAccess(mw, { auth: opts.principal ?? 'any', ...(opts.allowUnenrolled ? {} : { mfaEnrolmentGate: true }) });
 }

@@ -362,7 +362,7 @@ export function guard(keel: Keel, opts: GuardOptions = {}): MiddlewareHandler<Ap
 
 /** What `requireScope` enforces, for the OpenAPI document (platform/http/route-docs.ts). */
 function scopeDoc(opts: ScopeOptions): AccessDoc {
-  const doc: AccessDoc = {};
+  const doc: AccessDoc = { scoped: true };
   if (opts.scopes) doc.scopes = opts.scopes;
   if (opts.fullOrgAccess) doc.fullOrgAccess = true;
   if (opts.wholeOrg) doc.wholeOrg = true;

@@ -82,7 +82,7 @@ export function deviceAuth(keel: Keel, opts: { counts?: 'heartbeat' } = {}): Mid
     } finally {
       gate.leave();
     }
-  }, { device: true });
+  }, { device: true, overloadGate: true });
 
   async function authenticated(c: Context<AppEnv>, next: () => Promise<void>): Promise<void> {
     const token = bearerToken(c.req.header('authorization') ?? '');

@@ -173,7 +173,7 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
           limit: PageQuery.shape.limit.openapi({ description: 'Page size (1-100)' }),
         }),
       },
-      responses: { 200: json(paginated(VersionEntry), 'Versions, newest first per component'), ...errors(400, 401, 403) },
+      responses: { 200: json(paginated(VersionEntry), 'Versions, newest first per component') },
     }),
     async (c) => {
       const q = c.req.valid('query');
@@ -189,7 +189,7 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       middleware: writer,
       // `required: false` lets each content type be validated only when it is the one sent.
       request: { body: { required: false, content: { 'application/json': { schema: RemoteBody }, 'multipart/form-data': { schema: UploadForm } } } },
-      responses: { 201: json(Registered, 'Registered'), ...errors(400, 401, 403, 409) },
+      responses: { 201: json(Registered, 'Registered'), ...errors(409) },
     }),
     async (c) => {
       const info = requestInfo(c);
@@ -225,7 +225,7 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/agent-versions/{version}/download/{component}/{os}/{arch}', tags: ['agents'], summary: 'Download an uploaded build',
       middleware: [deviceAuth(keel)],
       request: { params: DownloadParams },
-      responses: { 200: { description: 'The binary', content: { 'application/octet-stream': { schema: z.string().openapi({ type: 'string', format: 'binary', description: 'The binary' }) } } }, ...errors(401, 404) },
+      responses: { 200: { description: 'The binary', content: { 'application/octet-stream': { schema: z.string().openapi({ type: 'string', format: 'binary', description: 'The binary' }) } } }, ...errors(404) },
     }),
     async (c) => {
       const p = c.req.valid('param');
@@ -241,7 +241,7 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       description: 'Fetches AGENT_RELEASE_URL/manifest.json and manifest.json.sig (Ed25519, AGENT_RELEASE_PUBLIC_KEY; unsigned or wrongly signed: 502 manifest_signature_invalid). Each asset carries its build `signature` (400 `release_signature_invalid` when one does not verify with the release keys; nothing is registered). Without version: the latest stable release (never a prerelease).',
       middleware: writer,
       request: { query: z.object({ version: Version.optional().openapi({ description: 'Version to sync (default: latest stable)' }) }) },
-      responses: { 200: json(Synced, 'Synced'), ...errors(400, 401, 403, 404, 409, 502, 503) },
+      responses: { 200: json(Synced, 'Synced'), ...errors(404, 409, 502) },
     }),
     async (c) => c.json(await syncRemote(keel, c.req.valid('query').version, requestInfo(c), c.get('principal')), 200),
   );
@@ -251,7 +251,7 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/agent-versions/promote', tags: ['agents'], summary: 'Make a version the fleet target (optionally staged)',
       middleware: writer,
       request: { body: jsonBody(PromoteBody) },
-      responses: { 200: json(Promoted, 'Promoted'), ...errors(400, 401, 403, 404, 409) },
+      responses: { 200: json(Promoted, 'Promoted'), ...errors(404, 409) },
     }),
     async (c) => c.json(await promote(keel, c.req.valid('json'), requestInfo(c)), 200),
   );
@@ -261,7 +261,7 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/agent-versions/rollout', tags: ['agents'], summary: "Widen the current target's rollout",
       middleware: writer,
       request: { body: jsonBody(RolloutBody) },
-      responses: { 200: json(z.object({ updated: z.array(z.string()).openapi(d('Platforms changed')), percent: z.number().int().openapi(d('New share')) }).openapi('RolloutWidened'), 'Widened'), ...errors(400, 401, 403, 404, 409) },
+      responses: { 200: json(z.object({ updated: z.array(z.string()).openapi(d('Platforms changed')), percent: z.number().int().openapi(d('New share')) }).openapi('RolloutWidened'), 'Widened'), ...errors(404, 409) },
     }),
     async (c) => {
       const b = c.req.valid('json');
@@ -274,7 +274,7 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/agent-versions/rollout/resume', tags: ['agents'], summary: 'Resume a halted rollout (failure counting restarts)',
       middleware: writer,
       request: { body: jsonBody(ResumeBody) },
-      responses: { 200: json(z.object({ resumed: z.array(z.string()).openapi(d('Platforms resumed')) }).openapi('RolloutResumed'), 'Resumed'), ...errors(400, 401, 403, 409) },
+      responses: { 200: json(z.object({ resumed: z.array(z.string()).openapi(d('Platforms resumed')) }).openapi('RolloutResumed'), 'Resumed'), ...errors(409) },
     }),
     async (c) => c.json(await resumeRollout(keel, c.req.valid('json').component, requestInfo(c)), 200),
   );

@@ -112,7 +112,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
     createRoute({
       method: 'post', path: '/auth/register', tags: tag, summary: 'Create a standalone account (ENABLE_REGISTRATION)',
       request: { body: jsonBody(RegisterBody) },
-      responses: { 201: json(TokenAnswerSchema, 'Registered and signed in'), ...errors(400, 404, 409, 429, 503) },
+      responses: { 201: json(TokenAnswerSchema, 'Registered and signed in'), ...errors(404, 409, 429, 503) },
     }),
     async (c) => {
       registrationOpen();
@@ -125,7 +125,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
     createRoute({
       method: 'post', path: '/auth/register-partner', tags: tag, summary: 'Create a partner, its admin user and sign in (ENABLE_REGISTRATION)',
       request: { body: jsonBody(RegisterPartnerBody) },
-      responses: { 201: json(TokenAnswerSchema.extend({ partner: PartnerSchema }), 'Registered'), ...errors(400, 404, 409, 429, 503) },
+      responses: { 201: json(TokenAnswerSchema.extend({ partner: PartnerSchema }), 'Registered'), ...errors(404, 409, 429, 503) },
     }),
     async (c) => {
       registrationOpen();
@@ -141,7 +141,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
       request: { body: jsonBody(LoginBody) },
       responses: {
         200: json(z.union([TokenAnswerSchema, MfaChallengeSchema]), 'Tokens, or a second-factor challenge'),
-        ...errors(400, 401, 403, 429, 503),
+        ...errors(401, 403, 429, 503),
       },
     }),
     async (c) => {
@@ -187,7 +187,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
     createRoute({
       method: 'post', path: '/auth/logout', tags: tag, summary: 'Revoke every session and token of the user',
       middleware: [authExempt] as const,
-      responses: { 200: json(MessageSchema), ...errors(401, 403) },
+      responses: { 200: json(MessageSchema) },
     }),
     async (c) => {
       const p = userPrincipal(c);
@@ -201,7 +201,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
     createRoute({
       method: 'post', path: '/auth/forgot-password', tags: tag, summary: 'Email a reset link (always 200)',
       request: { body: jsonBody(ForgotBody) },
-      responses: { 200: json(MessageSchema), ...errors(400, 429) },
+      responses: { 200: json(MessageSchema), ...errors(429) },
     }),
     async (c) => {
       await forgotPassword(keel, c.req.valid('json').email, requestInfo(c));
@@ -213,7 +213,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
     createRoute({
       method: 'post', path: '/auth/reset-password', tags: tag, summary: 'Set a new password with a reset token; ends every session',
       request: { body: jsonBody(ResetBody) },
-      responses: { 200: json(MessageSchema), ...errors(400, 503) },
+      responses: { 200: json(MessageSchema), ...errors(503) },
     }),
     async (c) => {
       const { token, password } = c.req.valid('json');
@@ -227,7 +227,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
       method: 'post', path: '/auth/change-password', tags: tag, summary: 'Change the password; ends every session',
       middleware: [auth] as const,
       request: { body: jsonBody(ChangeBody) },
-      responses: { 200: json(MessageSchema), ...errors(400, 401, 403, 429, 503) },
+      responses: { 200: json(MessageSchema), ...errors(429) },
     }),
     async (c) => {
       const { currentPassword, newPassword } = c.req.valid('json');
@@ -242,7 +242,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
       createRoute({
         method: 'get', path, tags: path === '/auth/me' ? tag : ['users'], summary: 'The signed-in user, with MFA, phone and access',
         middleware: [authExempt] as const,
-        responses: { 200: json(SelfProfileSchema), ...errors(401, 403) },
+        responses: { 200: json(SelfProfileSchema) },
       }),
       (c) => {
         const userId = userPrincipal(c).userId;
@@ -258,7 +258,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
       method: 'patch', path: '/users/me', tags: ['users'], summary: 'Update own name and avatar',
       middleware: [authExempt] as const,
       request: { body: jsonBody(ProfilePatch) },
-      responses: { 200: json(SelfProfileSchema), ...errors(400, 401, 403) },
+      responses: { 200: json(SelfProfileSchema) },
     }),
     async (c) => c.json(await updateProfile(keel, userPrincipal(c).userId, c.req.valid('json'), requestInfo(c)), 200),
   );
@@ -268,7 +268,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
       method: 'get', path: '/auth/sessions', tags: tag, summary: 'Own live sessions',
       middleware: [auth] as const,
       request: { query: PageQuery },
-      responses: { 200: json(paginated(SessionSchema)), ...errors(400, 401, 403) },
+      responses: { 200: json(paginated(SessionSchema)) },
     }),
     async (c) => {
       const q = c.req.valid('query');
@@ -283,7 +283,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
       method: 'delete', path: '/auth/sessions/{id}', tags: tag, summary: 'End one of own sessions',
       middleware: [auth] as const,
       request: { params: z.object({ id: z.uuid().openapi({ description: 'Id of one of own sessions (from GET /auth/sessions); another user\'s is 404', param: { name: 'id', in: 'path' } }) }) },
-      responses: { 204: { description: 'Ended' }, ...errors(401, 403, 404) },
+      responses: { 204: { description: 'Ended' }, ...errors(404) },
     }),
     async (c) => {
       await revokeOwnSession(keel, userPrincipal(c).userId, c.req.valid('param').id, requestInfo(c));

@@ -7,6 +7,7 @@ import { ErrorSchema, errors, json, jsonBody, page, PageQuery, paginated } from 
 import { AppError } from '../../platform/http/errors.js';
 import type { Limit } from '../../platform/rate-limit.js';
 import { requestLog } from '../../platform/request-scope.js';
+import { documentAccess } from '../../platform/http/route-docs.js';
 import { authenticate } from '../../http/authenticate.js';
 import { requestInfo, tokenResponse, TokenAnswerSchema } from '../identity/http.js';
 import { accessOf, guard } from '../access/scope.js';
@@ -69,10 +70,11 @@ function orgOf(c: Context<AppEnv>): string {
 export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   const { exchangeLimit, loginLimit, acsLimit } = limitsOf(keel);
   /** Per client address, before the request's body or any lookup (unauthenticated routes). */
-  const perAddress = (limit: Limit): MiddlewareHandler<AppEnv> => async (c, next) => {
-    await limit.consume(requestInfo(c).ip ?? 'unknown');
-    await next();
-  };
+  const perAddress = (limit: Limit): MiddlewareHandler<AppEnv> =>
+    documentAccess<MiddlewareHandler<AppEnv>>(async (c, next) => {
+      await limit.consume(requestInfo(c).ip ?? 'unknown');
+      await next();
+    }, { limited: true });
   const auth = authenticate(keel);
   // Partner and system callers name the organisation (orgId); a route that needs one checks it in the
   // handler (orgOf), after the body is validated, so a bad body is always answered as such.
@@ -88,7 +90,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'get', path: '/sso/presets', tags, summary: 'Provider presets with default scopes and attribute mappings',
       middleware: [auth],
-      responses: { 200: json(z.object({ data: z.array(PresetSchema).openapi({ description: 'Every preset of SPEC 2.4' }) }), 'Presets'), ...errors(401) },
+      responses: { 200: json(z.object({ data: z.array(PresetSchema).openapi({ description: 'Every preset of SPEC 2.4' }) }), 'Presets') },
     }),
     (c) => c.json({ data: presetsView() }, 200),
   );
@@ -98,7 +100,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/sso/providers', tags, summary: "Providers of an organization (orgId; an organization user's own)",
       middleware: read(),
       request: { query: PageQuery.extend({ orgId: z.uuid().optional().openapi({ description: 'Organization whose providers to list (partner and system callers)' }) }) },
-      responses: { 200: json(paginated(ProviderSchema), 'Providers'), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(paginated(ProviderSchema), 'Providers'), ...errors(404) },
     }),
     async (c) => {
       const q = c.req.valid('query');
@@ -112,7 +114,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/sso/providers/{id}', tags, summary: 'A provider (hasClientSecret, never the secret)',
       middleware: read(),
       request: { params: IdPathSchema },
-      responses: { 200: json(ProviderSchema, 'Provider'), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(ProviderSchema, 'Provider'), ...errors(404) },
     }),
     async (c) => c.json(providerView(await findProvider(keel.db, accessOf(c), c.req.valid('param').id)), 200),
   );
@@ -122,7 +124,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/sso/providers', tags, summary: 'Create a provider (status inactive); OIDC discovery when issuer is set',
       middleware: write(),
       request: { body: jsonBody(ProviderCreateSchema) },
-      responses: { 201: json(ProviderSchema, 'Created'), ...errors(400, 401, 403, 404) },
+      responses: { 201: json(ProviderSchema, 'Created'), ...errors(404) },
     }),
     async (c) => {
       const access = accessOf(c);
@@ -136,7 +138,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'patch', path: '/sso/providers/{id}', tags, summary: 'Change a provider (audit names the changed fields)',
       middleware: write(),
       request: { params: IdPathSchema, body: jsonBody(ProviderPatchSchema) },
-      responses: { 200: json(ProviderSchema, 'Updated'), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(ProviderSchema, 'Updated'), ...errors(404) },
     }),
     async (c) => c.json(await updateProvider(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json'), requestInfo(c)), 200),
   );
@@ -146,7 +148,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'delete', path: '/sso/providers/{id}', tags, summary: 'Delete a provider, its login sessions and identity links',
       middleware: write(),
       request: { params: IdPathSchema },
-      responses: { 204: { description: 'Deleted' }, ...errors(401, 403, 404) },
+      responses: { 204: { description: 'Deleted' }, ...errors(404) },
     }),
     async (c) => {
       await deleteProvider(keel, accessOf(c), c.req.valid('param').id, requestInfo(c));
@@ -159,7 +161,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/sso/providers/{id}/status', tags, summary: 'Set the status (one active provider per organization: 409)',
       middleware: write(),
       request: { params: IdPathSchema, body: jsonBody(StatusBodySchema) },
-      responses: { 200: json(ProviderSchema, 'Updated'), ...errors(400, 401, 403, 404, 409) },
+      responses: { 200: json(ProviderSchema, 'Updated'), ...errors(404, 409) },
     }),
     async (c) => c.json(await setProviderStatus(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json').status, requestInfo(c)), 200),
   );
@@ -169,7 +171,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/sso/providers/{id}/test', tags, summary: 'OIDC: run discovery; SAML: parse the certificate and report its expiry',
       middleware: write(),
       request: { params: IdPathSchema },
-      responses: { 200: json(TestReportSchema, 'Report'), ...errors(401, 403, 404) },
+      responses: { 200: json(TestReportSchema, 'Report'), ...errors(404) },
     }),
     async (c) => c.json(await testProvider(keel, accessOf(c), c.req.valid('param').id, requestInfo(c)), 200),
   );
@@ -197,7 +199,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/sso/login/{orgId}', tags, summary: 'Start SSO: redirect to the IdP (OIDC with PKCE, or a SAML AuthnRequest)',
       middleware: [perAddress(loginLimit)],
       request: { params: OrgPathSchema, query: LoginQuerySchema },
-      responses: { ...redirect('To the identity provider'), ...errors(400, 404, 429) },
+      responses: { ...redirect('To the identity provider'), ...errors(404) },
     }),
     async (c) => {
       const { orgId } = c.req.valid('param');
@@ -260,7 +262,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/sso/saml/acs', tags, summary: 'SAML assertion consumer service (HTTP-POST binding)',
       middleware: [perAddress(acsLimit)],
       request: { body: { required: true, content: { 'application/x-www-form-urlencoded': { schema: AcsFormSchema } } } },
-      responses: { ...redirect('To the application'), ...errors(400, 429), 415: { description: 'Not a form post', content: { 'application/json': { schema: ErrorSchema } } } },
+      responses: { ...redirect('To the application'), 415: { description: 'Not a form post', content: { 'application/json': { schema: ErrorSchema } } } },
     }),
     async (c) => {
       if (!/^application\/x-www-form-urlencoded\b/i.test(c.req.header('content-type') ?? '')) {
@@ -293,7 +295,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'post', path: '/sso/exchange', tags, summary: 'Exchange the one-time #ssoCode for tokens (2 minutes, single use, any instance)',
       request: { body: jsonBody(ExchangeBodySchema) },
-      responses: { 200: json(TokenAnswerSchema, 'Signed in'), ...errors(400, 403, 429) },
+      responses: { 200: json(TokenAnswerSchema, 'Signed in'), ...errors(403, 429) },
     }),
     async (c) => {
       const info = requestInfo(c);

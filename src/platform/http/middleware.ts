@@ -271,6 +271,16 @@ export function uploadLimitsOf(owner: object): Map<string, number> {
 }
 
 /**
+ * The statuses `apiGate` can answer before a route's own middleware, by method: 400 (text that cannot
+ * be stored in the path or query) for every method; 413 and 415 for a method that carries a body. The
+ * API router documents them on every operation (openapi.ts `createRouter`).
+ */
+export function apiGateStatuses(method: string): (400 | 413 | 415)[] {
+  const m = method.toUpperCase();
+  return m === 'GET' || m === 'HEAD' ? [400] : [400, 413, 415];
+}
+
+/**
  * What every /api/v1 request passes first, in one middleware: the security headers; then, for a
  * method that carries a body, the size limit (413: Content-Length decides, a chunked body is counted
  * as it streams by hono's bodyLimit) and JSON-only bodies (415 for a non-empty body of another type).

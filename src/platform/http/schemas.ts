@@ -30,14 +30,23 @@ const ERROR_EXAMPLES: Record<number, object> = {
   503: { error: 'The server is busy checking passwords; try again shortly', code: 'overloaded', retryAfter: 1 },
 };
 
+/** The header of a 429 or 503: when to try again (also the body's `retryAfter`). */
+const RETRY_AFTER = {
+  'Retry-After': { description: 'Seconds to wait before trying again', schema: { type: 'integer' as const, minimum: 0 } },
+};
+
 /** Standard error responses for route declarations. */
-export function errors(...codes: (400 | 401 | 403 | 404 | 409 | 428 | 429 | 502 | 503)[]) {
+export type ErrorStatus = 400 | 401 | 403 | 404 | 409 | 413 | 415 | 428 | 429 | 502 | 503;
+
+export function errors(...codes: ErrorStatus[]) {
   const text: Record<number, string> = {
     400: 'Invalid request',
     401: 'Not authenticated',
     403: 'Forbidden',
     404: 'Not found',
     409: 'Conflict',
+    413: 'The request body is too large',
+    415: 'The request body has a content type this operation does not take',
     428: 'MFA enrolment required',
     429: 'Too many requests',
     502: 'A server Keel depends on answered wrongly',
@@ -46,7 +55,11 @@ export function errors(...codes: (400 | 401 | 403 | 404 | 409 | 428 | 429 | 502 
   return Object.fromEntries(
     codes.map((code) => [
       code,
-      { description: text[code] ?? 'Error', content: { 'application/json': { schema: ErrorSchema, ...(ERROR_EXAMPLES[code] ? { example: ERROR_EXAMPLES[code] } : {}) } } },
+      {
+        description: text[code] ?? 'Error',
+        ...(code === 429 || code === 503 ? { headers: RETRY_AFTER } : {}),
+        content: { 'application/json': { schema: ErrorSchema, ...(ERROR_EXAMPLES[code] ? { example: ERROR_EXAMPLES[code] } : {}) } },
+      },
     ]),
   ) as Record<(typeof codes)[number], { description: string; content: { 'application/json': { schema: typeof ErrorSchema } } }>;
 }
