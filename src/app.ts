@@ -12,6 +12,26 @@ import { consoleHandler } from './platform/http/console.js';
 
 export const API_BASE = '/api/v1';
 
+/** Every tag an operation uses, declared once with its description (the docs page groups operations by them). */
+export const API_TAGS = [
+  { name: 'health', description: 'Liveness and readiness of this process and its dependencies' },
+  { name: 'auth', description: 'Registration, sign-in, tokens, sessions and password changes of the signed-in user' },
+  { name: 'mfa', description: 'Second factors: authenticator apps (TOTP), SMS, passkeys and recovery codes' },
+  { name: 'users', description: 'Users of a partner or organisation, their invitations, roles, sessions and MFA resets' },
+  { name: 'roles', description: 'Roles, their permissions and the permissions a caller holds' },
+  { name: 'api-keys', description: 'API keys: bearer tokens for programs, with permissions narrowed from their creator' },
+  { name: 'partners', description: 'Partners (managed-service providers) and their email domains' },
+  { name: 'organizations', description: 'Organisations of a partner and their email domains' },
+  { name: 'sites', description: 'Sites (locations) of an organisation' },
+  { name: 'device-groups', description: 'Groups of devices within an organisation' },
+  { name: 'devices', description: 'Enrolled devices, their enrolment keys and settings' },
+  { name: 'agents', description: 'The agent: enrolment, heartbeat, update decisions and the release channel' },
+  { name: 'events', description: 'Events published into the webhook pipeline' },
+  { name: 'webhooks', description: 'Webhook subscriptions, their deliveries and signing secrets' },
+  { name: 'audit', description: 'The audit log: who did what, when, from where' },
+  { name: 'sso', description: 'Organisation single sign-on: OIDC and SAML providers, sign-in flows and the code exchange' },
+];
+
 /** The HTTP application: platform middleware, /health, and each module's routes under /api/v1. */
 export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
   const app = createRouter<AppEnv>();
@@ -58,8 +78,14 @@ export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
 
   app.doc31(`${API_BASE}/openapi.json`, {
     openapi: '3.1.0',
-    info: { title: 'Keel API', version: keel.config.serviceVersion, description: 'Identity, SSO, webhooks and agent updates' },
+    info: {
+      title: 'Keel API',
+      version: keel.config.serviceVersion,
+      description: 'Identity, SSO, webhooks and agent updates',
+      contact: { name: 'The operators of this Keel server', url: keel.config.publicUrl },
+    },
     servers: [{ url: keel.config.publicUrl }],
+    tags: API_TAGS,
   });
   mountDocs(app as unknown as OpenAPIHono<never>, `${API_BASE}/docs`, `${API_BASE}/openapi.json`);
   return app;
