@@ -3,7 +3,7 @@ import type { Keel } from './keel.js';
 import type { AppEnv } from './app-env.js';
 import { createRouter, declaredNonJsonBodies, mountDocs } from './platform/http/openapi.js';
 import { apiGate, apiGateStatuses, requestContext, uploadLimitsOf } from './platform/http/middleware.js';
-import { AppError, errorResponse, handleError } from './platform/http/errors.js';
+import { errorResponse, handleError, platformError } from './platform/http/errors.js';
 import { mountHealth, mountReady } from './platform/http/health.js';
 import { latencyObserver, mountMetrics } from './platform/http/metrics.js';
 import { methodIndex } from './platform/http/router.js';
@@ -48,9 +48,9 @@ export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
     if (page) return page;
     const allowed = allowedOn(c.req.path);
     if (allowed.length > 0) {
-      return errorResponse(c, new AppError(405, 'method_not_allowed', `${c.req.method} is not allowed on ${c.req.path}`, undefined, { Allow: allowed.join(', ') }));
+      return errorResponse(c, platformError('method_not_allowed', { message: `${c.req.method} is not allowed on ${c.req.path}`, headers: { Allow: allowed.join(', ') } }));
     }
-    return errorResponse(c, new AppError(404, 'not_found', `No route for ${c.req.method} ${c.req.path}`));
+    return errorResponse(c, platformError('not_found', { message: `No route for ${c.req.method} ${c.req.path}` }));
   });
 
   mountHealth(app, keel.config.serviceVersion, keel.database);
@@ -68,7 +68,7 @@ export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
       onTooLarge: (c) => {
         // The rest of the body is never read: tell the client not to reuse this connection.
         c.header('Connection', 'close');
-        return errorResponse(c, new AppError(413, 'payload_too_large', 'The request body is too large'));
+        return errorResponse(c, platformError('payload_too_large'));
       },
     }),
   );

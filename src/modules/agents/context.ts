@@ -2,7 +2,7 @@ import type { Context, MiddlewareHandler } from 'hono';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import { sha256Hex } from '../../platform/crypto.js';
-import { AppError, unauthorized } from '../../platform/http/errors.js';
+import { unauthorized, platformError } from '../../platform/http/errors.js';
 import { documentAccess } from '../../platform/http/route-docs.js';
 import { bearerToken } from '../../platform/http/bearer-token.js';
 import { RateLimits } from '../../platform/rate-limit.js';
@@ -10,6 +10,7 @@ import { AgentState, type DeviceState } from './state.js';
 import { sweep, type Agents } from './heartbeat.js';
 import { DEVICE_TOKEN_PREFIX } from './devices.js';
 import { agentMetrics, registerDevicesGauge, type HeartbeatOutcome } from './metrics.js';
+import { agentsError } from './errors.js';
 
 /** How often the offline sweep runs (seconds). */
 const SWEEP_EVERY_SECONDS = 10;
@@ -68,7 +69,7 @@ export function deviceAuth(keel: Keel, opts: { counts?: 'heartbeat' } = {}): Mid
   const refused = opts.counts === 'heartbeat' ? (outcome: HeartbeatOutcome) => ctx.metrics.heartbeat(outcome) : () => undefined;
   const invalid = () => {
     refused('unauthorized');
-    return unauthorized('The device token is invalid or revoked', 'invalid_device_token');
+    return agentsError('invalid_device_token');
   };
   const gate = deviceGate(keel);
   return documentAccess<MiddlewareHandler<AppEnv>>(async (c, next) => {
@@ -102,7 +103,7 @@ export function deviceAuth(keel: Keel, opts: { counts?: 'heartbeat' } = {}): Mid
 /** Seconds an agent is told to wait when device requests are shed. */
 const OVERLOAD_RETRY_AFTER_SECONDS = 5;
 const devicesOverloaded = () =>
-  new AppError(503, 'overloaded', 'The server is busy with device requests; try again shortly', undefined, { 'Retry-After': String(OVERLOAD_RETRY_AFTER_SECONDS) });
+  platformError('overloaded', { message: 'The server is busy with device requests; try again shortly', headers: { 'Retry-After': String(OVERLOAD_RETRY_AFTER_SECONDS) } });
 
 /** The per-process bound on device requests in flight (AGENT_MAX_IN_FLIGHT), shared by every device route. */
 const gates = new WeakMap<Keel, { enter(): boolean; leave(): void }>();

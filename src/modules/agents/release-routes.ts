@@ -4,7 +4,7 @@ import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import type { MiddlewareHandler } from 'hono';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
-import { AppError, badRequest, validationError, zodFields } from '../../platform/http/errors.js';
+import { validationError, zodFields, platformError } from '../../platform/http/errors.js';
 import { uploadLimitsOf } from '../../platform/http/middleware.js';
 import { errors, json, jsonBody, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { documentAccess } from '../../platform/http/route-docs.js';
@@ -17,6 +17,7 @@ import { ComponentName, Platform, Version } from './http.js';
 import { listVersions, localBuild, promote, registerRemote, registerUpload, resumeRollout, widenRollout } from './releases.js';
 import { syncRemote } from './sync.js';
 import { releaseRefusal, releaseRefused } from './release-writer.js';
+import { agentsError } from './errors.js';
 
 const d = (description: string, example?: unknown) => (example === undefined ? { description } : { description, example });
 
@@ -199,7 +200,7 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
         try {
           form = await c.req.parseBody();
         } catch {
-          throw badRequest('invalid_multipart', 'The multipart body could not be read');
+          throw agentsError('invalid_multipart');
         }
         const file = form.file;
         const meta = UploadMeta.safeParse({ version: form.version, component: form.component, os: form.os, arch: form.arch, signature: form.signature });
@@ -207,12 +208,12 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
         if (!(file instanceof File)) throw validationError([{ path: 'file', message: 'is required (a file part)' }]);
         return c.json(await registerUpload(keel, meta.data, new Uint8Array(await file.arrayBuffer()), info, c.get('principal')), 201);
       }
-      if (!/^application\/json/i.test(type)) throw new AppError(415, 'unsupported_media_type', 'Send multipart/form-data or application/json');
+      if (!/^application\/json/i.test(type)) throw platformError('unsupported_media_type', { message: 'Send multipart/form-data or application/json' });
       let json: unknown;
       try {
         json = await c.req.json();
       } catch {
-        throw badRequest('invalid_json', 'The request body is not valid JSON');
+        throw platformError('invalid_json');
       }
       const body = RemoteBody.strict().safeParse(json);
       if (!body.success) throw validationError(zodFields(body.error));

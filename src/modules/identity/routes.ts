@@ -1,7 +1,7 @@
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
-import { AppError, forbidden, unauthorized } from '../../platform/http/errors.js';
+import { platformError } from '../../platform/http/errors.js';
 import { errors, json, jsonBody, MessageSchema, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { authenticate } from '../../http/authenticate.js';
 import {
@@ -21,6 +21,7 @@ import { cachedJson } from '../../platform/http/cached-json.js';
 import { registerPartner } from '../users/registration.js';
 import { clearSessionCookies, refreshTokenFromCookie, requestInfo, tokenResponse, TokenAnswerSchema, userPrincipal } from './http.js';
 import { MfaChallengeSchema } from '../mfa/login.js';
+import { identityError } from './errors.js';
 
 const Email = z.email().max(255).openapi({ description: 'Email address of the account (at most 255 characters; matched case-insensitively)', example: 'ada@example.com' });
 const Password = z.string().min(1).max(1024);
@@ -103,9 +104,9 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
   const auth = authenticate(keel, { principal: 'user' });
   // Reachable before a Force-MFA user has enrolled a factor (no 428).
   const authExempt = authenticate(keel, { allowUnenrolled: true, principal: 'user' });
-  const csrfFailed = () => forbidden('The x-service-csrf header must match the service_csrf cookie of this session', 'csrf_failed');
+  const csrfFailed = () => identityError('csrf_failed');
   const registrationOpen = () => {
-    if (!keel.config.ENABLE_REGISTRATION) throw new AppError(404, 'not_found', 'Registration is not enabled');
+    if (!keel.config.ENABLE_REGISTRATION) throw platformError('not_found', { message: 'Registration is not enabled' });
   };
 
   api.openapi(
@@ -165,7 +166,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
       if ((c.req.header('content-length') ?? '0') !== '0') token = c.req.valid('json').refreshToken;
       if (!token) {
         const fromCookie = refreshTokenFromCookie(c);
-        if (!fromCookie) throw unauthorized('No refresh token', 'invalid_refresh_token');
+        if (!fromCookie) throw identityError('invalid_refresh_token');
         if (!fromCookie.csrf) throw csrfFailed();
         token = fromCookie.token;
         csrf = fromCookie.csrf;
@@ -173,11 +174,11 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
       const outcome = await refresh(keel, token, csrf);
       if (outcome.kind === 'csrf_failed') throw csrfFailed();
       if (outcome.kind === 'raced') {
-        throw new AppError(409, 'refresh_raced', 'This refresh token was just rotated by another request; use the newer pair');
+        throw identityError('refresh_raced');
       }
       if (outcome.kind === 'invalid') {
         clearSessionCookies(c, keel);
-        throw unauthorized('The refresh token is invalid, expired or revoked', 'invalid_refresh_token');
+        throw identityError('invalid_refresh_token', { message: 'The refresh token is invalid, expired or revoked' });
       }
       return c.json(tokenResponse(c, keel, outcome.answer), 200);
     },

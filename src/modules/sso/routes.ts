@@ -4,7 +4,7 @@ import { getCookie, setCookie, deleteCookie } from 'hono/cookie';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import { ErrorSchema, errors, json, jsonBody, page, PageQuery, paginated } from '../../platform/http/schemas.js';
-import { AppError } from '../../platform/http/errors.js';
+import { platformError } from '../../platform/http/errors.js';
 import type { Limit } from '../../platform/rate-limit.js';
 import { requestLog } from '../../platform/request-scope.js';
 import { documentAccess } from '../../platform/http/route-docs.js';
@@ -37,6 +37,7 @@ import { exchangeCode } from './provisioning.js';
 import { samlAcs, samlMetadata } from './saml.js';
 import { BINDING_COOKIE, BINDING_COOKIE_PATH, CALLBACK_PATH, SSO_EXCHANGE_TTL_MS, SSO_LOGIN_TTL_MS, SsoFailure, STATE_COOKIE } from './constants.js';
 import { randomToken, sha256Hex } from '../../platform/crypto.js';
+import { accessError } from '../access/errors.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const tags = ['sso'];
@@ -58,7 +59,7 @@ function limitsOf(keel: Keel): SsoLimits {
 /** The organisation a `requireOrg` route acts in (the guard has answered 400 without one). */
 function orgOf(c: Context<AppEnv>): string {
   const orgId = accessOf(c).orgId;
-  if (!orgId) throw new AppError(400, 'org_required', 'Organization context is required: name the organization with orgId');
+  if (!orgId) throw accessError('org_required');
   return orgId;
 }
 
@@ -204,7 +205,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     async (c) => {
       const { orgId } = c.req.valid('param');
       const redirectPath = safeRedirectPath(keel, c.req.valid('query').redirect);
-      if (!UUID.test(orgId)) throw new AppError(404, 'not_found', 'There is no active SSO provider for this organization');
+      if (!UUID.test(orgId)) throw platformError('not_found', { message: 'There is no active SSO provider for this organization' });
       // The browser's binding: kept while it is well-formed (parallel logins in two tabs both finish), else new.
       const held = getCookie(c, BINDING_COOKIE);
       const binding = held && /^[A-Za-z0-9_-]{43}$/.test(held) ? held : randomToken();
@@ -266,7 +267,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     }),
     async (c) => {
       if (!/^application\/x-www-form-urlencoded\b/i.test(c.req.header('content-type') ?? '')) {
-        throw new AppError(415, 'unsupported_media_type', 'The ACS takes application/x-www-form-urlencoded');
+        throw platformError('unsupported_media_type', { message: 'The ACS takes application/x-www-form-urlencoded' });
       }
       try {
         const form = await c.req.parseBody();
@@ -286,7 +287,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     }),
     async (c) => {
       const { providerId } = c.req.valid('param');
-      if (!UUID.test(providerId)) throw new AppError(404, 'not_found', 'SAML provider not found');
+      if (!UUID.test(providerId)) throw platformError('not_found', { message: 'SAML provider not found' });
       return c.body(await samlMetadata(keel, providerId.toLowerCase()), 200, { 'Content-Type': 'application/samlmetadata+xml; charset=utf-8' });
     },
   );

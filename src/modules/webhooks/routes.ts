@@ -2,7 +2,6 @@ import { devicePlacementSql } from '../agents/devices.js';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
-import { forbidden } from '../../platform/http/errors.js';
 import { errors, json, jsonBody, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { authenticate } from '../../http/authenticate.js';
 import { principalOf, requestInfo } from '../identity/http.js';
@@ -25,6 +24,7 @@ import {
   webhookLimits,
   webhookView,
 } from './service.js';
+import { webhooksError } from './errors.js';
 
 const d = (description: string) => ({ description });
 const EventType = z.enum(EVENT_TYPES).openapi({ description: 'An event type of SPEC 6.1 (device.*, alert.*, script.*, automation.*, policy.*, patch.*, security.score_changed, remote.*, user.login/logout, session.login/logout, webhook.test)' });
@@ -361,7 +361,7 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     async (c) => {
       const { type, data } = c.req.valid('json');
       const principal = principalOf(c);
-      if (principal?.kind !== 'api_key') throw forbidden('Events are published with an API key holding events:publish', 'api_key_required');
+      if (principal?.kind !== 'api_key') throw webhooksError('api_key_required');
       await webhookLimits(keel).publish.consume(principal.apiKeyId ?? principal.userId);
       const event = await publishEvent(keel, inOrg(accessOf(c)).orgId, type, data);
       return c.json({ id: event.id, type: event.type, timestamp: event.timestamp, orgId: event.orgId ?? '' }, 202);

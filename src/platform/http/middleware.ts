@@ -5,7 +5,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import { accessLogger, type Logger } from '../logger.js';
-import { AppError, errorResponse, validationError } from './errors.js';
+import { errorResponse, validationError, platformError } from './errors.js';
 import { unstorableInUrl } from './validation.js';
 import { validTraceparent } from '../request-scope.js';
 
@@ -239,7 +239,7 @@ function readUpTo(incoming: IncomingMessage, max: number): Promise<Uint8Array | 
     // The client went away (or the stream failed) before the end of its body.
     const onError = () => {
       done();
-      reject(new AppError(400, 'bad_request', 'The request body was not received completely'));
+      reject(platformError('bad_request', { message: 'The request body was not received completely' }));
     };
     incoming.on('data', onData).once('end', onEnd).once('error', onError).once('close', onError);
   });
@@ -298,7 +298,7 @@ export function apiGate(opts: ApiGateOptions): MiddlewareHandler {
     if (!chunked && Number(length ?? '0') > maxBytes) return opts.onTooLarge(c);
     if ((chunked || (length !== undefined && length !== '0')) && !allowNonJson(c.req.path)) {
       if (!JSON_TYPE.test(c.req.header('content-type') ?? '')) {
-        return errorResponse(c, new AppError(415, 'unsupported_media_type', 'Request bodies must be application/json'));
+        return errorResponse(c, platformError('unsupported_media_type'));
       }
     }
     const incoming = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming;

@@ -1,4 +1,5 @@
 import { z } from '@hono/zod-openapi';
+import { ERROR_CODES } from './errors.js';
 
 /** Shared OpenAPI pieces for route declarations: the error envelope, JSON bodies, pagination. */
 
@@ -7,7 +8,8 @@ export const ErrorSchema = z
     error: z.string().openapi({ description: 'A sentence for people; its wording may change, so clients decide on `code`' }),
     code: z.string().openapi({
       description:
-        'Stable snake_case error code for programs, e.g. `validation_failed`, `unauthorized`, `forbidden`, `not_found`, `mfa_required`, `mfa_enrollment_required` (428), `rate_limited` (429)',
+        'Stable snake_case error code for programs, e.g. `validation_failed`, `unauthorized`, `forbidden`, `not_found`, `mfa_required`, `mfa_enrollment_required` (428), `rate_limited` (429); every code is listed (the error catalogues, docs/decisions.md "Error catalogues")',
+      enum: ERROR_CODES,
     }),
     details: z.record(z.string(), z.unknown()).optional().openapi({
       description:
