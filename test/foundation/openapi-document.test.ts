@@ -82,7 +82,7 @@ describe.skipIf(!backendAvailable())('the OpenAPI document', () => {
     expect(secured).toBeGreaterThan(40);
   });
 
-  it('declares 428 wherever the Force MFA gate runs, and lists every catalogued error code', async () => {
+  it('declares 428 wherever the Force MFA gate runs, and lists every catalogued error code', () => {
     // Every operation behind authenticate's Force MFA gate (all but the enrolment routes) declares its 428.
     const gated = operations().filter(({ op }) => op.responses['428']);
     expect(gated.length).toBeGreaterThan(70);
