@@ -10,18 +10,18 @@ export const AGENTS_ERRORS = {
   invalid_device_token: { status: 401, message: 'The device token is invalid or revoked' },
   invalid_enrollment_key: { status: 401, message: 'The enrollment key is invalid, expired or revoked' },
   invalid_multipart: { status: 400, message: 'The multipart body could not be read' },
+  manifest_invalid: { status: 502, message: 'The release manifest is not in the documented format' },
+  manifest_signature_invalid: { status: 502, message: 'The release manifest signature does not verify with AGENT_RELEASE_PUBLIC_KEY' },
   not_halted: { status: 409, message: 'No halted rollout to resume' },
   placement_forbidden: { status: 403, message: 'Your access is restricted to other sites or device groups' },
   placement_mismatch: { status: 400, message: 'The device group belongs to another site' },
   release_exists: { status: 409, message: 'This build is already registered' },
-  release_signature_invalid: { status: 400, message: 'The release signature does not verify' },
-  rollout_narrowing: { status: 409, message: 'The rollout is already wider' },
-  manifest_invalid: { status: 502, message: 'The release manifest is not in the documented format' },
-  manifest_signature_invalid: { status: 502, message: 'The release manifest signature does not verify with AGENT_RELEASE_PUBLIC_KEY' },
   release_host_error: { status: 502, message: 'The release host answered with an error' },
   release_host_unconfigured: { status: 503, message: 'AGENT_RELEASE_URL is not set' },
   release_host_unreachable: { status: 502, message: 'The release host could not be reached' },
   release_key_missing: { status: 503, message: 'AGENT_RELEASE_PUBLIC_KEY is not set: unsigned release metadata is never accepted' },
+  release_signature_invalid: { status: 400, message: 'The release signature does not verify' },
+  rollout_narrowing: { status: 409, message: 'The rollout is already wider' },
 } as const;
 
 export const agentsError = errorCatalogue('agents', AGENTS_ERRORS);
