@@ -5,8 +5,8 @@ import { errors, json, jsonBody, page, PageQuery, paginated } from '../../platfo
 import { authenticate } from '../../http/authenticate.js';
 import { createApiKey, listApiKeys, revokeApiKey } from './api-keys.js';
 import { BUILDER_ACTION_MAP, BUILDER_RESOURCES, CANONICAL_ACTIONS, CATALOG_RESOURCES, PERMISSION_CATALOG } from './catalog.js';
-import { IdParam, ScopeQuery } from './http.js';
-import { requestInfo } from '../identity/http.js';
+import { IdParam, ScopeQuery } from './api-schemas.js';
+import { requestInfo } from '../identity/request.js';
 import { roleCacheFor } from './role-cache.js';
 import { membershipCacheFor } from './service.js';
 import { cloneRole, createRole, deleteRole, effectivePermissions, getRole, listRoles, roleUsers, updateRole } from './roles.js';

@@ -10,10 +10,10 @@ import { errors, json, jsonBody, page, PageQuery, paginated } from '../../platfo
 import { documentAccess } from '../../platform/http/route-docs.js';
 import { writeAudit } from '../audit/service.js';
 import { authenticate } from '../../http/authenticate.js';
-import { requestInfo } from '../identity/http.js';
+import { requestInfo } from '../identity/request.js';
 import { accessOf, guard, requireScope } from '../access/scope.js';
 import { deviceAuth } from './context.js';
-import { ComponentName, Platform, Version } from './http.js';
+import { ComponentName, Platform, Version } from './api-schemas.js';
 import { listVersions, localBuild, promote, registerRemote, registerUpload, resumeRollout, widenRollout } from './releases.js';
 import { syncRemote } from './sync.js';
 import { releaseRefusal, releaseRefused } from './release-writer.js';

@@ -3,7 +3,7 @@ import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import { errors, json, jsonBody, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { authenticate } from '../../http/authenticate.js';
-import { requestInfo } from '../identity/http.js';
+import { requestInfo } from '../identity/request.js';
 import { accessOf, guard } from '../access/scope.js';
 import { agentsOf, deviceAuth, deviceOf } from './context.js';
 import { createEnrollmentKey, decommission, enroll, getDevice, listDevices, listEnrollmentKeys, revokeEnrollmentKey, setAutoUpdate, updateNow } from './devices.js';
@@ -13,7 +13,7 @@ import { mountReleaseRoutes } from './release-routes.js';
 import {
   AutoUpdateBody, Device, Enrolled, EnrollBody, EnrollmentKey, EnrollmentKeyCreate, EnrollmentKeyCreated, HeartbeatAnswer, HeartbeatBody,
   SettingsBody, SettingsOut, UpdateNowAnswer, UpdateNowBody, UpdateReportBody,
-} from './http.js';
+} from './api-schemas.js';
 
 const uuidParam = (name: string, description: string) => z.uuid().openapi({ param: { name, in: 'path' }, description });
 const IdParam = z.object({ id: uuidParam('id', 'Device id') });

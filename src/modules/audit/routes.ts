@@ -6,7 +6,7 @@ import type { Keel } from '../../keel.js';
 import type { Db } from '../../platform/db/client.js';
 import { errors, json, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { authenticate } from '../../http/authenticate.js';
-import { ScopeQuery } from '../access/http.js';
+import { ScopeQuery } from '../access/api-schemas.js';
 import { accessOf, groupListFilter, guard, placementFilter, restricted, siteListFilter, visibleOrgCondition, visibleOrgs, type AccessContext } from '../access/scope.js';
 import { deviceGroups, sites } from '../tenancy/schema.js';
 import { devices, enrollmentKeys } from '../agents/schema.js';

@@ -5,7 +5,7 @@ import type { Keel } from '../../keel.js';
 import { errors, json, jsonBody, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { notFound } from '../../platform/http/errors.js';
 import { authenticate } from '../../http/authenticate.js';
-import { requestInfo } from '../identity/http.js';
+import { requestInfo } from '../identity/request.js';
 import { accessOf, guard } from '../access/scope.js';
 import { addDomain, deleteDomain, listDomains, verifyDomain, type DomainOwner } from './service.js';
 

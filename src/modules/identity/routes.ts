@@ -19,7 +19,7 @@ import {
 import { cachedSelfProfile, cachedSelfProfileNow, SelfProfileSchema } from './profile.js';
 import { cachedJson } from '../../platform/http/cached-json.js';
 import { registerPartner } from '../users/registration.js';
-import { clearSessionCookies, refreshTokenFromCookie, requestInfo, tokenResponse, TokenAnswerSchema, userPrincipal } from './http.js';
+import { clearSessionCookies, refreshTokenFromCookie, requestInfo, tokenResponse, TokenAnswerSchema, userPrincipal } from './request.js';
 import { MfaChallengeSchema } from '../mfa/login.js';
 import { identityError } from './errors.js';
 

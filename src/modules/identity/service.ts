@@ -264,7 +264,7 @@ export type RefreshOutcome = { kind: 'ok'; answer: TokenAnswer } | { kind: 'race
 
 /**
  * Rotates a refresh token into a new pair; the session keeps its `mfa` flag. A cookie refresh passes
- * its CSRF value, which must be the one bound to the token's session (http.ts) before anything changes.
+ * its CSRF value, which must be the one bound to the token's session (request.ts) before anything changes.
  */
 export async function refresh(keel: Keel, refreshToken: string, csrf?: string): Promise<RefreshOutcome> {
   const accept = csrf === undefined ? undefined : (sessionId: string) => csrfMatchesSession(keel, sessionId, csrf);

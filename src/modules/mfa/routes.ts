@@ -5,7 +5,7 @@ import type { Keel } from '../../keel.js';
 import { errors, ErrorSchema, json, jsonBody, MessageSchema, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { authenticate } from '../../http/authenticate.js';
 import { requireUserPrincipal } from '../access/bearer.js';
-import { requestInfo, tokenResponse, TokenAnswerSchema, userPrincipal } from '../identity/http.js';
+import { requestInfo, tokenResponse, TokenAnswerSchema, userPrincipal } from '../identity/request.js';
 import { confirmTotp, disableMfa, rotateRecoveryCodes, setupTotp, stepUpSession, verifyLoginCode } from './service.js';
 import { confirmPhone, enableSms, sendLoginSms, sendSmsToSelf, startPhoneVerification } from './sms.js';
 import {

@@ -3,8 +3,8 @@ import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import { errors, json, jsonBody, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { authenticate } from '../../http/authenticate.js';
-import { IdParam, OrgIdParam, ScopeQuery } from '../access/http.js';
-import { requestInfo } from '../identity/http.js';
+import { IdParam, OrgIdParam, ScopeQuery } from '../access/api-schemas.js';
+import { requestInfo } from '../identity/request.js';
 import { accessOf, guard } from '../access/scope.js';
 import {
   createGroup,

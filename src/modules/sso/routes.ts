@@ -9,7 +9,7 @@ import type { Limit } from '../../platform/rate-limit.js';
 import { requestLog } from '../../platform/request-scope.js';
 import { documentAccess } from '../../platform/http/route-docs.js';
 import { authenticate } from '../../http/authenticate.js';
-import { requestInfo, tokenResponse, TokenAnswerSchema } from '../identity/http.js';
+import { requestInfo, tokenResponse, TokenAnswerSchema } from '../identity/request.js';
 import { accessOf, guard } from '../access/scope.js';
 import { requireMfa } from '../mfa/policy.js';
 import {
@@ -28,7 +28,7 @@ import {
   ProviderSchema,
   StatusBodySchema,
   TestReportSchema,
-} from './http.js';
+} from './api-schemas.js';
 import { activeProvider, createProvider, deleteProvider, findProvider, listProviders, providerView, setProviderStatus, testProvider, updateProvider } from './providers.js';
 import { auditSsoFailure, oidcCallback, safeRedirectPath, startLogin, stateCookieValue } from './login.js';
 import { loggableError } from '../../platform/safe-error.js';
