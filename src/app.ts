@@ -2,8 +2,8 @@ import type { OpenAPIHono } from '@hono/zod-openapi';
 import type { Keel } from './keel.js';
 import type { AppEnv } from './app-env.js';
 import { createRouter, declaredNonJsonBodies, mountDocs } from './platform/http/openapi.js';
-import { apiGate, requestContext, uploadLimitsOf } from './platform/http/middleware.js';
-import { AppError, errorResponse, handleError } from './platform/http/errors.js';
+import { apiGate, apiGateStatuses, requestContext, uploadLimitsOf } from './platform/http/middleware.js';
+import { errorResponse, handleError, platformError } from './platform/http/errors.js';
 import { mountHealth, mountReady } from './platform/http/health.js';
 import { latencyObserver, mountMetrics } from './platform/http/metrics.js';
 import { methodIndex } from './platform/http/router.js';
@@ -11,6 +11,26 @@ import { moduleRoutes } from './modules/index.js';
 import { consoleHandler } from './platform/http/console.js';
 
 export const API_BASE = '/api/v1';
+
+/** Every tag an operation uses, declared once with its description (the docs page groups operations by them). */
+export const API_TAGS = [
+  { name: 'health', description: 'Liveness and readiness of this process and its dependencies' },
+  { name: 'auth', description: 'Registration, sign-in, tokens, sessions and password changes of the signed-in user' },
+  { name: 'mfa', description: 'Second factors: authenticator apps (TOTP), SMS, passkeys and recovery codes' },
+  { name: 'users', description: 'Users of a partner or organisation, their invitations, roles, sessions and MFA resets' },
+  { name: 'roles', description: 'Roles, their permissions and the permissions a caller holds' },
+  { name: 'api-keys', description: 'API keys: bearer tokens for programs, with permissions narrowed from their creator' },
+  { name: 'partners', description: 'Partners (managed-service providers) and their email domains' },
+  { name: 'organizations', description: 'Organisations of a partner and their email domains' },
+  { name: 'sites', description: 'Sites (locations) of an organisation' },
+  { name: 'device-groups', description: 'Groups of devices within an organisation' },
+  { name: 'devices', description: 'Enrolled devices, their enrolment keys and settings' },
+  { name: 'agents', description: 'The agent: enrolment, heartbeat, update decisions and the release channel' },
+  { name: 'events', description: 'Events published into the webhook pipeline' },
+  { name: 'webhooks', description: 'Webhook subscriptions, their deliveries and signing secrets' },
+  { name: 'audit', description: 'The audit log: who did what, when, from where' },
+  { name: 'sso', description: 'Organisation single sign-on: OIDC and SAML providers, sign-in flows and the code exchange' },
+];
 
 /** The HTTP application: platform middleware, /health, and each module's routes under /api/v1. */
 export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
@@ -28,16 +48,16 @@ export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
     if (page) return page;
     const allowed = allowedOn(c.req.path);
     if (allowed.length > 0) {
-      return errorResponse(c, new AppError(405, 'method_not_allowed', `${c.req.method} is not allowed on ${c.req.path}`, undefined, { Allow: allowed.join(', ') }));
+      return errorResponse(c, platformError('method_not_allowed', { message: `${c.req.method} is not allowed on ${c.req.path}`, headers: { Allow: allowed.join(', ') } }));
     }
-    return errorResponse(c, new AppError(404, 'not_found', `No route for ${c.req.method} ${c.req.path}`));
+    return errorResponse(c, platformError('not_found', { message: `No route for ${c.req.method} ${c.req.path}` }));
   });
 
   mountHealth(app, keel.config.serviceVersion, keel.database);
   mountReady(app, { database: keel.database, redis: keel.redis });
   mountMetrics(app, keel.metrics, keel.config.METRICS_TOKEN);
 
-  const api = createRouter<AppEnv>();
+  const api = createRouter<AppEnv>({ gate: apiGateStatuses });
   app.use(
     `${API_BASE}/*`,
     apiGate({
@@ -48,7 +68,7 @@ export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
       onTooLarge: (c) => {
         // The rest of the body is never read: tell the client not to reuse this connection.
         c.header('Connection', 'close');
-        return errorResponse(c, new AppError(413, 'payload_too_large', 'The request body is too large'));
+        return errorResponse(c, platformError('payload_too_large'));
       },
     }),
   );
@@ -58,8 +78,14 @@ export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
 
   app.doc31(`${API_BASE}/openapi.json`, {
     openapi: '3.1.0',
-    info: { title: 'Keel API', version: keel.config.serviceVersion, description: 'Identity, SSO, webhooks and agent updates' },
+    info: {
+      title: 'Keel API',
+      version: keel.config.serviceVersion,
+      description: 'Identity, SSO, webhooks and agent updates',
+      contact: { name: 'The operators of this Keel server', url: keel.config.publicUrl },
+    },
     servers: [{ url: keel.config.publicUrl }],
+    tags: API_TAGS,
   });
   mountDocs(app as unknown as OpenAPIHono<never>, `${API_BASE}/docs`, `${API_BASE}/openapi.json`);
   return app;

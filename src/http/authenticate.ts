@@ -2,7 +2,7 @@ import type { MiddlewareHandler } from 'hono';
 import type { AppEnv } from '../app-env.js';
 import type { Keel } from '../keel.js';
 import { documentAccess } from '../platform/http/route-docs.js';
-import { unauthorized } from '../platform/http/errors.js';
+import { unauthorized, invalidToken } from '../platform/http/errors.js';
 import { asUserPrincipal, type PrincipalKind } from '../modules/identity/principal.js';
 import { authenticateApiKey, API_KEY_PREFIX } from '../modules/access/api-keys.js';
 import { knownSession, sessionFromAccessToken } from '../modules/access/bearer.js';
@@ -41,13 +41,13 @@ export function authenticate(keel: Keel, opts: AuthenticateOptions = {}): Middle
     if (!token) throw unauthorized();
     if (token.startsWith(API_KEY_PREFIX)) {
       const principal = await authenticateApiKey(keel, token);
-      if (!principal) throw unauthorized('The access token is invalid or expired', 'invalid_token');
+      if (!principal) throw invalidToken();
       c.set('principal', opts.principal === 'user' ? asUserPrincipal(principal) : principal);
       return next();
     }
     const known = knownSession(keel, token);
     const found = known === undefined ? await sessionFromAccessToken(keel, token) : known;
-    if (!found) throw unauthorized('The access token is invalid or expired', 'invalid_token');
+    if (!found) throw invalidToken();
     c.set('principal', found.principal);
     if (!opts.allowUnenrolled && keel.config.ENABLE_2FA && !found.session.enrolled.includes('totp')) {
       const summary = await getAccessSummary(keel.db, { id: found.principal.userId, isPlatformAdmin: found.principal.isPlatformAdmin });
@@ -57,5 +57,5 @@ export function authenticate(keel: Keel, opts: AuthenticateOptions = {}): Middle
     }
     return next();
   };
-  return documentAccess(mw, { auth: opts.principal ?? 'any' });
+  return documentAccess(mw, { auth: opts.principal ?? 'any', ...(opts.allowUnenrolled ? {} : { mfaEnrolmentGate: true }) });
 }

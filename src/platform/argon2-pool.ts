@@ -1,7 +1,7 @@
 import { Worker } from 'node:worker_threads';
 import { availableParallelism } from 'node:os';
 import { createRequire } from 'node:module';
-import { AppError } from './http/errors.js';
+import { AppError, platformError } from './http/errors.js';
 
 /**
  * Argon2id on a pool of worker threads of its own, one per core up to 4 (docs/decisions.md
@@ -86,7 +86,8 @@ export const HASH_RETRY_AFTER_SECONDS = 1;
  */
 export class HashQueueFull extends AppError {
   constructor() {
-    super(503, 'overloaded', 'The server is busy checking passwords; try again shortly', undefined, { 'Retry-After': String(HASH_RETRY_AFTER_SECONDS) });
+    const { status, code, message, details, headers } = platformError('overloaded', { headers: { 'Retry-After': String(HASH_RETRY_AFTER_SECONDS) } });
+    super(status, code, message, details, headers);
   }
 }
 

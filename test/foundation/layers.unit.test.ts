@@ -6,7 +6,7 @@ import { layerViolations, importCycles, loadImportGraph, LAYERS } from '../helpe
 /**
  * The module layer order of docs/architecture.md, enforced (docs/decisions.md "Module layers"): a domain file of a module
  * imports only platform code and domain files of its own module or of modules below it; HTTP adapter
- * files (`routes.ts`, `http.ts`, `src/http/`) sit on top and may use any module; no domain file
+ * files (`routes.ts`, `api-schemas.ts`, `request.ts`, `src/http/`) sit on top and may use any module; no domain file
  * imports an HTTP adapter; and no two files import each other through a circle.
  */
 describe('module layers', () => {

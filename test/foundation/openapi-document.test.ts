@@ -3,6 +3,7 @@ import { Validator } from '@seriousme/openapi-schema-validator';
 import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { buildApp } from '../../src/app.js';
 import { strictSchema } from '../../src/platform/http/validation.js';
+import { catalogued } from '../../src/platform/http/errors.js';
 import { bodyExamples, lookup, operationsOf, undescribedProperties, validatorOf } from '../helpers/openapi.js';
 
 /**
@@ -72,11 +73,20 @@ describe.skipIf(!backendAvailable())('the OpenAPI document', () => {
       expect(declares, `${method} ${path} answered ${res.status} ${res.body?.code}`).toBe(refusedForNoToken);
       if (declares) {
         secured++;
+        // The statuses its middleware can answer are derived from it (route-docs.ts middlewareStatuses).
+        expect(Object.keys(op.responses), `${method} ${path}`).toEqual(expect.arrayContaining(['400', '401', '503']));
         // Agent routes take a device token (agents module); every other secured route a user's bearer token.
         if (!(op.security as object[]).some((s) => 'deviceToken' in s)) expect(op.security).toContainEqual({ bearerAuth: [] });
       }
     }
     expect(secured).toBeGreaterThan(40);
+  });
+
+  it('declares 428 wherever the Force MFA gate runs, and lists every catalogued error code', () => {
+    // Every operation behind authenticate's Force MFA gate (all but the enrolment routes) declares its 428.
+    const gated = operations().filter(({ op }) => op.responses['428']);
+    expect(gated.length).toBeGreaterThan(70);
+    expect(doc.components.schemas.Error.properties.code.enum).toEqual([...catalogued().keys()].sort());
   });
 
   it('names the permission a route checks, and refuses API keys on account routes in its security', () => {

@@ -11,8 +11,8 @@ export const LAYERS = ['audit', 'tenancy', 'identity', 'access', 'mfa', 'users',
 const PLATFORM = [/^src\/platform\//, /^src\/config\.ts$/, /^src\/events\.ts$/, /^src\/keel\.ts$/];
 /** The composition root: builds the process from every module; nothing imports it but itself. */
 const ROOT = [/^src\/app\.ts$/, /^src\/server\.ts$/, /^src\/main\.ts$/, /^src\/modules\/index\.ts$/, /^src\/compose\.ts$/];
-/** HTTP adapters: the request path (`src/http/`) and each module's routes; they may use every module. */
-const HTTP = [/^src\/http\//, /^src\/modules\/[^/]+\/(([\w-]+-)?routes|http)\.ts$/, /^src\/modules\/[^/]+\/routes\//];
+/** HTTP adapters: the request path (`src/http/`) and each module's routes, API schemas and request helpers (docs/architecture.md "Inside a module"); they may use every module. */
+const HTTP = [/^src\/http\//, /^src\/modules\/[^/]+\/(([\w-]+-)?routes|api-schemas|request)\.ts$/, /^src\/modules\/[^/]+\/routes\//];
 /** Types of the composition (the container and the per-request variables), importable everywhere as types. */
 const SHARED_TYPES = [/^src\/keel\.ts$/, /^src\/app-env\.ts$/];
 

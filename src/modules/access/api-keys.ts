@@ -4,7 +4,7 @@ import { InvalidatedCache } from '../../platform/cache.js';
 import { clock } from '../../platform/clock.js';
 import { randomToken, sha256Hex } from '../../platform/crypto.js';
 import { transaction } from '../../platform/db/transaction.js';
-import { AppError, badRequest, forbidden, notFound, validationError } from '../../platform/http/errors.js';
+import { notFound, validationError } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import type { Principal } from '../identity/principal.js';
 import { users } from '../identity/schema.js';
@@ -14,6 +14,7 @@ import { apiKeys } from './schema.js';
 import { ROLES_TOPIC } from './role-cache.js';
 import { getAccessSummary, type AccessSummary } from './service.js';
 import type { AccessContext } from './scope.js';
+import { accessError } from './errors.js';
 
 /** Every API key starts with this; the bearer middleware sends such tokens here instead of to the JWT check. */
 export const API_KEY_PREFIX = 'kk_';
@@ -159,7 +160,7 @@ function view(k: ApiKeyRow): ApiKeyView {
 }
 
 function userOnly(access: AccessContext): void {
-  if (access.principal.kind !== 'user') throw forbidden('API keys cannot manage API keys', 'api_key_forbidden');
+  if (access.principal.kind !== 'user') throw accessError('api_key_forbidden');
 }
 
 /** Canonical pairs of a permission list in either vocabulary; unknown pairs are a 400 naming each. */
@@ -176,7 +177,7 @@ export function canonicalList(input: PermissionPair[], field = 'permissions'): P
 }
 
 export const privilegeEscalation = (missing: PermissionPair[]) =>
-  new AppError(403, 'privilege_escalation', 'You cannot grant permissions you do not have', { permissions: missing.map(permissionKey) });
+  accessError('privilege_escalation', { details: { permissions: missing.map(permissionKey) } });
 
 /** Creates a key for the calling user. The plaintext key is in the answer only; the table keeps its SHA-256. */
 export async function createApiKey(
@@ -193,7 +194,7 @@ export async function createApiKey(
   let expiresAt: Date | null = null;
   if (input.expiresAt) {
     expiresAt = new Date(input.expiresAt);
-    if (expiresAt.getTime() <= clock.nowMs()) throw badRequest('invalid_expiry', 'expiresAt must be in the future');
+    if (expiresAt.getTime() <= clock.nowMs()) throw accessError('invalid_expiry');
   }
   const key = `${API_KEY_PREFIX}${randomToken(32)}`;
   const home = {

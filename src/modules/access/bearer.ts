@@ -4,7 +4,7 @@
  * middleware that puts it on the request path is `src/http/authenticate.ts`.
  */
 import type { Keel } from '../../keel.js';
-import { unauthorized } from '../../platform/http/errors.js';
+import { unauthorized, invalidToken } from '../../platform/http/errors.js';
 import { bearerToken } from '../../platform/http/bearer-token.js';
 import { authenticateApiKey, API_KEY_PREFIX } from './api-keys.js';
 import { identityOf } from '../identity/context.js';
@@ -60,10 +60,10 @@ export async function requireUserPrincipal(keel: Keel, authorization: string | u
   if (!token) throw unauthorized();
   if (token.startsWith(API_KEY_PREFIX)) {
     const key = await authenticateApiKey(keel, token);
-    if (!key) throw unauthorized('The access token is invalid or expired', 'invalid_token');
+    if (!key) throw invalidToken();
     return asUserPrincipal(key);
   }
   const found = await sessionFromAccessToken(keel, token);
-  if (!found) throw unauthorized('The access token is invalid or expired', 'invalid_token');
+  if (!found) throw invalidToken();
   return asUserPrincipal(found.principal);
 }

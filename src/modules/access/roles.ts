@@ -5,7 +5,7 @@ import { requestLog } from '../../platform/request-scope.js';
 import { clock } from '../../platform/clock.js';
 import { rowsOf, type Db } from '../../platform/db/client.js';
 import { transaction } from '../../platform/db/transaction.js';
-import { AppError, badRequest, forbidden, notFound } from '../../platform/http/errors.js';
+import { notFound } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { users } from '../identity/schema.js';
 import { canonicalList, privilegeEscalation } from './api-keys.js';
@@ -14,6 +14,7 @@ import { loadRoleChain, MAX_CHAIN_DEPTH, publishRoleChange, resolveRole } from '
 import { organizationUsers, partnerUsers, permissions, rolePermissions, roles } from './schema.js';
 import { keepsFullAdmin, type Tenant } from './service.js';
 import { reachOrg, visibleOrgCondition, visibleOrgs, visiblePartnerId, type AccessContext } from './scope.js';
+import { accessError } from './errors.js';
 
 type RoleRow = typeof roles.$inferSelect;
 
@@ -45,11 +46,11 @@ export interface RoleInput {
 const ROLE_TREE_LOCK = 7_243_001;
 
 export const systemRoleImmutable = (verb: 'modified' | 'deleted') =>
-  new AppError(403, 'system_role_immutable', `System roles cannot be ${verb}`);
+  accessError('system_role_immutable', { message: `System roles cannot be ${verb}` });
 export const circularInheritance = () =>
-  badRequest('circular_inheritance', 'Circular inheritance: a role cannot inherit from itself or from one of its descendants');
-const invalidParent = (why: string) => badRequest('invalid_parent_role', why);
-const ownRole = () => forbidden('You cannot change your own role', 'own_role');
+  accessError('circular_inheritance');
+const invalidParent = (why: string) => accessError('invalid_parent_role', { message: why });
+const ownRole = () => accessError('own_role');
 
 /** Who owns a role created in this request: the organisation acted in, else the partner. */
 interface Owner {
@@ -61,7 +62,7 @@ interface Owner {
 function ownerFor(access: AccessContext): Owner {
   if (access.orgId) return { scope: 'organization', partnerId: null, orgId: access.orgId };
   if (access.partnerId) return { scope: 'partner', partnerId: access.partnerId, orgId: null };
-  throw badRequest('scope_required', 'Name the partner or organization of the role with partnerId or orgId');
+  throw accessError('scope_required');
 }
 
 /** Whether the caller can see a role: system roles always; custom roles of a partner or organisation it reaches. */
@@ -216,7 +217,7 @@ async function assertCoversRole(db: Db, access: AccessContext, roleId: string): 
   const current = await loadRoleChain(db, roleId);
   const missing = access.permissions.missing(current?.permissions.pairs ?? []);
   if (missing.length > 0) {
-    throw new AppError(403, 'privilege_escalation', 'You cannot change a role that grants permissions you do not have', { permissions: missing.map(permissionKey) });
+    throw accessError('privilege_escalation', { message: 'You cannot change a role that grants permissions you do not have', details: { permissions: missing.map(permissionKey) } });
   }
 }
 
@@ -357,7 +358,7 @@ async function blockers(db: Db, roleId: string): Promise<{ users: number; childR
 }
 
 const roleInUse = (b: { users: number; childRoles: number }) =>
-  badRequest('role_in_use', `The role is still in use: ${b.users} user(s) and ${b.childRoles} child role(s)`, b);
+  accessError('role_in_use', { message: `The role is still in use: ${b.users} user(s) and ${b.childRoles} child role(s)`, details: b });
 
 export async function deleteRole(keel: Keel, access: AccessContext, id: string, info: AuditRequestInfo): Promise<void> {
   try {
@@ -389,7 +390,7 @@ export async function cloneRole(keel: Keel, access: AccessContext, id: string, i
   const role = await transaction(keel.db, async (tx) => {
     const source = await findVisibleRole(tx.db, access, id);
     if (source.scope !== owner.scope) {
-      throw badRequest('scope_mismatch', `A ${source.scope} role cannot be cloned into ${owner.scope === 'partner' ? 'a partner' : 'an organization'}`);
+      throw accessError('scope_mismatch', { message: `A ${source.scope} role cannot be cloned into ${owner.scope === 'partner' ? 'a partner' : 'an organization'}` });
     }
     const direct = (await directPermissions(tx.db, [source.id])).get(source.id) ?? [];
     if (source.parentRoleId) await checkParent(tx.db, owner, source.parentRoleId, null);

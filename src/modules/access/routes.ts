@@ -5,8 +5,8 @@ import { errors, json, jsonBody, page, PageQuery, paginated } from '../../platfo
 import { authenticate } from '../../http/authenticate.js';
 import { createApiKey, listApiKeys, revokeApiKey } from './api-keys.js';
 import { BUILDER_ACTION_MAP, BUILDER_RESOURCES, CANONICAL_ACTIONS, CATALOG_RESOURCES, PERMISSION_CATALOG } from './catalog.js';
-import { IdParam, ScopeQuery } from './http.js';
-import { requestInfo } from '../identity/http.js';
+import { IdParam, ScopeQuery } from './api-schemas.js';
+import { requestInfo } from '../identity/request.js';
 import { cloneRole, createRole, deleteRole, effectivePermissions, getRole, listRoles, roleUsers, updateRole } from './roles.js';
 import { accessOf, guard } from './scope.js';
 
@@ -182,7 +182,7 @@ export function mountAccessRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/permissions/catalog', tags: rolesTag, summary: 'The authoritative list of assignable permissions',
       middleware: [auth],
       request: { query: CatalogQuery },
-      responses: { 200: json(paginated(CatalogEntry), 'Catalog'), ...errors(400, 401) },
+      responses: { 200: json(paginated(CatalogEntry), 'Catalog') },
     }),
     (c) => {
       const q = c.req.valid('query');
@@ -196,7 +196,7 @@ export function mountAccessRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/roles/permissions/available', tags: rolesTag, summary: 'Role-builder resources and actions, and their canonical mapping',
       middleware: roleGuard('read'),
       request: { query: ScopeQuery },
-      responses: { 200: json(Available, 'Resources and actions'), ...errors(401, 403, 404) },
+      responses: { 200: json(Available, 'Resources and actions'), ...errors(404) },
     }),
     (c) =>
       c.json(
@@ -216,7 +216,7 @@ export function mountAccessRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/roles', tags: rolesTag, summary: 'System and custom roles of the scope, with user counts',
       middleware: roleGuard('read'),
       request: { query: ListQuery },
-      responses: { 200: json(paginated(Role), 'Roles'), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(paginated(Role), 'Roles'), ...errors(404) },
     }),
     async (c) => {
       const q = c.req.valid('query');
@@ -230,7 +230,7 @@ export function mountAccessRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/roles', tags: rolesTag, summary: "Create a custom role in the caller's partner or organisation",
       middleware: roleGuard('write'),
       request: { query: ScopeQuery, body: jsonBody(RoleCreate) },
-      responses: { 201: json(Role, 'Created'), ...errors(400, 401, 403, 404) },
+      responses: { 201: json(Role, 'Created'), ...errors(404) },
     }),
     async (c) => {
       const { orgId: _o, partnerId: _p, ...input } = c.req.valid('json');
@@ -243,7 +243,7 @@ export function mountAccessRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/roles/{id}', tags: rolesTag, summary: 'A role with its direct permissions and user count',
       middleware: roleGuard('read'),
       request: { params: IdParam, query: ScopeQuery },
-      responses: { 200: json(Role, 'Role'), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(Role, 'Role'), ...errors(404) },
     }),
     async (c) => c.json(await getRole(keel.db, accessOf(c), c.req.valid('param').id), 200),
   );
@@ -253,7 +253,7 @@ export function mountAccessRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'patch', path: '/roles/{id}', tags: rolesTag, summary: 'Change a custom role',
       middleware: roleGuard('write'),
       request: { params: IdParam, query: ScopeQuery, body: jsonBody(RolePatch) },
-      responses: { 200: json(Role, 'Updated'), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(Role, 'Updated'), ...errors(404) },
     }),
     async (c) => {
       const { orgId: _o, partnerId: _p, ...input } = c.req.valid('json');
@@ -266,7 +266,7 @@ export function mountAccessRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'delete', path: '/roles/{id}', tags: rolesTag, summary: 'Delete a custom role with no users and no child roles',
       middleware: roleGuard('delete'),
       request: { params: IdParam, query: ScopeQuery },
-      responses: { ...noContent, ...errors(400, 401, 403, 404) },
+      responses: { ...noContent, ...errors(404) },
     }),
     async (c) => {
       await deleteRole(keel, accessOf(c), c.req.valid('param').id, requestInfo(c));
@@ -279,7 +279,7 @@ export function mountAccessRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/roles/{id}/clone', tags: rolesTag, summary: 'Copy a role (system roles too) into a new custom role',
       middleware: roleGuard('write'),
       request: { params: IdParam, query: ScopeQuery, body: jsonBody(RoleClone) },
-      responses: { 201: json(Role, 'Created'), ...errors(400, 401, 403, 404) },
+      responses: { 201: json(Role, 'Created'), ...errors(404) },
     }),
     async (c) => {
       const { name } = c.req.valid('json');
@@ -292,7 +292,7 @@ export function mountAccessRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/roles/{id}/users', tags: rolesTag, summary: 'Users holding the role (in the caller’s context)',
       middleware: roleGuard('read'),
       request: { params: IdParam, query: ListQuery },
-      responses: { 200: json(paginated(RoleUser), 'Users'), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(paginated(RoleUser), 'Users'), ...errors(404) },
     }),
     async (c) => {
       const q = c.req.valid('query');
@@ -307,7 +307,7 @@ export function mountAccessRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       summary: 'Direct and inherited permissions; each inherited one names its source role',
       middleware: roleGuard('read'),
       request: { params: IdParam, query: ScopeQuery },
-      responses: { 200: json(Effective, 'Effective permissions'), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(Effective, 'Effective permissions'), ...errors(404) },
     }),
     async (c) => c.json(await effectivePermissions(keel, accessOf(c), c.req.valid('param').id), 200),
   );
@@ -321,7 +321,7 @@ export function mountAccessRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/api-keys', tags: keysTag, summary: "The caller's API keys (never the key itself)",
       middleware: keyGuard,
       request: { query: PageQuery },
-      responses: { 200: json(paginated(ApiKey), 'Keys'), ...errors(400, 401, 403) },
+      responses: { 200: json(paginated(ApiKey), 'Keys') },
     }),
     async (c) => {
       const q = c.req.valid('query');
@@ -336,7 +336,7 @@ export function mountAccessRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       summary: "Create an API key; its permissions are a subset of the creator's, checked again on every request",
       middleware: keyGuard,
       request: { body: jsonBody(ApiKeyCreate) },
-      responses: { 201: json(ApiKeyCreated, 'Created: the key is shown once'), ...errors(400, 401, 403) },
+      responses: { 201: json(ApiKeyCreated, 'Created: the key is shown once') },
     }),
     async (c) => c.json(await createApiKey(keel, accessOf(c), c.req.valid('json'), requestInfo(c)), 201),
   );
@@ -346,7 +346,7 @@ export function mountAccessRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'delete', path: '/api-keys/{id}', tags: keysTag, summary: 'Revoke an API key at once',
       middleware: keyGuard,
       request: { params: IdParam },
-      responses: { ...noContent, ...errors(400, 401, 403, 404) },
+      responses: { ...noContent, ...errors(404) },
     }),
     async (c) => {
       await revokeApiKey(keel, accessOf(c), c.req.valid('param').id, requestInfo(c));

@@ -4,13 +4,14 @@ import { and, eq, inArray, isNull, or, sql, type SQL, type AnyColumn } from 'dri
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import type { Db } from '../../platform/db/client.js';
-import { AppError, badRequest, forbidden, notFound, unauthorized, validationError } from '../../platform/http/errors.js';
+import { notFound, unauthorized, validationError, invalidToken } from '../../platform/http/errors.js';
 import type { Principal } from '../identity/principal.js';
 import { organizations, partners } from '../tenancy/schema.js';
 import { PermissionSet } from './permissions.js';
 import { getAccessSummary, type AccessSummary, type OrgAccess, type Scope } from './service.js';
 import { apiKeyAccessSummary } from './api-keys.js';
 import { cachedOrgTenant, type OrgTenant } from './org-cache.js';
+import { accessError } from './errors.js';
 
 /**
  * What a request may do, resolved once per request by `requireScope` and read with `c.get('access')`.
@@ -68,13 +69,13 @@ export interface ScopeOptions {
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
-export const contextRequired = () => new AppError(403, 'context_required', 'Partner or organization context is required');
-const fullOrgAccessRequired = () => new AppError(403, 'full_org_access_required', 'Full partner organization access is required');
-export const wholeOrgAccessRequired = () => new AppError(403, 'whole_org_access_required', 'This acts on the whole organization: your access is restricted to some sites or device groups');
+export const contextRequired = () => accessError('context_required');
+const fullOrgAccessRequired = () => accessError('full_org_access_required');
+export const wholeOrgAccessRequired = () => accessError('whole_org_access_required');
 
 /** Whether a caller is restricted to some sites or device groups (THE reading of the restriction). */
 export const restricted = (r: Restriction): boolean => r.siteIds !== null || r.deviceGroupIds !== null;
-export const orgRequired = () => badRequest('org_required', 'Organization context is required: name the organization with orgId');
+export const orgRequired = () => accessError('org_required');
 
 async function bodyField(c: Context, field: string): Promise<unknown> {
   if (!['POST', 'PUT', 'PATCH', 'DELETE'].includes(c.req.method)) return undefined;
@@ -101,7 +102,7 @@ async function namedId(c: Context, field: 'orgId' | 'partnerId', param?: string)
   const fromParam = param ? c.req.param(param) : undefined;
   if (fromParam) values.add(fromParam.toLowerCase());
   if (values.size === 0) return null;
-  if (values.size > 1) throw badRequest(field === 'orgId' ? 'org_id_mismatch' : 'partner_id_mismatch', `The ${field} given in the query, body and path must agree`);
+  if (values.size > 1) throw accessError(field === 'orgId' ? 'org_id_mismatch' : 'partner_id_mismatch');
   const value = [...values][0] ?? '';
   if (!UUID.test(value)) {
     // A malformed path id reads as "not found", like any id that names nothing.
@@ -263,7 +264,7 @@ export async function mustReachOrg(db: Db, access: AccessContext, orgId: string)
 export async function summaryFor(keel: Keel, principal: Principal): Promise<AccessSummary> {
   if (principal.kind === 'api_key') {
     const s = await apiKeyAccessSummary(keel, principal);
-    if (!s) throw unauthorized('The access token is invalid or expired', 'invalid_token');
+    if (!s) throw invalidToken();
     return s;
   }
   return getAccessSummary(keel.db, { id: principal.userId, isPlatformAdmin: principal.isPlatformAdmin });
@@ -297,7 +298,7 @@ function scopeMiddleware(keel: Keel, opts: ScopeOptions): MiddlewareHandler<AppE
     const summary = early ?? (await summaryFor(keel, principal));
     if (summary.scope === null) throw contextRequired();
     const access = buildContext(principal, { ...summary, scope: summary.scope });
-    if (opts.scopes && !opts.scopes.includes(access.scope)) throw forbidden('This operation is not available in your scope', 'scope_forbidden');
+    if (opts.scopes && !opts.scopes.includes(access.scope)) throw accessError('scope_forbidden');
     if (opts.fullOrgAccess && access.scope === 'partner' && access.orgAccess !== 'all') throw fullOrgAccessRequired();
 
     const namedOrg = await namedId(c, 'orgId', opts.orgIdParam);
@@ -334,7 +335,7 @@ export function accessOf(c: Context<AppEnv>): AccessContext {
 }
 
 export const permissionDenied = (resource: string, action: string) =>
-  new AppError(403, 'permission_denied', `You need the ${resource}:${action} permission for this`, { required: `${resource}:${action}` });
+  accessError('permission_denied', { message: `You need the ${resource}:${action} permission for this`, details: { required: `${resource}:${action}` } });
 
 /** Requires a permission of the caller's effective set (after requireScope). */
 export function requirePermission(resource: string, action: string): MiddlewareHandler<AppEnv> {
@@ -362,7 +363,7 @@ export function guard(keel: Keel, opts: GuardOptions = {}): MiddlewareHandler<Ap
 
 /** What `requireScope` enforces, for the OpenAPI document (platform/http/route-docs.ts). */
 function scopeDoc(opts: ScopeOptions): AccessDoc {
-  const doc: AccessDoc = {};
+  const doc: AccessDoc = { scoped: true };
   if (opts.scopes) doc.scopes = opts.scopes;
   if (opts.fullOrgAccess) doc.fullOrgAccess = true;
   if (opts.wholeOrg) doc.wholeOrg = true;

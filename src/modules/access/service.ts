@@ -1,6 +1,5 @@
 import { and, count, eq, ne, sql } from 'drizzle-orm';
 import { rowsOf, type Db } from '../../platform/db/client.js';
-import { conflict } from '../../platform/http/errors.js';
 import { organizationUsers, partnerUsers } from './schema.js';
 import type { PermissionPair } from './permissions.js';
 import { loadRoleChain, resolveRole, ROLES_TOPIC } from './role-cache.js';
@@ -8,6 +7,7 @@ import type { Keel } from '../../keel.js';
 import { InvalidatedCache } from '../../platform/cache.js';
 import { USER_TOPIC } from '../identity/sessions.js';
 import { users } from '../identity/schema.js';
+import { accessError } from './errors.js';
 
 export type Scope = 'system' | 'partner' | 'organization';
 export type OrgAccess = 'all' | 'selected' | 'none';
@@ -194,7 +194,7 @@ export async function lockFullAdmins(db: Db, tenant: Tenant): Promise<void> {
   await db.execute(sql`select pg_advisory_xact_lock(${FULL_ADMIN_LOCK}, hashtext(${fullAdminLockKey(tenant)}))`);
 }
 
-export const lastAdmin = () => conflict('last_admin', 'This would leave no user with full administrative access (*:*) in this scope');
+export const lastAdmin = () => accessError('last_admin');
 
 /**
  * Removing a member or giving them `newRoleId` (null: removal or disabling) must leave the partner or

@@ -2,7 +2,7 @@ import type { Context, MiddlewareHandler } from 'hono';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import { sha256Hex } from '../../platform/crypto.js';
-import { AppError, unauthorized } from '../../platform/http/errors.js';
+import { unauthorized, platformError } from '../../platform/http/errors.js';
 import { documentAccess } from '../../platform/http/route-docs.js';
 import { bearerToken } from '../../platform/http/bearer-token.js';
 import { RateLimits } from '../../platform/rate-limit.js';
@@ -12,6 +12,7 @@ import { defineEnrollLimits, DEVICE_TOKEN_PREFIX } from './devices.js';
 import { agentMetrics, registerDevicesGauge, type HeartbeatOutcome } from './metrics.js';
 import { intervalJob, type KeelModule } from '../../platform/module.js';
 import { loggableError } from '../../platform/safe-error.js';
+import { agentsError } from './errors.js';
 
 /** How often the offline sweep runs. */
 const SWEEP_EVERY_MS = 10_000;
@@ -74,7 +75,7 @@ export function deviceAuth(keel: Keel, opts: { counts?: 'heartbeat' } = {}): Mid
   const refused = opts.counts === 'heartbeat' ? (outcome: HeartbeatOutcome) => ctx.metrics.heartbeat(outcome) : () => undefined;
   const invalid = () => {
     refused('unauthorized');
-    return unauthorized('The device token is invalid or revoked', 'invalid_device_token');
+    return agentsError('invalid_device_token');
   };
   const gate = ctx.gate;
   return documentAccess<MiddlewareHandler<AppEnv>>(async (c, next) => {
@@ -88,7 +89,7 @@ export function deviceAuth(keel: Keel, opts: { counts?: 'heartbeat' } = {}): Mid
     } finally {
       gate.leave();
     }
-  }, { device: true });
+  }, { device: true, overloadGate: true });
 
   async function authenticated(c: Context<AppEnv>, next: () => Promise<void>): Promise<void> {
     const token = bearerToken(c.req.header('authorization') ?? '');
@@ -108,7 +109,7 @@ export function deviceAuth(keel: Keel, opts: { counts?: 'heartbeat' } = {}): Mid
 /** Seconds an agent is told to wait when device requests are shed. */
 const OVERLOAD_RETRY_AFTER_SECONDS = 5;
 const devicesOverloaded = () =>
-  new AppError(503, 'overloaded', 'The server is busy with device requests; try again shortly', undefined, { 'Retry-After': String(OVERLOAD_RETRY_AFTER_SECONDS) });
+  platformError('overloaded', { message: 'The server is busy with device requests; try again shortly', headers: { 'Retry-After': String(OVERLOAD_RETRY_AFTER_SECONDS) } });
 
 /** The per-process bound on device requests in flight (AGENT_MAX_IN_FLIGHT), shared by every device route. */
 function deviceGate(max: number): DeviceGate {

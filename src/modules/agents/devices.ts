@@ -3,7 +3,7 @@ import type { Keel } from '../../keel.js';
 import { clock } from '../../platform/clock.js';
 import { randomToken, sha256Hex } from '../../platform/crypto.js';
 import { transaction } from '../../platform/db/transaction.js';
-import { AppError, badRequest, notFound, unauthorized } from '../../platform/http/errors.js';
+import { notFound, platformError } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { canSeePlacement, mustReachOrg, placementFilter, visibleOrgCondition, type AccessContext } from '../access/scope.js';
 import { deviceGroups, sites } from '../tenancy/schema.js';
@@ -11,6 +11,7 @@ import type { Limit } from '../../platform/rate-limit.js';
 import { devices, enrollmentKeys } from './schema.js';
 import { DEVICE_TOPIC } from './state.js';
 import { releaseKeysOf } from './release-keys.js';
+import { agentsError } from './errors.js';
 
 export const DEVICE_TOKEN_PREFIX = 'kd_';
 const ENROLLMENT_KEY_PREFIX = 'ke_';
@@ -81,9 +82,9 @@ async function checkPlacement(keel: Keel, access: AccessContext, orgId: string, 
   if (deviceGroupId) {
     const [g] = await keel.db.select({ id: deviceGroups.id, siteId: deviceGroups.siteId }).from(deviceGroups).where(and(eq(deviceGroups.id, deviceGroupId), eq(deviceGroups.orgId, orgId)));
     if (!g) throw notFound('Device group');
-    if (siteId && g.siteId && g.siteId !== siteId) throw badRequest('placement_mismatch', 'The device group belongs to another site');
+    if (siteId && g.siteId && g.siteId !== siteId) throw agentsError('placement_mismatch');
   }
-  if (!canSeePlacement(access, { siteId, deviceGroupId })) throw new AppError(403, 'placement_forbidden', 'Your access is restricted to other sites or device groups');
+  if (!canSeePlacement(access, { siteId, deviceGroupId })) throw agentsError('placement_forbidden');
 }
 
 export async function createEnrollmentKey(
@@ -98,7 +99,7 @@ export async function createEnrollmentKey(
   const deviceGroupId = input.deviceGroupId ?? null;
   await checkPlacement(keel, access, orgId, siteId, deviceGroupId);
   const expiresAt = input.expiresAt ? new Date(input.expiresAt) : null;
-  if (expiresAt && expiresAt.getTime() <= clock.nowMs()) throw badRequest('validation_failed', 'expiresAt must be in the future', { fields: [{ path: 'expiresAt', message: 'must be in the future' }] });
+  if (expiresAt && expiresAt.getTime() <= clock.nowMs()) throw platformError('validation_failed', { message: 'expiresAt must be in the future', details: { fields: [{ path: 'expiresAt', message: 'must be in the future' }] } });
   const key = `${ENROLLMENT_KEY_PREFIX}${randomToken(32)}`;
   const row = await transaction(keel.db, async (tx) => {
     const [r] = await tx.db
@@ -140,7 +141,7 @@ export interface EnrollInput {
   deviceGroupId?: string | undefined;
 }
 
-const badKey = () => unauthorized('The enrollment key is invalid, expired or revoked', 'invalid_enrollment_key');
+const badKey = () => agentsError('invalid_enrollment_key');
 
 export interface EnrollLimits {
   /** Enrolments per client IP per minute, every attempt (a wrong key too: key guessing). */
@@ -178,7 +179,7 @@ export async function enroll(keel: Keel, input: EnrollInput, intervalSeconds: nu
   const siteId = key.siteId ?? input.siteId ?? null;
   const deviceGroupId = key.deviceGroupId ?? input.deviceGroupId ?? null;
   if ((key.siteId && input.siteId && input.siteId !== key.siteId) || (key.deviceGroupId && input.deviceGroupId && input.deviceGroupId !== key.deviceGroupId)) {
-    throw badRequest('placement_mismatch', 'The enrollment key places the device in another site or device group');
+    throw agentsError('placement_mismatch', { message: 'The enrollment key places the device in another site or device group' });
   }
   if (siteId && !key.siteId) {
     const [s] = await keel.db.select({ id: sites.id }).from(sites).where(and(eq(sites.id, siteId), eq(sites.orgId, key.orgId)));
@@ -189,7 +190,7 @@ export async function enroll(keel: Keel, input: EnrollInput, intervalSeconds: nu
     // (checkPlacement's rule for keys, here for the placement the key and the agent make together).
     const [g] = await keel.db.select({ id: deviceGroups.id, siteId: deviceGroups.siteId }).from(deviceGroups).where(and(eq(deviceGroups.id, deviceGroupId), eq(deviceGroups.orgId, key.orgId)));
     if (!g) throw notFound('Device group');
-    if (siteId && g.siteId && g.siteId !== siteId) throw badRequest('placement_mismatch', 'The device group belongs to another site');
+    if (siteId && g.siteId && g.siteId !== siteId) throw agentsError('placement_mismatch');
   }
   const token = `${DEVICE_TOKEN_PREFIX}${randomToken(32)}`;
   const now = clock.now();

@@ -4,19 +4,20 @@ import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import type { MiddlewareHandler } from 'hono';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
-import { AppError, badRequest, validationError, zodFields } from '../../platform/http/errors.js';
+import { validationError, zodFields, platformError } from '../../platform/http/errors.js';
 import { uploadLimitsOf } from '../../platform/http/middleware.js';
 import { errors, json, jsonBody, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { documentAccess } from '../../platform/http/route-docs.js';
 import { writeAudit } from '../audit/service.js';
 import { authenticate } from '../../http/authenticate.js';
-import { requestInfo } from '../identity/http.js';
+import { requestInfo } from '../identity/request.js';
 import { accessOf, guard, requireScope } from '../access/scope.js';
 import { deviceAuth } from './context.js';
-import { ComponentName, Platform, Version } from './http.js';
+import { ComponentName, Platform, Version } from './api-schemas.js';
 import { listVersions, localBuild, promote, registerRemote, registerUpload, resumeRollout, widenRollout } from './releases.js';
 import { syncRemote } from './sync.js';
 import { releaseRefusal, releaseRefused } from './release-writer.js';
+import { agentsError } from './errors.js';
 
 const d = (description: string, example?: unknown) => (example === undefined ? { description } : { description, example });
 
@@ -173,7 +174,7 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
           limit: PageQuery.shape.limit.openapi({ description: 'Page size (1-100)' }),
         }),
       },
-      responses: { 200: json(paginated(VersionEntry), 'Versions, newest first per component'), ...errors(400, 401, 403) },
+      responses: { 200: json(paginated(VersionEntry), 'Versions, newest first per component') },
     }),
     async (c) => {
       const q = c.req.valid('query');
@@ -189,7 +190,7 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       middleware: writer,
       // `required: false` lets each content type be validated only when it is the one sent.
       request: { body: { required: false, content: { 'application/json': { schema: RemoteBody }, 'multipart/form-data': { schema: UploadForm } } } },
-      responses: { 201: json(Registered, 'Registered'), ...errors(400, 401, 403, 409) },
+      responses: { 201: json(Registered, 'Registered'), ...errors(409) },
     }),
     async (c) => {
       const info = requestInfo(c);
@@ -199,7 +200,7 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
         try {
           form = await c.req.parseBody();
         } catch {
-          throw badRequest('invalid_multipart', 'The multipart body could not be read');
+          throw agentsError('invalid_multipart');
         }
         const file = form.file;
         const meta = UploadMeta.safeParse({ version: form.version, component: form.component, os: form.os, arch: form.arch, signature: form.signature });
@@ -207,12 +208,12 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
         if (!(file instanceof File)) throw validationError([{ path: 'file', message: 'is required (a file part)' }]);
         return c.json(await registerUpload(keel, meta.data, new Uint8Array(await file.arrayBuffer()), info, c.get('principal')), 201);
       }
-      if (!/^application\/json/i.test(type)) throw new AppError(415, 'unsupported_media_type', 'Send multipart/form-data or application/json');
+      if (!/^application\/json/i.test(type)) throw platformError('unsupported_media_type', { message: 'Send multipart/form-data or application/json' });
       let json: unknown;
       try {
         json = await c.req.json();
       } catch {
-        throw badRequest('invalid_json', 'The request body is not valid JSON');
+        throw platformError('invalid_json');
       }
       const body = RemoteBody.strict().safeParse(json);
       if (!body.success) throw validationError(zodFields(body.error));
@@ -225,7 +226,7 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/agent-versions/{version}/download/{component}/{os}/{arch}', tags: ['agents'], summary: 'Download an uploaded build',
       middleware: [deviceAuth(keel)],
       request: { params: DownloadParams },
-      responses: { 200: { description: 'The binary', content: { 'application/octet-stream': { schema: z.string().openapi({ type: 'string', format: 'binary', description: 'The binary' }) } } }, ...errors(401, 404) },
+      responses: { 200: { description: 'The binary', content: { 'application/octet-stream': { schema: z.string().openapi({ type: 'string', format: 'binary', description: 'The binary' }) } } }, ...errors(404) },
     }),
     async (c) => {
       const p = c.req.valid('param');
@@ -241,7 +242,7 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       description: 'Fetches AGENT_RELEASE_URL/manifest.json and manifest.json.sig (Ed25519, AGENT_RELEASE_PUBLIC_KEY; unsigned or wrongly signed: 502 manifest_signature_invalid). Each asset carries its build `signature` (400 `release_signature_invalid` when one does not verify with the release keys; nothing is registered). Without version: the latest stable release (never a prerelease).',
       middleware: writer,
       request: { query: z.object({ version: Version.optional().openapi({ description: 'Version to sync (default: latest stable)' }) }) },
-      responses: { 200: json(Synced, 'Synced'), ...errors(400, 401, 403, 404, 409, 502, 503) },
+      responses: { 200: json(Synced, 'Synced'), ...errors(404, 409, 502) },
     }),
     async (c) => c.json(await syncRemote(keel, c.req.valid('query').version, requestInfo(c), c.get('principal')), 200),
   );
@@ -251,7 +252,7 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/agent-versions/promote', tags: ['agents'], summary: 'Make a version the fleet target (optionally staged)',
       middleware: writer,
       request: { body: jsonBody(PromoteBody) },
-      responses: { 200: json(Promoted, 'Promoted'), ...errors(400, 401, 403, 404, 409) },
+      responses: { 200: json(Promoted, 'Promoted'), ...errors(404, 409) },
     }),
     async (c) => c.json(await promote(keel, c.req.valid('json'), requestInfo(c)), 200),
   );
@@ -261,7 +262,7 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/agent-versions/rollout', tags: ['agents'], summary: "Widen the current target's rollout",
       middleware: writer,
       request: { body: jsonBody(RolloutBody) },
-      responses: { 200: json(z.object({ updated: z.array(z.string()).openapi(d('Platforms changed')), percent: z.number().int().openapi(d('New share')) }).openapi('RolloutWidened'), 'Widened'), ...errors(400, 401, 403, 404, 409) },
+      responses: { 200: json(z.object({ updated: z.array(z.string()).openapi(d('Platforms changed')), percent: z.number().int().openapi(d('New share')) }).openapi('RolloutWidened'), 'Widened'), ...errors(404, 409) },
     }),
     async (c) => {
       const b = c.req.valid('json');
@@ -274,7 +275,7 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/agent-versions/rollout/resume', tags: ['agents'], summary: 'Resume a halted rollout (failure counting restarts)',
       middleware: writer,
       request: { body: jsonBody(ResumeBody) },
-      responses: { 200: json(z.object({ resumed: z.array(z.string()).openapi(d('Platforms resumed')) }).openapi('RolloutResumed'), 'Resumed'), ...errors(400, 401, 403, 409) },
+      responses: { 200: json(z.object({ resumed: z.array(z.string()).openapi(d('Platforms resumed')) }).openapi('RolloutResumed'), 'Resumed'), ...errors(409) },
     }),
     async (c) => c.json(await resumeRollout(keel, c.req.valid('json').component, requestInfo(c)), 200),
   );

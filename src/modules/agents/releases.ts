@@ -6,7 +6,7 @@ import { clock } from '../../platform/clock.js';
 import { randomToken, sha256Hex } from '../../platform/crypto.js';
 import { rowsOf } from '../../platform/db/client.js';
 import { transaction } from '../../platform/db/transaction.js';
-import { AppError, badRequest, conflict, notFound } from '../../platform/http/errors.js';
+import { AppError, notFound, platformError } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { placementFilter, visibleOrgCondition, type AccessContext } from '../access/scope.js';
 import { agentReleases, agentTargets, devices } from './schema.js';
@@ -17,6 +17,7 @@ import { releaseKeysOf } from './release-keys.js';
 import { releaseRefusal } from './release-writer.js';
 import { verifyBuildSignature } from './signing.js';
 import type { Principal } from '../identity/principal.js';
+import { agentsError } from './errors.js';
 
 type ReleaseRow = typeof agentReleases.$inferSelect;
 const PROMOTE_LOCK = 7345016; // one promote (or rollout change) at a time (docs/decisions.md)
@@ -38,7 +39,7 @@ export interface BuildInput {
 }
 
 export const signatureInvalid = (detail: string, platform: string) =>
-  badRequest('release_signature_invalid', `The release signature of ${platform} ${detail}`, { platform });
+  agentsError('release_signature_invalid', { message: `The release signature of ${platform} ${detail}`, details: { platform } });
 
 /**
  * The release-signature rule (docs/decisions.md): with release keys configured every build must carry
@@ -77,7 +78,7 @@ export async function registerBuilds(keel: Keel, input: BuildInput[], info: Audi
         .from(agentReleases)
         .where(and(eq(agentReleases.version, b.version), eq(agentReleases.component, b.component), eq(agentReleases.os, b.os), eq(agentReleases.arch, b.arch)));
       if (existing) {
-        if (existing.sha256 !== b.sha256 || existing.url !== b.url) throw conflict('release_exists', `${platformName(b)} ${b.version} is already registered with other contents`);
+        if (existing.sha256 !== b.sha256 || existing.url !== b.url) throw agentsError('release_exists', { message: `${platformName(b)} ${b.version} is already registered with other contents` });
         out.push(existing);
         continue;
       }
@@ -86,7 +87,7 @@ export async function registerBuilds(keel: Keel, input: BuildInput[], info: Audi
         .values({ ...b, source: b.filePath ? 'local' : 'remote', createdAt: clock.now() })
         .onConflictDoNothing()
         .returning();
-      if (!r) throw conflict('release_exists', `${platformName(b)} ${b.version} is already registered`);
+      if (!r) throw agentsError('release_exists', { message: `${platformName(b)} ${b.version} is already registered` });
       out.push(r);
     }
     await writeAudit(tx.db, info, { action, target: { type: 'agent_version', id: builds[0]?.version ?? '' }, details: { platforms: builds.map(platformName) } });
@@ -143,8 +144,8 @@ export async function autoPromote(keel: Keel, version: string, components: Compo
 
 /** A build uploaded to Keel (BINARY_SOURCE=local): stored under DATA_DIR by its SHA-256. */
 export async function registerUpload(keel: Keel, meta: { version: string; component: Component; os: string; arch: string; signature?: string | undefined }, file: Uint8Array, info: AuditRequestInfo, caller: Pick<Principal, 'kind' | 'sessionId' | 'mfa'>) {
-  if (keel.config.BINARY_SOURCE !== 'local') throw badRequest('binary_source_remote', 'Uploads need BINARY_SOURCE=local; register a remote build with JSON {version, component, os, arch, url, sha256, size}');
-  if (file.byteLength === 0) throw badRequest('validation_failed', 'The file is empty', { fields: [{ path: 'file', message: 'is empty' }] });
+  if (keel.config.BINARY_SOURCE !== 'local') throw agentsError('binary_source_remote');
+  if (file.byteLength === 0) throw platformError('validation_failed', { message: 'The file is empty', details: { fields: [{ path: 'file', message: 'is empty' }] } });
   const sha256 = sha256Hex(Buffer.from(file));
   const build: BuildInput = { ...meta, url: null, sha256, size: file.byteLength, filePath: sha256 };
   // Refused before the file is stored: nothing is written for a build that is not signed.
@@ -179,10 +180,10 @@ export function checkReleaseUrl(keel: Keel, url: string): void {
   try {
     u = new URL(url);
   } catch {
-    throw badRequest('validation_failed', 'url must be an absolute URL', { fields: [{ path: 'url', message: 'must be an absolute URL' }] });
+    throw platformError('validation_failed', { message: 'url must be an absolute URL', details: { fields: [{ path: 'url', message: 'must be an absolute URL' }] } });
   }
   if (u.protocol !== 'https:' && !(keel.config.ALLOW_INSECURE_TARGETS && u.protocol === 'http:')) {
-    throw badRequest('validation_failed', 'url must use https', { fields: [{ path: 'url', message: 'must use https' }] });
+    throw platformError('validation_failed', { message: 'url must use https', details: { fields: [{ path: 'url', message: 'must use https' }] } });
   }
 }
 
@@ -226,7 +227,7 @@ export async function promote(keel: Keel, input: PromoteInput, info: AuditReques
     for (const b of builds) {
       const t = byKey.get(platformName(b));
       if (t && !input.allowDowngrade && compareVersions(input.version, t.version) < 0) {
-        throw conflict('downgrade_refused', `${platformName(b)} is on ${t.version}; promoting ${input.version} would be a downgrade (set allowDowngrade)`, { platform: platformName(b), current: t.version });
+        throw agentsError('downgrade_refused', { message: `${platformName(b)} is on ${t.version}; promoting ${input.version} would be a downgrade (set allowDowngrade)`, details: { platform: platformName(b), current: t.version } });
       }
     }
     for (const b of builds) {
@@ -265,7 +266,7 @@ export async function widenRollout(keel: Keel, component: Component | undefined,
     const targets = await tx.db.select().from(agentTargets).where(where);
     if (targets.length === 0) throw notFound('Rollout');
     const narrower = targets.find((t) => t.rolloutPercent > percent);
-    if (narrower) throw conflict('rollout_narrowing', `The rollout of ${platformName(narrower)} is already at ${narrower.rolloutPercent}%`);
+    if (narrower) throw agentsError('rollout_narrowing', { message: `The rollout of ${platformName(narrower)} is already at ${narrower.rolloutPercent}%` });
     const updated = await tx.db.update(agentTargets).set({ rolloutPercent: percent, updatedAt: clock.now() }).where(where).returning();
     await writeAudit(tx.db, info, { action: 'agent.rollout.widen', details: { component: component ?? 'all', percent } });
     return updated;
@@ -283,7 +284,7 @@ export async function resumeRollout(keel: Keel, component: Component | undefined
       .set({ rolloutStatus: 'active', reportsSince: clock.now(), updatedAt: clock.now() })
       .where(and(eq(agentTargets.rolloutStatus, 'halted'), component ? eq(agentTargets.component, component) : undefined))
       .returning();
-    if (updated.length === 0) throw conflict('not_halted', 'No halted rollout to resume');
+    if (updated.length === 0) throw agentsError('not_halted');
     await writeAudit(tx.db, info, { action: 'agent.rollout.resume', details: { component: component ?? 'all', platforms: updated.map(platformName) } });
     return updated;
   });

@@ -3,7 +3,7 @@ import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import { errors, json, jsonBody, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { authenticate } from '../../http/authenticate.js';
-import { requestInfo } from '../identity/http.js';
+import { requestInfo } from '../identity/request.js';
 import { accessOf, guard } from '../access/scope.js';
 import { agentsOf, deviceAuth, deviceOf } from './context.js';
 import { createEnrollmentKey, decommission, enroll, getDevice, listDevices, listEnrollmentKeys, revokeEnrollmentKey, setAutoUpdate, updateNow } from './devices.js';
@@ -13,7 +13,7 @@ import { mountReleaseRoutes } from './release-routes.js';
 import {
   AutoUpdateBody, Device, Enrolled, EnrollBody, EnrollmentKey, EnrollmentKeyCreate, EnrollmentKeyCreated, HeartbeatAnswer, HeartbeatBody,
   SettingsBody, SettingsOut, UpdateNowAnswer, UpdateNowBody, UpdateReportBody,
-} from './http.js';
+} from './api-schemas.js';
 
 const uuidParam = (name: string, description: string) => z.uuid().openapi({ param: { name, in: 'path' }, description });
 const IdParam = z.object({ id: uuidParam('id', 'Device id') });
@@ -50,7 +50,7 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/orgs/{orgId}/enrollment-keys', tags: ['devices'], summary: 'Create an enrolment key (the key is shown once)',
       middleware: [auth, ...guard(keel, { orgIdParam: 'orgId', permission: ['devices', 'write'] })],
       request: { params: OrgParam, body: jsonBody(EnrollmentKeyCreate) },
-      responses: { 201: json(EnrollmentKeyCreated, 'Created'), ...errors(400, 401, 403, 404) },
+      responses: { 201: json(EnrollmentKeyCreated, 'Created'), ...errors(404) },
     }),
     async (c) => c.json(await createEnrollmentKey(keel, accessOf(c), c.req.valid('param').orgId, c.req.valid('json'), requestInfo(c)), 201),
   );
@@ -60,7 +60,7 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/orgs/{orgId}/enrollment-keys', tags: ['devices'], summary: "An organisation's enrolment keys (never the keys themselves)",
       middleware: [auth, ...guard(keel, { orgIdParam: 'orgId', permission: ['devices', 'read'] })],
       request: { params: OrgParam, query: Paging },
-      responses: { 200: json(paginated(EnrollmentKey), 'Keys'), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(paginated(EnrollmentKey), 'Keys'), ...errors(404) },
     }),
     async (c) => {
       const q = c.req.valid('query');
@@ -74,7 +74,7 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'delete', path: '/orgs/{orgId}/enrollment-keys/{id}', tags: ['devices'], summary: 'Revoke an enrolment key',
       middleware: [auth, ...guard(keel, { orgIdParam: 'orgId', permission: ['devices', 'write'] })],
       request: { params: OrgKeyParam },
-      responses: { 204: { description: 'Revoked' }, ...errors(401, 403, 404) },
+      responses: { 204: { description: 'Revoked' }, ...errors(404) },
     }),
     async (c) => {
       const p = c.req.valid('param');
@@ -91,7 +91,7 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
         'Rate limited per client IP (`ENROLL_IP_LIMIT`, default 60 a minute; every attempt counts, a wrong key too) and per enrolment key ' +
         '(`ENROLL_KEY_LIMIT`, default 600 a minute): beyond either, 429 `rate_limited` with `Retry-After` and `retryAfter` in seconds.',
       request: { body: jsonBody(EnrollBody) },
-      responses: { 201: json(Enrolled, 'Enrolled'), ...errors(400, 401, 404, 429) },
+      responses: { 201: json(Enrolled, 'Enrolled'), ...errors(401, 404, 429) },
     }),
     async (c) => c.json(await enroll(keel, c.req.valid('json'), interval, c.get('ip') || null), 201),
   );
@@ -102,7 +102,7 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       description: 'Limited per device (`AGENT_HEARTBEAT_LIMIT`, default 60 a minute): beyond it, 429 `rate_limited` with `Retry-After`.',
       middleware: [heartbeatDevice],
       request: { body: jsonBody(HeartbeatBody) },
-      responses: { 200: json(HeartbeatAnswer, 'Answer'), ...errors(400, 401, 429) },
+      responses: { 200: json(HeartbeatAnswer, 'Answer'), ...errors(429) },
     }),
     async (c) => {
       const { tokenHash, device: d } = deviceOf(c);
@@ -118,7 +118,7 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
         '`error` is stored cut to 500 characters. Limited per device (`AGENT_REPORT_LIMIT`, default 30 an hour): beyond it, 429 `rate_limited` with `Retry-After`.',
       middleware: [device],
       request: { body: jsonBody(UpdateReportBody) },
-      responses: { 204: { description: 'Recorded' }, ...errors(400, 401, 429) },
+      responses: { 204: { description: 'Recorded' }, ...errors(429) },
     }),
     async (c) => {
       await updateReport(ctx, deviceOf(c).device, c.req.valid('json'));
@@ -131,7 +131,7 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/devices', tags: ['devices'], summary: 'Devices the caller sees (its organisations, sites and device groups)',
       middleware: [auth, ...guard(keel, { permission: ['devices', 'read'] })],
       request: { query: DeviceQuery },
-      responses: { 200: json(paginated(Device), 'Devices'), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(paginated(Device), 'Devices'), ...errors(404) },
     }),
     async (c) => {
       const q = c.req.valid('query');
@@ -147,7 +147,7 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       description: 'Ignores the maintenance window and the rollout cohort; never overrides auto-update off, a version pin or a halted rollout.',
       middleware: [auth, ...guard(keel, { permission: ['devices', 'execute'] })],
       request: { body: jsonBody(UpdateNowBody) },
-      responses: { ...accepted(UpdateNowAnswer, 'Accepted'), ...errors(400, 401, 403, 404) },
+      responses: { ...accepted(UpdateNowAnswer, 'Accepted'), ...errors(404) },
     }),
     async (c) => c.json({ deviceIds: await updateNow(keel, accessOf(c), c.req.valid('json').deviceIds, requestInfo(c)) }, 202),
   );
@@ -157,7 +157,7 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/devices/{id}', tags: ['devices'], summary: 'A device',
       middleware: [auth, ...guard(keel, { permission: ['devices', 'read'] })],
       request: { params: IdParam },
-      responses: { 200: json(Device, 'Device'), ...errors(401, 403, 404) },
+      responses: { 200: json(Device, 'Device'), ...errors(404) },
     }),
     async (c) => {
       await ctx.state.flushLastSeen();
@@ -170,7 +170,7 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'delete', path: '/devices/{id}', tags: ['devices'], summary: 'Decommission a device (its token stops working)',
       middleware: [auth, ...guard(keel, { permission: ['devices', 'delete'] })],
       request: { params: IdParam },
-      responses: { 204: { description: 'Decommissioned' }, ...errors(401, 403, 404) },
+      responses: { 204: { description: 'Decommissioned' }, ...errors(404) },
     }),
     async (c) => {
       await decommission(keel, accessOf(c), c.req.valid('param').id, requestInfo(c));
@@ -183,7 +183,7 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/devices/{id}/auto-update', tags: ['devices'], summary: "Turn a device's automatic updates on or off",
       middleware: [auth, ...guard(keel, { permission: ['devices', 'execute'] })],
       request: { params: IdParam, body: jsonBody(AutoUpdateBody) },
-      responses: { 200: json(Device, 'Device'), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(Device, 'Device'), ...errors(404) },
     }),
     async (c) => c.json(await setAutoUpdate(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json').enabled, requestInfo(c), interval), 200),
   );
@@ -193,7 +193,7 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/orgs/{orgId}/agent-update-settings', tags: ['agents'], summary: "An organisation's maintenance window and version pins",
       middleware: [auth, ...guard(keel, { orgIdParam: 'orgId', permission: ['devices', 'read'] })],
       request: { params: OrgParam },
-      responses: { 200: json(SettingsOut, 'Settings'), ...errors(401, 403, 404) },
+      responses: { 200: json(SettingsOut, 'Settings'), ...errors(404) },
     }),
     async (c) => c.json(await getSettings(keel, accessOf(c), 'org', c.req.valid('param').orgId), 200),
   );
@@ -204,7 +204,7 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       description: 'Each field optional: absent is unchanged, null clears it. The organisation window overrides the partner window.',
       middleware: [auth, ...guard(keel, { orgIdParam: 'orgId', wholeOrg: true, permission: ['devices', 'write'] })],
       request: { params: OrgParam, body: jsonBody(SettingsBody) },
-      responses: { 200: json(SettingsOut, 'Settings'), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(SettingsOut, 'Settings'), ...errors(404) },
     }),
     async (c) => c.json(await putSettings(keel, accessOf(c), 'org', c.req.valid('param').orgId, c.req.valid('json'), requestInfo(c)), 200),
   );
@@ -214,7 +214,7 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/partners/{partnerId}/agent-update-settings', tags: ['agents'], summary: "A partner's default maintenance window and version pins",
       middleware: [auth, ...guard(keel, { scopes: ['system', 'partner'], permission: ['devices', 'read'] })],
       request: { params: PartnerParam },
-      responses: { 200: json(SettingsOut, 'Settings'), ...errors(401, 403, 404) },
+      responses: { 200: json(SettingsOut, 'Settings'), ...errors(404) },
     }),
     async (c) => c.json(await getSettings(keel, accessOf(c), 'partner', c.req.valid('param').partnerId), 200),
   );
@@ -224,7 +224,7 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'put', path: '/partners/{partnerId}/agent-update-settings', tags: ['agents'], summary: "Set a partner's default maintenance window and version pins",
       middleware: [auth, ...guard(keel, { scopes: ['system', 'partner'], fullOrgAccess: true, wholeOrg: true, permission: ['devices', 'write'] })],
       request: { params: PartnerParam, body: jsonBody(SettingsBody) },
-      responses: { 200: json(SettingsOut, 'Settings'), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(SettingsOut, 'Settings'), ...errors(404) },
     }),
     async (c) => c.json(await putSettings(keel, accessOf(c), 'partner', c.req.valid('param').partnerId, c.req.valid('json'), requestInfo(c)), 200),
   );

@@ -8,6 +8,7 @@ import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { compareVersions, COMPONENTS, isPrerelease } from './decision.js';
 import type { Principal } from '../identity/principal.js';
 import { autoPromote, checkReleaseUrl, platformName, registerBuilds, type BuildInput } from './releases.js';
+import { agentsError } from './errors.js';
 
 /** `POST /agent-versions/sync-remote`: the release host's signed manifest (docs/decisions.md, README). */
 
@@ -22,16 +23,14 @@ const Asset = z.object({
 });
 const Manifest = z.object({ releases: z.array(z.object({ version: z.string().min(1).max(64), assets: z.array(Asset).min(1) })) });
 
-const unavailable = (code: string, message: string) => new AppError(503, code, message);
-const badGateway = (code: string, message: string) => new AppError(502, code, message);
 
 async function fetchBytes(keel: Keel, url: string, max: number): Promise<Buffer> {
   try {
     const res = await outboundRequest(url, { method: 'GET', timeoutMs: 30_000, maxResponseBytes: max }, keel.outbound);
-    if (res.status !== 200) throw badGateway('release_host_error', `The release host answered ${res.status} for ${new URL(url).pathname}`);
+    if (res.status !== 200) throw agentsError('release_host_error', { message: `The release host answered ${res.status} for ${new URL(url).pathname}` });
     return res.body;
   } catch (err) {
-    if (err instanceof OutboundError) throw badGateway('release_host_unreachable', `The release host could not be reached: ${err.code}`);
+    if (err instanceof OutboundError) throw agentsError('release_host_unreachable', { message: `The release host could not be reached: ${err.code}` });
     throw err;
   }
 }
@@ -44,8 +43,8 @@ async function fetchBytes(keel: Keel, url: string, max: number): Promise<Buffer>
  */
 export async function syncRemote(keel: Keel, version: string | undefined, info: AuditRequestInfo, caller: Pick<Principal, 'kind' | 'sessionId' | 'mfa'>) {
   const base = keel.config.AGENT_RELEASE_URL;
-  if (!base) throw unavailable('release_host_unconfigured', 'AGENT_RELEASE_URL is not set');
-  if (!keel.config.AGENT_RELEASE_PUBLIC_KEY) throw unavailable('release_key_missing', 'AGENT_RELEASE_PUBLIC_KEY is not set: unsigned release metadata is never accepted');
+  if (!base) throw agentsError('release_host_unconfigured');
+  if (!keel.config.AGENT_RELEASE_PUBLIC_KEY) throw agentsError('release_key_missing');
   const key = parseReleaseKey(keel.config.AGENT_RELEASE_PUBLIC_KEY).key;
   const root = base.endsWith('/') ? base : `${base}/`;
   const manifestUrl = new URL('manifest.json', root).toString();
@@ -54,18 +53,18 @@ export async function syncRemote(keel: Keel, version: string | undefined, info: 
   try {
     signature = Buffer.from((await fetchBytes(keel, `${manifestUrl}.sig`, 1024)).toString('utf8').trim(), 'base64');
   } catch (err) {
-    if (err instanceof AppError && err.code === 'release_host_error') throw badGateway('manifest_signature_invalid', 'The release manifest is not signed');
+    if (err instanceof AppError && err.code === 'release_host_error') throw agentsError('manifest_signature_invalid', { message: 'The release manifest is not signed' });
     throw err;
   }
   if (signature.length !== 64 || !verify(null, body, key, signature)) {
     await writeAudit(keel.db, info, { action: 'agent.version.sync', result: 'failure', details: { reason: 'signature' } });
-    throw badGateway('manifest_signature_invalid', 'The release manifest signature does not verify with AGENT_RELEASE_PUBLIC_KEY');
+    throw agentsError('manifest_signature_invalid');
   }
   let manifest: z.infer<typeof Manifest>;
   try {
     manifest = Manifest.parse(JSON.parse(body.toString('utf8')));
   } catch {
-    throw badGateway('manifest_invalid', 'The release manifest is not in the documented format');
+    throw agentsError('manifest_invalid');
   }
   const release = version
     ? manifest.releases.find((r) => r.version === version)

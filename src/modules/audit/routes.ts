@@ -6,7 +6,7 @@ import type { Keel } from '../../keel.js';
 import type { Db } from '../../platform/db/client.js';
 import { errors, json, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { authenticate } from '../../http/authenticate.js';
-import { ScopeQuery } from '../access/http.js';
+import { ScopeQuery } from '../access/api-schemas.js';
 import { accessOf, groupListFilter, guard, placementFilter, restricted, siteListFilter, visibleOrgCondition, visibleOrgs, type AccessContext } from '../access/scope.js';
 import { deviceGroups, sites } from '../tenancy/schema.js';
 import { devices, enrollmentKeys } from '../agents/schema.js';
@@ -127,7 +127,7 @@ export function mountAuditRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/audit-logs', tags: tag, summary: 'Audit entries of the scope, newest first',
       middleware: [auth, ...guard(keel, { permission: ['audit', 'read'] })],
       request: { query: PageQuery.extend(ScopeQuery.shape).extend(Filters.shape) },
-      responses: { 200: json(paginated(EntrySchema)), ...errors(400, 401, 403, 404, 428) },
+      responses: { 200: json(paginated(EntrySchema)), ...errors(404) },
     }),
     async (c) => {
       const q = c.req.valid('query');
@@ -156,7 +156,7 @@ export function mountAuditRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
           description: 'The entries, newest first',
           content: { 'application/x-ndjson': { schema: z.string() }, 'text/csv': { schema: z.string() } },
         },
-        ...errors(400, 401, 403, 404, 428),
+        ...errors(404),
       },
     }),
     (c) => {

@@ -5,7 +5,7 @@ import type { Keel } from '../../keel.js';
 import { errors, json, jsonBody, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { notFound } from '../../platform/http/errors.js';
 import { authenticate } from '../../http/authenticate.js';
-import { requestInfo } from '../identity/http.js';
+import { requestInfo } from '../identity/request.js';
 import { accessOf, guard } from '../access/scope.js';
 import { addDomain, deleteDomain, listDomains, verifyDomain, type DomainOwner } from './service.js';
 
@@ -85,7 +85,7 @@ export function mountDomainRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
         method: 'get', path: l.base, tags, summary: `Email domains claimed by ${l.who}, with their verification status`,
         middleware: read,
         request: { params: Params, query: PageQuery },
-        responses: { 200: json(paginated(DomainSchema), 'Domains'), ...errors(400, 401, 403, 404) },
+        responses: { 200: json(paginated(DomainSchema), 'Domains'), ...errors(404) },
       }),
       async (c) => {
         const q = c.req.valid('query');
@@ -99,7 +99,7 @@ export function mountDomainRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
         method: 'post', path: l.base, tags, summary: 'Claim a domain: answers the TXT record to publish (409 domain_claimed when verified elsewhere)',
         middleware: write,
         request: { params: Params, body: jsonBody(DomainCreate) },
-        responses: { 201: json(DomainSchema, 'Claimed (pending)'), ...errors(400, 401, 403, 404, 409) },
+        responses: { 201: json(DomainSchema, 'Claimed (pending)'), ...errors(404, 409) },
       }),
       async (c) => c.json(await addDomain(keel, l.owner(c), c.req.valid('json'), userId(c), requestInfo(c)), 201),
     );
@@ -109,7 +109,7 @@ export function mountDomainRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
         method: 'post', path: `${l.base}/{id}/verify`, tags, summary: 'Look the TXT record up now: verified, or pending with the reason',
         middleware: write,
         request: { params: ItemParams },
-        responses: { 200: json(DomainSchema, 'The claim after the check'), ...errors(401, 403, 404, 409, 429) },
+        responses: { 200: json(DomainSchema, 'The claim after the check'), ...errors(404, 409, 429) },
       }),
       async (c) => c.json(await verifyDomain(keel, l.owner(c), c.req.valid('param').id, requestInfo(c)), 200),
     );
@@ -119,7 +119,7 @@ export function mountDomainRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
         method: 'delete', path: `${l.base}/{id}`, tags, summary: 'Give a domain up (a verified one becomes free for others)',
         middleware: write,
         request: { params: ItemParams },
-        responses: { 204: { description: 'Deleted' }, ...errors(401, 403, 404) },
+        responses: { 204: { description: 'Deleted' }, ...errors(404) },
       }),
       async (c) => {
         await deleteDomain(keel, l.owner(c), c.req.valid('param').id, requestInfo(c));

@@ -5,13 +5,14 @@ import type { Db } from '../../platform/db/client.js';
 import { transaction } from '../../platform/db/transaction.js';
 import { clock } from '../../platform/clock.js';
 import { constantTimeEqual, randomToken } from '../../platform/crypto.js';
-import { conflict, notFound, validationError } from '../../platform/http/errors.js';
+import { notFound, validationError } from '../../platform/http/errors.js';
 import type { Limit } from '../../platform/rate-limit.js';
 import { loggableError } from '../../platform/safe-error.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { createResolver, lookupTxt, type Domains, type TxtAnswer } from './dns.js';
 import { intervalJob, type KeelModule } from '../../platform/module.js';
 import { verifiedDomains, type DomainRow } from './schema.js';
+import { domainsError } from './errors.js';
 
 /** Whose domain: an organisation's (its partner named for the audit entry) or a partner's. */
 export type DomainOwner = { kind: 'org'; orgId: string; partnerId: string | null } | { kind: 'partner'; partnerId: string };
@@ -122,7 +123,7 @@ export async function listDomains(db: Db, owner: DomainOwner, q: { page: number;
   return { data: rows.map(domainView), total: total?.n ?? 0 };
 }
 
-const claimed = () => conflict('domain_claimed', 'Another organization has verified this domain');
+const claimed = () => domainsError('domain_claimed');
 const isUniqueViolation = (err: unknown, index?: string): boolean => {
   const e = err as { code?: unknown; constraint?: unknown; cause?: { code?: unknown; constraint?: unknown } };
   const code = e.code ?? e.cause?.code;
@@ -167,7 +168,7 @@ export async function addDomain(keel: Keel, owner: DomainOwner, input: { domain:
     });
     return domainView(row);
   } catch (err) {
-    if (isUniqueViolation(err)) throw conflict('domain_exists', 'This domain is already claimed here: verify it, or delete it first');
+    if (isUniqueViolation(err)) throw domainsError('domain_exists');
     throw err;
   }
 }

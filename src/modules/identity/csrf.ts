@@ -3,7 +3,7 @@ import { constantTimeEqual, hmacSha256Hex } from '../../platform/crypto.js';
 
 /*
  * The `service_csrf` value bound to a session (docs/decisions.md "Tokens and sessions": double submit, constant-time). The cookie and
- * header handling is HTTP (http.ts); the value and its check are the session's, used by the refresh
+ * header handling is HTTP (request.ts); the value and its check are the session's, used by the refresh
  * rotation (service.ts).
  */
 

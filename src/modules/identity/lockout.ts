@@ -5,6 +5,7 @@ import { prepared, rawQuery, tableReader } from '../../platform/db/raw.js';
 import { identityOf } from './context.js';
 import { dummyVerify, verifyPassword } from './passwords.js';
 import { users } from './schema.js';
+import { identityError } from './errors.js';
 
 type User = typeof users.$inferSelect;
 
@@ -87,7 +88,7 @@ export async function checkPasswordUnderLockout(
   return user;
 }
 
-export const invalidCurrentPassword = () => new AppError(400, 'invalid_current_password', 'The current password is not correct');
+export const invalidCurrentPassword = () => identityError('invalid_current_password');
 
 /**
  * Every password re-entry of a signed-in or invited person (change-password, passkey registration

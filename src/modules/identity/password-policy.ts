@@ -1,6 +1,6 @@
 import type { Keel } from '../../keel.js';
 import type { users } from './schema.js';
-import { forbidden } from '../../platform/http/errors.js';
+import { identityError } from './errors.js';
 
 type User = typeof users.$inferSelect;
 
@@ -49,5 +49,5 @@ export async function passwordPolicyVerdicts(keel: Keel, user: User, use: Passwo
  */
 export async function signInRefusal(keel: Keel, user: User): Promise<Error | null> {
   const refusal = (await passwordPolicyVerdicts(keel, user, 'login')).find((v) => v.refuse);
-  return refusal ? (refusal.error ?? forbidden('Password sign-in is not allowed for this account', 'password_login_refused')) : null;
+  return refusal ? (refusal.error ?? identityError('password_login_refused')) : null;
 }

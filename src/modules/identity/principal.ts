@@ -1,4 +1,4 @@
-import { forbidden } from '../../platform/http/errors.js';
+import { identityError } from './errors.js';
 
 /** Who is calling: a signed-in user (access token) or an API key acting for its creator. */
 export interface Principal {
@@ -24,7 +24,7 @@ export type UserPrincipal = Principal & { kind: 'user'; sessionId: string };
  */
 export type PrincipalKind = 'user' | 'any';
 
-export const userRequired = () => forbidden('This needs a signed-in user, not an API key', 'user_required');
+export const userRequired = () => identityError('user_required');
 
 /**
  * The one decision "may this principal act on an account route": a user with a session. Every

@@ -1,7 +1,7 @@
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
-import { AppError, forbidden, unauthorized } from '../../platform/http/errors.js';
+import { platformError } from '../../platform/http/errors.js';
 import { errors, json, jsonBody, MessageSchema, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { authenticate } from '../../http/authenticate.js';
 import {
@@ -19,8 +19,9 @@ import {
 import { cachedSelfProfile, cachedSelfProfileNow, SelfProfileSchema } from './profile.js';
 import { cachedJson } from '../../platform/http/cached-json.js';
 import { registerPartner } from '../users/registration.js';
-import { clearSessionCookies, refreshTokenFromCookie, requestInfo, tokenResponse, TokenAnswerSchema, userPrincipal } from './http.js';
+import { clearSessionCookies, refreshTokenFromCookie, requestInfo, tokenResponse, TokenAnswerSchema, userPrincipal } from './request.js';
 import { MfaChallengeSchema } from '../mfa/login.js';
+import { identityError } from './errors.js';
 
 const Email = z.email().max(255).openapi({ description: 'Email address of the account (at most 255 characters; matched case-insensitively)', example: 'ada@example.com' });
 const Password = z.string().min(1).max(1024);
@@ -103,16 +104,16 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
   const auth = authenticate(keel, { principal: 'user' });
   // Reachable before a Force-MFA user has enrolled a factor (no 428).
   const authExempt = authenticate(keel, { allowUnenrolled: true, principal: 'user' });
-  const csrfFailed = () => forbidden('The x-service-csrf header must match the service_csrf cookie of this session', 'csrf_failed');
+  const csrfFailed = () => identityError('csrf_failed');
   const registrationOpen = () => {
-    if (!keel.config.ENABLE_REGISTRATION) throw new AppError(404, 'not_found', 'Registration is not enabled');
+    if (!keel.config.ENABLE_REGISTRATION) throw platformError('not_found', { message: 'Registration is not enabled' });
   };
 
   api.openapi(
     createRoute({
       method: 'post', path: '/auth/register', tags: tag, summary: 'Create a standalone account (ENABLE_REGISTRATION)',
       request: { body: jsonBody(RegisterBody) },
-      responses: { 201: json(TokenAnswerSchema, 'Registered and signed in'), ...errors(400, 404, 409, 429, 503) },
+      responses: { 201: json(TokenAnswerSchema, 'Registered and signed in'), ...errors(404, 409, 429, 503) },
     }),
     async (c) => {
       registrationOpen();
@@ -125,7 +126,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
     createRoute({
       method: 'post', path: '/auth/register-partner', tags: tag, summary: 'Create a partner, its admin user and sign in (ENABLE_REGISTRATION)',
       request: { body: jsonBody(RegisterPartnerBody) },
-      responses: { 201: json(TokenAnswerSchema.extend({ partner: PartnerSchema }), 'Registered'), ...errors(400, 404, 409, 429, 503) },
+      responses: { 201: json(TokenAnswerSchema.extend({ partner: PartnerSchema }), 'Registered'), ...errors(404, 409, 429, 503) },
     }),
     async (c) => {
       registrationOpen();
@@ -141,7 +142,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
       request: { body: jsonBody(LoginBody) },
       responses: {
         200: json(z.union([TokenAnswerSchema, MfaChallengeSchema]), 'Tokens, or a second-factor challenge'),
-        ...errors(400, 401, 403, 429, 503),
+        ...errors(401, 403, 429, 503),
       },
     }),
     async (c) => {
@@ -165,7 +166,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
       if ((c.req.header('content-length') ?? '0') !== '0') token = c.req.valid('json').refreshToken;
       if (!token) {
         const fromCookie = refreshTokenFromCookie(c);
-        if (!fromCookie) throw unauthorized('No refresh token', 'invalid_refresh_token');
+        if (!fromCookie) throw identityError('invalid_refresh_token');
         if (!fromCookie.csrf) throw csrfFailed();
         token = fromCookie.token;
         csrf = fromCookie.csrf;
@@ -173,11 +174,11 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
       const outcome = await refresh(keel, token, csrf);
       if (outcome.kind === 'csrf_failed') throw csrfFailed();
       if (outcome.kind === 'raced') {
-        throw new AppError(409, 'refresh_raced', 'This refresh token was just rotated by another request; use the newer pair');
+        throw identityError('refresh_raced');
       }
       if (outcome.kind === 'invalid') {
         clearSessionCookies(c, keel);
-        throw unauthorized('The refresh token is invalid, expired or revoked', 'invalid_refresh_token');
+        throw identityError('invalid_refresh_token', { message: 'The refresh token is invalid, expired or revoked' });
       }
       return c.json(tokenResponse(c, keel, outcome.answer), 200);
     },
@@ -187,7 +188,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
     createRoute({
       method: 'post', path: '/auth/logout', tags: tag, summary: 'Revoke every session and token of the user',
       middleware: [authExempt] as const,
-      responses: { 200: json(MessageSchema), ...errors(401, 403) },
+      responses: { 200: json(MessageSchema) },
     }),
     async (c) => {
       const p = userPrincipal(c);
@@ -201,7 +202,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
     createRoute({
       method: 'post', path: '/auth/forgot-password', tags: tag, summary: 'Email a reset link (always 200)',
       request: { body: jsonBody(ForgotBody) },
-      responses: { 200: json(MessageSchema), ...errors(400, 429) },
+      responses: { 200: json(MessageSchema), ...errors(429) },
     }),
     async (c) => {
       await forgotPassword(keel, c.req.valid('json').email, requestInfo(c));
@@ -213,7 +214,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
     createRoute({
       method: 'post', path: '/auth/reset-password', tags: tag, summary: 'Set a new password with a reset token; ends every session',
       request: { body: jsonBody(ResetBody) },
-      responses: { 200: json(MessageSchema), ...errors(400, 503) },
+      responses: { 200: json(MessageSchema), ...errors(503) },
     }),
     async (c) => {
       const { token, password } = c.req.valid('json');
@@ -227,7 +228,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
       method: 'post', path: '/auth/change-password', tags: tag, summary: 'Change the password; ends every session',
       middleware: [auth] as const,
       request: { body: jsonBody(ChangeBody) },
-      responses: { 200: json(MessageSchema), ...errors(400, 401, 403, 429, 503) },
+      responses: { 200: json(MessageSchema), ...errors(429) },
     }),
     async (c) => {
       const { currentPassword, newPassword } = c.req.valid('json');
@@ -242,7 +243,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
       createRoute({
         method: 'get', path, tags: path === '/auth/me' ? tag : ['users'], summary: 'The signed-in user, with MFA, phone and access',
         middleware: [authExempt] as const,
-        responses: { 200: json(SelfProfileSchema), ...errors(401, 403) },
+        responses: { 200: json(SelfProfileSchema) },
       }),
       (c) => {
         const userId = userPrincipal(c).userId;
@@ -258,7 +259,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
       method: 'patch', path: '/users/me', tags: ['users'], summary: 'Update own name and avatar',
       middleware: [authExempt] as const,
       request: { body: jsonBody(ProfilePatch) },
-      responses: { 200: json(SelfProfileSchema), ...errors(400, 401, 403) },
+      responses: { 200: json(SelfProfileSchema) },
     }),
     async (c) => c.json(await updateProfile(keel, userPrincipal(c).userId, c.req.valid('json'), requestInfo(c)), 200),
   );
@@ -268,7 +269,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
       method: 'get', path: '/auth/sessions', tags: tag, summary: 'Own live sessions',
       middleware: [auth] as const,
       request: { query: PageQuery },
-      responses: { 200: json(paginated(SessionSchema)), ...errors(400, 401, 403) },
+      responses: { 200: json(paginated(SessionSchema)) },
     }),
     async (c) => {
       const q = c.req.valid('query');
@@ -283,7 +284,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
       method: 'delete', path: '/auth/sessions/{id}', tags: tag, summary: 'End one of own sessions',
       middleware: [auth] as const,
       request: { params: z.object({ id: z.uuid().openapi({ description: 'Id of one of own sessions (from GET /auth/sessions); another user\'s is 404', param: { name: 'id', in: 'path' } }) }) },
-      responses: { 204: { description: 'Ended' }, ...errors(401, 403, 404) },
+      responses: { 204: { description: 'Ended' }, ...errors(404) },
     }),
     async (c) => {
       await revokeOwnSession(keel, userPrincipal(c).userId, c.req.valid('param').id, requestInfo(c));

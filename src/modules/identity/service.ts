@@ -5,7 +5,7 @@ import { transaction, transactionIf, type Tx } from '../../platform/db/transacti
 import { clock } from '../../platform/clock.js';
 import { newId } from '../../platform/db/columns.js';
 import { prepared, rawQuery, tableReader } from '../../platform/db/raw.js';
-import { AppError, conflict, forbidden, notFound, unauthorized } from '../../platform/http/errors.js';
+import { notFound, unauthorized, platformError } from '../../platform/http/errors.js';
 import { passwordPolicyVerdicts, signInRefusal } from './password-policy.js';
 import { auditInsert, writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import type { Logger } from '../../platform/logger.js';
@@ -20,6 +20,7 @@ import { profileOf, selfProfile, type SelfProfile } from './profile.js';
 import { sessions, users } from './schema.js';
 import { ACCESS_TOKEN_SECONDS } from './tokens.js';
 import { notifyAuthChange } from './notices.js';
+import { identityError } from './errors.js';
 
 export const PASSWORD_RESET_PURPOSE = 'password_reset';
 export const PASSWORD_RESET_TTL_MS = 3600_000;
@@ -40,7 +41,7 @@ export interface TokenAnswer {
   user: SelfProfile;
 }
 
-export const invalidCredentials = () => unauthorized('Invalid email or password', 'invalid_credentials');
+export const invalidCredentials = () => identityError('invalid_credentials');
 
 const userReader = tableReader(users);
 const USER_BY_EMAIL = prepared('user_by_email', `select ${userReader.columns} from users where lower(email) = lower($1)`);
@@ -89,7 +90,7 @@ async function tokenAnswer(
 export async function upgradeSession(keel: Keel, user: User, currentSessionId: string): Promise<TokenAnswer> {
   const identity = identityOf(keel);
   const refreshToken = await identity.sessions.upgradeToMfa(currentSessionId, user.id);
-  if (!refreshToken) throw unauthorized('The session has ended: sign in again', 'invalid_token');
+  if (!refreshToken) throw platformError('invalid_token', { message: 'The session has ended: sign in again' });
   await identity.sessions.userChanged(user.id);
   return tokenAnswer(keel, user, { id: currentSessionId, refreshToken, mfa: true });
 }
@@ -215,7 +216,7 @@ export async function passwordLogin(keel: Keel, email: string, password: string,
  */
 async function applyPasswordPolicies(keel: Keel, user: User, info: RequestInfo): Promise<void> {
   for (const v of await passwordPolicyVerdicts(keel, user, 'login')) {
-    if (v.refuse) throw v.error ?? forbidden('Password sign-in is not allowed for this account', 'password_login_refused');
+    if (v.refuse) throw v.error ?? identityError('password_login_refused');
     if (v.audit) {
       await writeAudit(keel.db, { ...info, actor: { type: 'user', id: user.id, email: user.email } }, {
         action: v.audit.action,
@@ -247,7 +248,7 @@ export async function register(keel: Keel, input: { email: string; password: str
 export async function insertUser(tx: Tx, input: { email: string; name: string; passwordHash: string }): Promise<User> {
   const email = input.email.trim();
   const existing = await findUserByEmail(tx.db, email);
-  if (existing) throw conflict('email_taken', 'An account with this email already exists');
+  if (existing) throw identityError('email_taken');
   const now = clock.now();
   const rows = await tx.db
     .insert(users)
@@ -255,7 +256,7 @@ export async function insertUser(tx: Tx, input: { email: string; name: string; p
     .onConflictDoNothing()
     .returning();
   const user = rows[0];
-  if (!user) throw conflict('email_taken', 'An account with this email already exists');
+  if (!user) throw identityError('email_taken');
   return user;
 }
 
@@ -263,7 +264,7 @@ export type RefreshOutcome = { kind: 'ok'; answer: TokenAnswer } | { kind: 'race
 
 /**
  * Rotates a refresh token into a new pair; the session keeps its `mfa` flag. A cookie refresh passes
- * its CSRF value, which must be the one bound to the token's session (http.ts) before anything changes.
+ * its CSRF value, which must be the one bound to the token's session (request.ts) before anything changes.
  */
 export async function refresh(keel: Keel, refreshToken: string, csrf?: string): Promise<RefreshOutcome> {
   const accept = csrf === undefined ? undefined : (sessionId: string) => csrfMatchesSession(keel, sessionId, csrf);
@@ -324,7 +325,7 @@ async function sendResetLink(keel: Keel, email: string, log: Logger): Promise<vo
 
 /** Sets a new password with a reset token (single use, 1 hour) and revokes every session of the user. */
 export async function resetPassword(keel: Keel, token: string, password: string, info: RequestInfo): Promise<void> {
-  const invalid = () => new AppError(400, 'invalid_token', 'The reset link is invalid or has expired');
+  const invalid = () => platformError('invalid_token', { status: 400, message: 'The reset link is invalid or has expired' });
   const pending = await keel.singleUse.peek(keel.db, PASSWORD_RESET_PURPOSE, token);
   if (!pending?.subjectId) throw invalid();
   const [user] = await keel.db.select().from(users).where(eq(users.id, pending.subjectId));

@@ -1,15 +1,16 @@
 import { eq } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
-import { AppError, unauthorized } from '../../platform/http/errors.js';
+import { unauthorized, platformError } from '../../platform/http/errors.js';
 import type { Limit } from '../../platform/rate-limit.js';
 import { users } from '../identity/schema.js';
 import type { User } from '../identity/service.js';
+import { mfaError } from './errors.js';
 
 /** Pieces shared by the TOTP, SMS and passkey services of the MFA module. */
 
-export const mfaDisabled = () => new AppError(404, 'not_found', 'Multi-factor authentication is not enabled on this server');
-export const invalidCode = (status: 400 | 401) => new AppError(status, 'invalid_code', 'The code is not valid');
-export const invalidTempToken = () => unauthorized('The sign-in attempt expired: sign in again', 'invalid_temp_token');
+export const mfaDisabled = () => platformError('not_found', { message: 'Multi-factor authentication is not enabled on this server' });
+export const invalidCode = (status: 400 | 401) => mfaError('invalid_code', { status });
+export const invalidTempToken = () => mfaError('invalid_temp_token');
 
 export async function loadUser(keel: Keel, userId: string): Promise<User> {
   const [user] = await keel.db.select().from(users).where(eq(users.id, userId));

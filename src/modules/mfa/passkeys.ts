@@ -15,7 +15,7 @@ import { countAuthOutcome } from '../../platform/metrics.js';
 import { clock } from '../../platform/clock.js';
 import { sha256Hex } from '../../platform/crypto.js';
 import { transaction } from '../../platform/db/transaction.js';
-import { AppError, conflict, forbidden, notFound, unauthorized } from '../../platform/http/errors.js';
+import { AppError, notFound, unauthorized } from '../../platform/http/errors.js';
 import { writeAudit } from '../audit/service.js';
 import { getAccessSummary } from '../access/service.js';
 import { identityOf } from '../identity/context.js';
@@ -32,6 +32,7 @@ import { smsEnrolled } from './sms.js';
 import { requireRelyingParty } from './webauthn.js';
 import { lazy } from '../../platform/lazy.js';
 import { notifyAuthChange } from '../identity/notices.js';
+import { mfaError } from './errors.js';
 
 /** Loaded on the first passkey request: the library costs ~300 ms of start-up otherwise. */
 const webauthn = lazy(() => import('@simplewebauthn/server'));
@@ -70,8 +71,8 @@ export function passkeyView(p: PasskeyRow): PasskeyView {
 }
 
 const challengeExpired = (status: 400 | 401) =>
-  new AppError(status, 'challenge_expired', 'The passkey challenge is invalid, expired or already used: start again');
-const invalidPasskey = (status: 400 | 401) => new AppError(status, 'invalid_passkey', 'The passkey could not be verified');
+  mfaError('challenge_expired', { status });
+const invalidPasskey = (status: 400 | 401) => mfaError('invalid_passkey', { status });
 
 /** The challenge a browser signed, read from the credential's clientDataJSON (null when malformed). */
 function challengeOf(credential: { response: { clientDataJSON: string } }): string | null {
@@ -201,7 +202,7 @@ export async function registerPasskey(
       })
       .onConflictDoNothing()
       .returning();
-    if (!inserted) throw conflict('passkey_exists', 'This passkey is already registered');
+    if (!inserted) throw mfaError('passkey_exists');
     const primaryElsewhere = hasTotp(locked) || smsEnrolled(locked);
     await updateAccount(keel, tx, userId, {
       mfaEnabled: true,
@@ -274,10 +275,10 @@ export async function deletePasskey(keel: Keel, userId: string, passkeyId: strin
     if (smsEnrolled(locked)) remaining.push('sms');
     if (others > 0) remaining.push('passkey');
     if (!forceMfaSatisfiedUnder(keel, access, policy, remaining)) {
-      throw conflict('last_mfa_factor', 'This passkey is your last second factor and your role requires MFA: enrol another factor before removing it');
+      throw mfaError('last_mfa_factor');
     }
     if (remaining.length === 0 && keel.config.ENABLE_2FA && policy.requireMfa) {
-      throw forbidden('Your organization requires MFA; your last second factor cannot be removed', 'mfa_required_by_organization');
+      throw mfaError('mfa_required_by_organization', { message: 'Your organization requires MFA; your last second factor cannot be removed' });
     }
     await tx.db.delete(passkeys).where(and(eq(passkeys.id, passkeyId), eq(passkeys.userId, userId)));
     if (others === 0) {
@@ -322,7 +323,7 @@ export async function passkeyLoginOptions(keel: Keel, tempToken: string): Promis
   await limits.passkeyChallengesLogin.consume(sha256Hex(tempToken));
   await limits.passkeyChallengesUser.consume(user.id);
   const keys = await userPasskeys(keel, user.id);
-  if (keys.length === 0) throw conflict('passkey_not_enrolled', 'This account has no passkey');
+  if (keys.length === 0) throw mfaError('passkey_not_enrolled');
   const options = await (await webauthn()).generateAuthenticationOptions({
     rpID: rp.rpId,
     allowCredentials: keys.map((p) => ({ id: p.credentialId, transports: p.transports })),
@@ -416,11 +417,7 @@ async function checkPasskeyLogin(keel: Keel, tempToken: string, credential: Auth
       result: 'failure',
     });
     requestLog(keel.log, info).warn({ userId: user.id, passkey: key.id, storedCounter: key.counter, receivedCounter: received }, 'passkey signature counter went backwards: possible cloned authenticator');
-    throw new AppError(
-      401,
-      'passkey_counter_regression',
-      "This passkey's signature counter went backwards, so it may have been copied: sign in with another factor and remove it",
-    );
+    throw mfaError('passkey_counter_regression');
   }
 
   const consumed = await keel.singleUse.consume(keel.db, MFA_LOGIN_PURPOSE, tempToken);

@@ -2,9 +2,10 @@ import type { MiddlewareHandler } from 'hono';
 import { documentAccess } from '../../platform/http/route-docs.js';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
-import { AppError, forbidden } from '../../platform/http/errors.js';
+import { AppError } from '../../platform/http/errors.js';
 import type { AccessSummary } from '../access/service.js';
 import { effectiveSecurity, type SecurityPolicy } from '../tenancy/service.js';
+import { mfaError } from './errors.js';
 
 export type MfaMethod = 'totp' | 'sms' | 'passkey';
 
@@ -18,9 +19,9 @@ export async function securityPolicy(keel: Keel, access: Pick<AccessSummary, 'or
 }
 
 const NOT_ALLOWED: Record<MfaMethod, () => AppError> = {
-  totp: () => forbidden('Your organization does not allow authenticator app (TOTP) MFA', 'totp_not_allowed'),
-  sms: () => forbidden('Your organization does not allow SMS MFA', 'sms_not_allowed'),
-  passkey: () => forbidden('Your organization does not allow passkeys', 'passkey_not_allowed'),
+  totp: () => mfaError('totp_not_allowed'),
+  sms: () => mfaError('sms_not_allowed'),
+  passkey: () => mfaError('passkey_not_allowed'),
 };
 
 /** 403 `<method>_not_allowed` with the organisation's reason (the message for SMS of docs/specification.md "Errors"). */
@@ -46,7 +47,7 @@ export function assertMethodAllowed(policy: SecurityPolicy, method: MfaMethod): 
 }
 
 export const mfaEnrollmentRequired = () =>
-  new AppError(428, 'mfa_enrollment_required', 'Your role requires multi-factor authentication: enrol an authenticator app first');
+  mfaError('mfa_enrollment_required');
 
 /**
  * Force MFA (428): a user whose role (or an ancestor) has `forceMfa` must have a factor enrolled. An
@@ -68,7 +69,7 @@ export function forceMfaSatisfiedUnder(keel: Keel, access: AccessSummary, policy
   return usableMethods(policy, enrolled).length > 0;
 }
 
-export const mfaRequired = () => forbidden('This action needs a session verified with a second factor: sign in again with MFA', 'mfa_required');
+export const mfaRequired = () => mfaError('mfa_required');
 
 /**
  * Step-up: the route needs a session established with a second factor (`mfa: true`). API keys never

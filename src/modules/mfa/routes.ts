@@ -5,7 +5,7 @@ import type { Keel } from '../../keel.js';
 import { errors, ErrorSchema, json, jsonBody, MessageSchema, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { authenticate } from '../../http/authenticate.js';
 import { requireUserPrincipal } from '../access/bearer.js';
-import { requestInfo, tokenResponse, TokenAnswerSchema, userPrincipal } from '../identity/http.js';
+import { requestInfo, tokenResponse, TokenAnswerSchema, userPrincipal } from '../identity/request.js';
 import { confirmTotp, disableMfa, rotateRecoveryCodes, setupTotp, stepUpSession, verifyLoginCode } from './service.js';
 import { confirmPhone, enableSms, sendLoginSms, sendSmsToSelf, startPhoneVerification } from './sms.js';
 import {
@@ -127,7 +127,7 @@ export function mountMfaRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'post', path: '/auth/mfa/setup', tags: tag, summary: 'Start enrolling an authenticator app (held 10 minutes)',
       middleware: [auth, factorProof] as const,
-      responses: { 200: json(SetupSchema), ...errors(401, 404, 409) },
+      responses: { 200: json(SetupSchema), ...errors(404, 409) },
     }),
     async (c) => c.json(await setupTotp(keel, c.get('principal').userId), 200),
   );
@@ -148,7 +148,7 @@ export function mountMfaRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
             })
             .openapi('MfaVerifyRequest', { example: { code: '123456', tempToken: 'fN3kq8WvY2pLr0tB5xZc7hJm1sDg4uAe9oRi6yKwQbE' } }),
         ) },
-      responses: { 200: json(z.union([TokenAnswerSchema, EnabledSchema])), ...errors(400, 401, 429) },
+      responses: { 200: json(z.union([TokenAnswerSchema, EnabledSchema])), ...errors(401, 429) },
     }),
     async (c) => {
       const { code, tempToken } = c.req.valid('json');
@@ -169,7 +169,7 @@ export function mountMfaRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/auth/mfa/enable', tags: tag, summary: 'Confirm a pending authenticator setup; returns recovery codes and an MFA session',
       middleware: [auth, factorProof] as const,
       request: { body: jsonBody(z.object({ code: Code }).openapi('MfaEnableRequest', { example: { code: '123456' } })) },
-      responses: { 200: json(EnabledSchema), ...errors(400, 401, 429) },
+      responses: { 200: json(EnabledSchema), ...errors(429) },
     }),
     async (c) => {
       const p = userPrincipal(c);
@@ -186,7 +186,7 @@ export function mountMfaRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       summary: 'Upgrade the current session to mfa: true with a TOTP or SMS code or a recovery code (an SSO session whose provider asserted no second factor)',
       middleware: [auth] as const,
       request: { body: jsonBody(z.object({ code: Code }).openapi('MfaStepUpRequest', { example: { code: '123456' } })) },
-      responses: { 200: json(TokenAnswerSchema, 'The same session, now with mfa: true (a new token pair; cookies set)'), ...errors(400, 401, 404, 409, 429) },
+      responses: { 200: json(TokenAnswerSchema, 'The same session, now with mfa: true (a new token pair; cookies set)'), ...errors(404, 409, 429) },
     }),
     async (c) => {
       const p = userPrincipal(c);
@@ -200,7 +200,7 @@ export function mountMfaRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/auth/mfa/disable', tags: tag, summary: 'Turn off TOTP/SMS (keeps passkeys); 403 when the organisation requires MFA',
       middleware: [auth, factorProof] as const,
       request: { body: jsonBody(z.object({ code: Code }).openapi('MfaDisableRequest', { example: { code: '123456' } })) },
-      responses: { 200: json(MessageSchema), ...errors(400, 401, 403, 409, 429) },
+      responses: { 200: json(MessageSchema), ...errors(409, 429) },
     }),
     async (c) => {
       await disableMfa(keel, c.get('principal').userId, c.req.valid('json').code, requestInfo(c));
@@ -213,7 +213,7 @@ export function mountMfaRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/auth/mfa/recovery-codes', tags: tag, summary: 'Replace all recovery codes (needs a current TOTP or SMS code)',
       middleware: [auth, factorProof] as const,
       request: { body: jsonBody(z.object({ code: Code }).openapi('RecoveryCodesRequest', { example: { code: '123456' } })) },
-      responses: { 200: json(z.object({ recoveryCodes: RecoveryCodeList }).openapi('RecoveryCodes')), ...errors(400, 401, 409, 429) },
+      responses: { 200: json(z.object({ recoveryCodes: RecoveryCodeList }).openapi('RecoveryCodes')), ...errors(409, 429) },
     }),
     async (c) => c.json({ recoveryCodes: await rotateRecoveryCodes(keel, c.get('principal').userId, c.req.valid('json').code, requestInfo(c)) }, 200),
   );
@@ -242,7 +242,7 @@ function mountSmsRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
             })
             .openapi('PhoneVerifyRequest', { example: { phoneNumber: '+14155550123' } }),
         ) },
-      responses: { 200: json(CodeSentSchema), ...errors(400, 401, 403, 404, 429), ...unavailable(502, 'The gateway refused the SMS'), ...unavailable(503, 'No SMS gateway') },
+      responses: { 200: json(CodeSentSchema), ...errors(404, 429), ...unavailable(502, 'The gateway refused the SMS'), ...unavailable(503, 'No SMS gateway') },
     }),
     async (c) => {
       return c.json(await startPhoneVerification(keel, c.get('principal').userId, c.req.valid('json').phoneNumber, requestInfo(c)), 200);
@@ -254,7 +254,7 @@ function mountSmsRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/auth/phone/confirm', tags: tag, summary: 'Confirm the phone with the texted code',
       middleware: [auth, factorProof] as const,
       request: { body: jsonBody(z.object({ code: SmsCode }).openapi('PhoneConfirmRequest', { example: { code: '123456' } })) },
-      responses: { 200: json(PhoneConfirmedSchema), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(PhoneConfirmedSchema), ...errors(404) },
     }),
     async (c) => c.json(await confirmPhone(keel, c.get('principal').userId, c.req.valid('json').code, requestInfo(c)), 200),
   );
@@ -265,7 +265,7 @@ function mountSmsRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       summary: 'Make SMS to the verified phone the second factor; returns recovery codes and an MFA session',
       middleware: [auth, factorProof] as const,
       request: { body: { required: false, content: { 'application/json': { schema: z.object({}).loose().openapi('SmsEnableRequest', { description: 'No fields: send `{}` or no body', example: {} }) } } } },
-      responses: { 200: json(EnabledSchema), ...errors(401, 403, 404, 409), ...unavailable(503, 'No SMS gateway') },
+      responses: { 200: json(EnabledSchema), ...errors(404, 409), ...unavailable(503, 'No SMS gateway') },
     }),
     async (c) => {
       const p = userPrincipal(c);
@@ -312,7 +312,7 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/auth/passkeys/register/options', tags: tag, summary: 'Start registering a passkey (password re-entry); the challenge is held 5 minutes',
       middleware: [auth, factorProof] as const,
       request: { body: jsonBody(z.object({ currentPassword: Password, name: PasskeyName }).openapi('PasskeyRegisterOptionsRequest', { example: { currentPassword: 'correct-Horse-battery-9', name: 'MacBook Touch ID' } })) },
-      responses: { 200: json(WebAuthnOptionsSchema), ...errors(400, 401, 403, 404, 429), ...unavailable(503, 'WebAuthn relying party misconfigured') },
+      responses: { 200: json(WebAuthnOptionsSchema), ...errors(404, 429), ...unavailable(503, 'WebAuthn relying party misconfigured') },
     }),
     async (c) => {
       const { currentPassword, name } = c.req.valid('json');
@@ -329,7 +329,7 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
             example: { credential: { id: 'mQqS0Xh3cXKkQ2n1bY3k7w', rawId: 'mQqS0Xh3cXKkQ2n1bY3k7w', type: 'public-key', response: { clientDataJSON: 'eyJ0eXBlIjoid2ViYXV0aG4uY3JlYXRlIn0', attestationObject: 'o2NmbXRkbm9uZWdhdHRTdG10oGhhdXRoRGF0YQ', transports: ['internal'] }, clientExtensionResults: {} } },
           }),
         ) },
-      responses: { 201: json(PasskeyCreatedSchema, 'Registered'), ...errors(400, 401, 403, 404, 409), ...unavailable(503, 'WebAuthn relying party misconfigured') },
+      responses: { 201: json(PasskeyCreatedSchema, 'Registered'), ...errors(404, 409), ...unavailable(503, 'WebAuthn relying party misconfigured') },
     }),
     async (c) => {
       const credential = c.req.valid('json').credential as unknown as RegistrationResponseJSON;
@@ -345,7 +345,7 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/auth/passkeys', tags: tag, summary: 'Own passkeys',
       middleware: [auth] as const,
       request: { query: PageQuery },
-      responses: { 200: json(paginated(PasskeySchema)), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(paginated(PasskeySchema)), ...errors(404) },
     }),
     async (c) => {
       const q = c.req.valid('query');
@@ -362,7 +362,7 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
         params: z.object({ id: z.uuid().openapi({ description: 'Id of one of own passkeys (from GET /auth/passkeys); another user\'s is 404', param: { name: 'id', in: 'path' } }) }),
         body: jsonBody(z.object({ name: PasskeyName }).openapi('PasskeyRenameRequest', { example: { name: 'Work YubiKey' } })),
       },
-      responses: { 200: json(PasskeySchema), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(PasskeySchema), ...errors(404) },
     }),
     async (c) => c.json(await renamePasskey(keel, c.get('principal').userId, c.req.valid('param').id, c.req.valid('json').name), 200),
   );
@@ -376,7 +376,7 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
         params: z.object({ id: z.uuid().openapi({ description: 'Id of one of own passkeys (from GET /auth/passkeys); another user\'s is 404', param: { name: 'id', in: 'path' } }) }),
         body: jsonBody(z.object({ currentPassword: Password }).openapi('PasskeyDeleteRequest', { example: { currentPassword: 'correct-Horse-battery-9' } })),
       },
-      responses: { 204: { description: 'Removed' }, ...errors(400, 401, 403, 404, 409, 429) },
+      responses: { 204: { description: 'Removed' }, ...errors(404, 409, 429) },
     }),
     async (c) => {
       await deletePasskey(keel, c.get('principal').userId, c.req.valid('param').id, c.req.valid('json').currentPassword, requestInfo(c));
@@ -401,7 +401,7 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
             example: { tempToken: 'fN3kq8WvY2pLr0tB5xZc7hJm1sDg4uAe9oRi6yKwQbE', credential: { id: 'mQqS0Xh3cXKkQ2n1bY3k7w', rawId: 'mQqS0Xh3cXKkQ2n1bY3k7w', type: 'public-key', response: { clientDataJSON: 'eyJ0eXBlIjoid2ViYXV0aG4uZ2V0In0', authenticatorData: 'SZYN5YgOjGh0NBcPZHZgW4_krrmihjLHmVzzuoMdl2MFAAAAAQ', signature: 'MEUCIQDx7k9f3Gd8k2Hc', userHandle: 'AZNvToxae46dTzpbbH2Onw' }, clientExtensionResults: {} } },
           }),
         ) },
-      responses: { 200: json(TokenAnswerSchema), ...errors(400, 401, 403, 404, 429), ...unavailable(503, 'WebAuthn relying party misconfigured') },
+      responses: { 200: json(TokenAnswerSchema), ...errors(401, 403, 404, 429), ...unavailable(503, 'WebAuthn relying party misconfigured') },
     }),
     async (c) => {
       const { tempToken, credential } = c.req.valid('json');

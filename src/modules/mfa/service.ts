@@ -2,7 +2,7 @@ import { count, eq } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import { transaction, type Tx } from '../../platform/db/transaction.js';
 import { clock } from '../../platform/clock.js';
-import { AppError, conflict, forbidden } from '../../platform/http/errors.js';
+import { AppError } from '../../platform/http/errors.js';
 import type { Limit } from '../../platform/rate-limit.js';
 import { writeAudit } from '../audit/service.js';
 import { getAccessSummary } from '../access/service.js';
@@ -18,6 +18,7 @@ import { invalidCode, invalidTempToken, loadUser, mfaDisabled, mfaLimits } from 
 import { checkSmsCode, smsEnrolled } from './sms.js';
 import type { SealedColumn } from '../../platform/reseal.js';
 import { notifyAuthChange } from '../identity/notices.js';
+import { mfaError } from './errors.js';
 
 export const TOTP_SETUP_PURPOSE = 'totp_setup';
 export const TOTP_SETUP_TTL_MS = 10 * 60_000;
@@ -49,7 +50,7 @@ export async function setupTotp(keel: Keel, userId: string): Promise<SetupAnswer
   if (!keel.config.ENABLE_2FA) throw mfaDisabled();
   const user = await loadUser(keel, userId);
   assertMethodAllowed(await securityPolicy(keel, await getAccessSummary(keel.db, user)), 'totp');
-  if (user.mfaSecret) throw conflict('mfa_already_enabled', 'An authenticator app is already enrolled; disable it first to enrol another');
+  if (user.mfaSecret) throw mfaError('mfa_already_enabled');
   const secret = await newTotpSecret();
   const recoveryCodes = newRecoveryCodes();
   const { expiresAt } = await keel.singleUse.create(keel.db, {
@@ -78,7 +79,7 @@ export async function confirmTotp(
   if (!keel.config.ENABLE_2FA) throw mfaDisabled();
   await verifyLimit(keel).consume(userId);
   const pending = await keel.singleUse.findForSubject(keel.db, TOTP_SETUP_PURPOSE, userId);
-  if (!pending?.secret) throw new AppError(400, 'mfa_setup_expired', 'There is no pending authenticator setup (or it expired): start again with /auth/mfa/setup');
+  if (!pending?.secret) throw mfaError('mfa_setup_expired');
   const { secret, recoveryCodes } = JSON.parse(pending.secret) as { secret: string; recoveryCodes: string[] };
   const step = await totpStep(secret, code);
   if (step === null) throw invalidCode(400);
@@ -87,7 +88,7 @@ export async function confirmTotp(
   assertMethodAllowed(await securityPolicy(keel, access), 'totp');
   await transaction(keel.db, async (tx) => {
     const consumed = await keel.singleUse.consumeById(tx.db, pending.id);
-    if (!consumed) throw new AppError(400, 'mfa_setup_expired', 'There is no pending authenticator setup (or it expired): start again with /auth/mfa/setup');
+    if (!consumed) throw mfaError('mfa_setup_expired');
     await updateAccount(keel, tx, userId, {
       mfaSecret: keel.secrets.sealer.seal(secret, secretContext(userId)),
       mfaEnabled: true,
@@ -175,7 +176,7 @@ export async function verifyLoginCode(keel: Keel, tempToken: string, code: strin
 async function requireCurrentFactor(keel: Keel, user: User, code: string): Promise<void> {
   await verifyLimit(keel).consume(user.id);
   if (!user.mfaEnabled || !(user.mfaSecret || user.mfaMethod === 'sms')) {
-    throw new AppError(409, 'mfa_not_enabled', 'No authenticator or SMS factor is enrolled');
+    throw mfaError('mfa_not_enabled');
   }
   if (!(await checkSecondFactor(keel, user, code))) throw invalidCode(400);
 }
@@ -212,7 +213,7 @@ export async function disableMfa(keel: Keel, userId: string, code: string, info:
   const user = await loadUser(keel, userId);
   const access = await getAccessSummary(keel.db, user);
   const policy = await securityPolicy(keel, access);
-  if (policy.requireMfa) throw forbidden('Your organization requires MFA; it cannot be disabled', 'mfa_required_by_organization');
+  if (policy.requireMfa) throw mfaError('mfa_required_by_organization');
   await requireCurrentFactor(keel, user, code);
   await transaction(keel.db, async (tx) => {
     await clearFactors(keel, tx, userId, { passkeys: false });

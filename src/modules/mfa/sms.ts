@@ -6,7 +6,7 @@ import { requestLog, type RequestRef } from '../../platform/request-scope.js';
 import { clock } from '../../platform/clock.js';
 import { sha256Hex } from '../../platform/crypto.js';
 import { transaction } from '../../platform/db/transaction.js';
-import { AppError, conflict, validationError } from '../../platform/http/errors.js';
+import { validationError } from '../../platform/http/errors.js';
 import { SmsSendError } from '../../platform/sms.js';
 import { writeAudit } from '../audit/service.js';
 import { getAccessSummary } from '../access/service.js';
@@ -19,6 +19,7 @@ import { MFA_LOGIN_PURPOSE } from './login.js';
 import { assertMethodAllowed, securityPolicy } from './policy.js';
 import { hashRecoveryCode, newRecoveryCodes } from './recovery.js';
 import { notifyAuthChange } from '../identity/notices.js';
+import { mfaError } from './errors.js';
 
 /** A phone verification code (POST /auth/phone/verify → /auth/phone/confirm). */
 export const PHONE_VERIFY_PURPOSE = 'phone_verify';
@@ -30,9 +31,9 @@ export const SMS_CODE_MAX_ATTEMPTS = 5;
 export const SMS_CODE_PATTERN = /^\d{6}$/;
 
 export const smsUnavailable = () =>
-  new AppError(503, 'sms_unavailable', 'SMS is not available on this server: no SMS gateway is configured');
-const smsSendFailed = () => new AppError(502, 'sms_send_failed', 'The SMS could not be sent; try again later');
-const smsNotEnabled = () => conflict('sms_not_enabled', 'SMS is not a second factor of this account');
+  mfaError('sms_unavailable');
+const smsSendFailed = () => mfaError('sms_send_failed');
+const smsNotEnabled = () => mfaError('sms_not_enabled');
 
 /** True when SMS is the user's active second factor (how SMS enrolment is represented: mfa_method sms on a verified phone). */
 export function smsEnrolled(user: User): boolean {
@@ -153,11 +154,11 @@ export async function confirmPhone(keel: Keel, userId: string, code: string, inf
   const user = await loadUser(keel, userId);
   const outcome = await checkCode(keel, PHONE_VERIFY_PURPOSE, user.id, code.trim());
   if (!outcome.ok) {
-    if (outcome.reason === 'wrong') throw new AppError(400, 'invalid_code', 'The code is not valid');
-    throw new AppError(400, 'code_expired', 'The code has expired or was tried too many times: request a new one with /auth/phone/verify');
+    if (outcome.reason === 'wrong') throw mfaError('invalid_code');
+    throw mfaError('code_expired');
   }
   const phone = typeof outcome.data.phoneNumber === 'string' ? outcome.data.phoneNumber : null;
-  if (!phone) throw new AppError(400, 'code_expired', 'The code has expired: request a new one with /auth/phone/verify');
+  if (!phone) throw mfaError('code_expired', { message: 'The code has expired: request a new one with /auth/phone/verify' });
   const access = await getAccessSummary(keel.db, user);
   await transaction(keel.db, async (tx) => {
     await updateAccount(keel, tx, user.id, { phoneNumber: phone, phoneVerified: true, updatedAt: clock.now() });
@@ -188,9 +189,9 @@ export async function enableSms(
   await assertSmsAllowed(keel, user);
   assertGateway(keel);
   if (!user.phoneVerified || !user.phoneNumber) {
-    throw conflict('phone_not_verified', 'Verify a phone number first: /auth/phone/verify, then /auth/phone/confirm');
+    throw mfaError('phone_not_verified');
   }
-  if (smsEnrolled(user)) throw conflict('sms_already_enabled', 'SMS is already your second factor');
+  if (smsEnrolled(user)) throw mfaError('sms_already_enabled');
   const recoveryCodes = newRecoveryCodes();
   const access = await getAccessSummary(keel.db, user);
   await transaction(keel.db, async (tx) => {
@@ -206,7 +207,7 @@ export async function enableSms(
       },
       eq(users.phoneVerified, true),
     );
-    if (!enabled) throw conflict('phone_not_verified', 'Verify a phone number first: /auth/phone/verify, then /auth/phone/confirm');
+    if (!enabled) throw mfaError('phone_not_verified');
     await writeAudit(tx.db, info, {
       action: 'auth.mfa.setup',
       partnerId: access.partnerId,

@@ -1,9 +1,9 @@
 import { isIP } from 'node:net';
 import type { Config } from '../../config.js';
 import type { Keel } from '../../keel.js';
-import { AppError } from '../../platform/http/errors.js';
 import type { KeelModule } from '../../platform/module.js';
 import { defineMfaLimits, type MfaLimits } from './common.js';
+import { mfaError } from './errors.js';
 
 /** Shown to the user by the authenticator when a passkey is created. */
 export const RP_NAME = 'Keel';
@@ -84,6 +84,6 @@ export function relyingPartyOf(keel: Keel): RelyingPartyResult {
 /** The relying party, or 503 `passkeys_unavailable` naming what is wrong with the setup. */
 export function requireRelyingParty(keel: Keel): RelyingParty {
   const r = relyingPartyOf(keel);
-  if (!r.ok) throw new AppError(503, 'passkeys_unavailable', `Passkeys are not available on this server: ${r.reason}`);
+  if (!r.ok) throw mfaError('passkeys_unavailable', { message: `Passkeys are not available on this server: ${r.reason}` });
   return r.rp;
 }

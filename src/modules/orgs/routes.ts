@@ -3,8 +3,8 @@ import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import { errors, json, jsonBody, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { authenticate } from '../../http/authenticate.js';
-import { IdParam, OrgIdParam, ScopeQuery } from '../access/http.js';
-import { requestInfo } from '../identity/http.js';
+import { IdParam, OrgIdParam, ScopeQuery } from '../access/api-schemas.js';
+import { requestInfo } from '../identity/request.js';
 import { accessOf, guard } from '../access/scope.js';
 import {
   createGroup,
@@ -144,7 +144,7 @@ export function mountOrgRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/partners', tags: ['partners'], summary: 'All partners (platform administrators)',
       middleware: orgs('read', { scopes: ['system'] }),
       request: { query: PageQuery },
-      responses: { 200: json(paginated(Partner), 'Partners'), ...errors(400, 401, 403) },
+      responses: { 200: json(paginated(Partner), 'Partners') },
     }),
     async (c) => {
       const q = c.req.valid('query');
@@ -158,7 +158,7 @@ export function mountOrgRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/partners', tags: ['partners'], summary: 'Create a partner (platform administrators)',
       middleware: orgs('write', { scopes: ['system'] }),
       request: { body: jsonBody(PartnerCreate) },
-      responses: { 201: json(Partner, 'Created'), ...errors(400, 401, 403) },
+      responses: { 201: json(Partner, 'Created') },
     }),
     async (c) => c.json(await createPartnerAudited(keel, c.req.valid('json'), requestInfo(c)), 201),
   );
@@ -168,7 +168,7 @@ export function mountOrgRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/partners/{id}', tags: ['partners'], summary: 'A partner (its own for partner users)',
       middleware: orgs('read'),
       request: { params: IdParam },
-      responses: { 200: json(Partner, 'Partner'), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(Partner, 'Partner'), ...errors(404) },
     }),
     async (c) => c.json(await getPartner(keel.db, accessOf(c), c.req.valid('param').id), 200),
   );
@@ -178,7 +178,7 @@ export function mountOrgRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'patch', path: '/partners/{id}', tags: ['partners'], summary: 'Rename a partner or change its settings.security',
       middleware: orgs('write', { scopes: ['system', 'partner'], fullOrgAccess: true }),
       request: { params: IdParam, body: jsonBody(PartnerPatch) },
-      responses: { 200: json(Partner, 'Updated'), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(Partner, 'Updated'), ...errors(404) },
     }),
     async (c) => c.json(await updatePartner(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json'), requestInfo(c)), 200),
   );
@@ -188,7 +188,7 @@ export function mountOrgRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/orgs', tags: ['organizations'], summary: 'Organisations the caller reaches',
       middleware: orgs('read'),
       request: { query: ListQuery },
-      responses: { 200: json(paginated(Org), 'Organisations'), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(paginated(Org), 'Organisations'), ...errors(404) },
     }),
     async (c) => {
       const q = c.req.valid('query');
@@ -202,7 +202,7 @@ export function mountOrgRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/orgs', tags: ['organizations'], summary: "Create an organisation (under the caller's partner, or a named one)",
       middleware: orgs('write', { scopes: ['system', 'partner'], fullOrgAccess: true }),
       request: { body: jsonBody(OrgCreate) },
-      responses: { 201: json(Org, 'Created'), ...errors(400, 401, 403, 404) },
+      responses: { 201: json(Org, 'Created'), ...errors(404) },
     }),
     async (c) => {
       const { name, settings } = c.req.valid('json');
@@ -215,7 +215,7 @@ export function mountOrgRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/orgs/{id}', tags: ['organizations'], summary: 'An organisation',
       middleware: orgs('read'),
       request: { params: IdParam },
-      responses: { 200: json(Org, 'Organisation'), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(Org, 'Organisation'), ...errors(404) },
     }),
     async (c) => c.json(await getOrg(keel.db, accessOf(c), c.req.valid('param').id), 200),
   );
@@ -225,7 +225,7 @@ export function mountOrgRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'patch', path: '/orgs/{id}', tags: ['organizations'], summary: 'Rename an organisation or change its settings.security',
       middleware: orgs('write', { wholeOrg: true }),
       request: { params: IdParam, body: jsonBody(OrgPatch) },
-      responses: { 200: json(Org, 'Updated'), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(Org, 'Updated'), ...errors(404) },
     }),
     async (c) => c.json(await updateOrg(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json'), requestInfo(c)), 200),
   );
@@ -235,7 +235,7 @@ export function mountOrgRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'delete', path: '/orgs/{id}', tags: ['organizations'], summary: 'Delete an organisation and what it owns',
       middleware: orgs('delete', { fullOrgAccess: true, wholeOrg: true }),
       request: { params: IdParam },
-      responses: { ...noContent, ...errors(400, 401, 403, 404) },
+      responses: { ...noContent, ...errors(404) },
     }),
     async (c) => {
       await deleteOrg(keel, accessOf(c), c.req.valid('param').id, requestInfo(c));
@@ -248,7 +248,7 @@ export function mountOrgRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/orgs/{orgId}/sites', tags: ['sites'], summary: 'Sites of an organisation (within the caller’s site restriction)',
       middleware: inOrg('sites', 'read'),
       request: { params: OrgIdParam, query: PageQuery },
-      responses: { 200: json(paginated(Site), 'Sites'), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(paginated(Site), 'Sites'), ...errors(404) },
     }),
     async (c) => {
       const q = c.req.valid('query');
@@ -262,7 +262,7 @@ export function mountOrgRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/orgs/{orgId}/sites', tags: ['sites'], summary: 'Create a site',
       middleware: inOrg('sites', 'write'),
       request: { params: OrgIdParam, body: jsonBody(SiteCreate) },
-      responses: { 201: json(Site, 'Created'), ...errors(400, 401, 403, 404) },
+      responses: { 201: json(Site, 'Created'), ...errors(404) },
     }),
     async (c) => c.json(await createSite(keel, accessOf(c), c.req.valid('param').orgId, c.req.valid('json'), requestInfo(c)), 201),
   );
@@ -272,7 +272,7 @@ export function mountOrgRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'patch', path: '/sites/{id}', tags: ['sites'], summary: 'Rename a site',
       middleware: scoped('sites', 'write'),
       request: { params: IdParam, body: jsonBody(SitePatch) },
-      responses: { 200: json(Site, 'Updated'), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(Site, 'Updated'), ...errors(404) },
     }),
     async (c) => c.json(await updateSite(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json'), requestInfo(c)), 200),
   );
@@ -282,7 +282,7 @@ export function mountOrgRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'delete', path: '/sites/{id}', tags: ['sites'], summary: 'Delete a site (its devices and groups stay, without a site)',
       middleware: scoped('sites', 'delete'),
       request: { params: IdParam },
-      responses: { ...noContent, ...errors(400, 401, 403, 404) },
+      responses: { ...noContent, ...errors(404) },
     }),
     async (c) => {
       await deleteSite(keel, accessOf(c), c.req.valid('param').id, requestInfo(c));
@@ -295,7 +295,7 @@ export function mountOrgRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/orgs/{orgId}/device-groups', tags: ['device-groups'], summary: 'Device groups of an organisation (within the caller’s restrictions)',
       middleware: inOrg('devices', 'read'),
       request: { params: OrgIdParam, query: PageQuery },
-      responses: { 200: json(paginated(Group), 'Device groups'), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(paginated(Group), 'Device groups'), ...errors(404) },
     }),
     async (c) => {
       const q = c.req.valid('query');
@@ -309,7 +309,7 @@ export function mountOrgRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/orgs/{orgId}/device-groups', tags: ['device-groups'], summary: 'Create a device group',
       middleware: inOrg('devices', 'write'),
       request: { params: OrgIdParam, body: jsonBody(GroupCreate) },
-      responses: { 201: json(Group, 'Created'), ...errors(400, 401, 403, 404) },
+      responses: { 201: json(Group, 'Created'), ...errors(404) },
     }),
     async (c) => c.json(await createGroup(keel, accessOf(c), c.req.valid('param').orgId, c.req.valid('json'), requestInfo(c)), 201),
   );
@@ -319,7 +319,7 @@ export function mountOrgRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'patch', path: '/device-groups/{id}', tags: ['device-groups'], summary: 'Rename a device group or move it to another site',
       middleware: scoped('devices', 'write'),
       request: { params: IdParam, body: jsonBody(GroupPatch) },
-      responses: { 200: json(Group, 'Updated'), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(Group, 'Updated'), ...errors(404) },
     }),
     async (c) => c.json(await updateGroup(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json'), requestInfo(c)), 200),
   );
@@ -329,7 +329,7 @@ export function mountOrgRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'delete', path: '/device-groups/{id}', tags: ['device-groups'], summary: 'Delete a device group (its devices stay, ungrouped)',
       middleware: scoped('devices', 'delete'),
       request: { params: IdParam },
-      responses: { ...noContent, ...errors(400, 401, 403, 404) },
+      responses: { ...noContent, ...errors(404) },
     }),
     async (c) => {
       await deleteGroup(keel, accessOf(c), c.req.valid('param').id, requestInfo(c));

@@ -5,7 +5,7 @@ import { requestLog } from '../../platform/request-scope.js';
 import { clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/client.js';
 import { transaction } from '../../platform/db/transaction.js';
-import { badRequest, forbidden, notFound } from '../../platform/http/errors.js';
+import { notFound } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { organizationUsers, partnerUsers, roles } from '../access/schema.js';
 import { publishRoleChange } from '../access/role-cache.js';
@@ -14,6 +14,8 @@ import { publishMembershipsChanged } from '../access/service.js';
 import { groupListFilter, mustReachOrg, siteListFilter, visibleOrgCondition, type AccessContext } from '../access/scope.js';
 import { deviceGroups, organizations, partners, sites, type TenantSettings } from '../tenancy/schema.js';
 import { createOrganization, createPartner, groupView, mergeSettings, orgView, partnerView, siteView, type Paging } from '../tenancy/service.js';
+import { accessError } from '../access/errors.js';
+import { orgsError } from './errors.js';
 
 /*
  * Administration of partners, organisations, sites and device groups under the caller's access
@@ -106,7 +108,7 @@ export async function listOrgs(db: Db, access: AccessContext, q: Paging) {
 
 /** Partner-wide: the route's guard requires full organisation access of partner users (`fullOrgAccess`). */
 export async function createOrg(keel: Keel, access: AccessContext, input: { name: string; settings?: TenantSettings | undefined }, info: AuditRequestInfo) {
-  if (access.scope === 'organization') throw forbidden('Organization users cannot create organizations', 'scope_forbidden');
+  if (access.scope === 'organization') throw accessError('scope_forbidden', { message: 'Organization users cannot create organizations' });
   // Partner users create under their partner; system callers under the partner they named, or none.
   const partnerId = access.partnerId;
   const row = await transaction(keel.db, async (tx) => {
@@ -148,7 +150,7 @@ export async function updateOrg(keel: Keel, access: AccessContext, id: string, i
  * Partner-wide: the route's guard requires full organisation access of partner users (`fullOrgAccess`).
  */
 export async function deleteOrg(keel: Keel, access: AccessContext, id: string, info: AuditRequestInfo): Promise<void> {
-  if (access.scope === 'organization') throw forbidden('Organization users cannot delete their organization', 'scope_forbidden');
+  if (access.scope === 'organization') throw accessError('scope_forbidden', { message: 'Organization users cannot delete their organization' });
   await transaction(keel.db, async (tx) => {
     const org = await mustReachOrg(tx.db, access, id);
     const [members] = await tx.db.select({ n: count() }).from(organizationUsers).where(eq(organizationUsers.orgId, id));
@@ -249,7 +251,7 @@ async function checkGroupSite(db: Db, access: AccessContext, orgId: string, site
   if (siteId === null) return;
   const [site] = await db.select({ id: sites.id }).from(sites).where(and(eq(sites.id, siteId), eq(sites.orgId, orgId)));
   if (!site || (access.siteIds !== null && !access.siteIds.includes(siteId))) {
-    throw badRequest('invalid_site', 'siteId must name a site of the same organization');
+    throw orgsError('invalid_site');
   }
 }
 

@@ -2,7 +2,7 @@ import { eq } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import { clock } from '../../platform/clock.js';
 import { constantTimeEqual } from '../../platform/crypto.js';
-import { AppError, badRequest, validationError } from '../../platform/http/errors.js';
+import { validationError } from '../../platform/http/errors.js';
 import { OutboundError } from '../../platform/outbound.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { requestLog } from '../../platform/request-scope.js';
@@ -15,6 +15,7 @@ import { samlAuthorizeUrl } from './saml.js';
 import { CALLBACK_PATH, SSO_LOGIN_PURPOSE, SSO_LOGIN_TTL_MS, SsoFailure } from './constants.js';
 import { ssoProviders } from './schema.js';
 import { successLocation } from './locations.js';
+import { ssoError } from './errors.js';
 
 /** The stored part of an OIDC login session (docs/specification.md "Single sign-on: the login flow"); the PKCE verifier travels sealed beside it. */
 interface OidcSessionData {
@@ -83,7 +84,7 @@ export function checkStateCookie(keel: Keel, cookie: string | undefined, state: 
 
 export const callbackUrl = (keel: Keel) => `${keel.config.publicUrl}${CALLBACK_PATH}`;
 
-const incomplete = (what: string) => badRequest('sso_provider_incomplete', `The SSO provider lacks ${what}: fix it with PATCH /sso/providers/{id}`);
+const incomplete = (what: string) => ssoError('sso_provider_incomplete', { message: `The SSO provider lacks ${what}: fix it with PATCH /sso/providers/{id}` });
 
 /** The endpoints for a login: stored (discovered or set by hand), else discovered now. */
 async function oidcEndpoints(keel: Keel, p: ProviderRow) {
@@ -120,7 +121,7 @@ async function assertLoginCapacity(keel: Keel, p: ProviderRow): Promise<void> {
   const cap = keel.config.SSO_LOGIN_OUTSTANDING_LIMIT;
   if ((await keel.singleUse.countLive(keel.db, SSO_LOGIN_PURPOSE, p.id, cap)) < cap) return;
   keel.log.warn({ providerId: p.id, cap }, 'SSO login refused: too many outstanding login sessions for the provider');
-  throw new AppError(429, 'sso_logins_outstanding', 'Too many sign-ins are in progress for this organization; try again in a minute', undefined, { 'Retry-After': '60' });
+  throw ssoError('sso_logins_outstanding', { headers: { 'Retry-After': '60' } });
 }
 
 /** `GET /sso/login/:orgId` (docs/specification.md "Single sign-on: the login flow" steps 1-3): the organisation's active provider, a stored login session, the IdP's URL. */

@@ -1,13 +1,13 @@
 import type { Keel } from '../../keel.js';
-import { AppError } from '../../platform/http/errors.js';
 import { getMembership } from '../access/service.js';
 import { registerPasswordPolicy, type PasswordPolicy } from '../identity/password-policy.js';
 import { activeProvider } from './providers.js';
 import { activeCacheOf } from './active-cache.js';
 import { verifiedDomainOrg } from '../domains/service.js';
+import { ssoError } from './errors.js';
 
 export const ssoRequired = () =>
-  new AppError(403, 'sso_required', 'Your organization requires single sign-on: sign in through your identity provider');
+  ssoError('sso_required');
 
 /**
  * Enforced SSO (docs/specification.md "Single sign-on: the login flow") as a password policy of the identity module: a member of an organisation

@@ -7,7 +7,7 @@ import { transaction } from '../../platform/db/transaction.js';
 import { clock } from '../../platform/clock.js';
 import { newId } from '../../platform/db/columns.js';
 import { singleUseRecords } from '../../platform/db/schema.js';
-import { AppError, conflict, notFound, validationError } from '../../platform/http/errors.js';
+import { notFound, validationError, platformError } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { assignableRole } from '../access/roles.js';
 import { reachOrg, type AccessContext } from '../access/scope.js';
@@ -18,6 +18,7 @@ import { discover, discoveryFailure } from './oidc.js';
 import { SSO_LOGIN_PURPOSE } from './constants.js';
 import { activeCacheOf } from './active-cache.js';
 import type { SealedColumn } from '../../platform/reseal.js';
+import { ssoError } from './errors.js';
 
 export type ProviderRow = typeof ssoProviders.$inferSelect;
 
@@ -192,7 +193,7 @@ const isUniqueViolation = (err: unknown): boolean => {
   const e = err as { code?: unknown; cause?: { code?: unknown } };
   return e.code === '23505' || e.cause?.code === '23505';
 };
-const oneActive = () => conflict('provider_already_active', 'The organization already has an active SSO provider: deactivate it first');
+const oneActive = () => ssoError('provider_already_active');
 
 export async function createProvider(keel: Keel, access: AccessContext, orgId: string, input: ProviderInput & { name: string; type: 'oidc' | 'saml' }, info: AuditRequestInfo): Promise<ProviderView> {
   const preset = input.preset ? findPreset(input.preset) : undefined;
@@ -408,4 +409,4 @@ export async function activeProvider(db: Db, orgId: string): Promise<ProviderRow
   return p ?? null;
 }
 
-export const noActiveProvider = () => new AppError(404, 'not_found', 'There is no active SSO provider for this organization');
+export const noActiveProvider = () => platformError('not_found', { message: 'There is no active SSO provider for this organization' });

@@ -19,6 +19,8 @@ import { SAML_ATTRIBUTE_URIS } from './presets.js';
 import { SSO_EXCHANGE_PURPOSE, SSO_EXCHANGE_TTL_MS, SsoFailure } from './constants.js';
 import type { SealedColumn } from '../../platform/reseal.js';
 import { ssoEmailRefusal } from '../domains/service.js';
+import { mfaError } from '../mfa/errors.js';
+import { ssoError } from './errors.js';
 
 /** The profile an IdP asserted, after the provider's attribute mapping. */
 export interface MappedProfile {
@@ -286,7 +288,7 @@ function bindingMatches(stored: unknown, cookie: string | undefined): boolean {
   return constantTimeEqual(sha256Hex(cookie), stored);
 }
 
-export const invalidExchangeCode = () => new AppError(400, 'invalid_code', 'The code is invalid or expired');
+export const invalidExchangeCode = () => mfaError('invalid_code', { message: 'The code is invalid or expired' });
 
 /** `POST /sso/exchange`: consumes the code once (any instance) and starts the session, audited `user.login` with the provider. */
 export async function exchangeCode(keel: Keel, code: string, info: RequestInfo, browser: BrowserExchange | null = null): Promise<TokenAnswer> {
@@ -302,7 +304,7 @@ export async function exchangeCode(keel: Keel, code: string, info: RequestInfo, 
       target: { type: 'user', id: user.id },
       details: { providerId: record.data.providerId, reason: browser.cookie ? 'binding_mismatch' : 'binding_cookie_missing' },
     });
-    throw new AppError(403, 'sso_binding_mismatch', 'This sign-in was started in another browser: start it again here');
+    throw ssoError('sso_binding_mismatch');
   }
   // mfa: true only when the provider asserted a second factor at the IdP (sso/mfa.ts); else a Keel factor steps the session up.
   const mfa = record.data.mfa === true;

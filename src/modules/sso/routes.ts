@@ -4,11 +4,12 @@ import { getCookie, setCookie, deleteCookie } from 'hono/cookie';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import { ErrorSchema, errors, json, jsonBody, page, PageQuery, paginated } from '../../platform/http/schemas.js';
-import { AppError } from '../../platform/http/errors.js';
+import { platformError } from '../../platform/http/errors.js';
 import type { Limit } from '../../platform/rate-limit.js';
 import { requestLog } from '../../platform/request-scope.js';
+import { documentAccess } from '../../platform/http/route-docs.js';
 import { authenticate } from '../../http/authenticate.js';
-import { requestInfo, tokenResponse, TokenAnswerSchema } from '../identity/http.js';
+import { requestInfo, tokenResponse, TokenAnswerSchema } from '../identity/request.js';
 import { accessOf, guard } from '../access/scope.js';
 import { requireMfa } from '../mfa/policy.js';
 import {
@@ -27,7 +28,7 @@ import {
   ProviderSchema,
   StatusBodySchema,
   TestReportSchema,
-} from './http.js';
+} from './api-schemas.js';
 import { activeProvider, createProvider, deleteProvider, findProvider, listProviders, providerView, setProviderStatus, testProvider, updateProvider } from './providers.js';
 import { auditSsoFailure, oidcCallback, safeRedirectPath, startLogin, stateCookieValue } from './login.js';
 import { loggableError } from '../../platform/safe-error.js';
@@ -36,6 +37,7 @@ import { exchangeCode } from './provisioning.js';
 import { samlAcs, samlMetadata } from './saml.js';
 import { BINDING_COOKIE, BINDING_COOKIE_PATH, CALLBACK_PATH, SSO_EXCHANGE_TTL_MS, SSO_LOGIN_TTL_MS, SsoFailure, STATE_COOKIE } from './constants.js';
 import { randomToken, sha256Hex } from '../../platform/crypto.js';
+import { accessError } from '../access/errors.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const tags = ['sso'];
@@ -46,7 +48,7 @@ const limitsOf = (keel: Keel) => keel.modules.get('sso').limits;
 /** The organisation a `requireOrg` route acts in (the guard has answered 400 without one). */
 function orgOf(c: Context<AppEnv>): string {
   const orgId = accessOf(c).orgId;
-  if (!orgId) throw new AppError(400, 'org_required', 'Organization context is required: name the organization with orgId');
+  if (!orgId) throw accessError('org_required');
   return orgId;
 }
 
@@ -58,10 +60,11 @@ function orgOf(c: Context<AppEnv>): string {
 export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   const { exchangeLimit, loginLimit, acsLimit } = limitsOf(keel);
   /** Per client address, before the request's body or any lookup (unauthenticated routes). */
-  const perAddress = (limit: Limit): MiddlewareHandler<AppEnv> => async (c, next) => {
-    await limit.consume(requestInfo(c).ip ?? 'unknown');
-    await next();
-  };
+  const perAddress = (limit: Limit): MiddlewareHandler<AppEnv> =>
+    documentAccess<MiddlewareHandler<AppEnv>>(async (c, next) => {
+      await limit.consume(requestInfo(c).ip ?? 'unknown');
+      await next();
+    }, { limited: true });
   const auth = authenticate(keel);
   // Partner and system callers name the organisation (orgId); a route that needs one checks it in the
   // handler (orgOf), after the body is validated, so a bad body is always answered as such.
@@ -77,7 +80,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'get', path: '/sso/presets', tags, summary: 'Provider presets with default scopes and attribute mappings',
       middleware: [auth],
-      responses: { 200: json(z.object({ data: z.array(PresetSchema).openapi({ description: 'Every preset Keel knows' }) }), 'Presets'), ...errors(401) },
+      responses: { 200: json(z.object({ data: z.array(PresetSchema).openapi({ description: 'Every preset Keel knows' }) }), 'Presets') },
     }),
     (c) => c.json({ data: presetsView() }, 200),
   );
@@ -87,7 +90,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/sso/providers', tags, summary: "Providers of an organization (orgId; an organization user's own)",
       middleware: read(),
       request: { query: PageQuery.extend({ orgId: z.uuid().optional().openapi({ description: 'Organization whose providers to list (partner and system callers)' }) }) },
-      responses: { 200: json(paginated(ProviderSchema), 'Providers'), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(paginated(ProviderSchema), 'Providers'), ...errors(404) },
     }),
     async (c) => {
       const q = c.req.valid('query');
@@ -101,7 +104,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/sso/providers/{id}', tags, summary: 'A provider (hasClientSecret, never the secret)',
       middleware: read(),
       request: { params: IdPathSchema },
-      responses: { 200: json(ProviderSchema, 'Provider'), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(ProviderSchema, 'Provider'), ...errors(404) },
     }),
     async (c) => c.json(providerView(await findProvider(keel.db, accessOf(c), c.req.valid('param').id)), 200),
   );
@@ -111,7 +114,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/sso/providers', tags, summary: 'Create a provider (status inactive); OIDC discovery when issuer is set',
       middleware: write(),
       request: { body: jsonBody(ProviderCreateSchema) },
-      responses: { 201: json(ProviderSchema, 'Created'), ...errors(400, 401, 403, 404) },
+      responses: { 201: json(ProviderSchema, 'Created'), ...errors(404) },
     }),
     async (c) => {
       const access = accessOf(c);
@@ -125,7 +128,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'patch', path: '/sso/providers/{id}', tags, summary: 'Change a provider (audit names the changed fields)',
       middleware: write(),
       request: { params: IdPathSchema, body: jsonBody(ProviderPatchSchema) },
-      responses: { 200: json(ProviderSchema, 'Updated'), ...errors(400, 401, 403, 404) },
+      responses: { 200: json(ProviderSchema, 'Updated'), ...errors(404) },
     }),
     async (c) => c.json(await updateProvider(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json'), requestInfo(c)), 200),
   );
@@ -135,7 +138,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'delete', path: '/sso/providers/{id}', tags, summary: 'Delete a provider, its login sessions and identity links',
       middleware: write(),
       request: { params: IdPathSchema },
-      responses: { 204: { description: 'Deleted' }, ...errors(401, 403, 404) },
+      responses: { 204: { description: 'Deleted' }, ...errors(404) },
     }),
     async (c) => {
       await deleteProvider(keel, accessOf(c), c.req.valid('param').id, requestInfo(c));
@@ -148,7 +151,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/sso/providers/{id}/status', tags, summary: 'Set the status (one active provider per organization: 409)',
       middleware: write(),
       request: { params: IdPathSchema, body: jsonBody(StatusBodySchema) },
-      responses: { 200: json(ProviderSchema, 'Updated'), ...errors(400, 401, 403, 404, 409) },
+      responses: { 200: json(ProviderSchema, 'Updated'), ...errors(404, 409) },
     }),
     async (c) => c.json(await setProviderStatus(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json').status, requestInfo(c)), 200),
   );
@@ -158,7 +161,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/sso/providers/{id}/test', tags, summary: 'OIDC: run discovery; SAML: parse the certificate and report its expiry',
       middleware: write(),
       request: { params: IdPathSchema },
-      responses: { 200: json(TestReportSchema, 'Report'), ...errors(401, 403, 404) },
+      responses: { 200: json(TestReportSchema, 'Report'), ...errors(404) },
     }),
     async (c) => c.json(await testProvider(keel, accessOf(c), c.req.valid('param').id, requestInfo(c)), 200),
   );
@@ -186,12 +189,12 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/sso/login/{orgId}', tags, summary: 'Start SSO: redirect to the IdP (OIDC with PKCE, or a SAML AuthnRequest)',
       middleware: [perAddress(loginLimit)],
       request: { params: OrgPathSchema, query: LoginQuerySchema },
-      responses: { ...redirect('To the identity provider'), ...errors(400, 404, 429) },
+      responses: { ...redirect('To the identity provider'), ...errors(404) },
     }),
     async (c) => {
       const { orgId } = c.req.valid('param');
       const redirectPath = safeRedirectPath(keel, c.req.valid('query').redirect);
-      if (!UUID.test(orgId)) throw new AppError(404, 'not_found', 'There is no active SSO provider for this organization');
+      if (!UUID.test(orgId)) throw platformError('not_found', { message: 'There is no active SSO provider for this organization' });
       // The browser's binding: kept while it is well-formed (parallel logins in two tabs both finish), else new.
       const held = getCookie(c, BINDING_COOKIE);
       const binding = held && /^[A-Za-z0-9_-]{43}$/.test(held) ? held : randomToken();
@@ -249,11 +252,11 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/sso/saml/acs', tags, summary: 'SAML assertion consumer service (HTTP-POST binding)',
       middleware: [perAddress(acsLimit)],
       request: { body: { required: true, content: { 'application/x-www-form-urlencoded': { schema: AcsFormSchema } } } },
-      responses: { ...redirect('To the application'), ...errors(400, 429), 415: { description: 'Not a form post', content: { 'application/json': { schema: ErrorSchema } } } },
+      responses: { ...redirect('To the application'), 415: { description: 'Not a form post', content: { 'application/json': { schema: ErrorSchema } } } },
     }),
     async (c) => {
       if (!/^application\/x-www-form-urlencoded\b/i.test(c.req.header('content-type') ?? '')) {
-        throw new AppError(415, 'unsupported_media_type', 'The ACS takes application/x-www-form-urlencoded');
+        throw platformError('unsupported_media_type', { message: 'The ACS takes application/x-www-form-urlencoded' });
       }
       try {
         const form = await c.req.parseBody();
@@ -273,7 +276,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     }),
     async (c) => {
       const { providerId } = c.req.valid('param');
-      if (!UUID.test(providerId)) throw new AppError(404, 'not_found', 'SAML provider not found');
+      if (!UUID.test(providerId)) throw platformError('not_found', { message: 'SAML provider not found' });
       return c.body(await samlMetadata(keel, providerId.toLowerCase()), 200, { 'Content-Type': 'application/samlmetadata+xml; charset=utf-8' });
     },
   );
@@ -282,7 +285,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'post', path: '/sso/exchange', tags, summary: 'Exchange the one-time #ssoCode for tokens (2 minutes, single use, any instance)',
       request: { body: jsonBody(ExchangeBodySchema) },
-      responses: { 200: json(TokenAnswerSchema, 'Signed in'), ...errors(400, 403, 429) },
+      responses: { 200: json(TokenAnswerSchema, 'Signed in'), ...errors(403, 429) },
     }),
     async (c) => {
       const info = requestInfo(c);

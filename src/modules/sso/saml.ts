@@ -3,7 +3,7 @@ import { eq } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import { randomBytes } from 'node:crypto';
 import { clock } from '../../platform/clock.js';
-import { badRequest, notFound } from '../../platform/http/errors.js';
+import { notFound } from '../../platform/http/errors.js';
 import type { SingleUseRecord } from '../../platform/single-use.js';
 import type { AuditRequestInfo } from '../audit/service.js';
 import type { ProviderRow } from './providers.js';
@@ -14,6 +14,7 @@ import { providerAssertedMfa, samlAuthnContextClassRefs } from './mfa.js';
 import { successLocation } from './locations.js';
 import { checkScannedResponse, scanSamlResponse } from './saml-scan.js';
 import { ACS_PATH, SAML_ASSERTION_PURPOSE, SAML_CLOCK_SKEW_MS, SSO_LOGIN_PURPOSE, SSO_LOGIN_TTL_MS, SsoFailure } from './constants.js';
+import { ssoError } from './errors.js';
 
 const EMAIL_FORMAT = 'urn:oasis:names:tc:SAML:1.1:nameid-format:emailAddress';
 
@@ -58,7 +59,7 @@ export async function samlMetadata(keel: Keel, providerId: string): Promise<stri
  */
 export async function samlAuthorizeUrl(keel: Keel, p: ProviderRow, redirectPath: string, binding: string): Promise<string> {
   if (!p.ssoUrl || !p.certificate) {
-    throw badRequest('sso_provider_incomplete', 'The SSO provider lacks ssoUrl or certificate: fix it with PATCH /sso/providers/{id}');
+    throw ssoError('sso_provider_incomplete');
   }
   const requestId = `_${randomBytes(20).toString('hex')}`;
   const data: SamlSessionData = { type: 'saml', providerId: p.id, orgId: p.orgId, redirectPath, binding };

@@ -8,7 +8,7 @@ import { transaction } from '../../platform/db/transaction.js';
 import { clock } from '../../platform/clock.js';
 import { randomToken, sha256Hex } from '../../platform/crypto.js';
 import type { Limit } from '../../platform/rate-limit.js';
-import { AppError, badRequest, conflict, forbidden, notFound, validationError } from '../../platform/http/errors.js';
+import { notFound, validationError, platformError } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { visibleOrgCondition, visiblePartnerId, type AccessContext } from '../access/scope.js';
 import { addOrganizationMember, addPartnerMember, assertNotLastFullAdmin, getAccessSummary, getMembership, type Membership, type Tenant } from '../access/service.js';
@@ -29,6 +29,9 @@ import { deviceGroups, organizations, partners, sites } from '../tenancy/schema.
 import { enrolledMethods, loginSecondFactor, type MfaChallenge } from '../mfa/login.js';
 import { assertCoversUser, assertRoleWithinCaller, getVisibleUser, type UserView } from './service.js';
 import { invitations } from './schema.js';
+import { accessError } from '../access/errors.js';
+import { mfaError } from '../mfa/errors.js';
+import { usersError } from './errors.js';
 
 /** Links are valid 7 days (docs/decisions.md "Registration, bootstrap, invitations"). */
 export const INVITE_TTL_MS = 7 * 24 * 3600_000;
@@ -77,7 +80,7 @@ async function grantFor(keel: Keel, access: AccessContext, input: InviteInput): 
     }
     return { kind: 'organization', orgId, roleId: input.roleId, siteIds: input.siteIds ?? null, deviceGroupIds: input.deviceGroupIds ?? null };
   }
-  if (!access.partnerId) throw badRequest('org_required', 'Organization context is required: name the organization with orgId');
+  if (!access.partnerId) throw accessError('org_required');
   if (input.siteIds !== undefined || input.deviceGroupIds !== undefined) {
     throw validationError([{ path: 'siteIds', message: 'applies only to organization invitations (name orgId)' }]);
   }
@@ -215,15 +218,15 @@ export async function inviteUser(keel: Keel, access: AccessContext, input: Invit
   const grant = await grantFor(keel, access, input);
   const target = grant.kind === 'partner' ? { partnerId: grant.partnerId } : { orgId: grant.orgId };
   if (!(await assignableRole(keel.db, input.roleId, target))) {
-    throw new AppError(400, 'invalid_role', 'That role cannot be given to a member of this scope', { fields: [{ path: 'roleId', message: 'is not assignable here' }] });
+    throw usersError('invalid_role', { details: { fields: [{ path: 'roleId', message: 'is not assignable here' }] } });
   }
   await assertRoleWithinCaller(keel.db, access, input.roleId);
   const email = input.email.trim();
   const name = input.name.trim();
   const associated = (m: Membership | null, u: { isPlatformAdmin: boolean }) => {
     const inScope = m && ((m.kind === 'partner' && grant.kind === 'partner' && m.partnerId === grant.partnerId) || (m.kind === 'organization' && grant.kind === 'organization' && m.orgId === grant.orgId));
-    if (inScope) throw conflict('user_exists', 'User already exists in this scope');
-    if (m || u.isPlatformAdmin) throw conflict('user_associated_elsewhere', 'This email belongs to an account of another partner or organization');
+    if (inScope) throw usersError('user_exists');
+    if (m || u.isPlatformAdmin) throw usersError('user_associated_elsewhere');
   };
   const existing = await findUserByEmail(keel.db, email);
   if (existing) associated(await getMembership(keel.db, existing.id), existing);
@@ -238,7 +241,7 @@ export async function inviteUser(keel: Keel, access: AccessContext, input: Invit
       associated(await getMembership(tx.db, id), existing);
     } else {
       id = (await createAccount(tx, { email, name, status: 'invited', passwordHash: null }))?.id;
-      if (!id) throw conflict('user_exists', 'User already exists in this scope');
+      if (!id) throw usersError('user_exists');
       if (grant.kind === 'partner') await addPartnerMember(tx.db, { ...grant, userId: id });
       else await addOrganizationMember(tx.db, { ...grant, userId: id });
     }
@@ -364,7 +367,7 @@ async function loadUser(db: Db, id: string) {
 
 /** 409 `invitation_invalid`: the invitation can no longer be honoured; `reason` says why. */
 const invitationInvalid = (reason: string, message: string) =>
-  conflict('invitation_invalid', `This invitation is no longer valid: ${message}. Ask for a new invitation.`, { reason });
+  usersError('invitation_invalid', { message: `This invitation is no longer valid: ${message}. Ask for a new invitation.`, details: { reason } });
 
 /**
  * Re-validates an invitation's grant against the tables as they are now (at accept, and at resend
@@ -432,13 +435,13 @@ export async function resendInvite(keel: Keel, access: AccessContext, id: string
   const found = await findVisibleInvitation(keel.db, access, id, true);
   if (!found) {
     await getVisibleUser(keel.db, access, id); // 404 for a user the caller cannot see
-    throw conflict('not_invited', 'Only users with a pending invitation can be sent a new one');
+    throw usersError('not_invited');
   }
   const inv = found.inv;
   const user = await loadUser(keel.db, inv.userId);
   if (!user) throw notFound('User');
   // A member the caller sees may be told it is disabled; an account that existed is not told apart (D9).
-  if (user.status === 'disabled' && memberHere(found)) throw conflict('user_disabled', 'This user is disabled');
+  if (user.status === 'disabled' && memberHere(found)) throw usersError('user_disabled');
   const membership = await getMembership(keel.db, user.id);
   const roleId = membership && sameTenant(membership, inv) ? membership.roleId : inv.roleId;
   // The resender re-issues the grant: it must hold the invitee's permissions and the role's.
@@ -503,7 +506,7 @@ export async function revokeInvitation(keel: Keel, access: AccessContext, id: st
   });
 }
 
-const invalidInvite = () => new AppError(400, 'invalid_token', 'The invitation is invalid or has expired');
+const invalidInvite = () => platformError('invalid_token', { status: 400, message: 'The invitation is invalid or has expired' });
 
 /**
  * The answer when a signed-in account accepts (no new session: its own session now carries the
@@ -549,10 +552,10 @@ export async function acceptInvite(
   const newAccount = user.status === 'invited';
   let passwordHash: string | null = null;
   if (principal) {
-    if (principal.userId !== user.id) throw forbidden('This invitation is for another account: sign in as the invited account', 'invitation_other_account');
+    if (principal.userId !== user.id) throw usersError('invitation_other_account');
     if (newAccount) throw invalidInvite(); // an account that never accepted has no session; never clear a password here
     if (keel.config.ENABLE_2FA && !principal.mfa && (await enrolledMethods(keel, user)).length > 0) {
-      throw forbidden('Sign in with your second factor before joining', 'mfa_required');
+      throw mfaError('mfa_required', { message: 'Sign in with your second factor before joining' });
     }
   } else if (newAccount && (await signInRefusal(keel, user))) {
     // The invitation's organisation enforces SSO (the invited account is a member already): the
@@ -580,7 +583,7 @@ export async function acceptInvite(
     if (!inv) throw invalidInvite();
     const membership = await getMembership(tx.db, user.id);
     if (membership && !sameTenant(membership, inv)) {
-      throw conflict('user_associated_elsewhere', 'This account already belongs to a partner or organization');
+      throw usersError('user_associated_elsewhere', { message: 'This account already belongs to a partner or organization' });
     }
     await assertGrantValid(tx.db, inv, { joining: !membership, roleId: membership?.roleId ?? inv.roleId, inviterId: inv.invitedBy });
     if (!membership) {

@@ -3,10 +3,10 @@ import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import { errors, json, jsonBody, MessageSchema, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { authenticate } from '../../http/authenticate.js';
-import { requestInfo, tokenResponse, TokenAnswerSchema } from '../identity/http.js';
+import { requestInfo, tokenResponse, TokenAnswerSchema } from '../identity/request.js';
 import { SelfProfileSchema } from '../identity/profile.js';
 import { MfaChallengeSchema } from '../mfa/login.js';
-import { IdParam, ScopeQuery } from '../access/http.js';
+import { IdParam, ScopeQuery } from '../access/api-schemas.js';
 import { accessOf, guard } from '../access/scope.js';
 import { listRoles } from '../access/roles.js';
 import { Role } from '../access/routes.js';
@@ -136,7 +136,7 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/users', tags: tag, summary: 'Users in the current scope',
       middleware: read('read'),
       request: { query: ListQuery },
-      responses: { 200: json(paginated(UserSchema)), ...errors(400, 401, 403, 404, 428) },
+      responses: { 200: json(paginated(UserSchema)), ...errors(404) },
     }),
     async (c) => {
       const q = c.req.valid('query');
@@ -150,7 +150,7 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/users/roles', tags: tag, summary: 'Roles available in the scope',
       middleware: read('read'),
       request: { query: PageQuery.extend(ScopeQuery.shape) },
-      responses: { 200: json(paginated(Role)), ...errors(400, 401, 403, 404, 428) },
+      responses: { 200: json(paginated(Role)), ...errors(404) },
     }),
     async (c) => {
       const q = c.req.valid('query');
@@ -164,7 +164,7 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/users/invitations', tags: tag, summary: 'Pending invitations in the scope (expired ones until replaced or revoked)',
       middleware: read('read'),
       request: { query: PageQuery.extend(ScopeQuery.shape) },
-      responses: { 200: json(paginated(InvitationSchema)), ...errors(400, 401, 403, 404, 428) },
+      responses: { 200: json(paginated(InvitationSchema)), ...errors(404) },
     }),
     async (c) => {
       const q = c.req.valid('query');
@@ -178,7 +178,7 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'delete', path: '/users/invitations/{id}', tags: tag, summary: 'Revoke an invitation (an account it created and that never accepted leaves the scope)',
       middleware: admin('invite'),
       request: { params: IdParam, query: ScopeQuery },
-      responses: { 204: { description: 'Revoked' }, ...errors(400, 401, 403, 404, 409, 428) },
+      responses: { 204: { description: 'Revoked' }, ...errors(404, 409) },
     }),
     async (c) => {
       await revokeInvitation(keel, accessOf(c), c.req.valid('param').id, requestInfo(c));
@@ -191,7 +191,7 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/users/invite', tags: tag, summary: 'Invite a user to the organisation (orgId) or the partner',
       middleware: admin('invite'),
       request: { query: ScopeQuery, body: jsonBody(InviteBody) },
-      responses: { 201: json(UserSchema, 'Invited'), ...errors(400, 401, 403, 404, 409, 428, 429) },
+      responses: { 201: json(UserSchema, 'Invited'), ...errors(404, 409, 429) },
     }),
     async (c) => {
       const { orgId: _o, partnerId: _p, ...input } = c.req.valid('json');
@@ -211,7 +211,7 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
             })
             .openapi('ResendInviteRequest', { example: { userId: '01936f4e-8c1a-7b2e-9d4f-3a5b6c7d8e92' } }),
         ) },
-      responses: { 200: json(MessageSchema), ...errors(400, 401, 403, 404, 409, 428, 429) },
+      responses: { 200: json(MessageSchema), ...errors(404, 409, 429) },
     }),
     async (c) => {
       await resendInvite(keel, accessOf(c), c.req.valid('json').userId, requestInfo(c));
@@ -224,7 +224,7 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/users/{id}', tags: tag, summary: 'One user of the scope',
       middleware: read('read'),
       request: { params: IdParam, query: ScopeQuery },
-      responses: { 200: json(UserSchema), ...errors(400, 401, 403, 404, 428) },
+      responses: { 200: json(UserSchema), ...errors(404) },
     }),
     async (c) => c.json(await getVisibleUser(keel.db, accessOf(c), c.req.valid('param').id), 200),
   );
@@ -234,7 +234,7 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'patch', path: '/users/{id}', tags: tag, summary: 'Change name or status (disabling ends every session and API key at once)',
       middleware: admin('write'),
       request: { params: IdParam, query: ScopeQuery, body: jsonBody(PatchBody) },
-      responses: { 200: json(UserSchema), ...errors(400, 401, 403, 404, 409, 428) },
+      responses: { 200: json(UserSchema), ...errors(404, 409) },
     }),
     async (c) => {
       const { orgId: _o, partnerId: _p, ...patch } = c.req.valid('json');
@@ -247,7 +247,7 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'delete', path: '/users/{id}', tags: tag, summary: 'Remove the user from the scope (the account stays)',
       middleware: admin('delete'),
       request: { params: IdParam, query: ScopeQuery },
-      responses: { 204: { description: 'Removed' }, ...errors(400, 401, 403, 404, 409, 428) },
+      responses: { 204: { description: 'Removed' }, ...errors(404, 409) },
     }),
     async (c) => {
       await removeUser(keel, accessOf(c), c.req.valid('param').id, requestInfo(c));
@@ -267,7 +267,7 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
             })
             .openapi('AssignRoleRequest', { example: { roleId: '01936f4e-8c1a-7b2e-9d4f-3a5b6c7d8e91' } }),
         ) },
-      responses: { 200: json(UserSchema), ...errors(400, 401, 403, 404, 409, 428) },
+      responses: { 200: json(UserSchema), ...errors(404, 409) },
     }),
     async (c) => c.json(await assignRole(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json').roleId, requestInfo(c)), 200),
   );
@@ -285,7 +285,7 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
           content: { 'application/json': { schema: z.object({ passkeys: z.boolean().optional().openapi({ description: 'Also remove the user’s passkeys (default false)' }), ...ScopeBody }).openapi('MfaResetRequest', { example: { passkeys: false } }) } },
         },
       },
-      responses: { 204: { description: 'Reset' }, ...errors(400, 401, 403, 404, 428) },
+      responses: { 204: { description: 'Reset' }, ...errors(404) },
     }),
     async (c) => {
       const body = (c.req.header('content-length') ?? '0') === '0' ? {} : c.req.valid('json');
@@ -302,7 +302,7 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       request: { params: IdParam, query: ScopeQuery },
       responses: {
         200: json(z.object({ revoked: z.number().int().openapi({ description: 'Sessions ended (0 when none was live)' }) }).openapi('SessionsRevoked', { example: { revoked: 2 } }), 'Signed out'),
-        ...errors(401, 403, 404, 428),
+        ...errors(404),
       },
     }),
     async (c) => c.json(await endUserSessions(keel, accessOf(c), c.req.valid('param').id, requestInfo(c)), 200),
@@ -314,7 +314,7 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       security: [{}, { bearerAuth: [] }],
       summary: 'Accept an invitation: a new account sets its password; an existing one proves itself (password, then its second factor, then accepts signed in)',
       request: { body: jsonBody(AcceptBody) },
-      responses: { 200: json(z.union([TokenAnswerSchema, MfaChallengeSchema, InviteAcceptedSchema])), ...errors(400, 401, 403, 409, 429, 503) },
+      responses: { 200: json(z.union([TokenAnswerSchema, MfaChallengeSchema, InviteAcceptedSchema])), ...errors(401, 403, 409, 429, 503) },
     }),
     async (c) => {
       const answer = await acceptInvite(keel, c.req.valid('json'), requestInfo(c), c.req.header('authorization'));

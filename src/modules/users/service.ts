@@ -3,7 +3,7 @@ import type { Keel } from '../../keel.js';
 import type { Db } from '../../platform/db/client.js';
 import { transaction } from '../../platform/db/transaction.js';
 import { clock } from '../../platform/clock.js';
-import { AppError, conflict, forbidden, notFound } from '../../platform/http/errors.js';
+import { notFound } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { organizationUsers, partnerUsers } from '../access/schema.js';
 import { visibleOrgCondition, visiblePartnerId, type AccessContext } from '../access/scope.js';
@@ -16,6 +16,8 @@ import { identityOf } from '../identity/context.js';
 import { updateAccount } from '../identity/accounts.js';
 import { organizations } from '../tenancy/schema.js';
 import { invitations } from './schema.js';
+import { accessError } from '../access/errors.js';
+import { usersError } from './errors.js';
 
 export interface UserView {
   id: string;
@@ -158,7 +160,7 @@ export async function assertRoleWithinCaller(db: Db, access: AccessContext, role
 }
 
 const privilegeEscalation = (message: string, missing: PermissionPair[]) =>
-  new AppError(403, 'privilege_escalation', message, { missing: missing.map(permissionKey) });
+  accessError('privilege_escalation', { message, details: { missing: missing.map(permissionKey) } });
 
 /**
  * Changing a user (status, name, role, membership, their invitation) needs every permission that user
@@ -212,7 +214,7 @@ export function invitationsOfTenant(userId: string, tenant: Tenant): SQL | undef
 
 export async function targetForChange(db: Db, access: AccessContext, id: string): Promise<{ target: UserView; membership: Membership | null }> {
   const target = await getVisibleUser(db, access, id);
-  if (target.id === access.principal.userId) throw forbidden('You cannot change your own membership, role or status here', 'self_change_forbidden');
+  if (target.id === access.principal.userId) throw usersError('self_change_forbidden');
   if (target.isPlatformAdmin && access.scope !== 'system') throw notFound('User');
   return { target, membership: await getMembership(db, id) };
 }
@@ -229,7 +231,7 @@ export async function updateUser(
 ): Promise<UserView> {
   const { target, membership } = await targetForChange(keel.db, access, id);
   if (patch.status === 'active' && target.status === 'invited') {
-    throw conflict('invitation_pending', 'An invited user becomes active by accepting the invitation');
+    throw usersError('invitation_pending');
   }
   const set: { name?: string; status?: 'active' | 'disabled' } = {};
   if (patch.name !== undefined && patch.name !== target.name) set.name = patch.name;
@@ -292,7 +294,7 @@ export async function assignRole(keel: Keel, access: AccessContext, id: string, 
   if (!membership) throw notFound('User');
   const tenant = tenantOf(membership);
   const role = await assignableRole(keel.db, roleId, tenant);
-  if (!role) throw new AppError(400, 'invalid_role', 'That role cannot be given to a member of this scope', { fields: [{ path: 'roleId', message: 'is not assignable here' }] });
+  if (!role) throw usersError('invalid_role', { details: { fields: [{ path: 'roleId', message: 'is not assignable here' }] } });
   await assertRoleWithinCaller(keel.db, access, roleId);
   await transaction(keel.db, async (tx) => {
     await assertCoversUser(tx.db, access, target);

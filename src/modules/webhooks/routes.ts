@@ -2,11 +2,10 @@ import { devicePlacementSql } from '../agents/devices.js';
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
-import { forbidden } from '../../platform/http/errors.js';
 import { errors, json, jsonBody, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { authenticate } from '../../http/authenticate.js';
-import { principalOf, requestInfo } from '../identity/http.js';
-import { IdParam, ScopeQuery } from '../access/http.js';
+import { principalOf, requestInfo } from '../identity/request.js';
+import { IdParam, ScopeQuery } from '../access/api-schemas.js';
 import { accessOf, guard, orgRequired, type AccessContext } from '../access/scope.js';
 import { EVENT_TYPES } from '../../events.js';
 import { DELIVERY_STATUSES, HEADER_LIMITS, RETRY_BOUNDS, WEBHOOK_EVENT_TYPES } from './model.js';
@@ -25,6 +24,7 @@ import {
   webhookLimits,
   webhookView,
 } from './service.js';
+import { webhooksError } from './errors.js';
 
 const d = (description: string) => ({ description });
 const EventType = z.enum(EVENT_TYPES).openapi({ description: 'An event type (device.*, alert.*, script.*, automation.*, policy.*, patch.*, security.score_changed, remote.*, user.login/logout, session.login/logout, webhook.test)' });
@@ -234,7 +234,7 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/webhooks', tags, summary: 'Webhooks of the organisation',
       middleware: read(true),
       request: { query: PageQuery.extend(ScopeQuery.shape).extend({ status: ApiStatus.optional().openapi(d('Only webhooks of this status')) }) },
-      responses: { 200: json(paginated(Webhook), 'Webhooks'), ...errors(400, 401, 403, 404, 428) },
+      responses: { 200: json(paginated(Webhook), 'Webhooks'), ...errors(404) },
     }),
     async (c) => {
       const q = c.req.valid('query');
@@ -248,7 +248,7 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/webhooks', tags, summary: 'Subscribe a URL to events of the organisation (at most WEBHOOKS_PER_ORG_LIMIT, default 25: 409 `webhook_limit_reached` beyond)',
       middleware: write(),
       request: { query: ScopeQuery, body: jsonBody(WebhookCreate) },
-      responses: { 201: json(Webhook, 'Created, status active'), ...errors(400, 401, 403, 404, 409, 428) },
+      responses: { 201: json(Webhook, 'Created, status active'), ...errors(404, 409) },
     }),
     async (c) => {
       // The body is validated first; then the organisation must be known (docs/specification.md "Errors").
@@ -262,7 +262,7 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/webhooks/{id}', tags, summary: 'A webhook with its delivery statistics',
       middleware: read(),
       request: { params: IdParam, query: ScopeQuery },
-      responses: { 200: json(WebhookWithStats, 'Webhook'), ...errors(400, 401, 403, 404, 428) },
+      responses: { 200: json(WebhookWithStats, 'Webhook'), ...errors(404) },
     }),
     async (c) => {
       const row = await visibleWebhook(keel.db, accessOf(c), c.req.valid('param').id);
@@ -275,7 +275,7 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'patch', path: '/webhooks/{id}', tags, summary: 'Change a webhook (a new secret replaces the old one at once)',
       middleware: write(),
       request: { params: IdParam, query: ScopeQuery, body: jsonBody(WebhookPatch) },
-      responses: { 200: json(Webhook, 'Updated'), ...errors(400, 401, 403, 404, 428) },
+      responses: { 200: json(Webhook, 'Updated'), ...errors(404) },
     }),
     async (c) => c.json(await updateWebhook(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json'), requestInfo(c)), 200),
   );
@@ -285,7 +285,7 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'delete', path: '/webhooks/{id}', tags, summary: 'Delete a webhook and all its delivery records',
       middleware: write(),
       request: { params: IdParam, query: ScopeQuery },
-      responses: { ...noContent, ...errors(400, 401, 403, 404, 428) },
+      responses: { ...noContent, ...errors(404) },
     }),
     async (c) => {
       await deleteWebhook(keel, accessOf(c), c.req.valid('param').id, requestInfo(c));
@@ -299,7 +299,7 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       summary: 'Rotate the signing secret: the previous one keeps signing for 24 hours (a generated secret is shown once)',
       middleware: write(),
       request: { params: IdParam, query: ScopeQuery, body: { required: false, content: { 'application/json': { schema: RotateBody } } } },
-      responses: { 200: json(Rotated, 'Rotated'), ...errors(400, 401, 403, 404, 428) },
+      responses: { 200: json(Rotated, 'Rotated'), ...errors(404) },
     }),
     async (c) => {
       const body = c.req.valid('json') as z.infer<typeof RotateBody> | undefined;
@@ -314,7 +314,7 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       summary: 'Delivery history, newest first; a caller restricted to some sites or device groups sees only the deliveries of events placed within them (the event\'s siteId/deviceGroupId, else its device\'s); events with no placement only unrestricted callers see',
       middleware: read(),
       request: { params: IdParam, query: PageQuery.extend(ScopeQuery.shape).extend({ status: z.enum(DELIVERY_STATUSES as ['pending', 'delivered', 'failed', 'retrying']).optional().openapi(d('Only deliveries of this status')) }) },
-      responses: { 200: json(paginated(Delivery), 'Deliveries'), ...errors(400, 401, 403, 404, 428) },
+      responses: { 200: json(paginated(Delivery), 'Deliveries'), ...errors(404) },
     }),
     async (c) => {
       const q = c.req.valid('query');
@@ -329,7 +329,7 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       summary: 'Queue a test delivery (webhook.test by default); tests and retries are limited per webhook (WEBHOOK_MANUAL_LIMIT, default 10 a minute) and per caller (WEBHOOK_MANUAL_CALLER_LIMIT, default 30): 429 with Retry-After',
       middleware: write(),
       request: { params: IdParam, query: ScopeQuery, body: { required: false, content: { 'application/json': { schema: TestBody } } } },
-      responses: { 202: json(Queued, 'Queued'), ...errors(400, 401, 403, 404, 409, 428, 429) },
+      responses: { 202: json(Queued, 'Queued'), ...errors(404, 409, 429) },
     }),
     async (c) => {
       const body = (c.req.valid('json') as z.infer<typeof TestBody> | undefined) ?? {};
@@ -343,7 +343,7 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       summary: 'Retry a failed delivery as a new pending record (`retryOf` names the failed one); once per failed delivery: 409 `already_retried` (with `retryDeliveryId`) after that; limited like tests (429)',
       middleware: write(),
       request: { params: DeliveryParams, query: ScopeQuery },
-      responses: { 202: json(Queued, 'Queued'), ...errors(400, 401, 403, 404, 409, 428, 429) },
+      responses: { 202: json(Queued, 'Queued'), ...errors(404, 409, 429) },
     }),
     async (c) => {
       const { id, deliveryId } = c.req.valid('param');
@@ -356,12 +356,12 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/events', tags: ['events'], summary: 'Publish an event of another component (API keys with events:publish; EVENTS_PUBLISH_LIMIT a minute per key, default 6,000: 429 with Retry-After)',
       middleware: [auth, ...guard(keel, { permission: ['events', 'publish'] })],
       request: { query: ScopeQuery, body: jsonBody(EventIn) },
-      responses: { 202: json(EventOut, 'Published: one delivery per subscribed active webhook'), ...errors(400, 401, 403, 404, 428, 429) },
+      responses: { 202: json(EventOut, 'Published: one delivery per subscribed active webhook'), ...errors(404, 429) },
     }),
     async (c) => {
       const { type, data } = c.req.valid('json');
       const principal = principalOf(c);
-      if (principal?.kind !== 'api_key') throw forbidden('Events are published with an API key holding events:publish', 'api_key_required');
+      if (principal?.kind !== 'api_key') throw webhooksError('api_key_required');
       await webhookLimits(keel).publish.consume(principal.apiKeyId ?? principal.userId);
       const event = await publishEvent(keel, inOrg(accessOf(c)).orgId, type, data);
       return c.json({ id: event.id, type: event.type, timestamp: event.timestamp, orgId: event.orgId ?? '' }, 202);

@@ -7,7 +7,7 @@ import type { Db } from '../../platform/db/client.js';
 import { newId } from '../../platform/db/columns.js';
 import { prepared, rawQuery } from '../../platform/db/raw.js';
 import { transaction, transactionIf } from '../../platform/db/transaction.js';
-import { AppError, conflict, notFound, validationError } from '../../platform/http/errors.js';
+import { notFound, validationError } from '../../platform/http/errors.js';
 import { OutboundError, vetTarget } from '../../platform/outbound.js';
 import type { SealedColumn } from '../../platform/reseal.js';
 import type { Limit } from '../../platform/rate-limit.js';
@@ -30,6 +30,7 @@ import {
 } from './model.js';
 import { webhookDeliveries, webhookPayloads, webhooks, type DeliveryStatus, type RetryPolicy } from './schema.js';
 import { organizations } from '../tenancy/schema.js';
+import { webhooksError } from './errors.js';
 
 type WebhookRow = typeof webhooks.$inferSelect;
 type DeliveryRow = typeof webhookDeliveries.$inferSelect;
@@ -190,12 +191,12 @@ async function vetUrl(keel: Keel, url: string): Promise<void> {
   }
   if (parsed && (parsed.username !== '' || parsed.password !== '')) {
     const message = 'must not carry credentials (user:password@); send them in a custom header, whose value is write-only';
-    throw new AppError(400, 'invalid_webhook_url', `Invalid webhook URL: ${message}`, { fields: [{ path: 'url', message }] });
+    throw webhooksError('invalid_webhook_url', { message: `Invalid webhook URL: ${message}`, details: { fields: [{ path: 'url', message }] } });
   }
   try {
     await vetTarget(url, keel.outbound);
   } catch (err) {
-    if (err instanceof OutboundError) throw new AppError(400, 'invalid_webhook_url', `Invalid webhook URL: ${err.message}`, { fields: [{ path: 'url', message: err.message }] });
+    if (err instanceof OutboundError) throw webhooksError('invalid_webhook_url', { message: `Invalid webhook URL: ${err.message}`, details: { fields: [{ path: 'url', message: err.message }] } });
     throw err;
   }
 }
@@ -277,7 +278,7 @@ export async function createWebhook(keel: Keel, access: AccessContext, input: We
     const [have] = await tx.db.select({ n: count() }).from(webhooks).where(eq(webhooks.orgId, orgId));
     const limit = keel.config.WEBHOOKS_PER_ORG_LIMIT;
     if ((have?.n ?? 0) >= limit) {
-      throw conflict('webhook_limit_reached', `An organisation may have at most ${limit} webhooks; delete one first`, { limit });
+      throw webhooksError('webhook_limit_reached', { message: `An organisation may have at most ${limit} webhooks; delete one first`, details: { limit } });
     }
     const [created] = await tx.db
       .insert(webhooks)
@@ -437,9 +438,9 @@ export async function rotateSecret(
     const live = previous.filter((p) => p.expiresAt > now.getTime());
     if (live.length > MAX_PREVIOUS_SECRETS) {
       const freeAt = Math.min(...live.slice(1).map((p) => p.expiresAt));
-      throw conflict('too_many_rotations', `At most ${MAX_PREVIOUS_SECRETS} rotated-out secrets sign beside the current one; the next rotation is possible once the oldest expires (or replace every secret at once with PATCH secret)`, {
+      throw webhooksError('too_many_rotations', { message: `At most ${MAX_PREVIOUS_SECRETS} rotated-out secrets sign beside the current one; the next rotation is possible once the oldest expires (or replace every secret at once with PATCH secret)`, details: {
         nextRotationAt: new Date(freeAt).toISOString(),
-      });
+      } });
     }
     const [newest, ...older] = live;
     const [updated] = await tx.db
@@ -582,7 +583,7 @@ export async function testWebhook(
   info: AuditRequestInfo,
 ): Promise<{ message: string; delivery: { id: string; webhookId: string; status: 'pending'; event: string; attempt: number } }> {
   const hook = await visibleWebhook(keel.db, access, id);
-  if (hook.status !== 'active') throw conflict('webhook_not_active', `Only an active webhook can be tested; this one is ${apiStatus(hook.status)}`);
+  if (hook.status !== 'active') throw webhooksError('webhook_not_active', { message: `Only an active webhook can be tested; this one is ${apiStatus(hook.status)}` });
   await spendManual(keel, access, id);
   const event = input.event ?? TEST_EVENT;
   // Naming a real event type sends what looks like that event (marked as a test): only for callers
@@ -633,8 +634,8 @@ export async function retryDelivery(
     [deliveryId, webhookId],
   );
   if (!original) throw notFound('Delivery');
-  if (original.status !== 'failed') throw conflict('delivery_not_failed', 'Only failed deliveries can be retried');
-  const retried = (by: string) => conflict('already_retried', 'This delivery has been retried already', { retryDeliveryId: by });
+  if (original.status !== 'failed') throw webhooksError('delivery_not_failed');
+  const retried = (by: string) => webhooksError('already_retried', { details: { retryDeliveryId: by } });
   if (original.retried_by) throw retried(original.retried_by);
   await spendManual(keel, access, webhookId);
   const id = await transaction(keel.db, async (tx) => {

@@ -30,16 +30,89 @@ export class AppError extends Error {
   }
 }
 
-export const badRequest = (code: string, message: string, details?: Record<string, unknown>) =>
-  new AppError(400, code, message, details);
-export const unauthorized = (message = 'Authentication required', code = 'unauthorized') => new AppError(401, code, message);
-export const forbidden = (message = 'You do not have permission to do this', code = 'forbidden') =>
-  new AppError(403, code, message);
-export const notFound = (what = 'Resource') => new AppError(404, 'not_found', `${what} not found`);
-export const conflict = (code: string, message: string, details?: Record<string, unknown>) =>
-  new AppError(409, code, message, details);
-export const tooManyRequests = (retryAfterSeconds: number, message = 'Too many requests; try again later') =>
-  new AppError(429, 'rate_limited', message, undefined, { 'Retry-After': String(retryAfterSeconds) });
+/*
+ * Error catalogues (docs/decisions.md "Error catalogues"): each module has one, `src/modules/<m>/errors.ts`,
+ * and the platform's is below. A catalogue maps each code to its status and message; its constructor
+ * makes the error. A code is defined in one catalogue only (`errorCatalogue` refuses a second
+ * definition), and the document's `Error.code` lists every catalogued code.
+ */
+
+export interface ErrorDef {
+  readonly status: ContentfulStatusCode;
+  readonly message: string;
+}
+
+export interface ErrorOptions {
+  /** Instead of the catalogue's message, for one that names what was refused. */
+  message?: string;
+  details?: Record<string, unknown>;
+  headers?: Record<string, string>;
+  /** Only for a code the catalogue lists with `alsoStatus` (a code answered with two statuses). */
+  status?: ContentfulStatusCode;
+}
+
+const defined = new Map<string, ErrorDef & { owner: string }>();
+
+/** Every catalogued code, sorted: the `enum` of the document's `Error.code` (filled as catalogues load, before any document is made). */
+export const ERROR_CODES: string[] = [];
+
+/** Every catalogued code with its status, message and catalogue (for the document and the tests). */
+export function catalogued(): ReadonlyMap<string, ErrorDef & { owner: string }> {
+  return defined;
+}
+
+/**
+ * Registers a catalogue and returns its constructor: `error('code', { message?, details?, headers? })`.
+ * A code another catalogue defines already throws at start-up (it is imported from there instead).
+ */
+export function errorCatalogue<const C extends Record<string, ErrorDef & { alsoStatus?: ContentfulStatusCode }>>(
+  owner: string,
+  defs: C,
+): (code: keyof C & string, opts?: ErrorOptions) => AppError {
+  for (const [code, def] of Object.entries(defs)) {
+    const known = defined.get(code);
+    if (known && known.owner !== owner) throw new Error(`error code ${code} is defined by ${known.owner} and ${owner}`);
+    defined.set(code, { ...def, owner });
+    if (!ERROR_CODES.includes(code)) ERROR_CODES.push(code);
+  }
+  ERROR_CODES.sort();
+  return (code, opts = {}) => {
+    const def = defs[code] as ErrorDef & { alsoStatus?: ContentfulStatusCode };
+    if (opts.status !== undefined && opts.status !== def.status && opts.status !== def.alsoStatus) {
+      throw new Error(`error code ${code} is not answered with ${opts.status}`);
+    }
+    return new AppError(opts.status ?? def.status, code, opts.message ?? def.message, opts.details, opts.headers);
+  };
+}
+
+/** The platform's codes: what any route can answer, whatever its module. */
+export const PLATFORM_ERRORS = {
+  bad_request: { status: 400, message: 'The request could not be processed' },
+  invalid_json: { status: 400, message: 'The request body is not valid JSON' },
+  validation_failed: { status: 400, message: 'The request is not valid' },
+  unauthorized: { status: 401, message: 'Authentication required' },
+  invalid_token: { status: 401, message: 'The access token is invalid or expired', alsoStatus: 400 },
+  forbidden: { status: 403, message: 'You do not have permission to do this' },
+  not_found: { status: 404, message: 'Resource not found' },
+  method_not_allowed: { status: 405, message: 'This method is not allowed on this path' },
+  payload_too_large: { status: 413, message: 'The request body is too large' },
+  unsupported_media_type: { status: 415, message: 'Request bodies must be application/json' },
+  rate_limited: { status: 429, message: 'Too many requests; try again later' },
+  internal_error: { status: 500, message: 'Internal server error' },
+  overloaded: { status: 503, message: 'The server is busy checking passwords; try again shortly' },
+  not_ready: { status: 503, message: 'Not ready: a dependency is down' },
+  database_unavailable: { status: 503, message: 'The database is unavailable; try again shortly' },
+  secret_unavailable: { status: 503, message: 'A stored secret cannot be opened with this server’s encryption keys; an operator must restore the key it was sealed with' },
+} as const satisfies Record<string, ErrorDef & { alsoStatus?: ContentfulStatusCode }>;
+
+export const platformError = errorCatalogue('platform', PLATFORM_ERRORS);
+
+export const unauthorized = (message?: string) => platformError('unauthorized', message === undefined ? {} : { message });
+export const invalidToken = (message?: string) => platformError('invalid_token', message === undefined ? {} : { message });
+export const forbidden = (message?: string) => platformError('forbidden', message === undefined ? {} : { message });
+export const notFound = (what = 'Resource') => platformError('not_found', { message: `${what} not found` });
+export const tooManyRequests = (retryAfterSeconds: number, message?: string) =>
+  platformError('rate_limited', { ...(message === undefined ? {} : { message }), headers: { 'Retry-After': String(retryAfterSeconds) } });
 
 export interface FieldIssue {
   path: string;
@@ -47,7 +120,7 @@ export interface FieldIssue {
 }
 
 export function validationError(fields: FieldIssue[]): AppError {
-  return new AppError(400, 'validation_failed', 'The request is not valid', { fields });
+  return platformError('validation_failed', { details: { fields } });
 }
 
 /** One field per issue; a field the schema does not know is named itself ("is not a known field"). */
@@ -79,30 +152,30 @@ export function handleError(err: unknown, c: Context, log: Logger): Response {
   if (err instanceof z.ZodError) return errorResponse(c, validationError(zodFields(err)));
   if (err instanceof HTTPException) {
     const status = err.status;
-    if (status === 413) return errorResponse(c, new AppError(413, 'payload_too_large', 'The request body is too large'));
+    if (status === 413) return errorResponse(c, platformError('payload_too_large'));
     // A route's validator refusing a body of a type the route does not declare (a form route given JSON).
-    if (status === 415) return errorResponse(c, new AppError(415, 'unsupported_media_type', 'The request body has a content type this route does not take'));
+    if (status === 415) return errorResponse(c, platformError('unsupported_media_type', { message: 'The request body has a content type this route does not take' }));
     if (status === 400 && /json/i.test(err.message)) {
-      return errorResponse(c, new AppError(400, 'invalid_json', 'The request body is not valid JSON'));
+      return errorResponse(c, platformError('invalid_json'));
     }
     if (status >= 400 && status < 500) {
-      return errorResponse(c, new AppError(status, 'bad_request', 'The request could not be processed'));
+      return errorResponse(c, new AppError(status, 'bad_request', PLATFORM_ERRORS.bad_request.message));
     }
   }
   // The database is down or restarting (docs/decisions.md "Many processes and faults"): the request can be tried again shortly.
   if (databaseUnavailable(err)) {
     requestLog(log, lineRef(c)).warn({ error: loggableError(err) }, 'database unavailable');
-    return errorResponse(c, new AppError(503, 'database_unavailable', 'The database is unavailable; try again shortly', undefined, { 'Retry-After': '5' }));
+    return errorResponse(c, platformError('database_unavailable', { headers: { 'Retry-After': '5' } }));
   }
   // A stored secret this server's keys cannot open: an encryption key was dropped while data sealed
   // with it remains (docs/deploy.md "Key rotation"), or the stored value was altered. An operator's
   // fault to fix, not the client's and not a bug in the request: 503, logged at error.
   if (err instanceof DecryptionError) {
     requestLog(log, lineRef(c)).error({ error: loggableError(err) }, 'a stored secret cannot be opened with the configured keys');
-    return errorResponse(c, new AppError(503, 'secret_unavailable', 'A stored secret cannot be opened with this server’s encryption keys; an operator must restore the key it was sealed with'));
+    return errorResponse(c, platformError('secret_unavailable'));
   }
   // Never the error object itself: a database error carries the query's parameters (loggableError).
   // Under `error`, not pino's `err`, whose serializer would fold the causes into one message.
   requestLog(log, lineRef(c)).error({ error: loggableError(err) }, 'unhandled error');
-  return c.json({ error: 'Internal server error', code: 'internal_error' } satisfies ErrorBody, 500);
+  return c.json({ error: PLATFORM_ERRORS.internal_error.message, code: 'internal_error' } satisfies ErrorBody, 500);
 }

@@ -6,7 +6,7 @@ import { constantTimeEqual } from '../crypto.js';
 import type { Metrics } from '../metrics.js';
 import { LATENCY_BUCKETS, METRIC } from '../metrics.js';
 import type { OnAnswered } from './middleware.js';
-import { AppError, errorResponse } from './errors.js';
+import { errorResponse, platformError } from './errors.js';
 
 /**
  * `GET /metrics`: the Prometheus text exposition (README "Operating"). Outside /api/v1 and outside
@@ -19,7 +19,7 @@ export function mountMetrics<E extends Env>(app: Hono<E>, metrics: Metrics, toke
   const expected = token === undefined ? undefined : `Bearer ${token}`;
   app.get('/metrics', async (c) => {
     if (expected !== undefined && !constantTimeEqual(c.req.header('authorization') ?? '', expected)) {
-      return errorResponse(c, new AppError(401, 'unauthorized', 'The metrics token is missing or wrong', undefined, { 'WWW-Authenticate': 'Bearer realm="metrics"' }));
+      return errorResponse(c, platformError('unauthorized', { message: 'The metrics token is missing or wrong', headers: { 'WWW-Authenticate': 'Bearer realm="metrics"' } }));
     }
     const { contentType, body } = await metrics.render();
     c.header('Cache-Control', 'no-store');
@@ -61,7 +61,7 @@ export function latencyObserver(metrics: Metrics): OnAnswered | undefined {
 export async function serveMetrics(metrics: Metrics, token: string | undefined, host: string, port: number): Promise<{ port: number; close(): Promise<void> }> {
   const app = new Hono();
   mountMetrics(app, metrics, token);
-  app.notFound((c) => errorResponse(c, new AppError(404, 'not_found', `No route for ${c.req.method} ${c.req.path}`)));
+  app.notFound((c) => errorResponse(c, platformError('not_found', { message: `No route for ${c.req.method} ${c.req.path}` })));
   const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
     const s = serve({ fetch: app.fetch, port, hostname: host }, () => resolve(s));
     s.once('error', reject);

@@ -5,7 +5,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import { accessLogger, type Logger } from '../logger.js';
-import { AppError, errorResponse, validationError } from './errors.js';
+import { errorResponse, validationError, platformError } from './errors.js';
 import { unstorableInUrl } from './validation.js';
 import { validTraceparent } from '../request-scope.js';
 
@@ -239,7 +239,7 @@ function readUpTo(incoming: IncomingMessage, max: number): Promise<Uint8Array | 
     // The client went away (or the stream failed) before the end of its body.
     const onError = () => {
       done();
-      reject(new AppError(400, 'bad_request', 'The request body was not received completely'));
+      reject(platformError('bad_request', { message: 'The request body was not received completely' }));
     };
     incoming.on('data', onData).once('end', onEnd).once('error', onError).once('close', onError);
   });
@@ -271,6 +271,16 @@ export function uploadLimitsOf(owner: object): Map<string, number> {
 }
 
 /**
+ * The statuses `apiGate` can answer before a route's own middleware, by method: 400 (text that cannot
+ * be stored in the path or query) for every method; 413 and 415 for a method that carries a body. The
+ * API router documents them on every operation (openapi.ts `createRouter`).
+ */
+export function apiGateStatuses(method: string): (400 | 413 | 415)[] {
+  const m = method.toUpperCase();
+  return m === 'GET' || m === 'HEAD' ? [400] : [400, 413, 415];
+}
+
+/**
  * What every /api/v1 request passes first, in one middleware: the security headers; then, for a
  * method that carries a body, the size limit (413: Content-Length decides, a chunked body is counted
  * as it streams by hono's bodyLimit) and JSON-only bodies (415 for a non-empty body of another type).
@@ -288,7 +298,7 @@ export function apiGate(opts: ApiGateOptions): MiddlewareHandler {
     if (!chunked && Number(length ?? '0') > maxBytes) return opts.onTooLarge(c);
     if ((chunked || (length !== undefined && length !== '0')) && !allowNonJson(c.req.path)) {
       if (!JSON_TYPE.test(c.req.header('content-type') ?? '')) {
-        return errorResponse(c, new AppError(415, 'unsupported_media_type', 'Request bodies must be application/json'));
+        return errorResponse(c, platformError('unsupported_media_type'));
       }
     }
     const incoming = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming;

@@ -7,6 +7,7 @@ import { validationError, zodFields } from './errors.js';
 import { strictRequest, unstorableFields } from './validation.js';
 import { CachedTrieRouter } from './router.js';
 import { documentedRoute, SECURITY_SCHEMES } from './route-docs.js';
+import type { ErrorStatus } from './schemas.js';
 
 /**
  * A router whose zod validation failures become the 400 `validation_failed` envelope. Every module
@@ -14,9 +15,11 @@ import { documentedRoute, SECURITY_SCHEMES } from './route-docs.js';
  *
  * Every route registered here gets the platform's request rules (platform/http/validation.ts): its
  * JSON body validated strictly (unknown fields refused, deeply) and checked for text PostgreSQL cannot
- * store. The document keeps the route as declared; only validation uses the strict copy.
+ * store. The document keeps the route as declared; only validation uses the strict copy. `gate` names
+ * the statuses of the middleware every request of this router passes first (the API gate), so each
+ * operation declares them.
  */
-export function createRouter<E extends Env>(): OpenAPIHono<E> {
+export function createRouter<E extends Env>(opts: { gate?: (method: string) => readonly ErrorStatus[] } = {}): OpenAPIHono<E> {
   const app = new OpenAPIHono<E>({
     router: new CachedTrieRouter(),
     defaultHook: (result) => {
@@ -35,7 +38,7 @@ export function createRouter<E extends Env>(): OpenAPIHono<E> {
   const register = app.openapi;
   const openapi: typeof register = (config, handler, hook) => {
     // The document: the route as declared, plus what its middleware enforces (route-docs.ts).
-    if (!config.hide) app.openAPIRegistry.registerPath(documentedRoute(config));
+    if (!config.hide) app.openAPIRegistry.registerPath(documentedRoute(config, opts.gate?.(config.method) ?? []));
     const request = strictRequest(config.request);
     return register({ ...config, ...(request === null ? {} : { request }), hide: true }, handler, hook);
   };

@@ -6,6 +6,7 @@
  * paragraph of the description. A new middleware that restricts access tags itself with `documentAccess`.
  */
 import type { RouteConfig } from '@hono/zod-openapi';
+import { errors, type ErrorStatus } from './schemas.js';
 
 export interface AccessDoc {
   /** A bearer token is needed: `user` (access tokens only; API keys are refused) or `any` (API keys too). */
@@ -26,6 +27,14 @@ export interface AccessDoc {
   device?: boolean;
   /** The release channel's rule (agents/release-writer.ts): a platform administrator's session verified with a second factor. */
   releaseWriter?: boolean;
+  /** The Force MFA gate (428 `mfa_enrollment_required` for a user whose role forces MFA and who has no factor). */
+  mfaEnrolmentGate?: boolean;
+  /** The caller's scope is resolved (403 `context_required` for a user with no association). */
+  scoped?: boolean;
+  /** A rate limit is taken before the handler (429 `rate_limited` with Retry-After). */
+  limited?: boolean;
+  /** Requests are shed under load before any work (503 `overloaded` with Retry-After). */
+  overloadGate?: boolean;
 }
 
 const ACCESS_DOC = Symbol.for('keel.accessDoc');
@@ -82,13 +91,37 @@ export function accessText(doc: AccessDoc): string {
   return `Access: ${parts.join('; ')}.`;
 }
 
-/** The route as documented: security, operationId and the access paragraph derived from its middleware. */
-export function documentedRoute(config: RouteConfig & { middleware?: unknown }): RouteConfig {
+/** The statuses that can answer (401, 403, 428, 429, 503); what a route's handler answers it declares itself. */
+export type MiddlewareStatus = 401 | 403 | 428 | 429 | 503;
+
+/**
+ * The statuses a route's middleware can answer, from what it enforces: a token (401, and 503 when the
+ * database behind the token is unavailable), a guard that can refuse (403), the Force MFA gate (428), a
+ * limiter (429), the overload gate (503).
+ */
+export function middlewareStatuses(doc: AccessDoc): MiddlewareStatus[] {
+  const out = new Set<MiddlewareStatus>();
+  if (doc.auth || doc.device) out.add(401).add(503);
+  if (doc.auth === 'user' || doc.scoped || doc.permission || doc.scopes || doc.fullOrgAccess || doc.wholeOrg || doc.mfa || doc.factorProof || doc.releaseWriter) out.add(403);
+  if (doc.mfaEnrolmentGate) out.add(428);
+  if (doc.limited) out.add(429);
+  if (doc.overloadGate) out.add(503);
+  return [...out].sort((a, b) => a - b);
+}
+
+/**
+ * The route as documented: security, operationId, the access paragraph and the statuses its middleware
+ * can answer, derived from that middleware; `before` are the statuses of what every request of the
+ * router passes first (the API gate).
+ */
+export function documentedRoute(config: RouteConfig & { middleware?: unknown }, before: readonly ErrorStatus[] = []): RouteConfig {
   const { middleware, hide: _hide, ...route } = config;
   const doc = accessOf(middleware);
   const description = [route.description, accessText(doc)].filter(Boolean).join('\n\n');
   return {
     ...route,
+    // A status the handler answers too (a 403 of the service, a 503 of a dependency) keeps the route's own wording.
+    responses: { ...errors(...new Set([...before, ...middlewareStatuses(doc)])), ...route.responses },
     operationId: route.operationId ?? operationIdOf(route.method, route.path),
     description,
     // A route that authenticates inside its handler depending on the body (a temp token or a bearer

@@ -1,4 +1,5 @@
 import { z } from '@hono/zod-openapi';
+import { ERROR_CODES } from './errors.js';
 
 /** Shared OpenAPI pieces for route declarations: the error envelope, JSON bodies, pagination. */
 
@@ -7,7 +8,8 @@ export const ErrorSchema = z
     error: z.string().openapi({ description: 'A sentence for people; its wording may change, so clients decide on `code`' }),
     code: z.string().openapi({
       description:
-        'Stable snake_case error code for programs, e.g. `validation_failed`, `unauthorized`, `forbidden`, `not_found`, `mfa_required`, `mfa_enrollment_required` (428), `rate_limited` (429)',
+        'Stable snake_case error code for programs, e.g. `validation_failed`, `unauthorized`, `forbidden`, `not_found`, `mfa_required`, `mfa_enrollment_required` (428), `rate_limited` (429); every code is listed (the error catalogues, docs/decisions.md "Error catalogues")',
+      enum: ERROR_CODES,
     }),
     details: z.record(z.string(), z.unknown()).optional().openapi({
       description:
@@ -30,14 +32,23 @@ const ERROR_EXAMPLES: Record<number, object> = {
   503: { error: 'The server is busy checking passwords; try again shortly', code: 'overloaded', retryAfter: 1 },
 };
 
+/** The header of a 429 or 503: when to try again (also the body's `retryAfter`). */
+const RETRY_AFTER = {
+  'Retry-After': { description: 'Seconds to wait before trying again', schema: { type: 'integer' as const, minimum: 0 } },
+};
+
 /** Standard error responses for route declarations. */
-export function errors(...codes: (400 | 401 | 403 | 404 | 409 | 428 | 429 | 502 | 503)[]) {
+export type ErrorStatus = 400 | 401 | 403 | 404 | 409 | 413 | 415 | 428 | 429 | 502 | 503;
+
+export function errors(...codes: ErrorStatus[]) {
   const text: Record<number, string> = {
     400: 'Invalid request',
     401: 'Not authenticated',
     403: 'Forbidden',
     404: 'Not found',
     409: 'Conflict',
+    413: 'The request body is too large',
+    415: 'The request body has a content type this operation does not take',
     428: 'MFA enrolment required',
     429: 'Too many requests',
     502: 'A server Keel depends on answered wrongly',
@@ -46,7 +57,11 @@ export function errors(...codes: (400 | 401 | 403 | 404 | 409 | 428 | 429 | 502 
   return Object.fromEntries(
     codes.map((code) => [
       code,
-      { description: text[code] ?? 'Error', content: { 'application/json': { schema: ErrorSchema, ...(ERROR_EXAMPLES[code] ? { example: ERROR_EXAMPLES[code] } : {}) } } },
+      {
+        description: text[code] ?? 'Error',
+        ...(code === 429 || code === 503 ? { headers: RETRY_AFTER } : {}),
+        content: { 'application/json': { schema: ErrorSchema, ...(ERROR_EXAMPLES[code] ? { example: ERROR_EXAMPLES[code] } : {}) } },
+      },
     ]),
   ) as Record<(typeof codes)[number], { description: string; content: { 'application/json': { schema: typeof ErrorSchema } } }>;
 }
