@@ -5,6 +5,7 @@ import { createContext, useContext, useId, useMemo, useState, type ReactNode } f
 import { useQuery } from '@tanstack/react-query';
 import { api, type Page } from './api';
 import { useAuth } from './auth';
+import { keys } from './api/keys';
 
 export interface Org {
   id: string;
@@ -86,14 +87,14 @@ export function TenantPicker() {
   const t = useTenant();
   const isSystem = me?.scope === 'system';
   const partners = useQuery({
-    queryKey: ['partners', 'picker'],
+    queryKey: keys.partners.picker(),
     queryFn: () => api<Page<Partner>>('GET', '/partners', { query: { limit: 100 } }),
     enabled: isSystem,
   });
   const orgQuery = isSystem ? (t.partnerId ? { partnerId: t.partnerId, limit: 100 } : null) : { limit: 100 };
   const id = useId();
   const orgs = useQuery({
-    queryKey: ['orgs', 'picker', orgQuery],
+    queryKey: keys.orgs.picker(orgQuery),
     queryFn: () => api<Page<Org>>('GET', '/orgs', { query: orgQuery ?? {} }),
     enabled: !!orgQuery && me?.scope !== 'organization' && can('organizations', 'read'),
   });

@@ -7,6 +7,7 @@ import { startRegistration, type PublicKeyCredentialCreationOptionsJSON } from '
 import { api, passkeyError, saveBlob, type Page, type SelfProfile, type TokenAnswer } from '../api';
 import { useAuth } from '../auth';
 import { Alert, Button, Card, ErrorAlert, Field, PageHeader, QueryState, TableFrame, useSubmit, when } from '../ui';
+import { keys } from '../api/keys';
 
 export function Profile() {
   const { me, reloadMe } = useAuth();
@@ -257,14 +258,14 @@ interface Passkey {
 function PasskeysCard({ onCodes }: { onCodes: (c: string[]) => void }) {
   const { reloadMe } = useAuth();
   const qc = useQueryClient();
-  const list = useQuery({ queryKey: ['passkeys'], queryFn: () => api<Page<Passkey>>('GET', '/auth/passkeys') });
+  const list = useQuery({ queryKey: keys.passkeys.all, queryFn: () => api<Page<Passkey>>('GET', '/auth/passkeys') });
   const [adding, setAdding] = useState(false);
   const [name, setName] = useState('');
   const [password, setPassword] = useState('');
   const [removing, setRemoving] = useState<Passkey | null>(null);
   const [renaming, setRenaming] = useState<{ id: string; name: string } | null>(null);
   const refreshAll = async () => {
-    await qc.invalidateQueries({ queryKey: ['passkeys'] });
+    await qc.invalidateQueries({ queryKey: keys.passkeys.all });
     await reloadMe();
   };
   const add = useSubmit(async () => {
@@ -409,14 +410,14 @@ interface Session {
 export function Sessions() {
   const { signOut } = useAuth();
   const qc = useQueryClient();
-  const list = useQuery({ queryKey: ['sessions'], queryFn: () => api<Page<Session>>('GET', '/auth/sessions') });
+  const list = useQuery({ queryKey: keys.sessions.all, queryFn: () => api<Page<Session>>('GET', '/auth/sessions') });
   const [error, setError] = useState<unknown>(null);
   const end = async (s: Session) => {
     setError(null);
     try {
       await api('DELETE', `/auth/sessions/${s.id}`);
       if (s.current) await signOut();
-      else await qc.invalidateQueries({ queryKey: ['sessions'] });
+      else await qc.invalidateQueries({ queryKey: keys.sessions.all });
     } catch (err) {
       setError(err);
     }

@@ -7,6 +7,7 @@ import { api, ApiError, isMfaChallenge, type MfaChallenge, type TokenAnswer } fr
 import { useAuth } from '../auth';
 import { Alert, Button, ErrorAlert, Field, Loading, useSubmit } from '../ui';
 import { SecondFactor } from './SecondFactor';
+import { keys } from '../api/keys';
 
 /** SPEC 7: the codes the SSO callback redirects with. */
 export const SSO_ERRORS: Record<string, string> = {
@@ -43,7 +44,7 @@ export function Login() {
   const [password, setPassword] = useState('');
 
   const sso = useQuery({
-    queryKey: ['sso-check', org],
+    queryKey: keys.ssoCheck(org),
     enabled: !!org,
     retry: false,
     queryFn: async () => {

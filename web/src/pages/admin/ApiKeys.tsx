@@ -5,6 +5,7 @@ import { api, type Page, type Permission } from '../../api';
 import { Alert, Button, Card, ErrorAlert, Field, PageHeader, Pager, QueryState, TableFrame, useSubmit, when } from '../../ui';
 import { permissionPage } from '../../permission';
 import { PermissionGrid } from './Roles';
+import { keys } from '../../api/keys';
 
 interface ApiKey {
   id: string;
@@ -25,13 +26,13 @@ function ApiKeysPage() {
   const [created, setCreated] = useState<{ name: string; key: string } | null>(null);
   const [copied, setCopied] = useState(false);
   const [error, setError] = useState<unknown>(null);
-  const list = useQuery({ queryKey: ['api-keys', page], queryFn: () => api<Page<ApiKey>>('GET', '/api-keys', { query: { page, limit: 25 } }) });
+  const list = useQuery({ queryKey: keys.apiKeys.list(page), queryFn: () => api<Page<ApiKey>>('GET', '/api-keys', { query: { page, limit: 25 } }) });
   const revoke = async (k: ApiKey) => {
     if (!window.confirm(`Revoke the key ${k.name}? Anything using it stops working at once.`)) return;
     setError(null);
     try {
       await api('DELETE', `/api-keys/${k.id}`);
-      await qc.invalidateQueries({ queryKey: ['api-keys'] });
+      await qc.invalidateQueries({ queryKey: keys.apiKeys.all });
     } catch (err) {
       setError(err);
     }
@@ -59,7 +60,7 @@ function ApiKeysPage() {
             if (k) {
               setCreated(k);
               setCopied(false);
-              void qc.invalidateQueries({ queryKey: ['api-keys'] });
+              void qc.invalidateQueries({ queryKey: keys.apiKeys.all });
             }
           }}
         />

@@ -6,6 +6,7 @@ import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
 import { Button, ErrorAlert, Field, PageHeader, Pager, QueryState, TableFrame, useSubmit, when } from '../../ui';
 import { permissionPage } from '../../permission';
+import { keys } from '../../api/keys';
 
 interface AuditEntry {
   id: string;
@@ -40,7 +41,7 @@ function AuditPage() {
   const [page, setPage] = useState(1);
   const [open, setOpen] = useState<string | null>(null);
   const query = { ...t.query, ...filters, from: iso(filters.from), to: iso(filters.to) };
-  const list = useQuery({ queryKey: ['audit', query, page], queryFn: () => api<Page<AuditEntry>>('GET', '/audit-logs', { query: { ...query, page, limit: 50 } }) });
+  const list = useQuery({ queryKey: keys.audit.list(query, page), queryFn: () => api<Page<AuditEntry>>('GET', '/audit-logs', { query: { ...query, page, limit: 50 } }) });
   const set = (k: keyof typeof EMPTY) => (e: React.ChangeEvent<HTMLInputElement>) => setDraft({ ...draft, [k]: e.target.value });
   return (
     <>

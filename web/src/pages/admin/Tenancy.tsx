@@ -9,6 +9,7 @@ import { useTenant, type Org, type Partner, type SecuritySettings } from '../../
 import { Alert, Button, Card, Checkbox, ErrorAlert, Field, PageHeader, Pager, QueryState, Select, TableFrame, useSubmit, when } from '../../ui';
 import { permissionPage } from '../../permission';
 import { useDeviceGroups, useSites } from './common';
+import { keys } from '../../api/keys';
 
 /** settings.security: require MFA, and which methods are allowed (the stricter of partner and organisation wins). */
 function SecurityEditor({ value, canEdit, save }: { value: SecuritySettings | undefined; canEdit: boolean; save: (s: SecuritySettings) => Promise<unknown> }) {
@@ -49,11 +50,11 @@ function PartnersPage() {
   const [page, setPage] = useState(1);
   const [name, setName] = useState('');
   const [open, setOpen] = useState<string | null>(null);
-  const list = useQuery({ queryKey: ['partners', page], queryFn: () => api<Page<Partner>>('GET', '/partners', { query: { page, limit: 25 } }) });
+  const list = useQuery({ queryKey: keys.partners.list(page), queryFn: () => api<Page<Partner>>('GET', '/partners', { query: { page, limit: 25 } }) });
   const create = useSubmit(async () => {
     await api('POST', '/partners', { body: { name: name.trim() } });
     setName('');
-    await qc.invalidateQueries({ queryKey: ['partners'] });
+    await qc.invalidateQueries({ queryKey: keys.partners.all });
   });
   return (
     <>
@@ -87,7 +88,7 @@ function PartnersPage() {
                   </div>
                   {open === p.id && (
                     <div className="block">
-                      <SecurityEditor value={p.settings.security} canEdit save={(security) => api('PATCH', `/partners/${p.id}`, { body: { settings: { security } } }).then(() => qc.invalidateQueries({ queryKey: ['partners'] }))} />
+                      <SecurityEditor value={p.settings.security} canEdit save={(security) => api('PATCH', `/partners/${p.id}`, { body: { settings: { security } } }).then(() => qc.invalidateQueries({ queryKey: keys.partners.all }))} />
                     </div>
                   )}
                 </li>
@@ -110,12 +111,12 @@ function OrgsPage() {
   const [page, setPage] = useState(1);
   const [name, setName] = useState('');
   const query = me?.scope === 'system' && t.partnerId ? { partnerId: t.partnerId } : {};
-  const list = useQuery({ queryKey: ['orgs', query, page], queryFn: () => api<Page<Org>>('GET', '/orgs', { query: { ...query, page, limit: 25 } }) });
+  const list = useQuery({ queryKey: keys.orgs.list(query, page), queryFn: () => api<Page<Org>>('GET', '/orgs', { query: { ...query, page, limit: 25 } }) });
   const canCreate = can('organizations', 'write') && (me?.scope === 'partner' || (me?.scope === 'system' && !!t.partnerId));
   const create = useSubmit(async () => {
     await api('POST', '/orgs', { body: { name: name.trim(), ...(me?.scope === 'system' && t.partnerId ? { partnerId: t.partnerId } : {}) } });
     setName('');
-    await qc.invalidateQueries({ queryKey: ['orgs'] });
+    await qc.invalidateQueries({ queryKey: keys.orgs.all });
   });
   return (
     <>
@@ -168,18 +169,19 @@ function OrgPage({ id }: { id: string }) {
   const { can } = useAuth();
   const qc = useQueryClient();
   const [, navigate] = useLocation();
-  const org = useQuery({ queryKey: ['org', id], queryFn: () => api<Org>('GET', `/orgs/${id}`) });
+  const org = useQuery({ queryKey: keys.orgs.detail(id), queryFn: () => api<Org>('GET', `/orgs/${id}`) });
   const [name, setName] = useState<string | null>(null);
   const rename = useSubmit(async () => {
     await api('PATCH', `/orgs/${id}`, { body: { name: (name ?? '').trim() } });
     setName(null);
-    await qc.invalidateQueries({ queryKey: ['org', id] });
+    await qc.invalidateQueries({ queryKey: keys.orgs.detail(id) });
   });
   const remove = useSubmit(async () => {
     if (!window.confirm(`Delete ${org.data?.name ?? 'this organisation'} with its sites, groups, users' memberships and devices? This cannot be undone.`)) return;
     await api('DELETE', `/orgs/${id}`);
-    await qc.invalidateQueries({ queryKey: ['orgs'] });
+    // Leave first: the deleted one's page must not refetch itself into a 404.
     navigate('/admin/orgs');
+    await qc.invalidateQueries({ queryKey: keys.orgs.all });
   });
   return (
     <QueryState query={org}>
@@ -205,7 +207,7 @@ function OrgPage({ id }: { id: string }) {
                 key={id}
                 value={org.data.settings.security}
                 canEdit={can('organizations', 'write')}
-                save={(security) => api('PATCH', `/orgs/${id}`, { body: { settings: { security } } }).then(() => qc.invalidateQueries({ queryKey: ['org', id] }))}
+                save={(security) => api('PATCH', `/orgs/${id}`, { body: { settings: { security } } }).then(() => qc.invalidateQueries({ queryKey: keys.orgs.detail(id) }))}
               />
             </Card>
             {can('sites', 'read') && <Sites orgId={id} />}
@@ -231,7 +233,7 @@ function Sites({ orgId }: { orgId: string }) {
   const sites = useSites(orgId);
   const [name, setName] = useState('');
   const [error, setError] = useState<unknown>(null);
-  const reload = () => qc.invalidateQueries({ queryKey: ['sites', orgId] });
+  const reload = () => qc.invalidateQueries({ queryKey: keys.sites.ofOrg(orgId) });
   const add = useSubmit(async () => {
     await api('POST', `/orgs/${orgId}/sites`, { body: { name: name.trim() } });
     setName('');
@@ -301,7 +303,7 @@ function DeviceGroups({ orgId }: { orgId: string }) {
   const [name, setName] = useState('');
   const [siteId, setSiteId] = useState('');
   const [error, setError] = useState<unknown>(null);
-  const reload = () => qc.invalidateQueries({ queryKey: ['device-groups', orgId] });
+  const reload = () => qc.invalidateQueries({ queryKey: keys.deviceGroups.ofOrg(orgId) });
   const add = useSubmit(async () => {
     await api('POST', `/orgs/${orgId}/device-groups`, { body: { name: name.trim(), siteId: siteId || null } });
     setName('');

@@ -8,6 +8,7 @@ import { useTenant, type Org } from '../../tenant';
 import { Alert, Button, Checkbox, Dialog, ErrorAlert, Field, PageHeader, Pager, QueryState, Select, TableFrame, useSubmit, when } from '../../ui';
 import { permissionPage } from '../../permission';
 import { useDeviceGroups, useRoles, useSites } from './common';
+import { keys } from '../../api/keys';
 
 interface User {
   id: string;
@@ -48,16 +49,16 @@ function UsersPage() {
   const [actionError, setActionError] = useState<unknown>(null);
   const roles = useRoles();
   const users = useQuery({
-    queryKey: ['users', t.query, page, search, status],
+    queryKey: keys.users.list(t.query, page, search, status),
     queryFn: () => api<Page<User>>('GET', '/users', { query: { ...t.query, page, limit: 25, search, status } }),
   });
   const invitations = useQuery({
-    queryKey: ['invitations', t.query],
+    queryKey: keys.invitations.list(t.query),
     enabled: can('users', 'invite'),
     queryFn: () => api<Page<Invitation>>('GET', '/users/invitations', { query: { ...t.query, limit: 100 } }),
   });
   const roleName = (id: string | null) => roles.data?.data.find((r) => r.id === id)?.name ?? '—';
-  const reload = () => Promise.all([qc.invalidateQueries({ queryKey: ['users'] }), qc.invalidateQueries({ queryKey: ['invitations'] })]);
+  const reload = () => Promise.all([qc.invalidateQueries({ queryKey: keys.users.all }), qc.invalidateQueries({ queryKey: keys.invitations.all })]);
   const act = async (fn: () => Promise<unknown>, done: string) => {
     setActionError(null);
     setNotice(null);
@@ -222,7 +223,7 @@ function InviteDialog({ onClose, onDone }: { onClose: () => void; onDone: (email
   const groups = useDeviceGroups(t.orgId);
   const partnerLevel = !t.orgId && me?.scope !== 'organization';
   const orgs = useQuery({
-    queryKey: ['orgs', 'invite', t.query],
+    queryKey: keys.orgs.forInvite(t.query),
     enabled: partnerLevel,
     queryFn: () => api<Page<Org>>('GET', '/orgs', { query: { ...(t.partnerId && me?.scope === 'system' ? { partnerId: t.partnerId } : {}), limit: 100 } }),
   });

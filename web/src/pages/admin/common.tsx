@@ -2,6 +2,7 @@
 import { useQuery } from '@tanstack/react-query';
 import { api, type Page } from '../../api';
 import { useTenant } from '../../tenant';
+import { keys } from '../../api/keys';
 
 export interface Role {
   id: string;
@@ -37,14 +38,14 @@ export interface DeviceGroup {
 export function useRoles(kind: 'users' | 'roles' = 'users') {
   const t = useTenant();
   return useQuery({
-    queryKey: ['roles', kind, t.query],
+    queryKey: keys.roles.list(kind, t.query),
     queryFn: () => api<Page<Role>>('GET', kind === 'users' ? '/users/roles' : '/roles', { query: { ...t.query, limit: 100 } }),
   });
 }
 
 export function useSites(orgId: string | null) {
   return useQuery({
-    queryKey: ['sites', orgId],
+    queryKey: keys.sites.ofOrg(orgId),
     enabled: !!orgId,
     queryFn: () => api<Page<Site>>('GET', `/orgs/${orgId ?? ''}/sites`, { query: { limit: 100 } }),
   });
@@ -52,7 +53,7 @@ export function useSites(orgId: string | null) {
 
 export function useDeviceGroups(orgId: string | null) {
   return useQuery({
-    queryKey: ['device-groups', orgId],
+    queryKey: keys.deviceGroups.ofOrg(orgId),
     enabled: !!orgId,
     queryFn: () => api<Page<DeviceGroup>>('GET', `/orgs/${orgId ?? ''}/device-groups`, { query: { limit: 100 } }),
   });

@@ -6,6 +6,7 @@ import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { api, type Page } from '../../api';
 import { Alert, Button, Checkbox, Dialog, ErrorAlert, Field, MfaNote, PageHeader, Pager, QueryState, TableFrame, useSubmit } from '../../ui';
 import { permissionPage } from '../../permission';
+import { keys } from '../../api/keys';
 
 export type Component = 'agent' | 'helper' | 'watchdog';
 
@@ -29,12 +30,12 @@ function VersionList() {
   const [error, setError] = useState<unknown>(null);
   const [notice, setNotice] = useState<string | null>(null);
   const [resuming, setResuming] = useState<string | null>(null);
-  const list = useQuery({ queryKey: ['agent-versions', page], queryFn: () => api<Page<AgentVersion>>('GET', '/agent-versions', { query: { page, limit: 50 } }) });
+  const list = useQuery({ queryKey: keys.agentVersions.list(page), queryFn: () => api<Page<AgentVersion>>('GET', '/agent-versions', { query: { page, limit: 50 } }) });
   const done = async (message: string) => {
     setNotice(message);
     setPromote(null);
     setWiden(null);
-    await qc.invalidateQueries({ queryKey: ['agent-versions'] });
+    await qc.invalidateQueries({ queryKey: keys.agentVersions.all });
   };
   const resume = async (v: AgentVersion) => {
     setError(null);

@@ -9,6 +9,7 @@ import { useTenant } from '../../tenant';
 import { Alert, Button, Card, ErrorAlert, Field, PageHeader, Pager, QueryState, Select, TableFrame, when } from '../../ui';
 import { permissionPage } from '../../permission';
 import { useDeviceGroups, useSites } from '../admin/common';
+import { keys } from '../../api/keys';
 
 export interface Device {
   id: string;
@@ -47,7 +48,7 @@ function DeviceList() {
   const sites = useSites(t.orgId);
   const groups = useDeviceGroups(t.orgId);
   const list = useQuery({
-    queryKey: ['devices', t.query, filters, page],
+    queryKey: keys.devices.list(t.query, filters, page),
     queryFn: () => api<Page<Device>>('GET', '/devices', { query: { ...t.query, ...filters, page, limit: 25 } }),
   });
   const execute = can('devices', 'execute');
@@ -57,7 +58,7 @@ function DeviceList() {
     try {
       await api('POST', '/devices/update-now', { body: { deviceIds: [d.id] } });
       setNotice(`${d.hostname} is offered the current version at its next heartbeat.`);
-      await qc.invalidateQueries({ queryKey: ['devices'] });
+      await qc.invalidateQueries({ queryKey: keys.devices.all });
     } catch (err) {
       setError(err);
     }
@@ -180,7 +181,7 @@ function DevicePage({ id }: { id: string }) {
   const [error, setError] = useState<unknown>(null);
   const [notice, setNotice] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
-  const device = useQuery({ queryKey: ['device', id], queryFn: () => api<Device>('GET', `/devices/${id}`) });
+  const device = useQuery({ queryKey: keys.devices.detail(id), queryFn: () => api<Device>('GET', `/devices/${id}`) });
   const execute = can('devices', 'execute');
   const run = async (fn: () => Promise<string>) => {
     setError(null);
@@ -188,8 +189,8 @@ function DevicePage({ id }: { id: string }) {
     setBusy(true);
     try {
       setNotice(await fn());
-      await qc.invalidateQueries({ queryKey: ['device', id] });
-      await qc.invalidateQueries({ queryKey: ['devices'] });
+      await qc.invalidateQueries({ queryKey: keys.devices.detail(id) });
+      await qc.invalidateQueries({ queryKey: keys.devices.all });
     } catch (err) {
       setError(err);
     } finally {

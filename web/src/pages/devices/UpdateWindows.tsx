@@ -11,6 +11,7 @@ import { useTenant } from '../../tenant';
 import { Alert, Button, Card, Checkbox, ErrorAlert, Field, PageHeader, QueryState, useSubmit } from '../../ui';
 import { permissionPage } from '../../permission';
 import type { Component } from './AgentVersions';
+import { keys } from '../../api/keys';
 
 const DAYS = ['mon', 'tue', 'wed', 'thu', 'fri', 'sat', 'sun'] as const;
 const DAY_NAMES: Record<string, string> = { mon: 'Monday', tue: 'Tuesday', wed: 'Wednesday', thu: 'Thursday', fri: 'Friday', sat: 'Saturday', sun: 'Sunday' };
@@ -40,7 +41,7 @@ function pinsInWords(p: UpdateSettings['pinnedVersions']): string {
 }
 
 const settingsQuery = (path: string | null) => ({
-  queryKey: ['agent-update-settings', path],
+  queryKey: keys.agentUpdateSettings.of(path),
   enabled: !!path,
   queryFn: () => api<UpdateSettings>('GET', path ?? ''),
 });
@@ -102,7 +103,7 @@ function SettingsForm({ path, level, value }: { path: string; level: 'organisati
         },
       });
       setSaved(true);
-      await qc.invalidateQueries({ queryKey: ['agent-update-settings', path] });
+      await qc.invalidateQueries({ queryKey: keys.agentUpdateSettings.of(path) });
     },
     () => ({ 'maintenanceWindow.days': hasWindow && days.size === 0 && 'Pick at least one day.' }),
   );

@@ -11,6 +11,7 @@ import { Alert, Button, Card, ErrorAlert, Field, MfaNote, PageHeader, Pager, Que
 import { permissionPage } from '../../permission';
 import { ProviderForm } from './SsoForm';
 import { VerifiedDomains } from './Domains';
+import { keys } from '../../api/keys';
 
 type SsoStatus = 'inactive' | 'testing' | 'active';
 
@@ -82,7 +83,7 @@ function ProviderList() {
   const [page, setPage] = useState(1);
   const [creating, setCreating] = useState(false);
   const list = useQuery({
-    queryKey: ['sso-providers', t.orgId, page],
+    queryKey: keys.ssoProviders.list(t.orgId, page),
     queryFn: () => api<Page<Provider>>('GET', '/sso/providers', { query: { ...t.query, page, limit: 25 } }),
   });
   return (
@@ -141,7 +142,7 @@ function CreateProvider({ onCancel }: { onCancel: () => void }) {
   const t = useTenant();
   const qc = useQueryClient();
   const [, navigate] = useLocation();
-  const presets = useQuery({ queryKey: ['sso-presets'], queryFn: () => api<{ data: Preset[] }>('GET', '/sso/presets') });
+  const presets = useQuery({ queryKey: keys.ssoPresets.all, queryFn: () => api<{ data: Preset[] }>('GET', '/sso/presets') });
   const [preset, setPreset] = useState('');
   const [customType, setCustomType] = useState<'oidc' | 'saml'>('oidc');
   const [name, setName] = useState('');
@@ -151,7 +152,7 @@ function CreateProvider({ onCancel }: { onCancel: () => void }) {
     if (chosen) body.preset = chosen.id;
     if (t.query.orgId) body.orgId = t.query.orgId;
     const p = await api<Provider>('POST', '/sso/providers', { body });
-    await qc.invalidateQueries({ queryKey: ['sso-providers'] });
+    await qc.invalidateQueries({ queryKey: keys.ssoProviders.all });
     navigate(`/integrations/sso/${p.id}`);
   });
   return (
@@ -200,7 +201,7 @@ function ProviderPage({ id }: { id: string }) {
   const [error, setError] = useState<unknown>(null);
   const [busy, setBusy] = useState<string | null>(null);
   const [saved, setSaved] = useState(false);
-  const provider = useQuery({ queryKey: ['sso-provider', id], queryFn: () => api<Provider>('GET', `/sso/providers/${id}`) });
+  const provider = useQuery({ queryKey: keys.ssoProviders.detail(id), queryFn: () => api<Provider>('GET', `/sso/providers/${id}`) });
   const act = async (what: string, fn: () => Promise<void>) => {
     setError(null);
     setSaved(false);
@@ -216,8 +217,8 @@ function ProviderPage({ id }: { id: string }) {
   const setStatus = (status: SsoStatus) =>
     act('status', async () => {
       await api('POST', `/sso/providers/${id}/status`, { body: { status } });
-      await qc.invalidateQueries({ queryKey: ['sso-provider', id] });
-      await qc.invalidateQueries({ queryKey: ['sso-providers'] });
+      await qc.invalidateQueries({ queryKey: keys.ssoProviders.detail(id) });
+      await qc.invalidateQueries({ queryKey: keys.ssoProviders.all });
     });
   const test = () =>
     act('test', async () => {
@@ -227,8 +228,9 @@ function ProviderPage({ id }: { id: string }) {
     act('delete', async () => {
       if (!window.confirm('Delete this provider? Its users can no longer sign in through it.')) return;
       await api('DELETE', `/sso/providers/${id}`);
-      await qc.invalidateQueries({ queryKey: ['sso-providers'] });
+      // Leave first: the deleted one's page must not refetch itself into a 404.
       navigate('/integrations/sso');
+      await qc.invalidateQueries({ queryKey: keys.ssoProviders.all });
     });
   return (
     <QueryState query={provider}>

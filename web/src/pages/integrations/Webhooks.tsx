@@ -9,6 +9,8 @@ import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
 import { Alert, Button, Card, Dialog, ErrorAlert, Field, PageHeader, Pager, QueryState, Select, TableFrame, useSubmit, when } from '../../ui';
 import { permissionPage } from '../../permission';
+import { keys } from '../../api/keys';
+import { EVENT_TYPES, type EventType } from '../../../../src/event-types.js';
 
 type WebhookStatus = 'active' | 'paused' | 'failed';
 type DeliveryStatus = 'pending' | 'delivered' | 'failed' | 'retrying';
@@ -56,18 +58,31 @@ interface Delivery {
   deliveredAt: string | null;
 }
 
-/** SPEC 6.1's event types, grouped by what they are about. */
-export const EVENT_GROUPS: { title: string; types: string[] }[] = [
-  { title: 'Devices', types: ['device.enrolled', 'device.online', 'device.offline', 'device.updated', 'device.decommissioned'] },
-  { title: 'Alerts', types: ['alert.triggered', 'alert.acknowledged', 'alert.resolved', 'alert.escalated'] },
-  { title: 'Scripts', types: ['script.started', 'script.completed', 'script.failed'] },
-  { title: 'Automations', types: ['automation.started', 'automation.completed', 'automation.failed'] },
-  { title: 'Policies', types: ['policy.evaluated', 'policy.violation', 'policy.compliant'] },
-  { title: 'Patches', types: ['patch.available', 'patch.approved', 'patch.installed', 'patch.failed', 'patch.rollback'] },
-  { title: 'Security and remote access', types: ['security.score_changed', 'remote.session.started', 'remote.session.ended', 'remote.file.transferred'] },
-  { title: 'Users and sessions', types: ['user.login', 'user.logout', 'session.login', 'session.logout'] },
-  { title: 'Testing', types: ['webhook.test'] },
+/** The groups of the event picker, by the first part of a type's name; a type of no group lands in "Other". */
+const GROUP_TITLES: [prefix: string, title: string][] = [
+  ['device', 'Devices'],
+  ['alert', 'Alerts'],
+  ['script', 'Scripts'],
+  ['automation', 'Automations'],
+  ['policy', 'Policies'],
+  ['patch', 'Patches'],
+  ['security', 'Security and remote access'],
+  ['remote', 'Security and remote access'],
+  ['user', 'Users and sessions'],
+  ['session', 'Users and sessions'],
+  ['webhook', 'Testing'],
 ];
+
+/** The server's event catalogue (src/event-types.ts, the one list), grouped by what the types are about. */
+export const EVENT_GROUPS: { title: string; types: EventType[] }[] = (() => {
+  const groups = new Map<string, EventType[]>();
+  for (const [, title] of GROUP_TITLES) groups.set(title, []);
+  for (const type of EVENT_TYPES) {
+    const title = GROUP_TITLES.find(([prefix]) => type.split('.')[0] === prefix)?.[1] ?? 'Other';
+    groups.set(title, [...(groups.get(title) ?? []), type]);
+  }
+  return [...groups].filter(([, types]) => types.length > 0).map(([title, types]) => ({ title, types }));
+})();
 
 const STATUS_LABEL: Record<WebhookStatus, string> = { active: 'Active', paused: 'Paused', failed: 'Failed' };
 
@@ -87,7 +102,7 @@ function WebhookList() {
   const [page, setPage] = useState(1);
   const [creating, setCreating] = useState(false);
   const list = useQuery({
-    queryKey: ['webhooks', t.query, status, page],
+    queryKey: keys.webhooks.list(t.query, status, page),
     queryFn: () => api<Page<Webhook>>('GET', '/webhooks', { query: { ...t.query, status, page, limit: 25 } }),
   });
   return (
@@ -99,7 +114,7 @@ function WebhookList() {
             onCancel={() => setCreating(false)}
             onSaved={(w) => {
               setCreating(false);
-              void qc.invalidateQueries({ queryKey: ['webhooks'] });
+              void qc.invalidateQueries({ queryKey: keys.webhooks.all });
               navigate(`/integrations/webhooks/${w.id}`);
             }}
           />
@@ -345,8 +360,8 @@ function WebhookPage({ id }: { id: string }) {
   const [notice, setNotice] = useState<string | null>(null);
   const [error, setError] = useState<unknown>(null);
   const writable = can('webhooks', 'write');
-  const hook = useQuery({ queryKey: ['webhook', id, t.query], queryFn: () => api<Webhook>('GET', `/webhooks/${id}`, { query: t.query }) });
-  const refresh = () => qc.invalidateQueries({ queryKey: ['webhook', id] });
+  const hook = useQuery({ queryKey: keys.webhooks.detail(id, t.query), queryFn: () => api<Webhook>('GET', `/webhooks/${id}`, { query: t.query }) });
+  const refresh = () => qc.invalidateQueries({ queryKey: keys.webhooks.detail(id) });
   const act = async (fn: () => Promise<void>) => {
     setError(null);
     setNotice(null);
@@ -367,14 +382,16 @@ function WebhookPage({ id }: { id: string }) {
     act(async () => {
       await api('POST', `/webhooks/${id}/test`, { query: t.query, body: {} });
       setNotice('A webhook.test delivery is queued: it appears in the history below.');
-      await qc.invalidateQueries({ queryKey: ['deliveries', id] });
+      // The history, this page's delivery counts and the list's: every view of webhooks.
+      await qc.invalidateQueries({ queryKey: keys.webhooks.all });
     });
   const remove = () =>
     act(async () => {
       if (!window.confirm('Delete this webhook and its whole delivery history?')) return;
       await api('DELETE', `/webhooks/${id}`, { query: t.query });
-      await qc.invalidateQueries({ queryKey: ['webhooks'] });
+      // Leave first: the deleted webhook's page must not refetch itself into a 404.
       navigate('/integrations/webhooks');
+      await qc.invalidateQueries({ queryKey: keys.webhooks.all });
     });
   return (
     <QueryState query={hook}>
@@ -426,8 +443,7 @@ function WebhookPage({ id }: { id: string }) {
                   onCancel={() => setEditing(false)}
                   onSaved={() => {
                     setEditing(false);
-                    void refresh();
-                    void qc.invalidateQueries({ queryKey: ['webhooks'] });
+                    void qc.invalidateQueries({ queryKey: keys.webhooks.all });
                   }}
                 />
               </Card>
@@ -477,14 +493,14 @@ function Deliveries({ id, writable }: { id: string; writable: boolean }) {
   const [open, setOpen] = useState<Delivery | null>(null);
   const [error, setError] = useState<unknown>(null);
   const list = useQuery({
-    queryKey: ['deliveries', id, t.query, status, page],
+    queryKey: keys.webhooks.deliveries(id, t.query, status, page),
     queryFn: () => api<Page<Delivery>>('GET', `/webhooks/${id}/deliveries`, { query: { ...t.query, status, page, limit: 25 } }),
   });
   const retry = async (d: Delivery) => {
     setError(null);
     try {
       await api('POST', `/webhooks/${id}/retry/${d.id}`, { query: t.query });
-      await qc.invalidateQueries({ queryKey: ['deliveries', id] });
+      await qc.invalidateQueries({ queryKey: keys.webhooks.all });
     } catch (err) {
       setError(err);
     }
@@ -493,7 +509,7 @@ function Deliveries({ id, writable }: { id: string; writable: boolean }) {
     <Card
       title="Delivery history"
       actions={
-        <Button kind="secondary" onClick={() => void list.refetch()}>
+        <Button kind="secondary" onClick={() => void qc.invalidateQueries({ queryKey: keys.webhooks.all })}>
           Refresh
         </Button>
       }
