@@ -2,55 +2,22 @@
 // only, a silent refresh by the HttpOnly cookie (with the CSRF header) when it runs out, and every
 // error turned into an ApiError carrying the envelope `{error, code, details?}`.
 
+import type { Schema } from './api/types';
+
+export type { Page } from './api/types';
+
 export const API = '/api/v1';
 
-export type MfaMethod = 'totp' | 'sms' | 'passkey';
+export type MfaMethod = Schema<'MfaChallenge'>['mfaMethod'];
 
-export interface Permission {
-  resource: string;
-  action: string;
-}
+export type Permission = Schema<'Permission'>;
 
-export interface SelfProfile {
-  id: string;
-  email: string;
-  name: string;
-  avatarUrl: string | null;
-  status: 'active' | 'invited' | 'disabled';
-  isPlatformAdmin: boolean;
-  mfaEnabled: boolean;
-  mfaMethod: MfaMethod | null;
-  passkeyCount: number;
-  phoneNumberMasked: string | null;
-  phoneVerified: boolean;
-  lastLoginAt: string | null;
-  createdAt: string;
-  scope: 'system' | 'partner' | 'organization' | null;
-  partnerId: string | null;
-  orgId: string | null;
-  roleId: string | null;
-  permissions: Permission[];
-}
+export type SelfProfile = Schema<'SelfProfile'>;
 
-export interface TokenAnswer {
-  accessToken: string;
-  refreshToken: string;
-  tokenType: 'Bearer';
-  expiresIn: number;
-  user: SelfProfile;
-}
+export type TokenAnswer = Schema<'TokenAnswer'>;
 
-export interface MfaChallenge {
-  mfaRequired: true;
-  mfaMethod: MfaMethod;
-  tempToken: string;
-  availableMethods: MfaMethod[];
-}
+export type MfaChallenge = Schema<'MfaChallenge'>;
 
-export interface Page<T> {
-  data: T[];
-  pagination: { page: number; limit: number; total: number };
-}
 
 export interface FieldError {
   path: string;

@@ -4,10 +4,11 @@ import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { useSearch } from 'wouter';
 import { startRegistration, type PublicKeyCredentialCreationOptionsJSON } from '@simplewebauthn/browser';
-import { api, passkeyError, saveBlob, type Page, type SelfProfile, type TokenAnswer } from '../api';
+import { api, passkeyError, saveBlob, type Page, type SelfProfile } from '../api';
 import { useAuth } from '../auth';
 import { Alert, Button, Card, ErrorAlert, Field, PageHeader, QueryState, TableFrame, useSubmit, when } from '../ui';
 import { keys } from '../api/keys';
+import type { Schema } from '../api/types';
 
 export function Profile() {
   const { me, reloadMe } = useAuth();
@@ -107,15 +108,9 @@ function RecoveryCodes({ codes }: { codes: string[] }) {
   );
 }
 
-interface TotpSetup {
-  secret: string;
-  otpAuthUrl: string;
-  qrCodeDataUrl: string;
-  recoveryCodes: string[];
-  expiresAt: string;
-}
+type TotpSetup = Schema<'MfaSetup'>;
 
-type MfaEnabled = TokenAnswer & { recoveryCodes: string[] };
+type MfaEnabled = Schema<'MfaEnabled'>;
 
 export function Security() {
   const { me } = useAuth();
@@ -247,13 +242,7 @@ function SmsCard({ onCodes }: { onCodes: (c: string[]) => void }) {
   );
 }
 
-interface Passkey {
-  id: string;
-  name: string;
-  createdAt: string;
-  lastUsedAt: string | null;
-  backupEligible: boolean;
-}
+type Passkey = Schema<'Passkey'>;
 
 function PasskeysCard({ onCodes }: { onCodes: (c: string[]) => void }) {
   const { reloadMe } = useAuth();
@@ -396,16 +385,7 @@ function ManageMfa({ onCodes }: { onCodes: (c: string[]) => void }) {
   );
 }
 
-interface Session {
-  id: string;
-  ipAddress: string | null;
-  userAgent: string | null;
-  mfa: boolean;
-  current: boolean;
-  createdAt: string;
-  lastUsedAt: string;
-  expiresAt: string;
-}
+type Session = Schema<'Session'>;
 
 export function Sessions() {
   const { signOut } = useAuth();

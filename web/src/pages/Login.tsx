@@ -8,6 +8,7 @@ import { useAuth } from '../auth';
 import { Alert, Button, ErrorAlert, Field, Loading, useSubmit } from '../ui';
 import { SecondFactor } from './SecondFactor';
 import { keys } from '../api/keys';
+import type { Schema } from '../api/types';
 
 /** SPEC 7: the codes the SSO callback redirects with. */
 export const SSO_ERRORS: Record<string, string> = {
@@ -20,12 +21,7 @@ export const SSO_ERRORS: Record<string, string> = {
   sso_error: 'The identity provider’s answer could not be verified. Try again, or ask an administrator to check the single sign-on settings.',
 };
 
-interface SsoCheck {
-  ssoEnabled: boolean;
-  enforceSSO: boolean;
-  provider?: { id: string; name: string; type: string } | null;
-  loginUrl?: string;
-}
+type SsoCheck = Schema<'SsoCheck'>;
 
 /** Where to go after signing in: `next` if it is a path of this console, else the start page. */
 function safeNext(next: string | null): string {

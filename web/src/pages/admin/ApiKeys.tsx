@@ -1,21 +1,14 @@
 // The caller's API keys: create (permissions within the caller's own, the key shown once), revoke.
 import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
-import { api, type Page, type Permission } from '../../api';
+import { api, type Page } from '../../api';
 import { Alert, Button, Card, ErrorAlert, Field, PageHeader, Pager, QueryState, TableFrame, useSubmit, when } from '../../ui';
 import { permissionPage } from '../../permission';
 import { PermissionGrid } from './Roles';
 import { keys } from '../../api/keys';
+import type { Schema } from '../../api/types';
 
-interface ApiKey {
-  id: string;
-  name: string;
-  keyPrefix: string;
-  permissions: Permission[];
-  expiresAt: string | null;
-  lastUsedAt: string | null;
-  createdAt: string;
-}
+type ApiKey = Schema<'ApiKey'>;
 
 export const ApiKeys = permissionPage(ApiKeysPage, '/admin/api-keys');
 

@@ -7,22 +7,9 @@ import { useTenant } from '../../tenant';
 import { Button, ErrorAlert, Field, PageHeader, Pager, QueryState, TableFrame, useSubmit, when } from '../../ui';
 import { permissionPage } from '../../permission';
 import { keys } from '../../api/keys';
+import type { Schema } from '../../api/types';
 
-interface AuditEntry {
-  id: string;
-  createdAt: string;
-  action: string;
-  actorType: string;
-  actorId: string | null;
-  actorEmail: string | null;
-  orgId: string | null;
-  targetType: string | null;
-  targetId: string | null;
-  changes: unknown[] | null;
-  details: Record<string, unknown> | null;
-  result: string;
-  ipAddress: string | null;
-}
+type AuditEntry = Schema<'AuditEntry'>;
 
 const EMPTY = { action: '', actorId: '', targetType: '', targetId: '', from: '', to: '' };
 

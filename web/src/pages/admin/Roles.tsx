@@ -10,15 +10,11 @@ import { Alert, Button, Card, Checkbox, ErrorAlert, Field, PageHeader, QueryStat
 import { permissionPage } from '../../permission';
 import { useRoles, type Role } from './common';
 import { keys } from '../../api/keys';
+import type { Schema } from '../../api/types';
 
-interface CatalogEntry extends Permission {
-  description: string;
-}
+type CatalogEntry = Schema<'CatalogEntry'>;
 
-interface Effective {
-  direct: Permission[];
-  inherited: (Permission & { sourceRoleId: string; sourceRoleName: string })[];
-}
+type Effective = Schema<'EffectivePermissions'>;
 
 const CANONICAL = ['read', 'write', 'delete', 'execute'];
 const key = (p: Permission) => `${p.resource}:${p.action}`;

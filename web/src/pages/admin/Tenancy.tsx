@@ -5,7 +5,7 @@ import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { Link, useLocation } from 'wouter';
 import { api, type Page } from '../../api';
 import { useAuth } from '../../auth';
-import { useTenant, type Org, type Partner, type SecuritySettings } from '../../tenant';
+import { securityOf, useTenant, type Org, type Partner, type SecuritySettings } from '../../tenant';
 import { Alert, Button, Card, Checkbox, ErrorAlert, Field, PageHeader, Pager, QueryState, Select, TableFrame, useSubmit, when } from '../../ui';
 import { permissionPage } from '../../permission';
 import { useDeviceGroups, useSites } from './common';
@@ -88,7 +88,7 @@ function PartnersPage() {
                   </div>
                   {open === p.id && (
                     <div className="block">
-                      <SecurityEditor value={p.settings.security} canEdit save={(security) => api('PATCH', `/partners/${p.id}`, { body: { settings: { security } } }).then(() => qc.invalidateQueries({ queryKey: keys.partners.all }))} />
+                      <SecurityEditor value={securityOf(p)} canEdit save={(security) => api('PATCH', `/partners/${p.id}`, { body: { settings: { security } } }).then(() => qc.invalidateQueries({ queryKey: keys.partners.all }))} />
                     </div>
                   )}
                 </li>
@@ -149,7 +149,7 @@ function OrgsPage() {
                     <td>
                       <Link href={`/admin/orgs/${o.id}`}>{o.name}</Link>
                     </td>
-                    <td>{o.settings.security?.requireMfa ? 'yes' : 'no'}</td>
+                    <td>{securityOf(o)?.requireMfa ? 'yes' : 'no'}</td>
                     <td>{when(o.createdAt)}</td>
                   </tr>
                 ))}
@@ -205,7 +205,7 @@ function OrgPage({ id }: { id: string }) {
             <Card title="Security">
               <SecurityEditor
                 key={id}
-                value={org.data.settings.security}
+                value={securityOf(org.data)}
                 canEdit={can('organizations', 'write')}
                 save={(security) => api('PATCH', `/orgs/${id}`, { body: { settings: { security } } }).then(() => qc.invalidateQueries({ queryKey: keys.orgs.detail(id) }))}
               />

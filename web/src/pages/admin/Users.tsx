@@ -9,31 +9,11 @@ import { Alert, Button, Checkbox, Dialog, ErrorAlert, Field, PageHeader, Pager, 
 import { permissionPage } from '../../permission';
 import { useDeviceGroups, useRoles, useSites } from './common';
 import { keys } from '../../api/keys';
+import type { Schema } from '../../api/types';
 
-interface User {
-  id: string;
-  email: string;
-  name: string;
-  status: 'active' | 'invited' | 'disabled';
-  isPlatformAdmin: boolean;
-  scope: string | null;
-  roleId: string | null;
-  orgAccess: 'all' | 'selected' | 'none' | null;
-  siteIds: string[] | null;
-  deviceGroupIds: string[] | null;
-  mfaEnabled: boolean;
-  lastLoginAt: string | null;
-  createdAt: string;
-}
+type User = Schema<'User'>;
 
-interface Invitation {
-  id: string;
-  userId: string | null;
-  email: string;
-  roleId: string | null;
-  status: 'pending' | 'expired';
-  expiresAt: string;
-}
+type Invitation = Schema<'Invitation'>;
 
 export const Users = permissionPage(UsersPage, '/admin/users', { context: 'tenant' });
 

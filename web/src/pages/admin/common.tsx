@@ -3,37 +3,13 @@ import { useQuery } from '@tanstack/react-query';
 import { api, type Page } from '../../api';
 import { useTenant } from '../../tenant';
 import { keys } from '../../api/keys';
+import type { Schema } from '../../api/types';
 
-export interface Role {
-  id: string;
-  name: string;
-  description: string | null;
-  scope: 'system' | 'partner' | 'organization';
-  partnerId: string | null;
-  orgId: string | null;
-  isSystem: boolean;
-  parentRoleId: string | null;
-  forceMfa: boolean;
-  permissions: { resource: string; action: string }[];
-  userCount: number;
-  createdAt: string;
-  updatedAt: string;
-}
+export type Role = Schema<'Role'>;
 
-export interface Site {
-  id: string;
-  orgId: string;
-  name: string;
-  createdAt: string;
-}
+export type Site = Schema<'Site'>;
 
-export interface DeviceGroup {
-  id: string;
-  orgId: string;
-  siteId: string | null;
-  name: string;
-  createdAt: string;
-}
+export type DeviceGroup = Schema<'DeviceGroup'>;
 
 export function useRoles(kind: 'users' | 'roles' = 'users') {
   const t = useTenant();

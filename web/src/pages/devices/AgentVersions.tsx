@@ -7,18 +7,11 @@ import { api, type Page } from '../../api';
 import { Alert, Button, Checkbox, Dialog, ErrorAlert, Field, MfaNote, PageHeader, Pager, QueryState, TableFrame, useSubmit } from '../../ui';
 import { permissionPage } from '../../permission';
 import { keys } from '../../api/keys';
+import type { Schema } from '../../api/types';
 
-export type Component = 'agent' | 'helper' | 'watchdog';
+export type Component = Schema<'AgentVersion'>['component'];
 
-interface AgentVersion {
-  version: string;
-  component: Component;
-  prerelease: boolean;
-  builds: { os: string; arch: string; size: number; source: string; signed: boolean; keyId: string | null }[];
-  deviceCount: number;
-  target: string[];
-  rollout: { percent: number; status: 'active' | 'halted' | 'complete'; succeeded: number; failed: number; devices: number } | null;
-}
+type AgentVersion = Schema<'AgentVersion'>;
 
 export const AgentVersions = permissionPage(VersionList, '/devices/agent-versions', { mfa: 'The fleet target' });
 

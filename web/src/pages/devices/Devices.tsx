@@ -10,23 +10,9 @@ import { Alert, Button, Card, ErrorAlert, Field, PageHeader, Pager, QueryState, 
 import { permissionPage } from '../../permission';
 import { useDeviceGroups, useSites } from '../admin/common';
 import { keys } from '../../api/keys';
+import type { Schema } from '../../api/types';
 
-export interface Device {
-  id: string;
-  orgId: string;
-  siteId: string | null;
-  deviceGroupId: string | null;
-  hostname: string;
-  os: string | null;
-  arch: string | null;
-  components: { agent?: string; helper?: string; watchdog?: string };
-  status: 'online' | 'offline' | 'updating';
-  lastSeenAt: string | null;
-  autoUpdate: boolean;
-  loggedInUser: string | null;
-  updateNowPending: boolean;
-  createdAt: string;
-}
+export type Device = Schema<'Device'>;
 
 const EMPTY = { status: '', siteId: '', deviceGroupId: '', hostname: '' };
 

@@ -12,20 +12,14 @@ import { Alert, Button, Card, Checkbox, ErrorAlert, Field, PageHeader, QueryStat
 import { permissionPage } from '../../permission';
 import type { Component } from './AgentVersions';
 import { keys } from '../../api/keys';
+import type { Schema } from '../../api/types';
 
 const DAYS = ['mon', 'tue', 'wed', 'thu', 'fri', 'sat', 'sun'] as const;
 const DAY_NAMES: Record<string, string> = { mon: 'Monday', tue: 'Tuesday', wed: 'Wednesday', thu: 'Thursday', fri: 'Friday', sat: 'Saturday', sun: 'Sunday' };
 
-interface MaintenanceWindow {
-  days: string[];
-  start: string;
-  end: string;
-}
+type MaintenanceWindow = Schema<'MaintenanceWindow'>;
 
-interface UpdateSettings {
-  maintenanceWindow: MaintenanceWindow | null;
-  pinnedVersions: Partial<Record<Component, string>> | null;
-}
+type UpdateSettings = Schema<'AgentUpdateSettings'>;
 
 /** "Friday and Sunday, 23:00 to 03:30 UTC (ends the next day)". */
 function windowInWords(w: MaintenanceWindow | null): string {

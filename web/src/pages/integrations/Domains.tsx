@@ -9,18 +9,9 @@ import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
 import { Alert, Button, Card, ErrorAlert, Field, QueryState, TableFrame, useSubmit, when } from '../../ui';
 import { keys } from '../../api/keys';
+import type { Schema } from '../../api/types';
 
-interface Domain {
-  id: string;
-  domain: string;
-  status: 'pending' | 'verified';
-  txtRecord: string;
-  reason: string | null;
-  reasonText: string | null;
-  verifiedAt: string | null;
-  checkedAt: string | null;
-  lapsedAt: string | null;
-}
+type Domain = Schema<'VerifiedDomain'>;
 
 export function VerifiedDomains() {
   const { can } = useAuth();

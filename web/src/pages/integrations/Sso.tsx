@@ -12,60 +12,15 @@ import { permissionPage } from '../../permission';
 import { ProviderForm } from './SsoForm';
 import { VerifiedDomains } from './Domains';
 import { keys } from '../../api/keys';
+import type { Schema } from '../../api/types';
 
-type SsoStatus = 'inactive' | 'testing' | 'active';
+type SsoStatus = Schema<'SsoProvider'>['status'];
 
-interface AttributeMapping {
-  email: string;
-  name: string;
-  firstName?: string;
-  lastName?: string;
-  groups?: string;
-}
+export type Provider = Schema<'SsoProvider'>;
 
-export interface Provider {
-  id: string;
-  orgId: string;
-  name: string;
-  type: 'oidc' | 'saml';
-  status: SsoStatus;
-  preset: string | null;
-  issuer: string | null;
-  clientId: string | null;
-  hasClientSecret: boolean;
-  authorizationUrl: string | null;
-  tokenUrl: string | null;
-  userInfoUrl: string | null;
-  jwksUrl: string | null;
-  scopes: string;
-  attributeMapping: AttributeMapping;
-  autoProvision: boolean;
-  defaultRoleId: string | null;
-  allowedDomains: string;
-  enforceSSO: boolean;
-  entityId: string | null;
-  ssoUrl: string | null;
-  certificate: string | null;
-  groupRoleMappings: { group: string; roleId: string }[];
-  createdAt: string;
-  updatedAt: string;
-}
+type Preset = Schema<'SsoPreset'>;
 
-interface Preset {
-  id: string;
-  type: 'oidc' | 'saml';
-  name: string;
-  scopes: string | null;
-  groupRoleMappingsSupported: boolean;
-}
-
-interface TestReport {
-  ok: boolean;
-  type: 'oidc' | 'saml';
-  message: string;
-  discovered: { issuer: string; authorizationUrl: string | null; tokenUrl: string | null; userInfoUrl: string | null; jwksUrl: string | null } | null;
-  certificate: { subject: string; issuer: string; validFrom: string; validTo: string; expired: boolean; daysLeft: number } | null;
-}
+type TestReport = Schema<'SsoProviderTest'>;
 
 const STATUS_TEXT: Record<SsoStatus, string> = {
   inactive: 'Inactive: not used for sign-in',

@@ -11,52 +11,15 @@ import { Alert, Button, Card, Dialog, ErrorAlert, Field, PageHeader, Pager, Quer
 import { permissionPage } from '../../permission';
 import { keys } from '../../api/keys';
 import { EVENT_TYPES, type EventType } from '../../../../src/event-types.js';
+import type { Schema } from '../../api/types';
 
-type WebhookStatus = 'active' | 'paused' | 'failed';
-type DeliveryStatus = 'pending' | 'delivered' | 'failed' | 'retrying';
+type WebhookStatus = Schema<'Webhook'>['status'];
 
-interface RetryPolicy {
-  maxRetries: number;
-  initialDelayMs: number;
-  backoffMultiplier: number;
-  maxDelayMs: number;
-}
+type RetryPolicy = Schema<'WebhookRetryPolicy'>;
 
-interface Webhook {
-  id: string;
-  orgId: string;
-  name: string;
-  url: string;
-  events: string[];
-  /** Names only: header values are write-only. */
-  headers: { key: string; valueSet: true }[];
-  status: WebhookStatus;
-  hasSecret: boolean;
-  previousSecretExpiresAt: string | null;
-  retryPolicy: RetryPolicy;
-  successCount: number;
-  failureCount: number;
-  lastDeliveryAt: string | null;
-  lastSuccessAt: string | null;
-  createdAt: string;
-  deliveryStats?: { total: number; pending: number; delivered: number; failed: number; retrying: number; lastDeliveredAt: string | null };
-}
+type Webhook = Schema<'Webhook'> & { deliveryStats?: Schema<'WebhookDeliveryStats'> };
 
-interface Delivery {
-  id: string;
-  status: DeliveryStatus;
-  event: string;
-  eventId: string;
-  payload: unknown;
-  responseStatus: number | null;
-  responseBody: string | null;
-  responseTimeMs: number | null;
-  errorMessage: string | null;
-  attempt: number;
-  nextAttemptAt: string | null;
-  createdAt: string;
-  deliveredAt: string | null;
-}
+type Delivery = Schema<'WebhookDelivery'>;
 
 /** The groups of the event picker, by the first part of a type's name; a type of no group lands in "Other". */
 const GROUP_TITLES: [prefix: string, title: string][] = [
