@@ -7,6 +7,7 @@ import { api, ApiError, isMfaChallenge, type MfaChallenge, type TokenAnswer } fr
 import { useAuth } from '../auth';
 import { Alert, Button, ErrorAlert, Field, Loading, useSubmit } from '../ui';
 import { SecondFactor } from './SecondFactor';
+import { hasCode } from '../api/errors';
 import { keys } from '../api/keys';
 import type { Schema } from '../api/types';
 
@@ -67,7 +68,7 @@ export function Login() {
 
   const enforced = !!sso.data?.ssoEnabled && sso.data.enforceSSO;
   const loginError =
-    login.error instanceof ApiError && login.error.code === 'sso_required'
+    hasCode(login.error, 'sso_required')
       ? 'Your organisation signs in with single sign-on. Use the link your administrator gave you (it ends in ?org=…).'
       : null;
 
