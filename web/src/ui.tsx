@@ -1,7 +1,7 @@
 // The console's small component kit: labelled fields that show the API's `details.fields`, buttons,
 // alerts that explain an error (403, 428, 429, network) in plain words, tables and a pager.
 import { createContext, useContext, useEffect, useId, useState, type SyntheticEvent, type InputHTMLAttributes, type ReactNode, type SelectHTMLAttributes, type TextareaHTMLAttributes } from 'react';
-import { ApiError, api, setTokens, type TokenAnswer } from './api';
+import { ApiError, api, setTokens, type Page, type TokenAnswer } from './api';
 import { describeError, hasCode } from './api/errors';
 
 /**
@@ -242,6 +242,57 @@ export function Pager({ pagination, onPage }: { pagination: { page: number; limi
         Next
       </Button>
     </nav>
+  );
+}
+
+/**
+ * A list page's table: the query's states (error, loading), the table (its header row, an empty
+ * state on a row of its own, a row per item) and the pager under it. Every paged list uses it.
+ */
+export function PagedTable<T>({
+  query,
+  label,
+  className,
+  columns,
+  head,
+  empty,
+  row,
+  onPage,
+}: {
+  query: { isPending: boolean; error: unknown; data?: Page<T> | undefined };
+  label: string;
+  className?: string;
+  /** How many columns the header row has (the empty state spans them). */
+  columns?: number;
+  /** The header row (`<tr>` of `<th>`). */
+  head: ReactNode;
+  /** What the table says when the page is empty (a list that always holds its reader has none). */
+  empty?: ReactNode;
+  /** The row of one item (`<tr key=…>`). */
+  row: (item: T) => ReactNode;
+  onPage: (page: number) => void;
+}) {
+  return (
+    <QueryState query={query}>
+      {() => (
+        <>
+          <TableFrame label={label} {...(className === undefined ? {} : { className })}>
+            <thead>{head}</thead>
+            <tbody>
+              {empty !== undefined && query.data?.data.length === 0 && (
+                <tr>
+                  <td colSpan={columns} className="muted">
+                    {empty}
+                  </td>
+                </tr>
+              )}
+              {query.data?.data.map(row)}
+            </tbody>
+          </TableFrame>
+          {query.data && <Pager pagination={query.data.pagination} onPage={onPage} />}
+        </>
+      )}
+    </QueryState>
   );
 }
 

@@ -2,7 +2,7 @@
 import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { api, type Page } from '../../api';
-import { Alert, Button, Card, ErrorAlert, Field, PageHeader, Pager, QueryState, TableFrame, useSubmit, when } from '../../ui';
+import { Alert, Button, Card, ErrorAlert, Field, PageHeader, useSubmit, when, PagedTable } from '../../ui';
 import { permissionPage } from '../../permission';
 import { PermissionGrid } from './Roles';
 import { keys } from '../../api/keys';
@@ -59,52 +59,41 @@ function ApiKeysPage() {
         />
       )}
       <ErrorAlert error={error} />
-      <QueryState query={list}>
-        {() => (
-          <>
-            <TableFrame label="API keys">
-              <thead>
-                <tr>
-                  <th>Name</th>
-                  <th>Key</th>
-                  <th>Permissions</th>
-                  <th>Expires</th>
-                  <th>Last used</th>
-                  <th>
-                    <span className="sr-only">Actions</span>
-                  </th>
-                </tr>
-              </thead>
-              <tbody>
-                {list.data?.data.length === 0 && (
-                  <tr>
-                    <td colSpan={6} className="muted">
-                      No API keys yet.
-                    </td>
-                  </tr>
-                )}
-                {list.data?.data.map((k) => (
-                  <tr key={k.id}>
-                    <td>{k.name}</td>
-                    <td>
-                      <code>{k.keyPrefix}…</code>
-                    </td>
-                    <td className="small">{k.permissions.map((p) => `${p.resource}:${p.action}`).join(', ')}</td>
-                    <td>{when(k.expiresAt)}</td>
-                    <td>{when(k.lastUsedAt)}</td>
-                    <td>
-                      <Button kind="link" onClick={() => void revoke(k)} aria-label={`Revoke ${k.name}`}>
-                        Revoke
-                      </Button>
-                    </td>
-                  </tr>
-                ))}
-              </tbody>
-            </TableFrame>
-            {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
-          </>
+      <PagedTable
+        query={list}
+        label="API keys"
+        columns={6}
+        head={
+          <tr>
+            <th>Name</th>
+            <th>Key</th>
+            <th>Permissions</th>
+            <th>Expires</th>
+            <th>Last used</th>
+            <th>
+              <span className="sr-only">Actions</span>
+            </th>
+          </tr>
+        }
+        empty={<>No API keys yet.</>}
+        row={(k) => (
+          <tr key={k.id}>
+            <td>{k.name}</td>
+            <td>
+              <code>{k.keyPrefix}…</code>
+            </td>
+            <td className="small">{k.permissions.map((p) => `${p.resource}:${p.action}`).join(', ')}</td>
+            <td>{when(k.expiresAt)}</td>
+            <td>{when(k.lastUsedAt)}</td>
+            <td>
+              <Button kind="link" onClick={() => void revoke(k)} aria-label={`Revoke ${k.name}`}>
+                Revoke
+              </Button>
+            </td>
+          </tr>
         )}
-      </QueryState>
+        onPage={setPage}
+      />
     </>
   );
 }

@@ -4,7 +4,7 @@ import { useQuery } from '@tanstack/react-query';
 import { api, download, type Page } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
-import { Button, ErrorAlert, Field, PageHeader, Pager, QueryState, TableFrame, useSubmit, when } from '../../ui';
+import { Button, ErrorAlert, Field, PageHeader, useSubmit, when, PagedTable } from '../../ui';
 import { permissionPage } from '../../permission';
 import { keys } from '../../api/keys';
 import type { Schema } from '../../api/types';
@@ -62,63 +62,52 @@ function AuditPage() {
           </Button>
         </div>
       </form>
-      <QueryState query={list}>
-        {() => (
-          <>
-            <TableFrame label="Audit log entries">
-              <thead>
-                <tr>
-                  <th>When</th>
-                  <th>Action</th>
-                  <th>Actor</th>
-                  <th>Target</th>
-                  <th>Result</th>
-                  <th>
-                    <span className="sr-only">Details</span>
-                  </th>
-                </tr>
-              </thead>
-              <tbody>
-                {list.data?.data.length === 0 && (
-                  <tr>
-                    <td colSpan={6} className="muted">
-                      No entries match.
-                    </td>
-                  </tr>
+      <PagedTable
+        query={list}
+        label="Audit log entries"
+        columns={6}
+        head={
+          <tr>
+            <th>When</th>
+            <th>Action</th>
+            <th>Actor</th>
+            <th>Target</th>
+            <th>Result</th>
+            <th>
+              <span className="sr-only">Details</span>
+            </th>
+          </tr>
+        }
+        empty={<>No entries match.</>}
+        row={(e) => (
+          <Fragment key={e.id}>
+            <tr>
+              <td>{when(e.createdAt)}</td>
+              <td>
+                <code>{e.action}</code>
+              </td>
+              <td>{e.actorEmail ?? e.actorType}</td>
+              <td>{e.targetType ? `${e.targetType} ${e.targetId ?? ''}` : '—'}</td>
+              <td>{e.result}</td>
+              <td>
+                {(e.changes || e.details) && (
+                  <Button kind="link" aria-expanded={open === e.id} onClick={() => setOpen(open === e.id ? null : e.id)}>
+                    Details
+                  </Button>
                 )}
-                {list.data?.data.map((e) => (
-                  <Fragment key={e.id}>
-                    <tr>
-                      <td>{when(e.createdAt)}</td>
-                      <td>
-                        <code>{e.action}</code>
-                      </td>
-                      <td>{e.actorEmail ?? e.actorType}</td>
-                      <td>{e.targetType ? `${e.targetType} ${e.targetId ?? ''}` : '—'}</td>
-                      <td>{e.result}</td>
-                      <td>
-                        {(e.changes || e.details) && (
-                          <Button kind="link" aria-expanded={open === e.id} onClick={() => setOpen(open === e.id ? null : e.id)}>
-                            Details
-                          </Button>
-                        )}
-                      </td>
-                    </tr>
-                    {open === e.id && (
-                      <tr>
-                        <td colSpan={6}>
-                          <pre className="small">{JSON.stringify({ changes: e.changes, details: e.details, ipAddress: e.ipAddress }, null, 2)}</pre>
-                        </td>
-                      </tr>
-                    )}
-                  </Fragment>
-                ))}
-              </tbody>
-            </TableFrame>
-            {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
-          </>
+              </td>
+            </tr>
+            {open === e.id && (
+              <tr>
+                <td colSpan={6}>
+                  <pre className="small">{JSON.stringify({ changes: e.changes, details: e.details, ipAddress: e.ipAddress }, null, 2)}</pre>
+                </td>
+              </tr>
+            )}
+          </Fragment>
         )}
-      </QueryState>
+        onPage={setPage}
+      />
     </>
   );
 }

@@ -6,7 +6,7 @@ import { Link, useLocation } from 'wouter';
 import { api, type Page } from '../../api';
 import { useAuth } from '../../auth';
 import { securityOf, useTenant, type Org, type Partner, type SecuritySettings } from '../../tenant';
-import { Alert, Button, Card, Checkbox, ErrorAlert, Field, PageHeader, Pager, QueryState, Select, TableFrame, useSubmit, when } from '../../ui';
+import { Alert, Button, Card, Checkbox, ErrorAlert, Field, PageHeader, Pager, QueryState, Select, useSubmit, when, PagedTable } from '../../ui';
 import { permissionPage } from '../../permission';
 import { useDeviceGroups, useSites } from './common';
 import { keys } from '../../api/keys';
@@ -132,33 +132,27 @@ function OrgsPage() {
           </form>
         </Card>
       )}
-      <QueryState query={list}>
-        {() => (
-          <>
-            <TableFrame label="Organisations">
-              <thead>
-                <tr>
-                  <th>Name</th>
-                  <th>Requires MFA</th>
-                  <th>Created</th>
-                </tr>
-              </thead>
-              <tbody>
-                {list.data?.data.map((o) => (
-                  <tr key={o.id}>
-                    <td>
-                      <Link href={`/admin/orgs/${o.id}`}>{o.name}</Link>
-                    </td>
-                    <td>{securityOf(o)?.requireMfa ? 'yes' : 'no'}</td>
-                    <td>{when(o.createdAt)}</td>
-                  </tr>
-                ))}
-              </tbody>
-            </TableFrame>
-            {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
-          </>
+      <PagedTable
+        query={list}
+        label="Organisations"
+        head={
+          <tr>
+            <th>Name</th>
+            <th>Requires MFA</th>
+            <th>Created</th>
+          </tr>
+        }
+        row={(o) => (
+          <tr key={o.id}>
+            <td>
+              <Link href={`/admin/orgs/${o.id}`}>{o.name}</Link>
+            </td>
+            <td>{securityOf(o)?.requireMfa ? 'yes' : 'no'}</td>
+            <td>{when(o.createdAt)}</td>
+          </tr>
         )}
-      </QueryState>
+        onPage={setPage}
+      />
     </>
   );
 }

@@ -4,7 +4,7 @@
 import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { api, type Page } from '../../api';
-import { Alert, Button, Checkbox, Dialog, ErrorAlert, Field, MfaNote, PageHeader, Pager, QueryState, TableFrame, useSubmit } from '../../ui';
+import { Alert, Button, Checkbox, Dialog, ErrorAlert, Field, MfaNote, PageHeader, useSubmit, PagedTable } from '../../ui';
 import { permissionPage } from '../../permission';
 import { keys } from '../../api/keys';
 import type { Schema } from '../../api/types';
@@ -66,89 +66,78 @@ function VersionList() {
           </Button>
         </Alert>
       ))}
-      <QueryState query={list}>
-        {() => (
-          <>
-            <TableFrame label="Agent versions">
-              <thead>
-                <tr>
-                  <th>Component</th>
-                  <th>Version</th>
-                  <th>Builds</th>
-                  <th>Devices</th>
-                  <th>Rollout</th>
-                  <th>
-                    <span className="sr-only">Actions</span>
-                  </th>
-                </tr>
-              </thead>
-              <tbody>
-                {list.data?.data.length === 0 && (
-                  <tr>
-                    <td colSpan={6} className="muted">
-                      No versions registered yet.
-                    </td>
-                  </tr>
-                )}
-                {list.data?.data.map((v) => (
-                  <tr key={`${v.component}:${v.version}`}>
-                    <td>{v.component}</td>
-                    <td>
-                      {v.version}
-                      {v.prerelease && <span className="badge">pre-release</span>}
-                      {v.target.length > 0 && <span className="badge badge-ok">target</span>}
-                    </td>
-                    <td className="small">
-                      {v.builds.length === 0
-                        ? '—'
-                        : v.builds.map((b, i) => (
-                            <span key={`${b.os}/${b.arch}`}>
-                              {i > 0 && ', '}
-                              {b.os}/{b.arch}
-                              {b.signed ? (
-                                <span className="muted" title={`Signed with release key ${b.keyId ?? ''}`}> (key {b.keyId})</span>
-                              ) : (
-                                <span className="badge badge-warn" title="Registered without a release signature: agents that pin release keys refuse it">
-                                  unsigned
-                                </span>
-                              )}
-                            </span>
-                          ))}
-                    </td>
-                    <td>{v.deviceCount}</td>
-                    <td>
-                      {v.rollout ? (
-                        <>
-                          <span className={`badge ${v.rollout.status === 'halted' ? 'badge-warn' : 'badge-ok'}`}>{v.rollout.status}</span> {v.rollout.percent}%
-                          <div className="small muted">
-                            {v.rollout.succeeded} succeeded, {v.rollout.failed} failed, {v.rollout.devices} on it
-                            {v.rollout.status === 'halted' && '; offered to no device until resumed'}
-                          </div>
-                        </>
+      <PagedTable
+        query={list}
+        label="Agent versions"
+        columns={6}
+        head={
+          <tr>
+            <th>Component</th>
+            <th>Version</th>
+            <th>Builds</th>
+            <th>Devices</th>
+            <th>Rollout</th>
+            <th>
+              <span className="sr-only">Actions</span>
+            </th>
+          </tr>
+        }
+        empty={<>No versions registered yet.</>}
+        row={(v) => (
+          <tr key={`${v.component}:${v.version}`}>
+            <td>{v.component}</td>
+            <td>
+              {v.version}
+              {v.prerelease && <span className="badge">pre-release</span>}
+              {v.target.length > 0 && <span className="badge badge-ok">target</span>}
+            </td>
+            <td className="small">
+              {v.builds.length === 0
+                ? '—'
+                : v.builds.map((b, i) => (
+                    <span key={`${b.os}/${b.arch}`}>
+                      {i > 0 && ', '}
+                      {b.os}/{b.arch}
+                      {b.signed ? (
+                        <span className="muted" title={`Signed with release key ${b.keyId ?? ''}`}> (key {b.keyId})</span>
                       ) : (
-                        '—'
+                        <span className="badge badge-warn" title="Registered without a release signature: agents that pin release keys refuse it">
+                          unsigned
+                        </span>
                       )}
-                    </td>
-                    <td>
-                      {v.target.length === 0 && (
-                        <Button kind="link" onClick={() => { setNotice(null); setPromote(v); }} aria-label={`Promote ${v.component} ${v.version}`}>
-                          Promote
-                        </Button>
-                      )}
-                      {v.rollout && v.rollout.status === 'active' && v.rollout.percent < 100 && (
-                        <Button kind="link" onClick={() => { setNotice(null); setWiden(v); }} aria-label={`Widen the rollout of ${v.component} ${v.version}`}>
-                          Widen
-                        </Button>
-                      )}
-                    </td>
-                  </tr>
-                ))}
-              </tbody>
-            </TableFrame>
-            {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
-          </>
+                    </span>
+                  ))}
+            </td>
+            <td>{v.deviceCount}</td>
+            <td>
+              {v.rollout ? (
+                <>
+                  <span className={`badge ${v.rollout.status === 'halted' ? 'badge-warn' : 'badge-ok'}`}>{v.rollout.status}</span> {v.rollout.percent}%
+                  <div className="small muted">
+                    {v.rollout.succeeded} succeeded, {v.rollout.failed} failed, {v.rollout.devices} on it
+                    {v.rollout.status === 'halted' && '; offered to no device until resumed'}
+                  </div>
+                </>
+              ) : (
+                '—'
+              )}
+            </td>
+            <td>
+              {v.target.length === 0 && (
+                <Button kind="link" onClick={() => { setNotice(null); setPromote(v); }} aria-label={`Promote ${v.component} ${v.version}`}>
+                  Promote
+                </Button>
+              )}
+              {v.rollout && v.rollout.status === 'active' && v.rollout.percent < 100 && (
+                <Button kind="link" onClick={() => { setNotice(null); setWiden(v); }} aria-label={`Widen the rollout of ${v.component} ${v.version}`}>
+                  Widen
+                </Button>
+              )}
+            </td>
+          </tr>
         )}
-      </QueryState>
+        onPage={setPage}
+      />
       {promote && <PromoteDialog v={promote} onClose={() => setPromote(null)} onDone={done} />}
       {widen && <WidenDialog v={widen} onClose={() => setWiden(null)} onDone={done} />}
     </>

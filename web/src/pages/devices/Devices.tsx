@@ -6,7 +6,7 @@ import { Link } from 'wouter';
 import { api, type Page } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
-import { Alert, Button, Card, ErrorAlert, Field, PageHeader, Pager, QueryState, Select, TableFrame, when } from '../../ui';
+import { Alert, Button, Card, ErrorAlert, Field, PageHeader, QueryState, Select, when, PagedTable } from '../../ui';
 import { permissionPage } from '../../permission';
 import { useDeviceGroups, useSites } from '../admin/common';
 import { keys } from '../../api/keys';
@@ -97,64 +97,53 @@ function DeviceList() {
       </form>
       <ErrorAlert error={error} />
       {notice && <Alert kind="success">{notice}</Alert>}
-      <QueryState query={list}>
-        {() => (
-          <>
-            <TableFrame label="Devices">
-              <thead>
-                <tr>
-                  <th>Host name</th>
-                  <th>Status</th>
-                  <th>Platform</th>
-                  <th>Agent</th>
-                  <th>Auto-update</th>
-                  <th>Last seen</th>
-                  {execute && (
-                    <th>
-                      <span className="sr-only">Actions</span>
-                    </th>
-                  )}
-                </tr>
-              </thead>
-              <tbody>
-                {list.data?.data.length === 0 && (
-                  <tr>
-                    <td colSpan={7} className="muted">
-                      No devices match.
-                    </td>
-                  </tr>
+      <PagedTable
+        query={list}
+        label="Devices"
+        columns={7}
+        head={
+          <tr>
+            <th>Host name</th>
+            <th>Status</th>
+            <th>Platform</th>
+            <th>Agent</th>
+            <th>Auto-update</th>
+            <th>Last seen</th>
+            {execute && (
+              <th>
+                <span className="sr-only">Actions</span>
+              </th>
+            )}
+          </tr>
+        }
+        empty={<>No devices match.</>}
+        row={(d) => (
+          <tr key={d.id}>
+            <td>
+              <Link href={`/devices/${d.id}`}>{d.hostname}</Link>
+            </td>
+            <td>
+              <StatusBadge status={d.status} />
+            </td>
+            <td>{[d.os, d.arch].filter(Boolean).join('/') || '—'}</td>
+            <td>{d.components.agent ?? '—'}</td>
+            <td>{d.autoUpdate ? 'on' : 'off'}</td>
+            <td>{when(d.lastSeenAt)}</td>
+            {execute && (
+              <td>
+                {d.updateNowPending ? (
+                  <span className="muted small">update requested</span>
+                ) : (
+                  <Button kind="link" disabled={!d.autoUpdate} onClick={() => void updateNow(d)} aria-label={`Update now: ${d.hostname}`}>
+                    Update now
+                  </Button>
                 )}
-                {list.data?.data.map((d) => (
-                  <tr key={d.id}>
-                    <td>
-                      <Link href={`/devices/${d.id}`}>{d.hostname}</Link>
-                    </td>
-                    <td>
-                      <StatusBadge status={d.status} />
-                    </td>
-                    <td>{[d.os, d.arch].filter(Boolean).join('/') || '—'}</td>
-                    <td>{d.components.agent ?? '—'}</td>
-                    <td>{d.autoUpdate ? 'on' : 'off'}</td>
-                    <td>{when(d.lastSeenAt)}</td>
-                    {execute && (
-                      <td>
-                        {d.updateNowPending ? (
-                          <span className="muted small">update requested</span>
-                        ) : (
-                          <Button kind="link" disabled={!d.autoUpdate} onClick={() => void updateNow(d)} aria-label={`Update now: ${d.hostname}`}>
-                            Update now
-                          </Button>
-                        )}
-                      </td>
-                    )}
-                  </tr>
-                ))}
-              </tbody>
-            </TableFrame>
-            {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
-          </>
+              </td>
+            )}
+          </tr>
         )}
-      </QueryState>
+        onPage={setPage}
+      />
     </>
   );
 }

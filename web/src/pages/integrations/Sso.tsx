@@ -7,7 +7,7 @@ import { Link, useLocation } from 'wouter';
 import { API, api, type Page } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
-import { Alert, Button, Card, ErrorAlert, Field, MfaNote, PageHeader, Pager, QueryState, Select, TableFrame, useSubmit, when } from '../../ui';
+import { Alert, Button, Card, ErrorAlert, Field, MfaNote, PageHeader, QueryState, Select, useSubmit, when, PagedTable } from '../../ui';
 import { permissionPage } from '../../permission';
 import { ProviderForm } from './SsoForm';
 import { VerifiedDomains } from './Domains';
@@ -46,48 +46,37 @@ function ProviderList() {
       <PageHeader title="Single sign-on">{can('organizations', 'write') && !creating && <Button onClick={() => setCreating(true)}>New provider</Button>}</PageHeader>
       <p className="muted">Users of the organisation sign in through its identity provider. One provider can be active at a time; set one to testing while you check it.</p>
       {creating && <CreateProvider onCancel={() => setCreating(false)} />}
-      <QueryState query={list}>
-        {() => (
-          <>
-            <TableFrame label="Providers">
-              <thead>
-                <tr>
-                  <th>Name</th>
-                  <th>Protocol</th>
-                  <th>Preset</th>
-                  <th>Status</th>
-                  <th>Password sign-in</th>
-                  <th>Changed</th>
-                </tr>
-              </thead>
-              <tbody>
-                {list.data?.data.length === 0 && (
-                  <tr>
-                    <td colSpan={6} className="muted">
-                      No providers yet.
-                    </td>
-                  </tr>
-                )}
-                {list.data?.data.map((p) => (
-                  <tr key={p.id}>
-                    <td>
-                      <Link href={`/integrations/sso/${p.id}`}>{p.name}</Link>
-                    </td>
-                    <td>{p.type.toUpperCase()}</td>
-                    <td>{p.preset ?? '—'}</td>
-                    <td>
-                      <span className={`badge ${p.status === 'active' ? 'badge-ok' : 'badge-warn'}`}>{p.status}</span>
-                    </td>
-                    <td>{p.enforceSSO ? 'turned off (SSO enforced)' : 'allowed'}</td>
-                    <td>{when(p.updatedAt)}</td>
-                  </tr>
-                ))}
-              </tbody>
-            </TableFrame>
-            {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
-          </>
+      <PagedTable
+        query={list}
+        label="Providers"
+        columns={6}
+        head={
+          <tr>
+            <th>Name</th>
+            <th>Protocol</th>
+            <th>Preset</th>
+            <th>Status</th>
+            <th>Password sign-in</th>
+            <th>Changed</th>
+          </tr>
+        }
+        empty={<>No providers yet.</>}
+        row={(p) => (
+          <tr key={p.id}>
+            <td>
+              <Link href={`/integrations/sso/${p.id}`}>{p.name}</Link>
+            </td>
+            <td>{p.type.toUpperCase()}</td>
+            <td>{p.preset ?? '—'}</td>
+            <td>
+              <span className={`badge ${p.status === 'active' ? 'badge-ok' : 'badge-warn'}`}>{p.status}</span>
+            </td>
+            <td>{p.enforceSSO ? 'turned off (SSO enforced)' : 'allowed'}</td>
+            <td>{when(p.updatedAt)}</td>
+          </tr>
         )}
-      </QueryState>
+        onPage={setPage}
+      />
       <VerifiedDomains />
     </>
   );

@@ -7,7 +7,7 @@ import { Link, useLocation } from 'wouter';
 import { api, type Page } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
-import { Alert, Button, Card, Dialog, ErrorAlert, Field, PageHeader, Pager, QueryState, Select, TableFrame, useSubmit, when } from '../../ui';
+import { Alert, Button, Card, Dialog, ErrorAlert, Field, PageHeader, QueryState, Select, useSubmit, when, PagedTable } from '../../ui';
 import { permissionPage } from '../../permission';
 import { keys } from '../../api/keys';
 import { EVENT_TYPES, type EventType } from '../../../../src/event-types.js';
@@ -91,50 +91,39 @@ function WebhookList() {
           <option value="failed">Failed</option>
         </Select>
       </div>
-      <QueryState query={list}>
-        {() => (
-          <>
-            <TableFrame label="Webhooks">
-              <thead>
-                <tr>
-                  <th>Name</th>
-                  <th>URL</th>
-                  <th>Events</th>
-                  <th>Status</th>
-                  <th>Delivered / failed</th>
-                  <th>Last delivery</th>
-                </tr>
-              </thead>
-              <tbody>
-                {list.data?.data.length === 0 && (
-                  <tr>
-                    <td colSpan={6} className="muted">
-                      No webhooks{status ? ' with this status' : ' yet'}.
-                    </td>
-                  </tr>
-                )}
-                {list.data?.data.map((w) => (
-                  <tr key={w.id}>
-                    <td>
-                      <Link href={`/integrations/webhooks/${w.id}`}>{w.name}</Link>
-                    </td>
-                    <td className="small secret">{w.url}</td>
-                    <td className="small">{w.events.length === 1 ? w.events[0] : `${w.events.length} types`}</td>
-                    <td>
-                      <StatusBadge status={w.status} />
-                    </td>
-                    <td>
-                      {w.successCount} / {w.failureCount}
-                    </td>
-                    <td>{when(w.lastDeliveryAt)}</td>
-                  </tr>
-                ))}
-              </tbody>
-            </TableFrame>
-            {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
-          </>
+      <PagedTable
+        query={list}
+        label="Webhooks"
+        columns={6}
+        head={
+          <tr>
+            <th>Name</th>
+            <th>URL</th>
+            <th>Events</th>
+            <th>Status</th>
+            <th>Delivered / failed</th>
+            <th>Last delivery</th>
+          </tr>
+        }
+        empty={<>No webhooks{status ? ' with this status' : ' yet'}.</>}
+        row={(w) => (
+          <tr key={w.id}>
+            <td>
+              <Link href={`/integrations/webhooks/${w.id}`}>{w.name}</Link>
+            </td>
+            <td className="small secret">{w.url}</td>
+            <td className="small">{w.events.length === 1 ? w.events[0] : `${w.events.length} types`}</td>
+            <td>
+              <StatusBadge status={w.status} />
+            </td>
+            <td>
+              {w.successCount} / {w.failureCount}
+            </td>
+            <td>{when(w.lastDeliveryAt)}</td>
+          </tr>
         )}
-      </QueryState>
+        onPage={setPage}
+      />
     </>
   );
 }
@@ -487,59 +476,48 @@ function Deliveries({ id, writable }: { id: string; writable: boolean }) {
         </Select>
       </div>
       <ErrorAlert error={error} />
-      <QueryState query={list}>
-        {() => (
-          <>
-            <TableFrame label="Deliveries">
-              <thead>
-                <tr>
-                  <th>When</th>
-                  <th>Event</th>
-                  <th>Status</th>
-                  <th>Attempt</th>
-                  <th>Response</th>
-                  <th>
-                    <span className="sr-only">Actions</span>
-                  </th>
-                </tr>
-              </thead>
-              <tbody>
-                {list.data?.data.length === 0 && (
-                  <tr>
-                    <td colSpan={6} className="muted">
-                      No deliveries{status ? ' with this status' : ' yet'}.
-                    </td>
-                  </tr>
-                )}
-                {list.data?.data.map((d) => (
-                  <tr key={d.id}>
-                    <td>{when(d.createdAt)}</td>
-                    <td>
-                      <code>{d.event}</code>
-                    </td>
-                    <td>
-                      <StatusBadge status={d.status} />
-                    </td>
-                    <td>{d.attempt}</td>
-                    <td>{d.responseStatus ? `HTTP ${d.responseStatus}${d.responseTimeMs !== null ? `, ${d.responseTimeMs} ms` : ''}` : (d.errorMessage ?? '—')}</td>
-                    <td>
-                      <Button kind="link" onClick={() => setOpen(d)} aria-label={`View delivery ${d.event} of ${when(d.createdAt)}`}>
-                        View
-                      </Button>
-                      {writable && d.status === 'failed' && (
-                        <Button kind="link" onClick={() => void retry(d)} aria-label={`Retry delivery ${d.event} of ${when(d.createdAt)}`}>
-                          Retry
-                        </Button>
-                      )}
-                    </td>
-                  </tr>
-                ))}
-              </tbody>
-            </TableFrame>
-            {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
-          </>
+      <PagedTable
+        query={list}
+        label="Deliveries"
+        columns={6}
+        head={
+          <tr>
+            <th>When</th>
+            <th>Event</th>
+            <th>Status</th>
+            <th>Attempt</th>
+            <th>Response</th>
+            <th>
+              <span className="sr-only">Actions</span>
+            </th>
+          </tr>
+        }
+        empty={<>No deliveries{status ? ' with this status' : ' yet'}.</>}
+        row={(d) => (
+          <tr key={d.id}>
+            <td>{when(d.createdAt)}</td>
+            <td>
+              <code>{d.event}</code>
+            </td>
+            <td>
+              <StatusBadge status={d.status} />
+            </td>
+            <td>{d.attempt}</td>
+            <td>{d.responseStatus ? `HTTP ${d.responseStatus}${d.responseTimeMs !== null ? `, ${d.responseTimeMs} ms` : ''}` : (d.errorMessage ?? '—')}</td>
+            <td>
+              <Button kind="link" onClick={() => setOpen(d)} aria-label={`View delivery ${d.event} of ${when(d.createdAt)}`}>
+                View
+              </Button>
+              {writable && d.status === 'failed' && (
+                <Button kind="link" onClick={() => void retry(d)} aria-label={`Retry delivery ${d.event} of ${when(d.createdAt)}`}>
+                  Retry
+                </Button>
+              )}
+            </td>
+          </tr>
         )}
-      </QueryState>
+        onPage={setPage}
+      />
       {open && (
         <Dialog title={`Delivery ${open.event}`} onClose={() => setOpen(null)}>
           <dl className="facts">
