@@ -221,6 +221,11 @@ function networkError(): ApiError {
 export const client = createClient<paths>({ baseUrl: '', credentials: 'same-origin' });
 client.use(session);
 
+/** The body of a typed call's answer: a failure has already thrown an ApiError, so `data` is there (undefined only for a 204). */
+export function dataOf<T>(answer: { data?: T }): T {
+  return answer.data as T;
+}
+
 /** The same client called with a concrete path (ids filled in), for `api` below. */
 const byPath = client as unknown as {
   request(method: string, url: string, init: Record<string, unknown>): Promise<{ data?: unknown; response: Response }>;

@@ -4,7 +4,7 @@
 import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { Link, useLocation } from 'wouter';
-import { api, type Page } from '../../api';
+import { api, client, dataOf } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
 import { Alert, Button, Card, Dialog, ErrorAlert, Field, PageHeader, QueryState, Select, useSubmit, when, PagedTable } from '../../ui';
@@ -17,7 +17,7 @@ type WebhookStatus = Schema<'Webhook'>['status'];
 
 type RetryPolicy = Schema<'WebhookRetryPolicy'>;
 
-type Webhook = Schema<'Webhook'> & { deliveryStats?: Schema<'WebhookDeliveryStats'> };
+type Webhook = Schema<'Webhook'>;
 
 type Delivery = Schema<'WebhookDelivery'>;
 
@@ -66,7 +66,7 @@ function WebhookList() {
   const [creating, setCreating] = useState(false);
   const list = useQuery({
     queryKey: keys.webhooks.list(t.query, status, page),
-    queryFn: () => api<Page<Webhook>>('GET', '/webhooks', { query: { ...t.query, status, page, limit: 25 } }),
+    queryFn: async () => dataOf(await client.GET('/api/v1/webhooks', { params: { query: { ...t.query, ...(status ? { status: status as WebhookStatus } : {}), page, limit: 25 } } })),
   });
   return (
     <>
@@ -312,7 +312,7 @@ function WebhookPage({ id }: { id: string }) {
   const [notice, setNotice] = useState<string | null>(null);
   const [error, setError] = useState<unknown>(null);
   const writable = can('webhooks', 'write');
-  const hook = useQuery({ queryKey: keys.webhooks.detail(id, t.query), queryFn: () => api<Webhook>('GET', `/webhooks/${id}`, { query: t.query }) });
+  const hook = useQuery({ queryKey: keys.webhooks.detail(id, t.query), queryFn: async () => dataOf(await client.GET('/api/v1/webhooks/{id}', { params: { path: { id }, query: t.query } })) });
   const refresh = () => qc.invalidateQueries({ queryKey: keys.webhooks.detail(id) });
   const act = async (fn: () => Promise<void>) => {
     setError(null);
@@ -418,14 +418,10 @@ function WebhookPage({ id }: { id: string }) {
                   <dd>
                     {w.retryPolicy.maxRetries} after {w.retryPolicy.initialDelayMs} ms, ×{w.retryPolicy.backoffMultiplier}, at most {w.retryPolicy.maxDelayMs} ms apart
                   </dd>
-                  {w.deliveryStats && (
-                    <>
-                      <dt>Deliveries</dt>
-                      <dd>
-                        {w.deliveryStats.total} in all: {w.deliveryStats.delivered} delivered, {w.deliveryStats.failed} failed, {w.deliveryStats.retrying} retrying, {w.deliveryStats.pending} pending
-                      </dd>
-                    </>
-                  )}
+                  <dt>Deliveries</dt>
+                  <dd>
+                    {w.deliveryStats.total} in all: {w.deliveryStats.delivered} delivered, {w.deliveryStats.failed} failed, {w.deliveryStats.retrying} retrying, {w.deliveryStats.pending} pending
+                  </dd>
                 </dl>
               </Card>
             )}
@@ -446,7 +442,7 @@ function Deliveries({ id, writable }: { id: string; writable: boolean }) {
   const [error, setError] = useState<unknown>(null);
   const list = useQuery({
     queryKey: keys.webhooks.deliveries(id, t.query, status, page),
-    queryFn: () => api<Page<Delivery>>('GET', `/webhooks/${id}/deliveries`, { query: { ...t.query, status, page, limit: 25 } }),
+    queryFn: async () => dataOf(await client.GET('/api/v1/webhooks/{id}/deliveries', { params: { path: { id }, query: { ...t.query, ...(status ? { status: status as Delivery['status'] } : {}), page, limit: 25 } } })),
   });
   const retry = async (d: Delivery) => {
     setError(null);
