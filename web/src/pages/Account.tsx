@@ -4,7 +4,7 @@ import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { useSearch } from 'wouter';
 import { startRegistration, type PublicKeyCredentialCreationOptionsJSON } from '@simplewebauthn/browser';
-import { api, passkeyError, saveBlob, type Page, type SelfProfile } from '../api';
+import { api, dataOf, client, passkeyError, saveBlob, type SelfProfile } from '../api';
 import { useAuth } from '../auth';
 import { Alert, Button, Card, ErrorAlert, Field, PageHeader, QueryState, TableFrame, useSubmit, when } from '../ui';
 import { keys } from '../api/keys';
@@ -247,7 +247,7 @@ type Passkey = Schema<'Passkey'>;
 function PasskeysCard({ onCodes }: { onCodes: (c: string[]) => void }) {
   const { reloadMe } = useAuth();
   const qc = useQueryClient();
-  const list = useQuery({ queryKey: keys.passkeys.all, queryFn: () => api<Page<Passkey>>('GET', '/auth/passkeys') });
+  const list = useQuery({ queryKey: keys.passkeys.all, queryFn: async () => dataOf(await client.GET('/api/v1/auth/passkeys')) });
   const [adding, setAdding] = useState(false);
   const [name, setName] = useState('');
   const [password, setPassword] = useState('');
@@ -390,7 +390,7 @@ type Session = Schema<'Session'>;
 export function Sessions() {
   const { signOut } = useAuth();
   const qc = useQueryClient();
-  const list = useQuery({ queryKey: keys.sessions.all, queryFn: () => api<Page<Session>>('GET', '/auth/sessions') });
+  const list = useQuery({ queryKey: keys.sessions.all, queryFn: async () => dataOf(await client.GET('/api/v1/auth/sessions')) });
   const [error, setError] = useState<unknown>(null);
   const end = async (s: Session) => {
     setError(null);

@@ -1,7 +1,7 @@
 // The caller's API keys: create (permissions within the caller's own, the key shown once), revoke.
 import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
-import { api, type Page } from '../../api';
+import { api, dataOf, client } from '../../api';
 import { Alert, Button, Card, ErrorAlert, Field, PageHeader, useSubmit, when, PagedTable } from '../../ui';
 import { permissionPage } from '../../permission';
 import { PermissionGrid } from './Roles';
@@ -19,7 +19,7 @@ function ApiKeysPage() {
   const [created, setCreated] = useState<{ name: string; key: string } | null>(null);
   const [copied, setCopied] = useState(false);
   const [error, setError] = useState<unknown>(null);
-  const list = useQuery({ queryKey: keys.apiKeys.list(page), queryFn: () => api<Page<ApiKey>>('GET', '/api-keys', { query: { page, limit: 25 } }) });
+  const list = useQuery({ queryKey: keys.apiKeys.list(page), queryFn: async () => dataOf(await client.GET('/api/v1/api-keys', { params: { query: { page, limit: 25 } } })) });
   const revoke = async (k: ApiKey) => {
     if (!window.confirm(`Revoke the key ${k.name}? Anything using it stops working at once.`)) return;
     setError(null);

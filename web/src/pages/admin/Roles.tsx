@@ -3,7 +3,7 @@
 import { useMemo, useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { Link, useLocation } from 'wouter';
-import { api, type Page, type Permission } from '../../api';
+import { api, dataOf, client, type Permission } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
 import { Alert, Button, Card, Checkbox, ErrorAlert, Field, PageHeader, QueryState, Select, TableFrame, useSubmit } from '../../ui';
@@ -63,7 +63,7 @@ function RolesPage() {
 }
 
 function useCatalog() {
-  return useQuery({ queryKey: keys.catalog.all, staleTime: Infinity, queryFn: () => api<Page<CatalogEntry>>('GET', '/permissions/catalog', { query: { limit: 100 } }) });
+  return useQuery({ queryKey: keys.catalog.all, staleTime: Infinity, queryFn: async () => dataOf(await client.GET('/api/v1/permissions/catalog', { params: { query: { limit: 100 } } })) });
 }
 
 /** Checkboxes for every catalog pair, a row per resource; wildcard pairs are kept as they are. */
@@ -210,8 +210,8 @@ function RolePage({ id }: { id: string }) {
   const [, navigate] = useLocation();
   const [editing, setEditing] = useState(false);
   const [cloneName, setCloneName] = useState('');
-  const role = useQuery({ queryKey: keys.roles.detail(id, t.query), queryFn: () => api<Role>('GET', `/roles/${id}`, { query: t.query }) });
-  const effective = useQuery({ queryKey: keys.roles.effective(id, t.query), queryFn: () => api<Effective>('GET', `/roles/${id}/effective-permissions`, { query: t.query }) });
+  const role = useQuery({ queryKey: keys.roles.detail(id, t.query), queryFn: async () => dataOf(await client.GET('/api/v1/roles/{id}', { params: { path: { id }, query: t.query } })) });
+  const effective = useQuery({ queryKey: keys.roles.effective(id, t.query), queryFn: async () => dataOf(await client.GET('/api/v1/roles/{id}/effective-permissions', { params: { path: { id }, query: t.query } })) });
   const clone = useSubmit(async () => {
     const r = await api<Role>('POST', `/roles/${id}/clone`, { query: t.query, body: { name: cloneName.trim(), ...t.query } });
     await qc.invalidateQueries({ queryKey: keys.roles.all });

@@ -3,9 +3,9 @@
 import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { Link, useLocation } from 'wouter';
-import { api, type Page } from '../../api';
+import { api, dataOf, client, type Page } from '../../api';
 import { useAuth } from '../../auth';
-import { securityOf, useTenant, type Org, type Partner, type SecuritySettings } from '../../tenant';
+import { securityOf, useTenant, type Org, type SecuritySettings } from '../../tenant';
 import { Alert, Button, Card, Checkbox, ErrorAlert, Field, PageHeader, Pager, QueryState, Select, useSubmit, when, PagedTable } from '../../ui';
 import { permissionPage } from '../../permission';
 import { useDeviceGroups, useSites } from './common';
@@ -50,7 +50,7 @@ function PartnersPage() {
   const [page, setPage] = useState(1);
   const [name, setName] = useState('');
   const [open, setOpen] = useState<string | null>(null);
-  const list = useQuery({ queryKey: keys.partners.list(page), queryFn: () => api<Page<Partner>>('GET', '/partners', { query: { page, limit: 25 } }) });
+  const list = useQuery({ queryKey: keys.partners.list(page), queryFn: async () => dataOf(await client.GET('/api/v1/partners', { params: { query: { page, limit: 25 } } })) });
   const create = useSubmit(async () => {
     await api('POST', '/partners', { body: { name: name.trim() } });
     setName('');
@@ -163,7 +163,7 @@ function OrgPage({ id }: { id: string }) {
   const { can } = useAuth();
   const qc = useQueryClient();
   const [, navigate] = useLocation();
-  const org = useQuery({ queryKey: keys.orgs.detail(id), queryFn: () => api<Org>('GET', `/orgs/${id}`) });
+  const org = useQuery({ queryKey: keys.orgs.detail(id), queryFn: async () => dataOf(await client.GET('/api/v1/orgs/{id}', { params: { path: { id } } })) });
   const [name, setName] = useState<string | null>(null);
   const rename = useSubmit(async () => {
     await api('PATCH', `/orgs/${id}`, { body: { name: (name ?? '').trim() } });

@@ -3,7 +3,7 @@
 // words).
 import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
-import { api, type Page } from '../../api';
+import { api, dataOf, client } from '../../api';
 import { Alert, Button, Checkbox, Dialog, ErrorAlert, Field, MfaNote, PageHeader, useSubmit, PagedTable } from '../../ui';
 import { permissionPage } from '../../permission';
 import { keys } from '../../api/keys';
@@ -23,7 +23,7 @@ function VersionList() {
   const [error, setError] = useState<unknown>(null);
   const [notice, setNotice] = useState<string | null>(null);
   const [resuming, setResuming] = useState<string | null>(null);
-  const list = useQuery({ queryKey: keys.agentVersions.list(page), queryFn: () => api<Page<AgentVersion>>('GET', '/agent-versions', { query: { page, limit: 50 } }) });
+  const list = useQuery({ queryKey: keys.agentVersions.list(page), queryFn: async () => dataOf(await client.GET('/api/v1/agent-versions', { params: { query: { page, limit: 50 } } })) });
   const done = async (message: string) => {
     setNotice(message);
     setPromote(null);

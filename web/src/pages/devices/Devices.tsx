@@ -3,7 +3,7 @@
 import { Fragment, useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { Link } from 'wouter';
-import { api, type Page } from '../../api';
+import { api, dataOf, client, type Page } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
 import { Alert, Button, Card, ErrorAlert, Field, PageHeader, QueryState, Select, when, PagedTable } from '../../ui';
@@ -156,7 +156,7 @@ function DevicePage({ id }: { id: string }) {
   const [error, setError] = useState<unknown>(null);
   const [notice, setNotice] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
-  const device = useQuery({ queryKey: keys.devices.detail(id), queryFn: () => api<Device>('GET', `/devices/${id}`) });
+  const device = useQuery({ queryKey: keys.devices.detail(id), queryFn: async () => dataOf(await client.GET('/api/v1/devices/{id}', { params: { path: { id } } })) });
   const execute = can('devices', 'execute');
   const run = async (fn: () => Promise<string>) => {
     setError(null);

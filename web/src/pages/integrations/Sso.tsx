@@ -4,7 +4,7 @@
 import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { Link, useLocation } from 'wouter';
-import { API, api, type Page } from '../../api';
+import { API, dataOf, client, api } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
 import { Alert, Button, Card, ErrorAlert, Field, MfaNote, PageHeader, QueryState, Select, useSubmit, when, PagedTable } from '../../ui';
@@ -17,8 +17,6 @@ import type { Schema } from '../../api/types';
 type SsoStatus = Schema<'SsoProvider'>['status'];
 
 export type Provider = Schema<'SsoProvider'>;
-
-type Preset = Schema<'SsoPreset'>;
 
 type TestReport = Schema<'SsoProviderTest'>;
 
@@ -39,7 +37,7 @@ function ProviderList() {
   const [creating, setCreating] = useState(false);
   const list = useQuery({
     queryKey: keys.ssoProviders.list(t.orgId, page),
-    queryFn: () => api<Page<Provider>>('GET', '/sso/providers', { query: { ...t.query, page, limit: 25 } }),
+    queryFn: async () => dataOf(await client.GET('/api/v1/sso/providers', { params: { query: { ...t.query, page, limit: 25 } } })),
   });
   return (
     <>
@@ -86,7 +84,7 @@ function CreateProvider({ onCancel }: { onCancel: () => void }) {
   const t = useTenant();
   const qc = useQueryClient();
   const [, navigate] = useLocation();
-  const presets = useQuery({ queryKey: keys.ssoPresets.all, queryFn: () => api<{ data: Preset[] }>('GET', '/sso/presets') });
+  const presets = useQuery({ queryKey: keys.ssoPresets.all, queryFn: async () => dataOf(await client.GET('/api/v1/sso/presets')) });
   const [preset, setPreset] = useState('');
   const [customType, setCustomType] = useState<'oidc' | 'saml'>('oidc');
   const [name, setName] = useState('');
@@ -145,7 +143,7 @@ function ProviderPage({ id }: { id: string }) {
   const [error, setError] = useState<unknown>(null);
   const [busy, setBusy] = useState<string | null>(null);
   const [saved, setSaved] = useState(false);
-  const provider = useQuery({ queryKey: keys.ssoProviders.detail(id), queryFn: () => api<Provider>('GET', `/sso/providers/${id}`) });
+  const provider = useQuery({ queryKey: keys.ssoProviders.detail(id), queryFn: async () => dataOf(await client.GET('/api/v1/sso/providers/{id}', { params: { path: { id } } })) });
   const act = async (what: string, fn: () => Promise<void>) => {
     setError(null);
     setSaved(false);
