@@ -3,7 +3,7 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['node_modules/', 'data/', 'drizzle/', 'coverage/', 'eslint.config.js', 'bin/', 'dist/'] },
+  { ignores: ['node_modules/', 'data/', 'drizzle/', 'coverage/', 'eslint.config.js', 'bin/', 'dist/', 'web/src/api/schema.d.ts'] },
   js.configs.recommended,
   ...tseslint.configs.strictTypeChecked,
   {

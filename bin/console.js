@@ -25,9 +25,12 @@ function listFiles(dir, out = []) {
   return out;
 }
 
-/** A short hash of what the console is made from: web/, this file and the installed packages. */
+/** The server's files the console imports (pure catalogues shared with it). */
+const SHARED = ['src/event-types.ts'];
+
+/** A short hash of what the console is made from: web/, the shared catalogues, this file and the installed packages. */
 export function consoleFingerprint(root = ROOT) {
-  return fingerprintOf(root, [...listFiles(join(root, 'web')), fileURLToPath(import.meta.url), join(root, 'node_modules', '.package-lock.json')]);
+  return fingerprintOf(root, [...listFiles(join(root, 'web')), ...SHARED.map((f) => join(root, f)), fileURLToPath(import.meta.url), join(root, 'node_modules', '.package-lock.json')]);
 }
 
 /**

@@ -1,25 +1,9 @@
 import { newId } from './platform/db/columns.js';
 import { clock } from './platform/clock.js';
 import type { Tx } from './platform/db/transaction.js';
+import type { EventType } from './event-types.js';
 
-/** Event types a webhook can subscribe to (docs/specification.md "Events"). */
-export const EVENT_TYPES = [
-  'device.enrolled', 'device.online', 'device.offline', 'device.updated', 'device.decommissioned',
-  'alert.triggered', 'alert.acknowledged', 'alert.resolved', 'alert.escalated',
-  'script.started', 'script.completed', 'script.failed',
-  'automation.started', 'automation.completed', 'automation.failed',
-  'policy.evaluated', 'policy.violation', 'policy.compliant',
-  'patch.available', 'patch.approved', 'patch.installed', 'patch.failed', 'patch.rollback',
-  'security.score_changed', 'remote.session.started', 'remote.session.ended', 'remote.file.transferred',
-  'user.login', 'user.logout', 'session.login', 'session.logout',
-  'webhook.test',
-] as const;
-
-export type EventType = (typeof EVENT_TYPES)[number];
-
-export function isEventType(value: string): value is EventType {
-  return (EVENT_TYPES as readonly string[]).includes(value);
-}
+export { EVENT_TYPES, isEventType, type EventType } from './event-types.js';
 
 /** Typed `data` for the events Keel itself emits; other types carry an open object. */
 export interface KnownEventData {

@@ -19,6 +19,7 @@ import { SsoProviderDetail, SsoProviders } from './pages/integrations/Sso';
 import { DeviceDetail, Devices } from './pages/devices/Devices';
 import { AgentVersions } from './pages/devices/AgentVersions';
 import { UpdateWindows } from './pages/devices/UpdateWindows';
+import { keys } from './api/keys';
 
 const queryClient = new QueryClient({
   defaultOptions: {
@@ -164,7 +165,7 @@ function Home() {
   const { me, can } = useAuth();
   // Also the first protected call after sign-in: a role that forces MFA answers 428 here, which
   // opens enrolment at once.
-  const sessions = useQuery({ queryKey: ['sessions'], queryFn: () => api<Page<unknown>>('GET', '/auth/sessions') });
+  const sessions = useQuery({ queryKey: keys.sessions.all, queryFn: () => api<Page<unknown>>('GET', '/auth/sessions') });
   if (!me) return null;
   const items = NAV.flatMap((s) => s.items).filter((i) => i.show(me, can) && i.to !== '/');
   return (

@@ -1,56 +1,26 @@
-// The console's one way to call Keel: JSON in and out under /api/v1, the access token in memory
-// only, a silent refresh by the HttpOnly cookie (with the CSRF header) when it runs out, and every
-// error turned into an ApiError carrying the envelope `{error, code, details?}`.
+// The console's one way to call Keel: an openapi-fetch client over the generated `paths`
+// (web/src/api/schema.d.ts), JSON in and out under /api/v1, the access token in memory only, a
+// silent refresh by the HttpOnly cookie (with the CSRF header) when it runs out, and every error
+// turned into an ApiError carrying the envelope `{error, code, details?}`.
+
+import createClient, { type Middleware } from 'openapi-fetch';
+import type { paths, Schema } from './api/types';
+import type { ErrorCode } from './api/errors';
+
+export type { Page } from './api/types';
 
 export const API = '/api/v1';
 
-export type MfaMethod = 'totp' | 'sms' | 'passkey';
+export type MfaMethod = Schema<'MfaChallenge'>['mfaMethod'];
 
-export interface Permission {
-  resource: string;
-  action: string;
-}
+export type Permission = Schema<'Permission'>;
 
-export interface SelfProfile {
-  id: string;
-  email: string;
-  name: string;
-  avatarUrl: string | null;
-  status: 'active' | 'invited' | 'disabled';
-  isPlatformAdmin: boolean;
-  mfaEnabled: boolean;
-  mfaMethod: MfaMethod | null;
-  passkeyCount: number;
-  phoneNumberMasked: string | null;
-  phoneVerified: boolean;
-  lastLoginAt: string | null;
-  createdAt: string;
-  scope: 'system' | 'partner' | 'organization' | null;
-  partnerId: string | null;
-  orgId: string | null;
-  roleId: string | null;
-  permissions: Permission[];
-}
+export type SelfProfile = Schema<'SelfProfile'>;
 
-export interface TokenAnswer {
-  accessToken: string;
-  refreshToken: string;
-  tokenType: 'Bearer';
-  expiresIn: number;
-  user: SelfProfile;
-}
+export type TokenAnswer = Schema<'TokenAnswer'>;
 
-export interface MfaChallenge {
-  mfaRequired: true;
-  mfaMethod: MfaMethod;
-  tempToken: string;
-  availableMethods: MfaMethod[];
-}
+export type MfaChallenge = Schema<'MfaChallenge'>;
 
-export interface Page<T> {
-  data: T[];
-  pagination: { page: number; limit: number; total: number };
-}
 
 export interface FieldError {
   path: string;
@@ -60,7 +30,7 @@ export interface FieldError {
 export class ApiError extends Error {
   constructor(
     readonly status: number,
-    readonly code: string,
+    readonly code: ErrorCode,
     message: string,
     readonly details?: Record<string, unknown>,
     readonly retryAfter?: number,
@@ -131,7 +101,7 @@ export function hasSessionCookie(): boolean {
 }
 
 async function parseError(res: Response): Promise<ApiError> {
-  let body: { error?: string; code?: string; details?: Record<string, unknown>; retryAfter?: number } = {};
+  let body: { error?: string; code?: ErrorCode; details?: Record<string, unknown>; retryAfter?: number } = {};
   try {
     body = (await res.json()) as typeof body;
   } catch {
@@ -201,37 +171,78 @@ export function withQuery(path: string, query?: CallOptions['query']): string {
   return s ? `${path}${path.includes('?') ? '&' : '?'}${s}` : path;
 }
 
-async function send(method: string, path: string, opts: CallOptions): Promise<Response> {
-  const headers: Record<string, string> = {};
-  const bearer = opts.token ?? accessToken;
-  if (bearer) headers.authorization = `Bearer ${bearer}`;
-  let body: string | undefined;
-  if (opts.body !== undefined) {
-    headers['content-type'] = 'application/json';
-    body = JSON.stringify(opts.body);
-  }
-  try {
-    return await fetch(`${API}${withQuery(path, opts.query)}`, { method, headers, body: body ?? null, credentials: 'same-origin' });
-  } catch {
-    throw new ApiError(0, 'network_error', 'Keel cannot be reached. Check the connection and try again.');
-  }
+/** Requests that may be sent again after a refresh (a clone taken before the body is read), by request id. */
+const retryable = new Map<string, Request>();
+
+/**
+ * The session around every call of the client: the bearer (unless the caller set its own, which is
+ * never refreshed); on a 401 one refresh and one retry; a failure thrown as an ApiError (a 428
+ * `mfa_enrollment_required` also tells the app); a network failure as `network_error`.
+ */
+const session: Middleware = {
+  onRequest({ request, id }) {
+    if (request.headers.has('authorization')) return undefined;
+    if (accessToken) request.headers.set('authorization', `Bearer ${accessToken}`);
+    if (accessToken && !new URL(request.url).pathname.startsWith(`${API}/auth/refresh`)) retryable.set(id, request.clone());
+    return undefined;
+  },
+  async onResponse({ response, id }) {
+    const again = retryable.get(id);
+    retryable.delete(id);
+    let res = response;
+    // The access token ran out (or the session was rotated elsewhere): refresh once and retry.
+    if (res.status === 401 && again && accessToken && (await refresh())) {
+      const headers = new Headers(again.headers);
+      headers.set('authorization', `Bearer ${accessToken}`);
+      try {
+        res = await fetch(new Request(again, { headers }));
+      } catch {
+        throw networkError();
+      }
+    }
+    if (!res.ok) {
+      const err = await parseError(res);
+      if (err.status === 428 && err.code === 'mfa_enrollment_required') for (const fn of listeners.enrolmentRequired) fn();
+      throw err;
+    }
+    return res;
+  },
+  onError({ error, id }) {
+    retryable.delete(id);
+    return error instanceof ApiError ? error : networkError();
+  },
+};
+
+function networkError(): ApiError {
+  return new ApiError(0, 'network_error', 'Keel cannot be reached. Check the connection and try again.');
 }
 
-/** Calls the API; resolves to the parsed JSON (undefined for 204), or throws an ApiError. */
+/** The typed client: `client.GET('/api/v1/webhooks/{id}', { params: { path: { id } } })`; a failure throws an ApiError. */
+export const client = createClient<paths>({ baseUrl: '', credentials: 'same-origin' });
+client.use(session);
+
+/** The body of a typed call's answer: a failure has already thrown an ApiError, so `data` is there (undefined only for a 204). */
+export function dataOf<T>(answer: { data?: T }): T {
+  return answer.data as T;
+}
+
+/** The same client called with a concrete path (ids filled in), for `api` below. */
+const byPath = client as unknown as {
+  request(method: string, url: string, init: Record<string, unknown>): Promise<{ data?: unknown; response: Response }>;
+};
+
+/**
+ * Calls the API by a concrete path under /api/v1 through the same client; resolves to the parsed
+ * JSON (undefined for 204), or throws an ApiError. `T` names a generated schema type.
+ */
 export async function api<T = unknown>(method: string, path: string, opts: CallOptions = {}): Promise<T> {
-  let res = await send(method, path, opts);
-  // The access token ran out (or the session was rotated elsewhere): refresh once and retry.
-  if (res.status === 401 && !opts.token && accessToken && !path.startsWith('/auth/refresh')) {
-    if (await refresh()) res = await send(method, path, opts);
-  }
-  if (!res.ok) {
-    const err = await parseError(res);
-    if (err.status === 428 && err.code === 'mfa_enrollment_required') for (const fn of listeners.enrolmentRequired) fn();
-    throw err;
-  }
-  if (opts.raw) return res as T;
-  if (res.status === 204) return undefined as T;
-  return (await res.json()) as T;
+  const { data, response } = await byPath.request(method, `${API}${withQuery(path, opts.query)}`, {
+    ...(opts.body === undefined ? {} : { body: opts.body }),
+    ...(opts.token ? { headers: { authorization: `Bearer ${opts.token}` } } : {}),
+    parseAs: opts.raw ? 'stream' : 'json',
+  });
+  if (opts.raw) return response as T;
+  return data as T;
 }
 
 /** Fetches a file the API streams (audit export) and hands it to the browser as a download. */

@@ -5,27 +5,18 @@ import { createContext, useContext, useId, useMemo, useState, type ReactNode } f
 import { useQuery } from '@tanstack/react-query';
 import { api, type Page } from './api';
 import { useAuth } from './auth';
+import { keys } from './api/keys';
+import type { Schema } from './api/types';
 
-export interface Org {
-  id: string;
-  partnerId: string | null;
-  name: string;
-  settings: { security?: SecuritySettings };
-  createdAt: string;
-  updatedAt: string;
-}
+export type Org = Schema<'Organization'>;
 
-export interface Partner {
-  id: string;
-  name: string;
-  settings: { security?: SecuritySettings };
-  createdAt: string;
-  updatedAt: string;
-}
+export type Partner = Schema<'Partner'>;
 
-export interface SecuritySettings {
-  requireMfa?: boolean;
-  allowedMfaMethods?: { totp?: boolean; sms?: boolean; passkey?: boolean };
+export type SecuritySettings = NonNullable<Schema<'TenantSettings'>['security']>;
+
+/** The security policy stored in a partner's or organisation's settings (the document gives stored settings as an open object; they were written through TenantSettings). */
+export function securityOf(tenant: { settings: Record<string, unknown> }): SecuritySettings | undefined {
+  return tenant.settings.security as SecuritySettings | undefined;
 }
 
 interface TenantValue {
@@ -86,14 +77,14 @@ export function TenantPicker() {
   const t = useTenant();
   const isSystem = me?.scope === 'system';
   const partners = useQuery({
-    queryKey: ['partners', 'picker'],
+    queryKey: keys.partners.picker(),
     queryFn: () => api<Page<Partner>>('GET', '/partners', { query: { limit: 100 } }),
     enabled: isSystem,
   });
   const orgQuery = isSystem ? (t.partnerId ? { partnerId: t.partnerId, limit: 100 } : null) : { limit: 100 };
   const id = useId();
   const orgs = useQuery({
-    queryKey: ['orgs', 'picker', orgQuery],
+    queryKey: keys.orgs.picker(orgQuery),
     queryFn: () => api<Page<Org>>('GET', '/orgs', { query: orgQuery ?? {} }),
     enabled: !!orgQuery && me?.scope !== 'organization' && can('organizations', 'read'),
   });

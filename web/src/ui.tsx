@@ -1,36 +1,14 @@
 // The console's small component kit: labelled fields that show the API's `details.fields`, buttons,
 // alerts that explain an error (403, 428, 429, network) in plain words, tables and a pager.
 import { createContext, useContext, useEffect, useId, useState, type SyntheticEvent, type InputHTMLAttributes, type ReactNode, type SelectHTMLAttributes, type TextareaHTMLAttributes } from 'react';
-import { ApiError, api, setTokens, type TokenAnswer } from './api';
+import { ApiError, api, setTokens, type Page, type TokenAnswer } from './api';
+import { describeError, hasCode } from './api/errors';
 
 /**
  * What the writes of the page in view change ("Single sign-on settings"), set by PermissionPage:
  * the sentences about a session without a second factor name it.
  */
 export const MfaSubject = createContext<string | null>(null);
-
-/** `mfaSubject`: what the refused write changes (MfaSubject of the page). */
-export function describeError(err: unknown, mfaSubject?: string | null): string {
-  if (!(err instanceof ApiError)) return 'Something went wrong in the console. Reload the page and try again.';
-  switch (err.code) {
-    case 'mfa_enrollment_required':
-      return 'Your role requires a second factor. Set up an authenticator app, a phone or a passkey first.';
-    case 'mfa_required':
-      // ErrorAlert offers the step-up (POST /auth/mfa/step-up) under this sentence.
-      return `${mfaSubject ?? 'This'} can only be changed from a session signed in with a second factor. Confirm this session with a code below (authenticator, texted code or recovery code), or sign out and sign in again with your passkey, and retry.`;
-    case 'forbidden':
-    case 'permission_denied':
-      return `You do not have permission to do this. ${err.message}`;
-    case 'context_required':
-      return 'Your account does not belong to a partner or an organisation yet, so there is nothing to manage here.';
-  }
-  if (err.status === 429) {
-    const wait = err.retryAfter ? ` Try again in ${err.retryAfter < 90 ? `${err.retryAfter} seconds` : `${Math.ceil(err.retryAfter / 60)} minutes`}.` : '';
-    return `Too many attempts.${wait}`;
-  }
-  if (err.status === 403) return `You do not have permission to do this: ${err.message}`;
-  return err.message;
-}
 
 export function Alert({ kind = 'error', children }: { kind?: 'error' | 'info' | 'success' | 'warning'; children: ReactNode }) {
   return (
@@ -46,7 +24,7 @@ export function ErrorAlert({ error }: { error: unknown }) {
   return (
     <>
       <Alert>{describeError(error, subject)}</Alert>
-      {error instanceof ApiError && error.code === 'mfa_required' && <StepUp />}
+      {hasCode(error, 'mfa_required') && <StepUp />}
     </>
   );
 }
@@ -264,6 +242,57 @@ export function Pager({ pagination, onPage }: { pagination: { page: number; limi
         Next
       </Button>
     </nav>
+  );
+}
+
+/**
+ * A list page's table: the query's states (error, loading), the table (its header row, an empty
+ * state on a row of its own, a row per item) and the pager under it. Every paged list uses it.
+ */
+export function PagedTable<T>({
+  query,
+  label,
+  className,
+  columns,
+  head,
+  empty,
+  row,
+  onPage,
+}: {
+  query: { isPending: boolean; error: unknown; data?: Page<T> | undefined };
+  label: string;
+  className?: string;
+  /** How many columns the header row has (the empty state spans them). */
+  columns?: number;
+  /** The header row (`<tr>` of `<th>`). */
+  head: ReactNode;
+  /** What the table says when the page is empty (a list that always holds its reader has none). */
+  empty?: ReactNode;
+  /** The row of one item (`<tr key=…>`). */
+  row: (item: T) => ReactNode;
+  onPage: (page: number) => void;
+}) {
+  return (
+    <QueryState query={query}>
+      {() => (
+        <>
+          <TableFrame label={label} {...(className === undefined ? {} : { className })}>
+            <thead>{head}</thead>
+            <tbody>
+              {empty !== undefined && query.data?.data.length === 0 && (
+                <tr>
+                  <td colSpan={columns} className="muted">
+                    {empty}
+                  </td>
+                </tr>
+              )}
+              {query.data?.data.map(row)}
+            </tbody>
+          </TableFrame>
+          {query.data && <Pager pagination={query.data.pagination} onPage={onPage} />}
+        </>
+      )}
+    </QueryState>
   );
 }
 

@@ -4,9 +4,11 @@ import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { useSearch } from 'wouter';
 import { startRegistration, type PublicKeyCredentialCreationOptionsJSON } from '@simplewebauthn/browser';
-import { api, passkeyError, saveBlob, type Page, type SelfProfile, type TokenAnswer } from '../api';
+import { api, dataOf, client, passkeyError, saveBlob, type SelfProfile } from '../api';
 import { useAuth } from '../auth';
 import { Alert, Button, Card, ErrorAlert, Field, PageHeader, QueryState, TableFrame, useSubmit, when } from '../ui';
+import { keys } from '../api/keys';
+import type { Schema } from '../api/types';
 
 export function Profile() {
   const { me, reloadMe } = useAuth();
@@ -106,15 +108,9 @@ function RecoveryCodes({ codes }: { codes: string[] }) {
   );
 }
 
-interface TotpSetup {
-  secret: string;
-  otpAuthUrl: string;
-  qrCodeDataUrl: string;
-  recoveryCodes: string[];
-  expiresAt: string;
-}
+type TotpSetup = Schema<'MfaSetup'>;
 
-type MfaEnabled = TokenAnswer & { recoveryCodes: string[] };
+type MfaEnabled = Schema<'MfaEnabled'>;
 
 export function Security() {
   const { me } = useAuth();
@@ -246,25 +242,19 @@ function SmsCard({ onCodes }: { onCodes: (c: string[]) => void }) {
   );
 }
 
-interface Passkey {
-  id: string;
-  name: string;
-  createdAt: string;
-  lastUsedAt: string | null;
-  backupEligible: boolean;
-}
+type Passkey = Schema<'Passkey'>;
 
 function PasskeysCard({ onCodes }: { onCodes: (c: string[]) => void }) {
   const { reloadMe } = useAuth();
   const qc = useQueryClient();
-  const list = useQuery({ queryKey: ['passkeys'], queryFn: () => api<Page<Passkey>>('GET', '/auth/passkeys') });
+  const list = useQuery({ queryKey: keys.passkeys.all, queryFn: async () => dataOf(await client.GET('/api/v1/auth/passkeys')) });
   const [adding, setAdding] = useState(false);
   const [name, setName] = useState('');
   const [password, setPassword] = useState('');
   const [removing, setRemoving] = useState<Passkey | null>(null);
   const [renaming, setRenaming] = useState<{ id: string; name: string } | null>(null);
   const refreshAll = async () => {
-    await qc.invalidateQueries({ queryKey: ['passkeys'] });
+    await qc.invalidateQueries({ queryKey: keys.passkeys.all });
     await reloadMe();
   };
   const add = useSubmit(async () => {
@@ -395,28 +385,19 @@ function ManageMfa({ onCodes }: { onCodes: (c: string[]) => void }) {
   );
 }
 
-interface Session {
-  id: string;
-  ipAddress: string | null;
-  userAgent: string | null;
-  mfa: boolean;
-  current: boolean;
-  createdAt: string;
-  lastUsedAt: string;
-  expiresAt: string;
-}
+type Session = Schema<'Session'>;
 
 export function Sessions() {
   const { signOut } = useAuth();
   const qc = useQueryClient();
-  const list = useQuery({ queryKey: ['sessions'], queryFn: () => api<Page<Session>>('GET', '/auth/sessions') });
+  const list = useQuery({ queryKey: keys.sessions.all, queryFn: async () => dataOf(await client.GET('/api/v1/auth/sessions')) });
   const [error, setError] = useState<unknown>(null);
   const end = async (s: Session) => {
     setError(null);
     try {
       await api('DELETE', `/auth/sessions/${s.id}`);
       if (s.current) await signOut();
-      else await qc.invalidateQueries({ queryKey: ['sessions'] });
+      else await qc.invalidateQueries({ queryKey: keys.sessions.all });
     } catch (err) {
       setError(err);
     }

@@ -7,6 +7,9 @@ import { api, ApiError, isMfaChallenge, type MfaChallenge, type TokenAnswer } fr
 import { useAuth } from '../auth';
 import { Alert, Button, ErrorAlert, Field, Loading, useSubmit } from '../ui';
 import { SecondFactor } from './SecondFactor';
+import { hasCode } from '../api/errors';
+import { keys } from '../api/keys';
+import type { Schema } from '../api/types';
 
 /** docs/specification.md "Single sign-on: the login flow": the codes the SSO callback redirects with. */
 export const SSO_ERRORS: Record<string, string> = {
@@ -19,12 +22,7 @@ export const SSO_ERRORS: Record<string, string> = {
   sso_error: 'The identity provider’s answer could not be verified. Try again, or ask an administrator to check the single sign-on settings.',
 };
 
-interface SsoCheck {
-  ssoEnabled: boolean;
-  enforceSSO: boolean;
-  provider?: { id: string; name: string; type: string } | null;
-  loginUrl?: string;
-}
+type SsoCheck = Schema<'SsoCheck'>;
 
 /** Where to go after signing in: `next` if it is a path of this console, else the start page. */
 function safeNext(next: string | null): string {
@@ -43,7 +41,7 @@ export function Login() {
   const [password, setPassword] = useState('');
 
   const sso = useQuery({
-    queryKey: ['sso-check', org],
+    queryKey: keys.ssoCheck(org),
     enabled: !!org,
     retry: false,
     queryFn: async () => {
@@ -70,7 +68,7 @@ export function Login() {
 
   const enforced = !!sso.data?.ssoEnabled && sso.data.enforceSSO;
   const loginError =
-    login.error instanceof ApiError && login.error.code === 'sso_required'
+    hasCode(login.error, 'sso_required')
       ? 'Your organisation signs in with single sign-on. Use the link your administrator gave you (it ends in ?org=…).'
       : null;
 

@@ -1,20 +1,14 @@
 // The caller's API keys: create (permissions within the caller's own, the key shown once), revoke.
 import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
-import { api, type Page, type Permission } from '../../api';
-import { Alert, Button, Card, ErrorAlert, Field, PageHeader, Pager, QueryState, TableFrame, useSubmit, when } from '../../ui';
+import { api, dataOf, client } from '../../api';
+import { Alert, Button, Card, ErrorAlert, Field, PageHeader, useSubmit, when, PagedTable } from '../../ui';
 import { permissionPage } from '../../permission';
 import { PermissionGrid } from './Roles';
+import { keys } from '../../api/keys';
+import type { Schema } from '../../api/types';
 
-interface ApiKey {
-  id: string;
-  name: string;
-  keyPrefix: string;
-  permissions: Permission[];
-  expiresAt: string | null;
-  lastUsedAt: string | null;
-  createdAt: string;
-}
+type ApiKey = Schema<'ApiKey'>;
 
 export const ApiKeys = permissionPage(ApiKeysPage, '/admin/api-keys');
 
@@ -25,13 +19,13 @@ function ApiKeysPage() {
   const [created, setCreated] = useState<{ name: string; key: string } | null>(null);
   const [copied, setCopied] = useState(false);
   const [error, setError] = useState<unknown>(null);
-  const list = useQuery({ queryKey: ['api-keys', page], queryFn: () => api<Page<ApiKey>>('GET', '/api-keys', { query: { page, limit: 25 } }) });
+  const list = useQuery({ queryKey: keys.apiKeys.list(page), queryFn: async () => dataOf(await client.GET('/api/v1/api-keys', { params: { query: { page, limit: 25 } } })) });
   const revoke = async (k: ApiKey) => {
     if (!window.confirm(`Revoke the key ${k.name}? Anything using it stops working at once.`)) return;
     setError(null);
     try {
       await api('DELETE', `/api-keys/${k.id}`);
-      await qc.invalidateQueries({ queryKey: ['api-keys'] });
+      await qc.invalidateQueries({ queryKey: keys.apiKeys.all });
     } catch (err) {
       setError(err);
     }
@@ -59,58 +53,47 @@ function ApiKeysPage() {
             if (k) {
               setCreated(k);
               setCopied(false);
-              void qc.invalidateQueries({ queryKey: ['api-keys'] });
+              void qc.invalidateQueries({ queryKey: keys.apiKeys.all });
             }
           }}
         />
       )}
       <ErrorAlert error={error} />
-      <QueryState query={list}>
-        {() => (
-          <>
-            <TableFrame label="API keys">
-              <thead>
-                <tr>
-                  <th>Name</th>
-                  <th>Key</th>
-                  <th>Permissions</th>
-                  <th>Expires</th>
-                  <th>Last used</th>
-                  <th>
-                    <span className="sr-only">Actions</span>
-                  </th>
-                </tr>
-              </thead>
-              <tbody>
-                {list.data?.data.length === 0 && (
-                  <tr>
-                    <td colSpan={6} className="muted">
-                      No API keys yet.
-                    </td>
-                  </tr>
-                )}
-                {list.data?.data.map((k) => (
-                  <tr key={k.id}>
-                    <td>{k.name}</td>
-                    <td>
-                      <code>{k.keyPrefix}…</code>
-                    </td>
-                    <td className="small">{k.permissions.map((p) => `${p.resource}:${p.action}`).join(', ')}</td>
-                    <td>{when(k.expiresAt)}</td>
-                    <td>{when(k.lastUsedAt)}</td>
-                    <td>
-                      <Button kind="link" onClick={() => void revoke(k)} aria-label={`Revoke ${k.name}`}>
-                        Revoke
-                      </Button>
-                    </td>
-                  </tr>
-                ))}
-              </tbody>
-            </TableFrame>
-            {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
-          </>
+      <PagedTable
+        query={list}
+        label="API keys"
+        columns={6}
+        head={
+          <tr>
+            <th>Name</th>
+            <th>Key</th>
+            <th>Permissions</th>
+            <th>Expires</th>
+            <th>Last used</th>
+            <th>
+              <span className="sr-only">Actions</span>
+            </th>
+          </tr>
+        }
+        empty={<>No API keys yet.</>}
+        row={(k) => (
+          <tr key={k.id}>
+            <td>{k.name}</td>
+            <td>
+              <code>{k.keyPrefix}…</code>
+            </td>
+            <td className="small">{k.permissions.map((p) => `${p.resource}:${p.action}`).join(', ')}</td>
+            <td>{when(k.expiresAt)}</td>
+            <td>{when(k.lastUsedAt)}</td>
+            <td>
+              <Button kind="link" onClick={() => void revoke(k)} aria-label={`Revoke ${k.name}`}>
+                Revoke
+              </Button>
+            </td>
+          </tr>
         )}
-      </QueryState>
+        onPage={setPage}
+      />
     </>
   );
 }

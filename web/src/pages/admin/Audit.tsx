@@ -4,24 +4,12 @@ import { useQuery } from '@tanstack/react-query';
 import { api, download, type Page } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
-import { Button, ErrorAlert, Field, PageHeader, Pager, QueryState, TableFrame, useSubmit, when } from '../../ui';
+import { Button, ErrorAlert, Field, PageHeader, useSubmit, when, PagedTable } from '../../ui';
 import { permissionPage } from '../../permission';
+import { keys } from '../../api/keys';
+import type { Schema } from '../../api/types';
 
-interface AuditEntry {
-  id: string;
-  createdAt: string;
-  action: string;
-  actorType: string;
-  actorId: string | null;
-  actorEmail: string | null;
-  orgId: string | null;
-  targetType: string | null;
-  targetId: string | null;
-  changes: unknown[] | null;
-  details: Record<string, unknown> | null;
-  result: string;
-  ipAddress: string | null;
-}
+type AuditEntry = Schema<'AuditEntry'>;
 
 const EMPTY = { action: '', actorId: '', targetType: '', targetId: '', from: '', to: '' };
 
@@ -47,7 +35,7 @@ function AuditPage() {
   const [page, setPage] = useState(1);
   const [open, setOpen] = useState<string | null>(null);
   const query = { ...t.query, ...filters, from: iso(filters.from), to: iso(filters.to) };
-  const list = useQuery({ queryKey: ['audit', query, page], queryFn: () => api<Page<AuditEntry>>('GET', '/audit-logs', { query: { ...query, page, limit: 50 } }) });
+  const list = useQuery({ queryKey: keys.audit.list(query, page), queryFn: () => api<Page<AuditEntry>>('GET', '/audit-logs', { query: { ...query, page, limit: 50 } }) });
   const set = (k: keyof typeof EMPTY) => (e: React.ChangeEvent<HTMLInputElement>) => setDraft({ ...draft, [k]: e.target.value });
   return (
     <>
@@ -81,63 +69,52 @@ function AuditPage() {
           </Button>
         </div>
       </form>
-      <QueryState query={list}>
-        {() => (
-          <>
-            <TableFrame label="Audit log entries">
-              <thead>
-                <tr>
-                  <th>When</th>
-                  <th>Action</th>
-                  <th>Actor</th>
-                  <th>Target</th>
-                  <th>Result</th>
-                  <th>
-                    <span className="sr-only">Details</span>
-                  </th>
-                </tr>
-              </thead>
-              <tbody>
-                {list.data?.data.length === 0 && (
-                  <tr>
-                    <td colSpan={6} className="muted">
-                      No entries match.
-                    </td>
-                  </tr>
+      <PagedTable
+        query={list}
+        label="Audit log entries"
+        columns={6}
+        head={
+          <tr>
+            <th>When</th>
+            <th>Action</th>
+            <th>Actor</th>
+            <th>Target</th>
+            <th>Result</th>
+            <th>
+              <span className="sr-only">Details</span>
+            </th>
+          </tr>
+        }
+        empty={<>No entries match.</>}
+        row={(e) => (
+          <Fragment key={e.id}>
+            <tr>
+              <td>{when(e.createdAt)}</td>
+              <td>
+                <code>{e.action}</code>
+              </td>
+              <td>{e.actorEmail ?? e.actorType}</td>
+              <td>{e.targetType ? `${e.targetType} ${e.targetId ?? ''}` : '—'}</td>
+              <td>{e.result}</td>
+              <td>
+                {(e.changes || e.details) && (
+                  <Button kind="link" aria-expanded={open === e.id} onClick={() => setOpen(open === e.id ? null : e.id)}>
+                    Details
+                  </Button>
                 )}
-                {list.data?.data.map((e) => (
-                  <Fragment key={e.id}>
-                    <tr>
-                      <td>{when(e.createdAt)}</td>
-                      <td>
-                        <code>{e.action}</code>
-                      </td>
-                      <td>{e.actorEmail ?? e.actorType}</td>
-                      <td>{e.targetType ? `${e.targetType} ${e.targetId ?? ''}` : '—'}</td>
-                      <td>{e.result}</td>
-                      <td>
-                        {(e.changes || e.details) && (
-                          <Button kind="link" aria-expanded={open === e.id} onClick={() => setOpen(open === e.id ? null : e.id)}>
-                            Details
-                          </Button>
-                        )}
-                      </td>
-                    </tr>
-                    {open === e.id && (
-                      <tr>
-                        <td colSpan={6}>
-                          <pre className="small">{recorded({ changes: e.changes, details: e.details, ipAddress: e.ipAddress })}</pre>
-                        </td>
-                      </tr>
-                    )}
-                  </Fragment>
-                ))}
-              </tbody>
-            </TableFrame>
-            {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
-          </>
+              </td>
+            </tr>
+            {open === e.id && (
+              <tr>
+                <td colSpan={6}>
+                  <pre className="small">{recorded({ changes: e.changes, details: e.details, ipAddress: e.ipAddress })}</pre>
+                </td>
+              </tr>
+            )}
+          </Fragment>
         )}
-      </QueryState>
+        onPage={setPage}
+      />
     </>
   );
 }

@@ -3,21 +3,18 @@
 import { useMemo, useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { Link, useLocation } from 'wouter';
-import { api, type Page, type Permission } from '../../api';
+import { api, dataOf, client, type Permission } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
 import { Alert, Button, Card, Checkbox, ErrorAlert, Field, PageHeader, QueryState, Select, TableFrame, useSubmit } from '../../ui';
 import { permissionPage } from '../../permission';
 import { useRoles, type Role } from './common';
+import { keys } from '../../api/keys';
+import type { Schema } from '../../api/types';
 
-interface CatalogEntry extends Permission {
-  description: string;
-}
+type CatalogEntry = Schema<'CatalogEntry'>;
 
-interface Effective {
-  direct: Permission[];
-  inherited: (Permission & { sourceRoleId: string; sourceRoleName: string })[];
-}
+type Effective = Schema<'EffectivePermissions'>;
 
 const CANONICAL = ['read', 'write', 'delete', 'execute'];
 const key = (p: Permission) => `${p.resource}:${p.action}`;
@@ -66,7 +63,7 @@ function RolesPage() {
 }
 
 function useCatalog() {
-  return useQuery({ queryKey: ['catalog'], staleTime: Infinity, queryFn: () => api<Page<CatalogEntry>>('GET', '/permissions/catalog', { query: { limit: 100 } }) });
+  return useQuery({ queryKey: keys.catalog.all, staleTime: Infinity, queryFn: async () => dataOf(await client.GET('/api/v1/permissions/catalog', { params: { query: { limit: 100 } } })) });
 }
 
 /** Checkboxes for every catalog pair, a row per resource; wildcard pairs are kept as they are. */
@@ -148,7 +145,7 @@ function RoleBuilder({ role, onDone }: { role?: Role; onDone: (r?: Role) => void
   const [perms, setPerms] = useState(() => new Set((role?.permissions ?? []).map(key)));
   const parent = roles.data?.data.find((r) => r.id === parentRoleId);
   const parentPerms = useQuery({
-    queryKey: ['effective', parentRoleId, t.query],
+    queryKey: keys.roles.effective(parentRoleId, t.query),
     enabled: !!parentRoleId,
     queryFn: () => api<Effective>('GET', `/roles/${parentRoleId}/effective-permissions`, { query: t.query }),
   });
@@ -165,9 +162,9 @@ function RoleBuilder({ role, onDone }: { role?: Role; onDone: (r?: Role) => void
       }),
     };
     const saved = role ? await api<Role>('PATCH', `/roles/${role.id}`, { query: t.query, body }) : await api<Role>('POST', '/roles', { query: t.query, body: { ...body, ...t.query } });
-    await qc.invalidateQueries({ queryKey: ['roles'] });
-    await qc.invalidateQueries({ queryKey: ['role', saved.id] });
-    await qc.invalidateQueries({ queryKey: ['effective'] });
+    await qc.invalidateQueries({ queryKey: keys.roles.all });
+    await qc.invalidateQueries({ queryKey: keys.roles.detail(saved.id) });
+    await qc.invalidateQueries({ queryKey: keys.roles.effectiveAll() });
     onDone(saved);
   });
   return (
@@ -213,19 +210,20 @@ function RolePage({ id }: { id: string }) {
   const [, navigate] = useLocation();
   const [editing, setEditing] = useState(false);
   const [cloneName, setCloneName] = useState('');
-  const role = useQuery({ queryKey: ['role', id, t.query], queryFn: () => api<Role>('GET', `/roles/${id}`, { query: t.query }) });
-  const effective = useQuery({ queryKey: ['effective', id, t.query], queryFn: () => api<Effective>('GET', `/roles/${id}/effective-permissions`, { query: t.query }) });
+  const role = useQuery({ queryKey: keys.roles.detail(id, t.query), queryFn: async () => dataOf(await client.GET('/api/v1/roles/{id}', { params: { path: { id }, query: t.query } })) });
+  const effective = useQuery({ queryKey: keys.roles.effective(id, t.query), queryFn: async () => dataOf(await client.GET('/api/v1/roles/{id}/effective-permissions', { params: { path: { id }, query: t.query } })) });
   const clone = useSubmit(async () => {
     const r = await api<Role>('POST', `/roles/${id}/clone`, { query: t.query, body: { name: cloneName.trim(), ...t.query } });
-    await qc.invalidateQueries({ queryKey: ['roles'] });
+    await qc.invalidateQueries({ queryKey: keys.roles.all });
     setCloneName('');
     navigate(`/admin/roles/${r.id}`);
   });
   const remove = useSubmit(async () => {
     if (!window.confirm('Delete this role?')) return;
     await api('DELETE', `/roles/${id}`, { query: t.query });
-    await qc.invalidateQueries({ queryKey: ['roles'] });
+    // Leave first: the deleted one's page must not refetch itself into a 404.
     navigate('/admin/roles');
+    await qc.invalidateQueries({ queryKey: keys.roles.all });
   });
   const r = role.data;
   return (

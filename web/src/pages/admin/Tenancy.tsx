@@ -3,12 +3,13 @@
 import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { Link, useLocation } from 'wouter';
-import { api, type Page } from '../../api';
+import { api, dataOf, client, type Page } from '../../api';
 import { useAuth } from '../../auth';
-import { useTenant, type Org, type Partner, type SecuritySettings } from '../../tenant';
-import { Alert, Button, Card, Checkbox, ErrorAlert, Field, PageHeader, Pager, QueryState, Select, TableFrame, useSubmit, when } from '../../ui';
+import { securityOf, useTenant, type Org, type SecuritySettings } from '../../tenant';
+import { Alert, Button, Card, Checkbox, ErrorAlert, Field, PageHeader, Pager, QueryState, Select, useSubmit, when, PagedTable } from '../../ui';
 import { permissionPage } from '../../permission';
 import { useDeviceGroups, useSites } from './common';
+import { keys } from '../../api/keys';
 
 /** settings.security: require MFA, and which methods are allowed (the stricter of partner and organisation wins). */
 function SecurityEditor({ value, canEdit, save }: { value: SecuritySettings | undefined; canEdit: boolean; save: (s: SecuritySettings) => Promise<unknown> }) {
@@ -49,11 +50,11 @@ function PartnersPage() {
   const [page, setPage] = useState(1);
   const [name, setName] = useState('');
   const [open, setOpen] = useState<string | null>(null);
-  const list = useQuery({ queryKey: ['partners', page], queryFn: () => api<Page<Partner>>('GET', '/partners', { query: { page, limit: 25 } }) });
+  const list = useQuery({ queryKey: keys.partners.list(page), queryFn: async () => dataOf(await client.GET('/api/v1/partners', { params: { query: { page, limit: 25 } } })) });
   const create = useSubmit(async () => {
     await api('POST', '/partners', { body: { name: name.trim() } });
     setName('');
-    await qc.invalidateQueries({ queryKey: ['partners'] });
+    await qc.invalidateQueries({ queryKey: keys.partners.all });
   });
   return (
     <>
@@ -87,7 +88,7 @@ function PartnersPage() {
                   </div>
                   {open === p.id && (
                     <div className="block">
-                      <SecurityEditor value={p.settings.security} canEdit save={(security) => api('PATCH', `/partners/${p.id}`, { body: { settings: { security } } }).then(() => qc.invalidateQueries({ queryKey: ['partners'] }))} />
+                      <SecurityEditor value={securityOf(p)} canEdit save={(security) => api('PATCH', `/partners/${p.id}`, { body: { settings: { security } } }).then(() => qc.invalidateQueries({ queryKey: keys.partners.all }))} />
                     </div>
                   )}
                 </li>
@@ -110,12 +111,12 @@ function OrgsPage() {
   const [page, setPage] = useState(1);
   const [name, setName] = useState('');
   const query = me?.scope === 'system' && t.partnerId ? { partnerId: t.partnerId } : {};
-  const list = useQuery({ queryKey: ['orgs', query, page], queryFn: () => api<Page<Org>>('GET', '/orgs', { query: { ...query, page, limit: 25 } }) });
+  const list = useQuery({ queryKey: keys.orgs.list(query, page), queryFn: () => api<Page<Org>>('GET', '/orgs', { query: { ...query, page, limit: 25 } }) });
   const canCreate = can('organizations', 'write') && (me?.scope === 'partner' || (me?.scope === 'system' && !!t.partnerId));
   const create = useSubmit(async () => {
     await api('POST', '/orgs', { body: { name: name.trim(), ...(me?.scope === 'system' && t.partnerId ? { partnerId: t.partnerId } : {}) } });
     setName('');
-    await qc.invalidateQueries({ queryKey: ['orgs'] });
+    await qc.invalidateQueries({ queryKey: keys.orgs.all });
   });
   return (
     <>
@@ -131,33 +132,27 @@ function OrgsPage() {
           </form>
         </Card>
       )}
-      <QueryState query={list}>
-        {() => (
-          <>
-            <TableFrame label="Organisations">
-              <thead>
-                <tr>
-                  <th>Name</th>
-                  <th>Requires MFA</th>
-                  <th>Created</th>
-                </tr>
-              </thead>
-              <tbody>
-                {list.data?.data.map((o) => (
-                  <tr key={o.id}>
-                    <td>
-                      <Link href={`/admin/orgs/${o.id}`}>{o.name}</Link>
-                    </td>
-                    <td>{o.settings.security?.requireMfa ? 'yes' : 'no'}</td>
-                    <td>{when(o.createdAt)}</td>
-                  </tr>
-                ))}
-              </tbody>
-            </TableFrame>
-            {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
-          </>
+      <PagedTable
+        query={list}
+        label="Organisations"
+        head={
+          <tr>
+            <th>Name</th>
+            <th>Requires MFA</th>
+            <th>Created</th>
+          </tr>
+        }
+        row={(o) => (
+          <tr key={o.id}>
+            <td>
+              <Link href={`/admin/orgs/${o.id}`}>{o.name}</Link>
+            </td>
+            <td>{securityOf(o)?.requireMfa ? 'yes' : 'no'}</td>
+            <td>{when(o.createdAt)}</td>
+          </tr>
         )}
-      </QueryState>
+        onPage={setPage}
+      />
     </>
   );
 }
@@ -168,18 +163,19 @@ function OrgPage({ id }: { id: string }) {
   const { can } = useAuth();
   const qc = useQueryClient();
   const [, navigate] = useLocation();
-  const org = useQuery({ queryKey: ['org', id], queryFn: () => api<Org>('GET', `/orgs/${id}`) });
+  const org = useQuery({ queryKey: keys.orgs.detail(id), queryFn: async () => dataOf(await client.GET('/api/v1/orgs/{id}', { params: { path: { id } } })) });
   const [name, setName] = useState<string | null>(null);
   const rename = useSubmit(async () => {
     await api('PATCH', `/orgs/${id}`, { body: { name: (name ?? '').trim() } });
     setName(null);
-    await qc.invalidateQueries({ queryKey: ['org', id] });
+    await qc.invalidateQueries({ queryKey: keys.orgs.detail(id) });
   });
   const remove = useSubmit(async () => {
     if (!window.confirm(`Delete ${org.data?.name ?? 'this organisation'} with its sites, groups, users' memberships and devices? This cannot be undone.`)) return;
     await api('DELETE', `/orgs/${id}`);
-    await qc.invalidateQueries({ queryKey: ['orgs'] });
+    // Leave first: the deleted one's page must not refetch itself into a 404.
     navigate('/admin/orgs');
+    await qc.invalidateQueries({ queryKey: keys.orgs.all });
   });
   return (
     <QueryState query={org}>
@@ -203,9 +199,9 @@ function OrgPage({ id }: { id: string }) {
             <Card title="Security">
               <SecurityEditor
                 key={id}
-                value={org.data.settings.security}
+                value={securityOf(org.data)}
                 canEdit={can('organizations', 'write')}
-                save={(security) => api('PATCH', `/orgs/${id}`, { body: { settings: { security } } }).then(() => qc.invalidateQueries({ queryKey: ['org', id] }))}
+                save={(security) => api('PATCH', `/orgs/${id}`, { body: { settings: { security } } }).then(() => qc.invalidateQueries({ queryKey: keys.orgs.detail(id) }))}
               />
             </Card>
             {can('sites', 'read') && <Sites orgId={id} />}
@@ -231,7 +227,7 @@ function Sites({ orgId }: { orgId: string }) {
   const sites = useSites(orgId);
   const [name, setName] = useState('');
   const [error, setError] = useState<unknown>(null);
-  const reload = () => qc.invalidateQueries({ queryKey: ['sites', orgId] });
+  const reload = () => qc.invalidateQueries({ queryKey: keys.sites.ofOrg(orgId) });
   const add = useSubmit(async () => {
     await api('POST', `/orgs/${orgId}/sites`, { body: { name: name.trim() } });
     setName('');
@@ -301,7 +297,7 @@ function DeviceGroups({ orgId }: { orgId: string }) {
   const [name, setName] = useState('');
   const [siteId, setSiteId] = useState('');
   const [error, setError] = useState<unknown>(null);
-  const reload = () => qc.invalidateQueries({ queryKey: ['device-groups', orgId] });
+  const reload = () => qc.invalidateQueries({ queryKey: keys.deviceGroups.ofOrg(orgId) });
   const add = useSubmit(async () => {
     await api('POST', `/orgs/${orgId}/device-groups`, { body: { name: name.trim(), siteId: siteId || null } });
     setName('');

@@ -5,34 +5,15 @@ import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { api, type Page } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant, type Org } from '../../tenant';
-import { Alert, Button, Checkbox, Dialog, ErrorAlert, Field, PageHeader, Pager, QueryState, Select, TableFrame, useSubmit, when } from '../../ui';
+import { Alert, Button, Checkbox, Dialog, ErrorAlert, Field, PageHeader, Select, TableFrame, useSubmit, when, PagedTable } from '../../ui';
 import { permissionPage } from '../../permission';
 import { useDeviceGroups, useRoles, useSites } from './common';
+import { keys } from '../../api/keys';
+import type { Schema } from '../../api/types';
 
-interface User {
-  id: string;
-  email: string;
-  name: string;
-  status: 'active' | 'invited' | 'disabled';
-  isPlatformAdmin: boolean;
-  scope: string | null;
-  roleId: string | null;
-  orgAccess: 'all' | 'selected' | 'none' | null;
-  siteIds: string[] | null;
-  deviceGroupIds: string[] | null;
-  mfaEnabled: boolean;
-  lastLoginAt: string | null;
-  createdAt: string;
-}
+type User = Schema<'User'>;
 
-interface Invitation {
-  id: string;
-  userId: string | null;
-  email: string;
-  roleId: string | null;
-  status: 'pending' | 'expired';
-  expiresAt: string;
-}
+type Invitation = Schema<'Invitation'>;
 
 export const Users = permissionPage(UsersPage, '/admin/users', { context: 'tenant' });
 
@@ -48,16 +29,16 @@ function UsersPage() {
   const [actionError, setActionError] = useState<unknown>(null);
   const roles = useRoles();
   const users = useQuery({
-    queryKey: ['users', t.query, page, search, status],
+    queryKey: keys.users.list(t.query, page, search, status),
     queryFn: () => api<Page<User>>('GET', '/users', { query: { ...t.query, page, limit: 25, search, status } }),
   });
   const invitations = useQuery({
-    queryKey: ['invitations', t.query],
+    queryKey: keys.invitations.list(t.query),
     enabled: can('users', 'invite'),
     queryFn: () => api<Page<Invitation>>('GET', '/users/invitations', { query: { ...t.query, limit: 100 } }),
   });
   const roleName = (id: string | null) => roles.data?.data.find((r) => r.id === id)?.name ?? '—';
-  const reload = () => Promise.all([qc.invalidateQueries({ queryKey: ['users'] }), qc.invalidateQueries({ queryKey: ['invitations'] })]);
+  const reload = () => Promise.all([qc.invalidateQueries({ queryKey: keys.users.all }), qc.invalidateQueries({ queryKey: keys.invitations.all })]);
   const act = async (fn: () => Promise<unknown>, done: string) => {
     setActionError(null);
     setNotice(null);
@@ -85,88 +66,82 @@ function UsersPage() {
           <option value="disabled">Disabled</option>
         </Select>
       </form>
-      <QueryState query={users}>
-        {() => (
-          <>
-            <TableFrame label="Users">
-              <thead>
-                <tr>
-                  <th>Name</th>
-                  <th>Email</th>
-                  <th>Role</th>
-                  <th>Status</th>
-                  <th>MFA</th>
-                  <th>Last sign-in</th>
-                  <th>
-                    <span className="sr-only">Actions</span>
-                  </th>
-                </tr>
-              </thead>
-              <tbody>
-                {users.data?.data.map((u) => (
-                  <tr key={u.id}>
-                    <td>{u.name}</td>
-                    <td>{u.email}</td>
-                    <td>
-                      {can('users', 'write') && u.id !== me?.id && roles.data ? (
-                        <select
-                          aria-label={`Role of ${u.email}`}
-                          value={u.roleId ?? ''}
-                          onChange={(e) => void act(() => api('POST', `/users/${u.id}/role`, { query: t.query, body: body({ roleId: e.target.value }) }), `${u.email} now has the role ${roleName(e.target.value)}.`)}
-                        >
-                          {roles.data.data.map((r) => (
-                            <option key={r.id} value={r.id}>
-                              {r.name}
-                            </option>
-                          ))}
-                        </select>
-                      ) : (
-                        roleName(u.roleId)
-                      )}
-                    </td>
-                    <td>{u.status}</td>
-                    <td>{u.mfaEnabled ? 'on' : 'off'}</td>
-                    <td>{when(u.lastLoginAt)}</td>
-                    <td>
-                      <div className="row">
-                      {u.status === 'invited' && can('users', 'invite') && (
-                        <Button kind="link" onClick={() => void act(() => api('POST', '/users/resend-invite', { query: t.query, body: body({ userId: u.id }) }), `A new invitation was sent to ${u.email}.`)}>
-                          Resend
-                        </Button>
-                      )}
-                      {u.id !== me?.id && u.status !== 'invited' && can('users', 'write') && (
-                        <Button
-                          kind="link"
-                          onClick={() =>
-                            void act(
-                              () => api('PATCH', `/users/${u.id}`, { query: t.query, body: body({ status: u.status === 'disabled' ? 'active' : 'disabled' }) }),
-                              u.status === 'disabled' ? `${u.email} is enabled.` : `${u.email} is disabled and signed out everywhere.`,
-                            )
-                          }
-                        >
-                          {u.status === 'disabled' ? 'Enable' : 'Disable'}
-                        </Button>
-                      )}
-                      {u.id !== me?.id && can('users', 'delete') && (
-                        <Button
-                          kind="link"
-                          onClick={() => {
-                            if (window.confirm(`Remove ${u.email} from this ${t.orgId ? 'organisation' : 'partner'}?`)) void act(() => api('DELETE', `/users/${u.id}`, { query: t.query }), `${u.email} was removed.`);
-                          }}
-                        >
-                          Remove
-                        </Button>
-                      )}
-                      </div>
-                    </td>
-                  </tr>
-                ))}
-              </tbody>
-            </TableFrame>
-            {users.data && <Pager pagination={users.data.pagination} onPage={setPage} />}
-          </>
+      <PagedTable
+        query={users}
+        label="Users"
+        head={
+          <tr>
+            <th>Name</th>
+            <th>Email</th>
+            <th>Role</th>
+            <th>Status</th>
+            <th>MFA</th>
+            <th>Last sign-in</th>
+            <th>
+              <span className="sr-only">Actions</span>
+            </th>
+          </tr>
+        }
+        row={(u) => (
+          <tr key={u.id}>
+            <td>{u.name}</td>
+            <td>{u.email}</td>
+            <td>
+              {can('users', 'write') && u.id !== me?.id && roles.data ? (
+                <select
+                  aria-label={`Role of ${u.email}`}
+                  value={u.roleId ?? ''}
+                  onChange={(e) => void act(() => api('POST', `/users/${u.id}/role`, { query: t.query, body: body({ roleId: e.target.value }) }), `${u.email} now has the role ${roleName(e.target.value)}.`)}
+                >
+                  {roles.data.data.map((r) => (
+                    <option key={r.id} value={r.id}>
+                      {r.name}
+                    </option>
+                  ))}
+                </select>
+              ) : (
+                roleName(u.roleId)
+              )}
+            </td>
+            <td>{u.status}</td>
+            <td>{u.mfaEnabled ? 'on' : 'off'}</td>
+            <td>{when(u.lastLoginAt)}</td>
+            <td>
+              <div className="row">
+              {u.status === 'invited' && can('users', 'invite') && (
+                <Button kind="link" onClick={() => void act(() => api('POST', '/users/resend-invite', { query: t.query, body: body({ userId: u.id }) }), `A new invitation was sent to ${u.email}.`)}>
+                  Resend
+                </Button>
+              )}
+              {u.id !== me?.id && u.status !== 'invited' && can('users', 'write') && (
+                <Button
+                  kind="link"
+                  onClick={() =>
+                    void act(
+                      () => api('PATCH', `/users/${u.id}`, { query: t.query, body: body({ status: u.status === 'disabled' ? 'active' : 'disabled' }) }),
+                      u.status === 'disabled' ? `${u.email} is enabled.` : `${u.email} is disabled and signed out everywhere.`,
+                    )
+                  }
+                >
+                  {u.status === 'disabled' ? 'Enable' : 'Disable'}
+                </Button>
+              )}
+              {u.id !== me?.id && can('users', 'delete') && (
+                <Button
+                  kind="link"
+                  onClick={() => {
+                    if (window.confirm(`Remove ${u.email} from this ${t.orgId ? 'organisation' : 'partner'}?`)) void act(() => api('DELETE', `/users/${u.id}`, { query: t.query }), `${u.email} was removed.`);
+                  }}
+                >
+                  Remove
+                </Button>
+              )}
+              </div>
+            </td>
+          </tr>
         )}
-      </QueryState>
+        onPage={setPage}
+      />
       {can('users', 'invite') && invitations.data && invitations.data.data.length > 0 && (
         <>
           <h2>Pending invitations</h2>
@@ -222,7 +197,7 @@ function InviteDialog({ onClose, onDone }: { onClose: () => void; onDone: (email
   const groups = useDeviceGroups(t.orgId);
   const partnerLevel = !t.orgId && me?.scope !== 'organization';
   const orgs = useQuery({
-    queryKey: ['orgs', 'invite', t.query],
+    queryKey: keys.orgs.forInvite(t.query),
     enabled: partnerLevel,
     queryFn: () => api<Page<Org>>('GET', '/orgs', { query: { ...(t.partnerId && me?.scope === 'system' ? { partnerId: t.partnerId } : {}), limit: 100 } }),
   });

@@ -2,49 +2,26 @@
 import { useQuery } from '@tanstack/react-query';
 import { api, type Page } from '../../api';
 import { useTenant } from '../../tenant';
+import { keys } from '../../api/keys';
+import type { Schema } from '../../api/types';
 
-export interface Role {
-  id: string;
-  name: string;
-  description: string | null;
-  scope: 'system' | 'partner' | 'organization';
-  partnerId: string | null;
-  orgId: string | null;
-  isSystem: boolean;
-  parentRoleId: string | null;
-  forceMfa: boolean;
-  permissions: { resource: string; action: string }[];
-  userCount: number;
-  createdAt: string;
-  updatedAt: string;
-}
+export type Role = Schema<'Role'>;
 
-export interface Site {
-  id: string;
-  orgId: string;
-  name: string;
-  createdAt: string;
-}
+export type Site = Schema<'Site'>;
 
-export interface DeviceGroup {
-  id: string;
-  orgId: string;
-  siteId: string | null;
-  name: string;
-  createdAt: string;
-}
+export type DeviceGroup = Schema<'DeviceGroup'>;
 
 export function useRoles(kind: 'users' | 'roles' = 'users') {
   const t = useTenant();
   return useQuery({
-    queryKey: ['roles', kind, t.query],
+    queryKey: keys.roles.list(kind, t.query),
     queryFn: () => api<Page<Role>>('GET', kind === 'users' ? '/users/roles' : '/roles', { query: { ...t.query, limit: 100 } }),
   });
 }
 
 export function useSites(orgId: string | null) {
   return useQuery({
-    queryKey: ['sites', orgId],
+    queryKey: keys.sites.ofOrg(orgId),
     enabled: !!orgId,
     queryFn: () => api<Page<Site>>('GET', `/orgs/${orgId ?? ''}/sites`, { query: { limit: 100 } }),
   });
@@ -52,7 +29,7 @@ export function useSites(orgId: string | null) {
 
 export function useDeviceGroups(orgId: string | null) {
   return useQuery({
-    queryKey: ['device-groups', orgId],
+    queryKey: keys.deviceGroups.ofOrg(orgId),
     enabled: !!orgId,
     queryFn: () => api<Page<DeviceGroup>>('GET', `/orgs/${orgId ?? ''}/device-groups`, { query: { limit: 100 } }),
   });

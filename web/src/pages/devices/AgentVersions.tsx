@@ -3,21 +3,15 @@
 // words).
 import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
-import { api, type Page } from '../../api';
-import { Alert, Button, Checkbox, Dialog, ErrorAlert, Field, MfaNote, PageHeader, Pager, QueryState, TableFrame, useSubmit } from '../../ui';
+import { api, dataOf, client } from '../../api';
+import { Alert, Button, Checkbox, Dialog, ErrorAlert, Field, MfaNote, PageHeader, useSubmit, PagedTable } from '../../ui';
 import { permissionPage } from '../../permission';
+import { keys } from '../../api/keys';
+import type { Schema } from '../../api/types';
 
-export type Component = 'agent' | 'helper' | 'watchdog';
+export type Component = Schema<'AgentVersion'>['component'];
 
-interface AgentVersion {
-  version: string;
-  component: Component;
-  prerelease: boolean;
-  builds: { os: string; arch: string; size: number; source: string; signed: boolean; keyId: string | null }[];
-  deviceCount: number;
-  target: string[];
-  rollout: { percent: number; status: 'active' | 'halted' | 'complete'; succeeded: number; failed: number; devices: number } | null;
-}
+type AgentVersion = Schema<'AgentVersion'>;
 
 export const AgentVersions = permissionPage(VersionList, '/devices/agent-versions', { mfa: 'The fleet target' });
 
@@ -29,12 +23,12 @@ function VersionList() {
   const [error, setError] = useState<unknown>(null);
   const [notice, setNotice] = useState<string | null>(null);
   const [resuming, setResuming] = useState<string | null>(null);
-  const list = useQuery({ queryKey: ['agent-versions', page], queryFn: () => api<Page<AgentVersion>>('GET', '/agent-versions', { query: { page, limit: 50 } }) });
+  const list = useQuery({ queryKey: keys.agentVersions.list(page), queryFn: async () => dataOf(await client.GET('/api/v1/agent-versions', { params: { query: { page, limit: 50 } } })) });
   const done = async (message: string) => {
     setNotice(message);
     setPromote(null);
     setWiden(null);
-    await qc.invalidateQueries({ queryKey: ['agent-versions'] });
+    await qc.invalidateQueries({ queryKey: keys.agentVersions.all });
   };
   const resume = async (v: AgentVersion) => {
     setError(null);
@@ -72,89 +66,78 @@ function VersionList() {
           </Button>
         </Alert>
       ))}
-      <QueryState query={list}>
-        {() => (
-          <>
-            <TableFrame label="Agent versions">
-              <thead>
-                <tr>
-                  <th>Component</th>
-                  <th>Version</th>
-                  <th>Builds</th>
-                  <th>Devices</th>
-                  <th>Rollout</th>
-                  <th>
-                    <span className="sr-only">Actions</span>
-                  </th>
-                </tr>
-              </thead>
-              <tbody>
-                {list.data?.data.length === 0 && (
-                  <tr>
-                    <td colSpan={6} className="muted">
-                      No versions registered yet.
-                    </td>
-                  </tr>
-                )}
-                {list.data?.data.map((v) => (
-                  <tr key={`${v.component}:${v.version}`}>
-                    <td>{v.component}</td>
-                    <td>
-                      {v.version}
-                      {v.prerelease && <span className="badge">pre-release</span>}
-                      {v.target.length > 0 && <span className="badge badge-ok">target</span>}
-                    </td>
-                    <td className="small">
-                      {v.builds.length === 0
-                        ? '—'
-                        : v.builds.map((b, i) => (
-                            <span key={`${b.os}/${b.arch}`}>
-                              {i > 0 && ', '}
-                              {b.os}/{b.arch}
-                              {b.signed ? (
-                                <span className="muted" title={`Signed with release key ${b.keyId ?? ''}`}> (key {b.keyId})</span>
-                              ) : (
-                                <span className="badge badge-warn" title="Registered without a release signature: agents that pin release keys refuse it">
-                                  unsigned
-                                </span>
-                              )}
-                            </span>
-                          ))}
-                    </td>
-                    <td>{v.deviceCount}</td>
-                    <td>
-                      {v.rollout ? (
-                        <>
-                          <span className={`badge ${v.rollout.status === 'halted' ? 'badge-warn' : 'badge-ok'}`}>{v.rollout.status}</span> {v.rollout.percent}%
-                          <div className="small muted">
-                            {v.rollout.succeeded} succeeded, {v.rollout.failed} failed, {v.rollout.devices} on it
-                            {v.rollout.status === 'halted' && '; offered to no device until resumed'}
-                          </div>
-                        </>
+      <PagedTable
+        query={list}
+        label="Agent versions"
+        columns={6}
+        head={
+          <tr>
+            <th>Component</th>
+            <th>Version</th>
+            <th>Builds</th>
+            <th>Devices</th>
+            <th>Rollout</th>
+            <th>
+              <span className="sr-only">Actions</span>
+            </th>
+          </tr>
+        }
+        empty={<>No versions registered yet.</>}
+        row={(v) => (
+          <tr key={`${v.component}:${v.version}`}>
+            <td>{v.component}</td>
+            <td>
+              {v.version}
+              {v.prerelease && <span className="badge">pre-release</span>}
+              {v.target.length > 0 && <span className="badge badge-ok">target</span>}
+            </td>
+            <td className="small">
+              {v.builds.length === 0
+                ? '—'
+                : v.builds.map((b, i) => (
+                    <span key={`${b.os}/${b.arch}`}>
+                      {i > 0 && ', '}
+                      {b.os}/{b.arch}
+                      {b.signed ? (
+                        <span className="muted" title={`Signed with release key ${b.keyId ?? ''}`}> (key {b.keyId})</span>
                       ) : (
-                        '—'
+                        <span className="badge badge-warn" title="Registered without a release signature: agents that pin release keys refuse it">
+                          unsigned
+                        </span>
                       )}
-                    </td>
-                    <td>
-                      {v.target.length === 0 && (
-                        <Button kind="link" onClick={() => { setNotice(null); setPromote(v); }} aria-label={`Promote ${v.component} ${v.version}`}>
-                          Promote
-                        </Button>
-                      )}
-                      {v.rollout && v.rollout.status === 'active' && v.rollout.percent < 100 && (
-                        <Button kind="link" onClick={() => { setNotice(null); setWiden(v); }} aria-label={`Widen the rollout of ${v.component} ${v.version}`}>
-                          Widen
-                        </Button>
-                      )}
-                    </td>
-                  </tr>
-                ))}
-              </tbody>
-            </TableFrame>
-            {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
-          </>
+                    </span>
+                  ))}
+            </td>
+            <td>{v.deviceCount}</td>
+            <td>
+              {v.rollout ? (
+                <>
+                  <span className={`badge ${v.rollout.status === 'halted' ? 'badge-warn' : 'badge-ok'}`}>{v.rollout.status}</span> {v.rollout.percent}%
+                  <div className="small muted">
+                    {v.rollout.succeeded} succeeded, {v.rollout.failed} failed, {v.rollout.devices} on it
+                    {v.rollout.status === 'halted' && '; offered to no device until resumed'}
+                  </div>
+                </>
+              ) : (
+                '—'
+              )}
+            </td>
+            <td>
+              {v.target.length === 0 && (
+                <Button kind="link" onClick={() => { setNotice(null); setPromote(v); }} aria-label={`Promote ${v.component} ${v.version}`}>
+                  Promote
+                </Button>
+              )}
+              {v.rollout && v.rollout.status === 'active' && v.rollout.percent < 100 && (
+                <Button kind="link" onClick={() => { setNotice(null); setWiden(v); }} aria-label={`Widen the rollout of ${v.component} ${v.version}`}>
+                  Widen
+                </Button>
+              )}
+            </td>
+          </tr>
         )}
-      </QueryState>
+        onPage={setPage}
+      />
       {promote && <PromoteDialog v={promote} onClose={() => setPromote(null)} onDone={done} />}
       {widen && <WidenDialog v={widen} onClose={() => setWiden(null)} onDone={done} />}
     </>

@@ -3,29 +3,16 @@
 import { Fragment, useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { Link } from 'wouter';
-import { api, type Page } from '../../api';
+import { api, dataOf, client, type Page } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
-import { Alert, Button, Card, ErrorAlert, Field, PageHeader, Pager, QueryState, Select, TableFrame, when } from '../../ui';
+import { Alert, Button, Card, ErrorAlert, Field, PageHeader, QueryState, Select, when, PagedTable } from '../../ui';
 import { permissionPage } from '../../permission';
 import { useDeviceGroups, useSites } from '../admin/common';
+import { keys } from '../../api/keys';
+import type { Schema } from '../../api/types';
 
-export interface Device {
-  id: string;
-  orgId: string;
-  siteId: string | null;
-  deviceGroupId: string | null;
-  hostname: string;
-  os: string | null;
-  arch: string | null;
-  components: { agent?: string; helper?: string; watchdog?: string };
-  status: 'online' | 'offline' | 'updating';
-  lastSeenAt: string | null;
-  autoUpdate: boolean;
-  loggedInUser: string | null;
-  updateNowPending: boolean;
-  createdAt: string;
-}
+export type Device = Schema<'Device'>;
 
 const EMPTY = { status: '', siteId: '', deviceGroupId: '', hostname: '' };
 
@@ -47,7 +34,7 @@ function DeviceList() {
   const sites = useSites(t.orgId);
   const groups = useDeviceGroups(t.orgId);
   const list = useQuery({
-    queryKey: ['devices', t.query, filters, page],
+    queryKey: keys.devices.list(t.query, filters, page),
     queryFn: () => api<Page<Device>>('GET', '/devices', { query: { ...t.query, ...filters, page, limit: 25 } }),
   });
   const execute = can('devices', 'execute');
@@ -57,7 +44,7 @@ function DeviceList() {
     try {
       await api('POST', '/devices/update-now', { body: { deviceIds: [d.id] } });
       setNotice(`${d.hostname} is offered the current version at its next heartbeat.`);
-      await qc.invalidateQueries({ queryKey: ['devices'] });
+      await qc.invalidateQueries({ queryKey: keys.devices.all });
     } catch (err) {
       setError(err);
     }
@@ -110,64 +97,53 @@ function DeviceList() {
       </form>
       <ErrorAlert error={error} />
       {notice && <Alert kind="success">{notice}</Alert>}
-      <QueryState query={list}>
-        {() => (
-          <>
-            <TableFrame label="Devices">
-              <thead>
-                <tr>
-                  <th>Host name</th>
-                  <th>Status</th>
-                  <th>Platform</th>
-                  <th>Agent</th>
-                  <th>Auto-update</th>
-                  <th>Last seen</th>
-                  {execute && (
-                    <th>
-                      <span className="sr-only">Actions</span>
-                    </th>
-                  )}
-                </tr>
-              </thead>
-              <tbody>
-                {list.data?.data.length === 0 && (
-                  <tr>
-                    <td colSpan={7} className="muted">
-                      No devices match.
-                    </td>
-                  </tr>
+      <PagedTable
+        query={list}
+        label="Devices"
+        columns={7}
+        head={
+          <tr>
+            <th>Host name</th>
+            <th>Status</th>
+            <th>Platform</th>
+            <th>Agent</th>
+            <th>Auto-update</th>
+            <th>Last seen</th>
+            {execute && (
+              <th>
+                <span className="sr-only">Actions</span>
+              </th>
+            )}
+          </tr>
+        }
+        empty={<>No devices match.</>}
+        row={(d) => (
+          <tr key={d.id}>
+            <td>
+              <Link href={`/devices/${d.id}`}>{d.hostname}</Link>
+            </td>
+            <td>
+              <StatusBadge status={d.status} />
+            </td>
+            <td>{[d.os, d.arch].filter(Boolean).join('/') || '—'}</td>
+            <td>{d.components.agent ?? '—'}</td>
+            <td>{d.autoUpdate ? 'on' : 'off'}</td>
+            <td>{when(d.lastSeenAt)}</td>
+            {execute && (
+              <td>
+                {d.updateNowPending ? (
+                  <span className="muted small">update requested</span>
+                ) : (
+                  <Button kind="link" disabled={!d.autoUpdate} onClick={() => void updateNow(d)} aria-label={`Update now: ${d.hostname}`}>
+                    Update now
+                  </Button>
                 )}
-                {list.data?.data.map((d) => (
-                  <tr key={d.id}>
-                    <td>
-                      <Link href={`/devices/${d.id}`}>{d.hostname}</Link>
-                    </td>
-                    <td>
-                      <StatusBadge status={d.status} />
-                    </td>
-                    <td>{[d.os, d.arch].filter(Boolean).join('/') || '—'}</td>
-                    <td>{d.components.agent ?? '—'}</td>
-                    <td>{d.autoUpdate ? 'on' : 'off'}</td>
-                    <td>{when(d.lastSeenAt)}</td>
-                    {execute && (
-                      <td>
-                        {d.updateNowPending ? (
-                          <span className="muted small">update requested</span>
-                        ) : (
-                          <Button kind="link" disabled={!d.autoUpdate} onClick={() => void updateNow(d)} aria-label={`Update now: ${d.hostname}`}>
-                            Update now
-                          </Button>
-                        )}
-                      </td>
-                    )}
-                  </tr>
-                ))}
-              </tbody>
-            </TableFrame>
-            {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
-          </>
+              </td>
+            )}
+          </tr>
         )}
-      </QueryState>
+        onPage={setPage}
+      />
     </>
   );
 }
@@ -180,7 +156,7 @@ function DevicePage({ id }: { id: string }) {
   const [error, setError] = useState<unknown>(null);
   const [notice, setNotice] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
-  const device = useQuery({ queryKey: ['device', id], queryFn: () => api<Device>('GET', `/devices/${id}`) });
+  const device = useQuery({ queryKey: keys.devices.detail(id), queryFn: async () => dataOf(await client.GET('/api/v1/devices/{id}', { params: { path: { id } } })) });
   const execute = can('devices', 'execute');
   const run = async (fn: () => Promise<string>) => {
     setError(null);
@@ -188,8 +164,8 @@ function DevicePage({ id }: { id: string }) {
     setBusy(true);
     try {
       setNotice(await fn());
-      await qc.invalidateQueries({ queryKey: ['device', id] });
-      await qc.invalidateQueries({ queryKey: ['devices'] });
+      await qc.invalidateQueries({ queryKey: keys.devices.detail(id) });
+      await qc.invalidateQueries({ queryKey: keys.devices.all });
     } catch (err) {
       setError(err);
     } finally {

@@ -11,20 +11,15 @@ import { useTenant } from '../../tenant';
 import { Alert, Button, Card, Checkbox, ErrorAlert, Field, PageHeader, QueryState, useSubmit } from '../../ui';
 import { permissionPage } from '../../permission';
 import type { Component } from './AgentVersions';
+import { keys } from '../../api/keys';
+import type { Schema } from '../../api/types';
 
 const DAYS = ['mon', 'tue', 'wed', 'thu', 'fri', 'sat', 'sun'] as const;
 const DAY_NAMES: Record<string, string> = { mon: 'Monday', tue: 'Tuesday', wed: 'Wednesday', thu: 'Thursday', fri: 'Friday', sat: 'Saturday', sun: 'Sunday' };
 
-interface MaintenanceWindow {
-  days: string[];
-  start: string;
-  end: string;
-}
+type MaintenanceWindow = Schema<'MaintenanceWindow'>;
 
-interface UpdateSettings {
-  maintenanceWindow: MaintenanceWindow | null;
-  pinnedVersions: Partial<Record<Component, string>> | null;
-}
+type UpdateSettings = Schema<'AgentUpdateSettings'>;
 
 /** "Friday and Sunday, 23:00 to 03:30 UTC (ends the next day)". */
 function windowInWords(w: MaintenanceWindow | null): string {
@@ -40,7 +35,7 @@ function pinsInWords(p: UpdateSettings['pinnedVersions']): string {
 }
 
 const settingsQuery = (path: string | null) => ({
-  queryKey: ['agent-update-settings', path],
+  queryKey: keys.agentUpdateSettings.of(path),
   enabled: !!path,
   queryFn: () => api<UpdateSettings>('GET', path ?? ''),
 });
@@ -102,7 +97,7 @@ function SettingsForm({ path, level, value }: { path: string; level: 'organisati
         },
       });
       setSaved(true);
-      await qc.invalidateQueries({ queryKey: ['agent-update-settings', path] });
+      await qc.invalidateQueries({ queryKey: keys.agentUpdateSettings.of(path) });
     },
     () => ({ 'maintenanceWindow.days': hasWindow && days.size === 0 && 'Pick at least one day.' }),
   );

@@ -8,18 +8,10 @@ import { api, type Page } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
 import { Alert, Button, Card, ErrorAlert, Field, QueryState, TableFrame, useSubmit, when } from '../../ui';
+import { keys } from '../../api/keys';
+import type { Schema } from '../../api/types';
 
-interface Domain {
-  id: string;
-  domain: string;
-  status: 'pending' | 'verified';
-  txtRecord: string;
-  reason: string | null;
-  reasonText: string | null;
-  verifiedAt: string | null;
-  checkedAt: string | null;
-  lapsedAt: string | null;
-}
+type Domain = Schema<'VerifiedDomain'>;
 
 export function VerifiedDomains() {
   const { can } = useAuth();
@@ -27,11 +19,11 @@ export function VerifiedDomains() {
   const qc = useQueryClient();
   const writable = can('organizations', 'write');
   const base = `/orgs/${t.orgId ?? ''}/domains`;
-  const list = useQuery({ queryKey: ['domains', t.orgId], queryFn: () => api<Page<Domain>>('GET', base, { query: { limit: 100 } }), enabled: Boolean(t.orgId) });
+  const list = useQuery({ queryKey: keys.domains.list(t.orgId), queryFn: () => api<Page<Domain>>('GET', base, { query: { limit: 100 } }), enabled: Boolean(t.orgId) });
   const [domain, setDomain] = useState('');
   const [error, setError] = useState<unknown>(null);
   const [busy, setBusy] = useState<string | null>(null);
-  const refresh = () => qc.invalidateQueries({ queryKey: ['domains'] });
+  const refresh = () => qc.invalidateQueries({ queryKey: keys.domains.all });
   const add = useSubmit(async () => {
     await api<Domain>('POST', base, { body: { domain: domain.trim() } });
     setDomain('');

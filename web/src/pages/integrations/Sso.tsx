@@ -4,67 +4,21 @@
 import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { Link, useLocation } from 'wouter';
-import { API, api, type Page } from '../../api';
+import { API, dataOf, client, api } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
-import { Alert, Button, Card, ErrorAlert, Field, MfaNote, PageHeader, Pager, QueryState, Select, TableFrame, useSubmit, when } from '../../ui';
+import { Alert, Button, Card, ErrorAlert, Field, MfaNote, PageHeader, QueryState, Select, useSubmit, when, PagedTable } from '../../ui';
 import { permissionPage } from '../../permission';
 import { ProviderForm } from './SsoForm';
 import { VerifiedDomains } from './Domains';
+import { keys } from '../../api/keys';
+import type { Schema } from '../../api/types';
 
-type SsoStatus = 'inactive' | 'testing' | 'active';
+type SsoStatus = Schema<'SsoProvider'>['status'];
 
-interface AttributeMapping {
-  email: string;
-  name: string;
-  firstName?: string;
-  lastName?: string;
-  groups?: string;
-}
+export type Provider = Schema<'SsoProvider'>;
 
-export interface Provider {
-  id: string;
-  orgId: string;
-  name: string;
-  type: 'oidc' | 'saml';
-  status: SsoStatus;
-  preset: string | null;
-  issuer: string | null;
-  clientId: string | null;
-  hasClientSecret: boolean;
-  authorizationUrl: string | null;
-  tokenUrl: string | null;
-  userInfoUrl: string | null;
-  jwksUrl: string | null;
-  scopes: string;
-  attributeMapping: AttributeMapping;
-  autoProvision: boolean;
-  defaultRoleId: string | null;
-  allowedDomains: string;
-  enforceSSO: boolean;
-  entityId: string | null;
-  ssoUrl: string | null;
-  certificate: string | null;
-  groupRoleMappings: { group: string; roleId: string }[];
-  createdAt: string;
-  updatedAt: string;
-}
-
-interface Preset {
-  id: string;
-  type: 'oidc' | 'saml';
-  name: string;
-  scopes: string | null;
-  groupRoleMappingsSupported: boolean;
-}
-
-interface TestReport {
-  ok: boolean;
-  type: 'oidc' | 'saml';
-  message: string;
-  discovered: { issuer: string; authorizationUrl: string | null; tokenUrl: string | null; userInfoUrl: string | null; jwksUrl: string | null } | null;
-  certificate: { subject: string; issuer: string; validFrom: string; validTo: string; expired: boolean; daysLeft: number } | null;
-}
+type TestReport = Schema<'SsoProviderTest'>;
 
 const STATUS_TEXT: Record<SsoStatus, string> = {
   inactive: 'Inactive: not used for sign-in',
@@ -82,56 +36,45 @@ function ProviderList() {
   const [page, setPage] = useState(1);
   const [creating, setCreating] = useState(false);
   const list = useQuery({
-    queryKey: ['sso-providers', t.orgId, page],
-    queryFn: () => api<Page<Provider>>('GET', '/sso/providers', { query: { ...t.query, page, limit: 25 } }),
+    queryKey: keys.ssoProviders.list(t.orgId, page),
+    queryFn: async () => dataOf(await client.GET('/api/v1/sso/providers', { params: { query: { ...t.query, page, limit: 25 } } })),
   });
   return (
     <>
       <PageHeader title="Single sign-on">{can('organizations', 'write') && !creating && <Button onClick={() => setCreating(true)}>New provider</Button>}</PageHeader>
       <p className="muted">Users of the organisation sign in through its identity provider. One provider can be active at a time; set one to testing while you check it.</p>
       {creating && <CreateProvider onCancel={() => setCreating(false)} />}
-      <QueryState query={list}>
-        {() => (
-          <>
-            <TableFrame label="Providers">
-              <thead>
-                <tr>
-                  <th>Name</th>
-                  <th>Protocol</th>
-                  <th>Preset</th>
-                  <th>Status</th>
-                  <th>Password sign-in</th>
-                  <th>Changed</th>
-                </tr>
-              </thead>
-              <tbody>
-                {list.data?.data.length === 0 && (
-                  <tr>
-                    <td colSpan={6} className="muted">
-                      No providers yet.
-                    </td>
-                  </tr>
-                )}
-                {list.data?.data.map((p) => (
-                  <tr key={p.id}>
-                    <td>
-                      <Link href={`/integrations/sso/${p.id}`}>{p.name}</Link>
-                    </td>
-                    <td>{p.type.toUpperCase()}</td>
-                    <td>{p.preset ?? '—'}</td>
-                    <td>
-                      <span className={`badge ${p.status === 'active' ? 'badge-ok' : 'badge-warn'}`}>{p.status}</span>
-                    </td>
-                    <td>{p.enforceSSO ? 'turned off (SSO enforced)' : 'allowed'}</td>
-                    <td>{when(p.updatedAt)}</td>
-                  </tr>
-                ))}
-              </tbody>
-            </TableFrame>
-            {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
-          </>
+      <PagedTable
+        query={list}
+        label="Providers"
+        columns={6}
+        head={
+          <tr>
+            <th>Name</th>
+            <th>Protocol</th>
+            <th>Preset</th>
+            <th>Status</th>
+            <th>Password sign-in</th>
+            <th>Changed</th>
+          </tr>
+        }
+        empty={<>No providers yet.</>}
+        row={(p) => (
+          <tr key={p.id}>
+            <td>
+              <Link href={`/integrations/sso/${p.id}`}>{p.name}</Link>
+            </td>
+            <td>{p.type.toUpperCase()}</td>
+            <td>{p.preset ?? '—'}</td>
+            <td>
+              <span className={`badge ${p.status === 'active' ? 'badge-ok' : 'badge-warn'}`}>{p.status}</span>
+            </td>
+            <td>{p.enforceSSO ? 'turned off (SSO enforced)' : 'allowed'}</td>
+            <td>{when(p.updatedAt)}</td>
+          </tr>
         )}
-      </QueryState>
+        onPage={setPage}
+      />
       <VerifiedDomains />
     </>
   );
@@ -141,7 +84,7 @@ function CreateProvider({ onCancel }: { onCancel: () => void }) {
   const t = useTenant();
   const qc = useQueryClient();
   const [, navigate] = useLocation();
-  const presets = useQuery({ queryKey: ['sso-presets'], queryFn: () => api<{ data: Preset[] }>('GET', '/sso/presets') });
+  const presets = useQuery({ queryKey: keys.ssoPresets.all, queryFn: async () => dataOf(await client.GET('/api/v1/sso/presets')) });
   const [preset, setPreset] = useState('');
   const [customType, setCustomType] = useState<'oidc' | 'saml'>('oidc');
   const [name, setName] = useState('');
@@ -151,7 +94,7 @@ function CreateProvider({ onCancel }: { onCancel: () => void }) {
     if (chosen) body.preset = chosen.id;
     if (t.query.orgId) body.orgId = t.query.orgId;
     const p = await api<Provider>('POST', '/sso/providers', { body });
-    await qc.invalidateQueries({ queryKey: ['sso-providers'] });
+    await qc.invalidateQueries({ queryKey: keys.ssoProviders.all });
     navigate(`/integrations/sso/${p.id}`);
   });
   return (
@@ -200,7 +143,7 @@ function ProviderPage({ id }: { id: string }) {
   const [error, setError] = useState<unknown>(null);
   const [busy, setBusy] = useState<string | null>(null);
   const [saved, setSaved] = useState(false);
-  const provider = useQuery({ queryKey: ['sso-provider', id], queryFn: () => api<Provider>('GET', `/sso/providers/${id}`) });
+  const provider = useQuery({ queryKey: keys.ssoProviders.detail(id), queryFn: async () => dataOf(await client.GET('/api/v1/sso/providers/{id}', { params: { path: { id } } })) });
   const act = async (what: string, fn: () => Promise<void>) => {
     setError(null);
     setSaved(false);
@@ -216,8 +159,8 @@ function ProviderPage({ id }: { id: string }) {
   const setStatus = (status: SsoStatus) =>
     act('status', async () => {
       await api('POST', `/sso/providers/${id}/status`, { body: { status } });
-      await qc.invalidateQueries({ queryKey: ['sso-provider', id] });
-      await qc.invalidateQueries({ queryKey: ['sso-providers'] });
+      await qc.invalidateQueries({ queryKey: keys.ssoProviders.detail(id) });
+      await qc.invalidateQueries({ queryKey: keys.ssoProviders.all });
     });
   const test = () =>
     act('test', async () => {
@@ -227,8 +170,9 @@ function ProviderPage({ id }: { id: string }) {
     act('delete', async () => {
       if (!window.confirm('Delete this provider? Its users can no longer sign in through it.')) return;
       await api('DELETE', `/sso/providers/${id}`);
-      await qc.invalidateQueries({ queryKey: ['sso-providers'] });
+      // Leave first: the deleted one's page must not refetch itself into a 404.
       navigate('/integrations/sso');
+      await qc.invalidateQueries({ queryKey: keys.ssoProviders.all });
     });
   return (
     <QueryState query={provider}>

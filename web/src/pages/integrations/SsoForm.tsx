@@ -8,6 +8,7 @@ import { api } from '../../api';
 import { Alert, Button, Card, Checkbox, ErrorAlert, Field, MfaNote, Select, TextArea, useSubmit } from '../../ui';
 import { useRoles } from '../admin/common';
 import type { Provider } from './Sso';
+import { keys } from '../../api/keys';
 
 const OIDC_URLS = [
   ['issuer', 'Issuer URL', 'Discovery fills the four endpoints below (endpoints you set win).'],
@@ -84,8 +85,8 @@ export function ProviderForm({ provider: p, writable, saved, onSaved }: { provid
     }
     await api('PATCH', `/sso/providers/${p.id}`, { body });
     onSaved();
-    await qc.invalidateQueries({ queryKey: ['sso-provider', p.id] });
-    await qc.invalidateQueries({ queryKey: ['sso-providers'] });
+    await qc.invalidateQueries({ queryKey: keys.ssoProviders.detail(p.id) });
+    await qc.invalidateQueries({ queryKey: keys.ssoProviders.all });
   }, () => ({ certificate: p.type === 'saml' && certificateProblem(d.certificate) }));
   const f = s.fields;
   return (

@@ -4,70 +4,48 @@
 import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { Link, useLocation } from 'wouter';
-import { api, type Page } from '../../api';
+import { api, client, dataOf } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
-import { Alert, Button, Card, Dialog, ErrorAlert, Field, PageHeader, Pager, QueryState, Select, TableFrame, useSubmit, when } from '../../ui';
+import { Alert, Button, Card, Dialog, ErrorAlert, Field, PageHeader, QueryState, Select, useSubmit, when, PagedTable } from '../../ui';
 import { permissionPage } from '../../permission';
+import { keys } from '../../api/keys';
+import { EVENT_TYPES, type EventType } from '../../../../src/event-types.js';
+import type { Schema } from '../../api/types';
 
-type WebhookStatus = 'active' | 'paused' | 'failed';
-type DeliveryStatus = 'pending' | 'delivered' | 'failed' | 'retrying';
+type WebhookStatus = Schema<'Webhook'>['status'];
 
-interface RetryPolicy {
-  maxRetries: number;
-  initialDelayMs: number;
-  backoffMultiplier: number;
-  maxDelayMs: number;
-}
+type RetryPolicy = Schema<'WebhookRetryPolicy'>;
 
-interface Webhook {
-  id: string;
-  orgId: string;
-  name: string;
-  url: string;
-  events: string[];
-  /** Names only: header values are write-only. */
-  headers: { key: string; valueSet: true }[];
-  status: WebhookStatus;
-  hasSecret: boolean;
-  previousSecretExpiresAt: string | null;
-  retryPolicy: RetryPolicy;
-  successCount: number;
-  failureCount: number;
-  lastDeliveryAt: string | null;
-  lastSuccessAt: string | null;
-  createdAt: string;
-  deliveryStats?: { total: number; pending: number; delivered: number; failed: number; retrying: number; lastDeliveredAt: string | null };
-}
+type Webhook = Schema<'Webhook'>;
 
-interface Delivery {
-  id: string;
-  status: DeliveryStatus;
-  event: string;
-  eventId: string;
-  payload: unknown;
-  responseStatus: number | null;
-  responseBody: string | null;
-  responseTimeMs: number | null;
-  errorMessage: string | null;
-  attempt: number;
-  nextAttemptAt: string | null;
-  createdAt: string;
-  deliveredAt: string | null;
-}
+type Delivery = Schema<'WebhookDelivery'>;
 
-/** The event types of docs/specification.md "Events", grouped by what they are about. */
-export const EVENT_GROUPS: { title: string; types: string[] }[] = [
-  { title: 'Devices', types: ['device.enrolled', 'device.online', 'device.offline', 'device.updated', 'device.decommissioned'] },
-  { title: 'Alerts', types: ['alert.triggered', 'alert.acknowledged', 'alert.resolved', 'alert.escalated'] },
-  { title: 'Scripts', types: ['script.started', 'script.completed', 'script.failed'] },
-  { title: 'Automations', types: ['automation.started', 'automation.completed', 'automation.failed'] },
-  { title: 'Policies', types: ['policy.evaluated', 'policy.violation', 'policy.compliant'] },
-  { title: 'Patches', types: ['patch.available', 'patch.approved', 'patch.installed', 'patch.failed', 'patch.rollback'] },
-  { title: 'Security and remote access', types: ['security.score_changed', 'remote.session.started', 'remote.session.ended', 'remote.file.transferred'] },
-  { title: 'Users and sessions', types: ['user.login', 'user.logout', 'session.login', 'session.logout'] },
-  { title: 'Testing', types: ['webhook.test'] },
+/** The groups of the event picker, by the first part of a type's name; a type of no group lands in "Other". */
+const GROUP_TITLES: [prefix: string, title: string][] = [
+  ['device', 'Devices'],
+  ['alert', 'Alerts'],
+  ['script', 'Scripts'],
+  ['automation', 'Automations'],
+  ['policy', 'Policies'],
+  ['patch', 'Patches'],
+  ['security', 'Security and remote access'],
+  ['remote', 'Security and remote access'],
+  ['user', 'Users and sessions'],
+  ['session', 'Users and sessions'],
+  ['webhook', 'Testing'],
 ];
+
+/** The server's event catalogue (src/event-types.ts, the one list), grouped by what the types are about. */
+export const EVENT_GROUPS: { title: string; types: EventType[] }[] = (() => {
+  const groups = new Map<string, EventType[]>();
+  for (const [, title] of GROUP_TITLES) groups.set(title, []);
+  for (const type of EVENT_TYPES) {
+    const title = GROUP_TITLES.find(([prefix]) => type.split('.')[0] === prefix)?.[1] ?? 'Other';
+    groups.set(title, [...(groups.get(title) ?? []), type]);
+  }
+  return [...groups].filter(([, types]) => types.length > 0).map(([title, types]) => ({ title, types }));
+})();
 
 const STATUS_LABEL: Record<WebhookStatus, string> = { active: 'Active', paused: 'Paused', failed: 'Failed' };
 
@@ -87,8 +65,8 @@ function WebhookList() {
   const [page, setPage] = useState(1);
   const [creating, setCreating] = useState(false);
   const list = useQuery({
-    queryKey: ['webhooks', t.query, status, page],
-    queryFn: () => api<Page<Webhook>>('GET', '/webhooks', { query: { ...t.query, status, page, limit: 25 } }),
+    queryKey: keys.webhooks.list(t.query, status, page),
+    queryFn: async () => dataOf(await client.GET('/api/v1/webhooks', { params: { query: { ...t.query, ...(status ? { status: status as WebhookStatus } : {}), page, limit: 25 } } })),
   });
   return (
     <>
@@ -99,7 +77,7 @@ function WebhookList() {
             onCancel={() => setCreating(false)}
             onSaved={(w) => {
               setCreating(false);
-              void qc.invalidateQueries({ queryKey: ['webhooks'] });
+              void qc.invalidateQueries({ queryKey: keys.webhooks.all });
               navigate(`/integrations/webhooks/${w.id}`);
             }}
           />
@@ -113,50 +91,39 @@ function WebhookList() {
           <option value="failed">Failed</option>
         </Select>
       </div>
-      <QueryState query={list}>
-        {() => (
-          <>
-            <TableFrame label="Webhooks">
-              <thead>
-                <tr>
-                  <th>Name</th>
-                  <th>URL</th>
-                  <th>Events</th>
-                  <th>Status</th>
-                  <th>Delivered / failed</th>
-                  <th>Last delivery</th>
-                </tr>
-              </thead>
-              <tbody>
-                {list.data?.data.length === 0 && (
-                  <tr>
-                    <td colSpan={6} className="muted">
-                      No webhooks{status ? ' with this status' : ' yet'}.
-                    </td>
-                  </tr>
-                )}
-                {list.data?.data.map((w) => (
-                  <tr key={w.id}>
-                    <td>
-                      <Link href={`/integrations/webhooks/${w.id}`}>{w.name}</Link>
-                    </td>
-                    <td className="small secret">{w.url}</td>
-                    <td className="small">{w.events.length === 1 ? w.events[0] : `${w.events.length} types`}</td>
-                    <td>
-                      <StatusBadge status={w.status} />
-                    </td>
-                    <td>
-                      {w.successCount} / {w.failureCount}
-                    </td>
-                    <td>{when(w.lastDeliveryAt)}</td>
-                  </tr>
-                ))}
-              </tbody>
-            </TableFrame>
-            {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
-          </>
+      <PagedTable
+        query={list}
+        label="Webhooks"
+        columns={6}
+        head={
+          <tr>
+            <th>Name</th>
+            <th>URL</th>
+            <th>Events</th>
+            <th>Status</th>
+            <th>Delivered / failed</th>
+            <th>Last delivery</th>
+          </tr>
+        }
+        empty={<>No webhooks{status ? ' with this status' : ' yet'}.</>}
+        row={(w) => (
+          <tr key={w.id}>
+            <td>
+              <Link href={`/integrations/webhooks/${w.id}`}>{w.name}</Link>
+            </td>
+            <td className="small secret">{w.url}</td>
+            <td className="small">{w.events.length === 1 ? w.events[0] : `${w.events.length} types`}</td>
+            <td>
+              <StatusBadge status={w.status} />
+            </td>
+            <td>
+              {w.successCount} / {w.failureCount}
+            </td>
+            <td>{when(w.lastDeliveryAt)}</td>
+          </tr>
         )}
-      </QueryState>
+        onPage={setPage}
+      />
     </>
   );
 }
@@ -345,8 +312,8 @@ function WebhookPage({ id }: { id: string }) {
   const [notice, setNotice] = useState<string | null>(null);
   const [error, setError] = useState<unknown>(null);
   const writable = can('webhooks', 'write');
-  const hook = useQuery({ queryKey: ['webhook', id, t.query], queryFn: () => api<Webhook>('GET', `/webhooks/${id}`, { query: t.query }) });
-  const refresh = () => qc.invalidateQueries({ queryKey: ['webhook', id] });
+  const hook = useQuery({ queryKey: keys.webhooks.detail(id, t.query), queryFn: async () => dataOf(await client.GET('/api/v1/webhooks/{id}', { params: { path: { id }, query: t.query } })) });
+  const refresh = () => qc.invalidateQueries({ queryKey: keys.webhooks.detail(id) });
   const act = async (fn: () => Promise<void>) => {
     setError(null);
     setNotice(null);
@@ -367,14 +334,16 @@ function WebhookPage({ id }: { id: string }) {
     act(async () => {
       await api('POST', `/webhooks/${id}/test`, { query: t.query, body: {} });
       setNotice('A webhook.test delivery is queued: it appears in the history below.');
-      await qc.invalidateQueries({ queryKey: ['deliveries', id] });
+      // The history, this page's delivery counts and the list's: every view of webhooks.
+      await qc.invalidateQueries({ queryKey: keys.webhooks.all });
     });
   const remove = () =>
     act(async () => {
       if (!window.confirm('Delete this webhook and its whole delivery history?')) return;
       await api('DELETE', `/webhooks/${id}`, { query: t.query });
-      await qc.invalidateQueries({ queryKey: ['webhooks'] });
+      // Leave first: the deleted webhook's page must not refetch itself into a 404.
       navigate('/integrations/webhooks');
+      await qc.invalidateQueries({ queryKey: keys.webhooks.all });
     });
   return (
     <QueryState query={hook}>
@@ -426,8 +395,7 @@ function WebhookPage({ id }: { id: string }) {
                   onCancel={() => setEditing(false)}
                   onSaved={() => {
                     setEditing(false);
-                    void refresh();
-                    void qc.invalidateQueries({ queryKey: ['webhooks'] });
+                    void qc.invalidateQueries({ queryKey: keys.webhooks.all });
                   }}
                 />
               </Card>
@@ -450,14 +418,10 @@ function WebhookPage({ id }: { id: string }) {
                   <dd>
                     {w.retryPolicy.maxRetries} after {w.retryPolicy.initialDelayMs} ms, ×{w.retryPolicy.backoffMultiplier}, at most {w.retryPolicy.maxDelayMs} ms apart
                   </dd>
-                  {w.deliveryStats && (
-                    <>
-                      <dt>Deliveries</dt>
-                      <dd>
-                        {w.deliveryStats.total} in all: {w.deliveryStats.delivered} delivered, {w.deliveryStats.failed} failed, {w.deliveryStats.retrying} retrying, {w.deliveryStats.pending} pending
-                      </dd>
-                    </>
-                  )}
+                  <dt>Deliveries</dt>
+                  <dd>
+                    {w.deliveryStats.total} in all: {w.deliveryStats.delivered} delivered, {w.deliveryStats.failed} failed, {w.deliveryStats.retrying} retrying, {w.deliveryStats.pending} pending
+                  </dd>
                 </dl>
               </Card>
             )}
@@ -477,14 +441,14 @@ function Deliveries({ id, writable }: { id: string; writable: boolean }) {
   const [open, setOpen] = useState<Delivery | null>(null);
   const [error, setError] = useState<unknown>(null);
   const list = useQuery({
-    queryKey: ['deliveries', id, t.query, status, page],
-    queryFn: () => api<Page<Delivery>>('GET', `/webhooks/${id}/deliveries`, { query: { ...t.query, status, page, limit: 25 } }),
+    queryKey: keys.webhooks.deliveries(id, t.query, status, page),
+    queryFn: async () => dataOf(await client.GET('/api/v1/webhooks/{id}/deliveries', { params: { path: { id }, query: { ...t.query, ...(status ? { status: status as Delivery['status'] } : {}), page, limit: 25 } } })),
   });
   const retry = async (d: Delivery) => {
     setError(null);
     try {
       await api('POST', `/webhooks/${id}/retry/${d.id}`, { query: t.query });
-      await qc.invalidateQueries({ queryKey: ['deliveries', id] });
+      await qc.invalidateQueries({ queryKey: keys.webhooks.all });
     } catch (err) {
       setError(err);
     }
@@ -493,7 +457,7 @@ function Deliveries({ id, writable }: { id: string; writable: boolean }) {
     <Card
       title="Delivery history"
       actions={
-        <Button kind="secondary" onClick={() => void list.refetch()}>
+        <Button kind="secondary" onClick={() => void qc.invalidateQueries({ queryKey: keys.webhooks.all })}>
           Refresh
         </Button>
       }
@@ -508,59 +472,48 @@ function Deliveries({ id, writable }: { id: string; writable: boolean }) {
         </Select>
       </div>
       <ErrorAlert error={error} />
-      <QueryState query={list}>
-        {() => (
-          <>
-            <TableFrame label="Deliveries">
-              <thead>
-                <tr>
-                  <th>When</th>
-                  <th>Event</th>
-                  <th>Status</th>
-                  <th>Attempt</th>
-                  <th>Response</th>
-                  <th>
-                    <span className="sr-only">Actions</span>
-                  </th>
-                </tr>
-              </thead>
-              <tbody>
-                {list.data?.data.length === 0 && (
-                  <tr>
-                    <td colSpan={6} className="muted">
-                      No deliveries{status ? ' with this status' : ' yet'}.
-                    </td>
-                  </tr>
-                )}
-                {list.data?.data.map((d) => (
-                  <tr key={d.id}>
-                    <td>{when(d.createdAt)}</td>
-                    <td>
-                      <code>{d.event}</code>
-                    </td>
-                    <td>
-                      <StatusBadge status={d.status} />
-                    </td>
-                    <td>{d.attempt}</td>
-                    <td>{d.responseStatus ? `HTTP ${d.responseStatus}${d.responseTimeMs !== null ? `, ${d.responseTimeMs} ms` : ''}` : (d.errorMessage ?? '—')}</td>
-                    <td>
-                      <Button kind="link" onClick={() => setOpen(d)} aria-label={`View delivery ${d.event} of ${when(d.createdAt)}`}>
-                        View
-                      </Button>
-                      {writable && d.status === 'failed' && (
-                        <Button kind="link" onClick={() => void retry(d)} aria-label={`Retry delivery ${d.event} of ${when(d.createdAt)}`}>
-                          Retry
-                        </Button>
-                      )}
-                    </td>
-                  </tr>
-                ))}
-              </tbody>
-            </TableFrame>
-            {list.data && <Pager pagination={list.data.pagination} onPage={setPage} />}
-          </>
+      <PagedTable
+        query={list}
+        label="Deliveries"
+        columns={6}
+        head={
+          <tr>
+            <th>When</th>
+            <th>Event</th>
+            <th>Status</th>
+            <th>Attempt</th>
+            <th>Response</th>
+            <th>
+              <span className="sr-only">Actions</span>
+            </th>
+          </tr>
+        }
+        empty={<>No deliveries{status ? ' with this status' : ' yet'}.</>}
+        row={(d) => (
+          <tr key={d.id}>
+            <td>{when(d.createdAt)}</td>
+            <td>
+              <code>{d.event}</code>
+            </td>
+            <td>
+              <StatusBadge status={d.status} />
+            </td>
+            <td>{d.attempt}</td>
+            <td>{d.responseStatus ? `HTTP ${d.responseStatus}${d.responseTimeMs !== null ? `, ${d.responseTimeMs} ms` : ''}` : (d.errorMessage ?? '—')}</td>
+            <td>
+              <Button kind="link" onClick={() => setOpen(d)} aria-label={`View delivery ${d.event} of ${when(d.createdAt)}`}>
+                View
+              </Button>
+              {writable && d.status === 'failed' && (
+                <Button kind="link" onClick={() => void retry(d)} aria-label={`Retry delivery ${d.event} of ${when(d.createdAt)}`}>
+                  Retry
+                </Button>
+              )}
+            </td>
+          </tr>
         )}
-      </QueryState>
+        onPage={setPage}
+      />
       {open && (
         <Dialog title={`Delivery ${open.event}`} onClose={() => setOpen(null)}>
           <dl className="facts">

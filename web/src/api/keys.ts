@@ -1,0 +1,58 @@
+// The console's one factory of query keys (docs/decisions.md, "The console's API types"). Every
+// `useQuery` and every `invalidateQueries` takes its key from here. Keys nest by resource: a
+// resource's `all` is a prefix of its lists, its details and what hangs under a detail (a webhook's
+// deliveries, a role's effective permissions), so invalidating `keys.webhooks.all` after a write
+// refreshes every view of webhooks, and `keys.webhooks.detail(id)` the page of one with its history.
+
+type Query = Readonly<Record<string, unknown>> | null | undefined;
+
+const resource = <N extends string>(name: N) => {
+  const all = [name] as const;
+  return {
+    all,
+    lists: () => [name, 'list'] as const,
+    list: (...args: unknown[]) => [name, 'list', ...args] as const,
+    detail: (id: string) => [name, 'detail', id] as const,
+  };
+};
+
+const webhooks = resource('webhooks');
+const roles = resource('roles');
+
+export const keys = {
+  sessions: { all: ['sessions'] as const },
+  passkeys: { all: ['passkeys'] as const },
+  ssoCheck: (org: string | null) => ['sso-check', org] as const,
+  catalog: { all: ['permissions', 'catalog'] as const },
+  audit: { ...resource('audit') },
+  partners: { ...resource('partners'), picker: () => ['partners', 'picker'] as const },
+  orgs: {
+    ...resource('orgs'),
+    picker: (query: Query) => ['orgs', 'picker', query] as const,
+    forInvite: (tenant: Query) => ['orgs', 'invite', tenant] as const,
+  },
+  sites: { ...resource('sites'), ofOrg: (orgId: string | null) => ['sites', 'list', orgId] as const },
+  deviceGroups: { ...resource('device-groups'), ofOrg: (orgId: string | null) => ['device-groups', 'list', orgId] as const },
+  users: { ...resource('users') },
+  invitations: { ...resource('invitations') },
+  roles: {
+    ...roles,
+    detail: (id: string, tenant?: Query) => (tenant === undefined ? roles.detail(id) : ([...roles.detail(id), tenant] as const)),
+    /** Effective permissions of a role: under `roles`, so a role write refreshes them too. */
+    effectiveAll: () => ['roles', 'effective'] as const,
+    effective: (id: string | null, tenant: Query) => ['roles', 'effective', id, tenant] as const,
+  },
+  apiKeys: { ...resource('api-keys') },
+  webhooks: {
+    ...webhooks,
+    detail: (id: string, tenant?: Query) => (tenant === undefined ? webhooks.detail(id) : ([...webhooks.detail(id), tenant] as const)),
+    /** A webhook's delivery history: under its detail, whose delivery counts change with it. */
+    deliveries: (id: string, ...args: unknown[]) => [...webhooks.detail(id), 'deliveries', ...args] as const,
+  },
+  domains: { ...resource('domains') },
+  ssoProviders: { ...resource('sso-providers') },
+  ssoPresets: { all: ['sso-presets'] as const },
+  devices: { ...resource('devices') },
+  agentVersions: { ...resource('agent-versions') },
+  agentUpdateSettings: { all: ['agent-update-settings'] as const, of: (path: string | null) => ['agent-update-settings', path] as const },
+};
