@@ -50,7 +50,7 @@ export function authenticate(keel: Keel, opts: AuthenticateOptions = {}): Middle
     if (!found) throw invalidToken();
     c.set('principal', found.principal);
     if (!opts.allowUnenrolled && keel.config.ENABLE_2FA && !found.session.enrolled.includes('totp')) {
-      const summary = await getAccessSummary(keel.db, { id: found.principal.userId, isPlatformAdmin: found.principal.isPlatformAdmin });
+      const summary = await getAccessSummary(keel, { id: found.principal.userId, isPlatformAdmin: found.principal.isPlatformAdmin });
       if (!(await forceMfaSatisfied(keel, summary, found.session.enrolled))) throw mfaEnrollmentRequired();
       // requireScope reuses it instead of reading the membership again.
       c.set('accessSummary', summary);

@@ -84,7 +84,7 @@ async function loadGrant(keel: Keel, where: { hash: string } | { id: string }): 
   if (key.revokedAt || (key.expiresAt && key.expiresAt.getTime() <= clock.nowMs())) return null;
   // A key lives only while its creator is active and still where it was when the key was made.
   if (user.status !== 'active') return null;
-  const creator = await getAccessSummary(keel.db, { id: key.createdBy, isPlatformAdmin: user.isPlatformAdmin });
+  const creator = await getAccessSummary(keel, { id: key.createdBy, isPlatformAdmin: user.isPlatformAdmin });
   if (creator.scope === null || !sameTenant(creator, key)) return null;
   return { key, creator, user: { email: user.email, isPlatformAdmin: user.isPlatformAdmin } };
 }

@@ -124,13 +124,6 @@ export class RoleCache {
   }
 }
 
-/**
- * The installed role caches by the main database handle they read through (module.ts `installAccess`
- * fills it): an index to the access handle's cache, so a read on a process's main handle goes through
- * it and one on a transaction's handle reads fresh.
- */
-const caches = new WeakMap<Db, RoleCache>();
-
 /** The role cache of this Keel (the access module's handle). */
 export function roleCacheFor(keel: Keel): RoleCache {
   return keel.modules.get('access').roles;
@@ -138,20 +131,15 @@ export function roleCacheFor(keel: Keel): RoleCache {
 
 /** Creates the role cache of a Keel, subscribed to invalidations (when the access module is installed). */
 export function createRoleCache(keel: Keel): RoleCache {
-  const cache = new RoleCache(keel.db).listen(keel);
-  caches.set(keel.db, cache);
-  return cache;
+  return new RoleCache(keel.db).listen(keel);
 }
 
-/** The cache registered for this executor, if any (a transaction handle has none: it reads fresh). */
-export function roleCacheOfDb(db: Db): RoleCache | undefined {
-  return caches.get(db);
-}
-
-/** Resolves a role through the cache when `db` is a process's main handle, else straight from the tables. */
-export function resolveRole(db: Db, roleId: string): Promise<ResolvedRole | null> {
-  const cache = caches.get(db);
-  return cache ? cache.resolve(roleId) : loadRoleChain(db, roleId);
+/**
+ * Resolves a role: through the access module's cache when read through a Keel, straight from the
+ * tables from a database handle (a transaction's: `AccessSource` in service.ts).
+ */
+export function resolveRole(source: Keel | Db, roleId: string): Promise<ResolvedRole | null> {
+  return 'modules' in source ? roleCacheFor(source).resolve(roleId) : loadRoleChain(source, roleId);
 }
 
 /** Tells every process (this one at once) that a role changed (`*`: any role). Call after the change committed. */

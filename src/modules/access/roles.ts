@@ -430,7 +430,7 @@ export interface EffectivePermissions {
 /** Direct and inherited permissions; each inherited pair names the nearest ancestor that grants it. */
 export async function effectivePermissions(keel: Keel, access: AccessContext, id: string): Promise<EffectivePermissions> {
   const role = await findVisibleRole(keel.db, access, id);
-  const resolved = await resolveRole(keel.db, role.id);
+  const resolved = await resolveRole(keel, role.id);
   const [self, ...ancestors] = resolved?.chain ?? [];
   const direct = sortPairs(self?.direct ?? []);
   const seen = new Set(direct.map((p) => `${p.resource}:${p.action}`));

@@ -267,7 +267,7 @@ export async function summaryFor(keel: Keel, principal: Principal): Promise<Acce
     if (!s) throw invalidToken();
     return s;
   }
-  return getAccessSummary(keel.db, { id: principal.userId, isPlatformAdmin: principal.isPlatformAdmin });
+  return getAccessSummary(keel, { id: principal.userId, isPlatformAdmin: principal.isPlatformAdmin });
 }
 
 /**

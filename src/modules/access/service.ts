@@ -81,10 +81,6 @@ async function loadMembership(db: Db, userId: string): Promise<Membership | null
  * `revokeAllForUser`); an organisation delete publishes `*` on the roles topic. Either clears the entry
  * here and on every other process at once.
  */
-// The installed membership caches by the main database handle they read through (an index to the
-// access handle's cache, filled by module.ts `installAccess`; a transaction's handle reads fresh).
-const membershipCaches = new WeakMap<Db, InvalidatedCache<Membership | null>>();
-
 /** After a change that rewrites many members' associations (site or group restrictions): drop every cached one. */
 export async function publishMembershipsChanged(keel: Keel): Promise<void> {
   await keel.invalidation.publish(USER_TOPIC, '*');
@@ -95,30 +91,35 @@ export function createMembershipCache(keel: Keel): InvalidatedCache<Membership |
   const cache = new InvalidatedCache<Membership | null>()
     .listen(keel.invalidation, USER_TOPIC)
     .listen(keel.invalidation, ROLES_TOPIC, (roleId) => (roleId === '*' ? '*' : null));
-  membershipCaches.set(keel.db, cache);
   return cache;
 }
 
 /**
- * The user's one association, or null: from the cache when `db` is the process's main handle,
- * straight from the tables inside a transaction.
+ * Where access is read from: a Keel (its main database handle, through the access module's caches)
+ * or a database handle, read straight from the tables (a transaction's, so a check sees what the
+ * change will change).
  */
-export function getMembership(db: Db, userId: string): Promise<Membership | null> {
-  const cache = membershipCaches.get(db);
-  return cache ? cache.get(userId, () => loadMembership(db, userId)) : loadMembership(db, userId);
+export type AccessSource = Keel | Db;
+
+const isKeel = (source: AccessSource): source is Keel => 'modules' in source;
+
+/** The user's one association, or null: cached when read through a Keel, fresh from a database handle. */
+export function getMembership(source: AccessSource, userId: string): Promise<Membership | null> {
+  if (!isKeel(source)) return loadMembership(source, userId);
+  return source.modules.get('access').memberships.get(userId, () => loadMembership(source.db, userId));
 }
 
 /**
  * The user's association and effective permissions, inheritance applied. Both the association and
  * the role chain come from per-process caches invalidated at once on every change, across processes.
  */
-export async function getAccessSummary(db: Db, user: { id: string; isPlatformAdmin: boolean }): Promise<AccessSummary> {
+export async function getAccessSummary(source: AccessSource, user: { id: string; isPlatformAdmin: boolean }): Promise<AccessSummary> {
   if (user.isPlatformAdmin) {
     return { ...NO_ACCESS, scope: 'system', permissions: [{ resource: '*', action: '*' }] };
   }
-  const m = await getMembership(db, user.id);
+  const m = await getMembership(source, user.id);
   if (!m) return NO_ACCESS;
-  const role = await resolveRole(db, m.roleId);
+  const role = await resolveRole(source, m.roleId);
   const chain = { permissions: role ? [...role.permissions.pairs] : [], forceMfa: role?.forceMfa ?? false };
   if (m.kind === 'partner') {
     return { ...NO_ACCESS, scope: 'partner', partnerId: m.partnerId, roleId: m.roleId, orgAccess: m.orgAccess, orgIds: m.orgIds, ...chain };

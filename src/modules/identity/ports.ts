@@ -35,7 +35,7 @@ export interface SecondFactorChallenge {
  */
 export interface IdentityPorts {
   /** access: the tenant a user acts in. */
-  tenantOf(db: Db, user: Pick<UserRow, 'id' | 'isPlatformAdmin'>): Promise<TenantOf>;
+  tenantOf(keel: Keel, user: Pick<UserRow, 'id' | 'isPlatformAdmin'>): Promise<TenantOf>;
   /** mfa: the factors a user has enrolled, primary first (kept with the live session for the Force MFA gate). */
   enrolledMethods(keel: Keel, user: UserRow): Promise<FactorName[]>;
   /** mfa: how many passkeys a user holds (the self-profile). */

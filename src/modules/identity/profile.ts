@@ -54,7 +54,7 @@ export async function selfProfile(keel: Keel, userId: string, known?: { tenant?:
   const [user] = await keel.db.select().from(users).where(eq(users.id, userId));
   if (!user) throw notFound('User');
   const ports = identityPorts(keel);
-  const [tenant, passkeys] = await Promise.all([known?.tenant ?? ports.tenantOf(keel.db, user), ports.passkeyCount(keel.db, user)]);
+  const [tenant, passkeys] = await Promise.all([known?.tenant ?? ports.tenantOf(keel, user), ports.passkeyCount(keel.db, user)]);
   return profileOf(user, passkeys, tenant);
 }
 

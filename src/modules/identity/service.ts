@@ -63,7 +63,7 @@ async function tokenAnswer(
   session: { id: string; refreshToken: string; mfa: boolean },
   known: { access?: TenantOf; profile?: SelfProfile } = {},
 ): Promise<TokenAnswer> {
-  const access = known.access ?? (await identityPorts(keel).tenantOf(keel.db, user));
+  const access = known.access ?? (await identityPorts(keel).tenantOf(keel, user));
   const accessToken = identityOf(keel).tokens.sign({
     sub: user.id,
     sid: session.id,
@@ -115,7 +115,7 @@ export async function signIn(
   }
   const identity = identityOf(keel);
   const ports = identityPorts(keel);
-  const [access, passkeys] = await Promise.all([ports.tenantOf(keel.db, user), ports.passkeyCount(keel.db, user)]);
+  const [access, passkeys] = await Promise.all([ports.tenantOf(keel, user), ports.passkeyCount(keel.db, user)]);
   const sessionId = newId();
   const loggedInAt = clock.now();
   // One statement; a transaction only when a subscriber adds its own writes (webhook deliveries).
@@ -284,7 +284,7 @@ export async function refresh(keel: Keel, refreshToken: string, csrf?: string): 
 export async function logout(keel: Keel, userId: string, sessionId: string | null, info: RequestInfo): Promise<void> {
   const [user] = await keel.db.select().from(users).where(eq(users.id, userId));
   if (!user) return;
-  const access = await identityPorts(keel).tenantOf(keel.db, user);
+  const access = await identityPorts(keel).tenantOf(keel, user);
   await transaction(keel.db, async (tx) => {
     await identityOf(keel).sessions.revokeAllForUser(tx.db, userId, 'logout', tx.afterCommit);
     await writeAudit(tx.db, info, { action: 'user.logout', partnerId: access.partnerId, orgId: access.orgId, target: { type: 'user', id: userId } });
@@ -384,7 +384,7 @@ export async function updateProfile(
   if (patch.avatarUrl !== undefined && patch.avatarUrl !== user.avatarUrl) set.avatarUrl = patch.avatarUrl;
   const changes = Object.keys(set);
   if (changes.length > 0) {
-    const access = await identityPorts(keel).tenantOf(keel.db, user);
+    const access = await identityPorts(keel).tenantOf(keel, user);
     await transaction(keel.db, async (tx) => {
       await tx.db.update(users).set({ ...set, updatedAt: clock.now() }).where(eq(users.id, userId));
       await writeAudit(tx.db, info, {

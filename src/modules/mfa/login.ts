@@ -59,7 +59,7 @@ export async function loginSecondFactor(keel: Keel, user: typeof users.$inferSel
   // Only the methods the policy allows are offered (policy.ts decides for every method). A user whose
   // every factor is disallowed still gets the challenge, never tokens: `availableMethods` is empty,
   // `mfaMethod` names the enrolled one (the user is told why when trying it), and a recovery code signs in.
-  const methods = usableMethods(await securityPolicy(keel, await getAccessSummary(keel.db, user)), enrolled);
+  const methods = usableMethods(await securityPolicy(keel, await getAccessSummary(keel, user)), enrolled);
   const primary = methods[0] ?? enrolled[0];
   if (!primary) return null;
   const { token } = await keel.singleUse.create(keel.db, {

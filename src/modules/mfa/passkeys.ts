@@ -97,7 +97,7 @@ function hasTotp(user: User): boolean {
 }
 
 async function assertPasskeysAllowed(keel: Keel, user: User): Promise<void> {
-  assertMethodAllowed(await securityPolicy(keel, await getAccessSummary(keel.db, user)), 'passkey');
+  assertMethodAllowed(await securityPolicy(keel, await getAccessSummary(keel, user)), 'passkey');
 }
 
 function userPasskeys(keel: Keel, userId: string): Promise<PasskeyRow[]> {
@@ -181,7 +181,7 @@ export async function registerPasskey(
   const reg = verification.registrationInfo;
   const name = typeof record.data.name === 'string' && record.data.name ? record.data.name : 'Passkey';
   const user = await loadUser(keel, userId);
-  const access = await getAccessSummary(keel.db, user);
+  const access = await getAccessSummary(keel, user);
   const recoveryCodes = user.mfaRecoveryCodes && user.mfaRecoveryCodes.length > 0 ? null : newRecoveryCodes();
   const row = await transaction(keel.db, async (tx) => {
     const [locked] = await tx.db.select().from(users).where(eq(users.id, userId)).for('update');
@@ -261,7 +261,7 @@ export async function deletePasskey(keel: Keel, userId: string, passkeyId: strin
   if (!keel.config.ENABLE_2FA) throw mfaDisabled();
   const user = await loadUser(keel, userId);
   await verifyReenteredPassword(keel, user.id, currentPassword);
-  const access = await getAccessSummary(keel.db, user);
+  const access = await getAccessSummary(keel, user);
   const policy = await securityPolicy(keel, access);
   await transaction(keel.db, async (tx) => {
     const [locked] = await tx.db.select().from(users).where(eq(users.id, userId)).for('update');
@@ -407,7 +407,7 @@ async function checkPasskeyLogin(keel: Keel, tempToken: string, credential: Auth
         .returning({ id: passkeys.id })
     : [];
   if (updated.length === 0) {
-    const access = await getAccessSummary(keel.db, user);
+    const access = await getAccessSummary(keel, user);
     await writeAudit(keel.db, actorInfo, {
       action: 'auth.mfa.passkey.counter_regression',
       partnerId: access.partnerId,

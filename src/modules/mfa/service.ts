@@ -49,7 +49,7 @@ export interface SetupAnswer {
 export async function setupTotp(keel: Keel, userId: string): Promise<SetupAnswer> {
   if (!keel.config.ENABLE_2FA) throw mfaDisabled();
   const user = await loadUser(keel, userId);
-  assertMethodAllowed(await securityPolicy(keel, await getAccessSummary(keel.db, user)), 'totp');
+  assertMethodAllowed(await securityPolicy(keel, await getAccessSummary(keel, user)), 'totp');
   if (user.mfaSecret) throw mfaError('mfa_already_enabled');
   const secret = await newTotpSecret();
   const recoveryCodes = newRecoveryCodes();
@@ -84,7 +84,7 @@ export async function confirmTotp(
   const step = await totpStep(secret, code);
   if (step === null) throw invalidCode(400);
   const user = await loadUser(keel, userId);
-  const access = await getAccessSummary(keel.db, user);
+  const access = await getAccessSummary(keel, user);
   assertMethodAllowed(await securityPolicy(keel, access), 'totp');
   await transaction(keel.db, async (tx) => {
     const consumed = await keel.singleUse.consumeById(tx.db, pending.id);
@@ -121,7 +121,7 @@ export async function checkSecondFactor(keel: Keel, user: User, code: string): P
   if (/^\d{6}$/.test(trimmed)) {
     const secret = totpSecretOf(keel, user);
     if (secret) {
-      const policy = await securityPolicy(keel, await getAccessSummary(keel.db, user));
+      const policy = await securityPolicy(keel, await getAccessSummary(keel, user));
       if (methodAllowed(policy, 'totp')) {
         const step = await totpStep(secret, trimmed);
         if (step !== null && (await claimTotpStep(keel, user.id, step))) return true;
@@ -191,7 +191,7 @@ async function requireCurrentFactor(keel: Keel, user: User, code: string): Promi
 export async function stepUpSession(keel: Keel, userId: string, sessionId: string, code: string, info: RequestInfo): Promise<TokenAnswer> {
   if (!keel.config.ENABLE_2FA) throw mfaDisabled();
   const user = await loadUser(keel, userId);
-  const access = await getAccessSummary(keel.db, user);
+  const access = await getAccessSummary(keel, user);
   const entry = { action: 'auth.mfa.step_up', partnerId: access.partnerId, orgId: access.orgId, target: { type: 'user', id: userId } };
   try {
     await requireCurrentFactor(keel, user, code);
@@ -211,7 +211,7 @@ export async function stepUpSession(keel: Keel, userId: string, sessionId: strin
 export async function disableMfa(keel: Keel, userId: string, code: string, info: RequestInfo): Promise<void> {
   if (!keel.config.ENABLE_2FA) throw mfaDisabled();
   const user = await loadUser(keel, userId);
-  const access = await getAccessSummary(keel.db, user);
+  const access = await getAccessSummary(keel, user);
   const policy = await securityPolicy(keel, access);
   if (policy.requireMfa) throw mfaError('mfa_required_by_organization');
   await requireCurrentFactor(keel, user, code);
@@ -249,7 +249,7 @@ export async function rotateRecoveryCodes(keel: Keel, userId: string, code: stri
   const user = await loadUser(keel, userId);
   if (!/^\d{6}$/.test(code.trim())) throw invalidCode(400);
   await requireCurrentFactor(keel, user, code);
-  const access = await getAccessSummary(keel.db, user);
+  const access = await getAccessSummary(keel, user);
   const codes = newRecoveryCodes();
   await transaction(keel.db, async (tx) => {
     await updateAccount(keel, tx, userId, { mfaRecoveryCodes: codes.map((c) => hashRecoveryCode(keel.secrets.keyed, c)), updatedAt: clock.now() });

@@ -58,7 +58,7 @@ function newCode(): string {
 const codeMessage = (purpose: string, userId: string, code: string): string => `sms:${purpose}:${userId}:${code}`;
 
 async function assertSmsAllowed(keel: Keel, user: User): Promise<void> {
-  assertMethodAllowed(await securityPolicy(keel, await getAccessSummary(keel.db, user)), 'sms');
+  assertMethodAllowed(await securityPolicy(keel, await getAccessSummary(keel, user)), 'sms');
 }
 
 function assertGateway(keel: Keel): void {
@@ -141,7 +141,7 @@ export async function startPhoneVerification(
   await limits.phoneVerifyUser.consume(user.id);
   // An account with no partner or organisation (self-registered) can text arbitrary numbers only a
   // few times a day.
-  const access = await getAccessSummary(keel.db, user);
+  const access = await getAccessSummary(keel, user);
   if (!access.partnerId && !access.orgId && !user.isPlatformAdmin) await limits.phoneVerifyTenantless.consume(user.id);
   // Verification texts have a per-number bucket of their own: they never spend the number's sign-in budget.
   await limits.phoneVerifyPhone.consume(sha256Hex(phone));
@@ -159,7 +159,7 @@ export async function confirmPhone(keel: Keel, userId: string, code: string, inf
   }
   const phone = typeof outcome.data.phoneNumber === 'string' ? outcome.data.phoneNumber : null;
   if (!phone) throw mfaError('code_expired', { message: 'The code has expired: request a new one with /auth/phone/verify' });
-  const access = await getAccessSummary(keel.db, user);
+  const access = await getAccessSummary(keel, user);
   await transaction(keel.db, async (tx) => {
     await updateAccount(keel, tx, user.id, { phoneNumber: phone, phoneVerified: true, updatedAt: clock.now() });
     await writeAudit(tx.db, info, {
@@ -193,7 +193,7 @@ export async function enableSms(
   }
   if (smsEnrolled(user)) throw mfaError('sms_already_enabled');
   const recoveryCodes = newRecoveryCodes();
-  const access = await getAccessSummary(keel.db, user);
+  const access = await getAccessSummary(keel, user);
   await transaction(keel.db, async (tx) => {
     const enabled = await updateAccount(
       keel,

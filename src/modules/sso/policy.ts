@@ -23,7 +23,7 @@ export function enforcedSsoPolicy(keel: Keel): PasswordPolicy {
       return row ? { providerId: row.id, enforceSso: row.enforceSso } : null;
     });
   return async (user, use) => {
-    const m = await getMembership(keel.db, user.id);
+    const m = await getMembership(keel, user.id);
     // Partner users are no organisation's members: they keep password sign-in.
     if (m?.kind === 'partner') return null;
     let orgId = m?.kind === 'organization' ? m.orgId : null;

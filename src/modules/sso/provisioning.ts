@@ -143,7 +143,7 @@ export async function completeSsoLogin(keel: Keel, p: ProviderRow, profile: Mapp
       if (!newRoleId || !(await assignableRole(keel.db, newRoleId, { orgId: p.orgId }))) throw new SsoFailure('default_role_required', 'no usable role for a new user');
     } else {
       if (user.status !== 'active') throw new SsoFailure('sso_error', `account is ${user.status}`).about({ userId: user.id });
-      const m = await getMembership(keel.db, user.id);
+      const m = await getMembership(keel, user.id);
       if (m?.kind !== 'organization' || m.orgId !== p.orgId) throw new SsoFailure('no_org_access', 'no membership of the provider organization').about({ userId: user.id });
     }
     const { account, roleChanged } = await provisionAndLink(keel, p, profile, idp, info, user ?? null, fromGroups, newRoleId);

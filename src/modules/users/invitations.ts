@@ -229,7 +229,7 @@ export async function inviteUser(keel: Keel, access: AccessContext, input: Invit
     if (m || u.isPlatformAdmin) throw usersError('user_associated_elsewhere');
   };
   const existing = await findUserByEmail(keel.db, email);
-  if (existing) associated(await getMembership(keel.db, existing.id), existing);
+  if (existing) associated(await getMembership(keel, existing.id), existing);
   await inviteLimits(keel).perInvitee.consume(inviteeKey(email));
   const token = randomToken();
   const invitation = await transaction(keel.db, async (tx) => {
@@ -442,10 +442,10 @@ export async function resendInvite(keel: Keel, access: AccessContext, id: string
   if (!user) throw notFound('User');
   // A member the caller sees may be told it is disabled; an account that existed is not told apart (D9).
   if (user.status === 'disabled' && memberHere(found)) throw usersError('user_disabled');
-  const membership = await getMembership(keel.db, user.id);
+  const membership = await getMembership(keel, user.id);
   const roleId = membership && sameTenant(membership, inv) ? membership.roleId : inv.roleId;
   // The resender re-issues the grant: it must hold the invitee's permissions and the role's.
-  const role = roleId ? await resolveRole(keel.db, roleId) : null;
+  const role = roleId ? await resolveRole(keel, roleId) : null;
   await assertCoversUser(keel.db, access, user, role?.permissions.pairs ?? []);
   await assertGrantValid(keel.db, inv, { joining: !membership, roleId, inviterId: access.principal.userId });
   const limits = inviteLimits(keel);
