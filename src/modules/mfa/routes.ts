@@ -148,7 +148,8 @@ export function mountMfaRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
             })
             .openapi('MfaVerifyRequest', { example: { code: '123456', tempToken: 'fN3kq8WvY2pLr0tB5xZc7hJm1sDg4uAe9oRi6yKwQbE' } }),
         ) },
-      responses: { 200: json(z.union([TokenAnswerSchema, EnabledSchema])), ...errors(401, 429) },
+      // Signed in (no tempToken) the caller is authenticated here, not by middleware: an API key is 403 `user_required`.
+      responses: { 200: json(z.union([TokenAnswerSchema, EnabledSchema])), ...errors(401, 403, 429) },
     }),
     async (c) => {
       const { code, tempToken } = c.req.valid('json');

@@ -275,9 +275,10 @@ export function uploadLimitsOf(owner: object): Map<string, number> {
  * be stored in the path or query) for every method; 413 and 415 for a method that carries a body. The
  * API router documents them on every operation (openapi.ts `createRouter`).
  */
-export function apiGateStatuses(method: string): (400 | 413 | 415)[] {
+export function apiGateStatuses(method: string): (400 | 413 | 415 | 431)[] {
   const m = method.toUpperCase();
-  return m === 'GET' || m === 'HEAD' ? [400] : [400, 413, 415];
+  // 431: a request line and headers over the server's limit (server.ts answers before any route).
+  return m === 'GET' || m === 'HEAD' ? [400, 431] : [400, 413, 415, 431];
 }
 
 /**

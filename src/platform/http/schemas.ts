@@ -38,7 +38,7 @@ const RETRY_AFTER = {
 };
 
 /** Standard error responses for route declarations. */
-export type ErrorStatus = 400 | 401 | 403 | 404 | 409 | 413 | 415 | 428 | 429 | 502 | 503;
+export type ErrorStatus = 400 | 401 | 403 | 404 | 409 | 413 | 415 | 428 | 429 | 431 | 502 | 503;
 
 export function errors(...codes: ErrorStatus[]) {
   const text: Record<number, string> = {
@@ -50,6 +50,7 @@ export function errors(...codes: ErrorStatus[]) {
     413: 'The request body is too large',
     415: 'The request body has a content type this operation does not take',
     428: 'MFA enrolment required',
+    431: 'The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route)',
     429: 'Too many requests',
     502: 'A server Keel depends on answered wrongly',
     503: 'Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds',
