@@ -11,9 +11,8 @@ export type ServerErrorCode = ErrorEnvelope['code'];
 /** Codes the console gives errors it makes itself (no API answer behind them). */
 export type ConsoleErrorCode = 'network_error' | 'invalid_input' | 'passkey_cancelled' | 'passkey_exists' | 'passkey_unavailable' | `http_${number}`;
 
-// While the document types `code` as a plain string the union collapses to string; once it lists the
-// catalogue, a comparison with a code no one answers stops compiling.
-// eslint-disable-next-line @typescript-eslint/no-redundant-type-constituents
+// The document lists every catalogued code (an enum), so a comparison with a code no one answers
+// stops compiling.
 export type ErrorCode = ServerErrorCode | ConsoleErrorCode;
 
 /** True when `err` is an API error with this code. */
