@@ -46,6 +46,10 @@ describe.skipIf(!backendAvailable()).each(['false', 'true'])(`heartbeat cost (${
     const devices = await Promise.all(Array.from({ length: 20 }, () => enroll(app, key)));
     for (const d of devices) expect((await heartbeat(app, d)).status).toBe(200); // online: a change, one transaction each
     const state = agentsOf(app.server.keel).state;
+    // The process's background jobs (the once-a-second flush itself, the offline sweep, the delivery
+    // worker's polls) stop first: on a slow machine they would run statements during the count. The
+    // flush is then called by hand.
+    await app.server.keel.modules.stop({ graceful: true });
     await state.flushLastSeen();
     const calls = countDriverCalls();
     try {
@@ -53,8 +57,7 @@ describe.skipIf(!backendAvailable()).each(['false', 'true'])(`heartbeat cost (${
         const answers = await Promise.all(devices.map((d) => heartbeat(app, d)));
         for (const a of answers) expect(a.body).toEqual({ nextHeartbeatSeconds: 60, autoUpdate: true, update: null, releaseKeys: null });
       }
-      // The once-a-second timer may have flushed meanwhile: at most a statement per flush.
-      expect(calls.count()).toBeLessThanOrEqual(10);
+      expect(calls.count()).toBe(0);
       const before = calls.count();
       await state.flushLastSeen();
       // One statement (node-postgres's Pool.query takes a connection for it: two calls there).
