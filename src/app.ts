@@ -1,3 +1,4 @@
+import { openApiWebhooks } from './event-catalogue.js';
 import type { OpenAPIHono } from '@hono/zod-openapi';
 import type { Keel } from './keel.js';
 import type { AppEnv } from './app-env.js';
@@ -76,7 +77,7 @@ export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
   for (const mount of moduleRoutes) mount(api, keel);
   app.route(API_BASE, api);
 
-  app.doc31(`${API_BASE}/openapi.json`, {
+  const documentConfig: Parameters<typeof app.getOpenAPI31Document>[0] = {
     openapi: '3.1.0',
     info: {
       title: 'Keel API',
@@ -86,7 +87,11 @@ export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
     },
     servers: [{ url: keel.config.publicUrl }],
     tags: API_TAGS,
-  });
+  };
+  // The document, with what a receiver gets per event type in its `webhooks` section (built from the
+  // event catalogue's JSON Schemas: docs/decisions.md "Event catalogue").
+  const webhooks = openApiWebhooks();
+  app.get(`${API_BASE}/openapi.json`, (c) => c.json({ ...app.getOpenAPI31Document(documentConfig), webhooks }));
   mountDocs(app as unknown as OpenAPIHono<never>, `${API_BASE}/docs`, `${API_BASE}/openapi.json`);
   return app;
 }

@@ -2,14 +2,16 @@ import { newId } from './platform/db/columns.js';
 import { clock } from './platform/clock.js';
 import type { Tx } from './platform/db/transaction.js';
 import type { EventType } from './event-types.js';
+import type { z } from 'zod';
+import type { KEEL_EVENT_DATA, KeelEmittedType } from './event-catalogue.js';
 
 export { EVENT_TYPES, isEventType, type EventType } from './event-types.js';
 
-/** Typed `data` for the events Keel itself emits; other types carry an open object. */
-export interface KnownEventData {
-  'user.login': { userId: string; email: string; sessionId: string; method: 'password' | 'mfa' | 'sso' };
-  'user.logout': { userId: string; email: string; sessionId: string | null };
-}
+/**
+ * Typed `data` for the events Keel itself emits, inferred from the catalogue's schemas (the JSON
+ * Schemas receivers are given: event-catalogue.ts); other types carry an open object.
+ */
+export type KnownEventData = { [T in KeelEmittedType]: z.output<(typeof KEEL_EVENT_DATA)[T]> };
 
 export type EventData<T extends EventType> = T extends keyof KnownEventData ? KnownEventData[T] : Record<string, unknown>;
 

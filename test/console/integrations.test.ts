@@ -55,6 +55,10 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks,
     await form.getByLabel('URL', { exact: true }).fill(receiver.url);
     await form.getByLabel('All devices').check();
     await form.getByLabel('webhook.test').check();
+    // Each type says what it means, from the server's event catalogue, as the checkbox's description.
+    const about = form.getByText('A device missed its heartbeats for longer than the offline threshold');
+    await about.waitFor();
+    expect(await form.getByLabel('device.offline').getAttribute('aria-describedby')).toBe(await about.getAttribute('id'));
     await form.getByRole('button', { name: 'Add a header' }).click();
     await form.getByLabel('Header 1 name').fill('X-Ticket-Queue');
     await form.getByLabel('Header 1 value').fill('noc');

@@ -102,7 +102,7 @@ describe.skipIf(!backendAvailable())(`event bus and audit writer (${backend})`, 
     );
     await transaction(db, async (tx) => {
       await events.publish(tx, 'webhook.test', null, {});
-      await events.publish(tx, 'device.online', null, {});
+      await events.publish(tx, 'device.online', null, { deviceId: 'd-1', hostname: 'h-1' });
     });
     expect(calls).toEqual(['typed', 'any', 'any']);
     offTyped();

@@ -8,7 +8,7 @@ import { dirname, join, relative, resolve } from 'node:path';
 export const LAYERS = ['audit', 'tenancy', 'identity', 'access', 'mfa', 'users', 'orgs', 'webhooks', 'agents', 'domains', 'sso'] as const;
 
 /** Files of the platform level: they know no module. `keel.ts` is the container every module receives. */
-const PLATFORM = [/^src\/platform\//, /^src\/config\.ts$/, /^src\/events\.ts$/, /^src\/event-types\.ts$/, /^src\/keel\.ts$/];
+const PLATFORM = [/^src\/platform\//, /^src\/config\.ts$/, /^src\/events\.ts$/, /^src\/event-types\.ts$/, /^src\/event-catalogue\.ts$/, /^src\/keel\.ts$/];
 /** The composition root: builds the process from every module; nothing imports it but itself. */
 const ROOT = [/^src\/app\.ts$/, /^src\/server\.ts$/, /^src\/main\.ts$/, /^src\/modules\/index\.ts$/, /^src\/compose\.ts$/];
 /** HTTP adapters: the request path (`src/http/`) and each module's routes, API schemas and request helpers (docs/architecture.md "Inside a module"); they may use every module. */

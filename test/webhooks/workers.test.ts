@@ -41,7 +41,7 @@ describe.skipIf(!backendAvailable() || backend !== 'postgres')('race: the delive
     await webhooksOf(keel).stopWorker();
     // 500 events × 10 webhooks, committed while no worker runs.
     await transaction(keel.db, async (tx) => {
-      for (let i = 0; i < 500; i++) await keel.events.publish(tx, 'device.online', w.orgId, { deviceId: `d-${i}` });
+      for (let i = 0; i < 500; i++) await keel.events.publish(tx, 'device.online', w.orgId, { deviceId: `d-${i}`, hostname: `host-${i}` });
     });
     const [{ n }] = (await keel.database.query<{ n: number }>(`select count(*)::int as n from webhook_deliveries where event_type = 'device.online'`)) as [{ n: number }];
     expect(n).toBe(5_000);

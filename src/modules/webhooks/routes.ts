@@ -8,6 +8,7 @@ import { principalOf, requestInfo } from '../identity/request.js';
 import { IdParam, ScopeQuery } from '../access/api-schemas.js';
 import { accessOf, guard, orgRequired, type AccessContext } from '../access/scope.js';
 import { EVENT_TYPES } from '../../events.js';
+import { EVENT_CATALOGUE } from '../../event-catalogue.js';
 import { DELIVERY_STATUSES, HEADER_LIMITS, RETRY_BOUNDS, WEBHOOK_EVENT_TYPES } from './model.js';
 import {
   createWebhook,
@@ -214,6 +215,24 @@ function inOrg(access: AccessContext): AccessContext & { orgId: string } {
   return access as AccessContext & { orgId: string };
 }
 
+const CatalogueQuery = z
+  .object({ include: z.enum(['schema']).optional().openapi(d('`schema` adds each type\'s JSON Schema')) })
+  .strict();
+const Catalogue = z
+  .object({
+    data: z.array(
+      z
+        .object({
+          type: EventType,
+          description: z.string().openapi(d('What the event means and who publishes it')),
+          example: z.record(z.string(), z.unknown()).openapi(d('An example delivery body')),
+          schema: z.record(z.string(), z.unknown()).optional().openapi(d('JSON Schema (draft 2020-12) of the delivery body, with `?include=schema`')),
+        })
+        .openapi('EventTypeInfo'),
+    ),
+  })
+  .openapi('EventCatalogue', { description: 'The event types, in catalogue order' });
+
 /**
  * docs/specification.md "Webhooks: subscriptions" and docs/decisions.md "Webhook shapes": webhooks (`webhooks:read` / `webhooks:write`),
  * their deliveries, test and retry, secret rotation; and `POST /events` for API keys holding
@@ -240,6 +259,21 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       const q = c.req.valid('query');
       const { data, total } = await listWebhooks(keel, accessOf(c), q);
       return c.json(page(data, q, total), 200);
+    },
+  );
+
+  // Before `/webhooks/{id}`: the catalogue's path is not an id.
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/webhooks/event-types', tags,
+      summary: 'The event catalogue: every event type a webhook can subscribe to, with its description, an example delivery body and (`?include=schema`) the JSON Schema (draft 2020-12) of that body',
+      middleware: [auth, ...guard(keel, { permission: ['webhooks', 'read'] })],
+      request: { query: CatalogueQuery },
+      responses: { 200: json(Catalogue, 'The event types') },
+    }),
+    (c) => {
+      const withSchema = c.req.valid('query').include === 'schema';
+      return c.json({ data: EVENT_CATALOGUE.map(({ schema, ...item }) => (withSchema ? { ...item, schema } : item)) }, 200);
     },
   );
 

@@ -52,6 +52,8 @@ export const keys = {
   domains: { ...resource('domains') },
   ssoProviders: { ...resource('sso-providers') },
   ssoPresets: { all: ['sso-presets'] as const },
+  /** The event catalogue: the same for every tenant and unchanged while the server runs. */
+  eventTypes: { all: ['event-types'] as const },
   devices: { ...resource('devices') },
   agentVersions: { ...resource('agent-versions') },
   agentUpdateSettings: { all: ['agent-update-settings'] as const, of: (path: string | null) => ['agent-update-settings', path] as const },

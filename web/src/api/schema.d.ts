@@ -2116,6 +2116,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/webhooks/event-types": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The event catalogue: every event type a webhook can subscribe to, with its description, an example delivery body and (`?include=schema`) the JSON Schema (draft 2020-12) of that body
+         * @description Access: an access token or an API key; permission `webhooks:read`.
+         */
+        get: operations["getWebhooksEventTypes"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/health": {
         parameters: {
             query?: never;
@@ -2159,7 +2179,648 @@ export interface paths {
         trace?: never;
     };
 }
-export type webhooks = Record<string, never>;
+export interface webhooks {
+    "alert.acknowledged": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * alert.acknowledged
+         * @description Someone acknowledged an alert (published by the monitoring component)
+         */
+        post: operations["event_alert_acknowledged"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "alert.escalated": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * alert.escalated
+         * @description An alert was escalated (published by the monitoring component)
+         */
+        post: operations["event_alert_escalated"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "alert.resolved": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * alert.resolved
+         * @description An alert was resolved (published by the monitoring component)
+         */
+        post: operations["event_alert_resolved"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "alert.triggered": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * alert.triggered
+         * @description An alert was raised (published by the monitoring component)
+         */
+        post: operations["event_alert_triggered"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "automation.completed": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * automation.completed
+         * @description An automation completed (published by the automation component)
+         */
+        post: operations["event_automation_completed"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "automation.failed": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * automation.failed
+         * @description An automation failed (published by the automation component)
+         */
+        post: operations["event_automation_failed"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "automation.started": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * automation.started
+         * @description An automation started (published by the automation component)
+         */
+        post: operations["event_automation_started"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "device.decommissioned": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * device.decommissioned
+         * @description A device was decommissioned: its token no longer works
+         */
+        post: operations["event_device_decommissioned"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "device.enrolled": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * device.enrolled
+         * @description A device enrolled with an enrolment key of the organisation
+         */
+        post: operations["event_device_enrolled"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "device.offline": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * device.offline
+         * @description A device missed its heartbeats for longer than the offline threshold
+         */
+        post: operations["event_device_offline"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "device.online": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * device.online
+         * @description A device that was offline sent a heartbeat again
+         */
+        post: operations["event_device_online"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "device.updated": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * device.updated
+         * @description A device now runs another version of a component (its agent reported it)
+         */
+        post: operations["event_device_updated"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "patch.approved": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * patch.approved
+         * @description A patch was approved (published by the patching component)
+         */
+        post: operations["event_patch_approved"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "patch.available": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * patch.available
+         * @description A patch is available for a device (published by the patching component)
+         */
+        post: operations["event_patch_available"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "patch.failed": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * patch.failed
+         * @description A patch failed to install (published by the patching component)
+         */
+        post: operations["event_patch_failed"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "patch.installed": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * patch.installed
+         * @description A patch was installed on a device (published by the patching component)
+         */
+        post: operations["event_patch_installed"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "patch.rollback": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * patch.rollback
+         * @description A patch was rolled back (published by the patching component)
+         */
+        post: operations["event_patch_rollback"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "policy.compliant": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * policy.compliant
+         * @description A device complies with a policy again (published by the policy component)
+         */
+        post: operations["event_policy_compliant"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "policy.evaluated": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * policy.evaluated
+         * @description A policy was evaluated on a device (published by the policy component)
+         */
+        post: operations["event_policy_evaluated"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "policy.violation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * policy.violation
+         * @description A device violates a policy (published by the policy component)
+         */
+        post: operations["event_policy_violation"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "remote.file.transferred": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * remote.file.transferred
+         * @description A file was transferred in a remote session (published by the remote-access component)
+         */
+        post: operations["event_remote_file_transferred"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "remote.session.ended": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * remote.session.ended
+         * @description A remote-control session ended (published by the remote-access component)
+         */
+        post: operations["event_remote_session_ended"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "remote.session.started": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * remote.session.started
+         * @description A remote-control session started (published by the remote-access component)
+         */
+        post: operations["event_remote_session_started"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "script.completed": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * script.completed
+         * @description A script finished successfully (published by the scripting component)
+         */
+        post: operations["event_script_completed"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "script.failed": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * script.failed
+         * @description A script failed (published by the scripting component)
+         */
+        post: operations["event_script_failed"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "script.started": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * script.started
+         * @description A script started on a device (published by the scripting component)
+         */
+        post: operations["event_script_started"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "security.score_changed": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * security.score_changed
+         * @description A device's security score changed (published by the security component)
+         */
+        post: operations["event_security_score_changed"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "session.login": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * session.login
+         * @description Someone signed in to a device's operating system (the agent reported it)
+         */
+        post: operations["event_session_login"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "session.logout": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * session.logout
+         * @description Someone signed out of a device's operating system (the agent reported it)
+         */
+        post: operations["event_session_logout"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "user.login": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * user.login
+         * @description A user of the organisation signed in to Keel
+         */
+        post: operations["event_user_login"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "user.logout": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * user.logout
+         * @description A user of the organisation signed out of Keel
+         */
+        post: operations["event_user_logout"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "webhook.test": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * webhook.test
+         * @description A test delivery sent from the console or POST /webhooks/:id/test (marked X-Service-Test: true and "test": true)
+         */
+        post: operations["event_webhook_test"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+}
 export interface components {
     schemas: {
         /**
@@ -2902,6 +3563,10 @@ export interface components {
             /** @description On 429 (`rate_limited`) and 503 (`overloaded`) only: seconds to wait before trying again (also sent as the `Retry-After` header) */
             retryAfter?: number;
         };
+        /** @description The event types, in catalogue order */
+        EventCatalogue: {
+            data: components["schemas"]["EventTypeInfo"][];
+        };
         /**
          * @description An event of another component
          * @example {
@@ -2947,6 +3612,23 @@ export interface components {
             timestamp: string;
             /** @description Event type */
             type: string;
+        };
+        EventTypeInfo: {
+            /** @description What the event means and who publishes it */
+            description: string;
+            /** @description An example delivery body */
+            example: {
+                [key: string]: unknown;
+            };
+            /** @description JSON Schema (draft 2020-12) of the delivery body, with `?include=schema` */
+            schema?: {
+                [key: string]: unknown;
+            };
+            /**
+             * @description An event type (device.*, alert.*, script.*, automation.*, policy.*, patch.*, security.score_changed, remote.*, user.login/logout, session.login/logout, webhook.test)
+             * @enum {string}
+             */
+            type: "device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "session.login" | "session.logout" | "webhook.test";
         };
         /**
          * @example {
@@ -24297,6 +24979,124 @@ export interface operations {
             };
         };
     };
+    getWebhooksEventTypes: {
+        parameters: {
+            query?: {
+                /** @description `schema` adds each type's JSON Schema */
+                include?: "schema";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The event types */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EventCatalogue"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     getHealth: {
         parameters: {
             query?: never;
@@ -24352,6 +25152,2745 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["NotReady"];
                 };
+            };
+        };
+    };
+    event_alert_acknowledged: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "alertId": "a-1",
+                 *         "by": "tech@msp.example"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "alert.acknowledged"
+                 *     }
+                 */
+                "application/json": {
+                    /** @description The publisher's object, as given to POST /api/v1/events */
+                    data: {
+                        [key: string]: unknown;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "alert.acknowledged";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_alert_escalated: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "alertId": "a-1",
+                 *         "level": 2
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "alert.escalated"
+                 *     }
+                 */
+                "application/json": {
+                    /** @description The publisher's object, as given to POST /api/v1/events */
+                    data: {
+                        [key: string]: unknown;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "alert.escalated";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_alert_resolved: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "alertId": "a-1"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "alert.resolved"
+                 *     }
+                 */
+                "application/json": {
+                    /** @description The publisher's object, as given to POST /api/v1/events */
+                    data: {
+                        [key: string]: unknown;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "alert.resolved";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_alert_triggered: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "alertId": "a-1",
+                 *         "deviceId": "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d",
+                 *         "severity": "critical"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "alert.triggered"
+                 *     }
+                 */
+                "application/json": {
+                    /** @description The publisher's object, as given to POST /api/v1/events */
+                    data: {
+                        [key: string]: unknown;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "alert.triggered";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_automation_completed: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "automationId": "au-3"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "automation.completed"
+                 *     }
+                 */
+                "application/json": {
+                    /** @description The publisher's object, as given to POST /api/v1/events */
+                    data: {
+                        [key: string]: unknown;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "automation.completed";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_automation_failed: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "automationId": "au-3",
+                 *         "reason": "timeout"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "automation.failed"
+                 *     }
+                 */
+                "application/json": {
+                    /** @description The publisher's object, as given to POST /api/v1/events */
+                    data: {
+                        [key: string]: unknown;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "automation.failed";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_automation_started: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "automationId": "au-3"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "automation.started"
+                 *     }
+                 */
+                "application/json": {
+                    /** @description The publisher's object, as given to POST /api/v1/events */
+                    data: {
+                        [key: string]: unknown;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "automation.started";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_device_decommissioned: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "deviceId": "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d",
+                 *         "hostname": "FIN-LT-042"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "device.decommissioned"
+                 *     }
+                 */
+                "application/json": {
+                    data: {
+                        /**
+                         * Format: uuid
+                         * @description The device
+                         */
+                        deviceId: string;
+                        /** @description The device's host name */
+                        hostname: string;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "device.decommissioned";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_device_enrolled: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "agentVersion": "3.1.0",
+                 *         "arch": "amd64",
+                 *         "deviceGroupId": "7f6e5d4c-3b2a-4190-8f7e-6d5c4b3a2918",
+                 *         "deviceId": "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d",
+                 *         "hostname": "FIN-LT-042",
+                 *         "os": "windows",
+                 *         "siteId": "3c4d5e6f-7a8b-4c9d-8e0f-1a2b3c4d5e6f"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "device.enrolled"
+                 *     }
+                 */
+                "application/json": {
+                    data: {
+                        /** @description The agent version it enrolled with */
+                        agentVersion: string;
+                        /** @description CPU architecture the agent reported, if it did */
+                        arch: string | null;
+                        /** @description The device group the device was placed in, if any */
+                        deviceGroupId: string | null;
+                        /**
+                         * Format: uuid
+                         * @description The device
+                         */
+                        deviceId: string;
+                        /** @description The device's host name */
+                        hostname: string;
+                        /** @description Operating system the agent reported, if it did */
+                        os: string | null;
+                        /** @description The site the device was placed in, if any */
+                        siteId: string | null;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "device.enrolled";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_device_offline: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "deviceId": "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d",
+                 *         "hostname": "FIN-LT-042",
+                 *         "lastSeenAt": "2026-11-27T08:15:00.000Z"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "device.offline"
+                 *     }
+                 */
+                "application/json": {
+                    data: {
+                        /**
+                         * Format: uuid
+                         * @description The device
+                         */
+                        deviceId: string;
+                        /** @description The device's host name */
+                        hostname: string;
+                        /** @description Its last heartbeat (ISO 8601 UTC) */
+                        lastSeenAt: string | null;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "device.offline";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_device_online: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "deviceId": "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d",
+                 *         "hostname": "FIN-LT-042"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "device.online"
+                 *     }
+                 */
+                "application/json": {
+                    data: {
+                        /**
+                         * Format: uuid
+                         * @description The device
+                         */
+                        deviceId: string;
+                        /** @description The device's host name */
+                        hostname: string;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "device.online";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_device_updated: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "component": "agent",
+                 *         "deviceId": "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d",
+                 *         "fromVersion": "3.0.2",
+                 *         "toVersion": "3.1.0"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "device.updated"
+                 *     }
+                 */
+                "application/json": {
+                    data: {
+                        /** @description The component that changed version: agent, helper or watchdog */
+                        component: string;
+                        /**
+                         * Format: uuid
+                         * @description The device
+                         */
+                        deviceId: string;
+                        /** @description The version it ran before (null for a component it did not have) */
+                        fromVersion: string | null;
+                        /** @description The version it runs now */
+                        toVersion: string;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "device.updated";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_patch_approved: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "patchId": "KB5030211"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "patch.approved"
+                 *     }
+                 */
+                "application/json": {
+                    /** @description The publisher's object, as given to POST /api/v1/events */
+                    data: {
+                        [key: string]: unknown;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "patch.approved";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_patch_available: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "deviceId": "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d",
+                 *         "patchId": "KB5030211"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "patch.available"
+                 *     }
+                 */
+                "application/json": {
+                    /** @description The publisher's object, as given to POST /api/v1/events */
+                    data: {
+                        [key: string]: unknown;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "patch.available";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_patch_failed: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "deviceId": "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d",
+                 *         "patchId": "KB5030211"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "patch.failed"
+                 *     }
+                 */
+                "application/json": {
+                    /** @description The publisher's object, as given to POST /api/v1/events */
+                    data: {
+                        [key: string]: unknown;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "patch.failed";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_patch_installed: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "deviceId": "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d",
+                 *         "patchId": "KB5030211"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "patch.installed"
+                 *     }
+                 */
+                "application/json": {
+                    /** @description The publisher's object, as given to POST /api/v1/events */
+                    data: {
+                        [key: string]: unknown;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "patch.installed";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_patch_rollback: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "deviceId": "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d",
+                 *         "patchId": "KB5030211"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "patch.rollback"
+                 *     }
+                 */
+                "application/json": {
+                    /** @description The publisher's object, as given to POST /api/v1/events */
+                    data: {
+                        [key: string]: unknown;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "patch.rollback";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_policy_compliant: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "deviceId": "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d",
+                 *         "policyId": "p-2"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "policy.compliant"
+                 *     }
+                 */
+                "application/json": {
+                    /** @description The publisher's object, as given to POST /api/v1/events */
+                    data: {
+                        [key: string]: unknown;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "policy.compliant";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_policy_evaluated: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "deviceId": "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d",
+                 *         "policyId": "p-2"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "policy.evaluated"
+                 *     }
+                 */
+                "application/json": {
+                    /** @description The publisher's object, as given to POST /api/v1/events */
+                    data: {
+                        [key: string]: unknown;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "policy.evaluated";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_policy_violation: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "deviceId": "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d",
+                 *         "policyId": "p-2"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "policy.violation"
+                 *     }
+                 */
+                "application/json": {
+                    /** @description The publisher's object, as given to POST /api/v1/events */
+                    data: {
+                        [key: string]: unknown;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "policy.violation";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_remote_file_transferred: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "bytes": 1048576,
+                 *         "remoteSessionId": "rs-1"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "remote.file.transferred"
+                 *     }
+                 */
+                "application/json": {
+                    /** @description The publisher's object, as given to POST /api/v1/events */
+                    data: {
+                        [key: string]: unknown;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "remote.file.transferred";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_remote_session_ended: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "remoteSessionId": "rs-1"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "remote.session.ended"
+                 *     }
+                 */
+                "application/json": {
+                    /** @description The publisher's object, as given to POST /api/v1/events */
+                    data: {
+                        [key: string]: unknown;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "remote.session.ended";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_remote_session_started: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "deviceId": "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d",
+                 *         "remoteSessionId": "rs-1"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "remote.session.started"
+                 *     }
+                 */
+                "application/json": {
+                    /** @description The publisher's object, as given to POST /api/v1/events */
+                    data: {
+                        [key: string]: unknown;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "remote.session.started";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_script_completed: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "exitCode": 0,
+                 *         "runId": "r-7"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "script.completed"
+                 *     }
+                 */
+                "application/json": {
+                    /** @description The publisher's object, as given to POST /api/v1/events */
+                    data: {
+                        [key: string]: unknown;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "script.completed";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_script_failed: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "exitCode": 1,
+                 *         "runId": "r-7"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "script.failed"
+                 *     }
+                 */
+                "application/json": {
+                    /** @description The publisher's object, as given to POST /api/v1/events */
+                    data: {
+                        [key: string]: unknown;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "script.failed";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_script_started: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "deviceId": "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d",
+                 *         "runId": "r-7"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "script.started"
+                 *     }
+                 */
+                "application/json": {
+                    /** @description The publisher's object, as given to POST /api/v1/events */
+                    data: {
+                        [key: string]: unknown;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "script.started";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_security_score_changed: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "deviceId": "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d",
+                 *         "from": 72,
+                 *         "to": 85
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "security.score_changed"
+                 *     }
+                 */
+                "application/json": {
+                    /** @description The publisher's object, as given to POST /api/v1/events */
+                    data: {
+                        [key: string]: unknown;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "security.score_changed";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_session_login: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "deviceId": "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d",
+                 *         "username": "ACME\\grace"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "session.login"
+                 *     }
+                 */
+                "application/json": {
+                    data: {
+                        /**
+                         * Format: uuid
+                         * @description The device
+                         */
+                        deviceId: string;
+                        /** @description The operating-system user now signed in on the device */
+                        username: string;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "session.login";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_session_logout: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "deviceId": "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d",
+                 *         "username": "ACME\\grace"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "session.logout"
+                 *     }
+                 */
+                "application/json": {
+                    data: {
+                        /**
+                         * Format: uuid
+                         * @description The device
+                         */
+                        deviceId: string;
+                        /** @description The operating-system user who signed out of the device */
+                        username: string;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "session.logout";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_user_login: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "email": "grace@customer.example",
+                 *         "method": "mfa",
+                 *         "sessionId": "5e2d1c4b-3a29-4f18-8e07-d6c5b4a39281",
+                 *         "userId": "0b7f3c52-8a61-4d2e-9c1a-2f6d7e8a9b10"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "user.login"
+                 *     }
+                 */
+                "application/json": {
+                    data: {
+                        /** @description Their email address */
+                        email: string;
+                        /**
+                         * @description How they signed in: a password alone, a password and a second factor, or single sign-on
+                         * @enum {string}
+                         */
+                        method: "password" | "mfa" | "sso";
+                        /**
+                         * Format: uuid
+                         * @description The session the sign-in opened
+                         */
+                        sessionId: string;
+                        /**
+                         * Format: uuid
+                         * @description The user who signed in
+                         */
+                        userId: string;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "user.login";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_user_logout: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "email": "grace@customer.example",
+                 *         "sessionId": "5e2d1c4b-3a29-4f18-8e07-d6c5b4a39281",
+                 *         "userId": "0b7f3c52-8a61-4d2e-9c1a-2f6d7e8a9b10"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "user.logout"
+                 *     }
+                 */
+                "application/json": {
+                    data: {
+                        /** @description Their email address */
+                        email: string;
+                        /** @description The session that ended (null when it was not known) */
+                        sessionId: string | null;
+                        /**
+                         * Format: uuid
+                         * @description The user who signed out
+                         */
+                        userId: string;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "user.logout";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_webhook_test: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "message": "This is a test delivery from Keel",
+                 *         "timestamp": "2026-11-27T08:15:00.000Z",
+                 *         "webhookId": "2a3b4c5d-6e7f-4081-9a2b-3c4d5e6f7a8b"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "test": true,
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "webhook.test"
+                 *     }
+                 */
+                "application/json": {
+                    /** @description By default {message, timestamp, webhookId}; a test that names its own payload (POST /webhooks/:id/test {payload}) sends that */
+                    data: {
+                        [key: string]: unknown;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "webhook.test";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };

@@ -129,6 +129,13 @@ function WebhookList() {
 }
 
 function EventPicker({ value, onChange, error }: { value: Set<string>; onChange: (v: Set<string>) => void; error?: string | undefined }) {
+  // What each type means, from the server's event catalogue (GET /webhooks/event-types).
+  const catalogue = useQuery({
+    queryKey: keys.eventTypes.all,
+    queryFn: async () => dataOf(await client.GET('/api/v1/webhooks/event-types')),
+    staleTime: Infinity,
+  });
+  const described = new Map((catalogue.data?.data ?? []).map((t) => [t.type, t.description]));
   const toggle = (types: string[], on: boolean) => {
     const next = new Set(value);
     for (const ty of types) if (on) next.add(ty);
@@ -151,11 +158,23 @@ function EventPicker({ value, onChange, error }: { value: Set<string>; onChange:
               <label className="checkbox small">
                 <input type="checkbox" checked={all} onChange={(e) => toggle(g.types, e.target.checked)} /> All {g.title.toLowerCase()}
               </label>
-              {g.types.map((ty) => (
-                <label key={ty} className="checkbox">
-                  <input type="checkbox" checked={value.has(ty)} onChange={(e) => toggle([ty], e.target.checked)} /> <code>{ty}</code>
-                </label>
-              ))}
+              {g.types.map((ty) => {
+                const description = described.get(ty);
+                const descriptionId = `event-${ty.replaceAll('.', '-')}-about`;
+                return (
+                  <div key={ty} className="event-type">
+                    <label className="checkbox">
+                      <input type="checkbox" checked={value.has(ty)} onChange={(e) => toggle([ty], e.target.checked)} aria-describedby={description ? descriptionId : undefined} />{' '}
+                      <code>{ty}</code>
+                    </label>
+                    {description && (
+                      <div id={descriptionId} className="muted small event-about">
+                        {description}
+                      </div>
+                    )}
+                  </div>
+                );
+              })}
             </fieldset>
           );
         })}
