@@ -56,6 +56,14 @@ export const KEEL_EVENT_DATA = {
   'device.decommissioned': z.object({ deviceId, hostname }).strict(),
   'session.login': z.object({ deviceId, username: z.string().describe('The operating-system user now signed in on the device') }).strict(),
   'session.logout': z.object({ deviceId, username: z.string().describe('The operating-system user who signed out of the device') }).strict(),
+  'webhook.disabled': z
+    .object({
+      webhookId: uuid.describe('The webhook Keel set to failed'),
+      name: z.string().describe('Its name'),
+      deadLettered: z.number().int().describe('Deliveries dead-lettered in a row'),
+      failingSince: z.iso.datetime().describe('When the first of them failed (ISO 8601 UTC)'),
+    })
+    .strict(),
 } satisfies Partial<Record<EventType, z.ZodType>>;
 
 export type KeelEmittedType = keyof typeof KEEL_EVENT_DATA;
@@ -129,6 +137,11 @@ const ENTRIES: Record<EventType, CatalogueEntry> = {
   },
   'session.login': { description: 'Someone signed in to a device\'s operating system (the agent reported it)', example: { deviceId: EXAMPLE_IDS.device, username: 'ACME\\grace' } },
   'session.logout': { description: 'Someone signed out of a device\'s operating system (the agent reported it)', example: { deviceId: EXAMPLE_IDS.device, username: 'ACME\\grace' } },
+  'webhook.disabled': {
+    description:
+      'Keel set another webhook of the organisation to failed (every delivery dead-lettered for 24 hours). Sent to every active webhook of the organisation, subscribed or not',
+    example: { webhookId: EXAMPLE_IDS.webhook, name: 'PSA tickets', deadLettered: 12, failingSince: '2026-11-26T08:15:00.000Z' },
+  },
   'webhook.test': {
     description: 'A test delivery sent from the console or POST /webhooks/:id/test (marked X-Service-Test: true and "test": true)',
     example: { message: 'This is a test delivery from Keel', timestamp: '2026-11-27T08:15:00.000Z', webhookId: EXAMPLE_IDS.webhook },

@@ -11,8 +11,14 @@ export const EVENT_TYPES = [
   'patch.available', 'patch.approved', 'patch.installed', 'patch.failed', 'patch.rollback',
   'security.score_changed', 'remote.session.started', 'remote.session.ended', 'remote.file.transferred',
   'user.login', 'user.logout', 'session.login', 'session.logout',
-  'webhook.test',
+  'webhook.test', 'webhook.disabled',
 ] as const;
+
+/**
+ * Operational events: delivered to every active webhook of the organisation, whatever it subscribed
+ * to (docs/decisions.md "Retry schedules").
+ */
+export const OPERATIONAL_EVENT_TYPES = ['webhook.disabled'] as const satisfies readonly (typeof EVENT_TYPES)[number][];
 
 export type EventType = (typeof EVENT_TYPES)[number];
 

@@ -62,12 +62,14 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks,
     await form.getByRole('button', { name: 'Add a header' }).click();
     await form.getByLabel('Header 1 name').fill('X-Ticket-Queue');
     await form.getByLabel('Header 1 value').fill('noc');
+    await form.getByLabel('Retry schedule').selectOption('custom');
     await form.getByLabel('Retries after the first attempt').fill('3');
     await t.screenshot('webhooks-new');
     expect(await axeViolations(page)).toEqual([]);
     await form.getByRole('button', { name: 'Create webhook' }).click();
 
     await page.getByRole('heading', { name: 'Webhook Ticketing' }).waitFor();
+    await page.getByText('custom: 3 after 1000 ms').waitFor();
     await page.getByText('No deliveries yet.').waitFor();
     await page.getByRole('button', { name: 'Send test' }).click();
     await page.getByText('A webhook.test delivery is queued').waitFor();

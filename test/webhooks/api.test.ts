@@ -44,9 +44,10 @@ describe.skipIf(!backendAvailable())('webhook endpoints', () => {
     });
     expect(res.status).toBe(201);
     expect(Object.keys(res.body).sort()).toEqual(
-      ['createdAt', 'createdBy', 'events', 'failureCount', 'hasSecret', 'headers', 'id', 'lastDeliveryAt', 'lastSuccessAt', 'name', 'orgId', 'previousSecretExpiresAt', 'retryPolicy', 'status', 'successCount', 'updatedAt', 'url'].sort(),
+      ['createdAt', 'createdBy', 'events', 'failureCount', 'hasSecret', 'headers', 'id', 'lastDeliveryAt', 'lastSuccessAt', 'name', 'orgId', 'previousSecretExpiresAt', 'retryPolicy', 'retrySchedule', 'status', 'successCount', 'updatedAt', 'url'].sort(),
     );
     expect(res.body).toMatchObject({ name: 'PSA', orgId: w.orgId, status: 'active', hasSecret: true, events: ['alert.triggered', 'device.offline'], headers: [{ key: 'X-Tenant', valueSet: true }], lastDeliveryAt: null });
+    expect(res.body.retrySchedule).toBe('default');
     expect(res.body.retryPolicy).toEqual({ maxRetries: 5, initialDelayMs: 1000, backoffMultiplier: 2, maxDelayMs: 300000 });
     expect(res.body.url).toBe(`${rx.url}?token=REDACTED&keep=1`);
     expect(JSON.stringify(res.body)).not.toContain('a-very-secret-signing-key');

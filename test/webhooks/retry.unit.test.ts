@@ -41,6 +41,20 @@ describe('retry decision', () => {
     expect(decideRetry(answered(500), 1, effectivePolicy({ maxRetries: 0 }), AT)).toEqual({ status: 'failed', error: 'HTTP 500' });
   });
 
+  it('the extended schedule: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h, each within ±10 % by its random draw; the 8th failure is a dead letter', () => {
+    const extended = effectivePolicy({ schedule: 'extended' });
+    const base = [5_000, 5 * 60_000, 30 * 60_000, 2 * HOUR, 5 * HOUR, 10 * HOUR, 10 * HOUR];
+    for (const [i, delay] of base.entries()) {
+      const at = (draw: number) => decideRetry(answered(503), i + 1, extended, AT, () => draw);
+      expect(at(0)).toEqual({ status: 'retrying', error: 'HTTP 503', nextRetryAt: AT + Math.round(delay * 0.9) });
+      expect(at(0.5)).toMatchObject({ nextRetryAt: AT + delay });
+      expect(at(0.999999)).toMatchObject({ nextRetryAt: AT + Math.round(delay * 1.1 - delay * 0.2 * 0.000001) });
+    }
+    expect(decideRetry(answered(503), 8, extended, AT, () => 0.5)).toEqual({ status: 'failed', error: 'HTTP 503' });
+    // Named, it ignores any number stored beside it.
+    expect(effectivePolicy({ schedule: 'extended', maxRetries: 1 }).maxRetries).toBe(7);
+  });
+
   it('every failure status is retried alike (410, 429 and 503 included; Retry-After is not read); a 3xx is a failure, never followed', () => {
     for (const status of [400, 404, 410, 429, 500, 503]) {
       expect(decideRetry(answered(status), 2, DEFAULT_RETRY_POLICY, AT)).toEqual({ status: 'retrying', error: `HTTP ${status}`, nextRetryAt: AT + 2_000 });

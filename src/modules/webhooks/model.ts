@@ -26,11 +26,36 @@ export const RETRY_BOUNDS = {
 } as const;
 
 export function effectivePolicy(stored: Partial<RetryPolicy> | null | undefined): RetryPolicy {
+  if (stored?.schedule === 'extended') return EXTENDED_POLICY;
   return { ...DEFAULT_RETRY_POLICY, ...(stored ?? {}) };
 }
 
-/** docs/specification.md "Limits": the delay before retry n+1 (n = 0 for the first retry) is min(initial × multiplier^n, max). */
-export function retryDelayMs(policy: RetryPolicy, n: number): number {
+/**
+ * The named `extended` schedule (docs/decisions.md "Retry schedules"), for receivers that may be down
+ * for a day: after the first attempt, retries 5 s, 5 min, 30 min, 2 h, 5 h, 10 h and 10 h later (about
+ * 27.6 hours in all), each delay moved by up to ±10 % at random so that the retries of many deliveries
+ * that failed together do not all arrive together.
+ */
+export const EXTENDED_DELAYS_MS: readonly number[] = [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000];
+export const EXTENDED_JITTER = 0.1;
+const EXTENDED_POLICY: RetryPolicy = { maxRetries: EXTENDED_DELAYS_MS.length, initialDelayMs: 5_000, backoffMultiplier: 1, maxDelayMs: 36_000_000, schedule: 'extended' };
+
+/** Which schedule a stored policy is: none stored is the default, `extended` by name, anything else custom. */
+export function retrySchedule(stored: Partial<RetryPolicy> | null | undefined): 'default' | 'extended' | 'custom' {
+  if (!stored) return 'default';
+  return stored.schedule === 'extended' ? 'extended' : 'custom';
+}
+
+/**
+ * The delay before retry n+1 (n = 0 for the first retry): docs/specification.md "Limits"'s
+ * min(initial × multiplier^n, max), or the extended schedule's n-th delay with its jitter (`random`
+ * in [0, 1) picks where in the ±10 %).
+ */
+export function retryDelayMs(policy: RetryPolicy, n: number, random: () => number = Math.random): number {
+  if (policy.schedule === 'extended') {
+    const base = EXTENDED_DELAYS_MS[Math.min(n, EXTENDED_DELAYS_MS.length - 1)] ?? 0;
+    return Math.round(base * (1 - EXTENDED_JITTER + 2 * EXTENDED_JITTER * random()));
+  }
   return Math.min(Math.round(policy.initialDelayMs * policy.backoffMultiplier ** n), policy.maxDelayMs);
 }
 

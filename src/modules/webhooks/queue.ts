@@ -1,7 +1,7 @@
 import { newId } from '../../platform/db/columns.js';
 import type { Db } from '../../platform/db/client.js';
 import { prepared, rawQuery } from '../../platform/db/raw.js';
-import { transactionIf } from '../../platform/db/transaction.js';
+import { transactionIf, type Tx } from '../../platform/db/transaction.js';
 import { writeAudit } from '../audit/service.js';
 import { attemptFields, type ClaimedDelivery, type WebhookAttemptColumns } from './model.js';
 import { AUTO_FAIL_MIN_DEAD, AUTO_FAIL_WINDOW_MS } from './retry.js';
@@ -129,11 +129,11 @@ const recordStatement = prepared(
             dead_letter_streak = decide.streak, failing_since = decide.failing_since,
             status = case when decide.auto_fail then 'error' else w.status end
        from decide where w.id = decide.id
-     returning w.id, w.org_id, decide.auto_fail, decide.streak, decide.failing_since
+     returning w.id, w.org_id, w.name, decide.auto_fail, decide.streak, decide.failing_since
    )
    select (select count(*)::int from upd) as recorded,
           (select coalesce(json_agg(id), '[]'::json) from upd where status = 'failed') as dead,
-          (select coalesce(json_agg(json_build_object('id', id, 'orgId', org_id, 'streak', streak, 'since', failing_since)), '[]'::json) from hooks where auto_fail) as auto_failed`,
+          (select coalesce(json_agg(json_build_object('id', id, 'orgId', org_id, 'name', name, 'streak', streak, 'since', failing_since)), '[]'::json) from hooks where auto_fail) as auto_failed`,
 );
 
 const releaseAllStatement = prepared('webhook_deliveries_release_all', 'update webhook_deliveries set claim_id = null, lease_expires_at = null where claim_id is not null');
@@ -183,6 +183,7 @@ export async function releaseHeld(db: Db, rows: readonly HeldRow[]): Promise<voi
 export interface AutoFailed {
   id: string;
   orgId: string;
+  name: string;
   streak: number;
   since: string;
 }
@@ -194,7 +195,13 @@ export interface AutoFailed {
  * webhook, so only such a batch opens a transaction: the others stay one statement. Answers how many
  * were recorded (the rest were fenced out), the dead-lettered ids and the webhooks moved.
  */
-export async function recordResults(db: Db, batch: readonly AttemptResult[], nowIso: string): Promise<{ recorded: number; dead: string[]; autoFailed: AutoFailed[] }> {
+export async function recordResults(
+  db: Db,
+  batch: readonly AttemptResult[],
+  nowIso: string,
+  /** Runs in the statement's transaction for the webhooks it moved to `failed` (the operational event). */
+  onAutoFailed?: (tx: Tx, moved: AutoFailed[]) => Promise<void>,
+): Promise<{ recorded: number; dead: string[]; autoFailed: AutoFailed[] }> {
   const mayMove = batch.some((r) => r.status === 'failed');
   return transactionIf(mayMove, db, async (tx) => {
     const [row] = await rawQuery<{ recorded: number; dead: unknown; auto_failed: unknown }>(tx.db, recordStatement, [
@@ -221,6 +228,7 @@ export async function recordResults(db: Db, batch: readonly AttemptResult[], now
         details: { deadLettered: hook.streak, failingSince: hook.since, status: 'failed' },
       });
     }
+    if (moved.length > 0) await onAutoFailed?.(tx, moved);
     return { recorded: row?.recorded ?? 0, dead: parseJson(row?.dead ?? '[]') as string[], autoFailed: moved };
   });
 }

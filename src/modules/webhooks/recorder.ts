@@ -1,3 +1,4 @@
+import { announceAutoFailed } from './operational.js';
 import { performance } from 'node:perf_hooks';
 import type { Keel } from '../../keel.js';
 import { clock } from '../../platform/clock.js';
@@ -115,7 +116,7 @@ export class Recorder {
   /** One batch: the record statement (queue.ts), then the metrics, the log of fenced-out results and the dead-letter list. */
   async #record(batch: AttemptResult[]): Promise<void> {
     const t0 = performance.now();
-    const { recorded, dead, autoFailed } = await recordResults(this.#keel.db, batch, clock.now().toISOString());
+    const { recorded, dead, autoFailed } = await recordResults(this.#keel.db, batch, clock.now().toISOString(), (tx, moved) => announceAutoFailed(this.#keel, tx, moved));
     this.#stats.records++;
     this.#stats.recordMs += performance.now() - t0;
     this.#stats.recorded += recorded;

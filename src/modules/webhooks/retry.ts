@@ -34,13 +34,14 @@ export type RetryDecision =
  * The decision for attempt number `attempt` (1 for the first) that ended at `attemptedAt` (epoch ms).
  * Every failure is treated alike, whatever the status (410 and 429 included; Retry-After is not
  * read): retry n (n = 1 after the first attempt) is due `retryDelayMs(policy, n - 1)` after it, up
- * to `policy.maxRetries` retries; the failure after the last one is a dead letter.
+ * to `policy.maxRetries` retries; the failure after the last one is a dead letter. `random` draws
+ * the extended schedule's jitter.
  */
-export function decideRetry(outcome: AttemptOutcome, attempt: number, policy: RetryPolicy, attemptedAt: number): RetryDecision {
+export function decideRetry(outcome: AttemptOutcome, attempt: number, policy: RetryPolicy, attemptedAt: number, random: () => number = Math.random): RetryDecision {
   if (outcome.kind === 'cancelled') return { status: 'released' };
   const error = outcome.kind === 'answered' ? answerFailure(outcome.status) : outcome.error;
   if (error === null) return { status: 'delivered', error: null };
-  if (attempt <= policy.maxRetries) return { status: 'retrying', error, nextRetryAt: attemptedAt + retryDelayMs(policy, attempt - 1) };
+  if (attempt <= policy.maxRetries) return { status: 'retrying', error, nextRetryAt: attemptedAt + retryDelayMs(policy, attempt - 1, random) };
   return { status: 'failed', error };
 }
 

@@ -73,6 +73,12 @@ const RetryPolicyOut = z
     maxDelayMs: z.number().int().openapi(d('Longest delay, in ms (default 300,000)')),
   })
   .openapi('WebhookRetryPolicy', { description: 'The retry schedule in force' });
+const RetrySchedule = z
+  .enum(['default', 'extended', 'custom'])
+  .openapi({
+    description:
+      'The retry schedule: `default` (5 retries: 1, 2, 4, 8, 16 s), `extended` (7 retries over about 27 hours: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h, each ±10 %), or `custom` (the `retryPolicy` given)',
+  });
 const Events = z.array(EventType).min(1).max(WEBHOOK_EVENT_TYPES.length).openapi(d('Event types this webhook receives (at least one)'));
 
 const Webhook = z
@@ -86,6 +92,7 @@ const Webhook = z
     status: ApiStatus,
     hasSecret: z.boolean().openapi(d('Whether deliveries are signed (the secret itself is never returned)')),
     previousSecretExpiresAt: z.string().nullable().openapi(d('While a rotated-out secret still signs (24 hours after a rotation): when it stops; else null')),
+    retrySchedule: RetrySchedule,
     retryPolicy: RetryPolicyOut,
     successCount: z.number().int().openapi(d('Attempts answered 2xx, ever')),
     failureCount: z.number().int().openapi(d('Attempts that failed, ever')),
@@ -149,6 +156,7 @@ const WebhookCreate = z
     secret: Secret.optional(),
     events: Events,
     headers: Headers.optional(),
+    retrySchedule: RetrySchedule.optional().openapi({ description: 'Default `default`, or `custom` when `retryPolicy` is given; `retryPolicy` only with `custom`' }),
     retryPolicy: RetryPolicyIn.optional(),
     orgId: z.uuid().optional().openapi({ description: 'Required for partner and system callers' }),
   })
@@ -165,7 +173,8 @@ const WebhookPatch = z
     events: Events.optional(),
     headers: HeadersPatch.optional(),
     status: ApiStatus.optional(),
-    retryPolicy: RetryPolicyIn.nullable().optional().openapi({ description: 'null: back to the defaults' }),
+    retrySchedule: RetrySchedule.optional().openapi({ description: '`custom` needs `retryPolicy` with it; `default` and `extended` take none' }),
+    retryPolicy: RetryPolicyIn.nullable().optional().openapi({ description: 'null: back to the defaults; alone, it makes the schedule `custom`' }),
     orgId: z.uuid().optional().openapi(d('The organisation (partner and system callers)')),
   })
   .strict()

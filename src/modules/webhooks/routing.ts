@@ -1,5 +1,6 @@
 import type { Keel } from '../../keel.js';
 import type { KeelEvent } from '../../events.js';
+import { OPERATIONAL_EVENT_TYPES } from '../../event-types.js';
 import { clock } from '../../platform/clock.js';
 import { loggableError } from '../../platform/safe-error.js';
 import type { Db } from '../../platform/db/client.js';
@@ -11,7 +12,8 @@ import { webhooksRuntime, type RuntimeHooks } from './service.js';
 
 /**
  * Routing (docs/specification.md "Webhooks: deliveries"): one pending delivery per active webhook of an event's organisation subscribed
- * to its type, written in the publisher's transaction. The event's body is stored once
+ * to its type (every active webhook for an operational type such as `webhook.disabled`), written in
+ * the publisher's transaction. The event's body is stored once
  * (`webhook_payloads`, $10: one id per event), in the same statement, only for an event that has a
  * delivery; each delivery refers to it.
  *
@@ -41,7 +43,7 @@ const routeStatement = prepared(
    ), t as (
      select e.org_id, e.type, e.event_id, e.payload_id, w.id as webhook_id
        from ev e
-       join webhooks w on w.org_id = e.org_id and w.status = 'active' and w.events ? e.type
+       join webhooks w on w.org_id = e.org_id and w.status = 'active' and (w.events ? e.type or e.type in (${OPERATIONAL_EVENT_TYPES.map((t) => `'${t}'`).join(', ')}))
    ), pl as (
      insert into webhook_payloads (id, org_id, body, created_at)
      select e.payload_id, e.org_id, e.payload, $5::timestamptz from ev e where exists (select 1 from t where t.payload_id = e.payload_id)

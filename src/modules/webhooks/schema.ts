@@ -12,6 +12,8 @@ export interface RetryPolicy {
   initialDelayMs: number;
   backoffMultiplier: number;
   maxDelayMs: number;
+  /** The named `extended` schedule (its own delays, with jitter) instead of the exponential one. */
+  schedule?: 'extended' | undefined;
 }
 
 /**

@@ -18,6 +18,7 @@ import {
   apiStatus,
   eventBody,
   effectivePolicy,
+  retrySchedule,
   headerProblems,
   redactUrl,
   storedStatus,
@@ -89,7 +90,8 @@ export interface WebhookView {
   hasSecret: boolean;
   /** When a rotation's previous secret stops signing; null outside an overlap. */
   previousSecretExpiresAt: string | null;
-  retryPolicy: RetryPolicy;
+  retrySchedule: RetryScheduleName;
+  retryPolicy: Omit<RetryPolicy, 'schedule'>;
   successCount: number;
   failureCount: number;
   lastDeliveryAt: string | null;
@@ -147,7 +149,8 @@ export function webhookView(keel: Keel, row: WebhookRow): WebhookView {
     status: apiStatus(row.status),
     hasSecret: row.secretSealed !== null,
     previousSecretExpiresAt: overlap ? isoOrNull(row.previousSecretExpiresAt) : null,
-    retryPolicy: effectivePolicy(row.retryPolicy),
+    retrySchedule: retrySchedule(row.retryPolicy),
+    retryPolicy: publicPolicy(effectivePolicy(row.retryPolicy)),
     successCount: row.successCount,
     failureCount: row.failureCount,
     lastDeliveryAt: isoOrNull(row.lastDeliveryAt),
@@ -242,14 +245,36 @@ export async function listWebhooks(keel: Keel, access: AccessContext, q: Paging 
   return { data: rows.map((r) => webhookView(keel, r)), total: total?.n ?? 0 };
 }
 
+type PolicyNumbers = Omit<RetryPolicy, 'schedule'>;
+
+/** The policy's four numbers, as reads show them (the schedule's name is `retrySchedule`). */
+const publicPolicy = ({ schedule: _named, ...numbers }: RetryPolicy): PolicyNumbers => numbers;
+
 /** A `retryPolicy` as given: any of the four fields (the rest take the defaults). */
-export type RetryPolicyInput = { [K in keyof RetryPolicy]?: RetryPolicy[K] | undefined };
+export type RetryPolicyInput = { [K in keyof PolicyNumbers]?: PolicyNumbers[K] | undefined };
+
+export type RetryScheduleName = 'default' | 'extended' | 'custom';
 
 function policyToStore(p: RetryPolicyInput | null | undefined): Partial<RetryPolicy> | null {
   if (!p) return null;
-  const out: Partial<RetryPolicy> = {};
-  for (const [k, v] of Object.entries(p) as [keyof RetryPolicy, number | undefined][]) if (v !== undefined) out[k] = v;
+  const out: Partial<PolicyNumbers> = {};
+  for (const [k, v] of Object.entries(p) as [keyof PolicyNumbers, number | undefined][]) if (v !== undefined) out[k] = v;
   return Object.keys(out).length > 0 ? out : null;
+}
+
+/**
+ * What a write's `retrySchedule` and `retryPolicy` store (docs/decisions.md "Retry schedules"), or
+ * undefined to leave it as it is: `extended` by name (no policy with it), `default` (none stored;
+ * `retryPolicy: null` says the same), `custom` or a bare `retryPolicy` stores the policy's fields.
+ */
+function scheduleToStore(schedule: RetryScheduleName | undefined, policy: RetryPolicyInput | null | undefined): Partial<RetryPolicy> | null | undefined {
+  if (schedule === 'extended' || schedule === 'default') {
+    if (policy) throw validationError([{ path: 'retryPolicy', message: `only with retrySchedule "custom" (the ${schedule} schedule has its own delays)` }]);
+    return schedule === 'extended' ? { schedule: 'extended' } : null;
+  }
+  if (schedule === 'custom' && !policy) throw validationError([{ path: 'retryPolicy', message: 'is required with retrySchedule "custom"' }]);
+  checkPolicy(policy);
+  return policy === undefined ? undefined : policyToStore(policy);
 }
 
 export interface WebhookInput {
@@ -258,6 +283,7 @@ export interface WebhookInput {
   secret?: string | null | undefined;
   events: string[];
   headers?: CustomHeader[] | undefined;
+  retrySchedule?: RetryScheduleName | undefined;
   retryPolicy?: RetryPolicyInput | null | undefined;
 }
 
@@ -266,7 +292,7 @@ export async function createWebhook(keel: Keel, access: AccessContext, input: We
   if (!orgId) throw new Error('createWebhook needs an organisation (requireOrg)');
   const headers = input.headers ?? [];
   checkHeaders(headers);
-  checkPolicy(input.retryPolicy);
+  const storedPolicy = scheduleToStore(input.retrySchedule, input.retryPolicy) ?? null;
   await vetUrl(keel, input.url);
   const id = newId();
   const now = clock.now();
@@ -291,7 +317,7 @@ export async function createWebhook(keel: Keel, access: AccessContext, input: We
         events: [...new Set(input.events)],
         headersSealed: sealHeaders(keel, id, headers),
         status: 'active',
-        retryPolicy: policyToStore(input.retryPolicy),
+        retryPolicy: storedPolicy,
         createdBy: access.principal.userId,
         createdAt: now,
         updatedAt: now,
@@ -337,6 +363,7 @@ export interface WebhookPatch {
   events?: string[] | undefined;
   headers?: HeaderPatch[] | undefined;
   status?: ApiWebhookStatus | undefined;
+  retrySchedule?: RetryScheduleName | undefined;
   retryPolicy?: RetryPolicyInput | null | undefined;
 }
 
@@ -344,7 +371,7 @@ export async function updateWebhook(keel: Keel, access: AccessContext, id: strin
   const current = await visibleWebhook(keel.db, access, id);
   const headers = patch.headers ? resolveHeaderPatch(openHeaders(keel, current), patch.headers) : undefined;
   if (headers) checkHeaders(headers);
-  if (patch.retryPolicy !== undefined) checkPolicy(patch.retryPolicy);
+  const storedPolicy = scheduleToStore(patch.retrySchedule, patch.retryPolicy);
   if (patch.url !== undefined) await vetUrl(keel, patch.url);
   const sealer = keel.secrets.sealer;
   const now = clock.now();
@@ -374,8 +401,8 @@ export async function updateWebhook(keel: Keel, access: AccessContext, id: strin
     set.headersSealed = sealHeaders(keel, id, headers);
     changes.push('headers');
   }
-  if (patch.retryPolicy !== undefined) {
-    set.retryPolicy = policyToStore(patch.retryPolicy);
+  if (storedPolicy !== undefined) {
+    set.retryPolicy = storedPolicy;
     changes.push('retryPolicy');
   }
   const reactivated = patch.status === 'active' && current.status !== 'active';

@@ -2800,6 +2800,26 @@ export interface webhooks {
         patch?: never;
         trace?: never;
     };
+    "webhook.disabled": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * webhook.disabled
+         * @description Keel set another webhook of the organisation to failed (every delivery dead-lettered for 24 hours). Sent to every active webhook of the organisation, subscribed or not
+         */
+        post: operations["event_webhook_disabled"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "webhook.test": {
         parameters: {
             query?: never;
@@ -3594,7 +3614,7 @@ export interface components {
              * @description An event type (device.*, alert.*, script.*, automation.*, policy.*, patch.*, security.score_changed, remote.*, user.login/logout, session.login/logout, webhook.test)
              * @enum {string}
              */
-            type: "device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "session.login" | "session.logout" | "webhook.test";
+            type: "device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "session.login" | "session.logout" | "webhook.test" | "webhook.disabled";
         };
         /** @description The published event; one delivery was queued per subscribed active webhook */
         EventPublished: {
@@ -3628,7 +3648,7 @@ export interface components {
              * @description An event type (device.*, alert.*, script.*, automation.*, policy.*, patch.*, security.score_changed, remote.*, user.login/logout, session.login/logout, webhook.test)
              * @enum {string}
              */
-            type: "device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "session.login" | "session.logout" | "webhook.test";
+            type: "device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "session.login" | "session.logout" | "webhook.test" | "webhook.disabled";
         };
         /**
          * @example {
@@ -5915,6 +5935,11 @@ export interface components {
             previousSecretExpiresAt: string | null;
             retryPolicy: components["schemas"]["WebhookRetryPolicy"];
             /**
+             * @description The retry schedule: `default` (5 retries: 1, 2, 4, 8, 16 s), `extended` (7 retries over about 27 hours: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h, each ±10 %), or `custom` (the `retryPolicy` given)
+             * @enum {string}
+             */
+            retrySchedule: "default" | "extended" | "custom";
+            /**
              * @description `active`: deliveries are made; `paused`: deliveries are held (not attempted) until active again; `failed`: set by Keel after 24 hours in which every delivery (at least 10) was dead-lettered, held until a person makes it active
              * @enum {string}
              */
@@ -5946,7 +5971,7 @@ export interface components {
          */
         WebhookCreate: {
             /** @description Event types this webhook receives (at least one) */
-            events: ("device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "session.login" | "session.logout" | "webhook.test")[];
+            events: ("device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "session.login" | "session.logout" | "webhook.test" | "webhook.disabled")[];
             /** @description Custom headers sent on each delivery, after the standard ones (at most 20); their values are write-only */
             headers?: {
                 /** @description Header name (1-100 characters, no CR/LF; Content-Type, User-Agent, X-Service-* and webhook-* are Keel's own) */
@@ -5962,6 +5987,11 @@ export interface components {
              */
             orgId?: string;
             retryPolicy?: components["schemas"]["WebhookRetryPolicyInput"];
+            /**
+             * @description Default `default`, or `custom` when `retryPolicy` is given; `retryPolicy` only with `custom`
+             * @enum {string}
+             */
+            retrySchedule?: "default" | "extended" | "custom";
             /** @description HMAC signing secret (16-256 characters); never returned */
             secret?: string;
             /** @description The receiver: HTTPS, not a local or private address (checked at save and before every attempt), without user:password@ (400 `invalid_webhook_url`: send credentials in a custom header); stored encrypted */
@@ -6120,7 +6150,7 @@ export interface components {
              * @description An event type (device.*, alert.*, script.*, automation.*, policy.*, patch.*, security.score_changed, remote.*, user.login/logout, session.login/logout, webhook.test)
              * @enum {string}
              */
-            event?: "device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "session.login" | "session.logout" | "webhook.test";
+            event?: "device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "session.login" | "session.logout" | "webhook.test" | "webhook.disabled";
             /**
              * Format: uuid
              * @description The organisation (partner and system callers)
@@ -6139,7 +6169,7 @@ export interface components {
          */
         WebhookUpdate: {
             /** @description Event types this webhook receives (at least one) */
-            events?: ("device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "session.login" | "session.logout" | "webhook.test")[];
+            events?: ("device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "session.login" | "session.logout" | "webhook.test" | "webhook.disabled")[];
             /** @description The whole list of custom headers (at most 20): a header left out is removed; an entry without `value` keeps its stored value */
             headers?: {
                 /** @description Header name (1-100 characters, no CR/LF; Content-Type, User-Agent, X-Service-* and webhook-* are Keel's own) */
@@ -6154,7 +6184,7 @@ export interface components {
              * @description The organisation (partner and system callers)
              */
             orgId?: string;
-            /** @description null: back to the defaults */
+            /** @description null: back to the defaults; alone, it makes the schedule `custom` */
             retryPolicy?: {
                 /** @description Factor applied to the delay for each further retry (1-10; the default when omitted) */
                 backoffMultiplier?: number;
@@ -6165,6 +6195,11 @@ export interface components {
                 /** @description Retries after the first attempt (0-10; the default when omitted) */
                 maxRetries?: number;
             } | null;
+            /**
+             * @description `custom` needs `retryPolicy` with it; `default` and `extended` take none
+             * @enum {string}
+             */
+            retrySchedule?: "default" | "extended" | "custom";
             /** @description Replaces the secret at once (no overlap); null removes it */
             secret?: string | null;
             /**
@@ -27796,6 +27831,103 @@ export interface operations {
                      * @constant
                      */
                     type: "user.logout";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_webhook_disabled: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "deadLettered": 12,
+                 *         "failingSince": "2026-11-26T08:15:00.000Z",
+                 *         "name": "PSA tickets",
+                 *         "webhookId": "2a3b4c5d-6e7f-4081-9a2b-3c4d5e6f7a8b"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "webhook.disabled"
+                 *     }
+                 */
+                "application/json": {
+                    data: {
+                        /** @description Deliveries dead-lettered in a row */
+                        deadLettered: number;
+                        /**
+                         * Format: date-time
+                         * @description When the first of them failed (ISO 8601 UTC)
+                         */
+                        failingSince: string;
+                        /** @description Its name */
+                        name: string;
+                        /**
+                         * Format: uuid
+                         * @description The webhook Keel set to failed
+                         */
+                        webhookId: string;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "webhook.disabled";
                 };
             };
         };

@@ -17,6 +17,8 @@ type WebhookStatus = Schema<'Webhook'>['status'];
 
 type RetryPolicy = Schema<'WebhookRetryPolicy'>;
 
+type RetrySchedule = Webhook['retrySchedule'];
+
 type Webhook = Schema<'Webhook'>;
 
 type Delivery = Schema<'WebhookDelivery'>;
@@ -33,7 +35,7 @@ const GROUP_TITLES: [prefix: string, title: string][] = [
   ['remote', 'Security and remote access'],
   ['user', 'Users and sessions'],
   ['session', 'Users and sessions'],
-  ['webhook', 'Testing'],
+  ['webhook', 'Webhooks'],
 ];
 
 /** The server's event catalogue (src/event-types.ts, the one list), grouped by what the types are about. */
@@ -237,8 +239,9 @@ function WebhookForm({ webhook, onSaved, onCancel }: { webhook?: Webhook; onSave
   const [events, setEvents] = useState<Set<string>>(new Set(webhook?.events ?? []));
   const [headers, setHeaders] = useState<HeaderDraft[]>(() => (webhook?.headers ?? []).map((h) => ({ key: h.key, value: '', stored: true })));
   const [status, setStatus] = useState<WebhookStatus>(webhook?.status ?? 'active');
+  const [schedule, setSchedule] = useState<RetrySchedule>(webhook?.retrySchedule ?? 'default');
   const [policy, setPolicy] = useState<Record<keyof RetryPolicy, string>>(() => {
-    const p = webhook?.retryPolicy;
+    const p = webhook?.retrySchedule === 'custom' ? webhook.retryPolicy : undefined;
     return { maxRetries: String(p?.maxRetries ?? ''), initialDelayMs: String(p?.initialDelayMs ?? ''), backoffMultiplier: String(p?.backoffMultiplier ?? ''), maxDelayMs: String(p?.maxDelayMs ?? '') };
   });
   const s = useSubmit(async () => {
@@ -246,7 +249,10 @@ function WebhookForm({ webhook, onSaved, onCancel }: { webhook?: Webhook; onSave
     for (const f of POLICY_FIELDS) if (policy[f.key].trim() !== '') retryPolicy[f.key] = Number(policy[f.key]);
     // A saved header left empty is sent without a value: the server keeps the stored one.
     const sent = headers.map((h) => (h.stored && h.value === '' ? { key: h.key } : { key: h.key, value: h.value }));
-    const body: Record<string, unknown> = { name: name.trim(), events: [...events], headers: sent, retryPolicy };
+    const body: Record<string, unknown> = { name: name.trim(), events: [...events], headers: sent };
+    // The schedule is sent when it is custom (its numbers) or when it changed.
+    if (schedule === 'custom') Object.assign(body, { retrySchedule: schedule, retryPolicy });
+    else if (schedule !== webhook?.retrySchedule) body.retrySchedule = schedule;
     if (url.trim()) body.url = url.trim();
     if (secret) body.secret = secret;
     if (webhook) {
@@ -291,6 +297,14 @@ function WebhookForm({ webhook, onSaved, onCancel }: { webhook?: Webhook; onSave
       <HeadersEditor value={headers} onChange={setHeaders} fields={s.fields} />
       <fieldset className="card">
         <legend>Retry policy</legend>
+        <Select label="Retry schedule" value={schedule} onChange={(e) => setSchedule(e.target.value as RetrySchedule)} error={s.fields.retrySchedule}>
+          <option value="default">Default: 5 retries within about 30 seconds</option>
+          <option value="extended">Extended: 7 retries over about 27 hours</option>
+          <option value="custom">Custom</option>
+        </Select>
+        {schedule === 'extended' && <p className="hint">Retries after 5 seconds, 5 minutes, 30 minutes, 2, 5, 10 and 10 hours (each moved by up to 10 % at random), for receivers that may be down for a day.</p>}
+        {schedule === 'custom' && (
+          <>
         <p className="hint">Leave a field empty for its default. The wait doubles (by the multiplier) after each failed attempt, up to the longest wait.</p>
         <div className="filters">
           {POLICY_FIELDS.map((f) => (
@@ -306,6 +320,8 @@ function WebhookForm({ webhook, onSaved, onCancel }: { webhook?: Webhook; onSave
             />
           ))}
         </div>
+          </>
+        )}
       </fieldset>
       <div className="row">
         <Button type="submit" busy={s.busy} disabled={events.size === 0}>
@@ -435,7 +451,9 @@ function WebhookPage({ id }: { id: string }) {
                   <dd>{w.hasSecret ? `set${w.previousSecretExpiresAt ? `; the previous one signs too until ${when(w.previousSecretExpiresAt)}` : ''}` : 'none (deliveries are unsigned)'}</dd>
                   <dt>Retries</dt>
                   <dd>
-                    {w.retryPolicy.maxRetries} after {w.retryPolicy.initialDelayMs} ms, ×{w.retryPolicy.backoffMultiplier}, at most {w.retryPolicy.maxDelayMs} ms apart
+                    {w.retrySchedule === 'extended'
+                      ? 'extended: 7 retries over about 27 hours (5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h)'
+                      : `${w.retrySchedule}: ${w.retryPolicy.maxRetries} after ${w.retryPolicy.initialDelayMs} ms, ×${w.retryPolicy.backoffMultiplier}, at most ${w.retryPolicy.maxDelayMs} ms apart`}
                   </dd>
                   <dt>Deliveries</dt>
                   <dd>
