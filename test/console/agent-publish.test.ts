@@ -103,6 +103,13 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: publish a
     expect(await axeViolations(page)).toEqual([]);
     await page.emulateMedia({ colorScheme: 'dark' });
     expect(await axeViolations(page)).toEqual([]);
+    // A phone's width: the publish dialog and the page stay usable and clean.
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.getByRole('button', { name: 'Publish a build' }).click();
+    await page.getByRole('dialog', { name: 'Publish a build' }).getByLabel('Binary').waitFor();
+    expect(await axeViolations(page)).toEqual([]);
+    await page.getByRole('dialog', { name: 'Publish a build' }).getByRole('button', { name: 'Cancel' }).click();
+    expect(await axeViolations(page)).toEqual([]);
     expect(t.problems).toEqual([]);
 
     // The device's page (its organisation's administrator): the history with the agent's reason, and the retry.
@@ -118,6 +125,11 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: publish a
     await history.getByRole('row').filter({ hasText: 'started' }).waitFor();
     expect(await axeViolations(o.page)).toEqual([]);
     await o.screenshot('device-update-history');
+    await o.page.setViewportSize({ width: 390, height: 844 });
+    expect(await axeViolations(o.page)).toEqual([]);
+    await o.page.emulateMedia({ colorScheme: 'dark' });
+    expect(await axeViolations(o.page)).toEqual([]);
+    await o.screenshot('device-update-history-390-dark');
     await o.page.getByRole('button', { name: 'Update now' }).click();
     await o.page.getByText('The current version is offered at the next heartbeat.').waitFor();
     await history.getByRole('row').filter({ hasText: 'retry requested' }).waitFor();
