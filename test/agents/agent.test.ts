@@ -104,8 +104,9 @@ describe.skipIf(!backendAvailable() || process.platform !== 'linux')(`the refere
     expect(existsSync(`${bin}.bak`)).toBe(false);
     expect(agent.running).toBe(true);
     expect(await device(agent.deviceId!)).toMatchObject({ status: 'online', components: { agent: '1.0.0' } });
-    // One failure of one report is below AGENT_HALT_MIN_REPORTS (5): counted, not halted.
-    expect(await rolloutOf('1.2.0')).toMatchObject({ status: 'complete', succeeded: 0, failed: 1 });
+    // One failure of one report is below AGENT_HALT_MIN_REPORTS (5): counted, not halted; failing, never
+    // complete (docs/decisions.md "Honest rollouts"), and the device waits for a retry.
+    expect(await rolloutOf('1.2.0')).toMatchObject({ status: 'failing', succeeded: 0, failed: 1, blocked: 1 });
   });
 
   it('a new binary that exits at once is rolled back to the backup, restarted, and reported rolled_back', async () => {
@@ -118,7 +119,11 @@ describe.skipIf(!backendAvailable() || process.platform !== 'linux')(`the refere
     expect(agent.running).toBe(true);
     expect(agent.version).toBe('1.0.0');
     expect(await device(agent.deviceId!)).toMatchObject({ status: 'online', components: { agent: '1.0.0' } });
-    expect(await rolloutOf('1.3.0')).toMatchObject({ status: 'complete', failed: 1 });
+    expect(await rolloutOf('1.3.0')).toMatchObject({ status: 'failing', failed: 1, blocked: 1 });
+    // The reference agent's next heartbeat is not offered 1.3.0 again (no rollback loop).
+    const next = await agent.tick();
+    expect(next.answer.update).toBeNull();
+    expect(agent.version).toBe('1.0.0');
   });
 
   it('auto-update off survives an agent restart: the answer carries it and the agent does not update', async () => {

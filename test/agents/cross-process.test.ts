@@ -13,10 +13,12 @@ describe.skipIf(!backendAvailable() || backend !== 'postgres')(`heartbeat caches
   let app: TestApp;
   let second: RunningServer;
   let w: World;
+  let admin: string;
   beforeAll(async () => {
     // The waits below ask with heartbeats: a slow machine must not run them into the per-device limit.
     app = await startTestApp({ env: { LOGIN_LIMIT: '1000', AGENT_AUTO_PROMOTE: 'false', AGENT_HEARTBEAT_LIMIT: '100000' } });
     w = await createWorld(app);
+    admin = await mfaAdmin(app, w);
     second = await startSecondProcess(app, { AGENT_AUTO_PROMOTE: 'false', AGENT_HEARTBEAT_LIMIT: '100000' });
   });
   afterAll(async () => {
@@ -36,7 +38,6 @@ describe.skipIf(!backendAvailable() || backend !== 'postgres')(`heartbeat caches
     }, done);
 
   it('auto-update, a promote and a decommission made on one process reach the other process\'s heartbeat answers', async () => {
-    const admin = await mfaAdmin(app, w);
     const d = await enroll(app, await enrollmentKey(app, w.tokens.orgAdmin, w.orgId), { arch: 'xp' });
     for (const version of ['1.0.0', '1.1.0']) await registerRemote(app, admin, { version, arch: 'xp' });
     expect((await heartbeat(app, d)).body).toMatchObject({ autoUpdate: true, update: null });
@@ -51,5 +52,17 @@ describe.skipIf(!backendAvailable() || backend !== 'postgres')(`heartbeat caches
     // Decommissioned through the second process: the token stops working on the first.
     expect((await viaSecond('DELETE', `/devices/${d.deviceId}`, w.tokens.orgAdmin)).status).toBe(204);
     await firstProcessShows('a 401 for the decommissioned device', d, (a) => a.status === 401);
+  });
+
+  it('a rollback reported to one process stops the other offering that version; update-now through it offers it again (docs/decisions.md "Honest rollouts")', async () => {
+    const d = await enroll(app, await enrollmentKey(app, w.tokens.orgAdmin, w.orgId), { arch: 'xq' });
+    await registerRemote(app, admin, { version: '1.2.0', arch: 'xq' });
+    expect((await app.api('POST', '/agent-versions/promote', { token: admin, body: { version: '1.2.0' } })).status).toBe(200);
+    expect((await heartbeat(app, d)).body.update).toMatchObject({ version: '1.2.0' });
+    const reported = await viaSecond('POST', '/agents/update-report', d.deviceToken, { component: 'agent', fromVersion: '1.0.0', toVersion: '1.2.0', state: 'rolled_back', error: 'self-check failed' });
+    expect(reported.status).toBe(204);
+    await firstProcessShows('no offer after the rollback', d, (a) => a.status === 200 && a.body.update === null);
+    expect((await viaSecond('POST', '/devices/update-now', w.tokens.orgAdmin, { deviceIds: [d.deviceId] })).status).toBe(202);
+    await firstProcessShows('the retried update to 1.2.0', d, (a) => a.body.update?.version === '1.2.0');
   });
 });

@@ -80,4 +80,16 @@ describe('the decision', () => {
     expect(decideUpdate({ ...closed, updateNow: true })).toMatchObject({ version: '1.1.0', viaUpdateNow: true });
     expect(decideUpdate({ ...closed, updateNow: true, autoUpdate: false })).toBeNull();
   });
+
+  it('a version the device failed or rolled back is not offered again (target or pin), update-now included; another component still is', () => {
+    const both: DecisionInput = { ...base, target: () => ({ version: '1.1.0', rolloutPercent: 100, rolloutStatus: 'active' }) };
+    const failedAgent = (c: string, v: string) => c === 'agent' && v === '1.1.0';
+    expect(decideUpdate(both)).toMatchObject({ component: 'agent', version: '1.1.0' });
+    expect(decideUpdate({ ...both, blocked: failedAgent })).toMatchObject({ component: 'watchdog', version: '1.1.0' });
+    expect(decideUpdate({ ...both, blocked: failedAgent, updateNow: true })).toMatchObject({ component: 'watchdog' });
+    expect(decideUpdate({ ...both, blocked: () => true })).toBeNull();
+    expect(decideUpdate({ ...base, pins: { agent: '1.1.0' }, blocked: failedAgent })).toMatchObject({ component: 'watchdog' });
+    // Another version of the same component is not blocked.
+    expect(decideUpdate({ ...both, blocked: (c, v) => c === 'agent' && v === '1.0.9' })).toMatchObject({ component: 'agent', version: '1.1.0' });
+  });
 });

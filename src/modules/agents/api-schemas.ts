@@ -141,6 +141,20 @@ export const UpdateNowBody = z
   .object({ deviceIds: z.array(z.uuid()).min(1).max(1000).openapi(d('Devices to offer the current target at their next heartbeat')) })
   .openapi('UpdateNow', { example: { deviceIds: ['0190a6f4-1c2d-7e3f-8a9b-0c1d2e3f4a5b'] } });
 
+export const UpdateHistoryEntry = z
+  .object({
+    id: z.uuid().openapi(d('Entry id')),
+    component: ComponentName,
+    fromVersion: z.string().nullable().openapi(d('Version installed before (as reported or as Keel knew it), or null')),
+    toVersion: z.string().openapi(d('Version offered or updated to')),
+    state: z
+      .enum(['offered', 'started', 'succeeded', 'failed', 'rolled_back', 'retried'])
+      .openapi(d('offered (Keel offered the version: the first time, and again after a retry); started, succeeded, failed, rolled_back (reported by the agent); retried (update-now lifted the block a failure or rollback put on the version)')),
+    error: z.string().nullable().openapi(d("The agent's reason (failed, rolled_back), cut to 500 characters")),
+    at: z.string().openapi(d('When (ISO 8601)')),
+  })
+  .openapi('UpdateHistoryEntry');
+
 export const UpdateNowAnswer = z
   .object({ deviceIds: z.array(z.uuid()).openapi(d('Devices that will be offered the update')) })
   .openapi('UpdateNowAccepted');

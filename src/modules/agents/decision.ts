@@ -73,6 +73,8 @@ export interface DecisionInput {
   window: MaintenanceWindow | null;
   pins: PinnedVersions;
   now: Date;
+  /** Whether the device failed or rolled back this version and was not retried since: never offered. */
+  blocked?: ((component: Component, version: string) => boolean) | undefined;
   target(component: Component, os: string, arch: string): TargetInfo | undefined;
   build(version: string, component: Component, os: string, arch: string): BuildInfo | undefined;
 }
@@ -87,8 +89,8 @@ export interface Offer extends BuildInfo {
 /**
  * The update to offer, if any: auto-update on; the pinned version (organisation over partner), else the
  * fleet target when the rollout is active and the device is in its cohort; differs from the installed
- * version; inside the effective window. Update-now skips window and cohort, never auto-update off, a
- * pin or a halted rollout. Components are tried in order; at most one update per answer.
+ * version; not one the device failed or rolled back (until retried); inside the effective window.
+ * Update-now skips window and cohort, never auto-update off, a pin or a halted rollout. Components are tried in order; at most one update per answer.
  */
 export function decideUpdate(i: DecisionInput): Offer | null {
   if (!i.autoUpdate || !i.os || !i.arch) return null;
@@ -98,13 +100,13 @@ export function decideUpdate(i: DecisionInput): Offer | null {
     if (installed === undefined) continue;
     const pin = i.pins[component];
     if (pin !== undefined) {
-      if (pin === installed || !windowOpen) continue;
+      if (pin === installed || !windowOpen || i.blocked?.(component, pin)) continue;
       const build = i.build(pin, component, i.os, i.arch);
       if (build) return { component, version: pin, ...build, viaUpdateNow: false };
       continue; // a pin without a build for this platform leaves the device alone
     }
     const target = i.target(component, i.os, i.arch);
-    if (!target || target.version === installed || target.rolloutStatus === 'halted') continue;
+    if (!target || target.version === installed || target.rolloutStatus === 'halted' || i.blocked?.(component, target.version)) continue;
     const now = i.updateNow;
     if (!now && (!windowOpen || !inCohort(i.deviceId, target.version, target.rolloutPercent))) continue;
     const build = i.build(target.version, component, i.os, i.arch);

@@ -8,7 +8,8 @@ import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { canSeePlacement, mustReachOrg, placementFilter, visibleOrgCondition, type AccessContext } from '../access/scope.js';
 import { deviceGroups, sites } from '../tenancy/schema.js';
 import type { Limit } from '../../platform/rate-limit.js';
-import { devices, enrollmentKeys } from './schema.js';
+import { agentOffers, agentUpdateReports, devices, enrollmentKeys } from './schema.js';
+import type { Component } from './decision.js';
 import { DEVICE_TOPIC } from './state.js';
 import { releaseKeysOf } from './release-keys.js';
 import { agentsError } from './errors.js';
@@ -275,17 +276,62 @@ export async function setAutoUpdate(keel: Keel, access: AccessContext, id: strin
   return deviceView(row, intervalSeconds);
 }
 
-/** Marks devices for one update offer at their next heartbeat; unknown or invisible ids are a 404 naming none of them. */
+/**
+ * Marks devices for one update offer at their next heartbeat; unknown or invisible ids are a 404 naming
+ * none of them. It is also the retry (docs/decisions.md "Honest rollouts"): the versions these devices
+ * failed or rolled back are offered again (each lifted block is recorded in the device's history as
+ * `retried` and audited).
+ */
 export async function updateNow(keel: Keel, access: AccessContext, ids: string[], info: AuditRequestInfo): Promise<string[]> {
   const unique = [...new Set(ids.map((i) => i.toLowerCase()))];
   const found = await keel.db.select({ id: devices.id, orgId: devices.orgId }).from(devices).where(and(inArray(devices.id, unique), visibleDevices(access)));
   if (found.length !== unique.length) throw notFound('Device');
   await transaction(keel.db, async (tx) => {
-    await tx.db.update(devices).set({ updateNow: true, updatedAt: clock.now() }).where(inArray(devices.id, unique));
-    for (const d of found) await writeAudit(tx.db, info, { action: 'device.update_now', orgId: d.orgId, target: { type: 'device', id: d.id } });
+    const now = clock.now();
+    await tx.db.update(devices).set({ updateNow: true, updatedAt: now }).where(inArray(devices.id, unique));
+    const retried = await tx.db
+      .update(agentOffers)
+      .set({ blocked: false, retriedAt: now })
+      .where(and(inArray(agentOffers.deviceId, unique), eq(agentOffers.blocked, true)))
+      .returning({ deviceId: agentOffers.deviceId, component: agentOffers.component, version: agentOffers.version });
+    if (retried.length > 0) {
+      await tx.db.insert(agentUpdateReports).values(retried.map((r) => ({ deviceId: r.deviceId, component: r.component, toVersion: r.version, state: 'retried', createdAt: now })));
+    }
+    for (const d of found) {
+      const mine = retried.filter((r) => r.deviceId === d.id).map((r) => `${r.component}@${r.version}`);
+      await writeAudit(tx.db, info, { action: 'device.update_now', orgId: d.orgId, target: { type: 'device', id: d.id }, ...(mine.length > 0 ? { details: { retried: mine } } : {}) });
+    }
   });
   for (const id of unique) await keel.invalidation.publish(DEVICE_TOPIC, id);
   return unique;
+}
+
+export const HISTORY_STATES = ['offered', 'started', 'succeeded', 'failed', 'rolled_back', 'retried'] as const;
+
+/** A device's update history, newest first: what Keel offered and retried, and what the agent reported (with its reason). */
+export async function updateHistory(keel: Keel, access: AccessContext, id: string, q: Paging) {
+  await visibleDevice(keel, access, id);
+  const where = eq(agentUpdateReports.deviceId, id);
+  const rows = await keel.db
+    .select()
+    .from(agentUpdateReports)
+    .where(where)
+    .orderBy(desc(agentUpdateReports.createdAt), desc(agentUpdateReports.id))
+    .limit(q.limit)
+    .offset((q.page - 1) * q.limit);
+  const [total] = await keel.db.select({ n: count() }).from(agentUpdateReports).where(where);
+  return {
+    data: rows.map((r) => ({
+      id: r.id,
+      component: r.component as Component,
+      fromVersion: r.fromVersion,
+      toVersion: r.toVersion,
+      state: r.state as (typeof HISTORY_STATES)[number],
+      error: r.error,
+      at: r.createdAt.toISOString(),
+    })),
+    total: total?.n ?? 0,
+  };
 }
 
 /** The site and device group (as text) of the device an SQL uuid expression names, for reads of other modules (webhook deliveries). */

@@ -1,4 +1,4 @@
-import { and, eq, lt, sql } from 'drizzle-orm';
+import { and, eq, isNotNull, lt, sql } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import { clock } from '../../platform/clock.js';
 import { transaction, type Tx } from '../../platform/db/transaction.js';
@@ -66,6 +66,7 @@ async function decide(ctx: Agents, d: DeviceState, components: ComponentVersions
     window: org?.maintenanceWindow ?? partner?.maintenanceWindow ?? null,
     pins: { ...(partner?.pinnedVersions ?? {}), ...(org?.pinnedVersions ?? {}) },
     now: new Date(nowMs),
+    blocked: d.blocked.size === 0 ? undefined : (c, v) => d.blocked.has(`${c}@${v}`),
     target: (c, os, arch) => targets.get(`${c}/${os}/${arch}`),
     build: (v, c) => builds(v, c),
   });
@@ -111,15 +112,28 @@ export async function heartbeat(ctx: Agents, tokenHash: string, d: DeviceState, 
 /**
  * Records that Keel offered this update to this device (what its reports may count for). Once per
  * (device, component, version): a flag on the cached state skips the statement on later heartbeats,
- * and `on conflict do nothing` keeps a reload of the state (another process, a dropped entry) harmless.
+ * and the conflict rule keeps a reload of the state (another process, a dropped entry) harmless. The
+ * first offer, and the first after a retry (`retried_at` set by update-now), go to the device's
+ * update history as `offered`.
  */
 async function recordOffer(ctx: Agents, d: DeviceState, offer: Offer): Promise<void> {
   const key = `${offer.component}@${offer.version}`;
   if (d.offered === key || !d.os || !d.arch) return;
-  await ctx.keel.db
-    .insert(agentOffers)
-    .values({ deviceId: d.id, component: offer.component, version: offer.version, os: d.os, arch: d.arch, offeredAt: clock.now() })
-    .onConflictDoNothing({ target: [agentOffers.deviceId, agentOffers.component, agentOffers.version] });
+  const { os, arch } = d;
+  const now = clock.now();
+  await transaction(ctx.keel.db, async (tx) => {
+    const [fresh] = await tx.db
+      .insert(agentOffers)
+      .values({ deviceId: d.id, component: offer.component, version: offer.version, os, arch, offeredAt: now })
+      .onConflictDoUpdate({
+        target: [agentOffers.deviceId, agentOffers.component, agentOffers.version],
+        set: { offeredAt: now, retriedAt: null },
+        setWhere: isNotNull(agentOffers.retriedAt),
+      })
+      .returning({ id: agentOffers.id });
+    if (!fresh) return;
+    await tx.db.insert(agentUpdateReports).values({ deviceId: d.id, component: offer.component, fromVersion: d.components[offer.component] ?? null, toVersion: offer.version, state: 'offered', createdAt: now });
+  });
   d.offered = key;
 }
 
@@ -224,7 +238,7 @@ export async function updateReport(ctx: Agents, d: DeviceState, r: UpdateReport)
     await tx.db.update(devices).set(patch).where(eq(devices.id, d.id));
     const [offer] = await tx.db
       .update(agentOffers)
-      .set({ outcome: r.state, reportedAt: now })
+      .set({ outcome: r.state, reportedAt: now, blocked: r.state !== 'succeeded' })
       .where(and(eq(agentOffers.deviceId, d.id), eq(agentOffers.component, r.component), eq(agentOffers.version, r.toVersion)))
       .returning();
     if (!offer) return false; // never offered: counts for nothing

@@ -14,7 +14,7 @@ import { requestInfo } from '../identity/request.js';
 import { accessOf, guard, requireScope } from '../access/scope.js';
 import { deviceAuth } from './context.js';
 import { ComponentName, Platform, Version } from './api-schemas.js';
-import { listVersions, localBuild, promote, registerRemote, registerUpload, resumeRollout, widenRollout } from './releases.js';
+import { listVersions, localBuild, promote, registerRemote, registerUpload, resumeRollout, ROLLOUT_STATUSES, widenRollout } from './releases.js';
 import { syncRemote } from './sync.js';
 import { releaseRefusal, releaseRefused } from './release-writer.js';
 import { agentsError } from './errors.js';
@@ -39,8 +39,11 @@ const Build = z
 
 const AutoPromote = z
   .object({
-    status: z.enum(['promoted', 'off', 'skipped']).openapi(d('promoted (AGENT_AUTO_PROMOTE, the caller could promote); off (AGENT_AUTO_PROMOTE=false); skipped (see reason)')),
-    reason: z.enum(['mfa_required', 'user_required', 'downgrade']).nullable().openapi(d('Why it was skipped: the caller could not promote (mfa_required, user_required), or it would be a downgrade')),
+    status: z.enum(['promoted', 'off', 'skipped']).openapi(d('promoted (AGENT_AUTO_PROMOTE, the caller could promote); off (AGENT_AUTO_PROMOTE=false, or the registration said promote=false: reason not_requested); skipped (see reason)')),
+    reason: z
+      .enum(['mfa_required', 'user_required', 'downgrade', 'not_requested'])
+      .nullable()
+      .openapi(d('Why it was not promoted: the caller could not promote (mfa_required, user_required), it would be a downgrade, or the registration said promote=false (not_requested)')),
   })
   .openapi('AutoPromote');
 
@@ -52,10 +55,20 @@ const Registered = Build.extend({
 const Rollout = z
   .object({
     percent: z.number().int().openapi(d('Share of devices (stable cohort) offered the version')),
-    status: z.enum(['active', 'halted', 'complete']).openapi(d('active; halted (too many failed or rolled-back reports); complete (100%)')),
+    status: z
+      .enum(ROLLOUT_STATUSES)
+      .openapi(
+        d(
+          'halted (too many failed or rolled-back reports; offered to nobody until resumed); failing (failed or rolled-back reports since the promote or resume, and no success: no succeeded report, no device on it); ' +
+            'complete (100%, every device on the target platforms that takes updates is on it, no failure); complete_with_failures (the same, but some devices failed or rolled back and wait for a retry); ' +
+            'active (anything else: still rolling out, including right after a promote). Decided on the whole fleet',
+        ),
+      ),
     succeeded: z.number().int().openapi(d('Devices whose last report for this version is succeeded')),
     failed: z.number().int().openapi(d('Devices whose last report for this version is failed or rolled_back')),
     devices: z.number().int().openapi(d('Devices on this version')),
+    pending: z.number().int().openapi(d('Devices (that the caller sees) on the target platforms still to update: auto-update on, not blocked')),
+    blocked: z.number().int().openapi(d('Devices (that the caller sees) that failed or rolled back this version and are not offered it again until retried (POST /devices/update-now)')),
   })
   .openapi('Rollout');
 
@@ -186,14 +199,23 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'post', path: '/agent-versions', tags: ['agents'], summary: 'Register a build (upload with BINARY_SOURCE=local, or a remote URL)',
-      description: 'multipart/form-data with version, component, os, arch and file (BINARY_SOURCE=local; AGENT_UPLOAD_LIMIT_BYTES), or JSON naming a URL on the release host. With release keys configured (AGENT_RELEASE_PUBLIC_KEYS) the build must carry `signature` (a multipart field with an upload): unsigned or wrongly signed, 400 `release_signature_invalid` and nothing is written. With AGENT_AUTO_PROMOTE the version becomes the target at once (never a downgrade; `autoPromote` says what happened).',
+      description: 'multipart/form-data with version, component, os, arch and file (BINARY_SOURCE=local; AGENT_UPLOAD_LIMIT_BYTES), or JSON naming a URL on the release host. With release keys configured (AGENT_RELEASE_PUBLIC_KEYS) the build must carry `signature` (a multipart field with an upload): unsigned or wrongly signed, 400 `release_signature_invalid` and nothing is written. With AGENT_AUTO_PROMOTE the version becomes the target at once (never a downgrade; `autoPromote` says what happened), unless the query says `promote=false`: then it is only registered (what the console does).',
       middleware: writer,
       // `required: false` lets each content type be validated only when it is the one sent.
-      request: { body: { required: false, content: { 'application/json': { schema: RemoteBody }, 'multipart/form-data': { schema: UploadForm } } } },
+      request: {
+        query: z.object({
+          promote: z
+            .enum(['true', 'false'])
+            .optional()
+            .openapi({ description: 'false: register only, never promote (the console always sends it; promoting is a separate, deliberate step); absent or true: AGENT_AUTO_PROMOTE decides' }),
+        }),
+        body: { required: false, content: { 'application/json': { schema: RemoteBody }, 'multipart/form-data': { schema: UploadForm } } },
+      },
       responses: { 201: json(Registered, 'Registered'), ...errors(409) },
     }),
     async (c) => {
       const info = requestInfo(c);
+      const opts = { promote: c.req.valid('query').promote !== 'false' };
       const type = c.req.header('content-type') ?? '';
       if (/^multipart\/form-data/i.test(type)) {
         let form: Record<string, string | File | (string | File)[]>;
@@ -206,7 +228,7 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
         const meta = UploadMeta.safeParse({ version: form.version, component: form.component, os: form.os, arch: form.arch, signature: form.signature });
         if (!meta.success) throw validationError(zodFields(meta.error));
         if (!(file instanceof File)) throw validationError([{ path: 'file', message: 'is required (a file part)' }]);
-        return c.json(await registerUpload(keel, meta.data, new Uint8Array(await file.arrayBuffer()), info, c.get('principal')), 201);
+        return c.json(await registerUpload(keel, meta.data, new Uint8Array(await file.arrayBuffer()), info, c.get('principal'), opts), 201);
       }
       if (!/^application\/json/i.test(type)) throw platformError('unsupported_media_type', { message: 'Send multipart/form-data or application/json' });
       let json: unknown;
@@ -217,7 +239,7 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       }
       const body = RemoteBody.strict().safeParse(json);
       if (!body.success) throw validationError(zodFields(body.error));
-      return c.json(await registerRemote(keel, body.data, info, c.get('principal')), 201);
+      return c.json(await registerRemote(keel, body.data, info, c.get('principal'), opts), 201);
     },
   );
 

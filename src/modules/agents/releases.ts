@@ -1,6 +1,6 @@
 import { mkdirSync, renameSync, writeFileSync, existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { and, eq, isNull, sql } from 'drizzle-orm';
+import { and, eq, isNull, sql, type SQL } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import { clock } from '../../platform/clock.js';
 import { randomToken, sha256Hex } from '../../platform/crypto.js';
@@ -9,7 +9,7 @@ import { transaction } from '../../platform/db/transaction.js';
 import { AppError, notFound, platformError } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { placementFilter, visibleOrgCondition, type AccessContext } from '../access/scope.js';
-import { agentReleases, agentTargets, devices } from './schema.js';
+import { agentOffers, agentReleases, agentTargets, devices } from './schema.js';
 import { compareVersions, COMPONENTS, isPrerelease, type Component } from './decision.js';
 import { CONFIG_TOPIC } from './state.js';
 import { reportCounts } from './heartbeat.js';
@@ -114,8 +114,11 @@ export const releaseView = (r: ReleaseRow, base: string) => ({
 /** What auto-promote did: `promoted`, `off` (AGENT_AUTO_PROMOTE=false) or `skipped` (with the reason). */
 export interface AutoPromoted {
   promoted: string[];
-  autoPromote: { status: 'promoted' | 'off' | 'skipped'; reason: 'mfa_required' | 'user_required' | 'downgrade' | null };
+  autoPromote: { status: 'promoted' | 'off' | 'skipped'; reason: 'mfa_required' | 'user_required' | 'downgrade' | 'not_requested' | null };
 }
+
+/** A registration that asked not to be promoted (`?promote=false`, what the console sends): it only registers. */
+const notRequested: AutoPromoted = { promoted: [], autoPromote: { status: 'off', reason: 'not_requested' } };
 
 /**
  * Auto-promote (AGENT_AUTO_PROMOTE): only when the caller could promote itself (the release rule,
@@ -143,7 +146,14 @@ export async function autoPromote(keel: Keel, version: string, components: Compo
 }
 
 /** A build uploaded to Keel (BINARY_SOURCE=local): stored under DATA_DIR by its SHA-256. */
-export async function registerUpload(keel: Keel, meta: { version: string; component: Component; os: string; arch: string; signature?: string | undefined }, file: Uint8Array, info: AuditRequestInfo, caller: Pick<Principal, 'kind' | 'sessionId' | 'mfa'>) {
+export async function registerUpload(
+  keel: Keel,
+  meta: { version: string; component: Component; os: string; arch: string; signature?: string | undefined },
+  file: Uint8Array,
+  info: AuditRequestInfo,
+  caller: Pick<Principal, 'kind' | 'sessionId' | 'mfa'>,
+  opts: { promote: boolean } = { promote: true },
+) {
   if (keel.config.BINARY_SOURCE !== 'local') throw agentsError('binary_source_remote');
   if (file.byteLength === 0) throw platformError('validation_failed', { message: 'The file is empty', details: { fields: [{ path: 'file', message: 'is empty' }] } });
   const sha256 = sha256Hex(Buffer.from(file));
@@ -160,7 +170,7 @@ export async function registerUpload(keel: Keel, meta: { version: string; compon
   }
   const [row] = await registerBuilds(keel, [build], info, 'agent.version.register');
   if (!row) throw new Error('release registration returned nothing');
-  return { ...releaseView(row, keel.config.publicUrl), ...(await autoPromote(keel, meta.version, [meta.component], info, caller)) };
+  return { ...releaseView(row, keel.config.publicUrl), ...(opts.promote ? await autoPromote(keel, meta.version, [meta.component], info, caller) : notRequested) };
 }
 
 export async function registerRemote(
@@ -168,11 +178,12 @@ export async function registerRemote(
   b: { version: string; component: Component; os: string; arch: string; url: string; sha256: string; size: number; signature?: string | undefined },
   info: AuditRequestInfo,
   caller: Pick<Principal, 'kind' | 'sessionId' | 'mfa'>,
+  opts: { promote: boolean } = { promote: true },
 ) {
   checkReleaseUrl(keel, b.url);
   const [row] = await registerBuilds(keel, [{ ...b, sha256: b.sha256.toLowerCase(), filePath: null }], info, 'agent.version.register');
   if (!row) throw new Error('release registration returned nothing');
-  return { ...releaseView(row, keel.config.publicUrl), ...(await autoPromote(keel, b.version, [b.component], info, caller)) };
+  return { ...releaseView(row, keel.config.publicUrl), ...(opts.promote ? await autoPromote(keel, b.version, [b.component], info, caller) : notRequested) };
 }
 
 export function checkReleaseUrl(keel: Keel, url: string): void {
@@ -292,6 +303,57 @@ export async function resumeRollout(keel: Keel, component: Component | undefined
   return { resumed: rows.map(platformName).sort() };
 }
 
+export const ROLLOUT_STATUSES = ['active', 'halted', 'complete', 'failing', 'complete_with_failures'] as const;
+export type RolloutStatus = (typeof ROLLOUT_STATUSES)[number];
+
+interface RolloutView {
+  percent: number;
+  status: RolloutStatus;
+  succeeded: number;
+  failed: number;
+  devices: number;
+  pending: number;
+  blocked: number;
+}
+
+/**
+ * A rollout's status (docs/decisions.md "Honest rollouts"), from the fleet's numbers: `halted`; else
+ * `failing` when failures were reported (since the promote or resume) with no success (no succeeded
+ * report, no device on the version); else, at 100 % with no device left to update and at least one
+ * on the version, `complete` (no failure, no device blocked on the version) or
+ * `complete_with_failures`; else `active`. Never `complete` right after a promote that updated nobody.
+ */
+export function rolloutStatus(n: { halted: boolean; percent: number; succeeded: number; failed: number; onVersion: number; pending: number; blocked: number }): RolloutStatus {
+  if (n.halted) return 'halted';
+  if (n.failed > 0 && n.succeeded === 0 && n.onVersion === 0) return 'failing';
+  if (n.percent >= 100 && n.pending === 0 && n.onVersion > 0) return n.failed > 0 || n.blocked > 0 ? 'complete_with_failures' : 'complete';
+  return 'active';
+}
+
+/**
+ * The live devices on the platforms whose target this version is that run the component: on it
+ * (`onVersion`), still to update (`pending`: auto-update on, not blocked) and blocked on it (failed or
+ * rolled back, not retried). `all` counts the fleet (the status is the fleet's); `visible` what the
+ * caller sees.
+ */
+async function rolloutDevices(keel: Keel, component: string, version: string, visible: SQL | undefined) {
+  const isBlocked = sql`exists (select 1 from ${agentOffers} o where o.device_id = ${devices.id} and o.component = ${component} and o.version = ${version} and o.blocked)`;
+  const installed = sql`${devices.components}->>${component}`;
+  const seen = visible ?? sql`true`;
+  const [r] = rowsOf<Record<string, number | string>>(
+    await keel.db.execute(sql`
+      select count(*) filter (where ${installed} = ${version})::int as on_version,
+        count(*) filter (where ${installed} <> ${version} and ${devices.autoUpdate} and not ${isBlocked})::int as pending,
+        count(*) filter (where ${installed} <> ${version} and ${isBlocked})::int as blocked,
+        count(*) filter (where ${installed} <> ${version} and ${devices.autoUpdate} and not ${isBlocked} and ${seen})::int as visible_pending,
+        count(*) filter (where ${installed} <> ${version} and ${isBlocked} and ${seen})::int as visible_blocked
+      from ${devices} join ${agentTargets} t on t.component = ${component} and t.version = ${version} and t.os = ${devices.os} and t.arch = ${devices.arch}
+      where ${devices.decommissionedAt} is null and ${installed} is not null`),
+  );
+  const n = (k: string) => Number(r?.[k] ?? 0);
+  return { all: { onVersion: n('on_version'), pending: n('pending'), blocked: n('blocked') }, visible: { pending: n('visible_pending'), blocked: n('visible_blocked') } };
+}
+
 /** Every registered (version, component) with its builds, the devices on it, and its rollout when it is a target. */
 export async function listVersions(keel: Keel, access: AccessContext) {
   const releases = await keel.db.select().from(agentReleases);
@@ -317,13 +379,14 @@ export async function listVersions(keel: Keel, access: AccessContext) {
     if (!first) continue;
     const { version, component } = first;
     const mine = targets.filter((t) => t.component === component && t.version === version);
-    let rollout: { percent: number; status: 'halted' | 'complete' | 'active'; succeeded: number; failed: number; devices: number } | null = null;
+    let rollout: RolloutView | null = null;
     if (mine.length > 0) {
       const { succeeded, failed } = await reportCounts(keel.db, component, version);
+      const fleet = await rolloutDevices(keel, component, version, visible);
       const percent = Math.min(...mine.map((t) => t.rolloutPercent));
       const halted = mine.some((t) => t.rolloutStatus === 'halted');
-      const status: 'halted' | 'complete' | 'active' = halted ? 'halted' : percent >= 100 ? 'complete' : 'active';
-      rollout = { percent, status, succeeded, failed, devices: counts.get(key) ?? 0 };
+      const status = rolloutStatus({ halted, percent, succeeded, failed, ...fleet.all });
+      rollout = { percent, status, succeeded, failed, devices: counts.get(key) ?? 0, pending: fleet.visible.pending, blocked: fleet.visible.blocked };
     }
     entries.push({
       version,

@@ -6,13 +6,13 @@ import { authenticate } from '../../http/authenticate.js';
 import { requestInfo } from '../identity/request.js';
 import { accessOf, guard } from '../access/scope.js';
 import { agentsOf, deviceAuth, deviceOf } from './context.js';
-import { createEnrollmentKey, decommission, enroll, getDevice, listDevices, listEnrollmentKeys, revokeEnrollmentKey, setAutoUpdate, updateNow } from './devices.js';
+import { createEnrollmentKey, decommission, enroll, getDevice, listDevices, listEnrollmentKeys, revokeEnrollmentKey, setAutoUpdate, updateHistory, updateNow } from './devices.js';
 import { heartbeat, updateReport } from './heartbeat.js';
 import { getSettings, putSettings } from './settings.js';
 import { mountReleaseRoutes } from './release-routes.js';
 import {
   AutoUpdateBody, Device, Enrolled, EnrollBody, EnrollmentKey, EnrollmentKeyCreate, EnrollmentKeyCreated, HeartbeatAnswer, HeartbeatBody,
-  SettingsBody, SettingsOut, UpdateNowAnswer, UpdateNowBody, UpdateReportBody,
+  SettingsBody, SettingsOut, UpdateHistoryEntry, UpdateNowAnswer, UpdateNowBody, UpdateReportBody,
 } from './api-schemas.js';
 
 const uuidParam = (name: string, description: string) => z.uuid().openapi({ param: { name, in: 'path' }, description });
@@ -144,7 +144,9 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'post', path: '/devices/update-now', tags: ['devices'], summary: 'Offer the current target at the next heartbeat, once',
-      description: 'Ignores the maintenance window and the rollout cohort; never overrides auto-update off, a version pin or a halted rollout.',
+      description:
+        'Ignores the maintenance window and the rollout cohort; never overrides auto-update off, a version pin or a halted rollout. ' +
+        'It is also the retry: a version a device failed or rolled back is not offered to it again until update-now names it (each lifted block is `retried` in its update history).',
       middleware: [auth, ...guard(keel, { permission: ['devices', 'execute'] })],
       request: { body: jsonBody(UpdateNowBody) },
       responses: { ...accepted(UpdateNowAnswer, 'Accepted'), ...errors(404) },
@@ -162,6 +164,21 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     async (c) => {
       await ctx.state.flushLastSeen();
       return c.json(await getDevice(keel, accessOf(c), c.req.valid('param').id, interval), 200);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/devices/{id}/update-history', tags: ['devices'], summary: "A device's update history, newest first",
+      description: 'What Keel offered (and when a retry lifted a block) and what the agent reported: started, succeeded, failed, rolled_back, with its reason.',
+      middleware: [auth, ...guard(keel, { permission: ['devices', 'read'] })],
+      request: { params: IdParam, query: Paging },
+      responses: { 200: json(paginated(UpdateHistoryEntry), 'History'), ...errors(404) },
+    }),
+    async (c) => {
+      const q = c.req.valid('query');
+      const { data, total } = await updateHistory(keel, accessOf(c), c.req.valid('param').id, q);
+      return c.json(page(data, q, total), 200);
     },
   );
 

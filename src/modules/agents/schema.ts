@@ -127,7 +127,11 @@ export const agentTargets = pgTable(
   (t) => [uniqueIndex('agent_targets_platform_idx').on(t.component, t.os, t.arch)],
 );
 
-/** Update reports of the agents (`POST /agents/update-report`). */
+/**
+ * A device's update history: the agents' reports (`POST /agents/update-report`: started, succeeded,
+ * failed, rolled_back) and what Keel did (`offered`: the first answer offering the version, again
+ * after a retry; `retried`: update-now lifted the device's block on the version).
+ */
 export const agentUpdateReports = pgTable(
   'agent_update_reports',
   {
@@ -142,7 +146,7 @@ export const agentUpdateReports = pgTable(
     error: text('error'),
     createdAt: createdAt(),
   },
-  (t) => [index('agent_update_reports_version_idx').on(t.component, t.toVersion, t.state)],
+  (t) => [index('agent_update_reports_version_idx').on(t.component, t.toVersion, t.state), index('agent_update_reports_device_idx').on(t.deviceId, t.createdAt)],
 );
 
 /**
@@ -165,6 +169,10 @@ export const agentOffers = pgTable(
     /** The device's last outcome report for it: `succeeded`, `failed` or `rolled_back` (null: none yet). */
     outcome: varchar('outcome', { length: 20 }),
     reportedAt: ts('reported_at'),
+    /** The device failed or rolled back this version: it is not offered it again until retried (update-now). */
+    blocked: boolean('blocked').notNull().default(false),
+    /** When update-now lifted the block; cleared by the next offer (which the history records once). */
+    retriedAt: ts('retried_at'),
   },
   (t) => [uniqueIndex('agent_offers_device_idx').on(t.deviceId, t.component, t.version), index('agent_offers_rollout_idx').on(t.component, t.version, t.os, t.arch)],
 );

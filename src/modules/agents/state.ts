@@ -51,6 +51,12 @@ export interface DeviceState {
   userEventMs: number | null;
   /** The last offer recorded for it (`component@version`): the heartbeat writes an offer once, not per heartbeat. */
   offered: string | null;
+  /**
+   * The updates (`component@version`) this device failed or rolled back and nobody retried yet: never
+   * offered again until a retry (docs/decisions.md "Honest rollouts"). Loaded with the device, so the
+   * rule costs an unchanged heartbeat nothing; a report or a retry drops the cached state.
+   */
+  blocked: ReadonlySet<string>;
 }
 
 export interface UpdateSettings {
@@ -62,7 +68,8 @@ const deviceByHash = prepared(
   'agents_device_by_hash',
   `select d.id, d.org_id, o.partner_id, d.site_id, d.device_group_id, d.hostname, d.os, d.arch, d.status, d.components,
      d.auto_update, d.logged_in_user, d.update_now, d.update_started_at, d.update_component, d.update_to_version, d.last_seen_at,
-     d.logged_in_user_told, d.logged_in_user_event_at
+     d.logged_in_user_told, d.logged_in_user_event_at,
+     (select coalesce(jsonb_agg(b.component || '@' || b.version), '[]'::jsonb) from agent_offers b where b.device_id = d.id and b.blocked) as blocked
    from devices d join organizations o on o.id = d.org_id where d.token_hash = $1 and d.decommissioned_at is null`,
 );
 
@@ -140,6 +147,7 @@ export class AgentState {
       userTold: (r.logged_in_user_told as string | null) ?? null,
       userEventMs: ms(r.logged_in_user_event_at),
       offered: null,
+      blocked: new Set((typeof r.blocked === 'string' ? JSON.parse(r.blocked) : (r.blocked ?? [])) as string[]),
     };
     if (generation === this.#deviceGeneration) this.remember(tokenHash, state);
     return state;

@@ -17,7 +17,7 @@ export interface paths {
         put?: never;
         /**
          * Register a build (upload with BINARY_SOURCE=local, or a remote URL)
-         * @description multipart/form-data with version, component, os, arch and file (BINARY_SOURCE=local; AGENT_UPLOAD_LIMIT_BYTES), or JSON naming a URL on the release host. With release keys configured (AGENT_RELEASE_PUBLIC_KEYS) the build must carry `signature` (a multipart field with an upload): unsigned or wrongly signed, 400 `release_signature_invalid` and nothing is written. With AGENT_AUTO_PROMOTE the version becomes the target at once (never a downgrade; `autoPromote` says what happened).
+         * @description multipart/form-data with version, component, os, arch and file (BINARY_SOURCE=local; AGENT_UPLOAD_LIMIT_BYTES), or JSON naming a URL on the release host. With release keys configured (AGENT_RELEASE_PUBLIC_KEYS) the build must carry `signature` (a multipart field with an upload): unsigned or wrongly signed, 400 `release_signature_invalid` and nothing is written. With AGENT_AUTO_PROMOTE the version becomes the target at once (never a downgrade; `autoPromote` says what happened), unless the query says `promote=false`: then it is only registered (what the console does).
          *
          *     Access: the release rule: a platform administrator's own session verified with a second factor (403 `mfa_required`, also with ENABLE_2FA=false); API keys are refused with 403 `user_required` whatever their permissions; refusals are audited (`agent.release.refused`).
          */
@@ -932,6 +932,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/devices/{id}/update-history": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A device's update history, newest first
+         * @description What Keel offered (and when a retry lifted a block) and what the agent reported: started, succeeded, failed, rolled_back, with its reason.
+         *
+         *     Access: an access token or an API key; permission `devices:read`.
+         */
+        get: operations["getDevicesByIdUpdateHistory"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/devices/update-now": {
         parameters: {
             query?: never;
@@ -943,7 +965,7 @@ export interface paths {
         put?: never;
         /**
          * Offer the current target at the next heartbeat, once
-         * @description Ignores the maintenance window and the rollout cohort; never overrides auto-update off, a version pin or a halted rollout.
+         * @description Ignores the maintenance window and the rollout cohort; never overrides auto-update off, a version pin or a halted rollout. It is also the retry: a version a device failed or rolled back is not offered to it again until update-now names it (each lifted block is `retried` in its update history).
          *
          *     Access: an access token or an API key; permission `devices:execute`.
          */
@@ -3240,12 +3262,12 @@ export interface components {
         /** @description What AGENT_AUTO_PROMOTE did with this registration */
         AutoPromote: {
             /**
-             * @description Why it was skipped: the caller could not promote (mfa_required, user_required), or it would be a downgrade
+             * @description Why it was not promoted: the caller could not promote (mfa_required, user_required), it would be a downgrade, or the registration said promote=false (not_requested)
              * @enum {string|null}
              */
-            reason: "mfa_required" | "user_required" | "downgrade" | null;
+            reason: "mfa_required" | "user_required" | "downgrade" | "not_requested" | null;
             /**
-             * @description promoted (AGENT_AUTO_PROMOTE, the caller could promote); off (AGENT_AUTO_PROMOTE=false); skipped (see reason)
+             * @description promoted (AGENT_AUTO_PROMOTE, the caller could promote); off (AGENT_AUTO_PROMOTE=false, or the registration said promote=false: reason not_requested); skipped (see reason)
              * @enum {string}
              */
             status: "promoted" | "off" | "skipped";
@@ -4911,17 +4933,21 @@ export interface components {
         };
         /** @description Rollout state when the version is a target */
         Rollout: {
+            /** @description Devices (that the caller sees) that failed or rolled back this version and are not offered it again until retried (POST /devices/update-now) */
+            blocked: number;
             /** @description Devices on this version */
             devices: number;
             /** @description Devices whose last report for this version is failed or rolled_back */
             failed: number;
+            /** @description Devices (that the caller sees) on the target platforms still to update: auto-update on, not blocked */
+            pending: number;
             /** @description Share of devices (stable cohort) offered the version */
             percent: number;
             /**
-             * @description active; halted (too many failed or rolled-back reports); complete (100%)
+             * @description halted (too many failed or rolled-back reports; offered to nobody until resumed); failing (failed or rolled-back reports since the promote or resume, and no success: no succeeded report, no device on it); complete (100%, every device on the target platforms that takes updates is on it, no failure); complete_with_failures (the same, but some devices failed or rolled back and wait for a retry); active (anything else: still rolling out, including right after a promote). Decided on the whole fleet
              * @enum {string}
              */
-            status: "active" | "halted" | "complete";
+            status: "active" | "halted" | "complete" | "failing" | "complete_with_failures";
             /** @description Devices whose last report for this version is succeeded */
             succeeded: number;
         } | null;
@@ -5668,6 +5694,32 @@ export interface components {
             tokenType: "Bearer";
             user: components["schemas"]["SelfProfile"];
         };
+        UpdateHistoryEntry: {
+            /** @description When (ISO 8601) */
+            at: string;
+            /**
+             * @description Agent component
+             * @example agent
+             * @enum {string}
+             */
+            component: "agent" | "helper" | "watchdog";
+            /** @description The agent's reason (failed, rolled_back), cut to 500 characters */
+            error: string | null;
+            /** @description Version installed before (as reported or as Keel knew it), or null */
+            fromVersion: string | null;
+            /**
+             * Format: uuid
+             * @description Entry id
+             */
+            id: string;
+            /**
+             * @description offered (Keel offered the version: the first time, and again after a retry); started, succeeded, failed, rolled_back (reported by the agent); retried (update-now lifted the block a failure or rollback put on the version)
+             * @enum {string}
+             */
+            state: "offered" | "started" | "succeeded" | "failed" | "rolled_back" | "retried";
+            /** @description Version offered or updated to */
+            toVersion: string;
+        };
         /**
          * @example {
          *       "deviceIds": [
@@ -6366,7 +6418,10 @@ export interface operations {
     };
     postAgentVersions: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description false: register only, never promote (the console always sends it; promoting is a separate, deliberate step); absent or true: AGENT_AUTO_PROMOTE decides */
+                promote?: "true" | "false";
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -13243,6 +13298,165 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getDevicesByIdUpdateHistory: {
+        parameters: {
+            query?: {
+                /** @description Page size (1-100) */
+                limit?: number;
+                /** @description Page (from 1) */
+                page?: number;
+            };
+            header?: never;
+            path: {
+                /** @description Device id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description History */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description The items of this page, in the order the operation states */
+                        data: components["schemas"]["UpdateHistoryEntry"][];
+                        /** @description Where this page sits in the whole list */
+                        pagination: {
+                            /**
+                             * @description Items per page asked for (the last page may hold fewer)
+                             * @example 50
+                             */
+                            limit: number;
+                            /**
+                             * @description The page returned, from 1
+                             * @example 1
+                             */
+                            page: number;
+                            /**
+                             * @description Items matching the query across all pages
+                             * @example 1
+                             */
+                            total: number;
+                        };
+                    };
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Error"];
                 };
             };

@@ -1,10 +1,11 @@
 // Agent versions (platform administrators): registered versions with device counts and rollout
-// state; promote (a session with a second factor), widen, and resume a halted rollout (explained in
-// words).
+// state; publish a build (upload or release-host URL, never promoted by itself), promote (a session
+// with a second factor; a staged share by default), widen, and resume a halted rollout (explained in
+// words). Statuses as docs/decisions.md "Honest rollouts" defines them.
 import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { api, dataOf, client } from '../../api';
-import { Alert, Button, Checkbox, Dialog, ErrorAlert, Field, MfaNote, PageHeader, useSubmit, PagedTable } from '../../ui';
+import { Alert, Button, Checkbox, Dialog, ErrorAlert, Field, MfaNote, PageHeader, Select, useSubmit, PagedTable } from '../../ui';
 import { permissionPage } from '../../permission';
 import { keys } from '../../api/keys';
 import type { Schema } from '../../api/types';
@@ -12,6 +13,16 @@ import type { Schema } from '../../api/types';
 export type Component = Schema<'AgentVersion'>['component'];
 
 type AgentVersion = Schema<'AgentVersion'>;
+type RolloutStatus = NonNullable<AgentVersion['rollout']>['status'];
+
+/** How each status reads: only `complete` is shown as a success. */
+const STATUS_LABEL: Record<RolloutStatus, string> = {
+  active: 'active',
+  halted: 'halted',
+  complete: 'complete',
+  failing: 'failing',
+  complete_with_failures: 'complete with failures',
+};
 
 export const AgentVersions = permissionPage(VersionList, '/devices/agent-versions', { mfa: 'The fleet target' });
 
@@ -19,6 +30,7 @@ function VersionList() {
   const qc = useQueryClient();
   const [page, setPage] = useState(1);
   const [promote, setPromote] = useState<AgentVersion | null>(null);
+  const [publishing, setPublishing] = useState(false);
   const [widen, setWiden] = useState<AgentVersion | null>(null);
   const [error, setError] = useState<unknown>(null);
   const [notice, setNotice] = useState<string | null>(null);
@@ -28,6 +40,7 @@ function VersionList() {
     setNotice(message);
     setPromote(null);
     setWiden(null);
+    setPublishing(false);
     await qc.invalidateQueries({ queryKey: keys.agentVersions.all });
   };
   const resume = async (v: AgentVersion) => {
@@ -44,12 +57,16 @@ function VersionList() {
     }
   };
   const halted = (list.data?.data ?? []).filter((v) => v.rollout?.status === 'halted');
+  const failing = (list.data?.data ?? []).filter((v) => v.rollout?.status === 'failing');
   return (
     <>
-      <PageHeader title="Agent versions" />
+      <PageHeader title="Agent versions">
+        <Button onClick={() => { setNotice(null); setPublishing(true); }}>Publish a build</Button>
+      </PageHeader>
       <p className="muted">
-        Promoting a version makes it the fleet target; a staged rollout offers it to a stable share of devices first, and halts by itself when too many
-        report a failure.
+        Publishing a build registers it; no device is offered it until you promote it. Promoting a version makes it the fleet target; a staged rollout
+        offers it to a stable share of devices first, and halts by itself when too many report a failure. A device that failed or rolled back a version
+        is not offered it again until someone presses Update now on its page.
       </p>
       <ErrorAlert error={error} />
       {notice && <Alert kind="success">{notice}</Alert>}
@@ -64,6 +81,16 @@ function VersionList() {
           <Button busy={resuming === v.component} onClick={() => void resume(v)} aria-label={`Resume the rollout of ${v.component} ${v.version}`}>
             Resume the rollout
           </Button>
+        </Alert>
+      ))}
+      {failing.map((v) => (
+        <Alert key={`${v.component}:${v.version}`} kind="warning">
+          <p>
+            <strong>
+              The {v.component} rollout of {v.version} is failing.
+            </strong>{' '}
+            {failingInWords(v)}
+          </p>
         </Alert>
       ))}
       <PagedTable
@@ -82,7 +109,13 @@ function VersionList() {
             </th>
           </tr>
         }
-        empty={<>No versions registered yet.</>}
+        empty={
+          <>
+            No versions registered yet. To publish one, press <strong>Publish a build</strong>: upload the binary (or give its URL on your release host
+            with its SHA-256 and size), and, when release keys are configured, its signature from <code>keel release sign</code>. Then promote it to a
+            share of devices.
+          </>
+        }
         row={(v) => (
           <tr key={`${v.component}:${v.version}`}>
             <td>{v.component}</td>
@@ -112,9 +145,11 @@ function VersionList() {
             <td>
               {v.rollout ? (
                 <>
-                  <span className={`badge ${v.rollout.status === 'halted' ? 'badge-warn' : 'badge-ok'}`}>{v.rollout.status}</span> {v.rollout.percent}%
+                  <span className={`badge ${v.rollout.status === 'complete' ? 'badge-ok' : v.rollout.status === 'active' ? '' : 'badge-warn'}`}>{STATUS_LABEL[v.rollout.status]}</span>{' '}
+                  {v.rollout.percent}%
                   <div className="small muted">
-                    {v.rollout.succeeded} succeeded, {v.rollout.failed} failed, {v.rollout.devices} on it
+                    {v.rollout.succeeded} succeeded, {v.rollout.failed} failed, {v.rollout.devices} on it, {v.rollout.pending} to update
+                    {v.rollout.blocked > 0 && `, ${v.rollout.blocked} waiting for a retry`}
                     {v.rollout.status === 'halted' && '; offered to no device until resumed'}
                   </div>
                 </>
@@ -138,6 +173,7 @@ function VersionList() {
         )}
         onPage={setPage}
       />
+      {publishing && <PublishDialog onClose={() => setPublishing(false)} onDone={done} />}
       {promote && <PromoteDialog v={promote} onClose={() => setPromote(null)} onDone={done} />}
       {widen && <WidenDialog v={widen} onClose={() => setWiden(null)} onDone={done} />}
     </>
@@ -152,8 +188,90 @@ function haltedInWords(v: AgentVersion): string {
   return `${r.failed} of the ${reported} device${reported === 1 ? '' : 's'} that reported on it failed to update (or rolled back), which is more than a rollout is allowed, so Keel stopped offering ${v.version} to the ${r.percent}% of devices in the rollout. Devices already on it keep it. Resuming offers it again and counts failures afresh.`;
 }
 
+/** A rollout with failures and no success, in a sentence. */
+function failingInWords(v: AgentVersion): string {
+  const r = v.rollout;
+  if (!r) return '';
+  return `No device has updated to it yet, and ${r.failed} failed to update or rolled back. Those devices are not offered ${v.version} again until someone presses Update now on their page; their update history says why it failed.`;
+}
+
+const COMPONENTS: Component[] = ['agent', 'helper', 'watchdog'];
+
+/** Registers a build (an upload, or a URL on the release host) with `promote=false`: it is never promoted by itself. */
+function PublishDialog({ onClose, onDone }: { onClose: () => void; onDone: (m: string) => Promise<void> }) {
+  const [source, setSource] = useState<'upload' | 'url'>('upload');
+  const [form, setForm] = useState({ version: '', component: 'agent' as Component, os: 'linux', arch: 'amd64', url: '', sha256: '', size: '', signature: '' });
+  const [file, setFile] = useState<File | null>(null);
+  const set = (k: keyof typeof form) => (e: { target: { value: string } }) => setForm({ ...form, [k]: e.target.value });
+  const s = useSubmit(
+    async () => {
+      const signature = form.signature.trim() || undefined;
+      const meta = { version: form.version.trim(), component: form.component, os: form.os.trim(), arch: form.arch.trim() };
+      if (source === 'upload' && file) {
+        const body = new FormData();
+        for (const [k, v] of Object.entries(meta)) body.set(k, v);
+        if (signature) body.set('signature', signature);
+        body.set('file', file);
+        await api('POST', '/agent-versions', { query: { promote: 'false' }, body });
+      } else {
+        await api('POST', '/agent-versions', { query: { promote: 'false' }, body: { ...meta, url: form.url.trim(), sha256: form.sha256.trim(), size: Number(form.size), ...(signature ? { signature } : {}) } });
+      }
+      await onDone(`${meta.component} ${meta.version} for ${meta.os}/${meta.arch} is registered. No device is offered it until you promote it.`);
+    },
+    () => ({ file: source === 'upload' && !file && 'Choose the binary to upload' }),
+  );
+  return (
+    <Dialog title="Publish a build" onClose={onClose}>
+      <form onSubmit={s.submit} aria-label="Publish a build">
+        <ErrorAlert error={s.error} />
+        <p className="muted small">Publishing only registers the build; promoting it is a separate step.</p>
+        <Select label="Source" value={source} onChange={(e) => setSource(e.target.value === 'url' ? 'url' : 'upload')}>
+          <option value="upload">Upload the binary to Keel</option>
+          <option value="url">A URL on the release host</option>
+        </Select>
+        <Field label="Version" required value={form.version} onChange={set('version')} placeholder="1.5.0" error={s.fields.version} />
+        <Select label="Component" value={form.component} onChange={set('component')} error={s.fields.component}>
+          {COMPONENTS.map((c) => (
+            <option key={c} value={c}>
+              {c}
+            </option>
+          ))}
+        </Select>
+        <Field label="Operating system" required value={form.os} onChange={set('os')} error={s.fields.os} />
+        <Field label="CPU architecture" required value={form.arch} onChange={set('arch')} error={s.fields.arch} />
+        {source === 'upload' ? (
+          <Field label="Binary" type="file" onChange={(e) => setFile(e.target.files?.[0] ?? null)} error={s.fields.file} hint="Keel computes its SHA-256 and size." />
+        ) : (
+          <>
+            <Field label="Download URL (https)" required value={form.url} onChange={set('url')} error={s.fields.url} />
+            <Field label="SHA-256 (hex)" required value={form.sha256} onChange={set('sha256')} error={s.fields.sha256} />
+            <Field label="Size (bytes)" type="number" min={1} required value={form.size} onChange={set('size')} error={s.fields.size} />
+          </>
+        )}
+        <Field
+          label="Release signature (base64)"
+          value={form.signature}
+          onChange={set('signature')}
+          error={s.fields.signature}
+          hint="Required when Keel has release keys (AGENT_RELEASE_PUBLIC_KEYS): the output of keel release sign for this file, version, component and platform."
+        />
+        <MfaNote />
+        <div className="row">
+          <Button type="submit" busy={s.busy}>
+            Publish
+          </Button>
+          <Button type="button" kind="link" onClick={onClose}>
+            Cancel
+          </Button>
+        </div>
+      </form>
+    </Dialog>
+  );
+}
+
 function PromoteDialog({ v, onClose, onDone }: { v: AgentVersion; onClose: () => void; onDone: (m: string) => Promise<void> }) {
-  const [percent, setPercent] = useState('100');
+  // Staged by default: a share first, widened once it proves itself.
+  const [percent, setPercent] = useState('10');
   const [downgrade, setDowngrade] = useState(false);
   const s = useSubmit(async () => {
     await api('POST', '/agent-versions/promote', { body: { version: v.version, component: v.component, rollout: { percent: Number(percent) }, allowDowngrade: downgrade } });
@@ -163,7 +281,17 @@ function PromoteDialog({ v, onClose, onDone }: { v: AgentVersion; onClose: () =>
     <Dialog title={`Promote ${v.component} ${v.version}`} onClose={onClose}>
       <form onSubmit={s.submit} aria-label="Promote">
         <ErrorAlert error={s.error} />
-        <Field label="Offer to this share of devices (%)" type="number" min={1} max={100} required value={percent} onChange={(e) => setPercent(e.target.value)} error={s.fields['rollout.percent']} />
+        <Field
+          label="Offer to this share of devices (%)"
+          type="number"
+          min={1}
+          max={100}
+          required
+          value={percent}
+          onChange={(e) => setPercent(e.target.value)}
+          error={s.fields['rollout.percent']}
+          hint="A staged rollout: widen it once these devices updated well. 100 offers it to every device at once."
+        />
         <Checkbox label="Allow a version lower than the current target" checked={downgrade} onChange={setDowngrade} />
         <MfaNote />
         <div className="row">

@@ -1,5 +1,6 @@
 // Devices the caller sees (its organisations, sites and device groups): filters and pages, each
-// device's installed versions and status, the auto-update toggle and "update now".
+// device's installed versions and status, the auto-update toggle, "update now" (also the retry of a
+// failed update) and its update history.
 import { Fragment, useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { Link } from 'wouter';
@@ -13,6 +14,16 @@ import { keys } from '../../api/keys';
 import type { Schema } from '../../api/types';
 
 export type Device = Schema<'Device'>;
+type HistoryEntry = Schema<'UpdateHistoryEntry'>;
+
+const HISTORY_LABEL: Record<HistoryEntry['state'], string> = {
+  offered: 'offered',
+  started: 'started',
+  succeeded: 'succeeded',
+  failed: 'failed',
+  rolled_back: 'rolled back',
+  retried: 'retry requested',
+};
 
 const EMPTY = { status: '', siteId: '', deviceGroupId: '', hostname: '' };
 
@@ -222,6 +233,7 @@ function DevicePage({ id }: { id: string }) {
                 ))}
               </dl>
             </Card>
+            <UpdateHistory id={d.id} />
             <Card title="Automatic updates">
               <p>{d.autoUpdate ? 'On: the device takes new versions inside its maintenance window.' : 'Off: the device is not offered any update, not even "update now".'}</p>
               {execute ? (
@@ -239,5 +251,47 @@ function DevicePage({ id }: { id: string }) {
         );
       }}
     </QueryState>
+  );
+}
+
+/** The device's update history, newest first: what Keel offered and what the agent reported, with its reason. */
+function UpdateHistory({ id }: { id: string }) {
+  const [page, setPage] = useState(1);
+  const history = useQuery({
+    queryKey: [...keys.devices.detail(id), 'update-history', page],
+    queryFn: async () => dataOf(await client.GET('/api/v1/devices/{id}/update-history', { params: { path: { id }, query: { page, limit: 20 } } })),
+  });
+  return (
+    <Card title="Update history">
+      <p className="muted small">A version this device failed or rolled back is not offered to it again until someone presses Update now.</p>
+      <PagedTable
+        query={history}
+        label="Update history"
+        columns={4}
+        head={
+          <tr>
+            <th>When</th>
+            <th>What</th>
+            <th>Version</th>
+            <th>Reason</th>
+          </tr>
+        }
+        empty={<>No update offered or reported yet.</>}
+        row={(e) => (
+          <tr key={e.id}>
+            <td>{when(e.at)}</td>
+            <td>
+              <span className={`badge ${e.state === 'succeeded' ? 'badge-ok' : e.state === 'failed' || e.state === 'rolled_back' ? 'badge-warn' : ''}`}>{HISTORY_LABEL[e.state]}</span>
+            </td>
+            <td>
+              {e.component} {e.fromVersion ? `${e.fromVersion} → ` : ''}
+              {e.toVersion}
+            </td>
+            <td className="small">{e.error ?? '—'}</td>
+          </tr>
+        )}
+        onPage={setPage}
+      />
+    </Card>
   );
 }
