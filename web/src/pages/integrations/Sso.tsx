@@ -35,7 +35,7 @@ function CopyValue({ label, value }: { label: string; value: string }) {
   return (
     <div className="row">
       <code>{value}</code>
-      <Button kind="secondary" aria-label={`Copy ${label}`} onClick={() => void navigator.clipboard.writeText(value).then(() => setCopied('yes'), () => setCopied('no'))}>
+      <Button kind="secondary" aria-label={`${copied === 'yes' ? 'Copied' : 'Copy'} ${label}`} onClick={() => void navigator.clipboard.writeText(value).then(() => setCopied('yes'), () => setCopied('no'))}>
         {copied === 'yes' ? 'Copied' : 'Copy'}
       </Button>
       {copied === 'no' && <span className="small">Copying was refused by the browser: select the text instead.</span>}
