@@ -110,15 +110,17 @@ describe.skipIf(!backendAvailable())('SSO that explains itself', () => {
   });
 
   it('trial: an administrator of the organisation completes the sign-in (nothing provisioned, no role change), audited sso.login.trial', async () => {
-    const location = await signIn(t2.orgId, account(t2.orgAdmin.email, { groups: ['keel-readers'] }));
+    // A second administrator (the first stays, so a role change would not be held back as the last admin's).
+    const admin = await createUser(w.app, { email: uniqueEmail('trial-admin'), org: { orgId: t2.orgId, roleId: SYSTEM_ROLES.orgAdmin.id } });
+    const location = await signIn(t2.orgId, account(admin.email, { groups: ['keel-readers'] }));
     const ex = await w.api('POST', '/sso/exchange', { body: { code: ssoCodeOf(location) } });
     expect(ex.status, location).toBe(200);
     // The group mapping would give Read Only: a trial reports it and changes nothing.
-    expect(ex.body.user).toMatchObject({ id: t2.orgAdmin.id, roleId: SYSTEM_ROLES.orgAdmin.id });
-    const accepted = (await auditOf(t2Admin, 'sso.login.trial')).filter((e) => e.targetId === t2.orgAdmin.id && e.result === 'success');
+    expect(ex.body.user).toMatchObject({ id: admin.id, roleId: SYSTEM_ROLES.orgAdmin.id });
+    const accepted = (await auditOf(t2Admin, 'sso.login.trial')).filter((e) => e.targetId === admin.id && e.result === 'success');
     expect(accepted).toHaveLength(1);
     expect(accepted[0]?.details).toMatchObject({ providerId: trialProviderId, groups: ['keel-readers'], mappedRoleId: orgReadOnly });
-    const logins = await w.api('GET', `/audit-logs?action=user.login&targetId=${t2.orgAdmin.id}`, { token: t2Admin });
+    const logins = await w.api('GET', `/audit-logs?action=user.login&targetId=${admin.id}`, { token: t2Admin });
     expect(logins.body.data[0].details).toMatchObject({ method: 'sso', providerId: trialProviderId, trial: true });
   });
 
