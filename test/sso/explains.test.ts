@@ -117,6 +117,7 @@ describe.skipIf(!backendAvailable())('SSO that explains itself', () => {
     expect(ex.status, location).toBe(200);
     // The group mapping would give Read Only: a trial reports it and changes nothing.
     expect(ex.body.user).toMatchObject({ id: admin.id, roleId: SYSTEM_ROLES.orgAdmin.id });
+    expect((await w.api('GET', `/audit-logs?action=user.role.assign&targetId=${admin.id}`, { token: t2Admin })).body.data).toEqual([]);
     const accepted = (await auditOf(t2Admin, 'sso.login.trial')).filter((e) => e.targetId === admin.id && e.result === 'success');
     expect(accepted).toHaveLength(1);
     expect(accepted[0]?.details).toMatchObject({ providerId: trialProviderId, groups: ['keel-readers'], mappedRoleId: orgReadOnly });
