@@ -7,11 +7,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser } from 'playwright-core';
 import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
-import { createTenant, enrollTotp, login, type Tenant } from '../helpers/fixtures.js';
+import { createTenant, createUser, enrollTotp, login, type Tenant } from '../helpers/fixtures.js';
 import { chromiumAvailable, launchChromium } from '../helpers/browser.js';
 import { startOidcIdp, type OidcIdp } from '../sso/idp.js';
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
-import { axeViolations, consoleBuild, consoleTabs, signInWithTotp } from './helpers.js';
+import { axeViolations, consoleBuild, consoleTabs, signInWithTotp, submitPassword } from './helpers.js';
 
 describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: single sign-on that explains itself in chromium', { timeout: 120_000 }, () => {
   let app: TestApp;
@@ -103,6 +103,30 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: single si
     await page.emulateMedia({ colorScheme: 'dark' });
     expect(await axeViolations(page)).toEqual([]);
     await page.emulateMedia({ colorScheme: 'light' });
+    expect(t.problems).toEqual([]);
+  });
+
+  it('a member of an organisation that enforces SSO is given its sign-in link at the password form; a refused trial is said in words, the organisation kept', async () => {
+    const admin = await createUser(app, { org: { orgId: tenant.otherOrgId, roleId: SYSTEM_ROLES.orgAdmin.id } });
+    const token = (await enrollTotp(app, (await login(app, admin)).accessToken)).accessToken;
+    const p = await app.api('POST', '/sso/providers', { token, body: { name: 'Enforced', type: 'oidc', issuer: idp.issuer, clientId: idp.clientId, clientSecret: idp.clientSecret, enforceSSO: true } });
+    expect(p.status).toBe(201);
+    expect((await app.api('POST', `/sso/providers/${p.body.id}/status`, { token, body: { status: 'active' } })).status).toBe(200);
+    const member = await createUser(app, { org: { orgId: tenant.otherOrgId, roleId: SYSTEM_ROLES.orgReadOnly.id } });
+    const t = await tabs.open();
+    const { page } = t;
+    await page.goto(`${app.publicUrl}/login`);
+    await submitPassword(page, member.email, member.password);
+    const link = page.getByRole('link', { name: 'Sign in with single sign-on' });
+    await link.waitFor();
+    expect(await link.getAttribute('href')).toBe(`${app.publicUrl}/api/v1/sso/login/${tenant.otherOrgId}`);
+    expect(await axeViolations(page)).toEqual([]);
+
+    await page.goto(`${app.publicUrl}/login?error=provider_testing&org=${tenant.otherOrgId}`);
+    await page.getByText('still being tested: only its single sign-on administrators can sign in through it').waitFor();
+    // The organisation is kept: its sign-in is offered again.
+    await page.getByRole('link', { name: 'Sign in with Enforced' }).waitFor();
+    expect(await axeViolations(page)).toEqual([]);
     expect(t.problems).toEqual([]);
   });
 });
