@@ -137,7 +137,7 @@ describe.skipIf(!backendAvailable())('SSO provider authority and identity links'
 
   describe('whom a provider signs in', () => {
     const isApp = (location: string) => location.startsWith(w.app.publicUrl) && !location.includes('/api/v1/sso/callback');
-    const failed = (code: string) => `${w.app.publicUrl}/login?error=${code}`;
+    const failed = (code: string) => `${w.app.publicUrl}/login?error=${code}&org=${w.tenant.orgId}`;
 
     async function ssoLogin(sub: string): Promise<string> {
       const { location } = await new Browser(w.app).signInAt(`${w.app.url}/api/v1/sso/login/${w.tenant.orgId}`, sub, isApp);

@@ -41,7 +41,7 @@ describe.skipIf(!backendAvailable())('SSO allowed domains and the exchange of a 
   }
 
   it('allowedDomains "example.com": the domain itself (any case) signs in; evil-example.com and sub.example.com do not', async () => {
-    const refused = `${w.app.publicUrl}/login?error=domain_not_allowed`;
+    const refused = `${w.app.publicUrl}/login?error=domain_not_allowed&org=${w.tenant.orgId}`;
     for (const domain of ['evil-example.com', 'sub.example.com', 'example.com.evil.net', 'notexample.com']) {
       const email = uniqueEmail('dom').replace('@example.com', `@${domain}`);
       expect(await ssoLogin(email), domain).toBe(refused);

@@ -165,9 +165,9 @@ describe.skipIf(!backendAvailable())('verified domains', () => {
     await verified(otherAdmin, other.orgId, bDomain);
     const victim = `brand-new@${bDomain}`;
     const refused = await ssoLogin(victim);
-    expect(refused).toBe(`${w.app.publicUrl}/login?error=domain_not_allowed`);
+    expect(refused).toBe(`${w.app.publicUrl}/login?error=domain_not_allowed&org=${w.tenant.orgId}`);
     // A subdomain of B's domain is B's too.
-    expect(await ssoLogin(`x@mail.${bDomain}`)).toBe(`${w.app.publicUrl}/login?error=domain_not_allowed`);
+    expect(await ssoLogin(`x@mail.${bDomain}`)).toBe(`${w.app.publicUrl}/login?error=domain_not_allowed&org=${w.tenant.orgId}`);
     const invite = await w.api('POST', '/users/invite', { token: otherAdmin, body: { email: victim, name: 'New', roleId: SYSTEM_ROLES.orgReadOnly.id } });
     expect(invite.status, JSON.stringify(invite.body)).toBe(201);
 
@@ -177,7 +177,7 @@ describe.skipIf(!backendAvailable())('verified domains', () => {
     // …and once A has verified a domain, only addresses within it.
     const aDomain = fresh('a');
     const aClaim = await verified(w.adminToken, w.tenant.orgId, aDomain);
-    expect(await ssoLogin(uniqueEmail('outside'))).toBe(`${w.app.publicUrl}/login?error=domain_not_allowed`);
+    expect(await ssoLogin(uniqueEmail('outside'))).toBe(`${w.app.publicUrl}/login?error=domain_not_allowed&org=${w.tenant.orgId}`);
     const inside = await ssoLogin(`new-${randomBytes(3).toString('hex')}@${aDomain}`);
     const code = ssoCodeOf(inside);
     expect(code, inside).toBeTruthy();
@@ -209,7 +209,7 @@ describe.skipIf(!backendAvailable())('verified domains', () => {
 
   it('an existing account is not linked when the IdP says email_verified: false (refused before any domain rule)', async () => {
     const member = await createUser(w.app, { email: uniqueEmail('unverified'), org: { orgId: w.tenant.orgId, roleId: SYSTEM_ROLES.orgReadOnly.id } });
-    expect(await ssoLogin(member.email, { email_verified: false })).toBe(`${w.app.publicUrl}/login?error=sso_error`);
+    expect(await ssoLogin(member.email, { email_verified: false })).toBe(`${w.app.publicUrl}/login?error=sso_error&org=${w.tenant.orgId}`);
     expect(ssoCodeOf(await ssoLogin(member.email, { email_verified: true }))).toBeTruthy();
   });
 
@@ -292,7 +292,7 @@ describe.skipIf(!backendAvailable())('verified domains', () => {
     const v = await w.api('POST', `${base}/${claim.body.id}/verify`, { token: adminToken });
     expect(v.body.status).toBe('verified');
     // A partner's verified domain is not any organisation's: A's provider cannot provision into it.
-    expect(await ssoLogin(`staff@${domain}`)).toBe(`${w.app.publicUrl}/login?error=domain_not_allowed`);
+    expect(await ssoLogin(`staff@${domain}`)).toBe(`${w.app.publicUrl}/login?error=domain_not_allowed&org=${w.tenant.orgId}`);
     expect((await w.api('GET', base, { token: w.adminToken })).status).toBe(404);
     const otherPartner = (await enrollTotp(w.app, (await login(w.app, other.partnerAdmin)).accessToken)).accessToken;
     expect((await w.api('GET', base, { token: otherPartner })).status).toBe(404);

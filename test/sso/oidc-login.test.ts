@@ -100,7 +100,7 @@ describe.skipIf(!backendAvailable())('OIDC login against a real OpenID provider'
   it('an organisation without an active provider: 404 at login, ssoEnabled false at check', async () => {
     const res = await w.app.api('GET', `/sso/login/${w.tenant.otherOrgId}`);
     expect(res.status).toBe(404);
-    expect(res.body.error).toMatch(/no active SSO provider/i);
+    expect(res.body.error).toMatch(/no active or testing SSO provider/i);
     const check = await w.app.api('GET', `/sso/check/${w.tenant.otherOrgId}`);
     expect(check.body).toEqual({ ssoEnabled: false, provider: null, enforceSSO: false, loginUrl: null });
   });
@@ -186,14 +186,14 @@ describe.skipIf(!backendAvailable())('OIDC login against a real OpenID provider'
 
   it('wrong domain: domain_not_allowed', async () => {
     const { location } = await ssoLogin(account(uniqueEmail('dom').replace('example.com', 'elsewhere.net')));
-    expect(location).toBe(`${w.app.publicUrl}/login?error=domain_not_allowed`);
+    expect(location).toBe(`${w.app.publicUrl}/login?error=domain_not_allowed&org=${w.tenant.orgId}`);
   });
 
   it('an unknown user with autoProvision off: user_not_found', async () => {
     await patch({ autoProvision: false });
     try {
       const { location } = await ssoLogin(account(uniqueEmail('nobody')));
-      expect(location).toBe(`${w.app.publicUrl}/login?error=user_not_found`);
+      expect(location).toBe(`${w.app.publicUrl}/login?error=user_not_found&org=${w.tenant.orgId}`);
     } finally {
       await patch({ autoProvision: true });
     }
@@ -203,14 +203,14 @@ describe.skipIf(!backendAvailable())('OIDC login against a real OpenID provider'
     await patch({ defaultRoleId: null });
     try {
       const { location } = await ssoLogin(account(uniqueEmail('norole')));
-      expect(location).toBe(`${w.app.publicUrl}/login?error=default_role_required`);
+      expect(location).toBe(`${w.app.publicUrl}/login?error=default_role_required&org=${w.tenant.orgId}`);
       // A role of the organisation that was valid when saved and is then deleted: the FK clears it.
       const role = await w.app.api('POST', '/roles', { token: w.adminToken, body: { name: 'SSO temp', permissions: [{ resource: 'devices', action: 'read' }] } });
       expect(role.status).toBe(201);
       expect((await patch({ defaultRoleId: role.body.id })).status).toBe(200);
       expect((await w.app.api('DELETE', `/roles/${role.body.id}`, { token: w.adminToken })).status).toBe(204);
       const again = await ssoLogin(account(uniqueEmail('norole2')));
-      expect(again.location).toBe(`${w.app.publicUrl}/login?error=default_role_required`);
+      expect(again.location).toBe(`${w.app.publicUrl}/login?error=default_role_required&org=${w.tenant.orgId}`);
     } finally {
       await patch({ defaultRoleId: orgReadOnly });
     }
@@ -218,21 +218,21 @@ describe.skipIf(!backendAvailable())('OIDC login against a real OpenID provider'
 
   it('a disabled account of the organisation: sso_error (an SSO login never revives it)', async () => {
     const disabled = await createUser(w.app, { email: uniqueEmail('off'), status: 'disabled', org: { orgId: w.tenant.orgId, roleId: orgReadOnly } });
-    expect((await ssoLogin(account(disabled.email))).location).toBe(`${w.app.publicUrl}/login?error=sso_error`);
+    expect((await ssoLogin(account(disabled.email))).location).toBe(`${w.app.publicUrl}/login?error=sso_error&org=${w.tenant.orgId}`);
     expect(w.logs.text.filter((l) => l.includes('SSO login refused')).at(-1)).toContain('account is disabled');
   });
 
   it('a user of another organisation or a partner: no_org_access', async () => {
     const other = await createUser(w.app, { email: uniqueEmail('other'), org: { orgId: w.tenant.otherOrgId, roleId: SYSTEM_ROLES.orgAdmin.id } });
-    expect((await ssoLogin(account(other.email))).location).toBe(`${w.app.publicUrl}/login?error=no_org_access`);
-    expect((await ssoLogin(account(w.tenant.partnerTechnician.email))).location).toBe(`${w.app.publicUrl}/login?error=no_org_access`);
+    expect((await ssoLogin(account(other.email))).location).toBe(`${w.app.publicUrl}/login?error=no_org_access&org=${w.tenant.orgId}`);
+    expect((await ssoLogin(account(w.tenant.partnerTechnician.email))).location).toBe(`${w.app.publicUrl}/login?error=no_org_access&org=${w.tenant.orgId}`);
   });
 
   it('an inactive or deleted provider between login and callback: provider_not_found', async () => {
     const browser = new Browser(w.app);
     const sub = account(uniqueEmail('inactive'));
     const start = await browser.fetch(`${w.app.url}/api/v1/sso/login/${w.tenant.orgId}`);
-    await w.api('POST', `/sso/providers/${providerId}/status`, { token: w.adminToken, body: { status: 'testing' } });
+    await w.api('POST', `/sso/providers/${providerId}/status`, { token: w.adminToken, body: { status: 'inactive' } });
     try {
       const { location } = await browser.signInAt(start.headers.get('location')!, sub, isApp);
       expect(location).toBe(`${w.app.publicUrl}/login?error=provider_not_found`);
@@ -245,7 +245,7 @@ describe.skipIf(!backendAvailable())('OIDC login against a real OpenID provider'
     await patch({ clientSecret: 'not-the-secret' });
     try {
       const { location } = await ssoLogin(account(uniqueEmail('badsecret')));
-      expect(location).toBe(`${w.app.publicUrl}/login?error=sso_error`);
+      expect(location).toBe(`${w.app.publicUrl}/login?error=sso_error&org=${w.tenant.orgId}`);
       expect(w.logs.text.some((l) => /SSO login refused/.test(l) && /WWW_AUTHENTICATE_CHALLENGE/.test(l))).toBe(true);
     } finally {
       await patch({ clientSecret: idp.clientSecret });
@@ -258,7 +258,7 @@ describe.skipIf(!backendAvailable())('OIDC login against a real OpenID provider'
       expect((await patch({ [field]: 'http://10.1.2.3/blocked' })).status).toBe(200);
       try {
         const { location } = await ssoLogin(account(uniqueEmail(field)));
-        expect(location, field).toBe(`${w.app.publicUrl}/login?error=sso_error`);
+        expect(location, field).toBe(`${w.app.publicUrl}/login?error=sso_error&org=${w.tenant.orgId}`);
         const reason = w.logs.text.filter((l) => l.includes('SSO login refused')).at(-1) ?? '';
         expect(reason, field).toContain('outbound blocked_address');
       } finally {
@@ -274,7 +274,7 @@ describe.skipIf(!backendAvailable())('OIDC login against a real OpenID provider'
     // Proving a server-side check: the stored nonce is changed where no client can reach it.
     await w.app.server.keel.db.execute(sql`update single_use_records set data = jsonb_set(data, '{nonce}', '"not-the-nonce"') where purpose = 'sso_login' and subject_id = ${providerId}`);
     const { location } = await browser.signInAt(start.headers.get('location')!, sub, isApp);
-    expect(location).toBe(`${w.app.publicUrl}/login?error=sso_error`);
+    expect(location).toBe(`${w.app.publicUrl}/login?error=sso_error&org=${w.tenant.orgId}`);
   });
 
   it('group mapping decides the role: first match for a new user, a change for an existing one (audited), none keeps it', async () => {
@@ -465,7 +465,7 @@ describe.skipIf(!backendAvailable())('OIDC login against a real OpenID provider'
       const email = uniqueEmail('forged-token');
       const { location } = await ssoLogin(account(email));
       expect(forged).toBe(1);
-      expect(location).toBe(`${w.app.publicUrl}/login?error=sso_error`);
+      expect(location).toBe(`${w.app.publicUrl}/login?error=sso_error&org=${w.tenant.orgId}`);
       expect(w.logs.text.filter((l) => l.includes('SSO login refused')).at(-1)).toContain('OAUTH_INVALID_RESPONSE');
       const found = await w.api('GET', `/users?search=${encodeURIComponent(email)}`, { token: w.adminToken });
       expect(found.body.data).toEqual([]);
@@ -486,7 +486,7 @@ describe.skipIf(!backendAvailable())('OIDC login against a real OpenID provider'
     expect(signedIn.status).toBe(200);
     await patch({ clientSecret: 'not-the-secret' });
     try {
-      expect((await ssoLogin(account(uniqueEmail('no-secret-bad')))).location).toBe(`${w.app.publicUrl}/login?error=sso_error`);
+      expect((await ssoLogin(account(uniqueEmail('no-secret-bad')))).location).toBe(`${w.app.publicUrl}/login?error=sso_error&org=${w.tenant.orgId}`);
     } finally {
       await patch({ clientSecret: idp.clientSecret });
     }

@@ -207,6 +207,23 @@ describe.skipIf(!backendAvailable())('SAML service provider', () => {
     expect(ex.body.user).toMatchObject({ email, name: email, orgId: w.tenant.orgId, roleId: SYSTEM_ROLES.orgReadOnly.id });
   });
 
+  it('a SAML provider in testing is a trial through samlify: an organisation administrator signs in, a member is refused with provider_testing (docs/decisions.md "SSO that explains itself")', async () => {
+    const admin = await createUser(w.app, { email: uniqueEmail('saml-trial-admin'), org: { orgId: w.tenant.orgId, roleId: SYSTEM_ROLES.orgAdmin.id } });
+    const member = await createUser(w.app, { email: uniqueEmail('saml-trial-member'), org: { orgId: w.tenant.orgId, roleId: SYSTEM_ROLES.orgTechnician.id } });
+    expect((await w.api('POST', `/sso/providers/${providerId}/status`, { token: w.adminToken, body: { status: 'testing' } })).status).toBe(200);
+    try {
+      const accepted = await samlifyLogin(admin.email);
+      expect(accepted.startsWith(`${w.app.publicUrl}/reports#ssoCode=`), accepted).toBe(true);
+      const ex = await w.app.api('POST', '/sso/exchange', { body: { code: ssoCodeOf(accepted) } });
+      expect(ex.body.user).toMatchObject({ id: admin.id, roleId: SYSTEM_ROLES.orgAdmin.id });
+      expect(await samlifyLogin(member.email)).toBe(`${w.app.publicUrl}/login?error=provider_testing&org=${w.tenant.orgId}`);
+      const audit = await w.api('GET', '/audit-logs?action=sso.login.trial&limit=100', { token: w.adminToken });
+      expect((audit.body.data as { targetId: string; result: string }[]).map((e) => `${e.targetId}:${e.result}`).sort()).toEqual([`${admin.id}:success`, `${member.id}:failure`].sort());
+    } finally {
+      await w.api('POST', `/sso/providers/${providerId}/status`, { token: w.adminToken, body: { status: 'active' } });
+    }
+  });
+
   it('samlify as the IdP signing the whole response around an unsigned assertion signs in too; an existing user is linked', async () => {
     const existing = await createUser(w.app, { email: uniqueEmail('samlx'), org: { orgId: w.tenant.orgId, roleId: SYSTEM_ROLES.orgTechnician.id } });
     const { location } = await startLogin();

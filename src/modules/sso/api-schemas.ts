@@ -14,7 +14,7 @@ export const AttributeMappingSchema = z
     name: z.string().min(1).max(500).openapi(d('Claim holding the display name', 'name')),
     firstName: z.string().min(1).max(500).optional().openapi(d('Claim holding the given name; used with lastName when the name is missing', 'given_name')),
     lastName: z.string().min(1).max(500).optional().openapi(d('Claim holding the family name', 'family_name')),
-    groups: z.string().min(1).max(500).optional().openapi(d('Claim holding the groups (an array of strings), read by groupRoleMappings', 'groups')),
+    groups: z.string().min(1).max(500).optional().openapi(d('Claim holding the groups (an array of strings), read by groupRoleMappings (needed to save any); default groups, or the preset\'s', 'groups')),
   })
   .openapi('SsoAttributeMapping', { description: 'IdP claim names for each profile field' });
 
@@ -39,11 +39,11 @@ export const PresetSchema = z
       .array(z.object({ uri: z.string().openapi(d('SAML attribute name (URI)')), field: z.string().openapi(d('Profile field it fills')) }))
       .nullable()
       .openapi(d('SAML only: attribute URIs mapped automatically')),
-    groupRoleMappingsSupported: z.boolean().openapi(d('Providers of this preset accept groupRoleMappings (the groups claim decides the role at each login)')),
+    groupRoleMappingsSupported: z.boolean().openapi(d('The preset names a groups claim, so its providers accept groupRoleMappings (the groups claim decides the role at each login); without one, set attributeMapping.groups first')),
   })
   .openapi('SsoPreset');
 
-export const presetsView = () => PRESETS.map((p) => ({ ...p, samlAttributes: p.samlAttributes, groupRoleMappingsSupported: true }));
+export const presetsView = () => PRESETS.map((p) => ({ ...p, samlAttributes: p.samlAttributes, groupRoleMappingsSupported: Boolean(p.attributeMapping.groups) }));
 
 export const ProviderSchema = z
   .object({
@@ -51,7 +51,7 @@ export const ProviderSchema = z
     orgId: z.uuid().openapi(d('Organization the provider signs users into')),
     name: z.string().openapi(d('Display name', 'Contoso Entra ID')),
     type: z.enum(['oidc', 'saml']).openapi(d('Protocol')),
-    status: z.enum(['inactive', 'testing', 'active']).openapi(d('Only an active provider is used for login; one per organization')),
+    status: z.enum(['inactive', 'testing', 'active']).openapi(d('active: used for sign-in (one per organization); testing: a trial started by /sso/login/{orgId} while none is active, completed only by those who may manage the organization SSO; inactive: not used')),
     preset: z.string().nullable().openapi(d('Preset id it was created from')),
     issuer: z.string().nullable().openapi(d('OIDC issuer URL (discovery)')),
     clientId: z.string().nullable().openapi(d('OIDC client id')),
@@ -153,6 +153,13 @@ export const TestReportSchema = z
       })
       .nullable()
       .openapi(d('SAML: the signing certificate parsed')),
+    credentials: z
+      .object({
+        result: z.enum(['accepted', 'rejected', 'unknown']).openapi(d('accepted: the token endpoint refused only a made-up code (invalid_grant); rejected: it refused the client (invalid_client); unknown: any other answer')),
+        message: z.string().openapi(d('What the token endpoint said, in words')),
+      })
+      .nullable()
+      .openapi(d('OIDC: the client id and secret checked with a token request carrying a made-up code; null when not checked')),
   })
   .openapi('SsoProviderTest');
 

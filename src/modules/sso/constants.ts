@@ -13,8 +13,12 @@ export const ACS_PATH = '/api/v1/sso/saml/acs';
 /** Allowed difference between the IdP's clock and Keel's for SAML NotBefore / NotOnOrAfter. */
 export const SAML_CLOCK_SKEW_MS = 60_000;
 
-/** The callback error codes of docs/specification.md "Single sign-on: the login flow": nothing else ever reaches the login page's URL. */
-export type SsoErrorCode = 'session_expired' | 'provider_not_found' | 'domain_not_allowed' | 'user_not_found' | 'default_role_required' | 'no_org_access' | 'sso_error';
+/**
+ * The callback error codes of docs/specification.md "Single sign-on: the login flow", plus
+ * `provider_testing` (a trial sign-in by someone who may not manage the organisation's SSO, docs/decisions.md
+ * "SSO that explains itself"): nothing else ever reaches the login page's URL.
+ */
+export type SsoErrorCode = 'session_expired' | 'provider_not_found' | 'domain_not_allowed' | 'user_not_found' | 'default_role_required' | 'no_org_access' | 'sso_error' | 'provider_testing';
 
 /** What a failure is known to be about, once the login session named it (for the audit entry). */
 export interface SsoFailureContext {
@@ -23,6 +27,8 @@ export interface SsoFailureContext {
   userId?: string;
   /** The IdP subject a refused identity link asserted (audited as `sso.identity.refused`). */
   refusedSubject?: string;
+  /** A trial sign-in through a provider in `testing` (audited as `sso.login.trial`). */
+  trial?: boolean;
 }
 
 /**

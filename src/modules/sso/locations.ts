@@ -6,7 +6,16 @@ export function successLocation(keel: Keel, redirectPath: string, code: string):
   return `${keel.config.publicUrl}${redirectPath}#ssoCode=${encodeURIComponent(code)}`;
 }
 
-/** Where a failed login goes: the login page with one of the codes of docs/specification.md "Single sign-on: the login flow" and nothing else. */
-export function errorLocation(keel: Keel, code: SsoErrorCode): string {
-  return `${keel.config.publicUrl}/login?error=${code}`;
+/**
+ * Where a failed login goes: the login page with one of the codes of docs/specification.md "Single
+ * sign-on: the login flow" and, once the login session named it, the organisation (`&org=`), so the
+ * page still offers that organisation's sign-in.
+ */
+export function errorLocation(keel: Keel, code: SsoErrorCode, orgId?: string): string {
+  return `${keel.config.publicUrl}/login?error=${code}${orgId ? `&org=${encodeURIComponent(orgId)}` : ''}`;
+}
+
+/** The organisation's SSO sign-in start (`GET /api/v1/sso/login/:orgId`), absolute on PUBLIC_URL. */
+export function ssoLoginUrl(keel: Keel, orgId: string): string {
+  return `${keel.config.publicUrl}/api/v1/sso/login/${orgId}`;
 }

@@ -7,7 +7,7 @@ import { OutboundError } from '../../platform/outbound.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { requestLog } from '../../platform/request-scope.js';
 import { loggableError } from '../../platform/safe-error.js';
-import { activeProvider, noActiveProvider, openSecret, type ProviderRow } from './providers.js';
+import { noActiveProvider, openSecret, signInProvider, signsIn, type ProviderRow } from './providers.js';
 import { discover, clientConfig, client, rememberJwks } from './oidc.js';
 import { completeSsoLogin, emailVerifiedClaim, mapClaims } from './provisioning.js';
 import { providerAssertedMfa } from './mfa.js';
@@ -124,9 +124,13 @@ async function assertLoginCapacity(keel: Keel, p: ProviderRow): Promise<void> {
   throw ssoError('sso_logins_outstanding', { headers: { 'Retry-After': '60' } });
 }
 
-/** `GET /sso/login/:orgId` (docs/specification.md "Single sign-on: the login flow" steps 1-3): the organisation's active provider, a stored login session, the IdP's URL. */
+/**
+ * `GET /sso/login/:orgId` (docs/specification.md "Single sign-on: the login flow" steps 1-3): the
+ * organisation's active provider (else its testing one, for a trial: `signInProvider`), a stored
+ * login session, the IdP's URL.
+ */
 export async function startLogin(keel: Keel, orgId: string, redirectPath: string, binding: string): Promise<LoginStart> {
-  const p = await activeProvider(keel.db, orgId);
+  const p = await signInProvider(keel.db, orgId);
   if (!p) throw noActiveProvider();
   await assertLoginCapacity(keel, p);
   if (p.type === 'saml') return { location: await samlAuthorizeUrl(keel, p, redirectPath, binding), state: null };
@@ -149,11 +153,11 @@ export async function startLogin(keel: Keel, orgId: string, redirectPath: string
   return { location: url.href, state };
 }
 
-/** The provider a login session names, if it still exists and is active. */
+/** The provider a login session names, if it still exists and signs people in (active, or testing: a trial decided by its status now). */
 export async function loginProvider(keel: Keel, providerId: unknown): Promise<ProviderRow> {
   if (typeof providerId !== 'string') throw new SsoFailure('provider_not_found', 'session names no provider');
   const [p] = await keel.db.select().from(ssoProviders).where(eq(ssoProviders.id, providerId));
-  if (p?.status !== 'active') throw new SsoFailure('provider_not_found', 'provider gone or not active');
+  if (!p || !signsIn(p)) throw new SsoFailure('provider_not_found', 'provider gone or inactive');
   return p;
 }
 
@@ -172,7 +176,7 @@ export async function oidcCallback(keel: Keel, query: URLSearchParams, cookie: s
     return await oidcFinish(keel, p, data, state, session.secret, query, info);
   } catch (err) {
     // From here on the failure is about this provider: it is audited as a failed sign-in.
-    if (err instanceof SsoFailure) err.about({ providerId: p.id, orgId: p.orgId });
+    if (err instanceof SsoFailure) err.about({ providerId: p.id, orgId: p.orgId, trial: p.status === 'testing' });
     throw err;
   }
 }
@@ -229,13 +233,14 @@ async function oidcFinish(keel: Keel, p: ProviderRow, data: OidcSessionData, sta
  * they must not fill the audit log. The entry never fails the redirect (its error is logged).
  */
 export async function auditSsoFailure(keel: Keel, failure: SsoFailure, info: AuditRequestInfo): Promise<void> {
-  const { providerId, orgId, userId, refusedSubject } = failure.context;
+  const { providerId, orgId, userId, refusedSubject, trial } = failure.context;
   if (!providerId) return;
   const reason = failure.reason.slice(0, 200);
   const who: AuditRequestInfo = { ...info, actor: userId ? { type: 'user', id: userId } : { type: 'anonymous' } };
   const target = userId ? { type: 'user', id: userId } : { type: 'sso_provider', id: providerId };
   try {
-    await writeAudit(keel.db, who, { action: 'sso.login', orgId: orgId ?? null, target, details: { providerId, error: failure.code, reason }, result: 'failure' });
+    // A refused trial (a provider in testing) is audited as such, like an accepted one.
+    await writeAudit(keel.db, who, { action: trial ? 'sso.login.trial' : 'sso.login', orgId: orgId ?? null, target, details: { providerId, error: failure.code, reason }, result: 'failure' });
     if (refusedSubject !== undefined) {
       const why = reason.startsWith('identity_subject_changed') ? 'subject_changed' : 'subject_taken';
       await writeAudit(keel.db, who, { action: 'sso.identity.refused', orgId: orgId ?? null, target, details: { providerId, subject: refusedSubject, reason: why }, result: 'failure' });

@@ -82,6 +82,46 @@ export function discoveryFailure(err: unknown): string {
   return `${code}: ${typeof e.message === 'string' ? e.message.slice(0, 200) : 'discovery failed'}`;
 }
 
+/** What the token endpoint said of the client's id and secret (docs/decisions.md "SSO that explains itself"). */
+export interface CredentialCheck {
+  /** `accepted`: the endpoint refused only the made-up code (`invalid_grant`); `rejected`: it refused the client (`invalid_client`, `unauthorized_client`); `unknown`: anything else. */
+  result: 'accepted' | 'rejected' | 'unknown';
+  message: string;
+}
+
+/**
+ * Checks the client credentials without signing anyone in: a token request with a made-up code (and
+ * PKCE verifier), authenticated as a login is (`client_secret_basic`), sent through the outbound
+ * guard. An endpoint that accepts the client refuses the code (`invalid_grant`); one that refuses the
+ * client answers `invalid_client`. The IdP's own text is not echoed, only its error code.
+ */
+export async function probeClientCredentials(keel: Keel, e: { issuer: string; tokenUrl: string; clientId: string; clientSecret: string; redirectUri: string }): Promise<CredentialCheck> {
+  const body = new URLSearchParams({
+    grant_type: 'authorization_code',
+    code: `keel-credential-check-${client.randomState()}`,
+    redirect_uri: e.redirectUri,
+    code_verifier: client.randomPKCECodeVerifier(),
+  });
+  const headers = new Headers({ 'content-type': 'application/x-www-form-urlencoded', accept: 'application/json' });
+  client.ClientSecretBasic(e.clientSecret)({ issuer: e.issuer }, { client_id: e.clientId }, body, headers);
+  let res;
+  try {
+    res = await outboundRequest(e.tokenUrl, { method: 'POST', headers: Object.fromEntries(headers), body: body.toString(), timeoutMs: IDP_TIMEOUT_MS, maxResponseBytes: IDP_MAX_RESPONSE_BYTES }, keel.outbound);
+  } catch (err) {
+    return { result: 'unknown', message: `The token endpoint could not be reached: ${discoveryFailure(err)}` };
+  }
+  let code: unknown;
+  try {
+    code = (JSON.parse(res.body.toString('utf8')) as { error?: unknown }).error;
+  } catch {
+    code = undefined;
+  }
+  if (code === 'invalid_grant') return { result: 'accepted', message: 'The client id and secret were accepted (the token endpoint refused only a made-up code: invalid_grant)' };
+  if (code === 'invalid_client' || code === 'unauthorized_client') return { result: 'rejected', message: `The client id or secret was refused by the token endpoint (${code}): check both at the identity provider` };
+  const said = typeof code === 'string' && /^[\w.-]{1,64}$/.test(code) ? `error ${code}` : 'no OAuth error code';
+  return { result: 'unknown', message: `The token endpoint answered HTTP ${res.status} with ${said}: the client credentials could not be confirmed` };
+}
+
 export interface OidcEndpoints {
   issuer: string;
   clientId: string;

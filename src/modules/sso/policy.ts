@@ -5,9 +5,11 @@ import { activeProvider } from './providers.js';
 import { activeCacheOf } from './active-cache.js';
 import { verifiedDomainOrg } from '../domains/service.js';
 import { ssoError } from './errors.js';
+import { ssoLoginUrl } from './locations.js';
 
-export const ssoRequired = () =>
-  ssoError('sso_required');
+/** 403 `sso_required` with where to sign in instead: `details.loginUrl` (docs/decisions.md "SSO that explains itself"). */
+export const ssoRequired = (keel: Keel, orgId: string) =>
+  ssoError('sso_required', { details: { loginUrl: ssoLoginUrl(keel, orgId) } });
 
 /**
  * Enforced SSO (docs/specification.md "Single sign-on: the login flow") as a password policy of the identity module: a member of an organisation
@@ -40,7 +42,7 @@ export function enforcedSsoPolicy(keel: Keel): PasswordPolicy {
     if (user.isPlatformAdmin) {
       return use === 'login' ? { refuse: false, audit: { action: 'user.login.break_glass', orgId, details: { providerId: p.providerId, reason: 'enforced_sso' } } } : null;
     }
-    return { refuse: true, error: ssoRequired() };
+    return { refuse: true, error: ssoRequired(keel, orgId) };
   };
 }
 

@@ -18,7 +18,12 @@ export const SAML_ATTRIBUTE_URIS: readonly { uri: string; field: keyof Attribute
 ];
 
 export const DEFAULT_SCOPES = 'openid profile email';
-export const DEFAULT_MAPPING: AttributeMapping = { email: 'email', name: 'name' };
+/**
+ * The mapping of a provider made without a preset: the groups claim (OIDC) or attribute (SAML) is
+ * `groups` by default, so group mappings work without another setting (docs/decisions.md "SSO that
+ * explains itself").
+ */
+export const DEFAULT_MAPPING: AttributeMapping = { email: 'email', name: 'name', groups: 'groups' };
 
 export interface Preset {
   id: string;
@@ -34,26 +39,34 @@ export interface Preset {
 const oidc = (id: string, name: string, scopes: string, mapping: AttributeMapping): Preset => ({
   id, type: 'oidc', name, scopes, attributeMapping: mapping, samlAttributes: null,
 });
-const saml = (id: string, name: string): Preset => ({
+/** The vendor groups claim URI (Entra ID, AD FS); other SAML IdPs send the attribute named as configured there (`groups`). */
+const VENDOR_GROUPS = `${VENDOR_CLAIMS}/ws/2008/06/identity/claims/groups`;
+const saml = (id: string, name: string, groups: string): Preset => ({
   id,
   type: 'saml',
   name,
   scopes: null,
-  attributeMapping: { email: `${CLAIMS_2005}/emailaddress`, name: `${CLAIMS_2005}/name`, firstName: `${CLAIMS_2005}/givenname`, lastName: `${CLAIMS_2005}/surname`, groups: `${VENDOR_CLAIMS}/ws/2008/06/identity/claims/groups` },
+  attributeMapping: { email: `${CLAIMS_2005}/emailaddress`, name: `${CLAIMS_2005}/name`, firstName: `${CLAIMS_2005}/givenname`, lastName: `${CLAIMS_2005}/surname`, groups },
   samlAttributes: SAML_ATTRIBUTE_URIS.map((a) => ({ uri: a.uri, field: a.field })),
 });
 
-/** The presets of docs/specification.md "Single sign-on: providers" (neutral ids). `groups` is mapped where the IdP sends it by default. */
+/**
+ * The presets of docs/specification.md "Single sign-on: providers" (neutral ids, named for the IdP
+ * each is made for). The groups claim is the one the IdP sends (docs/decisions.md "SSO that explains
+ * itself"): `groups` for OIDC, the vendor URI for Entra ID and AD FS SAML, `groups` for the SAML apps
+ * where the attribute is named by the administrator; Google's OIDC sends none, so its preset names
+ * none and group mappings are refused until one is set.
+ */
 export const PRESETS: readonly Preset[] = [
-  oidc('cloud-directory', 'Cloud directory (OIDC)', 'openid profile email', { email: 'email', name: 'name', firstName: 'given_name', lastName: 'family_name', groups: 'groups' }),
-  oidc('workforce-idp', 'Workforce identity provider (OIDC)', 'openid profile email groups', { email: 'email', name: 'name', firstName: 'given_name', lastName: 'family_name', groups: 'groups' }),
-  oidc('workspace-idp', 'Workspace identity (OIDC)', 'openid profile email', { email: 'email', name: 'name', firstName: 'given_name', lastName: 'family_name' }),
-  oidc('identity-platform', 'Identity platform (OIDC)', 'openid profile email', { email: 'email', name: 'name', firstName: 'given_name', lastName: 'family_name', groups: 'groups' }),
-  saml('cloud-directory-saml', 'Cloud directory (SAML)'),
-  saml('workforce-idp-saml', 'Workforce identity provider (SAML)'),
-  saml('portal-saml', 'Identity portal (SAML)'),
-  saml('federation-server-saml', 'Federation server (SAML)'),
-  saml('workspace-idp-saml', 'Workspace identity (SAML)'),
+  oidc('cloud-directory', 'Microsoft Entra ID (OIDC)', 'openid profile email', { email: 'email', name: 'name', firstName: 'given_name', lastName: 'family_name', groups: 'groups' }),
+  oidc('workforce-idp', 'Okta (OIDC)', 'openid profile email groups', { email: 'email', name: 'name', firstName: 'given_name', lastName: 'family_name', groups: 'groups' }),
+  oidc('workspace-idp', 'Google Workspace (OIDC)', 'openid profile email', { email: 'email', name: 'name', firstName: 'given_name', lastName: 'family_name' }),
+  oidc('identity-platform', 'AD FS 2016+ (OIDC)', 'openid profile email', { email: 'email', name: 'name', firstName: 'given_name', lastName: 'family_name', groups: 'groups' }),
+  saml('cloud-directory-saml', 'Microsoft Entra ID (SAML)', VENDOR_GROUPS),
+  saml('workforce-idp-saml', 'Okta (SAML)', 'groups'),
+  saml('portal-saml', 'Other identity provider (SAML)', 'groups'),
+  saml('federation-server-saml', 'AD FS (SAML)', VENDOR_GROUPS),
+  saml('workspace-idp-saml', 'Google Workspace (SAML)', 'groups'),
 ];
 
 export function findPreset(id: string): Preset | undefined {

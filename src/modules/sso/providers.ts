@@ -14,8 +14,8 @@ import { reachOrg, type AccessContext } from '../access/scope.js';
 import { assertCoversOrgMembers } from '../users/service.js';
 import { DEFAULT_MAPPING, DEFAULT_SCOPES, findPreset } from './presets.js';
 import { ssoProviders, type AttributeMapping, type GroupRoleMapping } from './schema.js';
-import { discover, discoveryFailure } from './oidc.js';
-import { SSO_LOGIN_PURPOSE } from './constants.js';
+import { discover, discoveryFailure, probeClientCredentials, type CredentialCheck } from './oidc.js';
+import { CALLBACK_PATH, SSO_LOGIN_PURPOSE } from './constants.js';
 import { activeCacheOf } from './active-cache.js';
 import type { SealedColumn } from '../../platform/reseal.js';
 import { ssoError } from './errors.js';
@@ -160,6 +160,17 @@ async function assertRoles(db: Db, orgId: string, defaultRoleId: string | null |
 }
 
 /**
+ * Group mappings need a groups claim (docs/decisions.md "SSO that explains itself"): without one they
+ * can never match, so saving them is refused (400 naming `attributeMapping.groups`) rather than
+ * accepted and silently ignored. A change that leaves both untouched is not judged (an unrelated PATCH
+ * of an older provider goes through).
+ */
+export function assertGroupsClaim(mapping: AttributeMapping, mappings: readonly GroupRoleMapping[]): void {
+  if (mappings.length === 0 || mapping.groups?.trim()) return;
+  throw validationError([{ path: 'attributeMapping.groups', message: 'is needed for group-to-role mappings: name the claim (OIDC) or attribute (SAML) that carries the user\'s groups, e.g. groups' }]);
+}
+
+/**
  * Who may configure an organisation's provider (create, PATCH, status, delete): a provider grants
  * roles (`defaultRoleId`, `groupRoleMappings`) and signs in any member of its organisation by email,
  * so the caller must hold every permission of each role it grants (before and after the change) and
@@ -200,6 +211,7 @@ export async function createProvider(keel: Keel, access: AccessContext, orgId: s
   if (input.preset && !preset) throw validationError([{ path: 'preset', message: 'is not a known preset (GET /sso/presets)' }]);
   if (preset && preset.type !== input.type) throw validationError([{ path: 'preset', message: `is a ${preset.type} preset` }]);
   await assertRoles(keel.db, orgId, input.defaultRoleId, input.groupRoleMappings);
+  assertGroupsClaim(input.attributeMapping ?? preset?.attributeMapping ?? DEFAULT_MAPPING, input.groupRoleMappings ?? []);
   await assertMayConfigureProvider(keel.db, access, orgId, input);
   const id = newId();
   const now = clock.now();
@@ -266,6 +278,9 @@ const PATCH_COLUMNS = {
 export async function updateProvider(keel: Keel, access: AccessContext, id: string, input: ProviderInput, info: AuditRequestInfo): Promise<ProviderView> {
   const p = await findProvider(keel.db, access, id);
   await assertRoles(keel.db, p.orgId, input.defaultRoleId, input.groupRoleMappings);
+  if (input.attributeMapping !== undefined || input.groupRoleMappings !== undefined) {
+    assertGroupsClaim(input.attributeMapping ?? p.attributeMapping, input.groupRoleMappings ?? p.groupRoleMappings);
+  }
   await assertMayConfigureProvider(keel.db, access, p.orgId, p, input);
   const set: Partial<ProviderRow> = {};
   const changes: string[] = [];
@@ -352,6 +367,35 @@ export interface TestReport {
   message: string;
   discovered: { issuer: string; authorizationUrl: string | null; tokenUrl: string | null; userInfoUrl: string | null; jwksUrl: string | null } | null;
   certificate: { subject: string; issuer: string; validFrom: string; validTo: string; expired: boolean; daysLeft: number } | null;
+  /** OIDC: what the token endpoint said of the client id and secret; null when not checked. */
+  credentials: CredentialCheck | null;
+}
+
+/**
+ * OIDC: discovery, then the client credentials (`probeClientCredentials`): the report is ok only when
+ * discovery found the endpoints and the token endpoint accepted the client (docs/decisions.md "SSO
+ * that explains itself").
+ */
+async function testOidc(keel: Keel, p: ProviderRow): Promise<TestReport> {
+  const none = { discovered: null, certificate: null, credentials: null };
+  if (!p.issuer) return { ok: false, type: 'oidc', message: 'The provider has no issuer: set it with PATCH', ...none };
+  let d;
+  try {
+    d = await discover(keel, p.issuer);
+  } catch (err) {
+    return { ok: false, type: 'oidc', message: `Discovery failed: ${discoveryFailure(err)}`, ...none };
+  }
+  const discovered = { issuer: d.issuer, authorizationUrl: d.authorizationUrl, tokenUrl: d.tokenUrl, userInfoUrl: d.userInfoUrl, jwksUrl: d.jwksUrl };
+  const missing = [!d.authorizationUrl && 'authorization_endpoint', !d.tokenUrl && 'token_endpoint', !d.jwksUrl && 'jwks_uri'].filter(Boolean);
+  const found = missing.length === 0 ? 'Discovery succeeded' : `Discovery document lacks ${missing.join(', ')}`;
+  const tokenUrl = p.tokenUrl ?? d.tokenUrl;
+  const secret = openSecret(keel, p);
+  if (!tokenUrl || !p.clientId || !secret) {
+    const lacks = [!p.clientId && 'client id', !secret && 'client secret', !tokenUrl && 'token endpoint'].filter(Boolean).join(', ');
+    return { ok: false, type: 'oidc', message: `${found}; the client credentials were not checked: the provider has no ${lacks}`, discovered, certificate: null, credentials: null };
+  }
+  const credentials = await probeClientCredentials(keel, { issuer: d.issuer, tokenUrl, clientId: p.clientId, clientSecret: secret, redirectUri: `${keel.config.publicUrl}${CALLBACK_PATH}` });
+  return { ok: missing.length === 0 && credentials.result === 'accepted', type: 'oidc', message: `${found}. ${credentials.message}.`, discovered, certificate: null, credentials };
 }
 
 /** OIDC: discovery against the issuer, reporting what was found or why not. SAML: the certificate parsed, its expiry. Audited either way. */
@@ -359,25 +403,9 @@ export async function testProvider(keel: Keel, access: AccessContext, id: string
   const p = await findProvider(keel.db, access, id);
   let report: TestReport;
   if (p.type === 'oidc') {
-    if (!p.issuer) {
-      report = { ok: false, type: 'oidc', message: 'The provider has no issuer: set it with PATCH', discovered: null, certificate: null };
-    } else {
-      try {
-        const d = await discover(keel, p.issuer);
-        const missing = [!d.authorizationUrl && 'authorization_endpoint', !d.tokenUrl && 'token_endpoint', !d.jwksUrl && 'jwks_uri'].filter(Boolean);
-        report = {
-          ok: missing.length === 0,
-          type: 'oidc',
-          message: missing.length === 0 ? 'Discovery succeeded' : `Discovery document lacks ${missing.join(', ')}`,
-          discovered: { issuer: d.issuer, authorizationUrl: d.authorizationUrl, tokenUrl: d.tokenUrl, userInfoUrl: d.userInfoUrl, jwksUrl: d.jwksUrl },
-          certificate: null,
-        };
-      } catch (err) {
-        report = { ok: false, type: 'oidc', message: `Discovery failed: ${discoveryFailure(err)}`, discovered: null, certificate: null };
-      }
-    }
+    report = await testOidc(keel, p);
   } else if (!p.certificate) {
-    report = { ok: false, type: 'saml', message: 'The provider has no signing certificate: set it with PATCH', discovered: null, certificate: null };
+    report = { ok: false, type: 'saml', message: 'The provider has no signing certificate: set it with PATCH', discovered: null, certificate: null, credentials: null };
   } else {
     const cert = new X509Certificate(p.certificate);
     const validTo = new Date(cert.validTo);
@@ -390,6 +418,7 @@ export async function testProvider(keel: Keel, access: AccessContext, id: string
       message: expired ? 'The signing certificate has expired' : gaps.length > 0 ? `Missing ${gaps.join(', ')}` : `Certificate valid for ${daysLeft} more days`,
       discovered: null,
       certificate: { subject: cert.subject, issuer: cert.issuer, validFrom: new Date(cert.validFrom).toISOString(), validTo: validTo.toISOString(), expired, daysLeft },
+      credentials: null,
     };
   }
   await writeAudit(keel.db, info, {
@@ -397,11 +426,26 @@ export async function testProvider(keel: Keel, access: AccessContext, id: string
     partnerId: access.partnerId,
     orgId: p.orgId,
     target: { type: 'sso_provider', id: p.id },
-    details: { ok: report.ok },
+    details: { ok: report.ok, credentials: report.credentials?.result ?? null },
     result: report.ok ? 'success' : 'failure',
   });
   return report;
 }
+
+/**
+ * The provider `/sso/login/:orgId` starts: the active one, else the most recently changed one in
+ * `testing` (a trial that only the organisation's SSO administrators complete, docs/decisions.md
+ * "SSO that explains itself").
+ */
+export async function signInProvider(db: Db, orgId: string): Promise<ProviderRow | null> {
+  const active = await activeProvider(db, orgId);
+  if (active) return active;
+  const [testing] = await db.select().from(ssoProviders).where(and(eq(ssoProviders.orgId, orgId), eq(ssoProviders.status, 'testing'))).orderBy(desc(ssoProviders.updatedAt)).limit(1);
+  return testing ?? null;
+}
+
+/** A provider that signs people in: `active`, or `testing` for a trial. */
+export const signsIn = (p: Pick<ProviderRow, 'status'> | undefined): boolean => p?.status === 'active' || p?.status === 'testing';
 
 /** The organisation's active provider, if any. */
 export async function activeProvider(db: Db, orgId: string): Promise<ProviderRow | null> {
@@ -409,4 +453,4 @@ export async function activeProvider(db: Db, orgId: string): Promise<ProviderRow
   return p ?? null;
 }
 
-export const noActiveProvider = () => platformError('not_found', { message: 'There is no active SSO provider for this organization' });
+export const noActiveProvider = () => platformError('not_found', { message: 'There is no active or testing SSO provider for this organization' });

@@ -14,7 +14,8 @@ import { createAccount } from '../identity/accounts.js';
 import { findUserByEmail, signIn, type RequestInfo, type TokenAnswer } from '../identity/service.js';
 import { users } from '../identity/schema.js';
 import { ssoIdentities, type AttributeMapping } from './schema.js';
-import type { ProviderRow } from './providers.js';
+import { assertMayConfigureProvider, type ProviderRow } from './providers.js';
+import { accessContextFor, restricted } from '../access/scope.js';
 import { SAML_ATTRIBUTE_URIS } from './presets.js';
 import { SSO_EXCHANGE_PURPOSE, SSO_EXCHANGE_TTL_MS, SsoFailure } from './constants.js';
 import type { SealedColumn } from '../../platform/reseal.js';
@@ -128,6 +129,7 @@ export function assertEmailNotUnverified(emailVerified: boolean | null): void {
  * (`provisionAndLink`): a refused link leaves no account and no role change.
  */
 export async function completeSsoLogin(keel: Keel, p: ProviderRow, profile: MappedProfile, idp: IdpTokens, info: AuditRequestInfo, binding: string | null = null, emailVerified: boolean | null = null): Promise<string> {
+  const trial = p.status === 'testing';
   try {
     assertEmailNotUnverified(emailVerified);
     if (!domainAllowed(p.allowedDomains, profile.email)) throw new SsoFailure('domain_not_allowed', 'email domain not allowed');
@@ -136,6 +138,7 @@ export async function completeSsoLogin(keel: Keel, p: ProviderRow, profile: Mapp
     // Verified domains decide whose provider may provision or link an address (docs/decisions.md "Verified domains and SSO step-up").
     const refused = await ssoEmailRefusal(keel.db, { kind: 'org', orgId: p.orgId, partnerId: null }, profile.email, { existingAccount: Boolean(user), emailVerified });
     if (refused) throw new SsoFailure('domain_not_allowed', refused);
+    if (trial) return await completeTrial(keel, p, profile, idp, info, binding, user ?? null, fromGroups);
     let newRoleId: string | null = null;
     if (!user) {
       if (!p.autoProvision) throw new SsoFailure('user_not_found', 'no account and autoProvision is off');
@@ -156,12 +159,60 @@ export async function completeSsoLogin(keel: Keel, p: ProviderRow, profile: Mapp
     });
     return token;
   } catch (err) {
-    if (err instanceof SsoFailure) err.about({ providerId: p.id, orgId: p.orgId });
+    if (err instanceof SsoFailure) err.about({ providerId: p.id, orgId: p.orgId, trial });
     throw err;
   }
 }
 
 type UserRow = typeof users.$inferSelect;
+
+/**
+ * Whether an account may manage the organisation's SSO, as the provider write routes decide it: an
+ * active member of the organisation with `organizations:write`, not restricted to sites or groups,
+ * covering every member and every role the provider grants (`assertMayConfigureProvider`).
+ */
+async function managesSso(keel: Keel, p: ProviderRow, user: UserRow): Promise<boolean> {
+  if (user.status !== 'active') return false;
+  const m = await getMembership(keel, user.id);
+  if (m?.kind !== 'organization' || m.orgId !== p.orgId) return false;
+  const access = await accessContextFor(keel, { kind: 'user', userId: user.id, email: user.email, sessionId: null, mfa: false, isPlatformAdmin: user.isPlatformAdmin, apiKeyId: null });
+  if (!access.can('organizations', 'write') || restricted(access)) return false;
+  try {
+    await assertMayConfigureProvider(keel.db, access, p.orgId, p);
+    return true;
+  } catch (err) {
+    if (err instanceof AppError) return false;
+    throw err;
+  }
+}
+
+/**
+ * A trial sign-in through a provider in `testing` (docs/decisions.md "SSO that explains itself"):
+ * only someone who may manage the organisation's SSO completes it, as an existing member; nobody is
+ * provisioned and no role changes (the role the group mappings would give is audited instead). The
+ * identity link is written as at any sign-in. Accepted trials are audited `sso.login.trial`
+ * (refused ones by the caller, the same action with `result: 'failure'`).
+ */
+async function completeTrial(keel: Keel, p: ProviderRow, profile: MappedProfile, idp: IdpTokens, info: AuditRequestInfo, binding: string | null, user: UserRow | null, fromGroups: string | null): Promise<string> {
+  if (!user || !(await managesSso(keel, p, user))) {
+    const failure = new SsoFailure('provider_testing', user ? 'trial sign-in by someone who may not manage the organization SSO' : 'trial sign-in by an address without an account');
+    throw user ? failure.about({ userId: user.id }) : failure;
+  }
+  const { account } = await provisionAndLink(keel, p, profile, idp, info, user, null, null);
+  await writeAudit(keel.db, { ...info, actor: { type: 'user', id: account.id, email: account.email } }, {
+    action: 'sso.login.trial',
+    orgId: p.orgId,
+    target: { type: 'user', id: account.id },
+    details: { providerId: p.id, groups: profile.groups.slice(0, 50), mappedRoleId: fromGroups },
+  });
+  const { token } = await keel.singleUse.create(keel.db, {
+    purpose: SSO_EXCHANGE_PURPOSE,
+    ttlMs: SSO_EXCHANGE_TTL_MS,
+    subjectId: account.id,
+    data: { providerId: p.id, orgId: p.orgId, type: p.type, binding, mfa: profile.mfa === true, trial: true },
+  });
+  return token;
+}
 
 /**
  * One transaction: the new account (with its membership and `user.sso.provision` entry) or the
@@ -311,6 +362,6 @@ export async function exchangeCode(keel: Keel, code: string, info: RequestInfo, 
   return signIn(keel, user, { ...info, actor: { type: 'user', id: user.id, email: user.email } }, {
     mfa,
     method: 'sso',
-    details: { providerId: record.data.providerId, providerType: record.data.type, idpMfa: mfa },
+    details: { providerId: record.data.providerId, providerType: record.data.type, idpMfa: mfa, ...(record.data.trial === true ? { trial: true } : {}) },
   });
 }

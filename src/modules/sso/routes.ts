@@ -29,7 +29,7 @@ import {
   StatusBodySchema,
   TestReportSchema,
 } from './api-schemas.js';
-import { activeProvider, createProvider, deleteProvider, findProvider, listProviders, providerView, setProviderStatus, testProvider, updateProvider } from './providers.js';
+import { activeProvider, noActiveProvider, createProvider, deleteProvider, findProvider, listProviders, providerView, setProviderStatus, testProvider, updateProvider } from './providers.js';
 import { auditSsoFailure, oidcCallback, safeRedirectPath, startLogin, stateCookieValue } from './login.js';
 import { loggableError } from '../../platform/safe-error.js';
 import { errorLocation } from './locations.js';
@@ -158,7 +158,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
 
   api.openapi(
     createRoute({
-      method: 'post', path: '/sso/providers/{id}/test', tags, summary: 'OIDC: run discovery; SAML: parse the certificate and report its expiry',
+      method: 'post', path: '/sso/providers/{id}/test', tags, summary: 'OIDC: run discovery and check the client credentials; SAML: parse the certificate and report its expiry',
       middleware: write(),
       request: { params: IdPathSchema },
       responses: { 200: json(TestReportSchema, 'Report'), ...errors(404) },
@@ -186,7 +186,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
 
   api.openapi(
     createRoute({
-      method: 'get', path: '/sso/login/{orgId}', tags, summary: 'Start SSO: redirect to the IdP (OIDC with PKCE, or a SAML AuthnRequest)',
+      method: 'get', path: '/sso/login/{orgId}', tags, summary: 'Start SSO: redirect to the IdP (OIDC with PKCE, or a SAML AuthnRequest) of the active provider, else of the testing one (a trial)',
       middleware: [perAddress(loginLimit)],
       request: { params: OrgPathSchema, query: LoginQuerySchema },
       responses: { ...redirect('To the identity provider'), ...errors(404) },
@@ -194,7 +194,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     async (c) => {
       const { orgId } = c.req.valid('param');
       const redirectPath = safeRedirectPath(keel, c.req.valid('query').redirect);
-      if (!UUID.test(orgId)) throw platformError('not_found', { message: 'There is no active SSO provider for this organization' });
+      if (!UUID.test(orgId)) throw noActiveProvider();
       // The browser's binding: kept while it is well-formed (parallel logins in two tabs both finish), else new.
       const held = getCookie(c, BINDING_COOKIE);
       const binding = held && /^[A-Za-z0-9_-]{43}$/.test(held) ? held : randomToken();
@@ -227,7 +227,7 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     if (!(err instanceof SsoFailure)) log.error({ error: loggableError(err) }, 'SSO login: unexpected error');
     log.warn({ code: failure.code, reason: failure.reason, providerId: failure.context.providerId }, 'SSO login refused');
     await auditSsoFailure(keel, failure, info);
-    return c.redirect(errorLocation(keel, failure.code), 302);
+    return c.redirect(errorLocation(keel, failure.code, failure.context.orgId), 302);
   };
 
   api.openapi(

@@ -6,7 +6,7 @@ import { clock } from '../../platform/clock.js';
 import { notFound } from '../../platform/http/errors.js';
 import type { SingleUseRecord } from '../../platform/single-use.js';
 import type { AuditRequestInfo } from '../audit/service.js';
-import type { ProviderRow } from './providers.js';
+import { signsIn, type ProviderRow } from './providers.js';
 import { ssoProviders, type AttributeMapping } from './schema.js';
 import { SAML_ATTRIBUTE_URIS } from './presets.js';
 import { completeSsoLogin, mapClaims } from './provisioning.js';
@@ -132,7 +132,7 @@ export async function samlAcs(keel: Keel, form: { SAMLResponse?: string | undefi
     const s = session;
     if (!s) throw new SsoFailure('session_expired', 'unknown InResponseTo');
     const [p] = await keel.db.select().from(ssoProviders).where(eq(ssoProviders.id, String(s.data.providerId)));
-    if (p?.status !== 'active' || p.type !== 'saml' || !p.certificate) throw new SsoFailure('provider_not_found', 'provider gone, inactive or without certificate');
+    if (!p || !signsIn(p) || p.type !== 'saml' || !p.certificate) throw new SsoFailure('provider_not_found', 'provider gone, inactive or without certificate');
     provider = p;
     return p;
   }

@@ -1610,7 +1610,7 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Start SSO: redirect to the IdP (OIDC with PKCE, or a SAML AuthnRequest)
+         * Start SSO: redirect to the IdP (OIDC with PKCE, or a SAML AuthnRequest) of the active provider, else of the testing one (a trial)
          * @description Access: public (no token).
          */
         get: operations["getSsoLoginByOrgId"];
@@ -1724,7 +1724,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * OIDC: run discovery; SAML: parse the certificate and report its expiry
+         * OIDC: run discovery and check the client credentials; SAML: parse the certificate and report its expiry
          * @description Access: an access token or an API key; permission `organizations:write`; partner users need `orgAccess: all` (403 `full_org_access_required`); callers restricted to some sites or device groups are refused (403 `whole_org_access_required`); a session established with a second factor (403 `mfa_required`).
          */
         post: operations["postSsoProvidersByIdTest"];
@@ -5207,7 +5207,7 @@ export interface components {
              */
             firstName?: string;
             /**
-             * @description Claim holding the groups (an array of strings), read by groupRoleMappings
+             * @description Claim holding the groups (an array of strings), read by groupRoleMappings (needed to save any); default groups, or the preset's
              * @example groups
              */
             groups?: string;
@@ -5276,7 +5276,7 @@ export interface components {
         };
         SsoPreset: {
             attributeMapping: components["schemas"]["SsoAttributeMapping"];
-            /** @description Providers of this preset accept groupRoleMappings (the groups claim decides the role at each login) */
+            /** @description The preset names a groups claim, so its providers accept groupRoleMappings (the groups claim decides the role at each login); without one, set attributeMapping.groups first */
             groupRoleMappingsSupported: boolean;
             /**
              * @description Preset id
@@ -5369,7 +5369,7 @@ export interface components {
             /** @description SAML: the IdP single sign-on URL (HTTP-Redirect binding) */
             ssoUrl: string | null;
             /**
-             * @description Only an active provider is used for login; one per organization
+             * @description active: used for sign-in (one per organization); testing: a trial started by /sso/login/{orgId} while none is active, completed only by those who may manage the organization SSO; inactive: not used
              * @enum {string}
              */
             status: "inactive" | "testing" | "active";
@@ -5526,6 +5526,16 @@ export interface components {
                 validFrom: string;
                 /** @description Expiry (ISO 8601) */
                 validTo: string;
+            } | null;
+            /** @description OIDC: the client id and secret checked with a token request carrying a made-up code; null when not checked */
+            credentials: {
+                /** @description What the token endpoint said, in words */
+                message: string;
+                /**
+                 * @description accepted: the token endpoint refused only a made-up code (invalid_grant); rejected: it refused the client (invalid_client); unknown: any other answer
+                 * @enum {string}
+                 */
+                result: "accepted" | "rejected" | "unknown";
             } | null;
             /** @description OIDC: what discovery found */
             discovered: {

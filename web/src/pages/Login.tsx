@@ -20,6 +20,7 @@ export const SSO_ERRORS: Record<string, string> = {
   default_role_required: 'Your account could not be created: the organisation’s single sign-on has no default role. Ask an administrator.',
   no_org_access: 'Your account has no access to this organisation.',
   sso_error: 'The identity provider’s answer could not be verified. Try again, or ask an administrator to check the single sign-on settings.',
+  provider_testing: 'This organisation’s single sign-on is still being tested: only its single sign-on administrators can sign in through it for now. Sign in with your password, or ask an administrator.',
 };
 
 type SsoCheck = Schema<'SsoCheck'>;
@@ -67,10 +68,10 @@ export function Login() {
   });
 
   const enforced = !!sso.data?.ssoEnabled && sso.data.enforceSSO;
-  const loginError =
-    hasCode(login.error, 'sso_required')
-      ? 'Your organisation signs in with single sign-on. Use the link your administrator gave you (it ends in ?org=…).'
-      : null;
+  const ssoRequired = hasCode(login.error, 'sso_required');
+  // 403 sso_required names where the account signs in (details.loginUrl, docs/decisions.md "SSO that explains itself").
+  const requiredUrl = ssoRequired && login.error instanceof ApiError && typeof login.error.details?.loginUrl === 'string' ? login.error.details.loginUrl : null;
+  const loginError = ssoRequired ? 'Your organisation signs in with single sign-on.' : null;
 
   // Already signed in (a bookmarked /login, the back button): straight on.
   if (status === 'signedIn' && !challenge) return <Redirect to={next} replace />;
@@ -98,7 +99,14 @@ export function Login() {
             )}
             {!enforced && (
               <form onSubmit={login.submit} aria-label="Sign in with email and password">
-                {loginError ? <Alert>{loginError}</Alert> : <ErrorAlert error={login.error} />}
+                {loginError ? (
+                  <Alert>
+                    {loginError}{' '}
+                    {requiredUrl ? <a href={requiredUrl}>Sign in with single sign-on</a> : 'Use the link your administrator gave you (it ends in ?org=…).'}
+                  </Alert>
+                ) : (
+                  <ErrorAlert error={login.error} />
+                )}
                 <Field label="Email" type="email" name="email" autoComplete="username" required value={email} onChange={(e) => setEmail(e.target.value)} error={login.fields.email} />
                 <Field label="Password" type="password" name="password" autoComplete="current-password" required value={password} onChange={(e) => setPassword(e.target.value)} error={login.fields.password} />
                 <Button type="submit" busy={login.busy} className="block">

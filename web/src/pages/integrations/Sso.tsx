@@ -22,9 +22,45 @@ type TestReport = Schema<'SsoProviderTest'>;
 
 const STATUS_TEXT: Record<SsoStatus, string> = {
   inactive: 'Inactive: not used for sign-in',
-  testing: 'Testing: set up, not yet offered at sign-in',
+  testing: 'Testing: while no provider is active, the sign-in link starts a trial that only the organisation’s single sign-on administrators can complete (each attempt is in the audit log)',
   active: 'Active: offered at sign-in (one per organisation)',
 };
+
+/** The organisation's SSO sign-in link (`GET /api/v1/sso/login/<orgId>`) as people open it. */
+export const ssoLoginLink = (orgId: string) => `${window.location.origin}${API}/sso/login/${orgId}`;
+
+/** A value with a Copy button that says whether the copy worked. */
+function CopyValue({ label, value }: { label: string; value: string }) {
+  const [copied, setCopied] = useState<'yes' | 'no' | null>(null);
+  return (
+    <div className="row">
+      <code>{value}</code>
+      <Button kind="secondary" aria-label={`${copied === 'yes' ? 'Copied' : 'Copy'} ${label}`} onClick={() => void navigator.clipboard.writeText(value).then(() => setCopied('yes'), () => setCopied('no'))}>
+        {copied === 'yes' ? 'Copied' : 'Copy'}
+      </Button>
+      {copied === 'no' && <span className="small">Copying was refused by the browser: select the text instead.</span>}
+    </div>
+  );
+}
+
+/** Where the organisation's people sign in (docs/decisions.md "SSO that explains itself"): the link and the organisation's id. */
+function SignInLink({ orgId }: { orgId: string }) {
+  return (
+    <Card title="Sign-in link">
+      <p>Give this link to the organisation’s people, or open it yourself to try a provider in testing. It starts single sign-on with the active provider (else the one in testing).</p>
+      <dl className="facts">
+        <dt>Single sign-on link</dt>
+        <dd>
+          <CopyValue label="sign-in link" value={ssoLoginLink(orgId)} />
+        </dd>
+        <dt>Organisation id</dt>
+        <dd>
+          <CopyValue label="organisation id" value={orgId} />
+        </dd>
+      </dl>
+    </Card>
+  );
+}
 
 const MFA_SUBJECT = 'Single sign-on settings';
 
@@ -44,6 +80,7 @@ function ProviderList() {
       <PageHeader title="Single sign-on">{can('organizations', 'write') && !creating && <Button onClick={() => setCreating(true)}>New provider</Button>}</PageHeader>
       <p className="muted">Users of the organisation sign in through its identity provider. One provider can be active at a time; set one to testing while you check it.</p>
       {creating && <CreateProvider onCancel={() => setCreating(false)} />}
+      {t.orgId && <SignInLink orgId={t.orgId} />}
       <PagedTable
         query={list}
         label="Providers"
@@ -106,7 +143,7 @@ function CreateProvider({ onCancel }: { onCancel: () => void }) {
           <option value="">None: set every field myself</option>
           {presets.data?.data.map((p) => (
             <option key={p.id} value={p.id}>
-              {p.name} ({p.type.toUpperCase()})
+              {p.name}
             </option>
           ))}
         </Select>
@@ -116,7 +153,12 @@ function CreateProvider({ onCancel }: { onCancel: () => void }) {
             <option value="saml">SAML 2.0</option>
           </Select>
         )}
-        {chosen && <p className="hint">Pre-fills the scopes{chosen.type === 'saml' ? ' and SAML attribute names' : ''} and the attribute mapping{chosen.groupRoleMappingsSupported ? '; its groups claim can decide roles' : ''}.</p>}
+        {chosen && (
+          <p className="hint">
+            Pre-fills the scopes{chosen.type === 'saml' ? ' and SAML attribute names' : ''} and the attribute mapping
+            {chosen.groupRoleMappingsSupported ? '; its groups claim can decide roles' : '; this identity provider sends no groups claim, so name one under “Groups from” before mapping groups to roles'}.
+          </p>
+        )}
         <Field label="Name" required maxLength={255} value={name} onChange={(e) => setName(e.target.value)} error={s.fields.name} hint="What users see on the sign-in button: Sign in with …" />
         <div className="row">
           <Button type="submit" busy={s.busy}>
@@ -185,7 +227,7 @@ function ProviderPage({ id }: { id: string }) {
               {writable && (
                 <>
                   <Button kind="secondary" busy={busy === 'test'} onClick={() => void test()}>
-                    {p.type === 'oidc' ? 'Test discovery' : 'Test certificate'}
+                    {p.type === 'oidc' ? 'Test discovery and credentials' : 'Test certificate'}
                   </Button>
                   <Button kind="danger" busy={busy === 'delete'} onClick={() => void remove()}>
                     Delete
@@ -223,6 +265,11 @@ function ProviderPage({ id }: { id: string }) {
                   Redirect URI to register at the identity provider: <code>{`${window.location.origin}${API}/sso/callback`}</code>
                 </p>
               )}
+              {p.status === 'testing' && (
+                <p>
+                  Try it: open <a href={ssoLoginLink(p.orgId)}>{ssoLoginLink(p.orgId)}</a> and sign in at the identity provider as yourself. Only people who may manage this organisation’s single sign-on get through; nobody is created and no role changes.
+                </p>
+              )}
             </Card>
             <ProviderForm key={p.updatedAt} provider={p} writable={writable} saved={saved} onSaved={() => setSaved(true)} />
           </>
@@ -251,6 +298,12 @@ function Report({ report }: { report: TestReport }) {
           <dt>JWKS</dt>
           <dd>{report.discovered.jwksUrl ?? '—'}</dd>
         </dl>
+      )}
+      {report.credentials && (
+        <p>
+          Client id and secret:{' '}
+          <strong>{report.credentials.result === 'accepted' ? 'accepted' : report.credentials.result === 'rejected' ? 'refused' : 'not confirmed'}</strong>.
+        </p>
       )}
       {report.certificate && (
         <dl className="facts small">

@@ -155,7 +155,9 @@ export function ProviderForm({ provider: p, writable, saved, onSaved }: { provid
           <Field label="Allowed email domains" value={d.allowedDomains} onChange={set('allowedDomains')} error={f.allowedDomains} hint="Comma-separated, e.g. example.com, example.org; empty allows any." />
           <Checkbox label="Enforce single sign-on (turn off password sign-in for the organisation's users)" checked={enforce} onChange={setEnforce} />
           <strong>Group-to-role mappings</strong>
-          <p className="hint">At each sign-in the first mapping (in this order) whose group the user has decides the role.</p>
+          <p className="hint">
+            At each sign-in the first mapping (in this order) whose group the user has decides the role. The groups are read from the {p.type === 'oidc' ? 'claim' : 'attribute'} named in “Groups from” above{d['map.groups']?.trim() ? '' : ', which is empty: name it before adding mappings'}.
+          </p>
           {f.groupRoleMappings && <div className="field-error">{f.groupRoleMappings}</div>}
           {mappings.map((m, i) => (
             <div className="kv-row" key={i}>
