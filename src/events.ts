@@ -9,6 +9,7 @@ export { EVENT_TYPES, isEventType, type EventType } from './event-types.js';
 export interface KnownEventData {
   'user.login': { userId: string; email: string; sessionId: string; method: 'password' | 'mfa' | 'sso' };
   'user.logout': { userId: string; email: string; sessionId: string | null };
+  'user.deactivated': { userId: string; email: string; source: 'scim' };
 }
 
 export type EventData<T extends EventType> = T extends keyof KnownEventData ? KnownEventData[T] : Record<string, unknown>;

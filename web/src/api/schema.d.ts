@@ -1184,6 +1184,74 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/orgs/{orgId}/scim-settings": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The organisation's SCIM settings: the default role and the group mappings
+         * @description Access: a signed-in user (access token; API keys are refused with 403 `user_required`); permission `users:read`; partner users need `orgAccess: all` (403 `full_org_access_required`).
+         */
+        get: operations["getOrgsByOrgIdScimSettings"];
+        /**
+         * Set the organisation's SCIM default role and group mappings
+         * @description Access: an access token or an API key; permission `users:write`; partner users need `orgAccess: all` (403 `full_org_access_required`); callers restricted to some sites or device groups are refused (403 `whole_org_access_required`); a session established with a second factor (403 `mfa_required`).
+         */
+        put: operations["putOrgsByOrgIdScimSettings"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/orgs/{orgId}/scim-tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The organisation's SCIM tokens (never the tokens themselves)
+         * @description Access: a signed-in user (access token; API keys are refused with 403 `user_required`); permission `users:read`; partner users need `orgAccess: all` (403 `full_org_access_required`).
+         */
+        get: operations["getOrgsByOrgIdScimTokens"];
+        put?: never;
+        /**
+         * Make a SCIM token for a directory: answered once
+         * @description Access: an access token or an API key; permission `users:write`; partner users need `orgAccess: all` (403 `full_org_access_required`); callers restricted to some sites or device groups are refused (403 `whole_org_access_required`); a session established with a second factor (403 `mfa_required`).
+         */
+        post: operations["postOrgsByOrgIdScimTokens"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/orgs/{orgId}/scim-tokens/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revoke a SCIM token: its next request is 401
+         * @description Access: an access token or an API key; permission `users:write`; partner users need `orgAccess: all` (403 `full_org_access_required`); callers restricted to some sites or device groups are refused (403 `whole_org_access_required`); a session established with a second factor (403 `mfa_required`).
+         */
+        delete: operations["deleteOrgsByOrgIdScimTokensById"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/orgs/{orgId}/sites": {
         parameters: {
             query?: never;
@@ -2510,7 +2578,7 @@ export interface components {
             /** @description Id of the acting user or API key; null for system and anonymous actors */
             actorId: string | null;
             /**
-             * @description Who did it: `user`, `api_key`, `system` or `anonymous`
+             * @description Who did it: `user`, `api_key`, `system`, `anonymous` or `scim_token` (a directory SCIM token, its id in actorId)
              * @example user
              */
             actorType: string;
@@ -2929,7 +2997,7 @@ export interface components {
              * @description An event type (device.*, alert.*, script.*, automation.*, policy.*, patch.*, security.score_changed, remote.*, user.login/logout, session.login/logout, webhook.test)
              * @enum {string}
              */
-            type: "device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "session.login" | "session.logout" | "webhook.test";
+            type: "device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "user.deactivated" | "session.login" | "session.logout" | "webhook.test";
         };
         /** @description The published event; one delivery was queued per subscribed active webhook */
         EventPublished: {
@@ -4277,6 +4345,86 @@ export interface components {
             /** @description Base64 SAML Response posted by the IdP (HTTP-POST binding), at most 262144 characters */
             SAMLResponse?: string;
         };
+        /**
+         * @example {
+         *       "defaultRoleId": "00000000-0000-7000-8000-000000000006",
+         *       "groupRoleMappings": []
+         *     }
+         */
+        ScimSettings: {
+            /**
+             * Format: uuid
+             * @description The role a user the directory creates gets (assignable in the organisation, within what the caller may grant); Organization Read Only until set
+             */
+            defaultRoleId: string;
+            /** @description SCIM groups to Keel roles */
+            groupRoleMappings: {
+                /**
+                 * @description The SCIM group's displayName
+                 * @example Keel Technicians
+                 */
+                group: string;
+                /**
+                 * Format: uuid
+                 * @description The role its members get in the organisation
+                 */
+                roleId: string;
+            }[];
+        };
+        /** @description A directory's bearer token for the organisation's SCIM service (`/scim/v2`) */
+        ScimToken: {
+            /** @description When it was made (ISO 8601) */
+            createdAt: string;
+            /**
+             * Format: uuid
+             * @description The user who made it (null once that account is gone)
+             */
+            createdBy: string | null;
+            /** @description When it stops working (ISO 8601); null: never */
+            expiresAt: string | null;
+            /**
+             * Format: uuid
+             * @description Token id (UUID), for …/scim-tokens/{id}
+             */
+            id: string;
+            /** @description Last request made with it (ISO 8601, to the minute); null before the first */
+            lastUsedAt: string | null;
+            /**
+             * @description What the token is for
+             * @example Entra ID provisioning
+             */
+            name: string;
+            /**
+             * @description The first characters of the token, to tell tokens apart
+             * @example kscim_Ab3dE6
+             */
+            prefix: string;
+        };
+        /**
+         * @example {
+         *       "name": "Entra ID provisioning"
+         *     }
+         */
+        ScimTokenCreate: {
+            /**
+             * Format: date-time
+             * @description When it stops working (ISO 8601, in the future); absent: never
+             */
+            expiresAt?: string;
+            /**
+             * @description What the token is for
+             * @example Entra ID provisioning
+             */
+            name: string;
+        };
+        /** @description A directory's bearer token for the organisation's SCIM service (`/scim/v2`) */
+        ScimTokenCreated: components["schemas"]["ScimToken"] & {
+            /**
+             * @description The token, shown this once (only its hash is kept): the secret token a directory sends as `Authorization: Bearer …`
+             * @example kscim_Ab3dE6…
+             */
+            token: string;
+        };
         /** @description The signed-in user: account, second-factor state and effective access */
         SelfProfile: {
             /** @description https URL of the avatar image, or null */
@@ -5264,7 +5412,7 @@ export interface components {
          */
         WebhookCreate: {
             /** @description Event types this webhook receives (at least one) */
-            events: ("device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "session.login" | "session.logout" | "webhook.test")[];
+            events: ("device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "user.deactivated" | "session.login" | "session.logout" | "webhook.test")[];
             /** @description Custom headers sent on each delivery, after the standard ones (at most 20); their values are write-only */
             headers?: {
                 /** @description Header name (1-100 characters, no CR/LF; Content-Type, User-Agent, X-Service-* and webhook-* are Keel's own) */
@@ -5438,7 +5586,7 @@ export interface components {
              * @description An event type (device.*, alert.*, script.*, automation.*, policy.*, patch.*, security.score_changed, remote.*, user.login/logout, session.login/logout, webhook.test)
              * @enum {string}
              */
-            event?: "device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "session.login" | "session.logout" | "webhook.test";
+            event?: "device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "user.deactivated" | "session.login" | "session.logout" | "webhook.test";
             /**
              * Format: uuid
              * @description The organisation (partner and system callers)
@@ -5457,7 +5605,7 @@ export interface components {
          */
         WebhookUpdate: {
             /** @description Event types this webhook receives (at least one) */
-            events?: ("device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "session.login" | "session.logout" | "webhook.test")[];
+            events?: ("device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "user.deactivated" | "session.login" | "session.logout" | "webhook.test")[];
             /** @description The whole list of custom headers (at most 20): a header left out is removed; an entry without `value` keeps its stored value */
             headers?: {
                 /** @description Header name (1-100 characters, no CR/LF; Content-Type, User-Agent, X-Service-* and webhook-* are Keel's own) */
@@ -15227,6 +15375,759 @@ export interface operations {
                 /** @description Enrolment key id */
                 id: string;
                 /** @description Organisation id */
+                orgId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Revoked */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body has a content type this operation does not take */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getOrgsByOrgIdScimSettings: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Id (UUID) of the organisation; one the caller cannot reach answers 404 */
+                orgId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Settings */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScimSettings"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    putOrgsByOrgIdScimSettings: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Id (UUID) of the organisation; one the caller cannot reach answers 404 */
+                orgId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ScimSettings"];
+            };
+        };
+        responses: {
+            /** @description Saved */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScimSettings"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body has a content type this operation does not take */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getOrgsByOrgIdScimTokens: {
+        parameters: {
+            query?: {
+                /** @description Items per page, 1 to 100 (default 50; over 100 is a 400) */
+                limit?: number;
+                /** @description Page number, from 1 (default 1) */
+                page?: number;
+            };
+            header?: never;
+            path: {
+                /** @description Id (UUID) of the organisation; one the caller cannot reach answers 404 */
+                orgId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Tokens, oldest first */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description The items of this page, in the order the operation states */
+                        data: components["schemas"]["ScimToken"][];
+                        /** @description Where this page sits in the whole list */
+                        pagination: {
+                            /**
+                             * @description Items per page asked for (the last page may hold fewer)
+                             * @example 50
+                             */
+                            limit: number;
+                            /**
+                             * @description The page returned, from 1
+                             * @example 1
+                             */
+                            page: number;
+                            /**
+                             * @description Items matching the query across all pages
+                             * @example 1
+                             */
+                            total: number;
+                        };
+                    };
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    postOrgsByOrgIdScimTokens: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Id (UUID) of the organisation; one the caller cannot reach answers 404 */
+                orgId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ScimTokenCreate"];
+            };
+        };
+        responses: {
+            /** @description Made: copy the token now */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScimTokenCreated"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body has a content type this operation does not take */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    deleteOrgsByOrgIdScimTokensById: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Id (UUID) of the SCIM token; another organisation's answers 404 */
+                id: string;
+                /** @description Id (UUID) of the organisation; one the caller cannot reach answers 404 */
                 orgId: string;
             };
             cookie?: never;
