@@ -287,9 +287,9 @@ describe.skipIf(!backendAvailable())('SCIM provisioning', () => {
 
     it('Entra ID: PATCH without path carrying {active: false} deactivates; dotted keys in a path-less value apply', async () => {
       const created = (await newUser(email())).body;
-      const res = await patch(created.id, [{ op: 'Replace', value: { active: false, 'name.familyName': 'Byron', displayName: 'Ada B.' } }]);
+      const res = await patch(created.id, [{ op: 'Replace', value: { active: false, 'name.familyName': 'Byron', displayName: 'Ada B.', [`${ENTERPRISE}:department`]: 'Ops' } }]);
       expect(res.status, JSON.stringify(res.body)).toBe(200);
-      expect(res.body).toMatchObject({ active: false, displayName: 'Ada B.', name: { givenName: 'Ada', familyName: 'Byron' } });
+      expect(res.body).toMatchObject({ active: false, displayName: 'Ada B.', name: { givenName: 'Ada', familyName: 'Byron' }, [ENTERPRISE]: { department: 'Ops' } });
     });
 
     it('Okta: PUT with active=false deactivates and never deletes', async () => {
@@ -305,6 +305,7 @@ describe.skipIf(!backendAvailable())('SCIM provisioning', () => {
     it('deactivation ends a live session and the user\'s API keys at once, audited user.scim.deactivate, event user.deactivated; re-enabling lets them sign in again', async () => {
       const member = await createUser(app, { email: email(), org: { orgId: tenant.orgId, roleId: SYSTEM_ROLES.orgAdmin.id } });
       const session = await login(app, member);
+      const untouched = await login(app, member);
       const key = await app.api('POST', '/api-keys', { token: session.accessToken, body: { name: 'ci', permissions: [{ resource: 'devices', action: 'read' }] } });
       expect(key.status).toBe(201);
       expect((await app.api('GET', '/users/me', { token: session.accessToken })).status).toBe(200);
@@ -325,8 +326,11 @@ describe.skipIf(!backendAvailable())('SCIM provisioning', () => {
       expect(await auditOf('user.scim.deactivate', member.id)).toHaveLength(1);
       expect(events.filter((e) => e.data.userId === member.id)).toMatchObject([{ type: 'user.deactivated', orgId: tenant.orgId, data: { email: member.email, source: 'scim' } }]);
 
+      // Re-enabled, the account signs in again; the sessions the deactivation ended stay ended.
       await patch(member.id, [{ op: 'replace', path: 'active', value: true }]);
       expect((await app.api('POST', '/auth/login', { body: { email: member.email, password: member.password } })).status).toBe(200);
+      expect((await app.api('GET', '/users/me', { token: untouched.accessToken })).status).toBe(401);
+      expect((await app.api('POST', '/auth/refresh', { body: { refreshToken: untouched.refreshToken } })).status).toBe(401);
     });
 
     it('DELETE removes the membership and the account; a second DELETE is 404', async () => {
