@@ -333,6 +333,25 @@ describe.skipIf(!backendAvailable())('SCIM provisioning', () => {
       expect((await app.api('POST', '/auth/refresh', { body: { refreshToken: untouched.refreshToken } })).status).toBe(401);
     });
 
+    it("a managed account's name and status change only through SCIM or a platform administrator (409 account_managed)", async () => {
+      const member = await createUser(app, { email: email(), org: { orgId: tenant.orgId, roleId: SYSTEM_ROLES.orgReadOnly.id } });
+      const own = (await login(app, member)).accessToken;
+      expect((await app.api('PATCH', '/users/me', { token: own, body: { name: 'Before' } })).status).toBe(200);
+      expect((await newUser(member.email)).status).toBe(201);
+      const self = await app.api('PATCH', '/users/me', { token: own, body: { name: 'Mine' } });
+      expect(self.status).toBe(409);
+      expect(self.body).toMatchObject({ code: 'account_managed', details: { managedBy: 'scim', fields: ['name'] } });
+      expect((await app.api('PATCH', '/users/me', { token: own, body: { avatarUrl: 'https://example.com/a.png' } })).status).toBe(200);
+      const byAdmin = await app.api('PATCH', `/users/${member.id}`, { token: adminToken, body: { status: 'disabled' } });
+      expect(byAdmin.status).toBe(409);
+      expect(byAdmin.body.code).toBe('account_managed');
+      const root = await createUser(app, { platformAdmin: true });
+      const rootToken = (await enrollTotp(app, (await login(app, root)).accessToken)).accessToken;
+      const byRoot = await app.api('PATCH', `/users/${member.id}`, { token: rootToken, body: { name: 'Fixed By Operator' } });
+      expect(byRoot.status, JSON.stringify(byRoot.body)).toBe(200);
+      expect(byRoot.body.name).toBe('Fixed By Operator');
+    });
+
     it('DELETE removes the membership and the account; a second DELETE is 404', async () => {
       const created = (await newUser(email())).body;
       expect((await scim('DELETE', `/Users/${created.id}`)).status).toBe(204);

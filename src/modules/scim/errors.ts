@@ -3,6 +3,14 @@
  * (`schemas`, `status` as a string, `scimType`, `detail`), not Keel's envelope (docs/decisions.md
  * "SCIM provisioning"). The `/api/v1` routes of this module use the platform's catalogue.
  */
+import type { ErrorDef } from '../../platform/http/errors.js';
+
+/**
+ * The module's codes in Keel's envelope (docs/decisions.md "Error catalogues"): none of its own; its
+ * `/api/v1` routes answer the platform's and the lower modules' codes.
+ */
+export const SCIM_ERRORS = {} as const satisfies Record<string, ErrorDef>;
+
 export type ScimType = 'invalidFilter' | 'tooMany' | 'uniqueness' | 'mutability' | 'invalidSyntax' | 'invalidPath' | 'noTarget' | 'invalidValue' | 'invalidVers' | 'sensitive';
 
 export const SCIM_ERROR_SCHEMA = 'urn:ietf:params:scim:api:messages:2.0:Error';

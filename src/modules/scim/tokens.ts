@@ -8,7 +8,8 @@ import { notFound, validationError } from '../../platform/http/errors.js';
 import type { Limit } from '../../platform/rate-limit.js';
 import type { KeelModule } from '../../platform/module.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
-import { scimTokens, type ScimTokenRow } from './schema.js';
+import { registerAccountManager } from '../identity/managed.js';
+import { scimTokens, scimUsers, type ScimTokenRow } from './schema.js';
 import { ScimError } from './errors.js';
 
 /** Every SCIM token starts with this (docs/decisions.md "SCIM provisioning"). */
@@ -29,7 +30,12 @@ declare module '../../platform/module.js' {
   }
 }
 
+/**
+ * Installs the SCIM module: its per-token limit, and its word to identity on the accounts a directory
+ * manages (their email, name and status change only through SCIM or a platform administrator).
+ */
 export function installScim(keel: Keel): KeelModule<Scim> {
+  registerAccountManager(keel, async (db, userId) => ((await db.select({ id: scimUsers.userId }).from(scimUsers).where(eq(scimUsers.userId, userId))).length > 0 ? 'scim' : null));
   return { handle: { limit: keel.limits.define('scim-token', keel.config.SCIM_RATE_LIMIT, 60) } };
 }
 
