@@ -45,6 +45,8 @@ describe.skipIf(!backendAvailable() || backend !== 'postgres')('SCIM deactivatio
       fetch(`${b!.url}/scim/v2${path}`, { method, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/scim+json' }, ...(body ? { body: JSON.stringify(body) } : {}) });
     const adopted = await scim('POST', '/Users', { userName: email });
     expect(adopted.status).toBe(201);
+    // Both servers hold the live session in their caches when the deactivation comes.
+    for (const api of [a!, b!]) expect((await call(api.url, 'GET', '/users/me', { token: session.accessToken })).status).toBe(200);
     const off = await scim('PATCH', `/Users/${member!.id}`, { schemas: ['urn:ietf:params:scim:api:messages:2.0:PatchOp'], Operations: [{ op: 'replace', path: 'active', value: false }] });
     expect(off.status).toBe(200);
     for (const api of [a!, b!]) expect((await call(api.url, 'GET', '/users/me', { token: session.accessToken })).status).toBe(401);
