@@ -96,6 +96,18 @@ describe.skipIf(!backendAvailable())('SCIM provisioning', () => {
       expect(list.status).toBe(404);
     });
 
+    it("managing tokens needs the cover of every member's permissions: users:write alone is 403 privilege_escalation", async () => {
+      const role = await app.api('POST', '/roles', { token: adminToken, body: { name: `Provisioners ${randomBytes(3).toString('hex')}`, permissions: [{ resource: 'users', action: 'read' }, { resource: 'users', action: 'write' }] } });
+      expect(role.status, JSON.stringify(role.body)).toBe(201);
+      const provisioner = await createUser(app, { org: { orgId: tenant.orgId, roleId: role.body.id } });
+      const bearer = (await enrollTotp(app, (await login(app, provisioner)).accessToken)).accessToken;
+      const res = await makeToken(bearer, tenant.orgId);
+      expect(res.status).toBe(403);
+      expect(res.body.code).toBe('privilege_escalation');
+      const settings = await app.api('PUT', `/orgs/${tenant.orgId}/scim-settings`, { token: bearer, body: { defaultRoleId: SYSTEM_ROLES.orgReadOnly.id, groupRoleMappings: [] } });
+      expect(settings.status).toBe(403);
+    });
+
     it('a SCIM token authenticates /scim/v2 only: /api/v1/users/me answers 401', async () => {
       expect((await app.api('GET', '/users/me', { token })).status).toBe(401);
       expect((await scim('GET', '/ServiceProviderConfig')).status).toBe(200);
