@@ -10,6 +10,7 @@ import { latencyObserver, mountMetrics } from './platform/http/metrics.js';
 import { methodIndex } from './platform/http/router.js';
 import { moduleRoutes } from './modules/index.js';
 import { consoleHandler } from './platform/http/console.js';
+import { mountScimProtocol } from './modules/scim/protocol-routes.js';
 
 export const API_BASE = '/api/v1';
 
@@ -31,6 +32,7 @@ export const API_TAGS = [
   { name: 'webhooks', description: 'Webhook subscriptions, their deliveries and signing secrets' },
   { name: 'audit', description: 'The audit log: who did what, when, from where' },
   { name: 'sso', description: 'Organisation single sign-on: OIDC and SAML providers, sign-in flows and the code exchange' },
+  { name: 'scim', description: 'SCIM provisioning: the tokens and settings of an organisation\'s directory (the SCIM service itself is at /scim/v2)' },
 ];
 
 /** The HTTP application: platform middleware, /health, and each module's routes under /api/v1. */
@@ -76,6 +78,8 @@ export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
 
   for (const mount of moduleRoutes) mount(api, keel);
   app.route(API_BASE, api);
+  // SCIM 2.0 (RFC 7644) outside /api/v1: its own media type, error schema and discovery documents.
+  mountScimProtocol(app, keel);
 
   const documentConfig: Parameters<typeof app.getOpenAPI31Document>[0] = {
     openapi: '3.1.0',

@@ -11,6 +11,7 @@ import { enrolledMethods, loginSecondFactor, passkeyCount } from './modules/mfa/
 import { installWebhooks } from './modules/webhooks/runtime.js';
 import { installAgents } from './modules/agents/context.js';
 import { installDomains } from './modules/domains/service.js';
+import { installScim } from './modules/scim/tokens.js';
 import { MFA_SEALED } from './modules/mfa/service.js';
 import { WEBHOOK_SEALED } from './modules/webhooks/service.js';
 import { PROVIDER_SEALED } from './modules/sso/providers.js';
@@ -58,6 +59,7 @@ export function installModules(keel: Keel): void {
   keel.modules.install('domains', installDomains(keel));
   // Enforced SSO takes part in password sign-in and reset (identity's password-policy port).
   keel.modules.install('sso', installSso(keel));
+  keel.modules.install('scim', installScim(keel));
 }
 
 /**

@@ -171,6 +171,8 @@ const envSchema = z.object({
   DNS_RESOLVER: optionalString.refine((v) => v === undefined || /^(\d{1,3}(\.\d{1,3}){3}(:\d{1,5})?|\[[0-9a-fA-F:]+\](:\d{1,5})?|[0-9a-fA-F:]+)$/.test(v), { message: 'must be an IP address with an optional port (127.0.0.1:5353)' }),
   // Verified domains: verification attempts (DNS lookups) per organisation or partner per minute.
   DOMAIN_VERIFY_LIMIT: int(10, 1, 100000),
+  // SCIM provisioning: requests per SCIM token per minute (a directory's initial import comes in bursts).
+  SCIM_RATE_LIMIT: int(1200, 1, 1000000),
 });
 
 export type Env = z.infer<typeof envSchema>;

@@ -30,6 +30,13 @@ export const KEEL_EVENT_DATA = {
       sessionId: uuid.nullable().describe('The session that ended (null when it was not known)'),
     })
     .strict(),
+  'user.deactivated': z
+    .object({
+      userId: uuid.describe('The user whose account was disabled'),
+      email: z.string().describe('Their email address'),
+      source: z.literal('scim').describe('What disabled it: the organisation\'s directory, through SCIM provisioning'),
+    })
+    .strict(),
   'device.enrolled': z
     .object({
       deviceId,
@@ -134,6 +141,10 @@ const ENTRIES: Record<EventType, CatalogueEntry> = {
   'user.logout': {
     description: 'A user of the organisation signed out of Keel',
     example: { userId: EXAMPLE_IDS.user, email: 'grace@customer.example', sessionId: EXAMPLE_IDS.session },
+  },
+  'user.deactivated': {
+    description: 'The organisation\'s directory disabled a user through SCIM provisioning: their sessions, refresh tokens and API keys stopped working at once',
+    example: { userId: EXAMPLE_IDS.user, email: 'grace@customer.example', source: 'scim' },
   },
   'session.login': { description: 'Someone signed in to a device\'s operating system (the agent reported it)', example: { deviceId: EXAMPLE_IDS.device, username: 'ACME\\grace' } },
   'session.logout': { description: 'Someone signed out of a device\'s operating system (the agent reported it)', example: { deviceId: EXAMPLE_IDS.device, username: 'ACME\\grace' } },

@@ -10,7 +10,7 @@ export const EVENT_TYPES = [
   'policy.evaluated', 'policy.violation', 'policy.compliant',
   'patch.available', 'patch.approved', 'patch.installed', 'patch.failed', 'patch.rollback',
   'security.score_changed', 'remote.session.started', 'remote.session.ended', 'remote.file.transferred',
-  'user.login', 'user.logout', 'session.login', 'session.logout',
+  'user.login', 'user.logout', 'user.deactivated', 'session.login', 'session.logout',
   'webhook.test', 'webhook.disabled',
 ] as const;
 

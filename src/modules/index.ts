@@ -11,6 +11,7 @@ import { mountWebhookRoutes } from './webhooks/routes.js';
 import { mountAgentRoutes } from './agents/routes.js';
 import { mountSsoRoutes } from './sso/routes.js';
 import { mountDomainRoutes } from './domains/routes.js';
+import { mountScimRoutes } from './scim/routes.js';
 
 /** Each module contributes one function that mounts its routes on the /api/v1 router. */
 export type MountRoutes = (api: OpenAPIHono<AppEnv>, keel: Keel) => void;
@@ -18,4 +19,4 @@ export type MountRoutes = (api: OpenAPIHono<AppEnv>, keel: Keel) => void;
 export const moduleRoutes: MountRoutes[] = [mountIdentityRoutes, mountMfaRoutes];
 moduleRoutes.push(mountAccessRoutes, mountOrgRoutes, mountUserRoutes, mountAuditRoutes);
 moduleRoutes.push(mountWebhookRoutes, mountAgentRoutes, mountSsoRoutes);
-moduleRoutes.push(mountDomainRoutes);
+moduleRoutes.push(mountDomainRoutes, mountScimRoutes);

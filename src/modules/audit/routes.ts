@@ -17,7 +17,7 @@ const EntrySchema = z
     id: z.uuid().openapi({ description: 'Entry id (UUIDv7: ids sort by time)' }),
     createdAt: z.string().openapi({ description: 'When it happened, ISO 8601 UTC' }),
     action: z.string().openapi({ description: 'What happened, e.g. `user.invite`, `role.update`, `auth.mfa.setup`, `user.login` (docs/specification.md "Audit events" lists them)', example: 'user.invite' }),
-    actorType: z.string().openapi({ description: 'Who did it: `user`, `api_key`, `system` or `anonymous`', example: 'user' }),
+    actorType: z.string().openapi({ description: 'Who did it: `user`, `api_key`, `system`, `anonymous` or `scim_token` (a directory SCIM token, its id in actorId)', example: 'user' }),
     actorId: z.string().nullable().openapi({ description: 'Id of the acting user or API key; null for system and anonymous actors' }),
     actorEmail: z.string().nullable().openapi({ description: 'Email of the acting user (of the key\'s creator for an API key) at the time; null when none' }),
     partnerId: z.string().nullable().openapi({ description: 'Partner the entry belongs to; null when none' }),

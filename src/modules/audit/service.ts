@@ -6,7 +6,7 @@ import { auditLogs } from './schema.js';
 import type { RequestRef } from '../../platform/request-scope.js';
 
 export interface AuditActor {
-  type: 'user' | 'api_key' | 'system' | 'anonymous';
+  type: 'user' | 'api_key' | 'system' | 'anonymous' | 'scim_token';
   id?: string | null;
   email?: string | null;
 }

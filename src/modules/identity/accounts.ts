@@ -51,3 +51,15 @@ export async function createAccount(tx: Tx, values: typeof users.$inferInsert): 
   const [created] = await tx.db.insert(users).values(values).onConflictDoNothing().returning();
   return created ?? null;
 }
+
+/**
+ * Deletes an account (a directory removed the person and they belong nowhere else): its sessions,
+ * factors and links go with it by the tables' cascades, and every process drops what it cached of it
+ * once the caller's unit of work commits. True when a row was deleted.
+ */
+export async function deleteAccount(keel: Keel, tx: Tx, userId: string): Promise<boolean> {
+  const rows = await tx.db.delete(users).where(eq(users.id, userId)).returning({ id: users.id });
+  if (rows.length === 0) return false;
+  tx.afterCommit(() => identityOf(keel).sessions.userChanged(userId));
+  return true;
+}

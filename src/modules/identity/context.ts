@@ -9,6 +9,7 @@ import type { KeelModule } from '../../platform/module.js';
 import { PROFILE_TOPIC, USER_TOPIC } from './sessions.js';
 import type { IdentityPorts } from './ports.js';
 import type { PasswordPolicy } from './password-policy.js';
+import type { AccountManager } from './managed.js';
 import type { SelfProfile } from './profile.js';
 
 /**
@@ -35,6 +36,8 @@ export interface Identity {
   ports: IdentityPorts;
   /** The password policies modules above identity registered (password-policy.ts), in order. */
   passwordPolicies: PasswordPolicy[];
+  /** Who manages accounts outside Keel (managed.ts), registered by the modules above identity. */
+  accountManagers: AccountManager[];
   /** The keys of the CSRF values, one per JWT secret (csrf.ts). */
   csrfKeys: string[];
   /** Per-process self-profiles (profile.ts), cleared on the `user` and `profile` topics. */
@@ -70,6 +73,7 @@ export function installIdentity(keel: Keel, ports: IdentityPorts): KeelModule<Id
       },
       ports,
       passwordPolicies: [],
+      accountManagers: [],
       // One derived from each JWT secret (the first signs, every one verifies).
       csrfKeys: keel.secrets.jwtSecrets.map((s) => hmacSha256Hex(s, 'keel:service_csrf:v1')),
       profiles: new InvalidatedCache<SelfProfile>().listen(keel.invalidation, USER_TOPIC).listen(keel.invalidation, PROFILE_TOPIC),

@@ -5,6 +5,7 @@ import { errorCatalogue } from '../../platform/http/errors.js';
  * A message here is the default; a site may give one that names what was refused.
  */
 export const IDENTITY_ERRORS = {
+  account_managed: { status: 409, message: "This account's email, name and status are managed by the organization's directory (SCIM): change them there" },
   csrf_failed: { status: 403, message: 'The x-service-csrf header must match the service_csrf cookie of this session' },
   email_taken: { status: 409, message: 'An account with this email already exists' },
   invalid_credentials: { status: 401, message: 'Invalid email or password' },

@@ -259,7 +259,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
       method: 'patch', path: '/users/me', tags: ['users'], summary: 'Update own name and avatar',
       middleware: [authExempt] as const,
       request: { body: jsonBody(ProfilePatch) },
-      responses: { 200: json(SelfProfileSchema) },
+      responses: { 200: json(SelfProfileSchema), ...errors(409) },
     }),
     async (c) => c.json(await updateProfile(keel, userPrincipal(c).userId, c.req.valid('json'), requestInfo(c)), 200),
   );

@@ -21,6 +21,7 @@ import { sessions, users } from './schema.js';
 import { ACCESS_TOKEN_SECONDS } from './tokens.js';
 import { notifyAuthChange } from './notices.js';
 import { identityError } from './errors.js';
+import { assertAccountChangeable } from './managed.js';
 
 export const PASSWORD_RESET_PURPOSE = 'password_reset';
 export const PASSWORD_RESET_TTL_MS = 3600_000;
@@ -384,6 +385,7 @@ export async function updateProfile(
   if (patch.avatarUrl !== undefined && patch.avatarUrl !== user.avatarUrl) set.avatarUrl = patch.avatarUrl;
   const changes = Object.keys(set);
   if (changes.length > 0) {
+    await assertAccountChangeable(keel, keel.db, userId, changes, user.isPlatformAdmin);
     const access = await identityPorts(keel).tenantOf(keel, user);
     await transaction(keel.db, async (tx) => {
       await tx.db.update(users).set({ ...set, updatedAt: clock.now() }).where(eq(users.id, userId));

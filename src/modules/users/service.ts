@@ -14,6 +14,7 @@ import { permissionKey, type PermissionPair } from '../access/permissions.js';
 import { users } from '../identity/schema.js';
 import { identityOf } from '../identity/context.js';
 import { updateAccount } from '../identity/accounts.js';
+import { assertAccountChangeable } from '../identity/managed.js';
 import { organizations } from '../tenancy/schema.js';
 import { invitations } from './schema.js';
 import { accessError } from '../access/errors.js';
@@ -237,6 +238,7 @@ export async function updateUser(
   if (patch.name !== undefined && patch.name !== target.name) set.name = patch.name;
   if (patch.status !== undefined && patch.status !== target.status) set.status = patch.status;
   if (Object.keys(set).length === 0) return target;
+  await assertAccountChangeable(keel, keel.db, id, Object.keys(set), access.isPlatformAdmin);
   await transaction(keel.db, async (tx) => {
     await assertCoversUser(tx.db, access, target);
     if (set.status === 'disabled' && membership) await assertNotLastFullAdmin(tx.db, tenantOf(membership), id, null);

@@ -1206,6 +1206,74 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/orgs/{orgId}/scim-settings": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The organisation's SCIM settings: the default role and the group mappings
+         * @description Access: a signed-in user (access token; API keys are refused with 403 `user_required`); permission `users:read`; partner users need `orgAccess: all` (403 `full_org_access_required`).
+         */
+        get: operations["getOrgsByOrgIdScimSettings"];
+        /**
+         * Set the organisation's SCIM default role and group mappings
+         * @description Access: an access token or an API key; permission `users:write`; partner users need `orgAccess: all` (403 `full_org_access_required`); callers restricted to some sites or device groups are refused (403 `whole_org_access_required`); a session established with a second factor (403 `mfa_required`).
+         */
+        put: operations["putOrgsByOrgIdScimSettings"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/orgs/{orgId}/scim-tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The organisation's SCIM tokens (never the tokens themselves)
+         * @description Access: a signed-in user (access token; API keys are refused with 403 `user_required`); permission `users:read`; partner users need `orgAccess: all` (403 `full_org_access_required`).
+         */
+        get: operations["getOrgsByOrgIdScimTokens"];
+        put?: never;
+        /**
+         * Make a SCIM token for a directory: answered once
+         * @description Access: an access token or an API key; permission `users:write`; partner users need `orgAccess: all` (403 `full_org_access_required`); callers restricted to some sites or device groups are refused (403 `whole_org_access_required`); a session established with a second factor (403 `mfa_required`).
+         */
+        post: operations["postOrgsByOrgIdScimTokens"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/orgs/{orgId}/scim-tokens/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revoke a SCIM token: its next request is 401
+         * @description Access: an access token or an API key; permission `users:write`; partner users need `orgAccess: all` (403 `full_org_access_required`); callers restricted to some sites or device groups are refused (403 `whole_org_access_required`); a session established with a second factor (403 `mfa_required`).
+         */
+        delete: operations["deleteOrgsByOrgIdScimTokensById"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/orgs/{orgId}/sites": {
         parameters: {
             query?: never;
@@ -2782,6 +2850,26 @@ export interface webhooks {
         patch?: never;
         trace?: never;
     };
+    "user.deactivated": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * user.deactivated
+         * @description The organisation's directory disabled a user through SCIM provisioning: their sessions, refresh tokens and API keys stopped working at once
+         */
+        post: operations["event_user_deactivated"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "user.login": {
         parameters: {
             query?: never;
@@ -3213,7 +3301,7 @@ export interface components {
             /** @description Id of the acting user or API key; null for system and anonymous actors */
             actorId: string | null;
             /**
-             * @description Who did it: `user`, `api_key`, `system` or `anonymous`
+             * @description Who did it: `user`, `api_key`, `system`, `anonymous` or `scim_token` (a directory SCIM token, its id in actorId)
              * @example user
              */
             actorType: string;
@@ -3595,7 +3683,7 @@ export interface components {
              * @description Stable snake_case error code for programs, e.g. `validation_failed`, `unauthorized`, `forbidden`, `not_found`, `mfa_required`, `mfa_enrollment_required` (428), `rate_limited` (429); every code is listed (the error catalogues, docs/decisions.md "Error catalogues")
              * @enum {string}
              */
-            code: "already_retried" | "api_key_forbidden" | "api_key_required" | "bad_request" | "binary_source_remote" | "challenge_expired" | "circular_inheritance" | "code_expired" | "context_required" | "csrf_failed" | "database_unavailable" | "delivery_not_failed" | "domain_claimed" | "domain_exists" | "downgrade_refused" | "email_taken" | "forbidden" | "full_org_access_required" | "internal_error" | "invalid_code" | "invalid_credentials" | "invalid_current_password" | "invalid_device_token" | "invalid_enrollment_key" | "invalid_expiry" | "invalid_json" | "invalid_multipart" | "invalid_parent_role" | "invalid_passkey" | "invalid_refresh_token" | "invalid_role" | "invalid_site" | "invalid_temp_token" | "invalid_token" | "invalid_webhook_url" | "invitation_invalid" | "invitation_other_account" | "invitation_pending" | "last_admin" | "last_mfa_factor" | "manifest_invalid" | "manifest_signature_invalid" | "method_not_allowed" | "mfa_already_enabled" | "mfa_enrollment_required" | "mfa_not_enabled" | "mfa_required" | "mfa_required_by_organization" | "mfa_setup_expired" | "not_found" | "not_halted" | "not_invited" | "not_ready" | "org_id_mismatch" | "org_required" | "overloaded" | "own_role" | "partner_id_mismatch" | "passkey_counter_regression" | "passkey_exists" | "passkey_not_allowed" | "passkey_not_enrolled" | "passkeys_unavailable" | "password_login_refused" | "payload_too_large" | "permission_denied" | "phone_not_verified" | "placement_forbidden" | "placement_mismatch" | "privilege_escalation" | "provider_already_active" | "rate_limited" | "refresh_raced" | "release_exists" | "release_host_error" | "release_host_unconfigured" | "release_host_unreachable" | "release_key_missing" | "release_signature_invalid" | "role_in_use" | "rollout_narrowing" | "scope_forbidden" | "scope_mismatch" | "scope_required" | "secret_unavailable" | "self_change_forbidden" | "sms_already_enabled" | "sms_not_allowed" | "sms_not_enabled" | "sms_send_failed" | "sms_unavailable" | "sso_binding_mismatch" | "sso_logins_outstanding" | "sso_provider_incomplete" | "sso_required" | "system_role_immutable" | "too_many_rotations" | "totp_not_allowed" | "unauthorized" | "unsupported_media_type" | "user_associated_elsewhere" | "user_disabled" | "user_exists" | "user_required" | "validation_failed" | "webhook_limit_reached" | "webhook_not_active" | "whole_org_access_required";
+            code: "account_managed" | "already_retried" | "api_key_forbidden" | "api_key_required" | "bad_request" | "binary_source_remote" | "challenge_expired" | "circular_inheritance" | "code_expired" | "context_required" | "csrf_failed" | "database_unavailable" | "delivery_not_failed" | "domain_claimed" | "domain_exists" | "downgrade_refused" | "email_taken" | "forbidden" | "full_org_access_required" | "internal_error" | "invalid_code" | "invalid_credentials" | "invalid_current_password" | "invalid_device_token" | "invalid_enrollment_key" | "invalid_expiry" | "invalid_json" | "invalid_multipart" | "invalid_parent_role" | "invalid_passkey" | "invalid_refresh_token" | "invalid_role" | "invalid_site" | "invalid_temp_token" | "invalid_token" | "invalid_webhook_url" | "invitation_invalid" | "invitation_other_account" | "invitation_pending" | "last_admin" | "last_mfa_factor" | "manifest_invalid" | "manifest_signature_invalid" | "method_not_allowed" | "mfa_already_enabled" | "mfa_enrollment_required" | "mfa_not_enabled" | "mfa_required" | "mfa_required_by_organization" | "mfa_setup_expired" | "not_found" | "not_halted" | "not_invited" | "not_ready" | "org_id_mismatch" | "org_required" | "overloaded" | "own_role" | "partner_id_mismatch" | "passkey_counter_regression" | "passkey_exists" | "passkey_not_allowed" | "passkey_not_enrolled" | "passkeys_unavailable" | "password_login_refused" | "payload_too_large" | "permission_denied" | "phone_not_verified" | "placement_forbidden" | "placement_mismatch" | "privilege_escalation" | "provider_already_active" | "rate_limited" | "refresh_raced" | "release_exists" | "release_host_error" | "release_host_unconfigured" | "release_host_unreachable" | "release_key_missing" | "release_signature_invalid" | "role_in_use" | "rollout_narrowing" | "scope_forbidden" | "scope_mismatch" | "scope_required" | "secret_unavailable" | "self_change_forbidden" | "sms_already_enabled" | "sms_not_allowed" | "sms_not_enabled" | "sms_send_failed" | "sms_unavailable" | "sso_binding_mismatch" | "sso_logins_outstanding" | "sso_provider_incomplete" | "sso_required" | "system_role_immutable" | "too_many_rotations" | "totp_not_allowed" | "unauthorized" | "unsupported_media_type" | "user_associated_elsewhere" | "user_disabled" | "user_exists" | "user_required" | "validation_failed" | "webhook_limit_reached" | "webhook_not_active" | "whole_org_access_required";
             /** @description Facts about this error, by code: `fields: [{path, message}]` for `validation_failed` (each bad field, e.g. "is required", "is not a known field"), `required` (the `resource:action`) for `permission_denied`, `{users, childRoles}` for a blocked role delete, `missing`/`permissions` for `privilege_escalation` */
             details?: {
                 [key: string]: unknown;
@@ -3636,7 +3724,7 @@ export interface components {
              * @description An event type (device.*, alert.*, script.*, automation.*, policy.*, patch.*, security.score_changed, remote.*, user.login/logout, session.login/logout, webhook.test)
              * @enum {string}
              */
-            type: "device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "session.login" | "session.logout" | "webhook.test" | "webhook.disabled";
+            type: "device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "user.deactivated" | "session.login" | "session.logout" | "webhook.test" | "webhook.disabled";
         };
         /** @description The published event; one delivery was queued per subscribed active webhook */
         EventPublished: {
@@ -3670,7 +3758,7 @@ export interface components {
              * @description An event type (device.*, alert.*, script.*, automation.*, policy.*, patch.*, security.score_changed, remote.*, user.login/logout, session.login/logout, webhook.test)
              * @enum {string}
              */
-            type: "device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "session.login" | "session.logout" | "webhook.test" | "webhook.disabled";
+            type: "device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "user.deactivated" | "session.login" | "session.logout" | "webhook.test" | "webhook.disabled";
         };
         /**
          * @example {
@@ -5005,6 +5093,86 @@ export interface components {
             /** @description Base64 SAML Response posted by the IdP (HTTP-POST binding), at most 262144 characters */
             SAMLResponse?: string;
         };
+        /**
+         * @example {
+         *       "defaultRoleId": "00000000-0000-7000-8000-000000000006",
+         *       "groupRoleMappings": []
+         *     }
+         */
+        ScimSettings: {
+            /**
+             * Format: uuid
+             * @description The role a user the directory creates gets (assignable in the organisation, within what the caller may grant); Organization Read Only until set
+             */
+            defaultRoleId: string;
+            /** @description SCIM groups to Keel roles */
+            groupRoleMappings: {
+                /**
+                 * @description The SCIM group's displayName
+                 * @example Keel Technicians
+                 */
+                group: string;
+                /**
+                 * Format: uuid
+                 * @description The role its members get in the organisation
+                 */
+                roleId: string;
+            }[];
+        };
+        /** @description A directory's bearer token for the organisation's SCIM service (`/scim/v2`) */
+        ScimToken: {
+            /** @description When it was made (ISO 8601) */
+            createdAt: string;
+            /**
+             * Format: uuid
+             * @description The user who made it (null once that account is gone)
+             */
+            createdBy: string | null;
+            /** @description When it stops working (ISO 8601); null: never */
+            expiresAt: string | null;
+            /**
+             * Format: uuid
+             * @description Token id (UUID), for …/scim-tokens/{id}
+             */
+            id: string;
+            /** @description Last request made with it (ISO 8601, to the minute); null before the first */
+            lastUsedAt: string | null;
+            /**
+             * @description What the token is for
+             * @example Entra ID provisioning
+             */
+            name: string;
+            /**
+             * @description The first characters of the token, to tell tokens apart
+             * @example kscim_Ab3dE6
+             */
+            prefix: string;
+        };
+        /**
+         * @example {
+         *       "name": "Entra ID provisioning"
+         *     }
+         */
+        ScimTokenCreate: {
+            /**
+             * Format: date-time
+             * @description When it stops working (ISO 8601, in the future); absent: never
+             */
+            expiresAt?: string;
+            /**
+             * @description What the token is for
+             * @example Entra ID provisioning
+             */
+            name: string;
+        };
+        /** @description A directory's bearer token for the organisation's SCIM service (`/scim/v2`) */
+        ScimTokenCreated: components["schemas"]["ScimToken"] & {
+            /**
+             * @description The token, shown this once (only its hash is kept): the secret token a directory sends as `Authorization: Bearer …`
+             * @example kscim_Ab3dE6…
+             */
+            token: string;
+        };
         /** @description The signed-in user: account, second-factor state and effective access */
         SelfProfile: {
             /** @description https URL of the avatar image, or null */
@@ -6033,7 +6201,7 @@ export interface components {
          */
         WebhookCreate: {
             /** @description Event types this webhook receives (at least one) */
-            events: ("device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "session.login" | "session.logout" | "webhook.test" | "webhook.disabled")[];
+            events: ("device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "user.deactivated" | "session.login" | "session.logout" | "webhook.test" | "webhook.disabled")[];
             /** @description Custom headers sent on each delivery, after the standard ones (at most 20); their values are write-only */
             headers?: {
                 /** @description Header name (1-100 characters, no CR/LF; Content-Type, User-Agent, X-Service-* and webhook-* are Keel's own) */
@@ -6212,7 +6380,7 @@ export interface components {
              * @description An event type (device.*, alert.*, script.*, automation.*, policy.*, patch.*, security.score_changed, remote.*, user.login/logout, session.login/logout, webhook.test)
              * @enum {string}
              */
-            event?: "device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "session.login" | "session.logout" | "webhook.test" | "webhook.disabled";
+            event?: "device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "user.deactivated" | "session.login" | "session.logout" | "webhook.test" | "webhook.disabled";
             /**
              * Format: uuid
              * @description The organisation (partner and system callers)
@@ -6231,7 +6399,7 @@ export interface components {
          */
         WebhookUpdate: {
             /** @description Event types this webhook receives (at least one) */
-            events?: ("device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "session.login" | "session.logout" | "webhook.test" | "webhook.disabled")[];
+            events?: ("device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "user.deactivated" | "session.login" | "session.logout" | "webhook.test" | "webhook.disabled")[];
             /** @description The whole list of custom headers (at most 20): a header left out is removed; an entry without `value` keeps its stored value */
             headers?: {
                 /** @description Header name (1-100 characters, no CR/LF; Content-Type, User-Agent, X-Service-* and webhook-* are Keel's own) */
@@ -16311,6 +16479,759 @@ export interface operations {
             };
         };
     };
+    getOrgsByOrgIdScimSettings: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Id (UUID) of the organisation; one the caller cannot reach answers 404 */
+                orgId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Settings */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScimSettings"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    putOrgsByOrgIdScimSettings: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Id (UUID) of the organisation; one the caller cannot reach answers 404 */
+                orgId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ScimSettings"];
+            };
+        };
+        responses: {
+            /** @description Saved */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScimSettings"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body has a content type this operation does not take */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getOrgsByOrgIdScimTokens: {
+        parameters: {
+            query?: {
+                /** @description Items per page, 1 to 100 (default 50; over 100 is a 400) */
+                limit?: number;
+                /** @description Page number, from 1 (default 1) */
+                page?: number;
+            };
+            header?: never;
+            path: {
+                /** @description Id (UUID) of the organisation; one the caller cannot reach answers 404 */
+                orgId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Tokens, oldest first */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description The items of this page, in the order the operation states */
+                        data: components["schemas"]["ScimToken"][];
+                        /** @description Where this page sits in the whole list */
+                        pagination: {
+                            /**
+                             * @description Items per page asked for (the last page may hold fewer)
+                             * @example 50
+                             */
+                            limit: number;
+                            /**
+                             * @description The page returned, from 1
+                             * @example 1
+                             */
+                            page: number;
+                            /**
+                             * @description Items matching the query across all pages
+                             * @example 1
+                             */
+                            total: number;
+                        };
+                    };
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    postOrgsByOrgIdScimTokens: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Id (UUID) of the organisation; one the caller cannot reach answers 404 */
+                orgId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ScimTokenCreate"];
+            };
+        };
+        responses: {
+            /** @description Made: copy the token now */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScimTokenCreated"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body has a content type this operation does not take */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    deleteOrgsByOrgIdScimTokensById: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Id (UUID) of the SCIM token; another organisation's answers 404 */
+                id: string;
+                /** @description Id (UUID) of the organisation; one the caller cannot reach answers 404 */
+                orgId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Revoked */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body has a content type this operation does not take */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     getOrgsByOrgIdSites: {
         parameters: {
             query?: {
@@ -23370,6 +24291,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description The request body is too large */
             413: {
                 headers: {
@@ -27864,6 +28794,100 @@ export interface operations {
                      * @constant
                      */
                     type: "session.logout";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: any 2xx answer within the timeout counts; anything else is retried */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_user_deactivated: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks: the event id */
+                "webhook-id": string;
+                /** @description Standard Webhooks: one `v1,<base64>` per valid secret, space-separated */
+                "webhook-signature"?: string;
+                /** @description Standard Webhooks: the Unix time of the attempt */
+                "webhook-timestamp": string;
+                /** @description This delivery's id (a new one for each retry of a failed delivery) */
+                "X-Service-Delivery-Id": string;
+                /** @description The event id (the body's `id`) */
+                "X-Service-Event-Id": string;
+                /** @description The event type */
+                "X-Service-Event-Type": string;
+                /** @description sha256=<hex HMAC-SHA256 of "<timestamp>.<body>"> with the webhook's secret; the timestamp is X-Service-Signature-Timestamp (Unix milliseconds) */
+                "X-Service-Signature"?: string;
+                /** @description The Unix time the signature covers */
+                "X-Service-Signature-Timestamp"?: string;
+                /** @description `true` on a test delivery */
+                "X-Service-Test"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": {
+                 *         "email": "grace@customer.example",
+                 *         "source": "scim",
+                 *         "userId": "0b7f3c52-8a61-4d2e-9c1a-2f6d7e8a9b10"
+                 *       },
+                 *       "id": "6f1e2d3c-4b5a-4968-8776-5a4b3c2d1e0f",
+                 *       "orgId": "1d2c3b4a-5968-4776-8a5b-4c3d2e1f0a9b",
+                 *       "timestamp": "2026-11-27T08:15:00.000Z",
+                 *       "type": "user.deactivated"
+                 *     }
+                 */
+                "application/json": {
+                    data: {
+                        /** @description Their email address */
+                        email: string;
+                        /**
+                         * @description What disabled it: the organisation's directory, through SCIM provisioning
+                         * @constant
+                         */
+                        source: "scim";
+                        /**
+                         * Format: uuid
+                         * @description The user whose account was disabled
+                         */
+                        userId: string;
+                    };
+                    /**
+                     * Format: uuid
+                     * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
+                     */
+                    id: string;
+                    /**
+                     * Format: uuid
+                     * @description The organisation the event belongs to
+                     */
+                    orgId: string;
+                    /**
+                     * @description Present (true) on a test delivery only
+                     * @constant
+                     */
+                    test?: true;
+                    /**
+                     * Format: date-time
+                     * @description When the event happened (ISO 8601 UTC)
+                     */
+                    timestamp: string;
+                    /**
+                     * @description The event type
+                     * @constant
+                     */
+                    type: "user.deactivated";
                 };
             };
         };

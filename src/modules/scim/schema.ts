@@ -1,0 +1,70 @@
+import { index, integer, jsonb, pgTable, uniqueIndex, uuid, varchar } from 'drizzle-orm/pg-core';
+import { createdAt, idColumn, ts, updatedAt } from '../../platform/db/columns.js';
+import { organizations } from '../tenancy/schema.js';
+import { users } from '../identity/schema.js';
+import { roles } from '../access/schema.js';
+
+/**
+ * A directory's bearer token for `/scim/v2` (docs/decisions.md "SCIM provisioning"): one organisation's,
+ * stored as its SHA-256 only; `prefix` (the first characters) tells tokens apart in lists.
+ */
+export const scimTokens = pgTable(
+  'scim_tokens',
+  {
+    id: idColumn(),
+    orgId: uuid('org_id').notNull().references(() => organizations.id, { onDelete: 'cascade' }),
+    name: varchar('name', { length: 100 }).notNull(),
+    tokenHash: varchar('token_hash', { length: 64 }).notNull(),
+    prefix: varchar('prefix', { length: 16 }).notNull(),
+    createdBy: uuid('created_by').references(() => users.id, { onDelete: 'set null' }),
+    lastUsedAt: ts('last_used_at'),
+    expiresAt: ts('expires_at'),
+    createdAt: createdAt(),
+  },
+  (t) => [uniqueIndex('scim_tokens_hash_idx').on(t.tokenHash), index('scim_tokens_org_idx').on(t.orgId)],
+);
+
+export interface ScimGroupRoleMapping {
+  group: string;
+  roleId: string;
+}
+
+/** An organisation's SCIM settings: the role a provisioned user gets, and the group mappings. */
+export const scimSettings = pgTable('scim_settings', {
+  orgId: uuid('org_id').primaryKey().references(() => organizations.id, { onDelete: 'cascade' }),
+  defaultRoleId: uuid('default_role_id').references(() => roles.id, { onDelete: 'set null' }),
+  groupRoleMappings: jsonb('group_role_mappings').$type<ScimGroupRoleMapping[]>().notNull().default([]),
+  updatedAt: updatedAt(),
+});
+
+/** The SCIM attributes Keel keeps beside the account (userName is the account's email, `active` its status). */
+export interface ScimUserAttributes {
+  name?: Record<string, string>;
+  displayName?: string;
+  title?: string;
+  emails?: { value: string; type?: string; primary?: boolean }[];
+  enterprise?: { department?: string; manager?: { value?: string; displayName?: string } };
+}
+
+/**
+ * An account a directory manages in one organisation (its SCIM id is the account id). The lookup
+ * columns a directory filters on (`userName`, `externalId`) are indexed per organisation.
+ */
+export const scimUsers = pgTable(
+  'scim_users',
+  {
+    userId: uuid('user_id').primaryKey().references(() => users.id, { onDelete: 'cascade' }),
+    orgId: uuid('org_id').notNull().references(() => organizations.id, { onDelete: 'cascade' }),
+    /** The email in lower case. */
+    userName: varchar('user_name', { length: 255 }).notNull(),
+    externalId: varchar('external_id', { length: 255 }),
+    attributes: jsonb('attributes').$type<ScimUserAttributes>().notNull().default({}),
+    version: integer('version').notNull().default(1),
+    createdAt: createdAt(),
+    updatedAt: updatedAt(),
+  },
+  (t) => [uniqueIndex('scim_users_org_user_name_idx').on(t.orgId, t.userName), index('scim_users_org_external_id_idx').on(t.orgId, t.externalId)],
+);
+
+export type ScimTokenRow = typeof scimTokens.$inferSelect;
+export type ScimUserRow = typeof scimUsers.$inferSelect;
