@@ -171,6 +171,13 @@ const envSchema = z.object({
   DNS_RESOLVER: optionalString.refine((v) => v === undefined || /^(\d{1,3}(\.\d{1,3}){3}(:\d{1,5})?|\[[0-9a-fA-F:]+\](:\d{1,5})?|[0-9a-fA-F:]+)$/.test(v), { message: 'must be an IP address with an optional port (127.0.0.1:5353)' }),
   // Verified domains: verification attempts (DNS lookups) per organisation or partner per minute.
   DOMAIN_VERIFY_LIMIT: int(10, 1, 100000),
+  // Audit (docs/decisions.md "Audit: hash chain, checkpoints, security events"): the Ed25519 key signing the
+  // daily chain checkpoints (base64 of its 32-byte seed; unset: no checkpoints), and the days an entry is
+  // kept (0: forever).
+  AUDIT_CHECKPOINT_KEY: optionalString.refine((v) => v === undefined || (/^[A-Za-z0-9+/]+={0,2}$/.test(v) && Buffer.from(v, 'base64').length === 32), {
+    message: 'must be 32 bytes in base64 (an Ed25519 seed: openssl rand -base64 32)',
+  }),
+  AUDIT_RETENTION_DAYS: int(0, 0, 36_500),
 });
 
 export type Env = z.infer<typeof envSchema>;
