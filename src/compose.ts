@@ -12,6 +12,7 @@ import { installWebhooks } from './modules/webhooks/runtime.js';
 import { installAgents } from './modules/agents/context.js';
 import { installDomains } from './modules/domains/service.js';
 import { installScim } from './modules/scim/tokens.js';
+import { installAudit } from './modules/audit/module.js';
 import { MFA_SEALED } from './modules/mfa/service.js';
 import { WEBHOOK_SEALED } from './modules/webhooks/service.js';
 import { PROVIDER_SEALED } from './modules/sso/providers.js';
@@ -49,6 +50,7 @@ export async function openKeel(opts: KeelOptions = {}): Promise<Keel> {
  * "Modules and their jobs"): each answers its handle and declares its jobs; none starts here.
  */
 export function installModules(keel: Keel): void {
+  keel.modules.install('audit', installAudit(keel));
   // Identity's ports (docs/architecture.md "How a lower module reaches a higher one") are answered by modules above it.
   keel.modules.install('identity', installIdentity(keel, { tenantOf: getAccessSummary, enrolledMethods, passkeyCount, secondFactor: loginSecondFactor }));
   keel.modules.install('access', installAccess(keel));

@@ -173,6 +173,14 @@ const envSchema = z.object({
   DOMAIN_VERIFY_LIMIT: int(10, 1, 100000),
   // SCIM provisioning: requests per SCIM token per minute (a directory's initial import comes in bursts).
   SCIM_RATE_LIMIT: int(1200, 1, 1000000),
+
+  // Audit (docs/decisions.md "Audit: hash chain, checkpoints, security events"): the Ed25519 key signing the
+  // daily chain checkpoints (base64 of its 32-byte seed; unset: no checkpoints), and the days an entry is
+  // kept (0: forever).
+  AUDIT_CHECKPOINT_KEY: optionalString.refine((v) => v === undefined || (/^[A-Za-z0-9+/]+={0,2}$/.test(v) && Buffer.from(v, 'base64').length === 32), {
+    message: 'must be 32 bytes in base64 (an Ed25519 seed: openssl rand -base64 32)',
+  }),
+  AUDIT_RETENTION_DAYS: int(0, 0, 36_500),
 });
 
 export type Env = z.infer<typeof envSchema>;

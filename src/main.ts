@@ -35,6 +35,12 @@ Commands:
                         canonical manifest entry) for POST /agent-versions
   release sign-keys --key <file> --keys <k1,k2,...>
                         print the signature of a release-key list (key rotation)
+  audit verify [--org <id>] [--partner <id>]
+                        check the audit log's hash chains (of one organisation, of
+                        a partner's own entries, or every chain): one JSON line per
+                        chain; exit code 1 when one is broken
+  audit checkpoints     print the signed checkpoints of the audit chains (JSON
+                        lines), to copy out of the database
   help                  show this text (also: keel --help)
 
 Configuration comes from environment variables (README.md, "Configuration"); the release
@@ -64,7 +70,9 @@ type Command =
   | { name: 'admin create'; email: string; displayName: string | undefined }
   | { name: 'secrets reseal' }
   | { name: 'sessions revoke-all' }
-  | { name: 'release'; args: string[] };
+  | { name: 'release'; args: string[] }
+  | { name: 'audit verify'; orgId: string | undefined; partnerId: string | undefined }
+  | { name: 'audit checkpoints' };
 
 const HELP = new Set(['help', '--help', '-h']);
 
@@ -105,6 +113,34 @@ function adminCreateOptions(args: string[]): { email: string; displayName: strin
   return { email, displayName };
 }
 
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** `audit verify [--org <id>] [--partner <id>]`, `audit checkpoints`. */
+function auditCommand(rest: string[]): Command {
+  const [sub, ...args] = rest;
+  if (sub === undefined) throw new UsageError('audit needs a subcommand: audit verify, or audit checkpoints');
+  if (sub === 'checkpoints') {
+    noMoreArgs('audit checkpoints', args);
+    return { name: 'audit checkpoints' };
+  }
+  if (sub !== 'verify') throw new UsageError(`unknown audit subcommand ${quote(sub)}`);
+  const values = new Map<string, string>();
+  const queue = [...args];
+  for (let arg = queue.shift(); arg !== undefined; arg = queue.shift()) {
+    const [name, inline] = arg.startsWith('--') && arg.includes('=') ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)] : [arg, undefined];
+    if (name !== '--org' && name !== '--partner') {
+      throw new UsageError(name.startsWith('-') ? `unknown option ${quote(name)} for audit verify` : `unexpected argument ${quote(arg)} for audit verify`);
+    }
+    const value = inline ?? queue.shift();
+    if (value === undefined || (inline === undefined && value.startsWith('--'))) throw new UsageError(`${name} needs a value`);
+    if (values.has(name)) throw new UsageError(`${name} is given twice`);
+    if (!UUID.test(value)) throw new UsageError(`audit verify: ${name} ${quote(value)} is not an id`);
+    values.set(name, value.toLowerCase());
+  }
+  if (values.size > 1) throw new UsageError('audit verify: give --org or --partner, not both');
+  return { name: 'audit verify', orgId: values.get('--org'), partnerId: values.get('--partner') };
+}
+
 /** A command with one subcommand (`admin create`, `secrets reseal`): the arguments after it. */
 function subcommand(command: string, only: string, rest: string[], usage = ''): string[] {
   const [sub, ...options] = rest;
@@ -133,6 +169,8 @@ function parseArgs(argv: string[]): Command {
       return { name: 'sessions revoke-all' };
     case 'release':
       return { name: 'release', args: rest }; // parsed by modules/agents/release-cli.ts
+    case 'audit':
+      return auditCommand(rest);
     default:
       throw new UsageError(`unknown command ${quote(command)}`);
   }
@@ -144,6 +182,8 @@ const LOCKED_HINT: Record<string, string> = {
   'keel migrate': 'a running server applies pending migrations itself when it starts; stop it to run keel migrate',
   'keel worker': 'on the embedded database the worker runs inside keel serve (WORKER=inline); separate workers need PostgreSQL (DATABASE_URL)',
   'keel secrets reseal': 'stop the server first (on PostgreSQL, keel secrets reseal runs beside serving processes)',
+  'keel audit verify': 'stop the server first (on PostgreSQL, keel audit verify runs beside serving processes)',
+  'keel audit checkpoints': 'stop the server first (on PostgreSQL, keel audit checkpoints runs beside serving processes)',
   'keel sessions revoke-all': 'stop the server first (on PostgreSQL, keel sessions revoke-all runs beside serving processes and reaches them at once)',
   'keel admin create':
     'stop the server and run keel admin create again, or restart the server with ADMIN_EMAIL and ADMIN_PASSWORD set (used while no administrator exists)',
@@ -415,6 +455,48 @@ async function revokeAllSessions(config: Config, log: Logger): Promise<void> {
   }
 }
 
+/**
+ * `keel audit verify`: the chain of one organisation (`--org`), of a partner's own entries
+ * (`--partner`), or every chain, each as the line GET /audit-logs/verify answers (with its scope
+ * when several). Resolves to the exit code: 1 when a chain is broken.
+ */
+async function auditVerify(config: Config, orgId: string | undefined, partnerId: string | undefined): Promise<number> {
+  const [{ migrate }, { chainScopes, verifyChain }] = await Promise.all([import('./platform/db/migrator.js'), import('./modules/audit/chain.js')]);
+  const database = await open(config, 'keel audit verify');
+  try {
+    await migrate(database);
+    const one = orgId ?? partnerId;
+    if (one) {
+      const result = await verifyChain(database.db, one);
+      process.stdout.write(`${JSON.stringify(result)}\n`);
+      return result.ok ? 0 : 1;
+    }
+    let ok = true;
+    for (const scope of await chainScopes(database.db)) {
+      const result = await verifyChain(database.db, scope.scopeId);
+      ok &&= result.ok;
+      process.stdout.write(`${JSON.stringify({ scope: scope.kind, scopeId: scope.scopeId, ...result })}\n`);
+    }
+    return ok ? 0 : 1;
+  } finally {
+    await database.close();
+  }
+}
+
+/** `keel audit checkpoints`: every signed checkpoint, oldest first, one JSON line each (with whether its signature holds). */
+async function auditCheckpoints(config: Config): Promise<void> {
+  const [{ migrate }, { checkpointSignatureValid, listCheckpoints }] = await Promise.all([import('./platform/db/migrator.js'), import('./modules/audit/chain.js')]);
+  const database = await open(config, 'keel audit checkpoints');
+  try {
+    await migrate(database);
+    for (const c of await listCheckpoints(database.db)) {
+      process.stdout.write(`${JSON.stringify({ ...c, createdAt: c.createdAt.toISOString(), signatureValid: checkpointSignatureValid(c) })}\n`);
+    }
+  } finally {
+    await database.close();
+  }
+}
+
 async function adminCreate(config: Config, email: string, displayName: string | undefined): Promise<void> {
   const [{ migrate }, { seedAccess }, { createPlatformAdmin }] = await Promise.all([
     import('./platform/db/migrator.js'),
@@ -472,6 +554,11 @@ async function main(argv: string[]): Promise<number | null> {
       return 0;
     case 'sessions revoke-all':
       await revokeAllSessions(config, log);
+      return 0;
+    case 'audit verify':
+      return auditVerify(config, command.orgId, command.partnerId);
+    case 'audit checkpoints':
+      await auditCheckpoints(config);
       return 0;
   }
 }

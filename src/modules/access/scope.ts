@@ -1,10 +1,13 @@
 import type { Context, MiddlewareHandler } from 'hono';
+import { routePath } from 'hono/route';
 import { documentAccess, type AccessDoc } from '../../platform/http/route-docs.js';
 import { and, eq, inArray, isNull, or, sql, type SQL, type AnyColumn } from 'drizzle-orm';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import type { Db } from '../../platform/db/client.js';
-import { notFound, unauthorized, validationError, invalidToken } from '../../platform/http/errors.js';
+import { notFound, unauthorized, validationError, invalidToken, type AppError } from '../../platform/http/errors.js';
+import { loggableError } from '../../platform/safe-error.js';
+import { recordSecurityEvent } from '../audit/security-events.js';
 import type { Principal } from '../identity/principal.js';
 import { organizations, partners } from '../tenancy/schema.js';
 import { PermissionSet } from './permissions.js';
@@ -304,11 +307,15 @@ function scopeMiddleware(keel: Keel, opts: ScopeOptions): MiddlewareHandler<AppE
     const namedOrg = await namedId(c, 'orgId', opts.orgIdParam);
     const namedPartner = await namedId(c, 'partnerId', opts.partnerIdParam);
     if (access.scope === 'organization') {
-      if (namedOrg && namedOrg !== access.homeOrgId) throw notFound('Organization');
-      if (namedPartner) throw notFound('Partner');
+      if (namedOrg && namedOrg !== access.homeOrgId) throw await refusedOtherTenant(keel, c, access, 'organization', namedOrg);
+      if (namedPartner) throw namedPartner === access.partnerId ? notFound('Partner') : await refusedOtherTenant(keel, c, access, 'partner', namedPartner);
     } else if (access.scope === 'partner') {
-      if (namedPartner && namedPartner !== access.partnerId) throw notFound('Partner');
-      if (namedOrg) access.orgId = (await mustReachOrgTenant(keel, access, namedOrg)).id;
+      if (namedPartner && namedPartner !== access.partnerId) throw await refusedOtherTenant(keel, c, access, 'partner', namedPartner);
+      if (namedOrg) {
+        const reached = await reachWith(access, namedOrg, () => cachedOrgTenant(keel, namedOrg));
+        if (!reached) throw await refusedOtherTenant(keel, c, access, 'organization', namedOrg);
+        access.orgId = reached.id;
+      }
     } else {
       if (namedOrg) {
         const org = await mustReachOrgTenant(keel, access, namedOrg);
@@ -326,6 +333,46 @@ function scopeMiddleware(keel: Keel, opts: ScopeOptions): MiddlewareHandler<AppE
     c.set('access', access);
     await next();
   };
+}
+
+/**
+ * The 404 for an organisation or partner the caller named and cannot reach. When it exists and
+ * belongs to another tenant (not an organisation of the caller's own partner that its `orgAccess`
+ * leaves out), the attempt is audited as `access.cross_tenant_refused` under the caller's own scope,
+ * so its administrators read it; bounded per source address and minute (audit/security-events.ts).
+ * The answer is the same 404 whether or not the object exists; a failed write is only logged.
+ */
+async function refusedOtherTenant(keel: Keel, c: Context, access: AccessContext, type: 'organization' | 'partner', id: string): Promise<AppError> {
+  const refusal = notFound(type === 'organization' ? 'Organization' : 'Partner');
+  try {
+    if (type === 'organization') {
+      const org = await cachedOrgTenant(keel, id);
+      if (!org || (access.scope === 'partner' && org.partnerId === access.partnerId)) return refusal;
+    } else {
+      const [partner] = await keel.db.select({ id: partners.id }).from(partners).where(eq(partners.id, id));
+      if (!partner) return refusal;
+    }
+    const p = access.principal;
+    await recordSecurityEvent(
+      keel.db,
+      {
+        actor: { type: p.kind, id: p.kind === 'api_key' ? p.apiKeyId : p.userId, email: p.email },
+        ip: (c.get('ip') as string | undefined) || null,
+        userAgent: c.req.header('user-agent')?.slice(0, 1000) ?? null,
+        requestId: (c.get('requestId') as string | undefined) ?? null,
+      },
+      {
+        action: 'access.cross_tenant_refused',
+        orgId: access.homeOrgId,
+        partnerId: access.partnerId,
+        target: { type, id },
+        details: { method: c.req.method, route: routePath(c) },
+      },
+    );
+  } catch (err) {
+    keel.log.warn({ error: loggableError(err) }, 'audit: a refused cross-tenant attempt could not be recorded');
+  }
+  return refusal;
 }
 
 export function accessOf(c: Context<AppEnv>): AccessContext {

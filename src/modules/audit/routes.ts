@@ -11,6 +11,8 @@ import { accessOf, groupListFilter, guard, placementFilter, restricted, siteList
 import { deviceGroups, sites } from '../tenancy/schema.js';
 import { devices, enrollmentKeys } from '../agents/schema.js';
 import { auditLogs } from './schema.js';
+import { PLATFORM_CHAIN, verifyChain } from './chain.js';
+import { notFound } from '../../platform/http/errors.js';
 
 const EntrySchema = z
   .object({
@@ -30,6 +32,9 @@ const EntrySchema = z
     ipAddress: z.string().nullable().openapi({ description: 'Client IP address of the request; null when none (background work)' }),
     userAgent: z.string().nullable().openapi({ description: 'User-Agent of the request (first 1000 characters); null when none' }),
     requestId: z.string().nullable().openapi({ description: 'Id of the request (the `x-request-id` of its answer), to match log lines; null when none' }),
+    chainSeq: z.number().int().openapi({ description: 'Position of the entry in its scope\'s hash chain (organisation, else partner, else platform), from 1' }),
+    prevHash: z.string().openapi({ description: 'Hash of the entry before it in its chain (hex SHA-256; 64 zeros for the first)' }),
+    hash: z.string().openapi({ description: 'Hex SHA-256 over the canonical encoding of the entry and `prevHash` (docs/decisions.md "Audit: hash chain, checkpoints, security events")' }),
   })
   .openapi('AuditEntry', { description: 'One recorded action' });
 
@@ -118,9 +123,45 @@ function csvCell(value: unknown): string {
   return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
 }
 
+const VerifySchema = z
+  .object({
+    ok: z.boolean().openapi({ description: 'True when every link of the chain holds' }),
+    checked: z.number().int().openapi({ description: 'Entries checked, from where the chain starts (after retention) to its head' }),
+    firstBroken: z
+      .object({
+        id: z.string().nullable().openapi({ description: 'The first entry where the chain breaks; for `entries_missing_at_end`, the last entry left (null when none is)' }),
+        reason: z.enum(['hash_mismatch', 'entries_missing', 'unexpected_entry', 'entries_missing_at_end', 'checkpoint_mismatch']).openapi({
+          description: '`hash_mismatch`: the entry was edited; `entries_missing`: entries before it were deleted; `unexpected_entry`: it was inserted (its position or link is taken); `entries_missing_at_end`: the newest entries were deleted; `checkpoint_mismatch`: a signed checkpoint names another hash here',
+        }),
+      })
+      .optional()
+      .openapi({ description: 'Absent when the chain holds' }),
+  })
+  .openapi('AuditChainVerification');
+
+/** The chain a caller's scope names: its organisation; else its partner (partner-level entries); else the platform's. */
+function chainOf(access: AccessContext): string {
+  const v = visibleOrgs(access);
+  if (v.kind === 'org') return v.orgId;
+  if (v.kind === 'partner') return v.partnerId;
+  if (v.kind === 'all') return PLATFORM_CHAIN;
+  throw notFound('Organization');
+}
+
 export function mountAuditRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   const auth = authenticate(keel);
   const tag = ['audit'];
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/audit-logs/verify', tags: tag, summary: 'Check the hash chain of the scope\'s audit log',
+      description: 'Walks the chain of the organisation (`orgId`), of the partner\'s own entries (`partnerId`) or, for a platform administrator naming neither, of the platform, and reports the first broken link (an edited, deleted or inserted entry).',
+      middleware: [auth, ...guard(keel, { permission: ['audit', 'read'], wholeOrg: true })],
+      request: { query: ScopeQuery },
+      responses: { 200: json(VerifySchema), ...errors(404) },
+    }),
+    async (c) => c.json(await verifyChain(keel.db, chainOf(accessOf(c))), 200),
+  );
 
   api.openapi(
     createRoute({

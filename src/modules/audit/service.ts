@@ -66,6 +66,10 @@ export function auditInsert(info: AuditRequestInfo, entry: AuditEntry, first = 1
       ipAddress: info.ip ?? null,
       userAgent: info.userAgent?.slice(0, 1000) ?? null,
       requestId: info.requestId ?? null,
+      // Linked by the database (the `audit_logs_link` trigger), whatever is given here.
+      chainSeq: 0,
+      prevHash: '',
+      hash: '',
     },
     first,
   );

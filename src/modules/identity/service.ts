@@ -5,7 +5,7 @@ import { transaction, transactionIf, type Tx } from '../../platform/db/transacti
 import { clock } from '../../platform/clock.js';
 import { newId } from '../../platform/db/columns.js';
 import { prepared, rawQuery, tableReader } from '../../platform/db/raw.js';
-import { notFound, unauthorized, platformError } from '../../platform/http/errors.js';
+import { AppError, notFound, unauthorized, platformError } from '../../platform/http/errors.js';
 import { passwordPolicyVerdicts, signInRefusal } from './password-policy.js';
 import { auditInsert, writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import type { Logger } from '../../platform/logger.js';
@@ -17,6 +17,7 @@ import { assertHashCapacity, HashQueueFull } from '../../platform/argon2-pool.js
 import { countAuthOutcome } from '../../platform/metrics.js';
 import { checkPasswordUnderLockout, releaseReservation, verifyReenteredPassword } from './lockout.js';
 import { profileOf, selfProfile, type SelfProfile } from './profile.js';
+import { auditSignInRefusal, passwordFailureReason } from './sign-in-audit.js';
 import { sessions, users } from './schema.js';
 import { ACCESS_TOKEN_SECONDS } from './tokens.js';
 import { notifyAuthChange } from './notices.js';
@@ -164,12 +165,18 @@ export async function signIn(
  * nothing tells accounts apart. A right password gives its per-IP point back; its lockout reservation
  * stays until the caller signs in (which clears the count) or releases it.
  */
-export async function checkPassword(keel: Keel, email: string, password: string, ip: string): Promise<User> {
+export async function checkPassword(keel: Keel, email: string, password: string, info: RequestInfo): Promise<User> {
   // A full hash queue refuses at once (503 overloaded), before the limits and the lockout count anything.
   assertHashCapacity();
   const { limits } = identityOf(keel);
+  const ip = info.ip ?? 'unknown';
   const key = `${ip}|${email.trim().toLowerCase()}`;
-  await Promise.all([limits.login.consume(key), limits.loginIp.consume(ip)]);
+  try {
+    await Promise.all([limits.login.consume(key), limits.loginIp.consume(ip)]);
+  } catch (err) {
+    if (err instanceof AppError && err.status === 429) auditSignInRefusal(keel, info, { action: 'auth.rate_limited', reason: 'rate_limited', email, details: { route: 'login' } });
+    throw err;
+  }
   const seen = { locked: false };
   let user: User | null;
   try {
@@ -181,6 +188,13 @@ export async function checkPassword(keel: Keel, email: string, password: string,
   }
   if (!user) {
     countAuthOutcome(keel.metrics, 'login', seen.locked ? 'locked' : 'failure');
+    const lockedNow = seen.locked;
+    auditSignInRefusal(keel, info, async () => {
+      const failure = await passwordFailureReason(keel, email);
+      // This failure set the lock: a wrong password, and the lockout it caused.
+      const failed = { action: 'user.login.failed', reason: lockedNow ? 'wrong_password' : failure.reason, user: failure.user, email };
+      return lockedNow ? [failed, { action: 'user.lockout', reason: 'failed_logins', user: failure.user, email, details: { lockedForSeconds: keel.config.LOCKOUT_SECONDS } }] : [failed];
+    });
     throw invalidCredentials();
   }
   await limits.loginIp.refund(ip);
@@ -193,7 +207,7 @@ export async function checkPassword(keel: Keel, email: string, password: string,
  * so earlier failures stay counted until a sign-in completes.
  */
 export async function passwordLogin(keel: Keel, email: string, password: string, info: RequestInfo): Promise<TokenAnswer | SecondFactorChallenge> {
-  const user = await checkPassword(keel, email, password, info.ip ?? 'unknown');
+  const user = await checkPassword(keel, email, password, info);
   let signedIn = false;
   try {
     await applyPasswordPolicies(keel, user, info);

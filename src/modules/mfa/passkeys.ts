@@ -25,6 +25,7 @@ import { signIn, type RequestInfo, type TokenAnswer, type User } from '../identi
 import { invalidTempToken, loadUser, mfaDisabled, mfaLimits } from './common.js';
 import { verifyReenteredPassword } from '../identity/lockout.js';
 import { MFA_LOGIN_PURPOSE } from './login.js';
+import { auditSignInRefusal } from '../identity/sign-in-audit.js';
 import { assertMethodAllowed, forceMfaSatisfiedUnder, securityPolicy, type MfaMethod } from './policy.js';
 import { hashRecoveryCode, newRecoveryCodes } from './recovery.js';
 import { passkeys } from './schema.js';
@@ -353,7 +354,11 @@ export async function verifyPasskeyLogin(keel: Keel, tempToken: string, credenti
     return answer;
   } catch (err) {
     // A refused assertion (401) is the second factor's failure; an expired attempt or a 4xx of the request is not counted.
-    if (err instanceof AppError && err.status === 401 && err.code !== 'invalid_temp_token') countAuthOutcome(keel.metrics, 'mfa', 'failure');
+    if (err instanceof AppError && err.status === 401 && err.code !== 'invalid_temp_token') {
+      countAuthOutcome(keel.metrics, 'mfa', 'failure');
+      const pending = await keel.singleUse.peek(keel.db, MFA_LOGIN_PURPOSE, tempToken);
+      auditSignInRefusal(keel, info, { action: 'auth.mfa.failed', reason: err.code, userId: pending?.subjectId ?? null });
+    }
     throw err;
   }
 }

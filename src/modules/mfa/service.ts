@@ -18,6 +18,7 @@ import { invalidCode, invalidTempToken, loadUser, mfaDisabled, mfaLimits } from 
 import { checkSmsCode, smsEnrolled } from './sms.js';
 import type { SealedColumn } from '../../platform/reseal.js';
 import { notifyAuthChange } from '../identity/notices.js';
+import { auditSignInRefusal } from '../identity/sign-in-audit.js';
 import { mfaError } from './errors.js';
 
 export const TOTP_SETUP_PURPOSE = 'totp_setup';
@@ -148,6 +149,7 @@ export async function verifyLoginCode(keel: Keel, tempToken: string, code: strin
     await verifyLimit(keel).consume(pending.subjectId);
   } catch (err) {
     countAuthOutcome(keel.metrics, 'mfa', 'locked');
+    if (err instanceof AppError && err.status === 429) auditSignInRefusal(keel, info, { action: 'auth.rate_limited', reason: 'rate_limited', userId: pending.subjectId, details: { route: 'mfa_verify' } });
     throw err;
   }
   const user = await loadUser(keel, pending.subjectId);
@@ -165,6 +167,7 @@ export async function verifyLoginCode(keel: Keel, tempToken: string, code: strin
   }
   if (!accepted) {
     countAuthOutcome(keel.metrics, 'mfa', 'failure');
+    auditSignInRefusal(keel, info, { action: 'auth.mfa.failed', reason: 'invalid_code', user });
     throw invalidCode(401);
   }
   const answer = await signIn(keel, user, { ...info, actor: { type: 'user', id: user.id, email: user.email } }, { mfa: true, method: 'mfa' });

@@ -280,6 +280,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/audit-logs/verify": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Check the hash chain of the scope's audit log
+         * @description Walks the chain of the organisation (`orgId`), of the partner's own entries (`partnerId`) or, for a platform administrator naming neither, of the platform, and reports the first broken link (an edited, deleted or inserted entry).
+         *
+         *     Access: an access token or an API key; permission `audit:read`; callers restricted to some sites or device groups are refused (403 `whole_org_access_required`).
+         */
+        get: operations["getAuditLogsVerify"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/auth/accept-invite": {
         parameters: {
             query?: never;
@@ -3289,6 +3311,22 @@ export interface components {
              */
             roleId: string;
         };
+        AuditChainVerification: {
+            /** @description Entries checked, from where the chain starts (after retention) to its head */
+            checked: number;
+            /** @description Absent when the chain holds */
+            firstBroken?: {
+                /** @description The first entry where the chain breaks; for `entries_missing_at_end`, the last entry left (null when none is) */
+                id: string | null;
+                /**
+                 * @description `hash_mismatch`: the entry was edited; `entries_missing`: entries before it were deleted; `unexpected_entry`: it was inserted (its position or link is taken); `entries_missing_at_end`: the newest entries were deleted; `checkpoint_mismatch`: a signed checkpoint names another hash here
+                 * @enum {string}
+                 */
+                reason: "hash_mismatch" | "entries_missing" | "unexpected_entry" | "entries_missing_at_end" | "checkpoint_mismatch";
+            };
+            /** @description True when every link of the chain holds */
+            ok: boolean;
+        };
         /** @description One recorded action */
         AuditEntry: {
             /**
@@ -3305,6 +3343,8 @@ export interface components {
              * @example user
              */
             actorType: string;
+            /** @description Position of the entry in its scope's hash chain (organisation, else partner, else platform), from 1 */
+            chainSeq: number;
             /**
              * @description Names of the changed fields (never their values); null when not a change
              * @example [
@@ -3319,6 +3359,8 @@ export interface components {
             details: {
                 [key: string]: unknown;
             } | null;
+            /** @description Hex SHA-256 over the canonical encoding of the entry and `prevHash` (docs/decisions.md "Audit: hash chain, checkpoints, security events") */
+            hash: string;
             /**
              * Format: uuid
              * @description Entry id (UUIDv7: ids sort by time)
@@ -3330,6 +3372,8 @@ export interface components {
             orgId: string | null;
             /** @description Partner the entry belongs to; null when none */
             partnerId: string | null;
+            /** @description Hash of the entry before it in its chain (hex SHA-256; 64 zeros for the first) */
+            prevHash: string;
             /** @description Id of the request (the `x-request-id` of its answer), to match log lines; null when none */
             requestId: string | null;
             /**
@@ -8495,6 +8539,141 @@ export interface operations {
                 content: {
                     "application/x-ndjson": string;
                     "text/csv": string;
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getAuditLogsVerify: {
+        parameters: {
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditChainVerification"];
                 };
             };
             /** @description Invalid request */
