@@ -6,6 +6,7 @@ import { authenticate } from '../../http/authenticate.js';
 import { IdParam, OrgIdParam, ScopeQuery } from '../access/api-schemas.js';
 import { requestInfo } from '../identity/request.js';
 import { accessOf, guard } from '../access/scope.js';
+import { followGroupSite } from '../agents/devices.js';
 import {
   createGroup,
   createOrg,
@@ -321,7 +322,7 @@ export function mountOrgRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       request: { params: IdParam, body: jsonBody(GroupPatch) },
       responses: { 200: json(Group, 'Updated'), ...errors(404) },
     }),
-    async (c) => c.json(await updateGroup(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json'), requestInfo(c)), 200),
+    async (c) => c.json(await updateGroup(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json'), requestInfo(c), (tx, id, siteId) => followGroupSite(keel, tx, id, siteId)), 200),
   );
 
   api.openapi(

@@ -4,7 +4,7 @@ import type { Keel } from '../../keel.js';
 import { requestLog } from '../../platform/request-scope.js';
 import { clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/client.js';
-import { transaction } from '../../platform/db/transaction.js';
+import { transaction, type Tx } from '../../platform/db/transaction.js';
 import { notFound } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { organizationUsers, partnerUsers, roles } from '../access/schema.js';
@@ -282,7 +282,16 @@ async function reachGroup(db: Db, access: AccessContext, id: string): Promise<{ 
   return { group, partnerId: org.partnerId };
 }
 
-export async function updateGroup(keel: Keel, access: AccessContext, id: string, input: { name?: string | undefined; siteId?: string | null | undefined }, info: AuditRequestInfo) {
+/**
+ * What else moves with a group that moves to another site, in the same transaction (the devices and
+ * enrolment keys of the agents module above, handed in by the route): answers how many devices moved.
+ */
+export type GroupSiteFollower = (tx: Tx, groupId: string, siteId: string | null) => Promise<number>;
+
+export async function updateGroup(
+  keel: Keel, access: AccessContext, id: string, input: { name?: string | undefined; siteId?: string | null | undefined }, info: AuditRequestInfo,
+  follow?: GroupSiteFollower,
+) {
   const row = await transaction(keel.db, async (tx) => {
     const { group, partnerId } = await reachGroup(tx.db, access, id);
     const changes: string[] = [];
@@ -298,7 +307,10 @@ export async function updateGroup(keel: Keel, access: AccessContext, id: string,
     }
     const [updated] = await tx.db.update(deviceGroups).set(set).where(eq(deviceGroups.id, id)).returning();
     if (!updated) throw notFound('Device group');
-    await writeAudit(tx.db, info, { action: 'device_group.update', partnerId, orgId: group.orgId, target: { type: 'device_group', id }, changes });
+    const devicesMoved = follow && changes.includes('siteId') ? await follow(tx, id, updated.siteId) : 0;
+    await writeAudit(tx.db, info, {
+      action: 'device_group.update', partnerId, orgId: group.orgId, target: { type: 'device_group', id }, changes, ...(devicesMoved > 0 ? { details: { devicesMoved } } : {}),
+    });
     return updated;
   });
   return groupView(row);
