@@ -14,6 +14,7 @@ import {
   createSite,
   deleteGroup,
   deleteOrg,
+  deletePartner,
   deleteSite,
   getOrg,
   getPartner,
@@ -182,6 +183,20 @@ export function mountOrgRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       responses: { 200: json(Partner, 'Updated'), ...errors(404) },
     }),
     async (c) => c.json(await updatePartner(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json'), requestInfo(c)), 200),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'delete', path: '/partners/{id}', tags: ['partners'],
+      summary: 'Delete a partner (platform administrators): refused with 409 `partner_not_empty` while it has organisations; its members lose their association (the accounts stay), its roles and API keys go',
+      middleware: orgs('delete', { scopes: ['system'] }),
+      request: { params: IdParam },
+      responses: { ...noContent, ...errors(404, 409) },
+    }),
+    async (c) => {
+      await deletePartner(keel, c.req.valid('param').id, requestInfo(c));
+      return c.body(null, 204);
+    },
   );
 
   api.openapi(
