@@ -116,7 +116,7 @@ export async function createEnrollmentKey(
     await writeAudit(tx.db, info, { action: 'agent.enrollment_key.create', orgId, target: { type: 'enrollment_key', id: r.id }, details: { siteId, deviceGroupId } });
     return r;
   });
-  return { ...keyView(row), key };
+  return { ...keyView(row), key, serverUrl: keel.config.publicUrlFromListenPort ? null : keel.config.publicUrl };
 }
 
 export async function listEnrollmentKeys(keel: Keel, access: AccessContext, orgId: string, q: Paging) {

@@ -53,6 +53,7 @@ export const keys = {
   ssoProviders: { ...resource('sso-providers') },
   ssoPresets: { all: ['sso-presets'] as const },
   devices: { ...resource('devices') },
+  enrollmentKeys: { ...resource('enrollment-keys') },
   agentVersions: { ...resource('agent-versions') },
   agentUpdateSettings: { all: ['agent-update-settings'] as const, of: (path: string | null) => ['agent-update-settings', path] as const },
 };

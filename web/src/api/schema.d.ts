@@ -2846,6 +2846,11 @@ export interface components {
             /** @description When the key was revoked */
             revokedAt: string | null;
             /**
+             * @description The URL agents enrol with (`KEEL_URL`): the configured PUBLIC_URL; null when none is configured (the console then uses its own origin)
+             * @example https://keel.example.com
+             */
+            serverUrl: string | null;
+            /**
              * Format: uuid
              * @description Site of enrolled devices
              */
