@@ -56,6 +56,8 @@ describe.skipIf(!backendAvailable())(`devices in their group's site (${backend})
     const made = await app.api('POST', `/orgs/${w.orgId}/enrollment-keys`, { token: techA, body: { deviceGroupId: groupA } });
     expect(made.status).toBe(201);
     expect(made.body).toMatchObject({ siteId: siteA, deviceGroupId: groupA });
+    // No PUBLIC_URL configured: no server URL to tell (the console uses its own origin).
+    expect(made.body.serverUrl).toBeNull();
     const listed = await app.api('GET', `/orgs/${w.orgId}/enrollment-keys`, { token: techA });
     expect(listed.body.data.map((k: { id: string }) => k.id)).toContain(made.body.id);
   });

@@ -65,6 +65,8 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: install t
     const t = await tabs.open();
     const { page } = t;
     await signInWithTotp(page, `${app.publicUrl}/devices`, tenant.orgAdmin, secret);
+    await page.getByRole('link', { name: 'Install the agent on a machine' }).waitFor();
+    await t.screenshot('devices-empty-install');
     await page.getByRole('link', { name: 'Install the agent on a machine' }).click();
     await page.getByRole('heading', { name: 'Install agent' }).waitFor();
     const form = page.getByRole('form', { name: 'New enrolment key' });
@@ -72,10 +74,17 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: install t
     await form.getByLabel('Site').selectOption(site);
     await form.getByRole('button', { name: 'Create enrolment key' }).click();
     const command = (await page.getByLabel('Install command').textContent()) ?? '';
-    // No PUBLIC_URL configured: the page's own origin, where the console (and the API) answer.
-    expect(command).toContain(`KEEL_URL=${new URL(page.url()).origin} `);
+    // KEEL_URL is the configured PUBLIC_URL the key's answer carries (here also the page's origin).
+    expect(command).toContain(`KEEL_URL=${app.publicUrl} `);
+    await page.getByText(`Keel's address for agents: ${app.publicUrl} (PUBLIC_URL).`).waitFor();
     await t.screenshot('install-agent-key');
     await axeClean(page);
+    // A phone: the command wraps inside its frame, nothing overflows, axe stays clean.
+    await page.setViewportSize({ width: 390, height: 844 });
+    expect(await page.evaluate<number>('document.documentElement.scrollWidth')).toBeLessThanOrEqual(390);
+    await axeClean(page);
+    await t.screenshot('install-agent-390');
+    await page.setViewportSize({ width: 1280, height: 800 });
 
     const agent = agentFrom(command, 'laptop-042');
     await agent.enroll();
@@ -116,6 +125,7 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: install t
     await page.getByRole('button', { name: `Sign out everywhere: ${tenant.orgReadOnly.email}` }).click();
     await page.getByText(`${tenant.orgReadOnly.email} is signed out everywhere (`).waitFor();
     expect((await app.api('GET', '/auth/me', { token: readerToken })).status).toBe(401);
+    await t.screenshot('helpdesk-users');
     await axeClean(page);
 
     await page.goto(`${app.publicUrl}/admin/orgs/${tenant.orgId}`);
