@@ -87,8 +87,8 @@ export async function updatePartner(keel: Keel, access: AccessContext, id: strin
 /**
  * Deletes a partner (the route admits platform administrators only): 409 `partner_not_empty` while
  * organisations remain (delete them first). Its members' associations, its roles and API keys go with it;
- * the accounts stay. The partner row is locked first, so an organisation created meanwhile is either
- * counted here or refused by its foreign key after the partner is gone.
+ * the accounts stay. The partner row is locked first and `createOrg` share-locks it, so an
+ * organisation created meanwhile is either counted here or answered 404 once the partner is gone.
  */
 export async function deletePartner(keel: Keel, id: string, info: AuditRequestInfo): Promise<void> {
   await transaction(keel.db, async (tx) => {
