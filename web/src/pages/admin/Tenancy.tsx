@@ -293,7 +293,7 @@ function Sites({ orgId }: { orgId: string }) {
                 <span>{s.name}</span>
                 <div className="row">
                   {can('devices', 'read') && (
-                    <Link href={`/devices/install?orgId=${orgId}&siteId=${s.id}`} aria-label={`Install agent in site ${s.name}`}>
+                    <Link href={`/devices/install?orgId=${orgId}&siteId=${s.id}`} aria-label={`Install agent for site ${s.name}`}>
                       Install agent
                     </Link>
                   )}
@@ -371,7 +371,7 @@ function DeviceGroups({ orgId }: { orgId: string }) {
                 </span>
                 <div className="row">
                   {can('devices', 'read') && (
-                    <Link href={`/devices/install?orgId=${orgId}&deviceGroupId=${g.id}`} aria-label={`Install agent in group ${g.name}`}>
+                    <Link href={`/devices/install?orgId=${orgId}&deviceGroupId=${g.id}`} aria-label={`Install agent for group ${g.name}`}>
                       Install agent
                     </Link>
                   )}

@@ -129,7 +129,6 @@ function UsersPage() {
               {u.id !== me?.id && u.status !== 'invited' && can('users', 'write') && (
                 <Button
                   kind="link"
-                  aria-label={`Sign out everywhere: ${u.email}`}
                   onClick={() => {
                     if (!window.confirm(`Sign ${u.email} out of every session now? They can sign in again; API keys keep working.`)) return;
                     void act(
@@ -138,13 +137,12 @@ function UsersPage() {
                     );
                   }}
                 >
-                  Sign out everywhere
+                  End all sessions
                 </Button>
               )}
               {u.id !== me?.id && u.status !== 'invited' && can('users', 'write') && (
                 <Button
                   kind="link"
-                  aria-label={`Reset MFA: ${u.email}`}
                   onClick={() => {
                     if (!window.confirm(`Reset the second factors of ${u.email}? Their authenticator app, phone and recovery codes are removed, they are signed out everywhere and told by email; they enrol again at their next sign-in.`)) return;
                     void act(() => api('POST', `/users/${u.id}/mfa/reset`, { query: t.query }), `The second factors of ${u.email} are reset; they are signed out everywhere and were told by email.`);
