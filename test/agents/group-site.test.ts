@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { createWorld, orgUserWithRole, ROLE, type World } from '../access/helpers.js';
 import { enroll, enrollmentKey, heartbeat, type Enrolled } from './helpers.js';
+import { raceTest, together } from '../helpers/race.js';
 
 describe.skipIf(!backendAvailable())(`devices in their group's site (${backend})`, () => {
   let app: TestApp;
@@ -81,5 +82,20 @@ describe.skipIf(!backendAvailable())(`devices in their group's site (${backend})
     // The move is audited with the devices it took along.
     const audit = await app.api('GET', `/audit-logs?action=device_group.update&orgId=${w.orgId}`, { token: w.tokens.orgAdmin });
     expect(audit.body.data.find((e: { targetId: string }) => e.targetId === group)?.details).toEqual({ devicesMoved: 1 });
+  });
+
+  raceTest('devices enrolling while their group moves to another site all end in the group’s final site', async () => {
+    const admin = w.tokens.orgAdmin;
+    const group = (await app.api('POST', `/orgs/${w.orgId}/device-groups`, { token: admin, body: { name: 'Raced', siteId: siteA } })).body.id as string;
+    const key = await enrollmentKey(app, admin, w.orgId, { deviceGroupId: group });
+    const answers = await together(9, (i) =>
+      i === 4
+        ? app.api('PATCH', `/device-groups/${group}`, { token: admin, body: { siteId: siteB } })
+        : app.api('POST', '/agents/enroll', { body: { enrollmentKey: key, hostname: `raced-${i}`, os: 'linux', arch: 'amd64', agentVersion: '1.0.0' } }),
+    );
+    expect(answers.map((a) => a.status).sort()).toEqual([200, 201, 201, 201, 201, 201, 201, 201, 201]);
+    const listed = await app.api('GET', `/devices?deviceGroupId=${group}&limit=100`, { token: admin });
+    expect(listed.body.data).toHaveLength(8);
+    expect(new Set(listed.body.data.map((d: { siteId: string }) => d.siteId))).toEqual(new Set([siteB]));
   });
 });

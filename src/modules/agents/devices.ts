@@ -196,13 +196,22 @@ export async function enroll(keel: Keel, input: EnrollInput, intervalSeconds: nu
     // (checkPlacement's rule for keys, here for the placement the key and the agent make together).
     const [g] = await keel.db.select({ id: deviceGroups.id, siteId: deviceGroups.siteId }).from(deviceGroups).where(and(eq(deviceGroups.id, deviceGroupId), eq(deviceGroups.orgId, key.orgId)));
     if (!g) throw notFound('Device group');
-    if (siteId && g.siteId && g.siteId !== siteId) throw agentsError('placement_mismatch');
+    // A key bound to the group moves with it (followGroupSite): only a site the agent names may disagree.
+    const named = key.deviceGroupId ? (key.siteId ? null : (input.siteId ?? null)) : siteId;
+    if (named && g.siteId && g.siteId !== named) throw agentsError('placement_mismatch');
     // A group with a site places its devices there (docs/decisions.md "Devices in their group's site").
     siteId = g.siteId ?? siteId;
   }
   const token = `${DEVICE_TOKEN_PREFIX}${randomToken(32)}`;
   const now = clock.now();
   const device = await transaction(keel.db, async (tx) => {
+    if (deviceGroupId) {
+      // The group's row is share-locked and its site read again: a move of the group (which locks the
+      // row) either ran first, or waits and then takes this device along (followGroupSite).
+      const [g] = await tx.db.select({ siteId: deviceGroups.siteId }).from(deviceGroups).where(eq(deviceGroups.id, deviceGroupId)).for('share');
+      if (!g) throw notFound('Device group');
+      siteId = g.siteId ?? siteId;
+    }
     const [d] = await tx.db
       .insert(devices)
       .values({
