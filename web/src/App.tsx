@@ -18,6 +18,7 @@ import { WebhookDetail, Webhooks } from './pages/integrations/Webhooks';
 import { SsoProviderDetail, SsoProviders } from './pages/integrations/Sso';
 import { DeviceDetail, Devices } from './pages/devices/Devices';
 import { AgentVersions } from './pages/devices/AgentVersions';
+import { InstallAgent } from './pages/devices/InstallAgent';
 import { UpdateWindows } from './pages/devices/UpdateWindows';
 import { keys } from './api/keys';
 
@@ -74,6 +75,7 @@ function Routes() {
               <Route path="/devices" component={Devices} />
               <Route path="/devices/agent-versions" component={AgentVersions} />
               <Route path="/devices/update-windows" component={UpdateWindows} />
+              <Route path="/devices/install" component={InstallAgent} />
               <Route path="/devices/:id">{(p) => <DeviceDetail id={p.id} />}</Route>
               <Route>
                 <PageHeader title="Not found" />

@@ -47,6 +47,7 @@ export const NAV: NavSection[] = [
     title: 'Devices',
     items: [
       { to: '/devices', label: 'Devices', show: (me, can) => tenant(me) && can('devices', 'read') },
+      { to: '/devices/install', label: 'Install agent', show: (me, can) => tenant(me) && can('devices', 'read') },
       { to: '/devices/agent-versions', label: 'Agent versions', show: (me) => me.isPlatformAdmin },
       { to: '/devices/update-windows', label: 'Update windows', show: (me, can) => tenant(me) && can('devices', 'read') },
     ],

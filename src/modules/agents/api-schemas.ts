@@ -64,7 +64,11 @@ const keyFields = {
 };
 export const EnrollmentKey = z.object(keyFields).openapi('EnrollmentKey');
 export const EnrollmentKeyCreated = z
-  .object({ ...keyFields, key: z.string().openapi(d('The key (shown once; stored only as a hash)')) })
+  .object({
+    ...keyFields,
+    key: z.string().openapi(d('The key (shown once; stored only as a hash)')),
+    serverUrl: z.string().nullable().openapi(d('The URL agents enrol with (`KEEL_URL`): the configured PUBLIC_URL; null when none is configured (the console then uses its own origin)', 'https://keel.example.com')),
+  })
   .openapi('EnrollmentKeyCreated');
 
 export const EnrollBody = z

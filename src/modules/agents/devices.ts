@@ -1,8 +1,8 @@
-import { and, count, desc, eq, ilike, inArray, isNull, sql, type SQL } from 'drizzle-orm';
+import { and, count, desc, eq, ilike, inArray, isNull, ne, or, sql, type SQL } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import { clock } from '../../platform/clock.js';
 import { randomToken, sha256Hex } from '../../platform/crypto.js';
-import { transaction } from '../../platform/db/transaction.js';
+import { transaction, type Tx } from '../../platform/db/transaction.js';
 import { notFound, platformError } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { canSeePlacement, mustReachOrg, placementFilter, visibleOrgCondition, type AccessContext } from '../access/scope.js';
@@ -74,8 +74,13 @@ const keyView = (k: KeyRow) => ({
   createdAt: k.createdAt.toISOString(),
 });
 
-/** A site and group of the organisation that the caller's own restriction lets it place devices in. */
-async function checkPlacement(keel: Keel, access: AccessContext, orgId: string, siteId: string | null, deviceGroupId: string | null): Promise<void> {
+/**
+ * A site and group of the organisation that the caller's own restriction lets it place devices in.
+ * Answers the site: the one named, else the group's (a group with a site places in it,
+ * docs/decisions.md "Devices in their group's site").
+ */
+async function checkPlacement(keel: Keel, access: AccessContext, orgId: string, named: string | null, deviceGroupId: string | null): Promise<string | null> {
+  let siteId = named;
   if (siteId) {
     const [s] = await keel.db.select({ id: sites.id }).from(sites).where(and(eq(sites.id, siteId), eq(sites.orgId, orgId)));
     if (!s) throw notFound('Site');
@@ -84,8 +89,10 @@ async function checkPlacement(keel: Keel, access: AccessContext, orgId: string, 
     const [g] = await keel.db.select({ id: deviceGroups.id, siteId: deviceGroups.siteId }).from(deviceGroups).where(and(eq(deviceGroups.id, deviceGroupId), eq(deviceGroups.orgId, orgId)));
     if (!g) throw notFound('Device group');
     if (siteId && g.siteId && g.siteId !== siteId) throw agentsError('placement_mismatch');
+    siteId = g.siteId ?? siteId;
   }
   if (!canSeePlacement(access, { siteId, deviceGroupId })) throw agentsError('placement_forbidden');
+  return siteId;
 }
 
 export async function createEnrollmentKey(
@@ -96,9 +103,8 @@ export async function createEnrollmentKey(
   info: AuditRequestInfo,
 ) {
   await mustReachOrg(keel.db, access, orgId);
-  const siteId = input.siteId ?? null;
   const deviceGroupId = input.deviceGroupId ?? null;
-  await checkPlacement(keel, access, orgId, siteId, deviceGroupId);
+  const siteId = await checkPlacement(keel, access, orgId, input.siteId ?? null, deviceGroupId);
   const expiresAt = input.expiresAt ? new Date(input.expiresAt) : null;
   if (expiresAt && expiresAt.getTime() <= clock.nowMs()) throw platformError('validation_failed', { message: 'expiresAt must be in the future', details: { fields: [{ path: 'expiresAt', message: 'must be in the future' }] } });
   const key = `${ENROLLMENT_KEY_PREFIX}${randomToken(32)}`;
@@ -111,7 +117,7 @@ export async function createEnrollmentKey(
     await writeAudit(tx.db, info, { action: 'agent.enrollment_key.create', orgId, target: { type: 'enrollment_key', id: r.id }, details: { siteId, deviceGroupId } });
     return r;
   });
-  return { ...keyView(row), key };
+  return { ...keyView(row), key, serverUrl: keel.config.publicUrlFromListenPort ? null : keel.config.publicUrl };
 }
 
 export async function listEnrollmentKeys(keel: Keel, access: AccessContext, orgId: string, q: Paging) {
@@ -177,7 +183,7 @@ export async function enroll(keel: Keel, input: EnrollInput, intervalSeconds: nu
   const [key] = await keel.db.select().from(enrollmentKeys).where(eq(enrollmentKeys.keyHash, keyHash));
   if (!key || key.revokedAt || (key.expiresAt && key.expiresAt.getTime() <= clock.nowMs())) throw badKey();
   // The key's placement binds; a key without one lets the agent name a site and group of the organisation.
-  const siteId = key.siteId ?? input.siteId ?? null;
+  let siteId = key.siteId ?? input.siteId ?? null;
   const deviceGroupId = key.deviceGroupId ?? input.deviceGroupId ?? null;
   if ((key.siteId && input.siteId && input.siteId !== key.siteId) || (key.deviceGroupId && input.deviceGroupId && input.deviceGroupId !== key.deviceGroupId)) {
     throw agentsError('placement_mismatch', { message: 'The enrollment key places the device in another site or device group' });
@@ -191,11 +197,22 @@ export async function enroll(keel: Keel, input: EnrollInput, intervalSeconds: nu
     // (checkPlacement's rule for keys, here for the placement the key and the agent make together).
     const [g] = await keel.db.select({ id: deviceGroups.id, siteId: deviceGroups.siteId }).from(deviceGroups).where(and(eq(deviceGroups.id, deviceGroupId), eq(deviceGroups.orgId, key.orgId)));
     if (!g) throw notFound('Device group');
-    if (siteId && g.siteId && g.siteId !== siteId) throw agentsError('placement_mismatch');
+    // A key bound to the group moves with it (followGroupSite): only a site the agent names may disagree.
+    const named = key.deviceGroupId ? (key.siteId ? null : (input.siteId ?? null)) : siteId;
+    if (named && g.siteId && g.siteId !== named) throw agentsError('placement_mismatch');
+    // A group with a site places its devices there (docs/decisions.md "Devices in their group's site").
+    siteId = g.siteId ?? siteId;
   }
   const token = `${DEVICE_TOKEN_PREFIX}${randomToken(32)}`;
   const now = clock.now();
   const device = await transaction(keel.db, async (tx) => {
+    if (deviceGroupId) {
+      // The group's row is share-locked and its site read again: a move of the group (which locks the
+      // row) either ran first, or waits and then takes this device along (followGroupSite).
+      const [g] = await tx.db.select({ siteId: deviceGroups.siteId }).from(deviceGroups).where(eq(deviceGroups.id, deviceGroupId)).for('share');
+      if (!g) throw notFound('Device group');
+      siteId = g.siteId ?? siteId;
+    }
     const [d] = await tx.db
       .insert(devices)
       .values({
@@ -332,6 +349,28 @@ export async function updateHistory(keel: Keel, access: AccessContext, id: strin
     })),
     total: total?.n ?? 0,
   };
+}
+
+/**
+ * A device group moved to another site (`PATCH /device-groups/:id`, inside its transaction): its
+ * devices and enrolment keys move with it, so every read that filters by site (lists, restrictions,
+ * site settings, webhook placements) sees them where their group is (docs/decisions.md "Devices in
+ * their group's site"). A group that leaves every site (null) leaves its devices where they were.
+ */
+export async function followGroupSite(keel: Keel, tx: Tx, groupId: string, siteId: string | null): Promise<number> {
+  if (siteId === null) return 0;
+  const moved = await tx.db
+    .update(devices)
+    .set({ siteId, updatedAt: clock.now() })
+    .where(and(eq(devices.deviceGroupId, groupId), or(isNull(devices.siteId), ne(devices.siteId, siteId))))
+    .returning({ id: devices.id });
+  await tx.db.update(enrollmentKeys).set({ siteId }).where(and(eq(enrollmentKeys.deviceGroupId, groupId), or(isNull(enrollmentKeys.siteId), ne(enrollmentKeys.siteId, siteId))));
+  // Each process drops the moved devices' cached state (the heartbeat reads the site's settings by it).
+  if (moved.length > 0) tx.afterCommit(async () => {
+    if (moved.length > 100) await keel.invalidation.publish(DEVICE_TOPIC, '*');
+    else for (const d of moved) await keel.invalidation.publish(DEVICE_TOPIC, d.id);
+  });
+  return moved.length;
 }
 
 /** The site and device group (as text) of the device an SQL uuid expression names, for reads of other modules (webhook deliveries). */

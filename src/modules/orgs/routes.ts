@@ -6,6 +6,7 @@ import { authenticate } from '../../http/authenticate.js';
 import { IdParam, OrgIdParam, ScopeQuery } from '../access/api-schemas.js';
 import { requestInfo } from '../identity/request.js';
 import { accessOf, guard } from '../access/scope.js';
+import { followGroupSite } from '../agents/devices.js';
 import {
   createGroup,
   createOrg,
@@ -13,6 +14,7 @@ import {
   createSite,
   deleteGroup,
   deleteOrg,
+  deletePartner,
   deleteSite,
   getOrg,
   getPartner,
@@ -185,6 +187,20 @@ export function mountOrgRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
 
   api.openapi(
     createRoute({
+      method: 'delete', path: '/partners/{id}', tags: ['partners'],
+      summary: 'Delete a partner (platform administrators): refused with 409 `partner_not_empty` while it has organisations; its members lose their association (the accounts stay), its roles and API keys go',
+      middleware: orgs('delete', { scopes: ['system'] }),
+      request: { params: IdParam },
+      responses: { ...noContent, ...errors(404, 409) },
+    }),
+    async (c) => {
+      await deletePartner(keel, c.req.valid('param').id, requestInfo(c));
+      return c.body(null, 204);
+    },
+  );
+
+  api.openapi(
+    createRoute({
       method: 'get', path: '/orgs', tags: ['organizations'], summary: 'Organisations the caller reaches',
       middleware: orgs('read'),
       request: { query: ListQuery },
@@ -321,7 +337,7 @@ export function mountOrgRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       request: { params: IdParam, body: jsonBody(GroupPatch) },
       responses: { 200: json(Group, 'Updated'), ...errors(404) },
     }),
-    async (c) => c.json(await updateGroup(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json'), requestInfo(c)), 200),
+    async (c) => c.json(await updateGroup(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json'), requestInfo(c), (tx, id, siteId) => followGroupSite(keel, tx, id, siteId)), 200),
   );
 
   api.openapi(

@@ -4,7 +4,7 @@ import type { Keel } from '../../keel.js';
 import { requestLog } from '../../platform/request-scope.js';
 import { clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/client.js';
-import { transaction } from '../../platform/db/transaction.js';
+import { transaction, type Tx } from '../../platform/db/transaction.js';
 import { notFound } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { organizationUsers, partnerUsers, roles } from '../access/schema.js';
@@ -84,6 +84,33 @@ export async function updatePartner(keel: Keel, access: AccessContext, id: strin
   return partnerView(row);
 }
 
+/**
+ * Deletes a partner (the route admits platform administrators only): 409 `partner_not_empty` while
+ * organisations remain (delete them first). Its members' associations, its roles and API keys go with it;
+ * the accounts stay. The partner row is locked first and `createOrg` share-locks it, so an
+ * organisation created meanwhile is either counted here or answered 404 once the partner is gone.
+ */
+export async function deletePartner(keel: Keel, id: string, info: AuditRequestInfo): Promise<void> {
+  await transaction(keel.db, async (tx) => {
+    const [partner] = await tx.db.select().from(partners).where(eq(partners.id, id)).for('update');
+    if (!partner) throw notFound('Partner');
+    const [orgsLeft] = await tx.db.select({ n: count() }).from(organizations).where(eq(organizations.partnerId, id));
+    const organizationsLeft = orgsLeft?.n ?? 0;
+    if (organizationsLeft > 0) {
+      throw orgsError('partner_not_empty', { message: `The partner still has ${organizationsLeft} organization(s): delete them first`, details: { organizations: organizationsLeft } });
+    }
+    const [members] = await tx.db.select({ n: count() }).from(partnerUsers).where(eq(partnerUsers.partnerId, id));
+    // Members first (their role references are RESTRICT), then the partner's roles, then the rest by cascade.
+    await tx.db.delete(partnerUsers).where(eq(partnerUsers.partnerId, id));
+    await tx.db.update(roles).set({ parentRoleId: null }).where(sql`${roles.parentRoleId} in (select ${roles.id} from ${roles} where ${roles.partnerId} = ${id})`);
+    await tx.db.delete(roles).where(eq(roles.partnerId, id));
+    await tx.db.delete(partners).where(eq(partners.id, id));
+    await writeAudit(tx.db, info, { action: 'partner.delete', partnerId: id, target: { type: 'partner', id }, details: { name: partner.name, members: members?.n ?? 0 } });
+    tx.afterCommit(() => publishRoleChange(keel, '*'));
+    tx.afterCommit(() => publishMembershipsChanged(keel));
+  }, (err) => requestLog(keel.log, info).error({ error: loggableError(err) }, 'role or membership invalidation failed'));
+}
+
 function settingsChanges(s: TenantSettings): string[] {
   const out: string[] = [];
   for (const [k, v] of Object.entries(s.security ?? {})) {
@@ -112,6 +139,9 @@ export async function createOrg(keel: Keel, access: AccessContext, input: { name
   // Partner users create under their partner; system callers under the partner they named, or none.
   const partnerId = access.partnerId;
   const row = await transaction(keel.db, async (tx) => {
+    // The partner row is shared-locked: a concurrent deletePartner (which locks it for update) either
+    // counts this organisation or has removed the partner, which is then a 404, never a foreign-key error.
+    if (partnerId && !(await tx.db.select({ id: partners.id }).from(partners).where(eq(partners.id, partnerId)).for('share'))[0]) throw notFound('Partner');
     const org = await createOrganization(tx.db, { name: input.name, partnerId, ...(input.settings ? { settings: mergeSettings({}, input.settings) } : {}) });
     await writeAudit(tx.db, info, { action: 'organization.create', partnerId, orgId: org.id, target: { type: 'organization', id: org.id }, details: { name: org.name } });
     return org;
@@ -282,7 +312,16 @@ async function reachGroup(db: Db, access: AccessContext, id: string): Promise<{ 
   return { group, partnerId: org.partnerId };
 }
 
-export async function updateGroup(keel: Keel, access: AccessContext, id: string, input: { name?: string | undefined; siteId?: string | null | undefined }, info: AuditRequestInfo) {
+/**
+ * What else moves with a group that moves to another site, in the same transaction (the devices and
+ * enrolment keys of the agents module above, handed in by the route): answers how many devices moved.
+ */
+export type GroupSiteFollower = (tx: Tx, groupId: string, siteId: string | null) => Promise<number>;
+
+export async function updateGroup(
+  keel: Keel, access: AccessContext, id: string, input: { name?: string | undefined; siteId?: string | null | undefined }, info: AuditRequestInfo,
+  follow?: GroupSiteFollower,
+) {
   const row = await transaction(keel.db, async (tx) => {
     const { group, partnerId } = await reachGroup(tx.db, access, id);
     const changes: string[] = [];
@@ -298,7 +337,10 @@ export async function updateGroup(keel: Keel, access: AccessContext, id: string,
     }
     const [updated] = await tx.db.update(deviceGroups).set(set).where(eq(deviceGroups.id, id)).returning();
     if (!updated) throw notFound('Device group');
-    await writeAudit(tx.db, info, { action: 'device_group.update', partnerId, orgId: group.orgId, target: { type: 'device_group', id }, changes });
+    const devicesMoved = follow && changes.includes('siteId') ? await follow(tx, id, updated.siteId) : 0;
+    await writeAudit(tx.db, info, {
+      action: 'device_group.update', partnerId, orgId: group.orgId, target: { type: 'device_group', id }, changes, ...(devicesMoved > 0 ? { details: { devicesMoved } } : {}),
+    });
     return updated;
   });
   return groupView(row);

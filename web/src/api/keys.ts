@@ -55,6 +55,7 @@ export const keys = {
   /** The event catalogue: the same for every tenant and unchanged while the server runs. */
   eventTypes: { all: ['event-types'] as const },
   devices: { ...resource('devices') },
+  enrollmentKeys: { ...resource('enrollment-keys') },
   agentVersions: { ...resource('agent-versions') },
   agentUpdateSettings: { all: ['agent-update-settings'] as const, of: (path: string | null) => ['agent-update-settings', path] as const },
 };

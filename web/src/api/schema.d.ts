@@ -1358,7 +1358,11 @@ export interface paths {
         get: operations["getPartnersById"];
         put?: never;
         post?: never;
-        delete?: never;
+        /**
+         * Delete a partner (platform administrators): refused with 409 `partner_not_empty` while it has organisations; its members lose their association (the accounts stay), its roles and API keys go
+         * @description Access: an access token or an API key; caller scope system; permission `organizations:delete`.
+         */
+        delete: operations["deletePartnersById"];
         options?: never;
         head?: never;
         /**
@@ -3677,6 +3681,11 @@ export interface components {
             /** @description When the key was revoked */
             revokedAt: string | null;
             /**
+             * @description The URL agents enrol with (`KEEL_URL`): the configured PUBLIC_URL; null when none is configured (the console then uses its own origin)
+             * @example https://keel.example.com
+             */
+            serverUrl: string | null;
+            /**
              * Format: uuid
              * @description Site of enrolled devices
              */
@@ -3727,7 +3736,7 @@ export interface components {
              * @description Stable snake_case error code for programs, e.g. `validation_failed`, `unauthorized`, `forbidden`, `not_found`, `mfa_required`, `mfa_enrollment_required` (428), `rate_limited` (429); every code is listed (the error catalogues, docs/decisions.md "Error catalogues")
              * @enum {string}
              */
-            code: "account_managed" | "already_retried" | "api_key_forbidden" | "api_key_required" | "bad_request" | "binary_source_remote" | "challenge_expired" | "circular_inheritance" | "code_expired" | "context_required" | "csrf_failed" | "database_unavailable" | "delivery_not_failed" | "domain_claimed" | "domain_exists" | "downgrade_refused" | "email_taken" | "forbidden" | "full_org_access_required" | "internal_error" | "invalid_code" | "invalid_credentials" | "invalid_current_password" | "invalid_device_token" | "invalid_enrollment_key" | "invalid_expiry" | "invalid_json" | "invalid_multipart" | "invalid_parent_role" | "invalid_passkey" | "invalid_refresh_token" | "invalid_role" | "invalid_site" | "invalid_temp_token" | "invalid_token" | "invalid_webhook_url" | "invitation_invalid" | "invitation_other_account" | "invitation_pending" | "last_admin" | "last_mfa_factor" | "manifest_invalid" | "manifest_signature_invalid" | "method_not_allowed" | "mfa_already_enabled" | "mfa_enrollment_required" | "mfa_not_enabled" | "mfa_required" | "mfa_required_by_organization" | "mfa_setup_expired" | "not_found" | "not_halted" | "not_invited" | "not_ready" | "org_id_mismatch" | "org_required" | "overloaded" | "own_role" | "partner_id_mismatch" | "passkey_counter_regression" | "passkey_exists" | "passkey_not_allowed" | "passkey_not_enrolled" | "passkeys_unavailable" | "password_login_refused" | "payload_too_large" | "permission_denied" | "phone_not_verified" | "placement_forbidden" | "placement_mismatch" | "privilege_escalation" | "provider_already_active" | "rate_limited" | "refresh_raced" | "release_exists" | "release_host_error" | "release_host_unconfigured" | "release_host_unreachable" | "release_key_missing" | "release_signature_invalid" | "role_in_use" | "rollout_narrowing" | "scope_forbidden" | "scope_mismatch" | "scope_required" | "secret_unavailable" | "self_change_forbidden" | "sms_already_enabled" | "sms_not_allowed" | "sms_not_enabled" | "sms_send_failed" | "sms_unavailable" | "sso_binding_mismatch" | "sso_logins_outstanding" | "sso_provider_incomplete" | "sso_required" | "system_role_immutable" | "too_many_rotations" | "totp_not_allowed" | "unauthorized" | "unsupported_media_type" | "user_associated_elsewhere" | "user_disabled" | "user_exists" | "user_required" | "validation_failed" | "webhook_limit_reached" | "webhook_not_active" | "whole_org_access_required";
+            code: "account_managed" | "already_retried" | "api_key_forbidden" | "api_key_required" | "bad_request" | "binary_source_remote" | "challenge_expired" | "circular_inheritance" | "code_expired" | "context_required" | "csrf_failed" | "database_unavailable" | "delivery_not_failed" | "domain_claimed" | "domain_exists" | "downgrade_refused" | "email_taken" | "forbidden" | "full_org_access_required" | "internal_error" | "invalid_code" | "invalid_credentials" | "invalid_current_password" | "invalid_device_token" | "invalid_enrollment_key" | "invalid_expiry" | "invalid_json" | "invalid_multipart" | "invalid_parent_role" | "invalid_passkey" | "invalid_refresh_token" | "invalid_role" | "invalid_site" | "invalid_temp_token" | "invalid_token" | "invalid_webhook_url" | "invitation_invalid" | "invitation_other_account" | "invitation_pending" | "last_admin" | "last_mfa_factor" | "manifest_invalid" | "manifest_signature_invalid" | "method_not_allowed" | "mfa_already_enabled" | "mfa_enrollment_required" | "mfa_not_enabled" | "mfa_required" | "mfa_required_by_organization" | "mfa_setup_expired" | "not_found" | "not_halted" | "not_invited" | "not_ready" | "org_id_mismatch" | "org_required" | "overloaded" | "own_role" | "partner_id_mismatch" | "partner_not_empty" | "passkey_counter_regression" | "passkey_exists" | "passkey_not_allowed" | "passkey_not_enrolled" | "passkeys_unavailable" | "password_login_refused" | "payload_too_large" | "permission_denied" | "phone_not_verified" | "placement_forbidden" | "placement_mismatch" | "privilege_escalation" | "provider_already_active" | "rate_limited" | "refresh_raced" | "release_exists" | "release_host_error" | "release_host_unconfigured" | "release_host_unreachable" | "release_key_missing" | "release_signature_invalid" | "role_in_use" | "rollout_narrowing" | "scope_forbidden" | "scope_mismatch" | "scope_required" | "secret_unavailable" | "self_change_forbidden" | "sms_already_enabled" | "sms_not_allowed" | "sms_not_enabled" | "sms_send_failed" | "sms_unavailable" | "sso_binding_mismatch" | "sso_logins_outstanding" | "sso_provider_incomplete" | "sso_required" | "system_role_immutable" | "too_many_rotations" | "totp_not_allowed" | "unauthorized" | "unsupported_media_type" | "user_associated_elsewhere" | "user_disabled" | "user_exists" | "user_required" | "validation_failed" | "webhook_limit_reached" | "webhook_not_active" | "whole_org_access_required";
             /** @description Facts about this error, by code: `fields: [{path, message}]` for `validation_failed` (each bad field, e.g. "is required", "is not a known field"), `required` (the `resource:action`) for `permission_denied`, `{users, childRoles}` for a blocked role delete, `missing`/`permissions` for `privilege_escalation` */
             details?: {
                 [key: string]: unknown;
@@ -18089,6 +18098,164 @@ export interface operations {
                      *       "error": "Resource not found"
                      *     }
                      */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    deletePartnersById: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Id (UUID) of the resource the path names, as its list or create answer gave it; one the caller cannot see (another tenant's) answers 404 */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Done */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body has a content type this operation does not take */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
                     "application/json": components["schemas"]["Error"];
                 };
             };

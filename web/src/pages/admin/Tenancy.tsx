@@ -50,6 +50,19 @@ function PartnersPage() {
   const [page, setPage] = useState(1);
   const [name, setName] = useState('');
   const [open, setOpen] = useState<string | null>(null);
+  const [notice, setNotice] = useState<string | null>(null);
+  const [error, setError] = useState<unknown>(null);
+  const act = async (fn: () => Promise<unknown>, done: string) => {
+    setError(null);
+    setNotice(null);
+    try {
+      await fn();
+      setNotice(done);
+      await qc.invalidateQueries({ queryKey: keys.partners.all });
+    } catch (err) {
+      setError(err);
+    }
+  };
   const list = useQuery({ queryKey: keys.partners.list(page), queryFn: async () => dataOf(await client.GET('/api/v1/partners', { params: { query: { page, limit: 25 } } })) });
   const create = useSubmit(async () => {
     await api('POST', '/partners', { body: { name: name.trim() } });
@@ -68,6 +81,8 @@ function PartnersPage() {
           </Button>
         </form>
       </Card>
+      {notice && <Alert kind="success">{notice}</Alert>}
+      <ErrorAlert error={error} />
       <QueryState query={list}>
         {() => (
           <>
@@ -84,6 +99,29 @@ function PartnersPage() {
                     </Button>
                     <Button kind="link" aria-expanded={open === p.id} onClick={() => setOpen(open === p.id ? null : p.id)}>
                       Security settings
+                    </Button>
+                    <Button
+                      kind="link"
+                      aria-label={`Rename partner ${p.name}`}
+                      onClick={() => {
+                        const next = window.prompt('New name of the partner', p.name);
+                        if (next && next.trim() !== p.name) void act(() => api('PATCH', `/partners/${p.id}`, { body: { name: next.trim() } }), `The partner is now called ${next.trim()}.`);
+                      }}
+                    >
+                      Rename
+                    </Button>
+                    <Button
+                      kind="link"
+                      aria-label={`Delete partner ${p.name}`}
+                      onClick={() => {
+                        if (!window.confirm(`Delete the partner ${p.name}? Its users lose their access to it (their accounts stay). A partner that still has organisations cannot be deleted.`)) return;
+                        void act(async () => {
+                          await api('DELETE', `/partners/${p.id}`);
+                          if (t.partnerId === p.id) t.setPartnerId(null);
+                        }, `The partner ${p.name} is deleted.`);
+                      }}
+                    >
+                      Delete
                     </Button>
                   </div>
                   {open === p.id && (
@@ -183,6 +221,7 @@ function OrgPage({ id }: { id: string }) {
         org.data && (
           <>
             <PageHeader title={org.data.name}>
+              {can('devices', 'read') && <Link href={`/devices/install?orgId=${id}`}>Install agent</Link>}
               <Link href="/admin/orgs">All organisations</Link>
             </PageHeader>
             {can('organizations', 'write') && (
@@ -253,6 +292,11 @@ function Sites({ orgId }: { orgId: string }) {
               <li key={s.id}>
                 <span>{s.name}</span>
                 <div className="row">
+                  {can('devices', 'read') && (
+                    <Link href={`/devices/install?orgId=${orgId}&siteId=${s.id}`} aria-label={`Install agent for site ${s.name}`}>
+                      Install agent
+                    </Link>
+                  )}
                   {can('sites', 'write') && (
                     <Button
                       kind="link"
@@ -326,6 +370,23 @@ function DeviceGroups({ orgId }: { orgId: string }) {
                   <bdi>{g.name}</bdi> <span className="small muted">({siteName(g.siteId)})</span>
                 </span>
                 <div className="row">
+                  {can('devices', 'read') && (
+                    <Link href={`/devices/install?orgId=${orgId}&deviceGroupId=${g.id}`} aria-label={`Install agent for group ${g.name}`}>
+                      Install agent
+                    </Link>
+                  )}
+                  {can('devices', 'write') && (
+                    <Button
+                      kind="link"
+                      aria-label={`Rename group ${g.name}`}
+                      onClick={() => {
+                        const next = window.prompt('New name of the device group', g.name);
+                        if (next && next.trim() !== g.name) void act(() => api('PATCH', `/device-groups/${g.id}`, { body: { name: next.trim() } }));
+                      }}
+                    >
+                      Rename
+                    </Button>
+                  )}
                   {can('devices', 'write') && (
                     <select aria-label={`Site of ${g.name}`} value={g.siteId ?? ''} onChange={(e) => void act(() => api('PATCH', `/device-groups/${g.id}`, { body: { siteId: e.target.value || null } }))}>
                       <option value="">No site</option>

@@ -39,12 +39,12 @@ function UsersPage() {
   });
   const roleName = (id: string | null) => roles.data?.data.find((r) => r.id === id)?.name ?? '—';
   const reload = () => Promise.all([qc.invalidateQueries({ queryKey: keys.users.all }), qc.invalidateQueries({ queryKey: keys.invitations.all })]);
-  const act = async (fn: () => Promise<unknown>, done: string) => {
+  const act = async <R,>(fn: () => Promise<R>, done: string | ((r: R) => string)) => {
     setActionError(null);
     setNotice(null);
     try {
-      await fn();
-      setNotice(done);
+      const r = await fn();
+      setNotice(typeof done === 'string' ? done : done(r));
       await reload();
     } catch (err) {
       setActionError(err);
@@ -124,6 +124,31 @@ function UsersPage() {
                   }
                 >
                   {u.status === 'disabled' ? 'Enable' : 'Disable'}
+                </Button>
+              )}
+              {u.id !== me?.id && u.status !== 'invited' && can('users', 'write') && (
+                <Button
+                  kind="link"
+                  onClick={() => {
+                    if (!window.confirm(`Sign ${u.email} out of every session now? They can sign in again; API keys keep working.`)) return;
+                    void act(
+                      () => api<{ revoked: number }>('POST', `/users/${u.id}/sessions/revoke`, { query: t.query }),
+                      (r) => `${u.email} is signed out everywhere (${r.revoked === 1 ? '1 session' : `${r.revoked} sessions`} ended).`,
+                    );
+                  }}
+                >
+                  End all sessions
+                </Button>
+              )}
+              {u.id !== me?.id && u.status !== 'invited' && can('users', 'write') && (
+                <Button
+                  kind="link"
+                  onClick={() => {
+                    if (!window.confirm(`Reset the second factors of ${u.email}? Their authenticator app, phone and recovery codes are removed, they are signed out everywhere and told by email; they enrol again at their next sign-in.`)) return;
+                    void act(() => api('POST', `/users/${u.id}/mfa/reset`, { query: t.query }), `The second factors of ${u.email} are reset; they are signed out everywhere and were told by email.`);
+                  }}
+                >
+                  Reset MFA
                 </Button>
               )}
               {u.id !== me?.id && can('users', 'delete') && (

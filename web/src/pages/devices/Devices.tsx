@@ -3,11 +3,11 @@
 // failed update) and its update history.
 import { Fragment, useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
-import { Link } from 'wouter';
+import { Link, useLocation } from 'wouter';
 import { api, dataOf, client, type Page } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
-import { Alert, Button, Card, ErrorAlert, Field, PageHeader, QueryState, Select, when, PagedTable } from '../../ui';
+import { Alert, Button, Card, ErrorAlert, Field, PageHeader, QueryState, Select, useSubmit, when, PagedTable } from '../../ui';
 import { permissionPage } from '../../permission';
 import { useDeviceGroups, useSites } from '../admin/common';
 import { keys } from '../../api/keys';
@@ -40,7 +40,10 @@ function DeviceList() {
   const [draft, setDraft] = useState(EMPTY);
   const [filters, setFilters] = useState(EMPTY);
   const [page, setPage] = useState(1);
-  const [notice, setNotice] = useState<string | null>(null);
+  const [notice, setNotice] = useState<string | null>(() => {
+    const gone = new URLSearchParams(window.location.search).get('decommissioned');
+    return gone ? `${gone} is decommissioned.` : null;
+  });
   const [error, setError] = useState<unknown>(null);
   const sites = useSites(t.orgId);
   const groups = useDeviceGroups(t.orgId);
@@ -62,7 +65,9 @@ function DeviceList() {
   };
   return (
     <>
-      <PageHeader title="Devices" />
+      <PageHeader title="Devices">
+        <Link href={t.orgId ? `/devices/install?orgId=${t.orgId}` : '/devices/install'}>Install agent</Link>
+      </PageHeader>
       <form
         className="filters"
         role="search"
@@ -127,7 +132,15 @@ function DeviceList() {
             )}
           </tr>
         }
-        empty={<>No devices match.</>}
+        empty={
+          Object.values(filters).some(Boolean) ? (
+            <>No devices match.</>
+          ) : (
+            <>
+              No devices yet. <Link href={t.orgId ? `/devices/install?orgId=${t.orgId}` : '/devices/install'}>Install the agent on a machine</Link> to enrol it.
+            </>
+          )
+        }
         row={(d) => (
           <tr key={d.id}>
             <td>
@@ -167,8 +180,17 @@ function DevicePage({ id }: { id: string }) {
   const [error, setError] = useState<unknown>(null);
   const [notice, setNotice] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
+  const [, navigate] = useLocation();
   const device = useQuery({ queryKey: keys.devices.detail(id), queryFn: async () => dataOf(await client.GET('/api/v1/devices/{id}', { params: { path: { id } } })) });
   const execute = can('devices', 'execute');
+  const decommission = useSubmit(async () => {
+    const name = device.data?.hostname ?? 'this device';
+    if (!window.confirm(`Decommission ${name}? Its agent's token stops working at once and the device leaves the list; enrolling it again needs a new enrolment.`)) return;
+    await api('DELETE', `/devices/${id}`);
+    // Leave first: the decommissioned device's page must not refetch itself into a 404.
+    navigate(`/devices?decommissioned=${encodeURIComponent(name)}`);
+    await qc.invalidateQueries({ queryKey: keys.devices.all });
+  });
   const run = async (fn: () => Promise<string>) => {
     setError(null);
     setNotice(null);
@@ -247,6 +269,15 @@ function DevicePage({ id }: { id: string }) {
                 <p className="muted small">Changing this needs the devices:execute permission.</p>
               )}
             </Card>
+            {can('devices', 'delete') && (
+              <Card title="Decommission">
+                <p>The device&apos;s agent is signed out for good (its token stops working) and the device leaves the list.</p>
+                <ErrorAlert error={decommission.error} />
+                <Button kind="danger" busy={decommission.busy} onClick={() => decommission.submit()}>
+                  Decommission this device
+                </Button>
+              </Card>
+            )}
           </>
         );
       }}

@@ -1,0 +1,3 @@
+-- A device or enrolment key in a device group that has a site belongs to that site (docs/decisions.md "Devices in their group's site"): rows enrolled or created before the rule get their group's site.
+UPDATE "devices" AS d SET "site_id" = g."site_id", "updated_at" = now() FROM "device_groups" AS g WHERE d."device_group_id" = g."id" AND g."site_id" IS NOT NULL AND d."site_id" IS DISTINCT FROM g."site_id";--> statement-breakpoint
+UPDATE "enrollment_keys" AS k SET "site_id" = g."site_id" FROM "device_groups" AS g WHERE k."device_group_id" = g."id" AND g."site_id" IS NOT NULL AND k."site_id" IS DISTINCT FROM g."site_id";
