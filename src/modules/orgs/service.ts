@@ -5,7 +5,7 @@ import { requestLog } from '../../platform/request-scope.js';
 import { clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/client.js';
 import { transaction } from '../../platform/db/transaction.js';
-import { notFound } from '../../platform/http/errors.js';
+import { notFound, validationError } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { organizationUsers, partnerUsers, roles } from '../access/schema.js';
 import { publishRoleChange } from '../access/role-cache.js';
@@ -109,8 +109,10 @@ export async function listOrgs(db: Db, access: AccessContext, q: Paging) {
 /** Partner-wide: the route's guard requires full organisation access of partner users (`fullOrgAccess`). */
 export async function createOrg(keel: Keel, access: AccessContext, input: { name: string; settings?: TenantSettings | undefined }, info: AuditRequestInfo) {
   if (access.scope === 'organization') throw accessError('scope_forbidden', { message: 'Organization users cannot create organizations' });
-  // Partner users create under their partner; system callers under the partner they named, or none.
+  // Partner users create under their partner; system callers under the partner they name, which
+  // they must (docs/decisions.md "Organisations belong to a partner").
   const partnerId = access.partnerId;
+  if (partnerId === null) throw validationError([{ path: 'partnerId', message: 'is required: an organisation belongs to a partner (name it in the body or the query)' }]);
   const row = await transaction(keel.db, async (tx) => {
     const org = await createOrganization(tx.db, { name: input.name, partnerId, ...(input.settings ? { settings: mergeSettings({}, input.settings) } : {}) });
     await writeAudit(tx.db, info, { action: 'organization.create', partnerId, orgId: org.id, target: { type: 'organization', id: org.id }, details: { name: org.name } });

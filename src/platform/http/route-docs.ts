@@ -5,7 +5,7 @@
  * middleware list when it registers the path and derives `security`, `operationId` and an "Access"
  * paragraph of the description. A new middleware that restricts access tags itself with `documentAccess`.
  */
-import type { RouteConfig } from '@hono/zod-openapi';
+import type { RouteConfig, z } from '@hono/zod-openapi';
 import { errors, type ErrorStatus } from './schemas.js';
 
 export interface AccessDoc {
@@ -35,6 +35,11 @@ export interface AccessDoc {
   limited?: boolean;
   /** Requests are shed under load before any work (503 `overloaded` with Retry-After). */
   overloadGate?: boolean;
+  /**
+   * Query parameters the middleware itself reads (the scope guard's `orgId` / `partnerId`): the route
+   * accepts and documents them as if it had declared them (`withMiddlewareQuery`).
+   */
+  query?: z.ZodObject;
 }
 
 const ACCESS_DOC = Symbol.for('keel.accessDoc');
@@ -89,6 +94,21 @@ export function accessText(doc: AccessDoc): string {
   if (doc.mfa) parts.push('a session established with a second factor (403 `mfa_required`)');
   if (doc.factorProof) parts.push('once the user has a second factor, a session established with it (403 `mfa_required`)');
   return `Access: ${parts.join('; ')}.`;
+}
+
+/**
+ * The route with the query parameters its middleware reads added to the ones it declares (a route's
+ * own declaration of a name wins). Both the document and the validator use the result, so a query
+ * parameter is accepted exactly when the document describes it (docs/decisions.md "Query parameters").
+ */
+export function withMiddlewareQuery<R extends RouteConfig & { middleware?: unknown }>(config: R): R {
+  const extra = accessOf(config.middleware).query;
+  if (!extra) return config;
+  const declared = config.request?.query as z.ZodObject | undefined;
+  const add = Object.fromEntries(Object.entries(extra.shape).filter(([k]) => !declared?.shape[k]));
+  if (Object.keys(add).length === 0) return config;
+  const query = (declared ?? extra.pick({})).extend(add);
+  return { ...config, request: { ...config.request, query } };
 }
 
 /** The statuses that can answer (401, 403, 428, 429, 503); what a route's handler answers it declares itself. */

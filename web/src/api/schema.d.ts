@@ -3381,7 +3381,7 @@ export interface components {
             name: string;
             /**
              * Format: uuid
-             * @description System callers: the partner to create it under (none: an organisation without a partner). Partner users always create under their own partner
+             * @description The partner to create it under: required of platform administrators (here or as the `partnerId` query parameter; 400 naming `partnerId` without it). Partner users always create under their own partner
              */
             partnerId?: string;
             settings?: components["schemas"]["TenantSettings"];
@@ -5511,8 +5511,12 @@ export interface operations {
             query?: {
                 /** @description Page size (1-100) */
                 limit?: number;
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
                 /** @description Page (from 1) */
                 page?: number;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
             };
             header?: never;
             path?: never;
@@ -5649,7 +5653,12 @@ export interface operations {
     };
     postAgentVersions: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -5905,7 +5914,12 @@ export interface operations {
     };
     postAgentVersionsPromote: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -6066,7 +6080,12 @@ export interface operations {
     };
     postAgentVersionsRollout: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -6227,7 +6246,12 @@ export interface operations {
     };
     postAgentVersionsRolloutResume: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -6374,6 +6398,10 @@ export interface operations {
     postAgentVersionsSyncRemote: {
         parameters: {
             query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
                 /** @description Version to sync (default: latest stable) */
                 version?: string;
             };
@@ -6915,8 +6943,12 @@ export interface operations {
             query?: {
                 /** @description Items per page, 1 to 100 (default 50; over 100 is a 400) */
                 limit?: number;
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
                 /** @description Page number, from 1 (default 1) */
                 page?: number;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
             };
             header?: never;
             path?: never;
@@ -7053,7 +7085,12 @@ export interface operations {
     };
     postApiKeys: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -7190,7 +7227,12 @@ export interface operations {
     };
     deleteApiKeysById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the resource the path names, as its list or create answer gave it; one the caller cannot see (another tenant's) answers 404 */
@@ -11662,7 +11704,12 @@ export interface operations {
     };
     deleteDeviceGroupsById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the resource the path names, as its list or create answer gave it; one the caller cannot see (another tenant's) answers 404 */
@@ -11811,7 +11858,12 @@ export interface operations {
     };
     patchDeviceGroupsById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the resource the path names, as its list or create answer gave it; one the caller cannot see (another tenant's) answers 404 */
@@ -12138,7 +12190,12 @@ export interface operations {
     };
     getDevicesById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Device id */
@@ -12271,7 +12328,12 @@ export interface operations {
     };
     deleteDevicesById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Device id */
@@ -12420,7 +12482,12 @@ export interface operations {
     };
     postDevicesByIdAutoUpdate: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Device id */
@@ -12575,7 +12642,12 @@ export interface operations {
     };
     postDevicesUpdateNow: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -13062,7 +13134,12 @@ export interface operations {
     };
     postOrgs: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -13214,7 +13291,12 @@ export interface operations {
     };
     getOrgsById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the resource the path names, as its list or create answer gave it; one the caller cannot see (another tenant's) answers 404 */
@@ -13347,7 +13429,12 @@ export interface operations {
     };
     deleteOrgsById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the resource the path names, as its list or create answer gave it; one the caller cannot see (another tenant's) answers 404 */
@@ -13496,7 +13583,12 @@ export interface operations {
     };
     patchOrgsById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the resource the path names, as its list or create answer gave it; one the caller cannot see (another tenant's) answers 404 */
@@ -13651,7 +13743,10 @@ export interface operations {
     };
     getOrgsByOrgIdAgentUpdateSettings: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Organisation id */
@@ -13784,7 +13879,10 @@ export interface operations {
     };
     putOrgsByOrgIdAgentUpdateSettings: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Organisation id */
@@ -13944,6 +14042,8 @@ export interface operations {
                 limit?: number;
                 /** @description Page number, from 1 (default 1) */
                 page?: number;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
             };
             header?: never;
             path: {
@@ -14098,7 +14198,10 @@ export interface operations {
     };
     postOrgsByOrgIdDeviceGroups: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the organisation; one the caller cannot reach answers 404 */
@@ -14258,6 +14361,8 @@ export interface operations {
                 limit?: number;
                 /** @description Page number, from 1 (default 1) */
                 page?: number;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
             };
             header?: never;
             path: {
@@ -14412,7 +14517,10 @@ export interface operations {
     };
     postOrgsByOrgIdDomains: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the organisation; one the caller cannot reach answers 404 */
@@ -14576,7 +14684,10 @@ export interface operations {
     };
     deleteOrgsByOrgIdDomainsById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the domain claim, as the list or create answer gave it; another owner's answers 404 */
@@ -14727,7 +14838,10 @@ export interface operations {
     };
     postOrgsByOrgIdDomainsByIdVerify: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the domain claim, as the list or create answer gave it; another owner's answers 404 */
@@ -14912,6 +15026,8 @@ export interface operations {
                 limit?: number;
                 /** @description Page (from 1) */
                 page?: number;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
             };
             header?: never;
             path: {
@@ -15066,7 +15182,10 @@ export interface operations {
     };
     postOrgsByOrgIdEnrollmentKeys: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Organisation id */
@@ -15221,7 +15340,10 @@ export interface operations {
     };
     deleteOrgsByOrgIdEnrollmentKeysById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Enrolment key id */
@@ -15377,6 +15499,8 @@ export interface operations {
                 limit?: number;
                 /** @description Page number, from 1 (default 1) */
                 page?: number;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
             };
             header?: never;
             path: {
@@ -15531,7 +15655,10 @@ export interface operations {
     };
     postOrgsByOrgIdSites: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the organisation; one the caller cannot reach answers 404 */
@@ -15689,8 +15816,12 @@ export interface operations {
             query?: {
                 /** @description Items per page, 1 to 100 (default 50; over 100 is a 400) */
                 limit?: number;
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
                 /** @description Page number, from 1 (default 1) */
                 page?: number;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
             };
             header?: never;
             path?: never;
@@ -15827,7 +15958,12 @@ export interface operations {
     };
     postPartners: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -15964,7 +16100,12 @@ export interface operations {
     };
     getPartnersById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the resource the path names, as its list or create answer gave it; one the caller cannot see (another tenant's) answers 404 */
@@ -16097,7 +16238,12 @@ export interface operations {
     };
     patchPartnersById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the resource the path names, as its list or create answer gave it; one the caller cannot see (another tenant's) answers 404 */
@@ -16252,7 +16398,12 @@ export interface operations {
     };
     getPartnersByPartnerIdAgentUpdateSettings: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Partner id */
@@ -16385,7 +16536,12 @@ export interface operations {
     };
     putPartnersByPartnerIdAgentUpdateSettings: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Partner id */
@@ -16543,6 +16699,8 @@ export interface operations {
             query?: {
                 /** @description Items per page, 1 to 100 (default 50; over 100 is a 400) */
                 limit?: number;
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
                 /** @description Page number, from 1 (default 1) */
                 page?: number;
             };
@@ -16699,7 +16857,10 @@ export interface operations {
     };
     postPartnersByPartnerIdDomains: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the partner; another partner answers 404 */
@@ -16863,7 +17024,10 @@ export interface operations {
     };
     deletePartnersByPartnerIdDomainsById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the domain claim, as the list or create answer gave it; another owner's answers 404 */
@@ -17014,7 +17178,10 @@ export interface operations {
     };
     postPartnersByPartnerIdDomainsByIdVerify: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the domain claim, as the list or create answer gave it; another owner's answers 404 */
@@ -18685,7 +18852,12 @@ export interface operations {
     };
     deleteSitesById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the resource the path names, as its list or create answer gave it; one the caller cannot see (another tenant's) answers 404 */
@@ -18834,7 +19006,12 @@ export interface operations {
     };
     patchSitesById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the resource the path names, as its list or create answer gave it; one the caller cannot see (another tenant's) answers 404 */
@@ -19413,6 +19590,8 @@ export interface operations {
                 orgId?: string;
                 /** @description Page number, from 1 (default 1) */
                 page?: number;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
             };
             header?: never;
             path?: never;
@@ -19564,7 +19743,12 @@ export interface operations {
     };
     postSsoProviders: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -19716,7 +19900,12 @@ export interface operations {
     };
     getSsoProvidersById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Provider id */
@@ -19849,7 +20038,12 @@ export interface operations {
     };
     deleteSsoProvidersById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Provider id */
@@ -19998,7 +20192,12 @@ export interface operations {
     };
     patchSsoProvidersById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Provider id */
@@ -20153,7 +20352,12 @@ export interface operations {
     };
     postSsoProvidersByIdStatus: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Provider id */
@@ -20317,7 +20521,12 @@ export interface operations {
     };
     postSsoProvidersByIdTest: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Provider id */
