@@ -41,7 +41,8 @@ export function createRouter<E extends Env>(opts: { gate?: (method: string) => r
     // The query parameters the middleware reads (the scope guard's) count as declared (route-docs.ts).
     const config = withMiddlewareQuery(declared);
     // The document: the route as declared, plus what its middleware enforces (route-docs.ts).
-    if (!config.hide) app.openAPIRegistry.registerPath(documentedRoute(config, opts.gate?.(config.method) ?? []));
+    // 400: every route refuses a query parameter it does not declare (strictRequest), whatever else it answers.
+    if (!config.hide) app.openAPIRegistry.registerPath(documentedRoute(config, [400, ...(opts.gate?.(config.method) ?? [])]));
     return register({ ...config, request: strictRequest(config.request) as typeof config.request, hide: true }, handler, hook);
   };
   app.openapi = openapi;

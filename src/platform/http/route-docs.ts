@@ -111,18 +111,21 @@ export function withMiddlewareQuery<R extends RouteConfig & { middleware?: unkno
   return { ...config, request: { ...config.request, query } };
 }
 
-/** The statuses that can answer (401, 403, 428, 429, 503); what a route's handler answers it declares itself. */
-export type MiddlewareStatus = 401 | 403 | 428 | 429 | 503;
+/** The statuses that can answer (401, 403, 404, 428, 429, 503); what a route's handler answers it declares itself. */
+export type MiddlewareStatus = 401 | 403 | 404 | 428 | 429 | 503;
 
 /**
  * The statuses a route's middleware can answer, from what it enforces: a token (401, and 503 when the
- * database behind the token is unavailable), a guard that can refuse (403), the Force MFA gate (428), a
+ * database behind the token is unavailable), a guard that can refuse (403), an id read from the query
+ * that names nothing the caller reaches (404), the Force MFA gate (428), a
  * limiter (429), the overload gate (503).
  */
 export function middlewareStatuses(doc: AccessDoc): MiddlewareStatus[] {
   const out = new Set<MiddlewareStatus>();
   if (doc.auth || doc.device) out.add(401).add(503);
   if (doc.auth === 'user' || doc.scoped || doc.permission || doc.scopes || doc.fullOrgAccess || doc.wholeOrg || doc.mfa || doc.factorProof || doc.releaseWriter) out.add(403);
+  // A middleware that reads an id from the query (the scope guard's orgId / partnerId) answers 404 for one the caller cannot reach.
+  if (doc.query) out.add(404);
   if (doc.mfaEnrolmentGate) out.add(428);
   if (doc.limited) out.add(429);
   if (doc.overloadGate) out.add(503);
