@@ -5207,7 +5207,7 @@ export interface components {
             createdBy: string | null;
             /** @description Subscribed event types */
             events: string[];
-            /** @description Attempts that failed, ever */
+            /** @description Attempts (not deliveries) that failed, ever: a delivery retried twice and then delivered counts 2 here; for a restricted caller, those of the deliveries it may see */
             failureCount: number;
             /** @description Whether deliveries are signed (the secret itself is never returned) */
             hasSecret: boolean;
@@ -5237,7 +5237,7 @@ export interface components {
              * @enum {string}
              */
             status: "active" | "paused" | "failed";
-            /** @description Attempts answered 2xx, ever */
+            /** @description Attempts (not deliveries) answered 2xx, ever; for a caller restricted to some sites or device groups, those of the deliveries it may see (`deliveryStats.attempts.succeeded`) */
             successCount: number;
             /** @description Last change (ISO 8601) */
             updatedAt: string;
@@ -5362,8 +5362,15 @@ export interface components {
             /** @description What happened, in words */
             message: string;
         };
-        /** @description Counts of the webhook's deliveries by status */
+        /** @description The webhook's deliveries counted by state (one delivery is one event sent to the webhook, however many attempts it took), and the attempts they made; over the deliveries kept (retention) and, for a caller restricted to some sites or device groups, those it may list */
         WebhookDeliveryStats: {
+            /** @description The attempts these deliveries made, counted apart from the deliveries */
+            attempts: {
+                /** @description Attempts that failed (timeouts, network errors, non-2xx), over all these deliveries */
+                failed: number;
+                /** @description Attempts answered 2xx (one per delivered delivery) */
+                succeeded: number;
+            };
             /** @description Answered 2xx */
             delivered: number;
             /** @description Retries exhausted (dead-lettered) */
@@ -23154,7 +23161,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Webhooks */
+            /** @description Webhooks, each with its delivery numbers */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -23162,7 +23169,7 @@ export interface operations {
                 content: {
                     "application/json": {
                         /** @description The items of this page, in the order the operation states */
-                        data: components["schemas"]["Webhook"][];
+                        data: components["schemas"]["WebhookWithStats"][];
                         /** @description Where this page sits in the whole list */
                         pagination: {
                             /**
