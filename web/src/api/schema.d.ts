@@ -2345,7 +2345,7 @@ export interface components {
             /** @description Window for updates; null clears it (any time, or the partner window) */
             maintenanceWindow?: {
                 /**
-                 * @description Days the window starts on (UTC)
+                 * @description Days the window starts on (in its time zone)
                  * @example [
                  *       "sat",
                  *       "sun"
@@ -2353,15 +2353,20 @@ export interface components {
                  */
                 days: ("sun" | "mon" | "tue" | "wed" | "thu" | "fri" | "sat")[];
                 /**
-                 * @description End, HH:MM UTC; at or before start: the window crosses midnight and belongs to its start day
+                 * @description End, HH:MM on the wall clock of timeZone; at or before start: the window crosses midnight and belongs to its start day
                  * @example 02:00
                  */
                 end: string;
                 /**
-                 * @description Start, HH:MM UTC
+                 * @description Start, HH:MM on the wall clock of timeZone
                  * @example 22:00
                  */
                 start: string;
+                /**
+                 * @description IANA time zone the days and times are read in (default UTC); daylight saving follows the zone
+                 * @example Europe/London
+                 */
+                timeZone?: string;
             } | null;
             /** @description Versions to stay on; null clears them */
             pinnedVersions?: {
@@ -3168,7 +3173,7 @@ export interface components {
         /** @description Window for updates (UTC), or null */
         MaintenanceWindow: {
             /**
-             * @description Days the window starts on (UTC)
+             * @description Days the window starts on (in its time zone)
              * @example [
              *       "sat",
              *       "sun"
@@ -3176,15 +3181,20 @@ export interface components {
              */
             days: ("sun" | "mon" | "tue" | "wed" | "thu" | "fri" | "sat")[];
             /**
-             * @description End, HH:MM UTC; at or before start: the window crosses midnight and belongs to its start day
+             * @description End, HH:MM on the wall clock of timeZone; at or before start: the window crosses midnight and belongs to its start day
              * @example 02:00
              */
             end: string;
             /**
-             * @description Start, HH:MM UTC
+             * @description Start, HH:MM on the wall clock of timeZone
              * @example 22:00
              */
             start: string;
+            /**
+             * @description IANA time zone the days and times are read in (default UTC); daylight saving follows the zone
+             * @example Europe/London
+             */
+            timeZone?: string;
         } | null;
         Message: {
             /** @description What was done, as a sentence for people */
