@@ -1,7 +1,8 @@
 /**
  * The console remembers where you were (docs/decisions.md "The console's selection"): the partner /
  * organisation choice lives in the page's URL (a link carries it, the back button returns to the
- * previous one, moving around keeps it) and the last one is remembered for a new tab.
+ * previous one, moving around keeps it) and the last one is remembered for a new tab. This Keel has
+ * no SMTP_URL: an invitation says where its email went instead of "sent".
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser, Page } from 'playwright-core';
@@ -71,5 +72,22 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: the partn
     await expect.poll(() => picker(other.page).inputValue()).toBe(tenant.otherOrgId);
     expect(orgInUrl(other.page)).toBe(tenant.otherOrgId);
     expect([...t.problems, ...other.problems]).toEqual([]);
+  });
+
+  it('without SMTP_URL an invitation does not claim to be sent: the notice says the email went to the server log', async () => {
+    const t = await tabs.open();
+    const { page } = t;
+    await page.goto(`${app.publicUrl}/admin/users`);
+    await submitPassword(page, tenant.orgAdmin.email, tenant.orgAdmin.password);
+    await page.getByRole('button', { name: 'Invite a user' }).click();
+    const dialog = page.getByRole('dialog', { name: 'Invite a user' });
+    await dialog.getByLabel('Email').fill('no-smtp-invitee@example.com');
+    await dialog.getByLabel('Name').fill('No Mail');
+    await dialog.getByLabel('Role').selectOption({ label: 'Organization Technician' });
+    await dialog.getByRole('button', { name: 'Send invitation' }).click();
+    await page.getByText("no-smtp-invitee@example.com is invited. No email service is set up (SMTP_URL), so the invitation email, with its link, was written to Keel's server log.").waitFor();
+    expect(await page.getByText('An invitation was sent').count()).toBe(0);
+    expect(await axeViolations(page)).toEqual([]);
+    expect(t.problems).toEqual([]);
   });
 });

@@ -3100,6 +3100,14 @@ export interface components {
             ssoRequired?: true;
             user: components["schemas"]["SelfProfile"];
         };
+        /** @description The invited user, and where the invitation email went */
+        InvitedUser: components["schemas"]["User"] & {
+            /**
+             * @description Where the invitation email went: `smtp` (sent through SMTP_URL), `log` (no SMTP_URL, development: written to Keel's log, link included), `nowhere` (no SMTP_URL in production: not sent)
+             * @enum {string}
+             */
+            invitationEmail: "smtp" | "log" | "nowhere";
+        };
         /**
          * @description Naming `orgId` (or calling as an organisation user) invites into that organisation; otherwise into the caller's partner. The invitee gets an email with a link valid 7 days
          * @example {
@@ -22425,7 +22433,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["User"];
+                    "application/json": components["schemas"]["InvitedUser"];
                 };
             };
             /** @description Invalid request */
