@@ -148,7 +148,8 @@ async function main(): Promise<void> {
 
   // Arrange: an organisation, a webhook to the receiver, a key that publishes, enrolled devices.
   const admin = (await call(apis[0]!, 'POST', '/auth/login', { body: ADMIN }))!.body.accessToken as string;
-  const org = (await call(apis[0]!, 'POST', '/orgs', { token: admin, body: { name: 'Soak Ltd' } }))!.body.id as string;
+  const partnerId = (await call(apis[0]!, 'POST', '/partners', { token: admin, body: { name: 'Soak Partner' } }))!.body.id as string;
+  const org = (await call(apis[0]!, 'POST', '/orgs', { token: admin, body: { name: 'Soak Ltd', partnerId } }))!.body.id as string;
   const hook = await call(apis[0]!, 'POST', '/webhooks', { token: admin, body: { orgId: org, name: 'soak', url: rxUrl, events: ['alert.triggered'] } });
   if (hook?.status !== 201) throw new Error(`webhook: ${JSON.stringify(hook)}`);
   const key = (await call(apis[0]!, 'POST', '/api-keys', { token: admin, body: { name: 'soak', permissions: [{ resource: 'events', action: 'publish' }] } }))!.body.key as string;

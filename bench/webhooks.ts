@@ -102,7 +102,8 @@ export async function benchWebhooks(backend: BenchBackend): Promise<WebhookBench
   try {
     const token = (await postJson(`${keel.url}/api/v1/auth/login`, ADMIN)).body.accessToken as string;
     const auth = { authorization: `Bearer ${token}` };
-    const org = await postJson(`${keel.url}/api/v1/orgs`, { name: 'Bench Org' }, auth);
+    const partner = await postJson(`${keel.url}/api/v1/partners`, { name: 'Bench Partner' }, auth);
+    const org = await postJson(`${keel.url}/api/v1/orgs`, { name: 'Bench Org', partnerId: partner.body.id as string }, auth);
     const orgId = org.body.id as string;
     for (let i = 0; i < HOOKS; i++) {
       const h = await postJson(`${keel.url}/api/v1/webhooks`, { orgId, name: `bench-${i}`, url: `${rx}/hook`, secret: SECRET, events: ['device.online'] }, auth);

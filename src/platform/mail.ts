@@ -10,6 +10,8 @@ export interface Mail {
 export interface Mailer {
   /** True when a real SMTP server is configured (or the development log sink may show the content). */
   readonly delivers: boolean;
+  /** Where a message goes: an SMTP server, the log (development without SMTP_URL), or nowhere (production without SMTP_URL). */
+  readonly destination: 'smtp' | 'log' | 'nowhere';
   /** `log`: for the lines about this message (the request's logger, `requestLog`); the mailer's own by default. */
   send(mail: Mail, log?: Logger): Promise<void>;
 }
@@ -25,6 +27,7 @@ export function createMailer(opts: { smtpUrl: string | undefined; from: string; 
     let transport: Promise<Transporter> | null = null;
     return {
       delivers: true,
+      destination: 'smtp',
       async send(mail) {
         transport ??= import('nodemailer').then((m) => m.default.createTransport(url));
         await (await transport).sendMail({ from: opts.from, to: mail.to, subject: mail.subject, text: mail.text });
@@ -33,6 +36,7 @@ export function createMailer(opts: { smtpUrl: string | undefined; from: string; 
   }
   return {
     delivers: !opts.production,
+    destination: opts.production ? 'nowhere' : 'log',
     send(mail, log = opts.log) {
       if (opts.production) {
         log.warn({ subject: mail.subject }, 'no email service configured (SMTP_URL): email not sent');

@@ -84,6 +84,19 @@ describe.skipIf(!backendAvailable())(`update decisions (${backend})`, () => {
     expect(await offered(device)).toBeNull();
   });
 
+  it('a window in a time zone is read on that zone\'s wall clock (New York, five hours behind UTC in November)', async () => {
+    const { device } = await fleet();
+    const put = await app.api('PUT', `/orgs/${w.orgId}/agent-update-settings`, { token: w.tokens.orgAdmin, body: { maintenanceWindow: { days: ['fri'], start: '22:00', end: '23:00', timeZone: 'America/New_York' } } });
+    expect(put.status).toBe(200);
+    expect(put.body.maintenanceWindow).toEqual({ days: ['fri'], start: '22:00', end: '23:00', timeZone: 'America/New_York' });
+    at('2026-11-20T22:30:00Z'); // Friday 22:30 UTC is 17:30 in New York: outside
+    expect(await offered(device)).toBeNull();
+    at('2026-11-21T03:30:00Z'); // Saturday 03:30 UTC is Friday 22:30 in New York: inside
+    expect((await offered(device))?.version).toBe('2.0.0');
+    at('2026-11-21T04:00:00Z'); // Friday 23:00 in New York: the end
+    expect(await offered(device)).toBeNull();
+  });
+
   it('the organisation window overrides the partner window; the partner window applies without one', async () => {
     const { device } = await fleet();
     const partner = await app.api('PUT', `/partners/${w.partnerId}/agent-update-settings`, { token: w.tokens.partnerFull, body: { maintenanceWindow: { days: ['sat'], start: '10:00', end: '12:00' } } });
@@ -106,6 +119,8 @@ describe.skipIf(!backendAvailable())(`update decisions (${backend})`, () => {
       { days: ['friday'], start: '22:00', end: '23:00' },
       { days: ['fri', 'fri'], start: '22:00', end: '23:00' },
       { days: ['fri'], start: '9:00', end: '10:00' },
+      { days: ['fri'], start: '22:00', end: '23:00', timeZone: 'Mars/Olympus_Mons' },
+      { days: ['fri'], start: '22:00', end: '23:00', timeZone: '' },
       'fri 22:00-02:00',
     ];
     for (const maintenanceWindow of bad) {

@@ -73,7 +73,7 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: SAML fiel
     const cert = form.getByLabel('IdP signing certificate');
     await cert.fill('the certificate from the ADFS console');
     await save.click();
-    await form.getByText(/^is not a certificate: paste the PEM text/).waitFor();
+    await form.getByText(/ is not a certificate: paste the PEM text/).waitFor();
     expect(await cert.getAttribute('aria-invalid')).toBe('true');
     expect(patches).toEqual([]);
     // PEM-shaped but no X.509 inside: the API's details.fields.certificate lands beside the same field.

@@ -9,6 +9,7 @@ import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js'
 import { createTenant, createUser, enrollTotp, login, type Tenant } from '../helpers/fixtures.js';
 import { chromiumAvailable, launchChromium } from '../helpers/browser.js';
 import { ok, startReceiver, status, verifyServiceSignature, type Receiver } from '../webhooks/receiver.js';
+import { Webhook as StandardWebhook } from 'standardwebhooks';
 import { startOidcIdp, type OidcIdp } from '../sso/idp.js';
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
 import { enroll, enrollmentKey, heartbeat, registerRemote } from '../agents/helpers.js';
@@ -69,7 +70,7 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks,
     await form.getByRole('button', { name: 'Create webhook' }).click();
 
     await page.getByRole('heading', { name: 'Webhook Ticketing' }).waitFor();
-    await page.getByText('custom: 3 after 1000 ms').waitFor();
+    await page.getByText('custom: 3 after 1 s').waitFor();
     await page.getByText('No deliveries yet.').waitFor();
     await page.getByRole('button', { name: 'Send test' }).click();
     await page.getByText('A webhook.test delivery is queued').waitFor();
@@ -98,6 +99,9 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks,
     await page.getByRole('button', { name: 'Send test' }).click();
     const [, signed] = await receiver.waitFor(2);
     expect(signed && verifyServiceSignature(secret, signed)).toBe(true);
+    // Beside it, the exact value the standardwebhooks library takes: it verifies the delivery as it is.
+    const forLibrary = (await page.getByLabel('The secret for new Webhook() of standardwebhooks').textContent()) ?? '';
+    expect(() => new StandardWebhook(forLibrary).verify(signed!.body, signed!.headers)).not.toThrow();
     // Paused from the edit form: the list shows it under the status filter.
     await page.getByRole('button', { name: 'Edit', exact: true }).click();
     await page.getByRole('form', { name: 'Edit webhook' }).getByLabel('Status').selectOption('paused');
@@ -133,7 +137,15 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks,
     }, { timeout: 60_000 }).toBe(1);
     // The history's Refresh refreshes the webhook's delivery counts on the same page too (one query-key
     // family per resource, web/src/api/keys.ts): no reload.
-    await page.getByText('2 in all: 1 delivered, 1 failed, 0 retrying, 0 pending').waitFor({ timeout: 60_000 });
+    await page.getByText('2 deliveries: 1 delivered, 1 failed, 0 retrying, 0 pending').waitFor({ timeout: 60_000 });
+    // Attempts apart from deliveries, with the same words on the page and in the list; waits in human units.
+    await page.getByText('2 attempts: 1 succeeded, 1 failed').waitFor();
+    await page.getByText('0 after 1 s, ×2, at most 5 min apart').waitFor();
+    expect(await page.locator('dd .badge').first().evaluate((el) => el.parentElement?.textContent)).toBe('active');
+    await page.getByRole('link', { name: 'All webhooks' }).click();
+    const flakyRow = page.getByRole('row').filter({ has: page.getByRole('link', { name: 'Flaky' }) });
+    await flakyRow.getByText('1 delivered, 1 failed').waitFor();
+    await flakyRow.getByText('2 attempts: 1 succeeded, 1 failed').waitFor();
     expect(t.problems).toEqual([]);
   });
   it('an organisation admin with a second factor sets up an OIDC provider from a preset, tests discovery and activates it with SSO enforced; a member then signs in through the real IdP in the browser', async () => {

@@ -70,7 +70,8 @@ describe.skipIf(backend !== 'pglite')('encryption-key rotation and recovery code
     let url = await serve({ APP_ENCRYPTION_KEY: oldKey });
     const { generate } = await import('otplib');
     const token = (await call(url, 'POST', '/auth/login', { body: admin })).body.accessToken as string;
-    const orgId = (await call(url, 'POST', '/orgs', { token, body: { name: 'Rotation Org' } })).body.id as string;
+    const partnerId = (await call(url, 'POST', '/partners', { token, body: { name: 'Rotation Partner' } })).body.id as string;
+    const orgId = (await call(url, 'POST', '/orgs', { token, body: { name: 'Rotation Org', partnerId } })).body.id as string;
     const hook = await call(url, 'POST', '/webhooks', { token, body: { orgId, name: 'rotation', url: 'http://127.0.0.1:9/hook', secret: 'rotation-signing-secret-0123456789', events: ['user.login'] } });
     expect(hook.status).toBe(201);
     const setup = await call(url, 'POST', '/auth/mfa/setup', { token });

@@ -26,7 +26,8 @@ describe.skipIf(backend !== 'postgres' || !backendAvailable())('faults on a mult
     rx = await startReceiver();
     const receiver = rx;
     const admin = (await call(A, 'POST', '/auth/login', { body: TOPOLOGY_ADMIN })).body.accessToken as string;
-    const org = await call(A, 'POST', '/orgs', { token: admin, body: { name: 'Burst Inc' } });
+    const partnerId = (await call(A, 'POST', '/partners', { token: admin, body: { name: 'Burst Partner' } })).body.id as string;
+    const org = await call(A, 'POST', '/orgs', { token: admin, body: { name: 'Burst Inc', partnerId } });
     const orgId = org.body.id as string;
     const hook = await call(A, 'POST', '/webhooks', { token: admin, body: { orgId, name: 'psa', url: receiver.url, events: ['alert.triggered'] } });
     expect(hook.status).toBe(201);

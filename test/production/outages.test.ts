@@ -46,17 +46,18 @@ describe.skipIf(backend !== 'postgres' || !backendAvailable())('outages of Postg
     cleanup.push(() => pg.close());
     const A = (await serve(env({ DATABASE_URL: pg.url }))).url;
     const admin = (await call(A, 'POST', '/auth/login', { body: TOPOLOGY_ADMIN })).body.accessToken as string;
+    const partnerId = (await call(A, 'POST', '/partners', { token: admin, body: { name: 'Outage Partner' } })).body.id as string;
     const names: string[] = [];
     for (let i = 0; i < 5; i++) {
       names.push(`Before outage ${i}`);
-      expect((await call(A, 'POST', '/orgs', { token: admin, body: { name: names[i] } })).status).toBe(201);
+      expect((await call(A, 'POST', '/orgs', { token: admin, body: { name: names[i], partnerId } })).status).toBe(201);
     }
 
     await pg.stop();
     const answers = await Promise.all([
       ...Array.from({ length: 5 }, () => call(A, 'POST', '/auth/login', { body: TOPOLOGY_ADMIN })),
       ...Array.from({ length: 5 }, () => call(A, 'GET', '/orgs', { token: admin })),
-      call(A, 'POST', '/orgs', { token: admin, body: { name: 'During outage' } }),
+      call(A, 'POST', '/orgs', { token: admin, body: { name: 'During outage', partnerId } }),
     ]);
     for (const a of answers) {
       if (a.status === 200) continue; // answered from memory (a cached session and profile)
@@ -71,7 +72,7 @@ describe.skipIf(backend !== 'postgres' || !backendAvailable())('outages of Postg
     const listed = await call(A, 'GET', '/orgs?limit=100', { token: admin });
     expect(listed.status).toBe(200);
     for (const name of names) expect(listed.body.data.map((o: { name: string }) => o.name)).toContain(name);
-    expect((await call(A, 'POST', '/orgs', { token: admin, body: { name: 'After outage' } })).status).toBe(201);
+    expect((await call(A, 'POST', '/orgs', { token: admin, body: { name: 'After outage', partnerId } })).status).toBe(201);
   }, 240_000);
 
   it('Redis stopped: sign-in, refresh, revocation across processes and deliveries go on; limits hold per process; Redis is used again when back', async () => {
@@ -88,7 +89,8 @@ describe.skipIf(backend !== 'postgres' || !backendAvailable())('outages of Postg
     cleanup.push(() => rx.close());
 
     const admin = (await call(A, 'POST', '/auth/login', { body: TOPOLOGY_ADMIN })).body.accessToken as string;
-    const org = (await call(A, 'POST', '/orgs', { token: admin, body: { name: 'Redis Outage Inc' } })).body.id as string;
+    const partnerId = (await call(A, 'POST', '/partners', { token: admin, body: { name: 'Redis Outage Partner' } })).body.id as string;
+    const org = (await call(A, 'POST', '/orgs', { token: admin, body: { name: 'Redis Outage Inc', partnerId } })).body.id as string;
     expect((await call(A, 'POST', '/webhooks', { token: admin, body: { orgId: org, name: 'psa', url: rx.url, events: ['alert.triggered'] } })).status).toBe(201);
     const key = (await call(A, 'POST', '/api-keys', { token: admin, body: { name: 'events', permissions: [{ resource: 'events', action: 'publish' }] } })).body.key as string;
 

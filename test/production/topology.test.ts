@@ -61,7 +61,8 @@ describe.skipIf(backend !== 'postgres' || !backendAvailable())('many processes o
     [A, B] = t.apis.map((p) => p.url) as [string, string];
     db = await openDatabase({ url: t.databaseUrl, poolSize: 2 });
     admin = (await signIn(A, TOPOLOGY_ADMIN)).accessToken;
-    const org = await call(A, 'POST', '/orgs', { token: admin, body: { name: 'Topology Inc' } });
+    const partnerId = (await call(A, 'POST', '/partners', { token: admin, body: { name: 'Topology Partner' } })).body.id as string;
+    const org = await call(A, 'POST', '/orgs', { token: admin, body: { name: 'Topology Inc', partnerId } });
     expect(org.status).toBe(201);
     orgId = org.body.id;
   }, 240_000);

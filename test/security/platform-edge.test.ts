@@ -168,6 +168,45 @@ describe.skipIf(!backendAvailable())(`request edge (${backend})`, () => {
     });
   });
 
+  describe('strict queries on every route', () => {
+    /** The identity provider's redirect keeps its own parameters (platform/http/validation.ts). */
+    const OPEN_QUERY = new Set(['GET /api/v1/sso/callback']);
+
+    it('refuses a misspelled query parameter (?partnerid=), naming it, on every route; the IdP callback alone takes extra ones', async () => {
+      const ops = operations();
+      expect(ops.length).toBeGreaterThanOrEqual(100);
+      const wrong: string[] = [];
+      for (const op of ops) {
+        const open = OPEN_QUERY.has(`${op.method} ${op.path}`);
+        const body = op.body ? (minimal(op.body) as object) : undefined;
+        const call = (extra = '') => {
+          const url = `${concrete(op.path)}?partnerid=${tenant.partnerId}${extra}`;
+          const opts = { token: tokenOf(op), ...(body ? { body } : {}) };
+          return op.path.startsWith('/api/v1/') ? app.api(op.method, url, opts) : app.request(op.method, url, opts);
+        };
+        let res = await call();
+        // A route that must act in one organisation asks for it first (the guard runs before validation).
+        if (res.body?.code === 'org_required') res = await call(`&orgId=${tenant.orgId}`);
+        const named = fieldsOf(res.body).some((f) => f.path === 'query.partnerid' && f.message === 'is not a known field');
+        if (open ? named || res.status === 400 : res.status !== 400 || res.body?.code !== 'validation_failed' || !named) {
+          wrong.push(`${op.method} ${op.path}: ${res.status} ${JSON.stringify(res.body)}`);
+        }
+      }
+      expect(wrong).toEqual([]);
+    });
+
+    it('accepts the scope parameters the guard reads on routes that declare no query of their own, and documents them', async () => {
+      const created = await app.api('POST', `/orgs?partnerId=${tenant.partnerId}`, { token, body: { name: 'By query' } });
+      expect(created.status).toBe(201);
+      expect(created.body.partnerId).toBe(tenant.partnerId);
+      const params = (doc.paths['/api/v1/orgs'].post.parameters as Schema[]).map((p) => `${p.in}:${p.name}`);
+      expect(params).toEqual(expect.arrayContaining(['query:partnerId', 'query:orgId']));
+      // Named by the path, the organisation is not a query parameter too.
+      const sites = (doc.paths['/api/v1/orgs/{orgId}/sites'].get.parameters as Schema[]).map((p) => `${p.in}:${p.name}`);
+      expect(sites).not.toContain('query:orgId');
+    });
+  });
+
   describe('missing fields and wrong methods', () => {
     it('names every missing required field "is required", the same on every route', async () => {
       const wrong: string[] = [];

@@ -295,7 +295,7 @@ describe.skipIf(!backendAvailable())('webhooks review', () => {
   });
 
   describe('site restriction', () => {
-    it('a caller restricted to site S1a sees no delivery of an S1b event (payload siteId, or the device\'s), nor events without placement', async () => {
+    it('a caller restricted to site S1a sees no delivery of an S1b event (payload siteId, or the device\'s), nor events without placement, in the history or in the numbers', async () => {
       const site = async (name: string) => {
         const res = await app.api('POST', `/orgs/${w.orgId}/sites`, { token: w.admin, body: { name } });
         expect(res.status).toBe(201);
@@ -324,6 +324,17 @@ describe.skipIf(!backendAvailable())('webhooks review', () => {
       // Restricted by device group (it has none): nothing placed passes.
       const { token: groupReader } = await orgUserWithRole(app, w.orgId, ROLE.orgReadOnly, { deviceGroupIds: [] });
       expect((await app.api('GET', `/webhooks/${hook.id}/deliveries`, { token: groupReader })).body.data).toEqual([]);
+
+      // The numbers of the read and of the list count the same deliveries as the history: S1a's two.
+      const one = await app.api('GET', `/webhooks/${hook.id}`, { token: restrictedReader });
+      expect(one.status).toBe(200);
+      expect(one.body.deliveryStats.total).toBe(2);
+      expect(one.body.successCount).toBe(one.body.deliveryStats.attempts.succeeded);
+      expect(one.body.failureCount).toBe(one.body.deliveryStats.attempts.failed);
+      const listed = (await app.api('GET', '/webhooks?limit=100', { token: restrictedReader })).body.data.find((h: any) => h.id === hook.id);
+      expect(listed.deliveryStats).toEqual(one.body.deliveryStats);
+      expect((await app.api('GET', `/webhooks/${hook.id}`, { token: groupReader })).body.deliveryStats.total).toBe(0);
+      expect((await app.api('GET', `/webhooks/${hook.id}`, { token: w.admin })).body.deliveryStats.total).toBe(6);
     });
 
     it('webhook writes are organisation-wide: a site-restricted administrator gets 403 whole_org_access_required', async () => {

@@ -95,18 +95,29 @@ describe.skipIf(!backendAvailable())(`tenancy API (${backend})`, () => {
       expect((await app.api('PATCH', `/orgs/${w.orgId}`, { token: w.tokens.orgReadOnly, body: { name: 'x' } })).status).toBe(403);
     });
 
-    it('system callers create standalone or partner organisations', async () => {
-      const standalone = await app.api('POST', '/orgs', { token: w.tokens.platformAdmin, body: { name: 'Solo' } });
-      expect(standalone.body.partnerId).toBeNull();
+    it('system callers must name the partner of an organisation: without one, or with a misspelled ?partnerid=, 400 naming partnerId and nothing created', async () => {
+      const before = (await app.api('GET', '/orgs?limit=100', { token: w.tokens.platformAdmin })).body.total as number;
+      const none = await app.api('POST', '/orgs', { token: w.tokens.platformAdmin, body: { name: 'Solo' } });
+      expect(none.status).toBe(400);
+      expect(none.body).toMatchObject({ code: 'validation_failed', details: { fields: [{ path: 'partnerId', message: expect.stringMatching(/^is required/) }] } });
+      const misspelled = await app.api('POST', `/orgs?partnerid=${w.partnerId}`, { token: w.tokens.platformAdmin, body: { name: 'Solo' } });
+      expect(misspelled.status).toBe(400);
+      expect(misspelled.body.details.fields).toEqual([{ path: 'query.partnerid', message: 'is not a known field' }]);
+      expect((await app.api('GET', '/orgs?limit=100', { token: w.tokens.platformAdmin })).body.total).toBe(before);
+      const byQuery = await app.api('POST', `/orgs?partnerId=${w.partnerId}`, { token: w.tokens.platformAdmin, body: { name: 'By query' } });
+      expect(byQuery.status).toBe(201);
+      expect(byQuery.body.partnerId).toBe(w.partnerId);
+    });
+
+    it('system callers create organisations under a named partner', async () => {
       const under = await app.api('POST', '/orgs', { token: w.tokens.platformAdmin, body: { name: 'Under', partnerId: w.partnerId } });
       expect(under.body.partnerId).toBe(w.partnerId);
       expect((await app.api('POST', '/orgs', { token: w.tokens.platformAdmin, body: { name: 'x', partnerId: NOWHERE } })).status).toBe(404);
       const filtered = await app.api('GET', `/orgs?partnerId=${w.partnerId}&limit=100`, { token: w.tokens.platformAdmin });
       expect(filtered.status).toBe(200);
       const ids = filtered.body.data.map((o: any) => o.id);
-      // Non-empty and the right ones: the partner's organisations, the new one included; not the standalone one.
+      // Non-empty and the right ones: the partner's organisations, the new one included.
       expect(ids).toEqual(expect.arrayContaining([w.orgId, w.otherOrgId, under.body.id]));
-      expect(ids).not.toContain(standalone.body.id);
       expect(filtered.body.data.every((o: any) => o.partnerId === w.partnerId)).toBe(true);
     });
 

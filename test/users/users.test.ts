@@ -32,11 +32,16 @@ describe.skipIf(!backendAvailable())('users and invitations', () => {
 
   const invite = (token: string, body: Record<string, unknown>) => app.api('POST', '/users/invite', { token, body });
 
-  it('invites by email, and the invited user accepts, signs in and acts with the given role', async () => {
+  it('invites by email (the email names the organisation, the answer says it went by SMTP), and the invited user accepts, signs in and acts with the given role', async () => {
     const email = uniqueEmail('invitee');
     const res = await invite(adminToken, { email, name: 'Ivy', roleId: SYSTEM_ROLES.orgReadOnly.id });
     expect(res.status).toBe(201);
     expect(res.body).toMatchObject({ email, status: 'invited', scope: 'organization', orgId: tenant.orgId, roleId: SYSTEM_ROLES.orgReadOnly.id, siteIds: null });
+    // The answer says where the email went; the email names the organisation.
+    expect(res.body.invitationEmail).toBe('smtp');
+    const mail = await smtp.waitFor((m) => m.to.includes(email) && m.subject.includes('invited'));
+    expect(mail.subject).toBe('You are invited to Org A on Keel');
+    expect(mail.text).toContain('invited you to Org A on Keel.');
     const token = await inviteLink(email);
     expect((await app.api('POST', '/auth/login', { body: { email, password: STRONG_PASSWORD } })).status).toBe(401);
 

@@ -66,7 +66,7 @@ describe.skipIf(!backendAvailable())('webhook endpoints', () => {
 
     const read = await app.api('GET', `/webhooks/${res.body.id}`, { token: w.admin });
     expect(read.status).toBe(200);
-    expect(read.body.deliveryStats).toEqual({ total: 0, pending: 0, delivered: 0, failed: 0, retrying: 0, lastDeliveredAt: null });
+    expect(read.body.deliveryStats).toEqual({ total: 0, pending: 0, delivered: 0, failed: 0, retrying: 0, lastDeliveredAt: null, attempts: { succeeded: 0, failed: 0 } });
     expect(read.body.url).toBe(res.body.url);
   });
 

@@ -211,7 +211,7 @@ describe.skipIf(!backendAvailable())('webhook deliveries', () => {
     }
   });
 
-  it('retries on the exact default delays with retrying and nextAttemptAt visible, then failed, dead-lettered, and a manual retry delivers', async () => {
+  it('retries on the exact default delays with retrying and nextAttemptAt visible, then failed, dead-lettered, and a manual retry delivers; the list and the read count deliveries and attempts alike', async () => {
     const hook = await createHook(app, w.admin, { url: rx.url, secret: SECRET, events: ['patch.failed'] });
     rx.behave(status(503, 'busy'));
     clock.freeze();
@@ -262,6 +262,12 @@ describe.skipIf(!backendAvailable())('webhook deliveries', () => {
     const list = await deliveriesUntil(app, w.admin, hook.id, (l) => l.length === 2 && l[0].status === 'delivered');
     expect(list[0]).toMatchObject({ id: delivered.body.delivery.id, eventId: event.id, attempt: 1, responseBody: 'thanks' });
     expect(list[1]).toMatchObject({ id: failed.id, status: 'failed' });
+    // One definition of the numbers, in the read and in the list: 2 deliveries (1 failed, 1 delivered), and apart from them their 7 attempts.
+    const after = await app.api('GET', `/webhooks/${hook.id}`, { token: w.admin });
+    expect(after.body.deliveryStats).toMatchObject({ total: 2, delivered: 1, failed: 1, pending: 0, retrying: 0, attempts: { succeeded: 1, failed: 6 } });
+    expect(after.body).toMatchObject({ successCount: 1, failureCount: 6 });
+    const listed = (await app.api('GET', '/webhooks?limit=100', { token: w.admin })).body.data.find((h: any) => h.id === hook.id);
+    expect(listed.deliveryStats).toEqual(after.body.deliveryStats);
     const again = rx.received.filter((x) => x.headers['x-service-delivery-id'] === delivered.body.delivery.id);
     expect(again).toHaveLength(1);
     expect(again[0]!.body).toBe(arrivals[0]!.body);

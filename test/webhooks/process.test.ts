@@ -24,7 +24,8 @@ async function arrange(url: string, target: string): Promise<{ token: string; or
   const login = await call(url, 'POST', '/auth/login', { body: ADMIN });
   expect(login.status).toBe(200);
   const token = login.body.accessToken as string;
-  const org = await call(url, 'POST', '/orgs', { token, body: { name: 'Hooks Inc' } });
+  const partnerId = (await call(url, 'POST', '/partners', { token, body: { name: 'Hooks Partner' } })).body.id as string;
+  const org = await call(url, 'POST', '/orgs', { token, body: { name: 'Hooks Inc', partnerId } });
   expect(org.status).toBe(201);
   const hook = await call(url, 'POST', '/webhooks', { token, body: { orgId: org.body.id, name: 'psa', url: target, events: ['alert.triggered'] } });
   expect(hook.status).toBe(201);

@@ -114,9 +114,8 @@ export function AuthProvider({ children }: { children: ReactNode }) {
     }
     setTokens(null);
     queryClient.clear();
-    // The next person on this browser starts without this one's partner / organisation choice.
-    sessionStorage.removeItem('keel.partnerId');
-    sessionStorage.removeItem('keel.orgId');
+    // The partner / organisation choice is remembered per user (tenant.tsx): the next person on this
+    // browser starts from their own.
     // To the sign-in page itself, not back to this page after the next sign-in.
     navigate('/login', { replace: true });
     setMe(null);

@@ -1,8 +1,14 @@
 // Which partner and organisation the administration pages act in. Organisation users have one;
 // partner users pick one of their organisations (or the partner itself); platform administrators
 // pick a partner, then optionally one of its organisations. Sent as `partnerId` / `orgId` queries.
-import { createContext, useContext, useId, useMemo, useState, type ReactNode } from 'react';
+//
+// The choice lives in the page's URL (`?partnerId=…&orgId=…`): a link carries it, the back button
+// returns to the previous one, and every page of the console keeps it as people move around. The last
+// choice is also remembered in localStorage for this user, so a new tab without it in its URL starts
+// there (docs/decisions.md "The console's selection").
+import { createContext, useContext, useEffect, useId, useMemo, type ReactNode } from 'react';
 import { useQuery } from '@tanstack/react-query';
+import { useLocation, useSearch } from 'wouter';
 import { api, type Page } from './api';
 import { useAuth } from './auth';
 import { keys } from './api/keys';
@@ -36,38 +42,76 @@ export function useTenant(): TenantValue {
   return v;
 }
 
-function stored(key: string): string | null {
-  return sessionStorage.getItem(key);
+interface Choice {
+  partnerId: string | null;
+  orgId: string | null;
+}
+
+const NONE: Choice = { partnerId: null, orgId: null };
+const memoryKey = (userId: string) => `keel.tenant.${userId}`;
+
+function remembered(userId: string): Choice {
+  try {
+    const v = JSON.parse(localStorage.getItem(memoryKey(userId)) ?? 'null') as Partial<Choice> | null;
+    return { partnerId: typeof v?.partnerId === 'string' ? v.partnerId : null, orgId: typeof v?.orgId === 'string' ? v.orgId : null };
+  } catch {
+    return NONE;
+  }
+}
+
+/** The page's search string with the choice in it (other parameters kept). */
+function searchWith(search: string, choice: Choice): string {
+  const params = new URLSearchParams(search);
+  params.delete('partnerId');
+  params.delete('orgId');
+  if (choice.partnerId) params.set('partnerId', choice.partnerId);
+  if (choice.orgId) params.set('orgId', choice.orgId);
+  const text = params.toString();
+  return text ? `?${text}` : '';
 }
 
 export function TenantProvider({ children }: { children: ReactNode }) {
   const { me } = useAuth();
-  const [pickedPartner, setPickedPartner] = useState<string | null>(() => stored('keel.partnerId'));
-  const [pickedOrg, setPickedOrg] = useState<string | null>(() => stored('keel.orgId'));
+  const [location, navigate] = useLocation();
+  const search = useSearch();
+  // Organisation users have one organisation: nothing to choose, nothing in the URL.
+  const chooses = me?.scope === 'system' || me?.scope === 'partner';
+  const userId = chooses ? me.id : null;
+  const params = new URLSearchParams(search);
+  const inUrl = params.has('partnerId') || params.has('orgId');
+  const fromUrl: Choice = { partnerId: params.get('partnerId') || null, orgId: params.get('orgId') || null };
+  const picked = !userId ? NONE : inUrl ? fromUrl : remembered(userId);
+
+  useEffect(() => {
+    if (!userId) return;
+    if (inUrl) localStorage.setItem(memoryKey(userId), JSON.stringify(fromUrl));
+    // A page reached without the choice (a link inside the console, a new tab) takes the remembered one.
+    else if (picked.partnerId || picked.orgId) navigate(`${location}${searchWith(search, picked)}`, { replace: true });
+  }, [userId, location, search]);
+
   const value = useMemo<TenantValue>(() => {
-    const partnerId = me?.scope === 'system' ? pickedPartner : (me?.partnerId ?? null);
-    const orgId = me?.scope === 'organization' ? (me.orgId ?? null) : pickedOrg;
+    const partnerId = me?.scope === 'system' ? picked.partnerId : (me?.partnerId ?? null);
+    const orgId = me?.scope === 'organization' ? (me.orgId ?? null) : picked.orgId;
     const query: TenantValue['query'] = {};
     if (orgId && me?.scope !== 'organization') query.orgId = orgId;
     else if (partnerId && me?.scope === 'system') query.partnerId = partnerId;
+    // A new choice is a new history entry (the back button returns to the previous one), remembered at once.
+    const choose = (choice: Choice) => {
+      if (userId) localStorage.setItem(memoryKey(userId), JSON.stringify(choice));
+      navigate(`${location}${searchWith(search, choice)}`);
+    };
     return {
       partnerId,
       orgId,
       query,
       setPartnerId(id) {
-        if (id) sessionStorage.setItem('keel.partnerId', id);
-        else sessionStorage.removeItem('keel.partnerId');
-        sessionStorage.removeItem('keel.orgId');
-        setPickedPartner(id);
-        setPickedOrg(null);
+        choose({ partnerId: me?.scope === 'system' ? id : null, orgId: null });
       },
       setOrgId(id) {
-        if (id) sessionStorage.setItem('keel.orgId', id);
-        else sessionStorage.removeItem('keel.orgId');
-        setPickedOrg(id);
+        choose({ partnerId: me?.scope === 'system' ? partnerId : null, orgId: id });
       },
     };
-  }, [me, pickedPartner, pickedOrg]);
+  }, [me, userId, location, search]);
   return <TenantContext.Provider value={value}>{children}</TenantContext.Provider>;
 }
 

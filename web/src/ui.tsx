@@ -18,9 +18,17 @@ export function Alert({ kind = 'error', children }: { kind?: 'error' | 'info' | 
   );
 }
 
-export function ErrorAlert({ error }: { error: unknown }) {
+/**
+ * What went wrong, above a form. `shown`: the fields the form shows beside their inputs; a refusal
+ * whose every field is among them is said there alone, not again up here as "The request is not valid".
+ */
+export function ErrorAlert({ error, shown }: { error: unknown; shown?: readonly string[] }) {
   const subject = useContext(MfaSubject);
   if (!error) return null;
+  if (shown && error instanceof ApiError) {
+    const paths = Object.keys(error.fields);
+    if (paths.length > 0 && paths.every((p) => shown.includes(p))) return null;
+  }
   return (
     <>
       <Alert>{describeError(error, subject)}</Alert>
@@ -94,6 +102,9 @@ function Labelled({ label, error, hint, id, control }: Labelled & { id: string |
   const auto = useId();
   const fid = id ?? auto;
   const describedBy = [error ? `${fid}-err` : '', hint ? `${fid}-hint` : ''].filter(Boolean).join(' ');
+  // The API's field messages are clauses ("is too weak: …", "must be at least 8 characters"): beside
+  // the field they read as one sentence with its name ("Password is too weak: …").
+  const said = error && /^[a-z]/.test(error) ? `${label.replace(/\s*\([^)]*\)$/, '')} ${error}${/[.!?]$/.test(error) ? '' : '.'}` : error;
   return (
     <div className="field">
       <label htmlFor={fid}>{label}</label>
@@ -105,7 +116,7 @@ function Labelled({ label, error, hint, id, control }: Labelled & { id: string |
       )}
       {error && (
         <div className="field-error" id={`${fid}-err`}>
-          {error}
+          {said}
         </div>
       )}
     </div>
@@ -299,6 +310,19 @@ export function PagedTable<T>({
 export function when(iso: string | null | undefined): string {
   if (!iso) return '—';
   return new Date(iso).toLocaleString();
+}
+
+/** A duration in milliseconds as people say it: "300 ms", "1 s", "5 min", "1 h 30 min", "2 days". */
+export function duration(ms: number): string {
+  if (ms < 1000) return `${ms} ms`;
+  const parts: string[] = [];
+  let rest = Math.round(ms / 1000);
+  for (const [unit, size] of [['day', 86_400], ['h', 3_600], ['min', 60], ['s', 1]] as const) {
+    const n = Math.floor(rest / size);
+    rest -= n * size;
+    if (n > 0) parts.push(unit === 'day' ? `${n} ${n === 1 ? 'day' : 'days'}` : `${n} ${unit}`);
+  }
+  return parts.slice(0, 2).join(' ');
 }
 
 export function Dialog({ title, children, onClose }: { title: string; children: ReactNode; onClose: () => void }) {

@@ -16,13 +16,7 @@ export const OrgIdParam = z.object({
 });
 
 /** `orgId` / `partnerId` query parameters that name the organisation or partner (docs/decisions.md "Naming the organisation"). */
-export const ScopeQuery = z.object({
-  orgId: z.uuid().optional().openapi({
-    description:
-      'Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404',
-  }),
-  partnerId: z.uuid().optional().openapi({ description: 'Partner to act in: system callers name the partner here where a partner is meant' }),
-});
+export { ScopeQuery } from './scope.js';
 
 /** Stable ISO 8601 UTC timestamps. */
 export const iso = (d: Date): string => d.toISOString();

@@ -1,5 +1,6 @@
 import type { Context, MiddlewareHandler } from 'hono';
 import { routePath } from 'hono/route';
+import { z } from '@hono/zod-openapi';
 import { documentAccess, type AccessDoc } from '../../platform/http/route-docs.js';
 import { and, eq, inArray, isNull, or, sql, type SQL, type AnyColumn } from 'drizzle-orm';
 import type { AppEnv } from '../../app-env.js';
@@ -289,6 +290,18 @@ export async function accessContextFor(keel: Keel, principal: Principal): Promis
  * `c.get('access')`. Runs after `authenticate`. Users with no association: 403 `context_required`.
  * An `orgId` or `partnerId` the caller cannot reach: 404.
  */
+/**
+ * The query parameters `requireScope` reads: every route behind the guard accepts and documents them
+ * (platform/http/route-docs.ts `withMiddlewareQuery`), those named by a path parameter excepted.
+ */
+export const ScopeQuery = z.object({
+  orgId: z.uuid().optional().openapi({
+    description:
+      'Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404',
+  }),
+  partnerId: z.uuid().optional().openapi({ description: 'Partner to act in: system callers name the partner here where a partner is meant' }),
+});
+
 export function requireScope(keel: Keel, opts: ScopeOptions = {}): MiddlewareHandler<AppEnv> {
   return documentAccess(scopeMiddleware(keel, opts), scopeDoc(opts));
 }
@@ -411,6 +424,8 @@ export function guard(keel: Keel, opts: GuardOptions = {}): MiddlewareHandler<Ap
 /** What `requireScope` enforces, for the OpenAPI document (platform/http/route-docs.ts). */
 function scopeDoc(opts: ScopeOptions): AccessDoc {
   const doc: AccessDoc = { scoped: true };
+  const query = ScopeQuery.omit({ ...(opts.orgIdParam ? { orgId: true } : {}), ...(opts.partnerIdParam ? { partnerId: true } : {}) } as const);
+  if (Object.keys(query.shape).length > 0) doc.query = query;
   if (opts.scopes) doc.scopes = opts.scopes;
   if (opts.fullOrgAccess) doc.fullOrgAccess = true;
   if (opts.wholeOrg) doc.wholeOrg = true;

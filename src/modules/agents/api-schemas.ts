@@ -1,5 +1,5 @@
 import { z } from '@hono/zod-openapi';
-import { COMPONENTS, DAYS, minutesOf } from './decision.js';
+import { COMPONENTS, DAYS, knownTimeZone, minutesOf } from './decision.js';
 
 /** Request and response schemas of the agents module (every field described, every body with an example). */
 
@@ -166,9 +166,15 @@ export const UpdateNowAnswer = z
 const Hhmm = z.string().refine((v) => minutesOf(v) !== null, 'must be HH:MM (00:00-23:59)');
 export const MaintenanceWindow = z
   .object({
-    days: z.array(z.enum(DAYS)).min(1).max(7).refine((a) => new Set(a).size === a.length, 'must not repeat a day').openapi(d('Days the window starts on (UTC)', ['sat', 'sun'])),
-    start: Hhmm.openapi(d('Start, HH:MM UTC', '22:00')),
-    end: Hhmm.openapi(d('End, HH:MM UTC; at or before start: the window crosses midnight and belongs to its start day', '02:00')),
+    days: z.array(z.enum(DAYS)).min(1).max(7).refine((a) => new Set(a).size === a.length, 'must not repeat a day').openapi(d('Days the window starts on (in its time zone)', ['sat', 'sun'])),
+    start: Hhmm.openapi(d('Start, HH:MM on the wall clock of timeZone', '22:00')),
+    end: Hhmm.openapi(d('End, HH:MM on the wall clock of timeZone; at or before start: the window crosses midnight and belongs to its start day', '02:00')),
+    timeZone: z
+      .string()
+      .max(64)
+      .refine(knownTimeZone, 'must be an IANA time zone name, such as Europe/London')
+      .optional()
+      .openapi(d('IANA time zone the days and times are read in (default UTC); daylight saving follows the zone', 'Europe/London')),
   })
   .openapi('MaintenanceWindow');
 

@@ -18,17 +18,47 @@ export function minutesOf(hhmm: string): number | null {
   return m ? Number(m[1]) * 60 + Number(m[2]) : null;
 }
 
+const WEEKDAYS = ['Sun', 'Mon', 'Tue', 'Wed', 'Thu', 'Fri', 'Sat'];
+const zoneClocks = new Map<string, Intl.DateTimeFormat | null>();
+
+/** Whether `zone` is an IANA time zone name this runtime knows (`Intl`). */
+export function knownTimeZone(zone: string): boolean {
+  return zoneClock(zone) !== null;
+}
+
+function zoneClock(zone: string): Intl.DateTimeFormat | null {
+  let f = zoneClocks.get(zone);
+  if (f === undefined) {
+    try {
+      f = new Intl.DateTimeFormat('en-US', { timeZone: zone, weekday: 'short', hour: '2-digit', minute: '2-digit', hourCycle: 'h23' });
+    } catch {
+      f = null;
+    }
+    if (zoneClocks.size < 1000) zoneClocks.set(zone, f);
+  }
+  return f;
+}
+
+/** The weekday (0 = Sunday) and minute of the day of `now` in `zone` (UTC without one); null for an unknown zone. */
+function wallClock(now: Date, zone: string | undefined): { day: number; minute: number } | null {
+  if (!zone || zone === 'UTC') return { day: now.getUTCDay(), minute: now.getUTCHours() * 60 + now.getUTCMinutes() };
+  const f = zoneClock(zone);
+  if (!f) return null;
+  const parts = Object.fromEntries(f.formatToParts(now).map((p) => [p.type, p.value]));
+  return { day: WEEKDAYS.indexOf(parts.weekday ?? ''), minute: Number(parts.hour) * 60 + Number(parts.minute) };
+}
+
 /**
- * Whether `now` (UTC) is inside the window. A window whose end is not after its start crosses
- * midnight and belongs to its start day (`fri 22:00-02:00` covers Friday 22:00 to Saturday 02:00);
- * start equal to end is the whole start day.
+ * Whether `now` is inside the window, read on the wall clock of the window's time zone (UTC without
+ * one). A window whose end is not after its start crosses midnight and belongs to its start day
+ * (`fri 22:00-02:00` covers Friday 22:00 to Saturday 02:00); start equal to end is the whole start day.
  */
 export function insideWindow(w: MaintenanceWindow, now: Date): boolean {
   const start = minutesOf(w.start);
   const end = minutesOf(w.end);
-  if (start === null || end === null) return false; // validated on write; fail closed anyway
-  const day = now.getUTCDay();
-  const minute = now.getUTCHours() * 60 + now.getUTCMinutes();
+  const local = wallClock(now, w.timeZone);
+  if (start === null || end === null || local === null) return false; // validated on write; fail closed anyway
+  const { day, minute } = local;
   const has = (d: number) => w.days.some((day) => day === DAYS[(d + 7) % 7]);
   if (end > start) return has(day) && minute >= start && minute < end;
   const span = end === start ? 24 * 60 : 24 * 60 - start + end;

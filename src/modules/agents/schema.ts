@@ -6,11 +6,12 @@ import { deviceGroups, organizations, sites } from '../tenancy/schema.js';
 /** Installed versions per component, as the agent last reported them. */
 export type ComponentVersions = { agent?: string; helper?: string; watchdog?: string };
 
-/** A maintenance window in UTC (docs/decisions.md "Agent and update shapes"). */
+/** A maintenance window (docs/decisions.md "Agent and update shapes"), in its IANA time zone (none: UTC). */
 export interface MaintenanceWindow {
   days: ('mon' | 'tue' | 'wed' | 'thu' | 'fri' | 'sat' | 'sun')[];
   start: string;
   end: string;
+  timeZone?: string | undefined;
 }
 
 export type PinnedVersions = { agent?: string | undefined; helper?: string | undefined; watchdog?: string | undefined };

@@ -60,7 +60,8 @@ export async function assertStrongPassword(password: string, userInputs: (string
   const inputs = userInputs.filter((s): s is string => !!s).flatMap((s) => [s, ...s.split(/[@.\s]+/)]);
   const result = await (await strength()).checkAsync(password, inputs);
   if (result.score < 3) {
-    const hint = result.feedback.warning ?? result.feedback.suggestions[0] ?? 'add more words or characters';
-    throw validationError([{ path: field, message: `is too weak: ${hint}`.replace(/\.$/, '') }]);
+    const hint = (result.feedback.warning ?? result.feedback.suggestions[0] ?? 'add more words or characters').replace(/\.$/, '');
+    // One clause after the field's name ("Password is too weak: there should not be …"), not a second sentence.
+    throw validationError([{ path: field, message: `is too weak: ${hint.charAt(0).toLowerCase()}${hint.slice(1)}` }]);
   }
 }

@@ -109,7 +109,7 @@ const PartnerPatch = z
 const OrgCreate = z
   .object({
     name: NameIn('organisation', 'Contoso Dental'),
-    partnerId: z.uuid().optional().openapi({ description: "System callers: the partner to create it under (none: an organisation without a partner). Partner users always create under their own partner" }),
+    partnerId: z.uuid().optional().openapi({ description: 'The partner to create it under: required of platform administrators (here or as the `partnerId` query parameter; 400 naming `partnerId` without it). Partner users always create under their own partner' }),
     settings: Settings.optional(),
   })
   .openapi('OrganizationCreate', { example: { name: 'Contoso Dental', settings: { security: { requireMfa: true } } } });

@@ -5,7 +5,7 @@ import { requestLog } from '../../platform/request-scope.js';
 import { clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/client.js';
 import { transaction, type Tx } from '../../platform/db/transaction.js';
-import { notFound } from '../../platform/http/errors.js';
+import { notFound, validationError } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { organizationUsers, partnerUsers, roles } from '../access/schema.js';
 import { publishRoleChange } from '../access/role-cache.js';
@@ -136,8 +136,10 @@ export async function listOrgs(db: Db, access: AccessContext, q: Paging) {
 /** Partner-wide: the route's guard requires full organisation access of partner users (`fullOrgAccess`). */
 export async function createOrg(keel: Keel, access: AccessContext, input: { name: string; settings?: TenantSettings | undefined }, info: AuditRequestInfo) {
   if (access.scope === 'organization') throw accessError('scope_forbidden', { message: 'Organization users cannot create organizations' });
-  // Partner users create under their partner; system callers under the partner they named, or none.
+  // Partner users create under their partner; system callers under the partner they name, which
+  // they must (docs/decisions.md "Organisations belong to a partner").
   const partnerId = access.partnerId;
+  if (partnerId === null) throw validationError([{ path: 'partnerId', message: 'is required: an organisation belongs to a partner (name it in the body or the query)' }]);
   const row = await transaction(keel.db, async (tx) => {
     // The partner row is shared-locked: a concurrent deletePartner (which locks it for update) either
     // counts this organisation or has removed the partner, which is then a 404, never a foreign-key error.

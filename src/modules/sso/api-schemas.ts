@@ -203,4 +203,7 @@ export const CallbackQuerySchema = z.object({
   state: z.string().optional().openapi(d('State issued at login; must match the service_sso_state cookie')),
   error: z.string().optional().openapi(d('Error reported by the IdP')),
   iss: z.string().optional().openapi(d('Issuer identifier (RFC 9207), checked when sent')),
-});
+})
+  // The identity provider's redirect: providers add parameters of their own (session_state, scope,
+  // error_description), so this query alone is not strict (platform/http/validation.ts).
+  .loose();

@@ -97,14 +97,22 @@ async function grantFor(keel: Keel, access: AccessContext, input: InviteInput): 
   return { kind: 'partner', partnerId: access.partnerId, roleId: input.roleId, orgAccess: input.orgAccess, orgIds };
 }
 
-async function sendInvite(keel: Keel, to: string, token: string, inviter: string | null | undefined, request: RequestRef): Promise<void> {
+/** The name of the partner or organisation an invitation is for (null when it is gone). */
+async function invitedToName(db: Db, where: { orgId: string | null; partnerId: string | null }): Promise<string | null> {
+  if (where.orgId) return (await db.select({ name: organizations.name }).from(organizations).where(eq(organizations.id, where.orgId)))[0]?.name ?? null;
+  if (where.partnerId) return (await db.select({ name: partners.name }).from(partners).where(eq(partners.id, where.partnerId)))[0]?.name ?? null;
+  return null;
+}
+
+async function sendInvite(keel: Keel, to: string, token: string, inviter: string | null | undefined, tenantName: string | null, request: RequestRef): Promise<void> {
   const log = requestLog(keel.log, request);
   const link = `${keel.config.publicUrl}/accept-invite?token=${encodeURIComponent(token)}`;
+  const where = tenantName ? `${tenantName} on Keel` : 'Keel';
   try {
     await keel.mailer.send({
       to,
-      subject: 'You are invited to Keel',
-      text: `${inviter ?? 'An administrator'} invited you to Keel.\n\nTo accept, open this link within 7 days and choose your password:\n${link}\n\nIf you did not expect this, ignore this email.\n`,
+      subject: `You are invited to ${where}`,
+      text: `${inviter ?? 'An administrator'} invited you to ${where}.\n\nTo accept, open this link within 7 days and choose your password:\n${link}\n\nIf you did not expect this, ignore this email.\n`,
     }, log);
   } catch (err) {
     log.error({ error: loggableError(err) }, 'invitation email could not be sent');
@@ -271,7 +279,7 @@ export async function inviteUser(keel: Keel, access: AccessContext, input: Invit
     });
     return row;
   });
-  await sendInvite(keel, email, token, access.principal.email, info);
+  await sendInvite(keel, email, token, access.principal.email, await invitedToName(keel.db, invitation), info);
   if (existing) return invitedView(invitation, name);
   return getVisibleUser(keel.db, access, invitation.userId);
 }
@@ -468,7 +476,7 @@ export async function resendInvite(keel: Keel, access: AccessContext, id: string
       details: { invitationId: inv.id },
     });
   });
-  await sendInvite(keel, inv.email, token, access.principal.email, info);
+  await sendInvite(keel, inv.email, token, access.principal.email, await invitedToName(keel.db, inv), info);
 }
 
 /**

@@ -40,6 +40,11 @@ const UserSchema = z
     createdAt: z.string().openapi({ description: 'When the account was created, ISO 8601 UTC' }),
   })
   .openapi('User', { description: 'A user as a member of the scope: the account and its association' });
+const InvitedSchema = UserSchema.extend({
+  invitationEmail: z
+    .enum(['smtp', 'log', 'nowhere'])
+    .openapi({ description: "Where the invitation email went: `smtp` (sent through SMTP_URL), `log` (no SMTP_URL, development: written to Keel's log, link included), `nowhere` (no SMTP_URL in production: not sent)" }),
+}).openapi('InvitedUser', { description: 'The invited user, and where the invitation email went' });
 
 const ListQuery = PageQuery.extend(ScopeQuery.shape).extend({
   status: z.enum(['active', 'invited', 'disabled']).optional().openapi({ description: 'Only users with this status' }),
@@ -191,11 +196,11 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/users/invite', tags: tag, summary: 'Invite a user to the organisation (orgId) or the partner',
       middleware: admin('invite'),
       request: { query: ScopeQuery, body: jsonBody(InviteBody) },
-      responses: { 201: json(UserSchema, 'Invited'), ...errors(404, 409, 429) },
+      responses: { 201: json(InvitedSchema, 'Invited'), ...errors(404, 409, 429) },
     }),
     async (c) => {
       const { orgId: _o, partnerId: _p, ...input } = c.req.valid('json');
-      return c.json(await inviteUser(keel, accessOf(c), input, requestInfo(c)), 201);
+      return c.json({ ...(await inviteUser(keel, accessOf(c), input, requestInfo(c))), invitationEmail: keel.mailer.destination }, 201);
     },
   );
 
@@ -215,7 +220,8 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     }),
     async (c) => {
       await resendInvite(keel, accessOf(c), c.req.valid('json').userId, requestInfo(c));
-      return c.json({ message: 'Invitation sent' }, 200);
+      const where = { smtp: 'Invitation sent', log: "Invitation written to Keel's log (no SMTP_URL is set)", nowhere: 'Invitation created, but no email was sent: no SMTP_URL is set' } as const;
+      return c.json({ message: where[keel.mailer.destination] }, 200);
     },
   );
 

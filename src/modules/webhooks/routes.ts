@@ -13,7 +13,7 @@ import { DELIVERY_STATUSES, HEADER_LIMITS, RETRY_BOUNDS, WEBHOOK_EVENT_TYPES } f
 import {
   createWebhook,
   deleteWebhook,
-  deliveryStats,
+  readWebhook,
   listDeliveries,
   listWebhooks,
   publishEvent,
@@ -21,9 +21,7 @@ import {
   rotateSecret,
   testWebhook,
   updateWebhook,
-  visibleWebhook,
   webhookLimits,
-  webhookView,
 } from './service.js';
 import { webhooksError } from './errors.js';
 
@@ -94,8 +92,8 @@ const Webhook = z
     previousSecretExpiresAt: z.string().nullable().openapi(d('While a rotated-out secret still signs (24 hours after a rotation): when it stops; else null')),
     retrySchedule: RetrySchedule,
     retryPolicy: RetryPolicyOut,
-    successCount: z.number().int().openapi(d('Attempts answered 2xx, ever')),
-    failureCount: z.number().int().openapi(d('Attempts that failed, ever')),
+    successCount: z.number().int().openapi(d('Attempts (not deliveries) answered 2xx, ever; for a caller restricted to some sites or device groups, those of the deliveries it may see (`deliveryStats.attempts.succeeded`)')),
+    failureCount: z.number().int().openapi(d('Attempts (not deliveries) that failed, ever: a delivery retried twice and then delivered counts 2 here; for a restricted caller, those of the deliveries it may see')),
     lastDeliveryAt: z.string().nullable().openapi(d('Time of the most recent attempt (ISO 8601), or null')),
     lastSuccessAt: z.string().nullable().openapi(d('Time of the most recent 2xx (ISO 8601), or null')),
     createdBy: z.string().nullable().openapi(d('User id of its creator')),
@@ -111,8 +109,17 @@ const Stats = z
     failed: z.number().int().openapi(d('Retries exhausted (dead-lettered)')),
     retrying: z.number().int().openapi(d('Failed at least once, another attempt scheduled')),
     lastDeliveredAt: z.string().nullable().openapi(d('Time of the latest 2xx (ISO 8601), or null')),
+    attempts: z
+      .object({
+        succeeded: z.number().int().openapi(d('Attempts answered 2xx (one per delivered delivery)')),
+        failed: z.number().int().openapi(d('Attempts that failed (timeouts, network errors, non-2xx), over all these deliveries')),
+      })
+      .openapi(d('The attempts these deliveries made, counted apart from the deliveries')),
   })
-  .openapi('WebhookDeliveryStats', { description: 'Counts of the webhook\'s deliveries by status' });
+  .openapi('WebhookDeliveryStats', {
+    description:
+      "The webhook's deliveries counted by state (one delivery is one event sent to the webhook, however many attempts it took), and the attempts they made; over the deliveries kept (retention) and, for a caller restricted to some sites or device groups, those it may list",
+  });
 const WebhookWithStats = Webhook.extend({ deliveryStats: Stats }).openapi('WebhookWithStats', { description: 'A webhook with the counts of its deliveries' });
 const Delivery = z
   .object({
@@ -262,11 +269,11 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'get', path: '/webhooks', tags, summary: 'Webhooks of the organisation',
       middleware: read(true),
       request: { query: PageQuery.extend(ScopeQuery.shape).extend({ status: ApiStatus.optional().openapi(d('Only webhooks of this status')) }) },
-      responses: { 200: json(paginated(Webhook), 'Webhooks'), ...errors(404) },
+      responses: { 200: json(paginated(WebhookWithStats), 'Webhooks, each with its delivery numbers'), ...errors(404) },
     }),
     async (c) => {
       const q = c.req.valid('query');
-      const { data, total } = await listWebhooks(keel, accessOf(c), q);
+      const { data, total } = await listWebhooks(keel, accessOf(c), q, devicePlacementSql);
       return c.json(page(data, q, total), 200);
     },
   );
@@ -307,10 +314,7 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       request: { params: IdParam, query: ScopeQuery },
       responses: { 200: json(WebhookWithStats, 'Webhook'), ...errors(404) },
     }),
-    async (c) => {
-      const row = await visibleWebhook(keel.db, accessOf(c), c.req.valid('param').id);
-      return c.json({ ...webhookView(keel, row), deliveryStats: await deliveryStats(keel.db, row.id) }, 200);
-    },
+    async (c) => c.json(await readWebhook(keel, accessOf(c), c.req.valid('param').id, devicePlacementSql), 200),
   );
 
   api.openapi(

@@ -1,4 +1,4 @@
-import { and, count, desc, eq, getTableColumns, sql, type AnyColumn, type SQL } from 'drizzle-orm';
+import { and, count, desc, eq, getTableColumns, inArray, sql, type AnyColumn, type SQL } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import type { EventType, KeelEvent } from '../../events.js';
 import { clock } from '../../platform/clock.js';
@@ -128,6 +128,8 @@ export interface DeliveryStats {
   failed: number;
   retrying: number;
   lastDeliveredAt: string | null;
+  /** The attempts these deliveries made, shown apart from them. */
+  attempts: { succeeded: number; failed: number };
 }
 
 const isoOrNull = (d: Date | null) => (d ? d.toISOString() : null);
@@ -232,7 +234,12 @@ export interface Paging {
   limit: number;
 }
 
-export async function listWebhooks(keel: Keel, access: AccessContext, q: Paging & { status?: ApiWebhookStatus | undefined }): Promise<{ data: WebhookView[]; total: number }> {
+export async function listWebhooks(
+  keel: Keel,
+  access: AccessContext,
+  q: Paging & { status?: ApiWebhookStatus | undefined },
+  ofDevice: DevicePlacement,
+): Promise<{ data: WebhookWithStats[]; total: number }> {
   const where = and(visibleOrgCondition(access, webhooks.orgId), q.status ? eq(webhooks.status, storedStatus(q.status)) : undefined);
   const [total] = await keel.db.select({ n: count() }).from(webhooks).where(where);
   const rows = await keel.db
@@ -242,7 +249,27 @@ export async function listWebhooks(keel: Keel, access: AccessContext, q: Paging 
     .orderBy(desc(webhooks.createdAt), desc(webhooks.id))
     .limit(q.limit)
     .offset((q.page - 1) * q.limit);
-  return { data: rows.map((r) => webhookView(keel, r)), total: total?.n ?? 0 };
+  const stats = await deliveryStatsOf(keel.db, access, rows.map((r) => r.id), ofDevice);
+  return { data: rows.map((r) => withStats(webhookView(keel, r), stats.get(r.id) ?? EMPTY_STATS, access)), total: total?.n ?? 0 };
+}
+
+export type WebhookWithStats = WebhookView & { deliveryStats: DeliveryStats };
+
+/**
+ * A webhook with its numbers. For a caller restricted to some sites or device groups, the attempt
+ * counters and times of the webhook (kept for the whole organisation) are replaced by those of the
+ * deliveries it may see, so no number tells it about events outside its restriction.
+ */
+export function withStats(view: WebhookView, stats: DeliveryStats, access: AccessContext): WebhookWithStats {
+  if (!restricted(access)) return { ...view, deliveryStats: stats };
+  return {
+    ...view,
+    successCount: stats.attempts.succeeded,
+    failureCount: stats.attempts.failed,
+    lastDeliveryAt: stats.lastDeliveredAt,
+    lastSuccessAt: stats.lastDeliveredAt,
+    deliveryStats: stats,
+  };
 }
 
 type PolicyNumbers = Omit<RetryPolicy, 'schedule'>;
@@ -534,23 +561,62 @@ function eventPlacement(body: SQL, ofDevice: DevicePlacement): { siteId: AnyColu
  */
 export type DevicePlacement = (deviceId: SQL) => { siteId: SQL; deviceGroupId: SQL };
 
-export async function deliveryStats(db: Db, webhookId: string): Promise<DeliveryStats> {
-  const [s] = await rawQuery<{ total: number; pending: number; delivered: number; failed: number; retrying: number; last: Date | string | null }>(
-    db,
-    prepared(
-      'webhook_delivery_stats',
-      `select count(*)::int as total,
-              count(*) filter (where status = 'pending')::int as pending,
-              count(*) filter (where status = 'delivered')::int as delivered,
-              count(*) filter (where status = 'failed')::int as failed,
-              count(*) filter (where status = 'retrying')::int as retrying,
-              max(delivered_at) as last
-         from webhook_deliveries where webhook_id = $1`,
-    ),
-    [webhookId],
-  );
-  const last = s?.last ? new Date(s.last) : null;
-  return { total: s?.total ?? 0, pending: s?.pending ?? 0, delivered: s?.delivered ?? 0, failed: s?.failed ?? 0, retrying: s?.retrying ?? 0, lastDeliveredAt: isoOrNull(last) };
+/**
+ * The delivery numbers of webhooks (docs/decisions.md "Webhook numbers"), the one definition every read
+ * uses: deliveries counted by their state (a delivery retried five times and then delivered is one
+ * delivered delivery), and beside them the attempts those deliveries made (`attempts.succeeded`: one per
+ * delivered delivery; `attempts.failed`: every other attempt). A caller restricted to some sites or
+ * device groups counts only the deliveries it may list (`listDeliveries`' filter).
+ */
+export async function deliveryStatsOf(db: Db, access: AccessContext, webhookIds: string[], ofDevice: DevicePlacement): Promise<Map<string, DeliveryStats>> {
+  const out = new Map<string, DeliveryStats>();
+  for (const id of webhookIds) out.set(id, { ...EMPTY_STATS, attempts: { ...EMPTY_STATS.attempts } });
+  if (webhookIds.length === 0) return out;
+  const d = webhookDeliveries;
+  const columns = {
+    webhookId: d.webhookId,
+    total: sql<number>`count(*)::int`,
+    pending: sql<number>`(count(*) filter (where ${d.status} = 'pending'))::int`,
+    delivered: sql<number>`(count(*) filter (where ${d.status} = 'delivered'))::int`,
+    failed: sql<number>`(count(*) filter (where ${d.status} = 'failed'))::int`,
+    retrying: sql<number>`(count(*) filter (where ${d.status} = 'retrying'))::int`,
+    attempts: sql<number>`coalesce(sum(${d.attempts}), 0)::int`,
+    last: sql<Date | string | null>`max(${d.deliveredAt})`,
+  };
+  const ofHooks = inArray(d.webhookId, webhookIds);
+  const rows = restricted(access)
+    ? await db
+        .select(columns)
+        .from(d)
+        .innerJoin(webhookPayloads, eq(webhookPayloads.id, d.payloadId))
+        .where(and(ofHooks, placementFilter(access, eventPlacement(sql`${webhookPayloads.body}`, ofDevice))))
+        .groupBy(d.webhookId)
+    : await db.select(columns).from(d).where(ofHooks).groupBy(d.webhookId);
+  for (const r of rows) {
+    out.set(r.webhookId, {
+      total: r.total,
+      pending: r.pending,
+      delivered: r.delivered,
+      failed: r.failed,
+      retrying: r.retrying,
+      lastDeliveredAt: isoOrNull(r.last ? new Date(r.last) : null),
+      attempts: { succeeded: r.delivered, failed: r.attempts - r.delivered },
+    });
+  }
+  return out;
+}
+
+const EMPTY_STATS: DeliveryStats = { total: 0, pending: 0, delivered: 0, failed: 0, retrying: 0, lastDeliveredAt: null, attempts: { succeeded: 0, failed: 0 } };
+
+/** One webhook's numbers (`deliveryStatsOf`). */
+export async function deliveryStats(db: Db, access: AccessContext, webhookId: string, ofDevice: DevicePlacement): Promise<DeliveryStats> {
+  return (await deliveryStatsOf(db, access, [webhookId], ofDevice)).get(webhookId) ?? EMPTY_STATS;
+}
+
+/** A webhook's read: the webhook and its numbers (`withStats`). */
+export async function readWebhook(keel: Keel, access: AccessContext, id: string, ofDevice: DevicePlacement): Promise<WebhookWithStats> {
+  const row = await visibleWebhook(keel.db, access, id);
+  return withStats(webhookView(keel, row), await deliveryStats(keel.db, access, row.id, ofDevice), access);
 }
 
 export async function listDeliveries(

@@ -6,7 +6,7 @@ import { createRequire } from 'node:module';
 import { validationError, zodFields } from './errors.js';
 import { strictRequest, unstorableFields } from './validation.js';
 import { CachedTrieRouter } from './router.js';
-import { documentedRoute, SECURITY_SCHEMES } from './route-docs.js';
+import { documentedRoute, SECURITY_SCHEMES, withMiddlewareQuery } from './route-docs.js';
 import type { ErrorStatus } from './schemas.js';
 
 /**
@@ -15,7 +15,8 @@ import type { ErrorStatus } from './schemas.js';
  *
  * Every route registered here gets the platform's request rules (platform/http/validation.ts): its
  * JSON body validated strictly (unknown fields refused, deeply) and checked for text PostgreSQL cannot
- * store. The document keeps the route as declared; only validation uses the strict copy. `gate` names
+ * store, and its query strict (a parameter neither the route nor its middleware declares is refused).
+ * The document keeps the route as declared; only validation uses the strict copy. `gate` names
  * the statuses of the middleware every request of this router passes first (the API gate), so each
  * operation declares them.
  */
@@ -36,11 +37,13 @@ export function createRouter<E extends Env>(opts: { gate?: (method: string) => r
   app.openAPIRegistry.registerComponent('securitySchemes', 'apiKey', SECURITY_SCHEMES.apiKey);
   app.openAPIRegistry.registerComponent('securitySchemes', 'deviceToken', SECURITY_SCHEMES.deviceToken);
   const register = app.openapi;
-  const openapi: typeof register = (config, handler, hook) => {
+  const openapi: typeof register = (declared, handler, hook) => {
+    // The query parameters the middleware reads (the scope guard's) count as declared (route-docs.ts).
+    const config = withMiddlewareQuery(declared);
     // The document: the route as declared, plus what its middleware enforces (route-docs.ts).
-    if (!config.hide) app.openAPIRegistry.registerPath(documentedRoute(config, opts.gate?.(config.method) ?? []));
-    const request = strictRequest(config.request);
-    return register({ ...config, ...(request === null ? {} : { request }), hide: true }, handler, hook);
+    // 400: every route refuses a query parameter it does not declare (strictRequest), whatever else it answers.
+    if (!config.hide) app.openAPIRegistry.registerPath(documentedRoute(config, [400, ...(opts.gate?.(config.method) ?? [])]));
+    return register({ ...config, request: strictRequest(config.request) as typeof config.request, hide: true }, handler, hook);
   };
   app.openapi = openapi;
   return app;

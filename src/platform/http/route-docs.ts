@@ -5,7 +5,7 @@
  * middleware list when it registers the path and derives `security`, `operationId` and an "Access"
  * paragraph of the description. A new middleware that restricts access tags itself with `documentAccess`.
  */
-import type { RouteConfig } from '@hono/zod-openapi';
+import type { RouteConfig, z } from '@hono/zod-openapi';
 import { errors, type ErrorStatus } from './schemas.js';
 
 export interface AccessDoc {
@@ -35,6 +35,11 @@ export interface AccessDoc {
   limited?: boolean;
   /** Requests are shed under load before any work (503 `overloaded` with Retry-After). */
   overloadGate?: boolean;
+  /**
+   * Query parameters the middleware itself reads (the scope guard's `orgId` / `partnerId`): the route
+   * accepts and documents them as if it had declared them (`withMiddlewareQuery`).
+   */
+  query?: z.ZodObject;
 }
 
 const ACCESS_DOC = Symbol.for('keel.accessDoc');
@@ -91,18 +96,36 @@ export function accessText(doc: AccessDoc): string {
   return `Access: ${parts.join('; ')}.`;
 }
 
-/** The statuses that can answer (401, 403, 428, 429, 503); what a route's handler answers it declares itself. */
-export type MiddlewareStatus = 401 | 403 | 428 | 429 | 503;
+/**
+ * The route with the query parameters its middleware reads added to the ones it declares (a route's
+ * own declaration of a name wins). Both the document and the validator use the result, so a query
+ * parameter is accepted exactly when the document describes it (docs/decisions.md "Query parameters").
+ */
+export function withMiddlewareQuery<R extends RouteConfig & { middleware?: unknown }>(config: R): R {
+  const extra = accessOf(config.middleware).query;
+  if (!extra) return config;
+  const declared = config.request?.query as z.ZodObject | undefined;
+  const add = Object.fromEntries(Object.entries(extra.shape).filter(([k]) => !declared?.shape[k]));
+  if (Object.keys(add).length === 0) return config;
+  const query = (declared ?? extra.pick({})).extend(add);
+  return { ...config, request: { ...config.request, query } };
+}
+
+/** The statuses that can answer (401, 403, 404, 428, 429, 503); what a route's handler answers it declares itself. */
+export type MiddlewareStatus = 401 | 403 | 404 | 428 | 429 | 503;
 
 /**
  * The statuses a route's middleware can answer, from what it enforces: a token (401, and 503 when the
- * database behind the token is unavailable), a guard that can refuse (403), the Force MFA gate (428), a
+ * database behind the token is unavailable), a guard that can refuse (403), an id read from the query
+ * that names nothing the caller reaches (404), the Force MFA gate (428), a
  * limiter (429), the overload gate (503).
  */
 export function middlewareStatuses(doc: AccessDoc): MiddlewareStatus[] {
   const out = new Set<MiddlewareStatus>();
   if (doc.auth || doc.device) out.add(401).add(503);
   if (doc.auth === 'user' || doc.scoped || doc.permission || doc.scopes || doc.fullOrgAccess || doc.wholeOrg || doc.mfa || doc.factorProof || doc.releaseWriter) out.add(403);
+  // A middleware that reads an id from the query (the scope guard's orgId / partnerId) answers 404 for one the caller cannot reach.
+  if (doc.query) out.add(404);
   if (doc.mfaEnrolmentGate) out.add(428);
   if (doc.limited) out.add(429);
   if (doc.overloadGate) out.add(503);

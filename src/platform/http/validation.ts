@@ -9,6 +9,11 @@ import type { FieldIssue } from './errors.js';
  *   does not declare (400 `validation_failed`, the field named, "is not a known field"). A nested
  *   object that declares its own catch-all (`.loose()`, `.catchall(...)`) keeps it: that is how a
  *   route accepts a document it does not own (a WebAuthn credential); the top level never does.
+ * - Queries are strict the same way: a query parameter the route does not declare (nor its middleware,
+ *   route-docs.ts `withMiddlewareQuery`) is a 400 naming it (`query.<name>`, "is not a known field"),
+ *   also on a route that declares no query at all. A query schema that declares its own catch-all
+ *   (`.loose()`) keeps it: that is how a route takes a redirect from another party (an identity
+ *   provider's callback adds parameters of its own).
  * - A missing field reads "is required", on every route.
  * - Text PostgreSQL cannot store (NUL; an unpaired UTF-16 surrogate, which JSON's `\uD800` escapes
  *   produce and which drivers would silently replace with U+FFFD) is a 400 naming the field, for
@@ -140,20 +145,27 @@ function strictCopy(schema: z.ZodType, top: boolean): z.ZodType {
   }
 }
 
-interface JsonBodyRequest {
-  body: { content: Record<string, { schema: z.ZodType }> };
+interface RequestParts {
+  body?: { content?: Record<string, { schema?: unknown }> };
+  query?: unknown;
 }
 
 const isZod = (x: unknown): x is z.ZodType => x instanceof z.ZodType;
+const NO_QUERY = z.object({});
 
-/** A route's `request` with its JSON body schema made strict; null when the route has no JSON body schema. */
-export function strictRequest(request: unknown): unknown {
-  const content = (request as Partial<JsonBodyRequest> | undefined)?.body?.content;
+/**
+ * A route's `request` as validated: its JSON body schema made strict, and its query strict (an empty
+ * object when the route declares none, so every query parameter is refused there).
+ */
+export function strictRequest(request: unknown): RequestParts {
+  const parts = (request ?? {}) as RequestParts;
+  const query = isZod(parts.query) ? strictSchema(parts.query, false) : strictSchema(NO_QUERY, false);
+  const content = parts.body?.content;
   const media = content?.['application/json'];
-  if (!content || !media || !isZod(media.schema)) return null;
-  const { body } = request as JsonBodyRequest;
+  if (!content || !media || !isZod(media.schema)) return { ...parts, query };
   return {
-    ...(request as object),
-    body: { ...body, content: { ...content, 'application/json': { ...media, schema: strictSchema(media.schema) } } },
+    ...parts,
+    query,
+    body: { ...parts.body, content: { ...content, 'application/json': { ...media, schema: strictSchema(media.schema) } } },
   };
 }

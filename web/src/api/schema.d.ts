@@ -3162,7 +3162,7 @@ export interface components {
             /** @description Window for updates; null clears it (any time, or the partner window) */
             maintenanceWindow?: {
                 /**
-                 * @description Days the window starts on (UTC)
+                 * @description Days the window starts on (in its time zone)
                  * @example [
                  *       "sat",
                  *       "sun"
@@ -3170,15 +3170,20 @@ export interface components {
                  */
                 days: ("sun" | "mon" | "tue" | "wed" | "thu" | "fri" | "sat")[];
                 /**
-                 * @description End, HH:MM UTC; at or before start: the window crosses midnight and belongs to its start day
+                 * @description End, HH:MM on the wall clock of timeZone; at or before start: the window crosses midnight and belongs to its start day
                  * @example 02:00
                  */
                 end: string;
                 /**
-                 * @description Start, HH:MM UTC
+                 * @description Start, HH:MM on the wall clock of timeZone
                  * @example 22:00
                  */
                 start: string;
+                /**
+                 * @description IANA time zone the days and times are read in (default UTC); daylight saving follows the zone
+                 * @example Europe/London
+                 */
+                timeZone?: string;
             } | null;
             /** @description Versions to stay on; null clears them */
             pinnedVersions?: {
@@ -3960,6 +3965,14 @@ export interface components {
             ssoRequired?: true;
             user: components["schemas"]["SelfProfile"];
         };
+        /** @description The invited user, and where the invitation email went */
+        InvitedUser: components["schemas"]["User"] & {
+            /**
+             * @description Where the invitation email went: `smtp` (sent through SMTP_URL), `log` (no SMTP_URL, development: written to Keel's log, link included), `nowhere` (no SMTP_URL in production: not sent)
+             * @enum {string}
+             */
+            invitationEmail: "smtp" | "log" | "nowhere";
+        };
         /**
          * @description Naming `orgId` (or calling as an organisation user) invites into that organisation; otherwise into the caller's partner. The invitee gets an email with a link valid 7 days
          * @example {
@@ -4033,7 +4046,7 @@ export interface components {
         /** @description Window for updates (UTC), or null */
         MaintenanceWindow: {
             /**
-             * @description Days the window starts on (UTC)
+             * @description Days the window starts on (in its time zone)
              * @example [
              *       "sat",
              *       "sun"
@@ -4041,15 +4054,20 @@ export interface components {
              */
             days: ("sun" | "mon" | "tue" | "wed" | "thu" | "fri" | "sat")[];
             /**
-             * @description End, HH:MM UTC; at or before start: the window crosses midnight and belongs to its start day
+             * @description End, HH:MM on the wall clock of timeZone; at or before start: the window crosses midnight and belongs to its start day
              * @example 02:00
              */
             end: string;
             /**
-             * @description Start, HH:MM UTC
+             * @description Start, HH:MM on the wall clock of timeZone
              * @example 22:00
              */
             start: string;
+            /**
+             * @description IANA time zone the days and times are read in (default UTC); daylight saving follows the zone
+             * @example Europe/London
+             */
+            timeZone?: string;
         } | null;
         Message: {
             /** @description What was done, as a sentence for people */
@@ -4246,7 +4264,7 @@ export interface components {
             name: string;
             /**
              * Format: uuid
-             * @description System callers: the partner to create it under (none: an organisation without a partner). Partner users always create under their own partner
+             * @description The partner to create it under: required of platform administrators (here or as the `partnerId` query parameter; 400 naming `partnerId` without it). Partner users always create under their own partner
              */
             partnerId?: string;
             settings?: components["schemas"]["TenantSettings"];
@@ -6192,7 +6210,7 @@ export interface components {
             createdBy: string | null;
             /** @description Subscribed event types */
             events: string[];
-            /** @description Attempts that failed, ever */
+            /** @description Attempts (not deliveries) that failed, ever: a delivery retried twice and then delivered counts 2 here; for a restricted caller, those of the deliveries it may see */
             failureCount: number;
             /** @description Whether deliveries are signed (the secret itself is never returned) */
             hasSecret: boolean;
@@ -6227,7 +6245,7 @@ export interface components {
              * @enum {string}
              */
             status: "active" | "paused" | "failed";
-            /** @description Attempts answered 2xx, ever */
+            /** @description Attempts (not deliveries) answered 2xx, ever; for a caller restricted to some sites or device groups, those of the deliveries it may see (`deliveryStats.attempts.succeeded`) */
             successCount: number;
             /** @description Last change (ISO 8601) */
             updatedAt: string;
@@ -6357,8 +6375,15 @@ export interface components {
             /** @description What happened, in words */
             message: string;
         };
-        /** @description Counts of the webhook's deliveries by status */
+        /** @description The webhook's deliveries counted by state (one delivery is one event sent to the webhook, however many attempts it took), and the attempts they made; over the deliveries kept (retention) and, for a caller restricted to some sites or device groups, those it may list */
         WebhookDeliveryStats: {
+            /** @description The attempts these deliveries made, counted apart from the deliveries */
+            attempts: {
+                /** @description Attempts that failed (timeouts, network errors, non-2xx), over all these deliveries */
+                failed: number;
+                /** @description Attempts answered 2xx (one per delivered delivery) */
+                succeeded: number;
+            };
             /** @description Answered 2xx */
             delivered: number;
             /** @description Retries exhausted (dead-lettered) */
@@ -6511,8 +6536,12 @@ export interface operations {
             query?: {
                 /** @description Page size (1-100) */
                 limit?: number;
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
                 /** @description Page (from 1) */
                 page?: number;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
             };
             header?: never;
             path?: never;
@@ -6603,6 +6632,21 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description MFA enrolment required */
             428: {
                 headers: {
@@ -6650,6 +6694,10 @@ export interface operations {
     postAgentVersions: {
         parameters: {
             query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
                 /** @description false: register only, never promote (the console always sends it; promoting is a separate, deliberate step); absent or true: AGENT_AUTO_PROMOTE decides */
                 promote?: "true" | "false";
             };
@@ -6721,6 +6769,21 @@ export interface operations {
                      * @example {
                      *       "code": "forbidden",
                      *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
                      *     }
                      */
                     "application/json": components["schemas"]["Error"];
@@ -6908,7 +6971,12 @@ export interface operations {
     };
     postAgentVersionsPromote: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -7069,7 +7137,12 @@ export interface operations {
     };
     postAgentVersionsRollout: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -7230,7 +7303,12 @@ export interface operations {
     };
     postAgentVersionsRolloutResume: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -7298,6 +7376,21 @@ export interface operations {
                      * @example {
                      *       "code": "forbidden",
                      *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
                      *     }
                      */
                     "application/json": components["schemas"]["Error"];
@@ -7377,6 +7470,10 @@ export interface operations {
     postAgentVersionsSyncRemote: {
         parameters: {
             query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
                 /** @description Version to sync (default: latest stable) */
                 version?: string;
             };
@@ -7918,8 +8015,12 @@ export interface operations {
             query?: {
                 /** @description Items per page, 1 to 100 (default 50; over 100 is a 400) */
                 limit?: number;
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
                 /** @description Page number, from 1 (default 1) */
                 page?: number;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
             };
             header?: never;
             path?: never;
@@ -8010,6 +8111,21 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description MFA enrolment required */
             428: {
                 headers: {
@@ -8056,7 +8172,12 @@ export interface operations {
     };
     postApiKeys: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -8129,6 +8250,21 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description The request body is too large */
             413: {
                 headers: {
@@ -8193,7 +8329,12 @@ export interface operations {
     };
     deleteApiKeysById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the resource the path names, as its list or create answer gave it; one the caller cannot see (another tenant's) answers 404 */
@@ -12800,7 +12941,12 @@ export interface operations {
     };
     deleteDeviceGroupsById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the resource the path names, as its list or create answer gave it; one the caller cannot see (another tenant's) answers 404 */
@@ -12949,7 +13095,12 @@ export interface operations {
     };
     patchDeviceGroupsById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the resource the path names, as its list or create answer gave it; one the caller cannot see (another tenant's) answers 404 */
@@ -13276,7 +13427,12 @@ export interface operations {
     };
     getDevicesById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Device id */
@@ -13409,7 +13565,12 @@ export interface operations {
     };
     deleteDevicesById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Device id */
@@ -13558,7 +13719,12 @@ export interface operations {
     };
     postDevicesByIdAutoUpdate: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Device id */
@@ -13716,8 +13882,12 @@ export interface operations {
             query?: {
                 /** @description Page size (1-100) */
                 limit?: number;
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
                 /** @description Page (from 1) */
                 page?: number;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
             };
             header?: never;
             path: {
@@ -13872,7 +14042,12 @@ export interface operations {
     };
     postDevicesUpdateNow: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -14359,7 +14534,12 @@ export interface operations {
     };
     postOrgs: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -14511,7 +14691,12 @@ export interface operations {
     };
     getOrgsById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the resource the path names, as its list or create answer gave it; one the caller cannot see (another tenant's) answers 404 */
@@ -14644,7 +14829,12 @@ export interface operations {
     };
     deleteOrgsById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the resource the path names, as its list or create answer gave it; one the caller cannot see (another tenant's) answers 404 */
@@ -14793,7 +14983,12 @@ export interface operations {
     };
     patchOrgsById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the resource the path names, as its list or create answer gave it; one the caller cannot see (another tenant's) answers 404 */
@@ -14948,7 +15143,10 @@ export interface operations {
     };
     getOrgsByOrgIdAgentUpdateSettings: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Organisation id */
@@ -15081,7 +15279,10 @@ export interface operations {
     };
     putOrgsByOrgIdAgentUpdateSettings: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Organisation id */
@@ -15241,6 +15442,8 @@ export interface operations {
                 limit?: number;
                 /** @description Page number, from 1 (default 1) */
                 page?: number;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
             };
             header?: never;
             path: {
@@ -15395,7 +15598,10 @@ export interface operations {
     };
     postOrgsByOrgIdDeviceGroups: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the organisation; one the caller cannot reach answers 404 */
@@ -15555,6 +15761,8 @@ export interface operations {
                 limit?: number;
                 /** @description Page number, from 1 (default 1) */
                 page?: number;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
             };
             header?: never;
             path: {
@@ -15709,7 +15917,10 @@ export interface operations {
     };
     postOrgsByOrgIdDomains: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the organisation; one the caller cannot reach answers 404 */
@@ -15873,7 +16084,10 @@ export interface operations {
     };
     deleteOrgsByOrgIdDomainsById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the domain claim, as the list or create answer gave it; another owner's answers 404 */
@@ -16024,7 +16238,10 @@ export interface operations {
     };
     postOrgsByOrgIdDomainsByIdVerify: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the domain claim, as the list or create answer gave it; another owner's answers 404 */
@@ -16209,6 +16426,8 @@ export interface operations {
                 limit?: number;
                 /** @description Page (from 1) */
                 page?: number;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
             };
             header?: never;
             path: {
@@ -16363,7 +16582,10 @@ export interface operations {
     };
     postOrgsByOrgIdEnrollmentKeys: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Organisation id */
@@ -16518,7 +16740,10 @@ export interface operations {
     };
     deleteOrgsByOrgIdEnrollmentKeysById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Enrolment key id */
@@ -16669,7 +16894,10 @@ export interface operations {
     };
     getOrgsByOrgIdScimSettings: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the organisation; one the caller cannot reach answers 404 */
@@ -16802,7 +17030,10 @@ export interface operations {
     };
     putOrgsByOrgIdScimSettings: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the organisation; one the caller cannot reach answers 404 */
@@ -16962,6 +17193,8 @@ export interface operations {
                 limit?: number;
                 /** @description Page number, from 1 (default 1) */
                 page?: number;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
             };
             header?: never;
             path: {
@@ -17116,7 +17349,10 @@ export interface operations {
     };
     postOrgsByOrgIdScimTokens: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the organisation; one the caller cannot reach answers 404 */
@@ -17271,7 +17507,10 @@ export interface operations {
     };
     deleteOrgsByOrgIdScimTokensById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the SCIM token; another organisation's answers 404 */
@@ -17427,6 +17666,8 @@ export interface operations {
                 limit?: number;
                 /** @description Page number, from 1 (default 1) */
                 page?: number;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
             };
             header?: never;
             path: {
@@ -17581,7 +17822,10 @@ export interface operations {
     };
     postOrgsByOrgIdSites: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the organisation; one the caller cannot reach answers 404 */
@@ -17739,8 +17983,12 @@ export interface operations {
             query?: {
                 /** @description Items per page, 1 to 100 (default 50; over 100 is a 400) */
                 limit?: number;
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
                 /** @description Page number, from 1 (default 1) */
                 page?: number;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
             };
             header?: never;
             path?: never;
@@ -17831,6 +18079,21 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description MFA enrolment required */
             428: {
                 headers: {
@@ -17877,7 +18140,12 @@ export interface operations {
     };
     postPartners: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -17950,6 +18218,21 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description The request body is too large */
             413: {
                 headers: {
@@ -18014,7 +18297,12 @@ export interface operations {
     };
     getPartnersById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the resource the path names, as its list or create answer gave it; one the caller cannot see (another tenant's) answers 404 */
@@ -18147,7 +18435,12 @@ export interface operations {
     };
     deletePartnersById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the resource the path names, as its list or create answer gave it; one the caller cannot see (another tenant's) answers 404 */
@@ -18305,7 +18598,12 @@ export interface operations {
     };
     patchPartnersById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the resource the path names, as its list or create answer gave it; one the caller cannot see (another tenant's) answers 404 */
@@ -18460,7 +18758,12 @@ export interface operations {
     };
     getPartnersByPartnerIdAgentUpdateSettings: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Partner id */
@@ -18593,7 +18896,12 @@ export interface operations {
     };
     putPartnersByPartnerIdAgentUpdateSettings: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Partner id */
@@ -18751,6 +19059,8 @@ export interface operations {
             query?: {
                 /** @description Items per page, 1 to 100 (default 50; over 100 is a 400) */
                 limit?: number;
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
                 /** @description Page number, from 1 (default 1) */
                 page?: number;
             };
@@ -18907,7 +19217,10 @@ export interface operations {
     };
     postPartnersByPartnerIdDomains: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the partner; another partner answers 404 */
@@ -19071,7 +19384,10 @@ export interface operations {
     };
     deletePartnersByPartnerIdDomainsById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the domain claim, as the list or create answer gave it; another owner's answers 404 */
@@ -19222,7 +19538,10 @@ export interface operations {
     };
     postPartnersByPartnerIdDomainsByIdVerify: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the domain claim, as the list or create answer gave it; another owner's answers 404 */
@@ -20893,7 +21212,12 @@ export interface operations {
     };
     deleteSitesById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the resource the path names, as its list or create answer gave it; one the caller cannot see (another tenant's) answers 404 */
@@ -21042,7 +21366,12 @@ export interface operations {
     };
     patchSitesById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Id (UUID) of the resource the path names, as its list or create answer gave it; one the caller cannot see (another tenant's) answers 404 */
@@ -21621,6 +21950,8 @@ export interface operations {
                 orgId?: string;
                 /** @description Page number, from 1 (default 1) */
                 page?: number;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
             };
             header?: never;
             path?: never;
@@ -21772,7 +22103,12 @@ export interface operations {
     };
     postSsoProviders: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -21924,7 +22260,12 @@ export interface operations {
     };
     getSsoProvidersById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Provider id */
@@ -22057,7 +22398,12 @@ export interface operations {
     };
     deleteSsoProvidersById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Provider id */
@@ -22206,7 +22552,12 @@ export interface operations {
     };
     patchSsoProvidersById: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Provider id */
@@ -22361,7 +22712,12 @@ export interface operations {
     };
     postSsoProvidersByIdStatus: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Provider id */
@@ -22525,7 +22881,12 @@ export interface operations {
     };
     postSsoProvidersByIdTest: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
             header?: never;
             path: {
                 /** @description Provider id */
@@ -24302,7 +24663,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["User"];
+                    "application/json": components["schemas"]["InvitedUser"];
                 };
             };
             /** @description Invalid request */
@@ -25057,7 +25418,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Webhooks */
+            /** @description Webhooks, each with its delivery numbers */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -25065,7 +25426,7 @@ export interface operations {
                 content: {
                     "application/json": {
                         /** @description The items of this page, in the order the operation states */
-                        data: components["schemas"]["Webhook"][];
+                        data: components["schemas"]["WebhookWithStats"][];
                         /** @description Where this page sits in the whole list */
                         pagination: {
                             /**
@@ -26519,6 +26880,10 @@ export interface operations {
             query?: {
                 /** @description `schema` adds each type's JSON Schema */
                 include?: "schema";
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
             };
             header?: never;
             path?: never;
@@ -26588,6 +26953,21 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description MFA enrolment required */
             428: {
                 headers: {
@@ -26650,6 +27030,29 @@ export interface operations {
                     "application/json": components["schemas"]["Health"];
                 };
             };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description Database unreachable */
             503: {
                 headers: {
@@ -26677,6 +27080,29 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Ready"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             /** @description A dependency is down */

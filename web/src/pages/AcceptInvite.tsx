@@ -60,7 +60,7 @@ export function AcceptInvite() {
           <SecondFactor challenge={challenge} onDone={(t) => void finish(t)} onCancel={() => setChallenge(null)} />
         ) : (
           <form onSubmit={s.submit}>
-            <ErrorAlert error={s.error} />
+            <ErrorAlert error={s.error} shown={['name', 'password']} />
             <p className="muted">New to Keel? Choose your name and a password. Already have an account? Enter its password to join.</p>
             <Field label="Your name (optional)" autoComplete="name" maxLength={200} value={name} onChange={(e) => setName(e.target.value)} error={s.fields.name} />
             <Field label="Password" type="password" autoComplete="new-password" required minLength={8} maxLength={128} value={password} onChange={(e) => setPassword(e.target.value)} error={s.fields.password} hint="8 to 128 characters; a weak password is refused with the reason." />

@@ -61,7 +61,7 @@ function ChangePassword() {
     <Card title="Change password">
       <p className="muted">Changing the password signs out every session, this one too.</p>
       <form onSubmit={s.submit}>
-        <ErrorAlert error={s.error} />
+        <ErrorAlert error={s.error} shown={['currentPassword', 'newPassword']} />
         <Field label="Current password" type="password" autoComplete="current-password" required value={current} onChange={(e) => setCurrent(e.target.value)} error={s.fields.currentPassword} />
         <Field label="New password" type="password" autoComplete="new-password" required minLength={8} maxLength={128} value={next} onChange={(e) => setNext(e.target.value)} error={s.fields.newPassword} />
         <Button type="submit" busy={s.busy}>

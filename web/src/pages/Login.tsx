@@ -177,7 +177,7 @@ export function ResetPassword() {
           </Alert>
         ) : (
           <form onSubmit={(e) => (mismatch ? e.preventDefault() : s.submit(e))}>
-            <ErrorAlert error={s.error} />
+            <ErrorAlert error={s.error} shown={['password']} />
             <Field label="New password" type="password" autoComplete="new-password" required minLength={8} maxLength={128} value={password} onChange={(e) => setPassword(e.target.value)} error={s.fields.password} />
             <Field label="Repeat the new password" type="password" autoComplete="new-password" required value={confirm} onChange={(e) => setConfirm(e.target.value)} error={mismatch ? 'The two passwords differ' : undefined} />
             <Button type="submit" busy={s.busy} disabled={!token}>

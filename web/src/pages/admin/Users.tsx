@@ -14,6 +14,14 @@ import type { Schema } from '../../api/types';
 type User = Schema<'User'>;
 
 type Invitation = Schema<'Invitation'>;
+type InvitationEmail = Schema<'InvitedUser'>['invitationEmail'];
+
+/** What happened to the invitation email, as the API says (no "was sent" when Keel has no SMTP_URL). */
+function invitationNotice(email: string, went: InvitationEmail): string {
+  if (went === 'smtp') return `An invitation was sent to ${email}.`;
+  if (went === 'log') return `${email} is invited. No email service is set up (SMTP_URL), so the invitation email, with its link, was written to Keel's server log.`;
+  return `${email} is invited, but no email was sent: no email service is set up (SMTP_URL). Set one up, then use Resend.`;
+}
 
 export const Users = permissionPage(UsersPage, '/admin/users', { context: 'tenant' });
 
@@ -203,9 +211,9 @@ function UsersPage() {
       {inviting && (
         <InviteDialog
           onClose={() => setInviting(false)}
-          onDone={(email) => {
+          onDone={(email, went) => {
             setInviting(false);
-            setNotice(`An invitation was sent to ${email}.`);
+            setNotice(invitationNotice(email, went));
             void reload();
           }}
         />
@@ -214,7 +222,7 @@ function UsersPage() {
   );
 }
 
-function InviteDialog({ onClose, onDone }: { onClose: () => void; onDone: (email: string) => void }) {
+function InviteDialog({ onClose, onDone }: { onClose: () => void; onDone: (email: string, went: InvitationEmail) => void }) {
   const { me } = useAuth();
   const t = useTenant();
   const roles = useRoles();
@@ -251,8 +259,8 @@ function InviteDialog({ onClose, onDone }: { onClose: () => void; onDone: (email
       body.orgAccess = orgAccess;
       if (orgAccess === 'selected') body.orgIds = orgIds;
     }
-    await api('POST', '/users/invite', { query: t.query, body });
-    onDone(email.trim());
+    const invited = await api<{ invitationEmail: InvitationEmail }>('POST', '/users/invite', { query: t.query, body });
+    onDone(email.trim(), invited.invitationEmail);
   });
 
   return (

@@ -7,7 +7,7 @@ import { Link, useLocation } from 'wouter';
 import { api, client, dataOf } from '../../api';
 import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
-import { Alert, Button, Card, Dialog, ErrorAlert, Field, PageHeader, QueryState, Select, useSubmit, when, PagedTable } from '../../ui';
+import { Alert, Button, Card, Dialog, ErrorAlert, Field, PageHeader, QueryState, Select, useSubmit, when, duration, PagedTable } from '../../ui';
 import { permissionPage } from '../../permission';
 import { keys } from '../../api/keys';
 import { EVENT_TYPES, type EventType } from '../../../../src/event-types.js';
@@ -49,11 +49,37 @@ export const EVENT_GROUPS: { title: string; types: EventType[] }[] = (() => {
   return [...groups].filter(([, types]) => types.length > 0).map(([title, types]) => ({ title, types }));
 })();
 
-const STATUS_LABEL: Record<WebhookStatus, string> = { active: 'Active', paused: 'Paused', failed: 'Failed' };
-
 function StatusBadge({ status }: { status: string }) {
   const ok = status === 'active' || status === 'delivered';
   return <span className={`badge ${ok ? 'badge-ok' : 'badge-warn'}`}>{status}</span>;
+}
+
+type Stats = Schema<'WebhookDeliveryStats'>;
+
+/** What `new Webhook()` of the standardwebhooks libraries takes for a Keel secret: its UTF-8 bytes in base64 (the README's "Webhooks" snippet). */
+function standardWebhooksKey(secret: string): string {
+  return btoa(String.fromCharCode(...new TextEncoder().encode(secret)));
+}
+const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
+
+/**
+ * A webhook's numbers, the same words in the list and on its page (docs/decisions.md "Webhook
+ * numbers"): deliveries by their state, and the attempts they took apart from them.
+ */
+function DeliveryNumbers({ stats, detail = false }: { stats: Stats; detail?: boolean }) {
+  const deliveries = detail
+    ? `${plural(stats.total, 'delivery', 'deliveries')}: ${stats.delivered} delivered, ${stats.failed} failed, ${stats.retrying} retrying, ${stats.pending} pending`
+    : `${stats.delivered} delivered, ${stats.failed} failed`;
+  const attempts = stats.attempts.succeeded + stats.attempts.failed;
+  return (
+    <>
+      <span>{deliveries}</span>
+      <br />
+      <span className="small muted">
+        {plural(attempts, 'attempt')}: {stats.attempts.succeeded} succeeded, {stats.attempts.failed} failed
+      </span>
+    </>
+  );
 }
 
 export const Webhooks = permissionPage(WebhookList, '/integrations/webhooks', { context: 'org' });
@@ -103,7 +129,7 @@ function WebhookList() {
             <th>URL</th>
             <th>Events</th>
             <th>Status</th>
-            <th>Delivered / failed</th>
+            <th>Deliveries (attempts)</th>
             <th>Last delivery</th>
           </tr>
         }
@@ -119,7 +145,7 @@ function WebhookList() {
               <StatusBadge status={w.status} />
             </td>
             <td>
-              {w.successCount} / {w.failureCount}
+              <DeliveryNumbers stats={w.deliveryStats} />
             </td>
             <td>{when(w.lastDeliveryAt)}</td>
           </tr>
@@ -421,6 +447,14 @@ function WebhookPage({ id }: { id: string }) {
                 <Button kind="secondary" onClick={() => void navigator.clipboard.writeText(secret)}>
                   Copy
                 </Button>
+                <p>
+                  For the <code>standardwebhooks</code> libraries (<code>new Webhook(…)</code>), which take the key in base64, as the README shows:
+                </p>
+                <p>
+                  <code className="secret" aria-label="The secret for new Webhook() of standardwebhooks">
+                    {standardWebhooksKey(secret)}
+                  </code>
+                </p>
               </Alert>
             )}
             {editing ? (
@@ -439,7 +473,7 @@ function WebhookPage({ id }: { id: string }) {
                 <dl className="facts">
                   <dt>Status</dt>
                   <dd>
-                    <StatusBadge status={w.status} /> {STATUS_LABEL[w.status]}
+                    <StatusBadge status={w.status} />
                   </dd>
                   <dt>URL</dt>
                   <dd className="secret">{w.url}</dd>
@@ -453,11 +487,11 @@ function WebhookPage({ id }: { id: string }) {
                   <dd>
                     {w.retrySchedule === 'extended'
                       ? 'extended: 7 retries over about 27 hours (5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h)'
-                      : `${w.retrySchedule}: ${w.retryPolicy.maxRetries} after ${w.retryPolicy.initialDelayMs} ms, ×${w.retryPolicy.backoffMultiplier}, at most ${w.retryPolicy.maxDelayMs} ms apart`}
+                      : `${w.retrySchedule}: ${w.retryPolicy.maxRetries} after ${duration(w.retryPolicy.initialDelayMs)}, ×${w.retryPolicy.backoffMultiplier}, at most ${duration(w.retryPolicy.maxDelayMs)} apart`}
                   </dd>
                   <dt>Deliveries</dt>
                   <dd>
-                    {w.deliveryStats.total} in all: {w.deliveryStats.delivered} delivered, {w.deliveryStats.failed} failed, {w.deliveryStats.retrying} retrying, {w.deliveryStats.pending} pending
+                    <DeliveryNumbers stats={w.deliveryStats} detail />
                   </dd>
                 </dl>
               </Card>
