@@ -245,7 +245,7 @@ const Catalogue = z
           schema: z.record(z.string(), z.unknown()).optional().openapi(d('JSON Schema (draft 2020-12) of the delivery body, with `?include=schema`')),
         })
         .openapi('EventTypeInfo'),
-    ),
+    ).openapi(d('One entry per event type')),
   })
   .openapi('EventCatalogue', { description: 'The event types, in catalogue order' });
 

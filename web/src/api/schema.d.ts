@@ -3753,6 +3753,7 @@ export interface components {
         };
         /** @description The event types, in catalogue order */
         EventCatalogue: {
+            /** @description One entry per event type */
             data: components["schemas"]["EventTypeInfo"][];
         };
         /**
