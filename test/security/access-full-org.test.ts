@@ -163,6 +163,14 @@ describe.skipIf(!backendAvailable())(`full partner organisation access (${backen
       { method: 'POST', route: '/partners/:partnerId/domains', path: `/partners/${w.partnerId}/domains`, body: { domain: 'partner.example' }, expect: { selected: 'full', none: 'full' } },
       { method: 'POST', route: '/partners/:partnerId/domains/:id/verify', path: `/partners/${w.partnerId}/domains/${randomUUID()}/verify`, expect: { selected: 'full', none: 'full' } },
       { method: 'DELETE', route: '/partners/:partnerId/domains/:id', path: `/partners/${w.partnerId}/domains/${randomUUID()}`, expect: { selected: 'full', none: 'full' } },
+      // A partner is deleted by platform administrators only (partner users: 403, their own partner included).
+      { method: 'DELETE', route: '/partners/:id', path: `/partners/${w.partnerId}`, expect: { selected: 403, none: 403 } },
+      // SCIM tokens and settings decide who a directory may create and disable: whole-partner access only.
+      { method: 'GET', route: '/orgs/:orgId/scim-tokens', path: `/orgs/${w.orgId}/scim-tokens`, expect: { selected: 'full', none: 'full' } },
+      { method: 'POST', route: '/orgs/:orgId/scim-tokens', path: `/orgs/${w.orgId}/scim-tokens`, body: { name: 'Entra' }, expect: { selected: 'full', none: 'full' } },
+      { method: 'DELETE', route: '/orgs/:orgId/scim-tokens/:id', path: `/orgs/${w.orgId}/scim-tokens/${randomUUID()}`, expect: { selected: 'full', none: 'full' } },
+      { method: 'GET', route: '/orgs/:orgId/scim-settings', path: `/orgs/${w.orgId}/scim-settings`, expect: { selected: 'full', none: 'full' } },
+      { method: 'PUT', route: '/orgs/:orgId/scim-settings', path: `/orgs/${w.orgId}/scim-settings`, body: { defaultRoleId: ROLE.orgReadOnly, groupRoleMappings: [] }, expect: { selected: 'full', none: 'full' } },
       // Last: deletes that succeed for the selected user in its own organisation.
       { method: 'DELETE', route: '/sites/:id', path: `/sites/${siteA}`, expect: { selected: 204, none: 404 } },
       { method: 'DELETE', route: '/device-groups/:id', path: `/device-groups/${groupA}`, expect: { selected: 204, none: 404 } },
