@@ -16,7 +16,7 @@ import { axeViolations, consoleBuild, consoleTabs, signInWithTotp, submitPasswor
 
 afterEach(() => clock.reset());
 
-describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: SAML fields, halted rollouts, update windows, small screens', { timeout: 60_000 }, () => {
+describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: SAML fields, halted rollouts, update windows, small screens', { timeout: 120_000 }, () => {
   let app: TestApp;
   let browser: Browser;
   const tabs = consoleTabs(() => browser, 'admin-more');

@@ -21,7 +21,7 @@ import { axeViolations, consoleBuild, consoleTabs, signInWithTotp, submitPasswor
 const keys = generateKeyPairSync('ed25519');
 const rawPublic = keys.publicKey.export({ format: 'der', type: 'spki' }).subarray(12).toString('base64');
 
-describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: publish a build, stage it, see a failed update honestly', { timeout: 90_000 }, () => {
+describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: publish a build, stage it, see a failed update honestly', { timeout: 120_000 }, () => {
   let app: TestApp;
   let browser: Browser;
   let tenant: Tenant;

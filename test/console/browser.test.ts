@@ -21,7 +21,7 @@ afterEach(() => clock.reset());
 const haveChromium = chromiumAvailable();
 
 // Each test walks a person's path through several pages: room for a slow, shared machine.
-describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium', { timeout: 60_000 }, () => {
+describe.skipIf(!haveChromium || !backendAvailable())('web console in chromium', { timeout: 120_000 }, () => {
   let app: TestApp;
   let browser: Browser;
   let smtp: SmtpTestServer;

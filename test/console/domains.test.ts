@@ -16,7 +16,7 @@ import { chromiumAvailable, launchChromium } from '../helpers/browser.js';
 import { startDnsServer, type DnsServer } from '../helpers/dns.js';
 import { axeViolations, consoleBuild, consoleTabs, submitPassword } from './helpers.js';
 
-describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: verified domains in chromium', { timeout: 60_000 }, () => {
+describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: verified domains in chromium', { timeout: 120_000 }, () => {
   let app: TestApp;
   let browser: Browser;
   let tenant: Tenant;

@@ -18,7 +18,7 @@ import { axeViolations, consoleBuild, consoleTabs, signInWithTotp, submitPasswor
 
 afterEach(() => clock.reset());
 
-describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks, single sign-on, devices in chromium', { timeout: 60_000 }, () => {
+describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: webhooks, single sign-on, devices in chromium', { timeout: 120_000 }, () => {
   let app: TestApp;
   let browser: Browser;
   let tenant: Tenant;

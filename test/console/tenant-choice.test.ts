@@ -11,7 +11,7 @@ import { createTenant, type Tenant } from '../helpers/fixtures.js';
 import { chromiumAvailable, launchChromium } from '../helpers/browser.js';
 import { axeViolations, consoleBuild, consoleTabs, submitPassword } from './helpers.js';
 
-describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: the partner / organisation choice in the URL', { timeout: 60_000 }, () => {
+describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: the partner / organisation choice in the URL', { timeout: 120_000 }, () => {
   let app: TestApp;
   let browser: Browser;
   let tenant: Tenant;
