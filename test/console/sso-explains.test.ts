@@ -55,7 +55,10 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: single si
     // Google's preset names no groups claim: the create form says so.
     await page.getByRole('button', { name: 'New provider' }).click();
     const create = page.getByRole('form', { name: 'New provider' });
-    expect(await create.getByRole('option', { name: 'Google Workspace (OIDC)', exact: true }).count()).toBe(1);
+    // The presets arrive from the server after the form opens: wait for the option, then count it.
+    const google = create.getByRole('option', { name: 'Google Workspace (OIDC)', exact: true });
+    await google.first().waitFor({ state: 'attached' });
+    expect(await google.count()).toBe(1);
     await create.getByLabel('Preset').selectOption('workspace-idp');
     await create.getByText('sends no groups claim').waitFor();
     await create.getByLabel('Name', { exact: true }).fill('Workspace');
