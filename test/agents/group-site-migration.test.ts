@@ -3,45 +3,17 @@
  * written before the rule with another site or none, get their group's site (docs/decisions.md
  * "Devices in their group's site"); devices of a group without a site, and ungrouped ones, keep theirs.
  */
-import { afterEach, describe, expect, it } from 'vitest';
-import { cpSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { openDatabase, type Database } from '../../src/platform/db/client.js';
-import { migrate, MIGRATIONS_DIR } from '../../src/platform/db/migrator.js';
+import { describe, expect, it } from 'vitest';
+import { migrate } from '../../src/platform/db/migrator.js';
 import { newId } from '../../src/platform/db/columns.js';
+import { copyMigrations, freshDatabase } from '../helpers/migrations.js';
 import { backend, backendAvailable } from '../helpers/app.js';
-import { createPgDatabase } from '../helpers/backends.js';
 
-const cleanups: (() => Promise<void> | void)[] = [];
-afterEach(async () => {
-  while (cleanups.length) await cleanups.pop()?.();
-});
-
-async function freshDatabase(): Promise<Database> {
-  if (backend === 'postgres') {
-    const pg = await createPgDatabase();
-    const db = await openDatabase({ url: pg.url });
-    cleanups.push(() => pg.drop(), () => db.close());
-    return db;
-  }
-  const db = await openDatabase({ pgliteDir: 'memory://' });
-  cleanups.push(() => db.close());
-  return db;
-}
-
-/** The migrations numbered below 0012 only. */
-function migrationsBefore0012(): string {
-  const dir = mkdtempSync(join(tmpdir(), 'keel-mig-'));
-  cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
-  cpSync(MIGRATIONS_DIR, dir, { recursive: true, filter: (src) => !/\/(\d{4})_[^/]*\.sql$/.test(src) || Number(/\/(\d{4})_[^/]*\.sql$/.exec(src)?.[1]) < 12 });
-  return dir;
-}
 
 describe.skipIf(!backendAvailable())(`migration 0012_devices_group_site on ${backend}`, () => {
   it('moves devices and keys of a group with a site into that site; others keep their site', async () => {
     const db = await freshDatabase();
-    await migrate(db, migrationsBefore0012());
+    await migrate(db, copyMigrations(12));
     const [partnerId, orgId, siteA, siteB, groupA, groupNone] = Array.from({ length: 6 }, () => newId()) as [string, string, string, string, string, string];
     await db.query('insert into partners (id, name) values ($1, $2)', [partnerId, 'P']);
     await db.query('insert into organizations (id, partner_id, name) values ($1, $2, $3)', [orgId, partnerId, 'O']);

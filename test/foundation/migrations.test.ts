@@ -1,36 +1,13 @@
-import { afterEach, describe, expect, it } from 'vitest';
-import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { spawnSync } from 'node:child_process';
-import { openDatabase, type Database } from '../../src/platform/db/client.js';
-import { migrate, MigrationError, MIGRATIONS_DIR } from '../../src/platform/db/migrator.js';
+import { openDatabase } from '../../src/platform/db/client.js';
+import { migrate, MigrationError } from '../../src/platform/db/migrator.js';
+import { cleanups, copyMigrations, freshDatabase } from '../helpers/migrations.js';
 import { backend, backendAvailable } from '../helpers/app.js';
-import { createPgDatabase } from '../helpers/backends.js';
 
-const cleanups: (() => Promise<void> | void)[] = [];
-afterEach(async () => {
-  while (cleanups.length) await cleanups.pop()?.();
-});
-
-async function freshDatabase(): Promise<Database> {
-  if (backend === 'postgres') {
-    const pg = await createPgDatabase();
-    const db = await openDatabase({ url: pg.url });
-    cleanups.push(() => pg.drop(), () => db.close());
-    return db;
-  }
-  const db = await openDatabase({ pgliteDir: 'memory://' });
-  cleanups.push(() => db.close());
-  return db;
-}
-
-function copyMigrations(): string {
-  const dir = mkdtempSync(join(tmpdir(), 'keel-mig-'));
-  cpSync(MIGRATIONS_DIR, dir, { recursive: true });
-  cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
 
 describe.skipIf(!backendAvailable())(`migrations on ${backend}`, () => {
   it('apply every file once and record its checksum', async () => {

@@ -3,46 +3,18 @@
  * the invitations table with their grant and the same token hash, so links already sent keep
  * working after the upgrade; records without a grant are dropped.
  */
-import { afterEach, describe, expect, it } from 'vitest';
-import { cpSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { openDatabase, type Database } from '../../src/platform/db/client.js';
-import { migrate, MIGRATIONS_DIR } from '../../src/platform/db/migrator.js';
+import { describe, expect, it } from 'vitest';
+import { migrate } from '../../src/platform/db/migrator.js';
 import { sha256Hex } from '../../src/platform/crypto.js';
 import { newId } from '../../src/platform/db/columns.js';
+import { copyMigrations, freshDatabase } from '../helpers/migrations.js';
 import { backend, backendAvailable } from '../helpers/app.js';
-import { createPgDatabase } from '../helpers/backends.js';
 
-const cleanups: (() => Promise<void> | void)[] = [];
-afterEach(async () => {
-  while (cleanups.length) await cleanups.pop()?.();
-});
-
-async function freshDatabase(): Promise<Database> {
-  if (backend === 'postgres') {
-    const pg = await createPgDatabase();
-    const db = await openDatabase({ url: pg.url });
-    cleanups.push(() => pg.drop(), () => db.close());
-    return db;
-  }
-  const db = await openDatabase({ pgliteDir: 'memory://' });
-  cleanups.push(() => db.close());
-  return db;
-}
-
-/** The migrations before 0002 only. */
-function migrationsBefore0002(): string {
-  const dir = mkdtempSync(join(tmpdir(), 'keel-mig-'));
-  cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
-  cpSync(MIGRATIONS_DIR, dir, { recursive: true, filter: (src) => !/\/(000[2-9]|00[1-9]\d)_[^/]*\.sql$/.test(src) });
-  return dir;
-}
 
 describe.skipIf(!backendAvailable())(`migration 0002_invitations on ${backend}`, () => {
   it('moves pending invite records into invitations with their grant and token hash', async () => {
     const db = await freshDatabase();
-    await migrate(db, migrationsBefore0002());
+    await migrate(db, copyMigrations(2));
     expect((await db.query<{ t: string | null }>("select to_regclass('invitations')::text as t"))[0]?.t).toBeNull();
 
     const [partnerId, orgId, roleId, siteId, inviterId, invitee1, invitee2, invitee3] = Array.from({ length: 8 }, () => newId()) as [string, string, string, string, string, string, string, string];
