@@ -160,18 +160,13 @@ const ENTRIES: Record<EventType, CatalogueEntry> = {
 };
 
 /** The schema of an event type's `data`. */
-export function eventDataSchema(type: EventType): z.ZodType {
+function eventDataSchema(type: EventType): z.ZodType {
   if (type === 'webhook.test') return TEST_DATA;
   return (KEEL_EVENT_DATA as Partial<Record<EventType, z.ZodType>>)[type] ?? PUBLISHED_DATA;
 }
 
-/** Whether Keel emits this type itself with a fixed shape (else another component publishes it through `POST /events`, or it is a test). */
-export function emittedByKeel(type: EventType): type is KeelEmittedType {
-  return type in KEEL_EVENT_DATA;
-}
-
 /** The body a receiver gets for an event of this type: the envelope with its `data`. */
-export function deliveryBodySchema(type: EventType): z.ZodType {
+function deliveryBodySchema(type: EventType): z.ZodType {
   return z
     .object({
       id: uuid.describe('The event\'s id: the same in every delivery of the event and in a retry (use it to drop duplicates)'),

@@ -30,7 +30,7 @@ export async function announceAutoFailed(keel: Keel, tx: Tx, moved: readonly Aut
  * partner with access to it, whose role grants `webhooks:write` over the whole organisation (a user
  * restricted to some sites or device groups may not write webhooks).
  */
-export async function webhookAdministrators(keel: Keel, orgId: string): Promise<{ email: string; name: string }[]> {
+async function webhookAdministrators(keel: Keel, orgId: string): Promise<{ email: string; name: string }[]> {
   const rows = await rawQuery<{ email: string; name: string; role_id: string }>(
     keel.db,
     `select u.email, u.name, ou.role_id from organization_users ou join users u on u.id = ou.user_id

@@ -17,6 +17,7 @@ const resource = <N extends string>(name: N) => {
 };
 
 const webhooks = resource('webhooks');
+const devices = resource('devices');
 const roles = resource('roles');
 
 export const keys = {
@@ -54,7 +55,11 @@ export const keys = {
   ssoPresets: { all: ['sso-presets'] as const },
   /** The event catalogue: the same for every tenant and unchanged while the server runs. */
   eventTypes: { all: ['event-types'] as const },
-  devices: { ...resource('devices') },
+  devices: {
+    ...devices,
+    /** A device's update history: under its detail, so an Update now or a decommission refreshes it. */
+    history: (id: string, page: number) => [...devices.detail(id), 'update-history', page] as const,
+  },
   enrollmentKeys: { ...resource('enrollment-keys') },
   agentVersions: { ...resource('agent-versions') },
   agentUpdateSettings: { all: ['agent-update-settings'] as const, of: (path: string | null) => ['agent-update-settings', path] as const },

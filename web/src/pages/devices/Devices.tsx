@@ -289,7 +289,7 @@ function DevicePage({ id }: { id: string }) {
 function UpdateHistory({ id }: { id: string }) {
   const [page, setPage] = useState(1);
   const history = useQuery({
-    queryKey: [...keys.devices.detail(id), 'update-history', page],
+    queryKey: keys.devices.history(id, page),
     queryFn: async () => dataOf(await client.GET('/api/v1/devices/{id}/update-history', { params: { path: { id }, query: { page, limit: 20 } } })),
   });
   return (
