@@ -120,4 +120,24 @@ describe.skipIf(!backendAvailable())('audit log: read and export', () => {
     const tech = await login(app, tenant.orgTechnician);
     expect((await app.api('GET', '/audit-logs/export', { token: tech.accessToken })).status).toBe(403);
   });
+  it('names the actor, organisation and target of each listed entry; never another organisation\'s object an entry names by id', async () => {
+    const res = await app.api('GET', '/audit-logs?limit=100&action=user.role.assign', { token: adminToken });
+    expect(res.status).toBe(200);
+    const assigned = res.body.data[0];
+    // The removed member is gone (no name); the acting admin and the organisation are named.
+    expect(assigned).toMatchObject({ actorName: 'Audited Admin', orgName: 'Org A', targetType: 'user', targetName: null });
+    const role = (await app.api('GET', '/audit-logs?limit=100&action=role.create', { token: adminToken })).body.data[0];
+    expect(role).toMatchObject({ targetType: 'role', targetName: 'Auditors', actorName: 'Audited Admin', orgName: 'Org A' });
+    const signedIn = (await app.api('GET', `/audit-logs?limit=100&action=user.login&actorId=${tenant.orgAdmin.id}`, { token: adminToken })).body.data[0];
+    expect(signedIn).toMatchObject({ targetType: 'user', targetName: tenant.orgAdmin.email });
+    // The organisation's admin names another organisation of its partner: the entry is theirs, its name is not.
+    expect((await app.api('GET', `/audit-logs?orgId=${tenant.otherOrgId}`, { token: adminToken })).status).toBe(404);
+    await expect
+      .poll(async () => (await app.api('GET', '/audit-logs?action=access.cross_tenant_refused', { token: adminToken })).body.data[0] ?? null)
+      .toMatchObject({ targetType: 'organization', targetId: tenant.otherOrgId, targetName: null, orgName: 'Org A' });
+    // A platform administrator sees every name.
+    const root = await createUser(app, { platformAdmin: true });
+    const all = await app.api('GET', `/audit-logs?orgId=${tenant.orgId}&action=access.cross_tenant_refused`, { token: (await login(app, root)).accessToken });
+    expect(all.body.data[0]).toMatchObject({ targetName: 'Org B' });
+  });
 });

@@ -5,6 +5,7 @@ import { createTenant, createUser, enrollTotp, login, STRONG_PASSWORD, uniqueEma
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
 import { createOrganization } from '../../src/modules/tenancy/service.js';
 import { insertRole } from '../access/helpers.js';
+import { clock } from '../../src/platform/clock.js';
 
 describe.skipIf(!backendAvailable())('users and invitations', () => {
   let app: TestApp;
@@ -63,6 +64,27 @@ describe.skipIf(!backendAvailable())('users and invitations', () => {
     expect(list.body.data.some((u: { email: string }) => u.email === tenant.orgAdmin.email)).toBe(true);
     expect(list.body.data.every((u: { orgId: string }) => u.orgId === tenant.orgId)).toBe(true);
     expect((await invite(accessToken, { email: uniqueEmail(), name: 'X', roleId: SYSTEM_ROLES.orgReadOnly.id })).status).toBe(403);
+  });
+
+  it('the accept page reads a valid invitation (its email and organisation); any other token gets accept-invite\'s own 400', async () => {
+    const email = uniqueEmail('preview');
+    expect((await invite(adminToken, { email, name: 'Pia', roleId: SYSTEM_ROLES.orgReadOnly.id })).status).toBe(201);
+    const token = await inviteLink(email);
+    const preview = await app.api('POST', '/auth/invitation', { body: { token } });
+    expect(preview.status).toBe(200);
+    expect(preview.body).toMatchObject({ email, invitedTo: { kind: 'organization', name: 'Org A' } });
+    const unknown = await app.api('POST', '/auth/invitation', { body: { token: `${token}x` } });
+    const acceptUnknown = await app.api('POST', '/auth/accept-invite', { body: { token: `${token}x`, password: STRONG_PASSWORD } });
+    expect(unknown.status).toBe(400);
+    expect(unknown.body).toEqual(acceptUnknown.body);
+    try {
+      clock.advance(8 * 24 * 3600_000);
+      expect((await app.api('POST', '/auth/invitation', { body: { token } })).body).toEqual(acceptUnknown.body);
+    } finally {
+      clock.reset();
+    }
+    expect((await app.api('POST', '/auth/accept-invite', { body: { token, password: STRONG_PASSWORD } })).status).toBe(200);
+    expect((await app.api('POST', '/auth/invitation', { body: { token } })).body).toEqual(acceptUnknown.body);
   });
 
   it('refuses to invite someone already in the scope (409) or associated elsewhere (409)', async () => {

@@ -1,6 +1,6 @@
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { stream } from 'hono/streaming';
-import { and, count, desc, eq, gte, isNull, lt, lte, or, sql, type SQL } from 'drizzle-orm';
+import { and, count, desc, eq, gte, inArray, isNull, lt, lte, or, sql, type SQL } from 'drizzle-orm';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import type { Db } from '../../platform/db/client.js';
@@ -8,8 +8,14 @@ import { errors, json, page, PageQuery, paginated } from '../../platform/http/sc
 import { authenticate } from '../../http/authenticate.js';
 import { ScopeQuery } from '../access/api-schemas.js';
 import { accessOf, groupListFilter, guard, placementFilter, restricted, siteListFilter, visibleOrgCondition, visibleOrgs, type AccessContext } from '../access/scope.js';
-import { deviceGroups, sites } from '../tenancy/schema.js';
+import { deviceGroups, organizations, partners, sites } from '../tenancy/schema.js';
 import { devices, enrollmentKeys } from '../agents/schema.js';
+import { users } from '../identity/schema.js';
+import { apiKeys, organizationUsers, partnerUsers, roles } from '../access/schema.js';
+import { ssoProviders } from '../sso/schema.js';
+import { webhooks } from '../webhooks/schema.js';
+import { scimTokens } from '../scim/schema.js';
+import { verifiedDomains } from '../domains/schema.js';
 import { auditLogs } from './schema.js';
 import { PLATFORM_CHAIN, verifyChain } from './chain.js';
 import { notFound } from '../../platform/http/errors.js';
@@ -32,6 +38,10 @@ const EntrySchema = z
     ipAddress: z.string().nullable().openapi({ description: 'Client IP address of the request; null when none (background work)' }),
     userAgent: z.string().nullable().openapi({ description: 'User-Agent of the request (first 1000 characters); null when none' }),
     requestId: z.string().nullable().openapi({ description: 'Id of the request (the `x-request-id` of its answer), to match log lines; null when none' }),
+    actorName: z.string().nullable().openapi({ description: 'Name of the acting user, API key or SCIM token as it is now; null when gone or none (list answers only, not in exports)' }),
+    orgName: z.string().nullable().openapi({ description: 'Name of the entry\'s organisation as it is now; null when none or gone (list answers only)' }),
+    partnerName: z.string().nullable().openapi({ description: 'Name of the entry\'s partner as it is now; null when none or gone (list answers only)' }),
+    targetName: z.string().nullable().openapi({ description: 'Name of the thing acted on as it is now (a user\'s email, a device\'s hostname, a domain, else its name), when it still exists within the entry\'s own organisation or partner; else null (list answers only)' }),
     chainSeq: z.number().int().openapi({ description: 'Position of the entry in its scope\'s hash chain (organisation, else partner, else platform), from 1' }),
     prevHash: z.string().openapi({ description: 'Hash of the entry before it in its chain (hex SHA-256; 64 zeros for the first)' }),
     hash: z.string().openapi({ description: 'Hex SHA-256 over the canonical encoding of the entry and `prevHash` (docs/decisions.md "Audit: hash chain, checkpoints, security events")' }),
@@ -48,9 +58,105 @@ const Filters = z.object({
 });
 
 type Row = typeof auditLogs.$inferSelect;
-type Entry = z.infer<typeof EntrySchema>;
+type Entry = Omit<z.infer<typeof EntrySchema>, 'actorName' | 'orgName' | 'partnerName' | 'targetName'>;
+type Named = z.infer<typeof EntrySchema>;
 
 const entry = (r: Row): Entry => ({ ...r, createdAt: r.createdAt.toISOString() });
+
+/** One kind of named object: its name and the organisation or partner it belongs to. */
+interface NameRow {
+  id: string;
+  name: string | null;
+  orgId: string | null;
+  partnerId: string | null;
+  /** A user's display name (its `name` is the email, which tells users apart). */
+  displayName?: string;
+}
+type Lookup = (db: Db, ids: string[]) => Promise<NameRow[]>;
+
+const NAMED: Record<string, Lookup> = {
+  organization: (db, ids) => db.select({ id: organizations.id, name: organizations.name, orgId: organizations.id, partnerId: organizations.partnerId }).from(organizations).where(inArray(organizations.id, ids)),
+  partner: (db, ids) => db.select({ id: partners.id, name: partners.name, orgId: sql<null>`null`, partnerId: partners.id }).from(partners).where(inArray(partners.id, ids)),
+  site: (db, ids) => db.select({ id: sites.id, name: sites.name, orgId: sites.orgId, partnerId: sql<null>`null` }).from(sites).where(inArray(sites.id, ids)),
+  device_group: (db, ids) => db.select({ id: deviceGroups.id, name: deviceGroups.name, orgId: deviceGroups.orgId, partnerId: sql<null>`null` }).from(deviceGroups).where(inArray(deviceGroups.id, ids)),
+  device: (db, ids) => db.select({ id: devices.id, name: devices.hostname, orgId: devices.orgId, partnerId: sql<null>`null` }).from(devices).where(inArray(devices.id, ids)),
+  enrollment_key: (db, ids) => db.select({ id: enrollmentKeys.id, name: enrollmentKeys.name, orgId: enrollmentKeys.orgId, partnerId: sql<null>`null` }).from(enrollmentKeys).where(inArray(enrollmentKeys.id, ids)),
+  role: (db, ids) => db.select({ id: roles.id, name: roles.name, orgId: roles.orgId, partnerId: roles.partnerId }).from(roles).where(inArray(roles.id, ids)),
+  api_key: (db, ids) => db.select({ id: apiKeys.id, name: apiKeys.name, orgId: apiKeys.orgId, partnerId: apiKeys.partnerId }).from(apiKeys).where(inArray(apiKeys.id, ids)),
+  sso_provider: (db, ids) => db.select({ id: ssoProviders.id, name: ssoProviders.name, orgId: ssoProviders.orgId, partnerId: sql<null>`null` }).from(ssoProviders).where(inArray(ssoProviders.id, ids)),
+  webhook: (db, ids) => db.select({ id: webhooks.id, name: webhooks.name, orgId: webhooks.orgId, partnerId: sql<null>`null` }).from(webhooks).where(inArray(webhooks.id, ids)),
+  scim_token: (db, ids) => db.select({ id: scimTokens.id, name: scimTokens.name, orgId: scimTokens.orgId, partnerId: sql<null>`null` }).from(scimTokens).where(inArray(scimTokens.id, ids)),
+  domain: (db, ids) => db.select({ id: verifiedDomains.id, name: verifiedDomains.domain, orgId: verifiedDomains.orgId, partnerId: verifiedDomains.partnerId }).from(verifiedDomains).where(inArray(verifiedDomains.id, ids)),
+  // A user belongs to the organisation or partner it is a member of (one association per account).
+  user: (db, ids) =>
+    db
+      .select({ id: users.id, name: users.email, displayName: users.name, orgId: organizationUsers.orgId, partnerId: partnerUsers.partnerId })
+      .from(users)
+      .leftJoin(organizationUsers, eq(organizationUsers.userId, users.id))
+      .leftJoin(partnerUsers, eq(partnerUsers.userId, users.id))
+      .where(inArray(users.id, ids)),
+};
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/**
+ * The names an audit page shows instead of ids, looked up in one query per kind of object on the
+ * page (never one per entry). A name is given only for an object that belongs to the entry's own
+ * organisation or partner (a partner's entry may name its organisations; a built-in role is
+ * everyone's), or to any caller who sees the whole platform: an entry may carry the id of another
+ * tenant's object (a refused cross-tenant attempt), whose name it must not reveal. Actors are named
+ * as they acted within the entry's scope (the actor's email is on the entry already); organisation
+ * and partner names are those of the entry's own scope, which the caller reads.
+ */
+async function withNames(db: Db, access: AccessContext, entries: Entry[]): Promise<Named[]> {
+  const wanted = new Map<string, Set<string>>();
+  const want = (kind: string, id: string | null) => {
+    if (!id || !UUID.test(id) || !NAMED[kind]) return;
+    let set = wanted.get(kind);
+    if (!set) wanted.set(kind, (set = new Set()));
+    set.add(id);
+  };
+  const actorKind = (e: Entry) => (e.actorType === 'user' ? 'user' : e.actorType === 'api_key' ? 'api_key' : e.actorType === 'scim_token' ? 'scim_token' : null);
+  for (const e of entries) {
+    const ak = actorKind(e);
+    if (ak) want(ak, e.actorId);
+    want('organization', e.orgId);
+    want('partner', e.partnerId);
+    if (e.targetType) want(e.targetType, e.targetId);
+  }
+  const found = new Map<string, Map<string, NameRow[]>>();
+  for (const [kind, ids] of wanted) {
+    const lookup = NAMED[kind];
+    if (!lookup) continue;
+    const rows = await lookup(db, [...ids]);
+    const byId = new Map<string, NameRow[]>();
+    for (const r of rows) byId.set(r.id, [...(byId.get(r.id) ?? []), r]);
+    found.set(kind, byId);
+  }
+  const everything = access.scope === 'system';
+  const rowOf = (kind: string | null, id: string | null, e: Entry, any = false): NameRow | undefined => {
+    if (!kind || !id) return undefined;
+    const rows = found.get(kind)?.get(id) ?? [];
+    return rows.find(
+      (x) =>
+        everything ||
+        any ||
+        (kind === 'role' && x.orgId === null && x.partnerId === null) ||
+        (x.orgId !== null && x.orgId === e.orgId) ||
+        (x.partnerId !== null && x.partnerId === e.partnerId && (e.orgId === null || kind === 'role' || kind === 'user')),
+    );
+  };
+  return entries.map((e) => {
+    const actor = rowOf(actorKind(e), e.actorId, e, true);
+    return {
+      ...e,
+      actorName: actor ? (actor.displayName ?? actor.name) : null,
+      orgName: rowOf('organization', e.orgId, e, true)?.name ?? null,
+      partnerName: rowOf('partner', e.partnerId, e, true)?.name ?? null,
+      targetName: rowOf(e.targetType, e.targetId, e)?.name ?? null,
+    };
+  });
+}
 
 /**
  * The entries a caller may read, decided by the access module's `visibleOrgs` (the one decision of
@@ -181,7 +287,7 @@ export function mountAuditRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
         .orderBy(desc(auditLogs.createdAt), desc(auditLogs.id))
         .limit(q.limit)
         .offset((q.page - 1) * q.limit);
-      return c.json(page(rows.map(entry), q, total?.n ?? 0), 200);
+      return c.json(page(await withNames(keel.db, accessOf(c), rows.map(entry)), q, total?.n ?? 0), 200);
     },
   );
 

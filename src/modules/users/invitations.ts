@@ -516,6 +516,34 @@ export async function revokeInvitation(keel: Keel, access: AccessContext, id: st
 
 const invalidInvite = () => platformError('invalid_token', { status: 400, message: 'The invitation is invalid or has expired' });
 
+/** What an invitation link shows before it is accepted: who is invited, and to which partner or organisation. */
+export interface InvitationPreview {
+  email: string;
+  invitedTo: { kind: 'partner' | 'organization'; name: string | null };
+  expiresAt: string;
+}
+
+/**
+ * `POST /auth/invitation {token}`: the invited address and the partner or organisation of a valid,
+ * unexpired invitation. Any other token (unknown, expired, accepted, revoked, of a disabled account)
+ * gets the very answer `accept-invite` gives it (400 `invalid_token`), so nothing is learnt without
+ * the link. The token travels in the body, never in a URL (docs/decisions.md "Console details").
+ */
+export async function previewInvitation(keel: Keel, token: string): Promise<InvitationPreview> {
+  const [found] = await keel.db
+    .select({ inv: invitations, status: users.status })
+    .from(invitations)
+    .innerJoin(users, eq(users.id, invitations.userId))
+    .where(and(eq(invitations.tokenHash, tokenHash(token)), gt(invitations.expiresAt, clock.now())));
+  if (!found || found.status === 'disabled') throw invalidInvite();
+  const { inv } = found;
+  return {
+    email: inv.email,
+    invitedTo: { kind: inv.scope === 'partner' ? 'partner' : 'organization', name: await invitedToName(keel.db, { orgId: inv.scope === 'organization' ? inv.orgId : null, partnerId: inv.scope === 'partner' ? inv.partnerId : null }) },
+    expiresAt: inv.expiresAt.toISOString(),
+  };
+}
+
 /**
  * The answer when a signed-in account accepts (no new session: its own session now carries the
  * membership), or when the organisation joined enforces SSO (`ssoRequired`: accepted, no session;

@@ -11,7 +11,7 @@ import { accessOf, guard } from '../access/scope.js';
 import { listRoles } from '../access/roles.js';
 import { Role } from '../access/routes.js';
 import { assignRole, getVisibleUser, listUsers, removeUser, updateUser } from './service.js';
-import { acceptInvite, inviteUser, listInvitations, resendInvite, revokeInvitation } from './invitations.js';
+import { acceptInvite, inviteUser, previewInvitation, listInvitations, resendInvite, revokeInvitation } from './invitations.js';
 import { resetUserMfa } from './mfa-reset.js';
 import { endUserSessions } from './end-sessions.js';
 import { requireMfa } from '../mfa/policy.js';
@@ -106,6 +106,18 @@ const InviteAcceptedSchema = z
     ssoRequired: z.literal(true).optional().openapi({ description: 'Present when the organisation joined enforces single sign-on: the invitation is accepted, no session is made, and the account signs in through its identity provider' }),
   })
   .openapi('InviteAccepted', { description: 'Accepted with a bearer token (the account joined the scope; no new session is made), or accepted where SSO is enforced (ssoRequired; no session)' });
+const InvitationPreviewSchema = z
+  .object({
+    email: z.string().openapi({ description: 'The invited email address (the account that will join)', example: 'grace@contoso.example' }),
+    invitedTo: z
+      .object({
+        kind: z.enum(['partner', 'organization']).openapi({ description: 'Whether the invitation grants a partner or an organisation association' }),
+        name: z.string().nullable().openapi({ description: 'The partner\'s or organisation\'s name (null if it has been deleted since)', example: 'Contoso' }),
+      })
+      .openapi({ description: 'What the invitation is for' }),
+    expiresAt: z.string().openapi({ description: 'When the link stops working, ISO 8601 UTC' }),
+  })
+  .openapi('InvitationPreview', { description: 'A valid invitation, as its link shows it before it is accepted' });
 const InvitationSchema = z
   .object({
     id: z.uuid().openapi({ description: 'Invitation id (for DELETE /users/invitations/{id})' }),
@@ -312,6 +324,18 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       },
     }),
     async (c) => c.json(await endUserSessions(keel, accessOf(c), c.req.valid('param').id, requestInfo(c)), 200),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/auth/invitation', tags: ['auth'],
+      security: [{}],
+      summary: 'Read an invitation before accepting it: the invited email and the partner or organisation it is for',
+      description: 'For the accept page. A token that is unknown, expired, used or revoked gets the same 400 `invalid_token` as `POST /auth/accept-invite`. The token is sent in the body so it stays out of URLs and access logs.',
+      request: { body: jsonBody(z.object({ token: AcceptBody.shape.token }).strict().openapi('InvitationLookup', { example: { token: 'Hk2v9Qx7LmP3sR8tY1wZ5bN0cF4gJ6dA2eU7iO9kTqM' } })) },
+      responses: { 200: json(InvitationPreviewSchema), ...errors() },
+    }),
+    async (c) => c.json(await previewInvitation(keel, c.req.valid('json').token), 200),
   );
 
   api.openapi(

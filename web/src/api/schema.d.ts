@@ -362,6 +362,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/auth/invitation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Read an invitation before accepting it: the invited email and the partner or organisation it is for
+         * @description For the accept page. A token that is unknown, expired, used or revoked gets the same 400 `invalid_token` as `POST /auth/accept-invite`. The token is sent in the body so it stays out of URLs and access logs.
+         *
+         *     Access: public (no token).
+         */
+        post: operations["postAuthInvitation"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/auth/login": {
         parameters: {
             query?: never;
@@ -3347,6 +3369,8 @@ export interface components {
             actorEmail: string | null;
             /** @description Id of the acting user or API key; null for system and anonymous actors */
             actorId: string | null;
+            /** @description Name of the acting user, API key or SCIM token as it is now; null when gone or none (list answers only, not in exports) */
+            actorName: string | null;
             /**
              * @description Who did it: `user`, `api_key`, `system`, `anonymous` or `scim_token` (a directory SCIM token, its id in actorId)
              * @example user
@@ -3379,8 +3403,12 @@ export interface components {
             ipAddress: string | null;
             /** @description Organisation the entry belongs to; null for partner-level and platform entries */
             orgId: string | null;
+            /** @description Name of the entry's organisation as it is now; null when none or gone (list answers only) */
+            orgName: string | null;
             /** @description Partner the entry belongs to; null when none */
             partnerId: string | null;
+            /** @description Name of the entry's partner as it is now; null when none or gone (list answers only) */
+            partnerName: string | null;
             /** @description Hash of the entry before it in its chain (hex SHA-256; 64 zeros for the first) */
             prevHash: string;
             /** @description Id of the request (the `x-request-id` of its answer), to match log lines; null when none */
@@ -3392,6 +3420,8 @@ export interface components {
             result: string;
             /** @description Id of the thing acted on; null when none */
             targetId: string | null;
+            /** @description Name of the thing acted on as it is now (a user's email, a device's hostname, a domain, else its name), when it still exists within the entry's own organisation or partner; else null (list answers only) */
+            targetName: string | null;
             /**
              * @description Kind of thing acted on, e.g. `user`, `role`, `organization`; null when none
              * @example user
@@ -3954,6 +3984,41 @@ export interface components {
              * @description The invitee, when already a member of this scope (an account the invitation created); else null
              */
             userId: string | null;
+        };
+        /**
+         * @example {
+         *       "token": "Hk2v9Qx7LmP3sR8tY1wZ5bN0cF4gJ6dA2eU7iO9kTqM"
+         *     }
+         */
+        InvitationLookup: {
+            /**
+             * @description The token from the invitation link (valid 7 days, single use)
+             * @example Hk2v9Qx7LmP3sR8tY1wZ5bN0cF4gJ6dA2eU7iO9kTqM
+             */
+            token: string;
+        };
+        /** @description A valid invitation, as its link shows it before it is accepted */
+        InvitationPreview: {
+            /**
+             * @description The invited email address (the account that will join)
+             * @example grace@contoso.example
+             */
+            email: string;
+            /** @description When the link stops working, ISO 8601 UTC */
+            expiresAt: string;
+            /** @description What the invitation is for */
+            invitedTo: {
+                /**
+                 * @description Whether the invitation grants a partner or an organisation association
+                 * @enum {string}
+                 */
+                kind: "partner" | "organization";
+                /**
+                 * @description The partner's or organisation's name (null if it has been deleted since)
+                 * @example Contoso
+                 */
+                name: string | null;
+            };
         };
         /** @description Accepted with a bearer token (the account joined the scope; no new session is made), or accepted where SSO is enforced (ssoRequired; no session) */
         InviteAccepted: {
@@ -9321,6 +9386,80 @@ export interface operations {
                      *       "retryAfter": 30
                      *     }
                      */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    postAuthInvitation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["InvitationLookup"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvitationPreview"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body has a content type this operation does not take */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
                     "application/json": components["schemas"]["Error"];
                 };
             };
