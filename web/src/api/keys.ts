@@ -35,7 +35,7 @@ export const keys = {
   sites: { ...resource('sites'), ofOrg: (orgId: string | null) => ['sites', 'list', orgId] as const },
   deviceGroups: { ...resource('device-groups'), ofOrg: (orgId: string | null) => ['device-groups', 'list', orgId] as const },
   users: { ...resource('users') },
-  invitations: { ...resource('invitations') },
+  invitations: { ...resource('invitations'), preview: (token: string) => ['invitations', 'preview', token] as const },
   roles: {
     ...roles,
     detail: (id: string, tenant?: Query) => (tenant === undefined ? roles.detail(id) : ([...roles.detail(id), tenant] as const)),

@@ -72,12 +72,13 @@ function AuditPage() {
       <PagedTable
         query={list}
         label="Audit log entries"
-        columns={6}
+        columns={7}
         head={
           <tr>
             <th>When</th>
             <th>Action</th>
             <th>Actor</th>
+            <th>Organisation</th>
             <th>Target</th>
             <th>Result</th>
             <th>
@@ -93,8 +94,9 @@ function AuditPage() {
               <td>
                 <code>{e.action}</code>
               </td>
-              <td>{e.actorEmail ?? e.actorType}</td>
-              <td>{e.targetType ? `${e.targetType} ${e.targetId ?? ''}` : '—'}</td>
+              <td title={e.actorEmail ?? undefined}>{e.actorName ?? e.actorEmail ?? e.actorType}</td>
+              <td>{e.orgName ?? e.partnerName ?? (e.orgId || e.partnerId ? 'deleted' : 'platform')}</td>
+              <td title={e.targetId ?? undefined}>{e.targetType ? `${e.targetType.replace(/_/g, ' ')} ${e.targetName ?? e.targetId ?? ''}` : '—'}</td>
               <td>{e.result}</td>
               <td>
                 {(e.changes || e.details) && (
@@ -106,8 +108,8 @@ function AuditPage() {
             </tr>
             {open === e.id && (
               <tr>
-                <td colSpan={6}>
-                  <pre className="small">{recorded({ changes: e.changes, details: e.details, ipAddress: e.ipAddress })}</pre>
+                <td colSpan={7}>
+                  <pre className="small">{recorded({ actorId: e.actorId, orgId: e.orgId, targetId: e.targetId, changes: e.changes, details: e.details, ipAddress: e.ipAddress })}</pre>
                 </td>
               </tr>
             )}

@@ -21,12 +21,32 @@ type MaintenanceWindow = Schema<'MaintenanceWindow'>;
 
 type UpdateSettings = Schema<'AgentUpdateSettings'>;
 
-/** "Friday and Sunday, 23:00 to 03:30 UTC (ends the next day)". */
+/** The IANA time zones this browser knows, for the time-zone field's suggestions (the API checks the name). */
+const ZONES: string[] = (() => {
+  try {
+    return (Intl as unknown as { supportedValuesOf?: (k: string) => string[] }).supportedValuesOf?.('timeZone') ?? [];
+  } catch {
+    return [];
+  }
+})();
+
+/** Whether the browser knows the zone (the API decides; this only says so at the field before sending). */
+function knownZone(zone: string): boolean {
+  try {
+    new Intl.DateTimeFormat('en', { timeZone: zone });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** "Friday and Sunday, 23:00 to 03:30 Europe/London time (ends the next day)". */
 function windowInWords(w: MaintenanceWindow | null): string {
   if (!w) return 'no window: updates at any time';
   const names = w.days.map((d) => DAY_NAMES[d] ?? d);
   const days = names.length > 1 ? `${names.slice(0, -1).join(', ')} and ${names.at(-1) ?? ''}` : (names[0] ?? '');
-  return `${days}, ${w.start} to ${w.end} UTC${w.end <= w.start ? ' (ends the next day)' : ''}`;
+  const zone = w.timeZone && w.timeZone !== 'UTC' ? `${w.timeZone} time` : 'UTC';
+  return `${days}, ${w.start} to ${w.end} ${zone}${w.end <= w.start ? ' (ends the next day)' : ''}`;
 }
 
 function pinsInWords(p: UpdateSettings['pinnedVersions']): string {
@@ -58,7 +78,7 @@ function UpdateWindowsPage() {
       <PageHeader title="Update windows" />
       <p className="muted">
         {orgPath
-          ? "Organisation level: when this organisation's devices take updates (UTC), and versions they stay on. Its window replaces the partner's; its pins win over the partner's, component by component."
+          ? "Organisation level: when this organisation's devices take updates (in the window's time zone), and versions they stay on. Its window replaces the partner's; its pins win over the partner's, component by component."
           : "Partner level: the default window and pins of the partner's organisations, for those that set none of their own. Pick an organisation at the top to set one of its own."}
       </p>
       {orgPath && partner.data && (
@@ -83,6 +103,7 @@ function SettingsForm({ path, level, value }: { path: string; level: 'organisati
   const [days, setDays] = useState<Set<string>>(new Set(w?.days ?? ['sat', 'sun']));
   const [start, setStart] = useState(w?.start ?? '22:00');
   const [end, setEnd] = useState(w?.end ?? '04:00');
+  const [timeZone, setTimeZone] = useState(w?.timeZone ?? 'UTC');
   const [pins, setPins] = useState<Record<Component, string>>({ agent: value.pinnedVersions?.agent ?? '', helper: value.pinnedVersions?.helper ?? '', watchdog: value.pinnedVersions?.watchdog ?? '' });
   const [saved, setSaved] = useState(false);
   const s = useSubmit(
@@ -92,14 +113,17 @@ function SettingsForm({ path, level, value }: { path: string; level: 'organisati
       for (const [k, v] of Object.entries(pins)) if (v.trim()) pinned[k] = v.trim();
       await api('PUT', path, {
         body: {
-          maintenanceWindow: hasWindow ? { days: DAYS.filter((d) => days.has(d)), start, end } : null,
+          maintenanceWindow: hasWindow ? { days: DAYS.filter((d) => days.has(d)), start, end, timeZone: timeZone.trim() } : null,
           pinnedVersions: Object.keys(pinned).length ? pinned : null,
         },
       });
       setSaved(true);
       await qc.invalidateQueries({ queryKey: keys.agentUpdateSettings.of(path) });
     },
-    () => ({ 'maintenanceWindow.days': hasWindow && days.size === 0 && 'Pick at least one day.' }),
+    () => ({
+      'maintenanceWindow.days': hasWindow && days.size === 0 && 'Pick at least one day.',
+      'maintenanceWindow.timeZone': hasWindow && !knownZone(timeZone.trim()) && 'Time zone is not a time zone name (IANA, e.g. Europe/London or UTC).',
+    }),
   );
   return (
     <Card title={level === 'partner' ? "The partner's default window and pins" : "This organisation's window and pins"}>
@@ -108,7 +132,7 @@ function SettingsForm({ path, level, value }: { path: string; level: 'organisati
       </p>
       <form onSubmit={s.submit} aria-label="Update window">
         <fieldset disabled={!writable}>
-          <legend>Maintenance window (UTC)</legend>
+          <legend>Maintenance window</legend>
           <Checkbox label="Updates only inside a window" checked={hasWindow} onChange={setHasWindow} />
           {hasWindow && (
             <>
@@ -135,6 +159,21 @@ function SettingsForm({ path, level, value }: { path: string; level: 'organisati
               <div className="filters">
                 <Field label="Starts at" type="time" required value={start} onChange={(e) => setStart(e.target.value)} error={s.fields['maintenanceWindow.start']} />
                 <Field label="Ends at" type="time" required value={end} onChange={(e) => setEnd(e.target.value)} error={s.fields['maintenanceWindow.end']} hint="At or before the start: the window crosses midnight." />
+                <Field
+                  label="Time zone"
+                  required
+                  list="time-zones"
+                  maxLength={64}
+                  value={timeZone}
+                  onChange={(e) => setTimeZone(e.target.value)}
+                  error={s.fields['maintenanceWindow.timeZone']}
+                  hint="IANA name, e.g. Europe/London; the window follows its daylight saving."
+                />
+                <datalist id="time-zones">
+                  {ZONES.map((z) => (
+                    <option key={z} value={z} />
+                  ))}
+                </datalist>
               </div>
             </>
           )}

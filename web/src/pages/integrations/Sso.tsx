@@ -21,9 +21,9 @@ export type Provider = Schema<'SsoProvider'>;
 type TestReport = Schema<'SsoProviderTest'>;
 
 const STATUS_TEXT: Record<SsoStatus, string> = {
-  inactive: 'Inactive: not used for sign-in',
-  testing: 'Testing: while no provider is active, the sign-in link starts a trial that only the organisation’s single sign-on administrators can complete (each attempt is in the audit log)',
-  active: 'Active: offered at sign-in (one per organisation)',
+  inactive: 'not used for sign-in',
+  testing: 'while no provider is active, the sign-in link starts a trial that only the organisation’s single sign-on administrators can complete (each attempt is in the audit log)',
+  active: 'offered at sign-in (one per organisation)',
 };
 
 /** The organisation's SSO sign-in link (`GET /api/v1/sso/login/<orgId>`) as people open it. */
@@ -242,7 +242,7 @@ function ProviderPage({ id }: { id: string }) {
             {report && <Report report={report} />}
             <Card title="Status">
               <p>
-                <span className={`badge ${p.status === 'active' ? 'badge-ok' : 'badge-warn'}`}>{p.status}</span> {STATUS_TEXT[p.status]}
+                <span className={`badge ${p.status === 'active' ? 'badge-ok' : 'badge-warn'}`}>{p.status}</span>: {STATUS_TEXT[p.status]}
               </p>
               {writable && (
                 <div className="row" role="group" aria-label="Set the status">
