@@ -124,6 +124,8 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable() || process.platform 
     await inv.page.getByText(`You are invited to join Contoso on Keel as ${ivy.email}.`).waitFor();
     await axeClean(inv.page);
     await inv.screenshot('accept-invite');
+    await inv.page.setViewportSize({ width: 390, height: 844 });
+    await axeClean(inv.page);
     await inv.page.getByLabel('Your name (optional)').fill('Ivy Tech');
     await inv.page.getByLabel('Password', { exact: true }).fill(ivy.password);
     await inv.page.getByRole('button', { name: 'Accept and sign in' }).click();
@@ -255,6 +257,13 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable() || process.platform 
     await page.getByText('Now: Saturday and Sunday, 22:00 to 04:00 Europe/London time (ends the next day)', { exact: false }).waitFor();
     await axeClean(page);
     await t.screenshot('update-windows-time-zone');
+    // A phone's width: the audit log and the window's form stay clean.
+    await page.setViewportSize({ width: 390, height: 844 });
+    await axeClean(page);
+    await page.goto(at('/admin/audit'));
+    await page.getByRole('table', { name: 'Audit log entries' }).waitFor();
+    await axeClean(page);
+    await page.setViewportSize({ width: 1280, height: 800 });
 
     // Ivy enrols an authenticator, loses it; the admin resets her second factor from the Users page.
     const ivyToken = (await enrollTotp(app, (await login(app, ivy)).accessToken)).accessToken;
