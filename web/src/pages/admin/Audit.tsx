@@ -94,9 +94,21 @@ function AuditPage() {
               <td>
                 <code>{e.action}</code>
               </td>
-              <td title={e.actorEmail ?? undefined}>{e.actorName ?? e.actorEmail ?? e.actorType}</td>
-              <td>{e.orgName ?? e.partnerName ?? (e.orgId || e.partnerId ? 'deleted' : 'platform')}</td>
-              <td title={e.targetId ?? undefined}>{e.targetType ? `${e.targetType.replace(/_/g, ' ')} ${e.targetName ?? e.targetId ?? ''}` : '—'}</td>
+              <td title={e.actorEmail ?? undefined}>
+                <bdi>{e.actorName ?? e.actorEmail ?? e.actorType}</bdi>
+              </td>
+              <td>
+                <bdi>{e.orgName ?? e.partnerName ?? (e.orgId || e.partnerId ? 'deleted' : 'platform')}</bdi>
+              </td>
+              <td title={e.targetId ?? undefined}>
+                {e.targetType ? (
+                  <>
+                    {e.targetType.replace(/_/g, ' ')} <bdi>{e.targetName ?? e.targetId ?? ''}</bdi>
+                  </>
+                ) : (
+                  '—'
+                )}
+              </td>
               <td>{e.result}</td>
               <td>
                 {(e.changes || e.details) && (

@@ -113,7 +113,8 @@ function SettingsForm({ path, level, value }: { path: string; level: 'organisati
       for (const [k, v] of Object.entries(pins)) if (v.trim()) pinned[k] = v.trim();
       await api('PUT', path, {
         body: {
-          maintenanceWindow: hasWindow ? { days: DAYS.filter((d) => days.has(d)), start, end, timeZone: timeZone.trim() } : null,
+          // UTC is the API's default: a window in UTC is stored without a zone, as before zones existed.
+          maintenanceWindow: hasWindow ? { days: DAYS.filter((d) => days.has(d)), start, end, ...(timeZone.trim() === 'UTC' ? {} : { timeZone: timeZone.trim() }) } : null,
           pinnedVersions: Object.keys(pinned).length ? pinned : null,
         },
       });
