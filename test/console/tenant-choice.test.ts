@@ -87,6 +87,10 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: the partn
     await dialog.getByRole('button', { name: 'Send invitation' }).click();
     await page.getByText("no-smtp-invitee@example.com is invited. No email service is set up (SMTP_URL), so the invitation email, with its link, was written to Keel's server log.").waitFor();
     expect(await page.getByText('An invitation was sent').count()).toBe(0);
+    // Resend says the same: where the new link went, never "sent".
+    await page.getByRole('row', { name: 'no-smtp-invitee@example.com' }).getByRole('button', { name: 'Resend' }).click();
+    await page.getByText("no-smtp-invitee@example.com: Invitation written to Keel's log (no SMTP_URL is set).").waitFor();
+    expect(await page.getByText(/was sent/).count()).toBe(0);
     expect(await axeViolations(page)).toEqual([]);
     expect(t.problems).toEqual([]);
   });

@@ -117,7 +117,7 @@ function UsersPage() {
             <td>
               <div className="row">
               {u.status === 'invited' && can('users', 'invite') && (
-                <Button kind="link" onClick={() => void act(() => api('POST', '/users/resend-invite', { query: t.query, body: body({ userId: u.id }) }), `A new invitation was sent to ${u.email}.`)}>
+                <Button kind="link" onClick={() => void act(() => api<{ message: string }>('POST', '/users/resend-invite', { query: t.query, body: body({ userId: u.id }) }), (r) => `${u.email}: ${r.message}.`)}>
                   Resend
                 </Button>
               )}
