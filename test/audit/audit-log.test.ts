@@ -71,6 +71,16 @@ describe.skipIf(!backendAvailable())('audit log: read and export', () => {
     const future = await app.api('GET', `/audit-logs?from=${encodeURIComponent(new Date(Date.now() + 3600_000).toISOString())}`, { token: adminToken });
     expect(future.body.data).toEqual([]);
     expect((await app.api('GET', '/audit-logs?from=yesterday', { token: adminToken })).status).toBe(400);
+    // By target (kind and id) and up to a time; an unknown parameter is refused, not ignored.
+    const roles = await app.api('GET', '/audit-logs?targetType=role&limit=100', { token: adminToken });
+    expect([...new Set(roles.body.data.map((e: { action: string }) => e.action))].sort()).toEqual(['role.clone', 'role.create', 'role.delete', 'role.update']);
+    const created = roles.body.data.find((e: { action: string }) => e.action === 'role.create');
+    const one = await app.api('GET', `/audit-logs?targetType=role&targetId=${created.targetId}`, { token: adminToken });
+    expect(one.body.data.map((e: { action: string }) => e.action).sort()).toEqual(['role.create', 'role.update']);
+    const past = await app.api('GET', `/audit-logs?to=${encodeURIComponent(new Date(Date.parse(res.body.data.at(-1).createdAt) - 1000).toISOString())}`, { token: adminToken });
+    expect(past.body.data).toEqual([]);
+    const misspelt = await app.api('GET', '/audit-logs?targetid=x', { token: adminToken });
+    expect(misspelt.status).toBe(400);
   });
 
   it('stores what the raw writers were given: typed JSON, the changed fields, and the login one statement wrote', async () => {
