@@ -150,4 +150,39 @@ describe.skipIf(!backendAvailable())('audit log: read and export', () => {
     const all = await app.api('GET', `/audit-logs?orgId=${tenant.orgId}&action=access.cross_tenant_refused`, { token: (await login(app, root)).accessToken });
     expect(all.body.data[0]).toMatchObject({ targetName: 'Org B' });
   });
+  it('the names of a page cost one query per kind of object, whatever the number of entries (no query per entry)', async () => {
+    type Fn = (...args: unknown[]) => unknown;
+    for (let i = 0; i < 3; i++) await login(app, tenant.orgTechnician);
+    // Background jobs stop first, so only the request's statements are counted.
+    await app.server.keel.modules.stop({ graceful: true });
+    const client = (app.server.keel.db as unknown as { session: { client: Record<string, Fn> } }).session.client;
+    let n = 0;
+    const originals: [string, Fn][] = [];
+    for (const name of ['query', 'connect', 'transaction', 'exec', 'execProtocol']) {
+      const original = client[name];
+      if (typeof original !== 'function') continue;
+      originals.push([name, original]);
+      client[name] = function (this: unknown, ...args: unknown[]) {
+        n++;
+        return original.apply(this, args);
+      };
+    }
+    try {
+      const cost = async (limit: number) => {
+        const before = n;
+        const res = await app.api('GET', `/audit-logs?action=user.login&limit=${limit}`, { token: adminToken });
+        expect(res.status).toBe(200);
+        return { calls: n - before, entries: res.body.data.length as number, named: res.body.data.every((e: { actorName: string | null }) => e.actorName) };
+      };
+      await cost(1); // warms the caller's session and role caches
+      const one = await cost(1);
+      const all = await cost(100);
+      expect(one.entries).toBe(1);
+      expect(all.entries).toBeGreaterThan(2);
+      expect(all.named).toBe(true);
+      expect(all.calls).toBe(one.calls);
+    } finally {
+      for (const [name, fn] of originals) client[name] = fn;
+    }
+  });
 });
