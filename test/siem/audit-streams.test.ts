@@ -14,11 +14,13 @@ import { backend, backendAvailable, startTestApp, type TestApp } from '../helper
 import { createTenant, createUser, enrollTotp, login, type Tenant } from '../helpers/fixtures.js';
 import { rsyslogAvailable, startRsyslog, type Rsyslog } from '../helpers/rsyslog.js';
 import { waitUntil } from '../helpers/wait.js';
+import { raceTest, together } from '../helpers/race.js';
 import { sample } from '../ops/prometheus.js';
 import { clock } from '../../src/platform/clock.js';
 import { createLogger } from '../../src/platform/logger.js';
 import { startServer, type RunningServer } from '../../src/server.js';
 import { writeAudit } from '../../src/modules/audit/service.js';
+import { claimStreams } from '../../src/modules/siem/sender.js';
 import { rawQuery } from '../../src/platform/db/raw.js';
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
 
@@ -218,6 +220,19 @@ describe.skipIf(!backendAvailable() || !rsyslogAvailable())(`audit streams (${ba
     expect(created.status).toBe(201);
     expect(created.body.partnerId).toBeNull();
     expect((await api('GET', `/partners/${t.partnerId}/audit-streams/${created.body.id}`, adminToken)).status).toBe(404);
+    expect((await api('DELETE', `/audit-streams/${created.body.id}`, platformToken)).status).toBe(204);
+  });
+
+  raceTest('one sender at a time: of eight processes claiming a due stream at once, one holds it', async () => {
+    const created = await api('POST', '/audit-streams', platformToken, { type: 'https', url: 'https://127.0.0.1:1/race', secret: 'platform-secret-0123456789' });
+    expect(created.status).toBe(201);
+    // Kept away from the running sender (due only in an hour), then claimed by eight claimers at once.
+    const later = clock.nowMs() + 3600_000;
+    await rawQuery(db(), 'update audit_streams set next_attempt_at = $2::timestamptz where id = $1', [created.body.id, new Date(later).toISOString()]);
+    const claims = await together(8, () => claimStreams(db(), 10, later + 1000));
+    expect(claims.map((c) => c.filter((s) => s.id === created.body.id).length).reduce((a, b) => a + b, 0)).toBe(1);
+    // The claimers took the other streams too (due an hour from now): they let them go.
+    await rawQuery(db(), 'update audit_streams set claim_id = null, lease_expires_at = null where claim_id = any($1::uuid[])', [claims.flat().map((c) => c.claimId)]);
     expect((await api('DELETE', `/audit-streams/${created.body.id}`, platformToken)).status).toBe(204);
   });
 
