@@ -182,7 +182,11 @@ describe.skipIf(!backendAvailable() || !rsyslogAvailable())(`audit streams (${ba
       expect(patched.text).not.toContain('another-secret');
       const [row] = await rawQuery<{ secret_sealed: string }>(db(), 'select secret_sealed from audit_streams where id = $1', [created.body.id]);
       expect(row?.secret_sealed).not.toContain('another-secret');
+      const scrape = () => fetch(`${base()}/metrics`, { headers: { authorization: `Bearer ${METRICS_TOKEN}` } }).then((r) => r.text());
+      expect(await scrape()).toContain(`stream="${created.body.id}"`);
       expect((await api('DELETE', `/partners/${t.partnerId}/audit-streams/${created.body.id}`, adminToken)).status).toBe(204);
+      // A deleted stream's series goes with it.
+      expect(await scrape()).not.toContain(created.body.id);
     } finally {
       await new Promise<void>((r) => server.close(() => r()));
     }

@@ -26,12 +26,21 @@ export const LAG_METRIC = 'keel_audit_stream_lag_seconds';
  * lag of each stream in `/metrics` (read on each scrape, labelled by the stream's id only).
  */
 export function installSiem(keel: Keel): KeelModule<Siem> {
-  if (keel.metrics.enabled) {
-    keel.metrics.gauge(LAG_METRIC, 'Seconds since the oldest audit entry a stream has not sent yet was written (0: caught up)', ['stream'], async (g) => {
-      const streams = await rawQuery<{ id: string; partner_id: string | null }>(keel.db, 'select id, partner_id from audit_streams order by id', []);
-      for (const s of streams) g.set({ stream: s.id }, await streamLagSeconds(keel, s.id, s.partner_id));
+  // Reset on each scrape, so a deleted stream's series goes with it.
+  keel.metrics.register((prom, registry) => {
+    new prom.Gauge({
+      name: LAG_METRIC,
+      help: 'Seconds since the oldest audit entry a stream has not sent yet was written (0: caught up)',
+      labelNames: ['stream'],
+      registers: [registry],
+      async collect() {
+        const streams = await rawQuery<{ id: string; partner_id: string | null }>(keel.db, 'select id, partner_id from audit_streams order by id', []);
+        const lags = await Promise.all(streams.map(async (s) => [s.id, await streamLagSeconds(keel, s.id, s.partner_id)] as const));
+        this.reset();
+        for (const [stream, lag] of lags) this.set({ stream }, lag);
+      },
     });
-  }
+  });
   const policies = new Map<string, OutboundPolicy>();
   return {
     handle: {},
