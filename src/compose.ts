@@ -13,6 +13,8 @@ import { installAgents } from './modules/agents/context.js';
 import { installDomains } from './modules/domains/service.js';
 import { installScim } from './modules/scim/tokens.js';
 import { installAudit } from './modules/audit/module.js';
+import { installSiem } from './modules/siem/module.js';
+import { STREAM_SEALED } from './modules/siem/secrets.js';
 import { MFA_SEALED } from './modules/mfa/service.js';
 import { WEBHOOK_SEALED } from './modules/webhooks/service.js';
 import { PROVIDER_SEALED } from './modules/sso/providers.js';
@@ -62,6 +64,7 @@ export function installModules(keel: Keel): void {
   // Enforced SSO takes part in password sign-in and reset (identity's password-policy port).
   keel.modules.install('sso', installSso(keel));
   keel.modules.install('scim', installScim(keel));
+  keel.modules.install('siem', installSiem(keel));
 }
 
 /**
@@ -74,4 +77,4 @@ export function processRoles(command: 'serve' | 'worker', worker: 'inline' | 'of
 }
 
 /** Every column sealed with the encryption key, as each module declares it: what `keel secrets reseal` moves to the current key. */
-export const SEALED_COLUMNS: readonly SealedColumn[] = [...MFA_SEALED, ...WEBHOOK_SEALED, ...PROVIDER_SEALED, ...IDENTITY_SEALED, ...SINGLE_USE_SEALED];
+export const SEALED_COLUMNS: readonly SealedColumn[] = [...MFA_SEALED, ...WEBHOOK_SEALED, ...PROVIDER_SEALED, ...IDENTITY_SEALED, ...SINGLE_USE_SEALED, ...STREAM_SEALED];

@@ -12,6 +12,7 @@ import { mountAgentRoutes } from './agents/routes.js';
 import { mountSsoRoutes } from './sso/routes.js';
 import { mountDomainRoutes } from './domains/routes.js';
 import { mountScimRoutes } from './scim/routes.js';
+import { mountSiemRoutes } from './siem/routes.js';
 
 /** Each module contributes one function that mounts its routes on the /api/v1 router. */
 export type MountRoutes = (api: OpenAPIHono<AppEnv>, keel: Keel) => void;
@@ -19,4 +20,4 @@ export type MountRoutes = (api: OpenAPIHono<AppEnv>, keel: Keel) => void;
 export const moduleRoutes: MountRoutes[] = [mountIdentityRoutes, mountMfaRoutes];
 moduleRoutes.push(mountAccessRoutes, mountOrgRoutes, mountUserRoutes, mountAuditRoutes);
 moduleRoutes.push(mountWebhookRoutes, mountAgentRoutes, mountSsoRoutes);
-moduleRoutes.push(mountDomainRoutes, mountScimRoutes);
+moduleRoutes.push(mountDomainRoutes, mountScimRoutes, mountSiemRoutes);

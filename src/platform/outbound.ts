@@ -219,6 +219,22 @@ async function vet(raw: string, policy: OutboundPolicy, attempt: Attempt): Promi
   return { url, addresses: (await vettedAddresses(host, policy, attempt)).map((a) => a.address) };
 }
 
+/**
+ * The addresses a host (a name or an IP literal) may be dialled at, by the same rules as `vetTarget`,
+ * for callers that open their own socket (the audit stream's syslog over TCP): dial only these, so a
+ * name rebound between this check and the connect is never followed. Throws the OutboundError.
+ */
+export async function vetHost(host: string, policy: OutboundPolicy, timeoutMs: number = VET_TIMEOUT_MS): Promise<string[]> {
+  const bare = host.replace(/^\[(.*)\]$/, '$1');
+  if (ipaddr.isValid(bare)) {
+    const why = addressBlocked(bare, policy.allowInsecure);
+    if (why) throw new OutboundError('blocked_address', `the address is ${why}`);
+    return [bare];
+  }
+  if (hostBlocked(bare, policy.allowInsecure)) throw new OutboundError('blocked_host', `${bare} is not allowed`);
+  return (await vettedAddresses(bare, policy, { signal: AbortSignal.timeout(timeoutMs), timeoutMs })).map((a) => a.address);
+}
+
 type LookupCallback = (err: Error | null, address: string | LookupAddress[], family?: number) => void;
 
 /** Without an attempt around it (never on Keel's own paths), a connection may take this long. */

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { createTenant, createUser, enrollTotp, login, uniqueEmail, type Tenant } from '../helpers/fixtures.js';
@@ -6,6 +7,8 @@ import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
 import { identityOf } from '../../src/modules/identity/context.js';
 import { emailHash } from '../../src/modules/identity/sign-in-audit.js';
 import { flushSecurityEvents } from '../../src/modules/audit/security-events.js';
+import { auditSsoFailure } from '../../src/modules/sso/login.js';
+import { SsoFailure } from '../../src/modules/sso/constants.js';
 import { verifyChain, PLATFORM_CHAIN } from '../../src/modules/audit/chain.js';
 import { rawQuery } from '../../src/platform/db/raw.js';
 import { clock } from '../../src/platform/clock.js';
@@ -136,6 +139,28 @@ describe.skipIf(!backendAvailable())('audit log: failed and refused security eve
     expect((await app.api('GET', `/audit-logs?orgId=${otherTenant.orgId}`, { token: partnerTech, headers: { 'x-forwarded-for': ip } })).status).toBe(404);
     const [row] = await rawQuery<{ partner_id: string; org_id: string | null }>(app.server.keel.db, `select partner_id, org_id from audit_logs where action = 'access.cross_tenant_refused' and target_id = $1`, [otherTenant.orgId]);
     expect(row).toEqual({ partner_id: tenant.partnerId, org_id: null });
+  });
+
+  it('refused SSO sign-ins (and refused identity links) are bounded per source and minute like the other refusals', async () => {
+    const ip = nextSource();
+    await flushSecurityEvents(app.server.keel.db);
+    clock.freeze();
+    const providerId = randomUUID();
+    const info = { actor: { type: 'anonymous' as const }, ip };
+    for (let i = 0; i < 30; i++) {
+      const failure = new SsoFailure('sso_error', 'identity_subject_changed: another subject').about({ providerId, orgId: tenant.orgId, refusedSubject: `sub-${i}` });
+      await auditSsoFailure(app.server.keel, failure, info);
+    }
+    const during = await rawQuery<{ action: string; details: Record<string, unknown> }>(app.server.keel.db, 'select action, details from audit_logs where ip_address = $1 order by chain_seq', [ip]);
+    expect(during.map((r) => [r.action, r.details.count])).toEqual([['sso.login', 1], ['sso.identity.refused', 1]]);
+    clock.advance(60_000);
+    expect(await flushSecurityEvents(app.server.keel.db)).toBe(2);
+    const after = await rawQuery<{ action: string; result: string; org_id: string; details: Record<string, unknown> }>(app.server.keel.db, 'select action, result, org_id, details from audit_logs where ip_address = $1 order by chain_seq', [ip]);
+    expect(after).toHaveLength(4);
+    expect(after.slice(2).map((r) => [r.action, r.result, r.org_id, r.details.count, r.details.aggregated]).sort()).toEqual([
+      ['sso.identity.refused', 'failure', tenant.orgId, 30, true],
+      ['sso.login', 'failure', tenant.orgId, 30, true],
+    ]);
   });
 
   it('a flood of 200 failed sign-ins from one address writes two entries, the second with the total count, once the minute is over', async () => {

@@ -5,7 +5,7 @@ import { dirname, join, relative, resolve } from 'node:path';
  * The module layer order (docs/architecture.md), bottom first. A module's domain files (everything in
  * its folder but the HTTP adapters) import only platform code and modules at or below its own layer.
  */
-export const LAYERS = ['audit', 'tenancy', 'identity', 'access', 'mfa', 'users', 'orgs', 'webhooks', 'agents', 'domains', 'sso', 'scim'] as const;
+export const LAYERS = ['audit', 'tenancy', 'identity', 'access', 'mfa', 'users', 'orgs', 'webhooks', 'agents', 'domains', 'sso', 'scim', 'siem'] as const;
 
 /** Files of the platform level: they know no module. `keel.ts` is the container every module receives. */
 const PLATFORM = [/^src\/platform\//, /^src\/config\.ts$/, /^src\/events\.ts$/, /^src\/event-types\.ts$/, /^src\/event-catalogue\.ts$/, /^src\/keel\.ts$/];

@@ -3,7 +3,7 @@
  * and the identity link (docs/security.md "Organisation SSO: provider authority, identity links,
  * sign-in policy"). Attacks through HTTP against a real oidc-provider on 127.0.0.1.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { sql } from 'drizzle-orm';
 import { backendAvailable } from '../helpers/app.js';
 import { createUser, enrollTotp, login, nextTotpStep, STRONG_PASSWORD, totpCode, uniqueEmail } from '../helpers/fixtures.js';
@@ -136,6 +136,10 @@ describe.skipIf(!backendAvailable())('SSO provider authority and identity links'
   });
 
   describe('whom a provider signs in', () => {
+    // Each case in a minute of its own (the clock is reset after each): refused sign-ins are
+    // aggregated per source and minute (audit/security-events.ts).
+    let minutes = 0;
+    beforeEach(() => clock.advance(60_000 * ++minutes));
     const isApp = (location: string) => location.startsWith(w.app.publicUrl) && !location.includes('/api/v1/sso/callback');
     const failed = (code: string) => `${w.app.publicUrl}/login?error=${code}&org=${w.tenant.orgId}`;
 

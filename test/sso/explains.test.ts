@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backendAvailable } from '../helpers/app.js';
 import { createTenant, createUser, enrollTotp, login, uniqueEmail, STRONG_PASSWORD, type Tenant } from '../helpers/fixtures.js';
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
+import { clock } from '../../src/platform/clock.js';
 import { Browser, startOidcIdp, type OidcIdp } from './idp.js';
 import { ssoCodeOf, ssoWorld, type SsoWorld } from './helpers.js';
 
@@ -129,6 +130,8 @@ describe.skipIf(!backendAvailable())('SSO that explains itself', () => {
     const tech = t2.orgTechnician;
     expect(await signIn(t2.orgId, account(tech.email))).toBe(`${w.app.publicUrl}/login?error=provider_testing&org=${t2.orgId}`);
     const stranger = uniqueEmail('trial-stranger');
+    // The next refusal in a minute of its own: refused sign-ins are aggregated per source and minute (audit/security-events.ts).
+    clock.advance(60_000);
     expect(await signIn(t2.orgId, account(stranger))).toBe(`${w.app.publicUrl}/login?error=provider_testing&org=${t2.orgId}`);
     const refused = (await auditOf(t2Admin, 'sso.login.trial')).filter((e) => e.result === 'failure');
     expect(refused.map((e) => e.targetId).sort()).toEqual([tech.id, trialProviderId].sort());

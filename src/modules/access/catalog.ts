@@ -19,6 +19,7 @@ const NAMED: [string, string, string][] = [
   ['remote', 'access', 'Open remote sessions'],
   ['audit', 'read', 'Read the audit log'],
   ['audit', 'export', 'Export the audit log'],
+  ['audit', 'stream', 'Configure audit streaming to a SIEM'],
   ['webhooks', 'read', 'View webhooks and deliveries'],
   ['webhooks', 'write', 'Create, change and delete webhooks'],
   ['events', 'publish', 'Publish events from other components'],

@@ -4,7 +4,8 @@ import { clock } from '../../platform/clock.js';
 import { constantTimeEqual } from '../../platform/crypto.js';
 import { validationError } from '../../platform/http/errors.js';
 import { OutboundError } from '../../platform/outbound.js';
-import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
+import type { AuditRequestInfo } from '../audit/service.js';
+import { recordSecurityEvent } from '../audit/security-events.js';
 import { requestLog } from '../../platform/request-scope.js';
 import { loggableError } from '../../platform/safe-error.js';
 import { noActiveProvider, openSecret, signInProvider, signsIn, type ProviderRow } from './providers.js';
@@ -228,7 +229,8 @@ async function oidcFinish(keel: Keel, p: ProviderRow, data: OidcSessionData, sta
 /**
  * A refused SSO sign-in whose provider is known (its login session was found): audited `sso.login`
  * with `result: 'failure'`, `details.error` (the callback error code the browser got) and `details.reason`;
- * a refused identity link also as `sso.identity.refused` (the subject asserted, why). Failures before
+ * a refused identity link also as `sso.identity.refused` (the subject asserted, why); both bounded per
+ * source address and minute like every refused sign-in (audit/security-events.ts). Failures before
  * a login session is identified (a forged or stale state) are only logged: anyone can send those, and
  * they must not fill the audit log. The entry never fails the redirect (its error is logged).
  */
@@ -240,10 +242,10 @@ export async function auditSsoFailure(keel: Keel, failure: SsoFailure, info: Aud
   const target = userId ? { type: 'user', id: userId } : { type: 'sso_provider', id: providerId };
   try {
     // A refused trial (a provider in testing) is audited as such, like an accepted one.
-    await writeAudit(keel.db, who, { action: trial ? 'sso.login.trial' : 'sso.login', orgId: orgId ?? null, target, details: { providerId, error: failure.code, reason }, result: 'failure' });
+    await recordSecurityEvent(keel.db, who, { action: trial ? 'sso.login.trial' : 'sso.login', orgId: orgId ?? null, target, details: { providerId, error: failure.code, reason } });
     if (refusedSubject !== undefined) {
       const why = reason.startsWith('identity_subject_changed') ? 'subject_changed' : 'subject_taken';
-      await writeAudit(keel.db, who, { action: 'sso.identity.refused', orgId: orgId ?? null, target, details: { providerId, subject: refusedSubject, reason: why }, result: 'failure' });
+      await recordSecurityEvent(keel.db, who, { action: 'sso.identity.refused', orgId: orgId ?? null, target, details: { providerId, subject: refusedSubject, reason: why } });
     }
   } catch (err) {
     requestLog(keel.log, info).error({ error: loggableError(err) }, 'SSO login refused: the audit entry could not be written');

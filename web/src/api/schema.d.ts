@@ -302,6 +302,58 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/audit-streams": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the platform's audit streams, with their status and lag
+         * @description Access: an access token or an API key; caller scope system; permission `audit:read`.
+         */
+        get: operations["getAuditStreams"];
+        put?: never;
+        /**
+         * Create one of the platform's audit streams: it sends every retained entry of its scope, then each new one
+         * @description Access: an access token or an API key; caller scope system; permission `audit:stream`.
+         */
+        post: operations["postAuditStreams"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/audit-streams/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One of the platform's audit streams
+         * @description Access: an access token or an API key; caller scope system; permission `audit:read`.
+         */
+        get: operations["getAuditStreamsById"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete one of the platform's audit streams (its cursor with it)
+         * @description Access: an access token or an API key; caller scope system; permission `audit:stream`.
+         */
+        delete: operations["deleteAuditStreamsById"];
+        options?: never;
+        head?: never;
+        /**
+         * Change one of the platform's audit streams
+         * @description Access: an access token or an API key; caller scope system; permission `audit:stream`.
+         */
+        patch: operations["patchAuditStreamsById"];
+        trace?: never;
+    };
     "/api/v1/auth/accept-invite": {
         parameters: {
             query?: never;
@@ -1416,6 +1468,58 @@ export interface paths {
         options?: never;
         head?: never;
         patch?: never;
+        trace?: never;
+    };
+    "/api/v1/partners/{partnerId}/audit-streams": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List a partner's audit streams, with their status and lag
+         * @description Access: an access token or an API key; caller scope system or partner; permission `audit:read`; partner users need `orgAccess: all` (403 `full_org_access_required`).
+         */
+        get: operations["getPartnersByPartnerIdAuditStreams"];
+        put?: never;
+        /**
+         * Create one of a partner's audit streams: it sends every retained entry of its scope, then each new one
+         * @description Access: an access token or an API key; caller scope system or partner; permission `audit:stream`; partner users need `orgAccess: all` (403 `full_org_access_required`).
+         */
+        post: operations["postPartnersByPartnerIdAuditStreams"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/partners/{partnerId}/audit-streams/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One of a partner's audit streams
+         * @description Access: an access token or an API key; caller scope system or partner; permission `audit:read`; partner users need `orgAccess: all` (403 `full_org_access_required`).
+         */
+        get: operations["getPartnersByPartnerIdAuditStreamsById"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete one of a partner's audit streams (its cursor with it)
+         * @description Access: an access token or an API key; caller scope system or partner; permission `audit:stream`; partner users need `orgAccess: all` (403 `full_org_access_required`).
+         */
+        delete: operations["deletePartnersByPartnerIdAuditStreamsById"];
+        options?: never;
+        head?: never;
+        /**
+         * Change one of a partner's audit streams
+         * @description Access: an access token or an API key; caller scope system or partner; permission `audit:stream`; partner users need `orgAccess: all` (403 `full_org_access_required`).
+         */
+        patch: operations["patchPartnersByPartnerIdAuditStreamsById"];
         trace?: never;
     };
     "/api/v1/partners/{partnerId}/domains": {
@@ -3430,6 +3534,99 @@ export interface components {
             /** @description User-Agent of the request (first 1000 characters); null when none */
             userAgent: string | null;
         };
+        /** @description A destination (a SIEM) every audit entry of its scope is sent to, in order, at least once */
+        AuditStream: {
+            /** @description When it was created (ISO 8601) */
+            createdAt: string;
+            /** @description True when the stream signs its batches (https): the secret itself is never answered */
+            hasSecret: boolean;
+            /**
+             * Format: uuid
+             * @description Stream id (UUID)
+             */
+            id: string;
+            /** @description Seconds since the oldest entry not yet sent was written; 0 when caught up */
+            lagSeconds: number;
+            /** @description Why the last batch was not delivered; null once one is */
+            lastError: string | null;
+            /** @description When a batch was last delivered (ISO 8601); null before the first */
+            lastSentAt: string | null;
+            /**
+             * Format: uuid
+             * @description The partner whose entries it sends (its own and its organisations'); null for the platform's stream (every entry)
+             */
+            partnerId: string | null;
+            /**
+             * @description `pending`: not tried since it was created or changed; `ok`: the last try delivered (or nothing was due); `failing`: the last batch was not taken, tried again with backoff
+             * @enum {string}
+             */
+            status: "pending" | "ok" | "failing";
+            /** @description TLS settings */
+            tls: {
+                /** @description PEM certificate(s) trusted beside the system's for this receiver (a private SIEM); null: the system's only */
+                ca: string | null;
+            };
+            /**
+             * @description `syslog`: RFC 5424 over TCP with TLS, octet-counted; `https`: signed JSON batches
+             * @enum {string}
+             */
+            type: "syslog" | "https";
+            /** @description When its settings last changed (ISO 8601) */
+            updatedAt: string;
+            /**
+             * @description `syslog+tls://host:port` (or `syslog://host:port` where insecure targets are allowed) or an `https://` URL
+             * @example syslog+tls://siem.example.com:6514
+             */
+            url: string;
+        };
+        /**
+         * @example {
+         *       "type": "syslog",
+         *       "url": "syslog+tls://siem.example.com:6514"
+         *     }
+         */
+        AuditStreamCreate: {
+            /** @description https only, required there: the key batches are signed with (16 to 256 characters; write-only) */
+            secret?: string | null;
+            /** @description TLS settings: `ca` for a receiver whose certificate a private CA signed */
+            tls?: {
+                /** @description PEM certificate(s) to trust beside the system's; null clears */
+                ca?: string | null;
+            } | null;
+            /**
+             * @description `syslog` or `https`
+             * @enum {string}
+             */
+            type: "syslog" | "https";
+            /**
+             * @description `syslog+tls://host:port`, `syslog://host:port` (only where insecure targets are allowed) or `https://…` (checked by the outbound rules)
+             * @example syslog+tls://siem.example.com:6514
+             */
+            url: string;
+        };
+        AuditStreamList: {
+            data: components["schemas"]["AuditStream"][];
+        };
+        /** @description Each field optional: absent is unchanged. A change sends from the cursor on to the new destination */
+        AuditStreamPatch: {
+            /** @description https only, required there: the key batches are signed with (16 to 256 characters; write-only) */
+            secret?: string | null;
+            /** @description TLS settings: `ca` for a receiver whose certificate a private CA signed */
+            tls?: {
+                /** @description PEM certificate(s) to trust beside the system's; null clears */
+                ca?: string | null;
+            } | null;
+            /**
+             * @description `syslog` or `https`
+             * @enum {string}
+             */
+            type?: "syslog" | "https";
+            /**
+             * @description `syslog+tls://host:port`, `syslog://host:port` (only where insecure targets are allowed) or `https://…` (checked by the outbound rules)
+             * @example syslog+tls://siem.example.com:6514
+             */
+            url?: string;
+        };
         /** @description What AGENT_AUTO_PROMOTE did with this registration */
         AutoPromote: {
             /**
@@ -3771,7 +3968,7 @@ export interface components {
              * @description Stable snake_case error code for programs, e.g. `validation_failed`, `unauthorized`, `forbidden`, `not_found`, `mfa_required`, `mfa_enrollment_required` (428), `rate_limited` (429); every code is listed (the error catalogues, docs/decisions.md "Error catalogues")
              * @enum {string}
              */
-            code: "account_managed" | "already_retried" | "api_key_forbidden" | "api_key_required" | "bad_request" | "binary_source_remote" | "challenge_expired" | "circular_inheritance" | "code_expired" | "context_required" | "csrf_failed" | "database_unavailable" | "delivery_not_failed" | "domain_claimed" | "domain_exists" | "downgrade_refused" | "email_taken" | "forbidden" | "full_org_access_required" | "internal_error" | "invalid_code" | "invalid_credentials" | "invalid_current_password" | "invalid_device_token" | "invalid_enrollment_key" | "invalid_expiry" | "invalid_json" | "invalid_multipart" | "invalid_parent_role" | "invalid_passkey" | "invalid_refresh_token" | "invalid_role" | "invalid_site" | "invalid_temp_token" | "invalid_token" | "invalid_webhook_url" | "invitation_invalid" | "invitation_other_account" | "invitation_pending" | "last_admin" | "last_mfa_factor" | "manifest_invalid" | "manifest_signature_invalid" | "method_not_allowed" | "mfa_already_enabled" | "mfa_enrollment_required" | "mfa_not_enabled" | "mfa_required" | "mfa_required_by_organization" | "mfa_setup_expired" | "not_found" | "not_halted" | "not_invited" | "not_ready" | "org_id_mismatch" | "org_required" | "overloaded" | "own_role" | "partner_id_mismatch" | "partner_not_empty" | "passkey_counter_regression" | "passkey_exists" | "passkey_not_allowed" | "passkey_not_enrolled" | "passkeys_unavailable" | "password_login_refused" | "payload_too_large" | "permission_denied" | "phone_not_verified" | "placement_forbidden" | "placement_mismatch" | "privilege_escalation" | "provider_already_active" | "rate_limited" | "refresh_raced" | "release_exists" | "release_host_error" | "release_host_unconfigured" | "release_host_unreachable" | "release_key_missing" | "release_signature_invalid" | "role_in_use" | "rollout_narrowing" | "scope_forbidden" | "scope_mismatch" | "scope_required" | "secret_unavailable" | "self_change_forbidden" | "sms_already_enabled" | "sms_not_allowed" | "sms_not_enabled" | "sms_send_failed" | "sms_unavailable" | "sso_binding_mismatch" | "sso_logins_outstanding" | "sso_provider_incomplete" | "sso_required" | "system_role_immutable" | "too_many_rotations" | "totp_not_allowed" | "unauthorized" | "unsupported_media_type" | "user_associated_elsewhere" | "user_disabled" | "user_exists" | "user_required" | "validation_failed" | "webhook_limit_reached" | "webhook_not_active" | "whole_org_access_required";
+            code: "account_managed" | "already_retried" | "api_key_forbidden" | "api_key_required" | "audit_stream_limit_reached" | "bad_request" | "binary_source_remote" | "challenge_expired" | "circular_inheritance" | "code_expired" | "context_required" | "csrf_failed" | "database_unavailable" | "delivery_not_failed" | "domain_claimed" | "domain_exists" | "downgrade_refused" | "email_taken" | "forbidden" | "full_org_access_required" | "internal_error" | "invalid_code" | "invalid_credentials" | "invalid_current_password" | "invalid_device_token" | "invalid_enrollment_key" | "invalid_expiry" | "invalid_json" | "invalid_multipart" | "invalid_parent_role" | "invalid_passkey" | "invalid_refresh_token" | "invalid_role" | "invalid_site" | "invalid_stream_tls" | "invalid_stream_url" | "invalid_temp_token" | "invalid_token" | "invalid_webhook_url" | "invitation_invalid" | "invitation_other_account" | "invitation_pending" | "last_admin" | "last_mfa_factor" | "manifest_invalid" | "manifest_signature_invalid" | "method_not_allowed" | "mfa_already_enabled" | "mfa_enrollment_required" | "mfa_not_enabled" | "mfa_required" | "mfa_required_by_organization" | "mfa_setup_expired" | "not_found" | "not_halted" | "not_invited" | "not_ready" | "org_id_mismatch" | "org_required" | "overloaded" | "own_role" | "partner_id_mismatch" | "partner_not_empty" | "passkey_counter_regression" | "passkey_exists" | "passkey_not_allowed" | "passkey_not_enrolled" | "passkeys_unavailable" | "password_login_refused" | "payload_too_large" | "permission_denied" | "phone_not_verified" | "placement_forbidden" | "placement_mismatch" | "privilege_escalation" | "provider_already_active" | "rate_limited" | "refresh_raced" | "release_exists" | "release_host_error" | "release_host_unconfigured" | "release_host_unreachable" | "release_key_missing" | "release_signature_invalid" | "role_in_use" | "rollout_narrowing" | "scope_forbidden" | "scope_mismatch" | "scope_required" | "secret_unavailable" | "self_change_forbidden" | "sms_already_enabled" | "sms_not_allowed" | "sms_not_enabled" | "sms_send_failed" | "sms_unavailable" | "sso_binding_mismatch" | "sso_logins_outstanding" | "sso_provider_incomplete" | "sso_required" | "stream_secret_invalid" | "system_role_immutable" | "too_many_rotations" | "totp_not_allowed" | "unauthorized" | "unsupported_media_type" | "user_associated_elsewhere" | "user_disabled" | "user_exists" | "user_required" | "validation_failed" | "webhook_limit_reached" | "webhook_not_active" | "whole_org_access_required";
             /** @description Facts about this error, by code: `fields: [{path, message}]` for `validation_failed` (each bad field, e.g. "is required", "is not a known field"), `required` (the `resource:action`) for `permission_denied`, `{users, childRoles}` for a blocked role delete, `missing`/`permissions` for `privilege_escalation` */
             details?: {
                 [key: string]: unknown;
@@ -8957,6 +9154,759 @@ export interface operations {
                      *       "error": "Resource not found"
                      *     }
                      */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getAuditStreams: {
+        parameters: {
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Streams */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditStreamList"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    postAuditStreams: {
+        parameters: {
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AuditStreamCreate"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditStream"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body has a content type this operation does not take */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getAuditStreamsById: {
+        parameters: {
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Id (UUID) of the stream; another owner's answers 404 */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Stream */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditStream"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    deleteAuditStreamsById: {
+        parameters: {
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Id (UUID) of the stream; another owner's answers 404 */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body has a content type this operation does not take */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    patchAuditStreamsById: {
+        parameters: {
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Id (UUID) of the stream; another owner's answers 404 */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AuditStreamPatch"];
+            };
+        };
+        responses: {
+            /** @description Changed */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditStream"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body has a content type this operation does not take */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
                     "application/json": components["schemas"]["Error"];
                 };
             };
@@ -19062,6 +20012,761 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["AgentUpdateSettings"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body has a content type this operation does not take */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getPartnersByPartnerIdAuditStreams: {
+        parameters: {
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Id (UUID) of the partner; another partner answers 404 */
+                partnerId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Streams */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditStreamList"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    postPartnersByPartnerIdAuditStreams: {
+        parameters: {
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Id (UUID) of the partner; another partner answers 404 */
+                partnerId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AuditStreamCreate"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditStream"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body has a content type this operation does not take */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getPartnersByPartnerIdAuditStreamsById: {
+        parameters: {
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Id (UUID) of the stream; another owner's answers 404 */
+                id: string;
+                /** @description Id (UUID) of the partner; another partner answers 404 */
+                partnerId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Stream */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditStream"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    deletePartnersByPartnerIdAuditStreamsById: {
+        parameters: {
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Id (UUID) of the stream; another owner's answers 404 */
+                id: string;
+                /** @description Id (UUID) of the partner; another partner answers 404 */
+                partnerId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body has a content type this operation does not take */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    patchPartnersByPartnerIdAuditStreamsById: {
+        parameters: {
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Id (UUID) of the stream; another owner's answers 404 */
+                id: string;
+                /** @description Id (UUID) of the partner; another partner answers 404 */
+                partnerId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AuditStreamPatch"];
+            };
+        };
+        responses: {
+            /** @description Changed */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditStream"];
                 };
             };
             /** @description Invalid request */

@@ -8,6 +8,7 @@ import { Button, ErrorAlert, Field, PageHeader, useSubmit, when, PagedTable } fr
 import { permissionPage } from '../../permission';
 import { keys } from '../../api/keys';
 import type { Schema } from '../../api/types';
+import { AuditStreams } from './AuditStreams';
 
 type AuditEntry = Schema<'AuditEntry'>;
 
@@ -129,6 +130,7 @@ function AuditPage() {
         )}
         onPage={setPage}
       />
+      <AuditStreams />
     </>
   );
 }
