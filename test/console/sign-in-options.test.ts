@@ -120,7 +120,10 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: sign-in o
     await page.getByRole('button', { name: 'Add a passkey' }).click();
     await page.getByLabel('Name for this passkey').fill('Security key');
     await page.getByLabel('Current password').fill(user.password);
-    expect(await page.getByLabel('Sign in with it alone, without a password').isChecked()).toBe(true);
+    // A second factor unless asked: the box makes it a sign-in passkey.
+    const alone = page.getByLabel('Sign in with it alone, without a password');
+    expect(await alone.isChecked()).toBe(false);
+    await alone.check();
     await page.getByRole('button', { name: 'Create passkey' }).click();
     await page.getByText('Signs in', { exact: true }).nth(1).waitFor();
     const stored = await app.server.keel.db.select({ signIn: passkeys.signIn }).from(passkeys).where(eq(passkeys.userId, user.id));

@@ -251,7 +251,7 @@ function PasskeysCard({ onCodes }: { onCodes: (c: string[]) => void }) {
   const [adding, setAdding] = useState(false);
   const [name, setName] = useState('');
   const [password, setPassword] = useState('');
-  const [signIn, setSignIn] = useState(true);
+  const [signIn, setSignIn] = useState(false);
   const [removing, setRemoving] = useState<Passkey | null>(null);
   const [renaming, setRenaming] = useState<{ id: string; name: string } | null>(null);
   const refreshAll = async () => {
