@@ -18,6 +18,7 @@ import { users } from '../../src/modules/identity/schema.js';
 import { passkeys } from '../../src/modules/mfa/schema.js';
 import { auditLogs } from '../../src/modules/audit/schema.js';
 import { ssoProviders } from '../../src/modules/sso/schema.js';
+import { organizations } from '../../src/modules/tenancy/schema.js';
 import { DEFAULT_MAPPING } from '../../src/modules/sso/presets.js';
 import { PASSWORD_RESET_PURPOSE } from '../../src/modules/identity/service.js';
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
@@ -207,6 +208,16 @@ describe.skipIf(!haveChromium || !backendAvailable())('passkey sign-in in a real
     expect((await app.api('POST', '/auth/login', { body: { email: member.email, password: member.password } })).body.code).toBe('sso_required');
     expect((await signInWith(adminDev)).status).toBe(200);
     expect(await auditOf(admin.id, 'user.login.break_glass')).toHaveLength(1);
+  });
+
+  it('refuses passkey sign-in where the organisation does not allow passkeys', async () => {
+    const tenant = await createTenant(app);
+    const member = tenant.orgTechnician;
+    const dev = await device();
+    await register(dev, (await login(app, member)).accessToken, member, 'Key');
+    await app.server.keel.db.update(organizations).set({ settings: { security: { allowedMfaMethods: { passkey: false } } } }).where(eq(organizations.id, tenant.orgId));
+    const refused = await signInWith(dev);
+    expect([refused.status, refused.body.code]).toEqual([403, 'passkey_not_allowed']);
   });
 
   it('removes the password once two sign-in passkeys exist (fresh MFA session); every password path then refuses, a reset link puts one back', async () => {
