@@ -126,6 +126,9 @@ const envSchema = z.object({
   SSO_EXCHANGE_LIMIT: int(30, 1, 100000),
   // Unauthenticated SSO starts and SAML posts per client IP per minute, and live login sessions per provider.
   SSO_LOGIN_LIMIT: int(60, 1, 100000),
+  PASSKEY_SIGNIN_LIMIT: int(30, 1, 100000),
+  DISCOVER_LIMIT: int(10, 1, 100000),
+  DISCOVER_IP_LIMIT: int(60, 1, 100000),
   SAML_ACS_LIMIT: int(60, 1, 100000),
   SSO_LOGIN_OUTSTANDING_LIMIT: int(1000, 1, 1000000),
   // POST /agents/enroll per minute: per client IP (every attempt, wrong keys included) and per enrolment key.

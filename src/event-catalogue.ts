@@ -20,7 +20,7 @@ export const KEEL_EVENT_DATA = {
       userId: uuid.describe('The user who signed in'),
       email: z.string().describe('Their email address'),
       sessionId: uuid.describe('The session the sign-in opened'),
-      method: z.enum(['password', 'mfa', 'sso']).describe('How they signed in: a password alone, a password and a second factor, or single sign-on'),
+      method: z.enum(['password', 'mfa', 'sso', 'passkey']).describe('How they signed in: a password alone, a password and a second factor, single sign-on, or a sign-in passkey alone (user verification: two factors)'),
     })
     .strict(),
   'user.logout': z

@@ -80,9 +80,14 @@ export async function signInWithTotp(page: Page, url: string, user: { email: str
   await page.getByRole('button', { name: 'Verify' }).click();
 }
 
-/** Fills the sign-in form and submits it. */
+/**
+ * Fills the sign-in form and submits it: on `/login` the email first (Continue, then sign-in discovery
+ * shows the password field); an organisation's `/login?org=…` asks both at once.
+ */
 export async function submitPassword(page: Page, email: string, password: string): Promise<void> {
   await page.getByLabel('Email', { exact: true }).fill(email);
+  const next = page.getByRole('button', { name: 'Continue', exact: true });
+  if ((await next.count()) > 0) await next.click();
   await page.getByLabel('Password', { exact: true }).fill(password);
   await page.getByRole('button', { name: 'Sign in', exact: true }).click();
 }

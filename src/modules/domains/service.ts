@@ -347,6 +347,22 @@ export async function ssoEmailRefusal(db: Db, owner: DomainOwner, email: string,
   return null;
 }
 
+/**
+ * The owner of the most specific verified domain covering the email's domain (the domain itself, else
+ * its nearest parent of two labels or more): an organisation or a partner; null when none. The one
+ * domain lookup of sign-in discovery (docs/decisions.md "Sign-in options"): it reads domains only,
+ * never accounts.
+ */
+export async function verifiedDomainOwner(db: Db, email: string): Promise<{ domain: string; orgId: string | null; partnerId: string | null } | null> {
+  const candidates = coveringDomains(email);
+  if (candidates.length === 0) return null;
+  const rows = await db
+    .select({ domain: verifiedDomains.domain, orgId: verifiedDomains.orgId, partnerId: verifiedDomains.partnerId })
+    .from(verifiedDomains)
+    .where(and(eq(verifiedDomains.status, 'verified'), inArray(verifiedDomains.domain, candidates)));
+  return candidates.map((d) => rows.find((r) => r.domain === d)).find((r) => r !== undefined) ?? null;
+}
+
 /** The organisation whose verified domain (the most specific one) covers this email, or null (none, or a partner's). */
 export async function verifiedDomainOrg(db: Db, email: string): Promise<string | null> {
   const candidates = coveringDomains(email);

@@ -107,7 +107,7 @@ export async function signIn(
   keel: Keel,
   user: User,
   info: RequestInfo,
-  opts: { mfa: boolean; method: 'password' | 'mfa' | 'sso' | 'registration'; details?: Record<string, unknown>; policyChecked?: boolean },
+  opts: { mfa: boolean; method: 'password' | 'mfa' | 'sso' | 'passkey' | 'registration'; details?: Record<string, unknown>; policyChecked?: boolean },
 ): Promise<TokenAnswer> {
   // Every session but an SSO one passes the sign-in policy (enforced SSO: 403 `sso_required`), whatever
   // proved the user (second factor, invitation, registration); password login has asked it already.
@@ -227,9 +227,10 @@ export async function passwordLogin(keel: Keel, email: string, password: string,
 
 /**
  * The registered password policies (password-policy.ts: the SSO module's enforced SSO) after the right
- * password: a refusal is answered (403 `sso_required`), an allowed use they flag is audited.
+ * password, or a sign-in passkey (which enforced SSO refuses alike, docs/decisions.md "Sign-in
+ * options"): a refusal is answered (403 `sso_required`), an allowed use they flag (break-glass) is audited.
  */
-async function applyPasswordPolicies(keel: Keel, user: User, info: RequestInfo): Promise<void> {
+export async function applyPasswordPolicies(keel: Keel, user: User, info: RequestInfo): Promise<void> {
   for (const v of await passwordPolicyVerdicts(keel, user, 'login')) {
     if (v.refuse) throw v.error ?? identityError('password_login_refused');
     if (v.audit) {

@@ -27,6 +27,7 @@ export interface MfaLimits {
   smsPerLogin: Limit;
   passkeyChallengesUser: Limit;
   passkeyChallengesLogin: Limit;
+  passkeySignIn: Limit;
 }
 
 /** A browser asks once per ceremony; these leave room for retries and several tabs, not for flooding. */
@@ -62,5 +63,7 @@ export function defineMfaLimits(keel: Keel): MfaLimits {
     passkeyChallengesUser: limits.define('passkey-challenge-user', PASSKEY_CHALLENGES_PER_USER, 300),
     /** Sign-in challenges per temp token (its 5-minute life). */
     passkeyChallengesLogin: limits.define('passkey-challenge-login', PASSKEY_CHALLENGES_PER_TEMP_TOKEN, 300),
+    /** Passkey sign-in challenges per source address (and per email when one is given) per minute: each is a stored row. */
+    passkeySignIn: limits.define('passkey-signin', c.PASSKEY_SIGNIN_LIMIT, 60),
   };
 }

@@ -22,6 +22,8 @@ export const MFA_ERRORS = {
   passkey_not_allowed: { status: 403, message: 'Your organization does not allow passkeys' },
   passkey_not_enrolled: { status: 409, message: 'This account has no passkey' },
   passkeys_unavailable: { status: 503, message: 'Passkeys are not available on this server' },
+  recent_sign_in_required: { status: 403, message: 'This needs a session signed in with a passkey or another second factor within the last 10 minutes: sign in again' },
+  sign_in_passkeys_required: { status: 409, message: 'Register at least two sign-in passkeys before removing the password' },
   phone_not_verified: { status: 409, message: 'Verify a phone number first: /auth/phone/verify, then /auth/phone/confirm' },
   sms_already_enabled: { status: 409, message: 'SMS is already your second factor' },
   sms_not_allowed: { status: 403, message: 'Your organization does not allow SMS MFA' },

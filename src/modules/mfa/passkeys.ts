@@ -36,7 +36,7 @@ import { notifyAuthChange } from '../identity/notices.js';
 import { mfaError } from './errors.js';
 
 /** Loaded on the first passkey request: the library costs ~300 ms of start-up otherwise. */
-const webauthn = lazy(() => import('@simplewebauthn/server'));
+export const webauthn = lazy(() => import('@simplewebauthn/server'));
 
 export const WEBAUTHN_REGISTER_PURPOSE = 'webauthn_register';
 export const WEBAUTHN_LOGIN_PURPOSE = 'webauthn_login';
@@ -53,6 +53,7 @@ export interface PasskeyView {
   aaguid: string | null;
   backupEligible: boolean;
   backupState: boolean;
+  signIn: boolean;
   createdAt: string;
   lastUsedAt: string | null;
 }
@@ -66,17 +67,18 @@ export function passkeyView(p: PasskeyRow): PasskeyView {
     aaguid: p.aaguid,
     backupEligible: p.backupEligible,
     backupState: p.backupState,
+    signIn: p.signIn,
     createdAt: p.createdAt.toISOString(),
     lastUsedAt: p.lastUsedAt?.toISOString() ?? null,
   };
 }
 
-const challengeExpired = (status: 400 | 401) =>
+export const challengeExpired = (status: 400 | 401) =>
   mfaError('challenge_expired', { status });
-const invalidPasskey = (status: 400 | 401) => mfaError('invalid_passkey', { status });
+export const invalidPasskey = (status: 400 | 401) => mfaError('invalid_passkey', { status });
 
 /** The challenge a browser signed, read from the credential's clientDataJSON (null when malformed). */
-function challengeOf(credential: { response: { clientDataJSON: string } }): string | null {
+export function challengeOf(credential: { response: { clientDataJSON: string } }): string | null {
   try {
     const parsed = JSON.parse(Buffer.from(credential.response.clientDataJSON, 'base64url').toString('utf8')) as { challenge?: unknown };
     return typeof parsed.challenge === 'string' && parsed.challenge.length > 0 && parsed.challenge.length <= 512 ? parsed.challenge : null;
@@ -85,11 +87,11 @@ function challengeOf(credential: { response: { clientDataJSON: string } }): stri
   }
 }
 
-function userHandle(userId: string): Uint8Array<ArrayBuffer> {
+export function userHandle(userId: string): Uint8Array<ArrayBuffer> {
   return new Uint8Array(Buffer.from(userId.replaceAll('-', ''), 'hex'));
 }
 
-function decodeKey(publicKey: string): Uint8Array<ArrayBuffer> {
+export function decodeKey(publicKey: string): Uint8Array<ArrayBuffer> {
   return new Uint8Array(Buffer.from(publicKey, 'base64url'));
 }
 
@@ -109,15 +111,18 @@ function userPasskeys(keel: Keel, userId: string): Promise<PasskeyRow[]> {
 // Registration
 
 /**
- * `POST /auth/passkeys/register/options {currentPassword, name}`: after password re-entry, the
+ * `POST /auth/passkeys/register/options {currentPassword, name, signIn?}`: after password re-entry, the
  * WebAuthn creation options. The challenge is held 5 minutes (it is the single-use record's token)
- * together with the chosen name.
+ * together with the chosen name. `signIn: true` asks for a sign-in credential (docs/decisions.md
+ * "Sign-in options"): a discoverable credential with user verification required, which the
+ * verification step then demands.
  */
 export async function passkeyRegistrationOptions(
   keel: Keel,
   userId: string,
   currentPassword: string,
   name: string,
+  signIn = false,
 ): Promise<PublicKeyCredentialCreationOptionsJSON> {
   if (!keel.config.ENABLE_2FA) throw mfaDisabled();
   const rp = requireRelyingParty(keel);
@@ -135,14 +140,14 @@ export async function passkeyRegistrationOptions(
     timeout: WEBAUTHN_CHALLENGE_TTL_MS,
     attestationType: 'none',
     excludeCredentials: existing.map((p) => ({ id: p.credentialId, transports: p.transports })),
-    authenticatorSelection: { residentKey: 'preferred', userVerification: 'preferred' },
+    authenticatorSelection: signIn ? { residentKey: 'required', userVerification: 'required' } : { residentKey: 'preferred', userVerification: 'preferred' },
   });
   await keel.singleUse.create(keel.db, {
     purpose: WEBAUTHN_REGISTER_PURPOSE,
     subjectId: user.id,
     ttlMs: WEBAUTHN_CHALLENGE_TTL_MS,
     token: options.challenge,
-    data: { name: name.trim() },
+    data: { name: name.trim(), signIn },
   });
   return options;
 }
@@ -165,6 +170,7 @@ export async function registerPasskey(
   if (!challenge) throw invalidPasskey(400);
   const record = await keel.singleUse.consume(keel.db, WEBAUTHN_REGISTER_PURPOSE, challenge);
   if (record?.subjectId !== userId) throw challengeExpired(400);
+  const signIn = record.data.signIn === true;
   let verification: Awaited<ReturnType<typeof verifyRegistrationResponse>>;
   try {
     verification = await (await webauthn()).verifyRegistrationResponse({
@@ -172,7 +178,8 @@ export async function registerPasskey(
       expectedChallenge: challenge,
       expectedOrigin: rp.origin,
       expectedRPID: rp.rpId,
-      requireUserVerification: false,
+      // A sign-in credential is the whole sign-in: the authenticator must have verified the user.
+      requireUserVerification: signIn,
     });
   } catch (err) {
     requestLog(keel.log, info).info({ error: loggableError(err) }, 'passkey registration refused');
@@ -199,6 +206,7 @@ export async function registerPasskey(
         backupEligible: reg.credentialDeviceType === 'multiDevice',
         backupState: reg.credentialBackedUp,
         name,
+        signIn,
         createdAt: clock.now(),
       })
       .onConflictDoNothing()
@@ -216,7 +224,7 @@ export async function registerPasskey(
       partnerId: access.partnerId,
       orgId: access.orgId,
       target: { type: 'user', id: userId },
-      details: { credential: { id: inserted.id, name: inserted.name, aaguid: inserted.aaguid }, primary: !primaryElsewhere },
+      details: { credential: { id: inserted.id, name: inserted.name, aaguid: inserted.aaguid, signIn }, primary: !primaryElsewhere },
     });
     tx.afterCommit(() => notifyAuthChange(keel, locked, 'passkey_added', info));
     return inserted;
@@ -363,6 +371,42 @@ export async function verifyPasskeyLogin(keel: Keel, tempToken: string, credenti
   }
 }
 
+/**
+ * Moves the passkey's signature counter forward to the one just verified, or refuses: a counter that
+ * does not move forward (when either side is non-zero) is audited `auth.mfa.passkey.counter_regression`
+ * as a possibly cloned authenticator and answered 401 `passkey_counter_regression`. One conditional
+ * UPDATE, so two parallel assertions with the same counter cannot both pass.
+ */
+export async function advanceCounter(
+  keel: Keel,
+  key: PasskeyRow,
+  user: User,
+  authenticationInfo: { newCounter: number; credentialBackedUp: boolean },
+  actorInfo: RequestInfo,
+): Promise<void> {
+  const received = authenticationInfo.newCounter;
+  const moved = received === 0 ? key.counter === 0 : key.counter < received;
+  const updated = moved
+    ? await keel.db
+        .update(passkeys)
+        .set({ counter: received, lastUsedAt: clock.now(), backupState: authenticationInfo.credentialBackedUp })
+        .where(and(eq(passkeys.id, key.id), received === 0 ? eq(passkeys.counter, 0) : lt(passkeys.counter, received)))
+        .returning({ id: passkeys.id })
+    : [];
+  if (updated.length > 0) return;
+  const access = await getAccessSummary(keel, user);
+  await writeAudit(keel.db, actorInfo, {
+    action: 'auth.mfa.passkey.counter_regression',
+    partnerId: access.partnerId,
+    orgId: access.orgId,
+    target: { type: 'user', id: user.id },
+    details: { credential: { id: key.id, name: key.name }, storedCounter: key.counter, receivedCounter: received },
+    result: 'failure',
+  });
+  requestLog(keel.log, actorInfo).warn({ userId: user.id, passkey: key.id, storedCounter: key.counter, receivedCounter: received }, 'passkey signature counter went backwards: possible cloned authenticator');
+  throw mfaError('passkey_counter_regression');
+}
+
 async function checkPasskeyLogin(keel: Keel, tempToken: string, credential: AuthenticationResponseJSON, info: RequestInfo): Promise<TokenAnswer> {
   if (!keel.config.ENABLE_2FA) throw mfaDisabled();
   const rp = requireRelyingParty(keel);
@@ -401,29 +445,7 @@ async function checkPasskeyLogin(keel: Keel, tempToken: string, credential: Auth
     throw invalidPasskey(401);
   }
   if (!verification.verified) throw invalidPasskey(401);
-
-  const received = verification.authenticationInfo.newCounter;
-  const moved = received === 0 ? key.counter === 0 : key.counter < received;
-  const updated = moved
-    ? await keel.db
-        .update(passkeys)
-        .set({ counter: received, lastUsedAt: clock.now(), backupState: verification.authenticationInfo.credentialBackedUp })
-        .where(and(eq(passkeys.id, key.id), received === 0 ? eq(passkeys.counter, 0) : lt(passkeys.counter, received)))
-        .returning({ id: passkeys.id })
-    : [];
-  if (updated.length === 0) {
-    const access = await getAccessSummary(keel, user);
-    await writeAudit(keel.db, actorInfo, {
-      action: 'auth.mfa.passkey.counter_regression',
-      partnerId: access.partnerId,
-      orgId: access.orgId,
-      target: { type: 'user', id: user.id },
-      details: { credential: { id: key.id, name: key.name }, storedCounter: key.counter, receivedCounter: received },
-      result: 'failure',
-    });
-    requestLog(keel.log, info).warn({ userId: user.id, passkey: key.id, storedCounter: key.counter, receivedCounter: received }, 'passkey signature counter went backwards: possible cloned authenticator');
-    throw mfaError('passkey_counter_regression');
-  }
+  await advanceCounter(keel, key, user, verification.authenticationInfo, actorInfo);
 
   const consumed = await keel.singleUse.consume(keel.db, MFA_LOGIN_PURPOSE, tempToken);
   if (consumed?.subjectId !== user.id) throw invalidTempToken();

@@ -18,6 +18,7 @@ import {
   verifyPasskeyLogin,
 } from './passkeys.js';
 import { relyingPartyOf } from './webauthn.js';
+import { passkeySignInOptions, removePassword, verifyPasskeySignIn } from './passkey-sign-in.js';
 import { assertFactorChangeAllowed, endSessionsWithoutMfa, requireFactorProof } from './factor-change.js';
 import { loadUser } from './common.js';
 
@@ -64,6 +65,7 @@ const PasskeySchema = z
     aaguid: z.string().nullable().openapi({ description: 'The authenticator model (AAGUID) it attested, or null when not given' }),
     backupEligible: z.boolean().openapi({ description: 'True when the credential may be synced to other devices (a synced passkey)' }),
     backupState: z.boolean().openapi({ description: 'True when the credential is currently backed up or synced (as of its last use)' }),
+    signIn: z.boolean().openapi({ description: 'True for a sign-in passkey (registered with `signIn: true`: discoverable, user verification required), which signs in alone through POST /auth/passkey/options and /auth/passkey/verify; false for a second factor only' }),
     createdAt: z.string().openapi({ description: 'When it was registered, ISO 8601 UTC' }),
     lastUsedAt: z.string().nullable().openapi({ description: 'Last sign-in with it, ISO 8601 UTC; null if never used' }),
   })
@@ -312,12 +314,22 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'post', path: '/auth/passkeys/register/options', tags: tag, summary: 'Start registering a passkey (password re-entry); the challenge is held 5 minutes',
       middleware: [auth, factorProof] as const,
-      request: { body: jsonBody(z.object({ currentPassword: Password, name: PasskeyName }).openapi('PasskeyRegisterOptionsRequest', { example: { currentPassword: 'correct-Horse-battery-9', name: 'MacBook Touch ID' } })) },
+      request: { body: jsonBody(
+          z
+            .object({
+              currentPassword: Password,
+              name: PasskeyName,
+              signIn: z.boolean().default(false).openapi({
+                description: 'True to register a sign-in passkey (docs/decisions.md "Sign-in options"): a discoverable credential with user verification required, which then signs in alone; false (the default) for a second factor only',
+              }),
+            })
+            .openapi('PasskeyRegisterOptionsRequest', { example: { currentPassword: 'correct-Horse-battery-9', name: 'MacBook Touch ID', signIn: true } }),
+        ) },
       responses: { 200: json(WebAuthnOptionsSchema), ...errors(404, 429), ...unavailable(503, 'WebAuthn relying party misconfigured') },
     }),
     async (c) => {
-      const { currentPassword, name } = c.req.valid('json');
-      return c.json(asOptions(await passkeyRegistrationOptions(keel, c.get('principal').userId, currentPassword, name)), 200);
+      const { currentPassword, name, signIn } = c.req.valid('json');
+      return c.json(asOptions(await passkeyRegistrationOptions(keel, c.get('principal').userId, currentPassword, name, signIn)), 200);
     },
   );
 
@@ -408,6 +420,77 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       const { tempToken, credential } = c.req.valid('json');
       const answer = await verifyPasskeyLogin(keel, tempToken, credential as unknown as AuthenticationResponseJSON, requestInfo(c));
       return c.json(tokenResponse(c, keel, answer), 200);
+    },
+  );
+  mountPasskeySignInRoutes(api, keel);
+}
+
+const PasskeySignInOptionsSchema = z
+  .object({
+    options: WebAuthnOptionsSchema,
+    challengeId: z.string().openapi({ description: 'Names this challenge in POST /auth/passkey/verify; valid 5 minutes and usable once', example: 'Hk3nW0qYd8pLr2tB5xZc7hJm1sDg4uAe9oRi6yKwQbE' }),
+  })
+  .openapi('PasskeySignInOptions');
+
+function mountPasskeySignInRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
+  const auth = authenticate(keel, { principal: 'user' });
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/auth/passkey/options', tags: tag,
+      summary: 'Start signing in with a passkey alone: the WebAuthn challenge (user verification required; 5 minutes, single use)',
+      request: { body: {
+          required: false,
+          content: { 'application/json': { schema: z
+            .object({
+              email: z.email().max(255).optional().openapi({ description: 'For a passkey the browser cannot discover by itself: the account\'s email, to list its sign-in passkeys. Omit it (or send no body) for usernameless sign-in and autofill', example: 'ada@example.com' }),
+            })
+            .openapi('PasskeySignInOptionsRequest', { example: {} }) } },
+        } },
+      responses: { 200: json(PasskeySignInOptionsSchema), ...errors(404, 429), ...unavailable(503, 'WebAuthn relying party misconfigured') },
+    }),
+    async (c) => {
+      const email = (c.req.header('content-length') ?? '0') !== '0' ? c.req.valid('json').email : undefined;
+      const { options, challengeId } = await passkeySignInOptions(keel, email, requestInfo(c));
+      return c.json({ options: asOptions(options), challengeId }, 200);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/auth/passkey/verify', tags: tag,
+      summary: 'Finish signing in with a passkey: full tokens with mfa: true (the login answer)',
+      request: { body: jsonBody(
+          z
+            .object({
+              challengeId: z.string().min(1).max(200).openapi({ description: 'The `challengeId` of POST /auth/passkey/options', example: 'Hk3nW0qYd8pLr2tB5xZc7hJm1sDg4uAe9oRi6yKwQbE' }),
+              response: AuthenticationCredential,
+            })
+            .openapi('PasskeySignInVerifyRequest', {
+              example: { challengeId: 'Hk3nW0qYd8pLr2tB5xZc7hJm1sDg4uAe9oRi6yKwQbE', response: { id: 'mQqS0Xh3cXKkQ2n1bY3k7w', rawId: 'mQqS0Xh3cXKkQ2n1bY3k7w', type: 'public-key', response: { clientDataJSON: 'eyJ0eXBlIjoid2ViYXV0aG4uZ2V0In0', authenticatorData: 'SZYN5YgOjGh0NBcPZHZgW4_krrmihjLHmVzzuoMdl2MFAAAAAQ', signature: 'MEUCIQDx7k9f3Gd8k2Hc', userHandle: 'AZNvToxae46dTzpbbH2Onw' }, clientExtensionResults: {} } },
+            }),
+        ) },
+      responses: { 200: json(TokenAnswerSchema), ...errors(401, 403, 404), ...unavailable(503, 'WebAuthn relying party misconfigured') },
+    }),
+    async (c) => {
+      const { challengeId, response } = c.req.valid('json');
+      const answer = await verifyPasskeySignIn(keel, challengeId, response as unknown as AuthenticationResponseJSON, requestInfo(c));
+      return c.json(tokenResponse(c, keel, answer), 200);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'delete', path: '/auth/password', tags: tag,
+      summary: 'Remove the password (two sign-in passkeys, a session signed in with a second factor in the last 10 minutes, password re-entry); a reset link sets one again',
+      middleware: [auth] as const,
+      request: { body: jsonBody(z.object({ currentPassword: Password }).openapi('PasswordRemoveRequest', { example: { currentPassword: 'correct-Horse-battery-9' } })) },
+      responses: { 204: { description: 'Removed: every password path now refuses the account' }, ...errors(404, 409, 429) },
+    }),
+    async (c) => {
+      const p = userPrincipal(c);
+      await removePassword(keel, p, c.req.valid('json').currentPassword, requestInfo(c));
+      return c.body(null, 204);
     },
   );
 }

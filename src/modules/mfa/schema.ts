@@ -18,6 +18,8 @@ export const passkeys = pgTable(
     backupEligible: boolean('backup_eligible').notNull().default(false),
     backupState: boolean('backup_state').notNull().default(false),
     name: varchar('name', { length: 255 }).notNull(),
+    /** A sign-in credential (docs/decisions.md "Sign-in options"): discoverable, registered with user verification; it signs in alone. */
+    signIn: boolean('sign_in').notNull().default(false),
     createdAt: createdAt(),
     lastUsedAt: ts('last_used_at'),
   },

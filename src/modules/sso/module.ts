@@ -18,6 +18,9 @@ export interface SsoLimits {
   exchangeLimit: Limit;
   loginLimit: Limit;
   acsLimit: Limit;
+  /** Sign-in discovery per email address, and per source address (discovery.ts). */
+  discover: Limit;
+  discoverIp: Limit;
 }
 
 declare module '../../platform/module.js' {
@@ -36,6 +39,8 @@ export function installSso(keel: Keel): KeelModule<Sso> {
     exchangeLimit: keel.limits.define('sso-exchange', keel.config.SSO_EXCHANGE_LIMIT, 60),
     loginLimit: keel.limits.define('sso-login', keel.config.SSO_LOGIN_LIMIT, 60),
     acsLimit: keel.limits.define('sso-saml-acs', keel.config.SAML_ACS_LIMIT, 60),
+    discover: keel.limits.define('discover', keel.config.DISCOVER_LIMIT, 60),
+    discoverIp: keel.limits.define('discover-ip', keel.config.DISCOVER_IP_LIMIT, 60),
   };
   return { handle: { activeProviders: new ActiveProviderCache(keel), jwks: new Map(), limits } };
 }

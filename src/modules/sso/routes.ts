@@ -34,6 +34,7 @@ import { auditSsoFailure, oidcCallback, safeRedirectPath, startLogin, stateCooki
 import { loggableError } from '../../platform/safe-error.js';
 import { errorLocation } from './locations.js';
 import { exchangeCode } from './provisioning.js';
+import { discoverSignIn } from './discovery.js';
 import { samlAcs, samlMetadata } from './saml.js';
 import { BINDING_COOKIE, BINDING_COOKIE_PATH, CALLBACK_PATH, SSO_EXCHANGE_TTL_MS, SSO_LOGIN_TTL_MS, SsoFailure, STATE_COOKIE } from './constants.js';
 import { randomToken, sha256Hex } from '../../platform/crypto.js';
@@ -298,4 +299,27 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       return c.json(tokenResponse(c, keel, await exchangeCode(keel, c.req.valid('json').code, info, browser)), 200);
     },
   );
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/auth/discover', tags: ['auth'],
+      summary: 'Sign-in discovery: what the sign-in page asks next for an email (the same answer for every address of a domain)',
+      request: { body: jsonBody(
+          z
+            .object({ email: z.email().max(255).openapi({ description: 'The address typed into the sign-in page; only its domain is read, never an account', example: 'ada@example.com' }) })
+            .openapi('DiscoverRequest', { example: { email: 'ada@example.com' } }),
+        ) },
+      responses: { 200: json(DiscoverSchema), ...errors(429) },
+    }),
+    async (c) => c.json(await discoverSignIn(keel, c.req.valid('json').email, requestInfo(c).ip), 200),
+  );
 }
+
+const DiscoverSchema = z
+  .object({
+    method: z.enum(['password', 'sso']).openapi({ description: '`sso` when the email\'s domain is verified by an organisation with an active SSO provider (go to `loginUrl`); else `password`' }),
+    loginUrl: z.string().optional().openapi({ description: 'With `sso`: where single sign-on starts (GET /sso/login/{orgId})', example: 'https://keel.example.com/api/v1/sso/login/0b3e6f0e-8c1a-4d8e-9d41-3c2f5b7a9e10' }),
+    passwordAllowed: z.boolean().openapi({ description: 'False when the provider enforces SSO (a password sign-in would be refused with 403 `sso_required`)' }),
+    passkey: z.boolean().openapi({ description: 'True when this deployment offers passkey sign-in (POST /auth/passkey/options); the same for every address' }),
+  })
+  .openapi('SignInDiscovery', { example: { method: 'sso', loginUrl: 'https://keel.example.com/api/v1/sso/login/0b3e6f0e-8c1a-4d8e-9d41-3c2f5b7a9e10', passwordAllowed: false, passkey: true } });
+

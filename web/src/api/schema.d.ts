@@ -394,6 +394,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/auth/discover": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Sign-in discovery: what the sign-in page asks next for an email (the same answer for every address of a domain)
+         * @description Access: public (no token).
+         */
+        post: operations["postAuthDiscover"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/auth/forgot-password": {
         parameters: {
             query?: never;
@@ -696,6 +716,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/auth/passkey/options": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Start signing in with a passkey alone: the WebAuthn challenge (user verification required; 5 minutes, single use)
+         * @description Access: public (no token).
+         */
+        post: operations["postAuthPasskeyOptions"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/auth/passkey/verify": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Finish signing in with a passkey: full tokens with mfa: true (the login answer)
+         * @description Access: public (no token).
+         */
+        post: operations["postAuthPasskeyVerify"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/auth/passkeys": {
         parameters: {
             query?: never;
@@ -775,6 +835,26 @@ export interface paths {
          */
         post: operations["postAuthPasskeysRegisterVerify"];
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/auth/password": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Remove the password (two sign-in passkeys, a session signed in with a second factor in the last 10 minutes, password re-entry); a reset link sets one again
+         * @description Access: a signed-in user (access token; API keys are refused with 403 `user_required`).
+         */
+        delete: operations["deleteAuthPassword"];
         options?: never;
         head?: never;
         patch?: never;
@@ -3814,6 +3894,19 @@ export interface components {
              */
             siteId?: string | null;
         };
+        /**
+         * @example {
+         *       "email": "ada@example.com"
+         *     }
+         */
+        DiscoverRequest: {
+            /**
+             * Format: email
+             * @description The address typed into the sign-in page; only its domain is read, never an account
+             * @example ada@example.com
+             */
+            email: string;
+        };
         EffectivePermissions: {
             /** @description Permissions the role itself grants */
             direct: components["schemas"]["Permission"][];
@@ -3968,7 +4061,7 @@ export interface components {
              * @description Stable snake_case error code for programs, e.g. `validation_failed`, `unauthorized`, `forbidden`, `not_found`, `mfa_required`, `mfa_enrollment_required` (428), `rate_limited` (429); every code is listed (the error catalogues, docs/decisions.md "Error catalogues")
              * @enum {string}
              */
-            code: "account_managed" | "already_retried" | "api_key_forbidden" | "api_key_required" | "audit_stream_limit_reached" | "bad_request" | "binary_source_remote" | "challenge_expired" | "circular_inheritance" | "code_expired" | "context_required" | "csrf_failed" | "database_unavailable" | "delivery_not_failed" | "domain_claimed" | "domain_exists" | "downgrade_refused" | "email_taken" | "forbidden" | "full_org_access_required" | "internal_error" | "invalid_code" | "invalid_credentials" | "invalid_current_password" | "invalid_device_token" | "invalid_enrollment_key" | "invalid_expiry" | "invalid_json" | "invalid_multipart" | "invalid_parent_role" | "invalid_passkey" | "invalid_refresh_token" | "invalid_role" | "invalid_site" | "invalid_stream_tls" | "invalid_stream_url" | "invalid_temp_token" | "invalid_token" | "invalid_webhook_url" | "invitation_invalid" | "invitation_other_account" | "invitation_pending" | "last_admin" | "last_mfa_factor" | "manifest_invalid" | "manifest_signature_invalid" | "method_not_allowed" | "mfa_already_enabled" | "mfa_enrollment_required" | "mfa_not_enabled" | "mfa_required" | "mfa_required_by_organization" | "mfa_setup_expired" | "not_found" | "not_halted" | "not_invited" | "not_ready" | "org_id_mismatch" | "org_required" | "overloaded" | "own_role" | "partner_id_mismatch" | "partner_not_empty" | "passkey_counter_regression" | "passkey_exists" | "passkey_not_allowed" | "passkey_not_enrolled" | "passkeys_unavailable" | "password_login_refused" | "payload_too_large" | "permission_denied" | "phone_not_verified" | "placement_forbidden" | "placement_mismatch" | "privilege_escalation" | "provider_already_active" | "rate_limited" | "refresh_raced" | "release_exists" | "release_host_error" | "release_host_unconfigured" | "release_host_unreachable" | "release_key_missing" | "release_signature_invalid" | "role_in_use" | "rollout_narrowing" | "scope_forbidden" | "scope_mismatch" | "scope_required" | "secret_unavailable" | "self_change_forbidden" | "sms_already_enabled" | "sms_not_allowed" | "sms_not_enabled" | "sms_send_failed" | "sms_unavailable" | "sso_binding_mismatch" | "sso_logins_outstanding" | "sso_provider_incomplete" | "sso_required" | "stream_secret_invalid" | "system_role_immutable" | "too_many_rotations" | "totp_not_allowed" | "unauthorized" | "unsupported_media_type" | "user_associated_elsewhere" | "user_disabled" | "user_exists" | "user_required" | "validation_failed" | "webhook_limit_reached" | "webhook_not_active" | "whole_org_access_required";
+            code: "account_managed" | "already_retried" | "api_key_forbidden" | "api_key_required" | "audit_stream_limit_reached" | "bad_request" | "binary_source_remote" | "challenge_expired" | "circular_inheritance" | "code_expired" | "context_required" | "csrf_failed" | "database_unavailable" | "delivery_not_failed" | "domain_claimed" | "domain_exists" | "downgrade_refused" | "email_taken" | "forbidden" | "full_org_access_required" | "internal_error" | "invalid_code" | "invalid_credentials" | "invalid_current_password" | "invalid_device_token" | "invalid_enrollment_key" | "invalid_expiry" | "invalid_json" | "invalid_multipart" | "invalid_parent_role" | "invalid_passkey" | "invalid_refresh_token" | "invalid_role" | "invalid_site" | "invalid_stream_tls" | "invalid_stream_url" | "invalid_temp_token" | "invalid_token" | "invalid_webhook_url" | "invitation_invalid" | "invitation_other_account" | "invitation_pending" | "last_admin" | "last_mfa_factor" | "manifest_invalid" | "manifest_signature_invalid" | "method_not_allowed" | "mfa_already_enabled" | "mfa_enrollment_required" | "mfa_not_enabled" | "mfa_required" | "mfa_required_by_organization" | "mfa_setup_expired" | "not_found" | "not_halted" | "not_invited" | "not_ready" | "org_id_mismatch" | "org_required" | "overloaded" | "own_role" | "partner_id_mismatch" | "partner_not_empty" | "passkey_counter_regression" | "passkey_exists" | "passkey_not_allowed" | "passkey_not_enrolled" | "passkeys_unavailable" | "password_login_refused" | "payload_too_large" | "permission_denied" | "phone_not_verified" | "placement_forbidden" | "placement_mismatch" | "privilege_escalation" | "provider_already_active" | "rate_limited" | "recent_sign_in_required" | "refresh_raced" | "release_exists" | "release_host_error" | "release_host_unconfigured" | "release_host_unreachable" | "release_key_missing" | "release_signature_invalid" | "role_in_use" | "rollout_narrowing" | "scope_forbidden" | "scope_mismatch" | "scope_required" | "secret_unavailable" | "self_change_forbidden" | "sign_in_passkeys_required" | "sms_already_enabled" | "sms_not_allowed" | "sms_not_enabled" | "sms_send_failed" | "sms_unavailable" | "sso_binding_mismatch" | "sso_logins_outstanding" | "sso_provider_incomplete" | "sso_required" | "stream_secret_invalid" | "system_role_immutable" | "too_many_rotations" | "totp_not_allowed" | "unauthorized" | "unsupported_media_type" | "user_associated_elsewhere" | "user_disabled" | "user_exists" | "user_required" | "validation_failed" | "webhook_limit_reached" | "webhook_not_active" | "whole_org_access_required";
             /** @description Facts about this error, by code: `fields: [{path, message}]` for `validation_failed` (each bad field, e.g. "is required", "is not a known field"), `required` (the `resource:action`) for `permission_denied`, `{users, childRoles}` for a blocked role delete, `missing`/`permissions` for `privilege_escalation` */
             details?: {
                 [key: string]: unknown;
@@ -4636,6 +4729,8 @@ export interface components {
              * @example MacBook Touch ID
              */
             name: string;
+            /** @description True for a sign-in passkey (registered with `signIn: true`: discoverable, user verification required), which signs in alone through POST /auth/passkey/options and /auth/passkey/verify; false for a second factor only */
+            signIn: boolean;
             /**
              * @description How the browser reaches the authenticator, as it reported them (`internal`, `hybrid`, `usb`, `nfc`, `ble`)
              * @example [
@@ -4734,7 +4829,8 @@ export interface components {
         /**
          * @example {
          *       "currentPassword": "correct-Horse-battery-9",
-         *       "name": "MacBook Touch ID"
+         *       "name": "MacBook Touch ID",
+         *       "signIn": true
          *     }
          */
         PasskeyRegisterOptionsRequest: {
@@ -4748,6 +4844,11 @@ export interface components {
              * @example MacBook Touch ID
              */
             name: string;
+            /**
+             * @description True to register a sign-in passkey (docs/decisions.md "Sign-in options"): a discoverable credential with user verification required, which then signs in alone; false (the default) for a second factor only
+             * @default false
+             */
+            signIn: boolean;
         };
         /**
          * @example {
@@ -4818,6 +4919,60 @@ export interface components {
              * @example MacBook Touch ID
              */
             name: string;
+        };
+        PasskeySignInOptions: {
+            /**
+             * @description Names this challenge in POST /auth/passkey/verify; valid 5 minutes and usable once
+             * @example Hk3nW0qYd8pLr2tB5xZc7hJm1sDg4uAe9oRi6yKwQbE
+             */
+            challengeId: string;
+            options: components["schemas"]["WebAuthnOptions"];
+        };
+        /** @example {} */
+        PasskeySignInOptionsRequest: {
+            /**
+             * Format: email
+             * @description For a passkey the browser cannot discover by itself: the account's email, to list its sign-in passkeys. Omit it (or send no body) for usernameless sign-in and autofill
+             * @example ada@example.com
+             */
+            email?: string;
+        };
+        /**
+         * @example {
+         *       "challengeId": "Hk3nW0qYd8pLr2tB5xZc7hJm1sDg4uAe9oRi6yKwQbE",
+         *       "response": {
+         *         "clientExtensionResults": {},
+         *         "id": "mQqS0Xh3cXKkQ2n1bY3k7w",
+         *         "rawId": "mQqS0Xh3cXKkQ2n1bY3k7w",
+         *         "response": {
+         *           "authenticatorData": "SZYN5YgOjGh0NBcPZHZgW4_krrmihjLHmVzzuoMdl2MFAAAAAQ",
+         *           "clientDataJSON": "eyJ0eXBlIjoid2ViYXV0aG4uZ2V0In0",
+         *           "signature": "MEUCIQDx7k9f3Gd8k2Hc",
+         *           "userHandle": "AZNvToxae46dTzpbbH2Onw"
+         *         },
+         *         "type": "public-key"
+         *       }
+         *     }
+         */
+        PasskeySignInVerifyRequest: {
+            /**
+             * @description The `challengeId` of POST /auth/passkey/options
+             * @example Hk3nW0qYd8pLr2tB5xZc7hJm1sDg4uAe9oRi6yKwQbE
+             */
+            challengeId: string;
+            response: components["schemas"]["PasskeyAuthenticationCredential"];
+        };
+        /**
+         * @example {
+         *       "currentPassword": "correct-Horse-battery-9"
+         *     }
+         */
+        PasswordRemoveRequest: {
+            /**
+             * @description The current account password, re-entered (limited per user; wrong ones count towards the lockout)
+             * @example correct-Horse-battery-9
+             */
+            currentPassword: string;
         };
         /** @description One `resource:action` permission, in the canonical vocabulary */
         Permission: {
@@ -5518,6 +5673,8 @@ export interface components {
              * @example ada@example.com
              */
             email: string;
+            /** @description False once the password was removed in favour of sign-in passkeys (DELETE /auth/password), or for an account made by single sign-on; a reset link sets one again */
+            hasPassword: boolean;
             /**
              * Format: uuid
              * @description Your user id (UUID); the `sub` claim of your access tokens
@@ -5619,6 +5776,30 @@ export interface components {
         SessionsRevoked: {
             /** @description Sessions ended (0 when none was live) */
             revoked: number;
+        };
+        /**
+         * @example {
+         *       "loginUrl": "https://keel.example.com/api/v1/sso/login/0b3e6f0e-8c1a-4d8e-9d41-3c2f5b7a9e10",
+         *       "method": "sso",
+         *       "passkey": true,
+         *       "passwordAllowed": false
+         *     }
+         */
+        SignInDiscovery: {
+            /**
+             * @description With `sso`: where single sign-on starts (GET /sso/login/{orgId})
+             * @example https://keel.example.com/api/v1/sso/login/0b3e6f0e-8c1a-4d8e-9d41-3c2f5b7a9e10
+             */
+            loginUrl?: string;
+            /**
+             * @description `sso` when the email's domain is verified by an organisation with an active SSO provider (go to `loginUrl`); else `password`
+             * @enum {string}
+             */
+            method: "password" | "sso";
+            /** @description True when this deployment offers passkey sign-in (POST /auth/passkey/options); the same for every address */
+            passkey: boolean;
+            /** @description False when the provider enforces SSO (a password sign-in would be refused with 403 `sso_required`) */
+            passwordAllowed: boolean;
         };
         /** @description A site (location) of an organisation */
         Site: {
@@ -10258,6 +10439,98 @@ export interface operations {
             };
         };
     };
+    postAuthDiscover: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DiscoverRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SignInDiscovery"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body has a content type this operation does not take */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "rate_limited",
+                     *       "error": "Too many requests; try again later",
+                     *       "retryAfter": 30
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     postAuthForgotPassword: {
         parameters: {
             query?: never;
@@ -12232,6 +12505,250 @@ export interface operations {
             };
         };
     };
+    postAuthPasskeyOptions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["PasskeySignInOptionsRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PasskeySignInOptions"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body has a content type this operation does not take */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "rate_limited",
+                     *       "error": "Too many requests; try again later",
+                     *       "retryAfter": 30
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description WebAuthn relying party misconfigured */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    postAuthPasskeyVerify: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PasskeySignInVerifyRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TokenAnswer"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body has a content type this operation does not take */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description WebAuthn relying party misconfigured */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     getAuthPasskeys: {
         parameters: {
             query?: {
@@ -12956,6 +13473,183 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    deleteAuthPassword: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PasswordRemoveRequest"];
+            };
+        };
+        responses: {
+            /** @description Removed: every password path now refuses the account */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body has a content type this operation does not take */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "rate_limited",
+                     *       "error": "Too many requests; try again later",
+                     *       "retryAfter": 30
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
                     "application/json": components["schemas"]["Error"];
                 };
             };
@@ -31565,10 +32259,10 @@ export interface operations {
                         /** @description Their email address */
                         email: string;
                         /**
-                         * @description How they signed in: a password alone, a password and a second factor, or single sign-on
+                         * @description How they signed in: a password alone, a password and a second factor, single sign-on, or a sign-in passkey alone (user verification: two factors)
                          * @enum {string}
                          */
-                        method: "password" | "mfa" | "sso";
+                        method: "password" | "mfa" | "sso" | "passkey";
                         /**
                          * Format: uuid
                          * @description The session the sign-in opened

@@ -6,7 +6,7 @@ import { useSearch } from 'wouter';
 import { startRegistration, type PublicKeyCredentialCreationOptionsJSON } from '@simplewebauthn/browser';
 import { api, dataOf, client, passkeyError, saveBlob, type SelfProfile } from '../api';
 import { useAuth } from '../auth';
-import { Alert, Button, Card, ErrorAlert, Field, PageHeader, QueryState, TableFrame, useSubmit, when } from '../ui';
+import { Alert, Button, Card, Checkbox, ErrorAlert, Field, PageHeader, QueryState, TableFrame, useSubmit, when } from '../ui';
 import { keys } from '../api/keys';
 import type { Schema } from '../api/types';
 
@@ -251,6 +251,7 @@ function PasskeysCard({ onCodes }: { onCodes: (c: string[]) => void }) {
   const [adding, setAdding] = useState(false);
   const [name, setName] = useState('');
   const [password, setPassword] = useState('');
+  const [signIn, setSignIn] = useState(false);
   const [removing, setRemoving] = useState<Passkey | null>(null);
   const [renaming, setRenaming] = useState<{ id: string; name: string } | null>(null);
   const refreshAll = async () => {
@@ -258,7 +259,7 @@ function PasskeysCard({ onCodes }: { onCodes: (c: string[]) => void }) {
     await reloadMe();
   };
   const add = useSubmit(async () => {
-    const optionsJSON = await api<PublicKeyCredentialCreationOptionsJSON>('POST', '/auth/passkeys/register/options', { body: { currentPassword: password, name: name.trim() } });
+    const optionsJSON = await api<PublicKeyCredentialCreationOptionsJSON>('POST', '/auth/passkeys/register/options', { body: { currentPassword: password, name: name.trim(), signIn } });
     let credential;
     try {
       credential = await startRegistration({ optionsJSON });
@@ -305,6 +306,7 @@ function PasskeysCard({ onCodes }: { onCodes: (c: string[]) => void }) {
                     <>
                       <div>
                         <strong>{p.name}</strong>
+                        {p.signIn && <span className="badge">Signs in</span>}
                         <div className="small muted">
                           Added {when(p.createdAt)} · last used {when(p.lastUsedAt)}
                         </div>
@@ -332,16 +334,47 @@ function PasskeysCard({ onCodes }: { onCodes: (c: string[]) => void }) {
           <Button type="button" kind="link" onClick={() => setRemoving(null)}>Cancel</Button>
         </form>
       )}
+      <RemovePassword signInKeys={list.data?.data.filter((p) => p.signIn).length ?? 0} onDone={refreshAll} />
       {adding && (
         <form onSubmit={add.submit} className="inline-form" aria-label="Add a passkey">
           <ErrorAlert error={add.error} />
           <Field label="Name for this passkey" required maxLength={100} placeholder="Work laptop" value={name} onChange={(e) => setName(e.target.value)} error={add.fields.name} />
           <Field label="Current password" type="password" autoComplete="current-password" required value={password} onChange={(e) => setPassword(e.target.value)} error={add.fields.currentPassword} />
+          <Checkbox label="Sign in with it alone, without a password" checked={signIn} onChange={setSignIn} />
           <Button type="submit" busy={add.busy}>Create passkey</Button>
           <Button type="button" kind="link" onClick={() => setAdding(false)}>Cancel</Button>
         </form>
       )}
     </Card>
+  );
+}
+
+/** Removing the password (DELETE /auth/password), offered once two sign-in passkeys exist. */
+function RemovePassword({ signInKeys, onDone }: { signInKeys: number; onDone: () => Promise<void> }) {
+  const { me } = useAuth();
+  const [open, setOpen] = useState(false);
+  const [password, setPassword] = useState('');
+  const remove = useSubmit(async () => {
+    await api('DELETE', '/auth/password', { body: { currentPassword: password } });
+    setOpen(false);
+    setPassword('');
+    await onDone();
+  });
+  if (!me) return null;
+  if (!me.hasPassword) return <p className="small">You sign in with your passkeys only: this account has no password. A reset link from the sign-in page sets one again.</p>;
+  if (signInKeys < 2) return <p className="small muted">With two sign-in passkeys you may remove your password.</p>;
+  return open ? (
+    <form onSubmit={remove.submit} className="inline-form" aria-label="Remove your password">
+      <ErrorAlert error={remove.error} />
+      <p>After this, only your sign-in passkeys sign you in (a reset link sets a password again).</p>
+      <Field label="Current password" type="password" autoComplete="current-password" required value={password} onChange={(e) => setPassword(e.target.value)} error={remove.fields.currentPassword} />
+      <Button type="submit" kind="danger" busy={remove.busy}>Remove password</Button>
+      <Button type="button" kind="link" onClick={() => setOpen(false)}>Cancel</Button>
+    </form>
+  ) : (
+    <p>
+      <Button kind="secondary" onClick={() => setOpen(true)}>Remove your password</Button>
+    </p>
   );
 }
 

@@ -1,9 +1,12 @@
-// Sign-in: email + password, then the second factor; single sign-on for an organisation
+// Sign-in: the email first, then what sign-in discovery answers for its domain (single sign-on or the
+// password, docs/decisions.md "Sign-in options"), then the second factor; a passkey signs in alone (the
+// button, or the browser's autofill on the email field); single sign-on for an organisation
 // (`/login?org=<orgId>`), the `/login?error=<code>` answers of the SSO callback in plain words.
-import { useState } from 'react';
+import { useEffect, useState } from 'react';
+import { browserSupportsWebAuthnAutofill, startAuthentication, WebAuthnAbortService } from '@simplewebauthn/browser';
 import { useQuery } from '@tanstack/react-query';
 import { Link, Redirect, useLocation, useSearch } from 'wouter';
-import { api, ApiError, isMfaChallenge, type MfaChallenge, type TokenAnswer } from '../api';
+import { api, ApiError, isMfaChallenge, passkeyError, type MfaChallenge, type TokenAnswer } from '../api';
 import { useAuth } from '../auth';
 import { Alert, Button, ErrorAlert, Field, Loading, useSubmit } from '../ui';
 import { SecondFactor } from './SecondFactor';
@@ -24,6 +27,20 @@ export const SSO_ERRORS: Record<string, string> = {
 };
 
 type SsoCheck = Schema<'SsoCheck'>;
+type Discovery = Schema<'SignInDiscovery'>;
+type PasskeyOptions = Schema<'PasskeySignInOptions'>;
+
+/** A passkey sign-in: the challenge, the browser's ceremony (a dialog, or the autofill), the verification. */
+async function passkeySignIn(autofill: boolean): Promise<TokenAnswer> {
+  const { options, challengeId } = await api<PasskeyOptions>('POST', '/auth/passkey/options');
+  let response;
+  try {
+    response = await startAuthentication({ optionsJSON: options, useBrowserAutofill: autofill });
+  } catch (err) {
+    throw passkeyError(err);
+  }
+  return api<TokenAnswer>('POST', '/auth/passkey/verify', { body: { challengeId, response } });
+}
 
 /** Where to go after signing in: `next` if it is a path of this console, else the start page. */
 function safeNext(next: string | null): string {
@@ -40,6 +57,8 @@ export function Login() {
   const [challenge, setChallenge] = useState<MfaChallenge | null>(null);
   const [email, setEmail] = useState('');
   const [password, setPassword] = useState('');
+  // Email first (no ?org=): the discovery answer for the typed address, once asked.
+  const [route, setRoute] = useState<Discovery | null>(null);
 
   const sso = useQuery({
     queryKey: keys.ssoCheck(org),
@@ -60,6 +79,31 @@ export function Login() {
     signIn(t);
     navigate(next, { replace: true });
   };
+
+  const discover = useSubmit(async () => {
+    setRoute(await api<Discovery>('POST', '/auth/discover', { body: { email: email.trim() } }));
+  });
+  const withPasskey = useSubmit(async () => done(await passkeySignIn(false)));
+
+  // The browser's autofill of passkeys on the email field (conditional mediation), while the email step shows.
+  const emailStep = !org && !route && !challenge && status !== 'signedIn';
+  useEffect(() => {
+    if (!emailStep) return;
+    const state = { live: true };
+    void (async () => {
+      if (!(await browserSupportsWebAuthnAutofill())) return;
+      try {
+        const answer = await passkeySignIn(true);
+        if (state.live) done(answer);
+      } catch {
+        // Dismissed, replaced by another ceremony, or passkeys are off here: the form stays as it is.
+      }
+    })();
+    return () => {
+      state.live = false;
+      WebAuthnAbortService.cancelCeremony();
+    };
+  }, [emailStep]);
 
   const login = useSubmit(async () => {
     const r = await api<TokenAnswer | MfaChallenge>('POST', '/auth/login', { body: { email: email.trim(), password } });
@@ -97,7 +141,30 @@ export function Login() {
                 {enforced && <p className="muted">This organisation signs in only through single sign-on.</p>}
               </div>
             )}
-            {!enforced && (
+            {!org && !route && (
+              <form onSubmit={discover.submit} aria-label="Sign in">
+                <ErrorAlert error={discover.error} />
+                <Field label="Email" type="email" name="email" autoComplete="username webauthn" required value={email} onChange={(e) => setEmail(e.target.value)} error={discover.fields.email} />
+                <Button type="submit" busy={discover.busy} className="block">
+                  Continue
+                </Button>
+                <p className="small">
+                  <Link href="/forgot-password">Forgot your password?</Link>
+                </p>
+              </form>
+            )}
+            {!org && route?.method === 'sso' && (
+              <div className="sso">
+                <p>
+                  <strong>{email.trim()}</strong> signs in with your organisation’s single sign-on.
+                </p>
+                <a className="btn btn-primary block" href={route.loginUrl}>
+                  Continue with single sign-on
+                </a>
+                {!route.passwordAllowed && <p className="muted">Your organisation signs in only through single sign-on.</p>}
+              </div>
+            )}
+            {!enforced && (org || route?.passwordAllowed) && (
               <form onSubmit={login.submit} aria-label="Sign in with email and password">
                 {loginError ? (
                   <Alert>
@@ -108,7 +175,7 @@ export function Login() {
                   <ErrorAlert error={login.error} />
                 )}
                 <Field label="Email" type="email" name="email" autoComplete="username" required value={email} onChange={(e) => setEmail(e.target.value)} error={login.fields.email} />
-                <Field label="Password" type="password" name="password" autoComplete="current-password" required value={password} onChange={(e) => setPassword(e.target.value)} error={login.fields.password} />
+                <Field label="Password" type="password" name="password" autoComplete="current-password" required autoFocus={!org} value={password} onChange={(e) => setPassword(e.target.value)} error={login.fields.password} />
                 <Button type="submit" busy={login.busy} className="block">
                   Sign in
                 </Button>
@@ -116,6 +183,28 @@ export function Login() {
                   <Link href="/forgot-password">Forgot your password?</Link>
                 </p>
               </form>
+            )}
+            {!org && route && (
+              <p className="small">
+                <Button
+                  kind="link"
+                  type="button"
+                  onClick={() => {
+                    setRoute(null);
+                    setPassword('');
+                  }}
+                >
+                  Use another email
+                </Button>
+              </p>
+            )}
+            {!enforced && (
+              <div className="passkey-sign-in">
+                <ErrorAlert error={withPasskey.error} />
+                <Button kind="secondary" type="button" className="block" busy={withPasskey.busy} onClick={() => withPasskey.submit()}>
+                  Sign in with a passkey
+                </Button>
+              </div>
             )}
           </>
         )}

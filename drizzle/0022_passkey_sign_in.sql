@@ -1,0 +1,1 @@
+ALTER TABLE "passkeys" ADD COLUMN "sign_in" boolean DEFAULT false NOT NULL;
