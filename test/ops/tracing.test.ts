@@ -86,6 +86,13 @@ describe.skipIf(!backendAvailable())(`tracing over OTLP/HTTP (${backend})`, () =
     expect(statements.map((s) => s.name)).toEqual(expect.arrayContaining(['UPDATE users', 'WITH sessions']));
     expect(statements.every((s) => Object.keys(s.attributes).sort().join() === (s.attributes['db.collection.name'] ? 'db.collection.name,db.operation.name,db.system.name' : 'db.operation.name,db.system.name'))).toBe(true);
 
+    if (backend === 'postgres') {
+      // The sign-in's rate limits are Redis commands: each a span with the command's name alone.
+      const commands = inTrace().filter((s) => s.attributes['db.system.name'] === 'redis');
+      expect(commands.length).toBeGreaterThan(0);
+      expect(commands.every((s) => s.kind === CLIENT && descendsFrom(s, request) && Object.keys(s.attributes).sort().join() === 'db.operation.name,db.system.name')).toBe(true);
+    }
+
     // Scan every attribute value (and span name) of everything exported so far.
     const leaks = otlp.spans.flatMap((s) =>
       [s.name, ...Object.values(s.attributes), ...Object.values(s.resource)]
