@@ -12,8 +12,9 @@ import { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from '../help
 import { waitUntil } from '../helpers/wait.js';
 import { flushTracing, shutdownTracing, startTracing } from '../../src/platform/tracing/index.js';
 import { trace } from '@opentelemetry/api';
-import { createHook, createWebhookWorld, publish, type WebhookWorld } from '../webhooks/setup.js';
-import { startReceiver, type Receiver } from '../webhooks/receiver.js';
+import { createHook, createWebhookWorld, engineOf, publish, type WebhookWorld } from '../webhooks/setup.js';
+import { ok, startReceiver, status, type Receiver } from '../webhooks/receiver.js';
+import { clock } from '../../src/platform/clock.js';
 
 const SERVER = 2;
 const CLIENT = 3;
@@ -128,6 +129,29 @@ describe.skipIf(!backendAvailable())(`tracing over OTLP/HTTP (${backend})`, () =
     const request = await spanWhere('the test request span', (s) => s.name === 'POST /api/v1/webhooks/:id/test');
     const delivery = await spanWhere('the test delivery span', (s) => s.name === 'webhook delivery' && s.attributes['keel.webhook_id'] === hook.id);
     expect(delivery.traceId).toBe(request.traceId);
+  });
+
+  it('continues the trace in the retries of a delivery, made by the process that queued it', async () => {
+    const hook = await createHook(app, world.admin, { url: hooks.url, events: ['patch.failed'] });
+    hooks.behave(status(503, 'busy'));
+    clock.freeze();
+    try {
+      await flushTracing();
+      const earlier = new Set(otlp.spans.map((s) => s.spanId));
+      await publish(app, world.eventsKey, 'patch.failed', { kb: 'KB1' });
+      const request = await spanWhere('the POST /events span', (s) => s.name === 'POST /api/v1/events' && !earlier.has(s.spanId));
+      const attempt = (n: number) => (s: ReceivedSpan) => s.name === 'webhook delivery' && s.attributes['keel.webhook_id'] === hook.id && s.attributes['keel.delivery.attempt'] === n;
+      const first = await spanWhere('the first attempt', attempt(1));
+      expect(first).toMatchObject({ traceId: request.traceId, attributes: { 'keel.delivery.status': 'retrying' } });
+      hooks.behave(ok);
+      clock.advance(1000);
+      await engineOf(app).pumpNow();
+      const second = await spanWhere('the retry', attempt(2));
+      expect(second).toMatchObject({ traceId: request.traceId, attributes: { 'keel.delivery.status': 'delivered' } });
+    } finally {
+      hooks.behave(ok);
+      clock.reset();
+    }
   });
 
   it('joins the trace an incoming traceparent names', async () => {
