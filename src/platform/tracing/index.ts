@@ -110,18 +110,6 @@ export function endWhenSettled<T>(span: Span, work: Promise<T>): Promise<T> {
   );
 }
 
-/** Runs `work` with `span` active (its children attach to it) and ends it when `work` settles. */
-export async function inSpan<T>(span: Span, work: () => Promise<T>): Promise<T> {
-  try {
-    const out = await context.with(trace.setSpan(context.active(), span), work);
-    endSpan(span);
-    return out;
-  } catch (err) {
-    endSpan(span, err);
-    throw err;
-  }
-}
-
 /** The W3C `traceparent` of the active span (to continue its trace later), or undefined outside a trace. */
 export function currentTraceparent(): string | undefined {
   if (!activeTracer) return undefined;
@@ -143,7 +131,7 @@ export function contextOf(traceparent: string | undefined): Context {
  * up by another process starts a trace of its own.
  */
 const remembered = new Map<string, string>();
-export const REMEMBERED_TRACES_MAX = 10_000;
+const REMEMBERED_TRACES_MAX = 10_000;
 
 /** Remembers `traceparent` for `key` unless something is remembered for it already. */
 export function rememberTrace(key: string, traceparent: string | undefined): void {
