@@ -37,6 +37,11 @@ const EXTERNAL = [
   'undici',
   // Loaded only with METRICS_ENABLED.
   'prom-client',
+  // The OpenTelemetry SDK, loaded only when tracing is on (src/platform/tracing/); the API stays bundled.
+  '@opentelemetry/sdk-trace-node',
+  '@opentelemetry/sdk-trace-base',
+  '@opentelemetry/exporter-trace-otlp-proto',
+  '@opentelemetry/resources',
 ];
 
 function listFiles(dir, out = []) {

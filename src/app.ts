@@ -3,6 +3,8 @@ import type { OpenAPIHono } from '@hono/zod-openapi';
 import type { Keel } from './keel.js';
 import type { AppEnv } from './app-env.js';
 import { createRouter, declaredNonJsonBodies, mountDocs } from './platform/http/openapi.js';
+import { activeTracer } from './platform/tracing/index.js';
+import { traceRequests } from './platform/tracing/http.js';
 import { apiGate, apiGateStatuses, requestContext, uploadLimitsOf } from './platform/http/middleware.js';
 import { errorResponse, handleError, platformError } from './platform/http/errors.js';
 import { mountHealth, mountReady } from './platform/http/health.js';
@@ -40,6 +42,8 @@ export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
   const app = createRouter<AppEnv>();
   const trusted = new Set((keel.config.TRUST_PROXY ?? '').split(',').map((s) => s.trim()).filter(Boolean));
 
+  // While tracing is on (docs/deploy.md "Tracing"), a server span around everything else.
+  if (activeTracer) app.use('*', traceRequests());
   app.use('*', requestContext(keel.log, trusted, latencyObserver(keel.metrics)));
   app.onError((err, c) => handleError(err, c, keel.log));
   // A path that exists with other methods is 405 with Allow; anything else 404.

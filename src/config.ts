@@ -184,6 +184,18 @@ const envSchema = z.object({
     message: 'must be 32 bytes in base64 (an Ed25519 seed: openssl rand -base64 32)',
   }),
   AUDIT_RETENTION_DAYS: int(0, 0, 36_500),
+
+  // Tracing (docs/deploy.md "Tracing"): OpenTelemetry's own variables, off unless an endpoint is set.
+  // Keel reads the endpoints, the service name and OTEL_SDK_DISABLED; the SDK reads the sampler, the
+  // headers and the resource attributes itself (checked here, so a typo stops the start).
+  OTEL_EXPORTER_OTLP_ENDPOINT: url(['http:', 'https:']),
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: url(['http:', 'https:']),
+  OTEL_EXPORTER_OTLP_HEADERS: optionalString,
+  OTEL_SERVICE_NAME: optionalString,
+  OTEL_RESOURCE_ATTRIBUTES: optionalString,
+  OTEL_SDK_DISABLED: bool(false),
+  OTEL_TRACES_SAMPLER: z.enum(['always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio']).optional(),
+  OTEL_TRACES_SAMPLER_ARG: optionalString.refine((v) => v === undefined || (/^\d*\.?\d+$/.test(v) && Number(v) <= 1), { message: 'must be a number from 0 to 1' }),
 });
 
 export type Env = z.infer<typeof envSchema>;

@@ -260,7 +260,15 @@ function promptHidden(questions: string[]): Promise<string[]> {
   });
 }
 
+/** Starts tracing when an OTLP endpoint is configured (docs/deploy.md "Tracing"); before the database opens, so its driver is traced. */
+async function startTracingFor(config: Config, log: Logger): Promise<() => Promise<void>> {
+  const { startTracing, shutdownTracing, tracesUrl } = await import('./platform/tracing/index.js');
+  if (await startTracing(config)) log.info({ endpoint: new URL(tracesUrl(config) ?? '').origin }, 'tracing: spans are exported over OTLP/HTTP');
+  return shutdownTracing;
+}
+
 async function serve(config: Config, log: Logger): Promise<void> {
+  const stopTracing = await startTracingFor(config, log);
   const importing = import('./server.js');
   importing.catch(() => undefined); // awaited below, as `opening`
   // Before any PostgreSQL or Redis traffic (platform/http/warm-up.ts; ~0.3 s, beside the import of
@@ -293,6 +301,8 @@ async function serve(config: Config, log: Logger): Promise<void> {
     Promise.all([server.keel.modules.stop({ graceful: true }), server.drain()])
       .then(() => server.close())
       .then(() => database.close())
+      // The spans still buffered are exported last.
+      .finally(stopTracing)
       .then(
         () => flushLogs().then(() => process.exit(0)),
         (err: unknown) => {
@@ -337,6 +347,7 @@ async function waitForMigrations(config: Config, log: Logger, pending: () => Pro
  * attempts in flight, exit 0.
  */
 async function worker(config: Config, log: Logger): Promise<void> {
+  const stopTracing = await startTracingFor(config, log);
   const database = await open(config, 'keel worker');
   let keel: Keel;
   try {
@@ -372,6 +383,7 @@ async function worker(config: Config, log: Logger): Promise<void> {
       .then(() => metrics?.close())
       .then(() => keel.close())
       .then(() => database.close())
+      .finally(stopTracing)
       .then(
         () => flushLogs().then(() => process.exit(0)),
         (err: unknown) => {

@@ -2,6 +2,7 @@ import { Worker } from 'node:worker_threads';
 import { availableParallelism } from 'node:os';
 import { createRequire } from 'node:module';
 import { AppError, platformError } from './http/errors.js';
+import { activeTracer, childSpan, endWhenSettled } from './tracing/index.js';
 
 /**
  * Argon2id on a pool of worker threads of its own, one per core up to 4 (docs/decisions.md
@@ -194,12 +195,17 @@ function run(request: Request): Promise<unknown> {
 
 /** An Argon2id hash with the library's defaults (OWASP's 19 MiB, t=2, p=1). */
 export function argon2Hash(password: string): Promise<string> {
-  return run({ op: 'hash', password }) as Promise<string>;
+  const span = activeTracer ? childSpan('argon2 hash', { 'keel.hash.op': 'hash' }) : null;
+  const work = run({ op: 'hash', password }) as Promise<string>;
+  return span ? endWhenSettled(span, work) : work;
 }
 
 /** True when `password` matches `hash`; rejects for a malformed hash. */
 export function argon2Verify(hash: string, password: string): Promise<boolean> {
-  return run({ op: 'verify', hash, password }) as Promise<boolean>;
+  // A span of the hashing (docs/deploy.md "Tracing"): its name and duration, never the password or hash.
+  const span = activeTracer ? childSpan('argon2 verify', { 'keel.hash.op': 'verify' }) : null;
+  const work = run({ op: 'verify', hash, password }) as Promise<boolean>;
+  return span ? endWhenSettled(span, work) : work;
 }
 
 /** How many hashes each worker has queued or running (tests). */

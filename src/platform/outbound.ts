@@ -4,6 +4,7 @@ import type { Socket } from 'node:net';
 import tls from 'node:tls';
 import ipaddr from 'ipaddr.js';
 import { Agent, buildConnector, type Dispatcher } from 'undici';
+import { activeTracer, childSpan, endWhenSettled, SpanKind } from './tracing/index.js';
 
 /**
  * The one way Keel calls a URL someone configured (webhook receivers, OIDC issuers, release hosts):
@@ -320,9 +321,36 @@ export interface OutboundResponse {
  * the answer's headers and its body.
  */
 export function outboundRequest(raw: string, init: OutboundInit, policy: OutboundPolicy): Promise<OutboundResponse> {
-  return new Promise<OutboundResponse>((resolve, reject) => {
+  const exchange = new Promise<OutboundResponse>((resolve, reject) => {
     new Exchange(init, resolve, reject).start(raw, policy);
   });
+  return activeTracer ? tracedExchange(raw, init, exchange) : exchange;
+}
+
+/**
+ * A client span of an outbound request inside a trace (docs/deploy.md "Tracing"): the method, the
+ * target's host and port and the answer's status, never the path, the query, the headers or the
+ * bodies (a webhook URL or an IdP call may carry credentials). No `traceparent` is sent: every
+ * target is a third party's (docs/decisions.md "Tracing").
+ */
+function tracedExchange(raw: string, init: OutboundInit, exchange: Promise<OutboundResponse>): Promise<OutboundResponse> {
+  const method = init.method ?? 'POST';
+  let host: { hostname: string; port: number } | null = null;
+  try {
+    const url = new URL(raw);
+    host = { hostname: url.hostname, port: Number(url.port || (url.protocol === 'https:' ? 443 : 80)) };
+  } catch {
+    // an invalid URL fails in the exchange; the span has no host
+  }
+  const span = childSpan(method, host ? { 'http.request.method': method, 'server.address': host.hostname, 'server.port': host.port } : { 'http.request.method': method }, SpanKind.CLIENT);
+  if (!span) return exchange;
+  return endWhenSettled(
+    span,
+    exchange.then((res) => {
+      span.setAttribute('http.response.status_code', res.status);
+      return res;
+    }),
+  );
 }
 
 /**

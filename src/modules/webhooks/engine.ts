@@ -1,9 +1,10 @@
 import type { Keel } from '../../keel.js';
 import type { ClaimedDelivery, RouteTicket } from './model.js';
-import { Dispatcher, settle } from './dispatcher.js';
+import { Dispatcher } from './dispatcher.js';
 import { Recorder } from './recorder.js';
 import { Scheduler } from './scheduler.js';
 import { Slots } from './slots.js';
+import { runAttempt } from './tracing.js';
 
 /**
  * The delivery engine: PostgreSQL rows are the queue (docs/architecture.md "The delivery engine").
@@ -47,7 +48,7 @@ export class DeliveryEngine {
   constructor(keel: Keel, opts: EngineOptions) {
     const recorder = new Recorder(keel, this.stats, { stopping: () => this.#scheduler.stopping, stopped: () => this.#scheduler.stopped });
     const dispatcher = new Dispatcher(keel, opts.timeoutMs, this.stats);
-    this.#slots = new Slots(keel, opts, recorder, async (row, signal) => settle(row, await dispatcher.attempt(row, signal)));
+    this.#slots = new Slots(keel, opts, recorder, runAttempt(dispatcher));
     this.#scheduler = new Scheduler(keel, this.#slots, recorder, this.stats);
   }
 

@@ -3,6 +3,7 @@ import type { KeelEvent } from '../../events.js';
 import { OPERATIONAL_EVENT_TYPES } from '../../event-types.js';
 import { clock } from '../../platform/clock.js';
 import { loggableError } from '../../platform/safe-error.js';
+import { activeTracer, currentTraceparent, rememberTrace } from '../../platform/tracing/index.js';
 import type { Db } from '../../platform/db/client.js';
 import { newId, randomV7 } from '../../platform/db/columns.js';
 import { prepared, rawQuery } from '../../platform/db/raw.js';
@@ -74,6 +75,8 @@ interface Routable {
   type: string;
   id: string;
   body: string;
+  /** The trace of the publisher, continued by the event's deliveries (tracing on only: webhooks/tracing.ts). */
+  traceparent?: string | undefined;
 }
 
 /** What a routing statement wrote: rows claimed for this process's engine, and rows left to claims. */
@@ -101,6 +104,7 @@ async function routeNow(keel: Keel, db: Db, events: Routable[], runtime: Runtime
   const waiting: RoutedRow[] = [];
   if (rows.length === 0) return { claimed, waiting };
   const byId = events.length === 1 ? null : new Map(events.map((e) => [e.id, e]));
+  if (activeTracer) for (const r of rows) rememberTrace(r.id, (byId ? byId.get(r.event_id) : events[0])?.traceparent);
   for (const r of rows) {
     if (ticket && r.claim_id !== null) {
       const event = byId ? (byId.get(r.event_id) as Routable) : (events[0] as Routable);
@@ -224,6 +228,7 @@ export function routerStats(keel: Keel): RouterStats {
 export async function routeEvent(keel: Keel, tx: Tx, event: KeelEvent): Promise<void> {
   if (!event.orgId) return;
   const routable: Routable = { orgId: event.orgId, type: event.type, id: event.id, body: JSON.stringify(eventBody(event)) };
+  if (activeTracer) routable.traceparent = currentTraceparent();
   if (tx.alone) return keel.modules.get('webhooks').router.batch.route(routable);
   const runtime = webhooksRuntime(keel);
   const routed = await routeNow(keel, tx.db, [routable], runtime);

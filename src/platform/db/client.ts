@@ -4,6 +4,8 @@ import type pg from 'pg';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
 import { nodePostgresRunner, registerRunner } from './raw.js';
 import type { PGlite as PGliteClient } from '@electric-sql/pglite';
+import { activeTracer } from '../tracing/index.js';
+import { tracedRunner, tracePglite, tracePool } from '../tracing/db.js';
 import { lockDataDir, type DataDirLock } from './data-dir-lock.js';
 
 /** The query builder every module uses; a transaction (`db.transaction(tx => …)`) has the same type. */
@@ -69,7 +71,9 @@ async function openPglite(dir: string, load?: Blob, command?: string): Promise<D
     ]);
     const client = await PGlite.create({ dataDir: dir, ...(load ? { loadDataDir: load } : {}) });
     const runner = pglitePreparedRunner(client);
-    if (runner) registerRunner(client, runner);
+    // Tracing on (docs/deploy.md "Tracing"): a span per statement; off, the driver is untouched.
+    if (activeTracer) tracePglite(client);
+    if (runner) registerRunner(client, activeTracer ? tracedRunner(runner) : runner);
     return pgliteDatabase(client, drizzlePglite(client), lock);
   } catch (err) {
     lock?.release();
@@ -110,6 +114,7 @@ async function openPostgres(url: string, max: number): Promise<Database> {
   const pool = new pg.Pool({ connectionString: url, max, idleTimeoutMillis: 30_000 });
   // An idle client's error (server restart) must not crash the process; the next query reconnects.
   pool.on('error', () => undefined);
+  if (activeTracer) tracePool(pool);
   registerRunner(pool, nodePostgresRunner);
   const db = drizzlePg(pool) as unknown as Db;
   const listeners = new Set<pg.Client>();

@@ -1,0 +1,40 @@
+import { context, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
+import { activeTracer, contextOf, forgetTrace, recallTrace } from '../../platform/tracing/index.js';
+import { settle, type Dispatcher } from './dispatcher.js';
+import type { RunAttempt } from './slots.js';
+
+/**
+ * One attempt of a delivery and its recorded result. While tracing is on (docs/deploy.md "Tracing"),
+ * the attempt is a span in the trace of the request that caused the delivery (its `traceparent`
+ * remembered when the delivery was routed or queued: routing.ts, runtime.ts), with the outbound
+ * request as its child; a delivery this process did not queue starts a trace of its own.
+ */
+export function runAttempt(dispatcher: Dispatcher): RunAttempt {
+  if (!activeTracer) return async (row, signal) => settle(row, await dispatcher.attempt(row, signal));
+  return async (row, signal) => {
+    const tracer = activeTracer;
+    if (!tracer) return settle(row, await dispatcher.attempt(row, signal));
+    const parent = contextOf(recallTrace(row.id));
+    const span = tracer.startSpan(
+      'webhook delivery',
+      {
+        kind: SpanKind.CONSUMER,
+        attributes: { 'keel.org_id': row.orgId, 'keel.webhook_id': row.webhookId, 'keel.delivery_id': row.id, 'keel.event_type': row.eventType, 'keel.delivery.attempt': row.attempts + 1 },
+      },
+      parent,
+    );
+    try {
+      const result = settle(row, await context.with(trace.setSpan(parent, span), () => dispatcher.attempt(row, signal)));
+      span.setAttribute('keel.delivery.status', result?.status ?? 'released');
+      if (result && result.status !== 'delivered') span.setStatus({ code: SpanStatusCode.ERROR });
+      // A delivery that will not be attempted again no longer needs its trace.
+      if (result && result.status !== 'retrying') forgetTrace(row.id);
+      return result;
+    } catch (err) {
+      span.setStatus({ code: SpanStatusCode.ERROR, message: err instanceof Error ? err.name : 'error' });
+      throw err;
+    } finally {
+      span.end();
+    }
+  };
+}
