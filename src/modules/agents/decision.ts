@@ -153,7 +153,7 @@ export interface ComponentDecision {
 export function pinOf(pins: PinChain, component: Component): { level: PinLevel; version: string } | null {
   for (const level of PIN_LEVELS) {
     const version = pins[level]?.[component];
-    if (version !== undefined && version !== null) return { level, version };
+    if (version !== undefined) return { level, version };
   }
   return null;
 }
