@@ -1,4 +1,4 @@
-import { sql } from 'drizzle-orm';
+import { inArray, sql } from 'drizzle-orm';
 import { clock } from '../../platform/clock.js';
 import { rowsOf } from '../../platform/db/client.js';
 import type { AccessContext } from '../access/scope.js';
@@ -19,14 +19,15 @@ export interface Distribution {
 
 interface Row {
   org_id: string;
-  partner_id: string | null;
   site_id: string | null;
   device_group_id: string | null;
   os: string | null;
   arch: string | null;
   auto_update: unknown;
   status: string;
-  components: ComponentVersions | string;
+  agent: string | null;
+  helper: string | null;
+  watchdog: string | null;
   device_id: string | null;
   n: number | string;
 }
@@ -46,8 +47,8 @@ function reasonOf(r: ComponentDecision, status: string): BehindReason {
  * `GET /agent-versions/distribution`: the caller's devices per component version, and per reason for
  * being behind the fleet target of their platform (a component with a target on some platform but
  * none on the device's reads `no_build`). One aggregate groups the devices by everything the decision
- * reads (organisation, partner, site, group, platform, auto-update, status, versions); devices with a
- * pin of their own or a blocked version are the only rows kept one by one. Each group is then decided
+ * reads (organisation, site, group, platform, auto-update, status, versions); devices with a pin of
+ * their own or a blocked version are the only ones read one by one (by primary key). Each group is then decided
  * by the heartbeat's own `decideComponent`, with the same caches. A device behind on several
  * components counts once, for the first (agent, helper, watchdog).
  */
@@ -55,19 +56,30 @@ export async function distribution(ctx: Agents, access: AccessContext): Promise<
   const { keel } = ctx;
   await ctx.state.flushLastSeen();
   const status = statusExpr(ctx.intervalSeconds);
-  const special = sql`(${devices.id} in (select ${agentUpdateSettings.ownerId} from ${agentUpdateSettings} where ${agentUpdateSettings.ownerType} = 'device' and ${agentUpdateSettings.pinnedVersions} is not null)
-    or ${devices.id} in (select ${agentOffers.deviceId} from ${agentOffers} where ${agentOffers.blocked}))`;
-  const result = await keel.db.execute(sql`
-    select ${devices.orgId} as org_id, ${organizations.partnerId} as partner_id, ${devices.siteId} as site_id, ${devices.deviceGroupId} as device_group_id,
-      ${devices.os} as os, ${devices.arch} as arch, ${devices.autoUpdate} as auto_update, ${status} as status, ${devices.components} as components,
-      case when ${special} then ${devices.id} end as device_id, count(*) as n
-    from ${devices} join ${organizations} on ${organizations.id} = ${devices.orgId}
-    where ${visibleDevices(access) ?? sql`true`}
-    group by 1, 2, 3, 4, 5, 6, 7, 8, 9, 10`);
-  const rows = rowsOf<Row>(result);
+  const visible = visibleDevices(access) ?? sql`true`;
+  // Devices with a pin of their own or a blocked version: decided one by one (found by primary key).
+  const specialIds = sql`select ${agentUpdateSettings.ownerId} as id from ${agentUpdateSettings} where ${agentUpdateSettings.ownerType} = 'device' and ${agentUpdateSettings.pinnedVersions} is not null
+    union select ${agentOffers.deviceId} from ${agentOffers} where ${agentOffers.blocked}`;
+  // Grouped by plain columns and the three version texts (grouping by the jsonb itself sorts on disk at 100,000 devices).
+  const columns = sql`${devices.orgId} as org_id, ${devices.siteId} as site_id, ${devices.deviceGroupId} as device_group_id, ${devices.os} as os, ${devices.arch} as arch,
+    ${devices.autoUpdate} as auto_update, ${status} as status, ${devices.components}->>'agent' as agent, ${devices.components}->>'helper' as helper, ${devices.components}->>'watchdog' as watchdog`;
+  const grouped = rowsOf<Row>(
+    await keel.db.execute(sql`select ${columns}, null::uuid as device_id, count(*) as n from ${devices}
+      where ${visible} and ${devices.id} not in (${specialIds}) group by 1, 2, 3, 4, 5, 6, 7, 8, 9, 10`),
+  );
+  const special = rowsOf<Row>(
+    await keel.db.execute(sql`select ${columns}, ${devices.id} as device_id, 1 as n from (${specialIds}) s join ${devices} on ${devices.id} = s.id where ${visible}`),
+  );
+  const rows = [...grouped, ...special];
+  const orgIds = [...new Set(rows.map((r) => r.org_id))];
+  const partnerOf = new Map<string, string | null>();
+  if (orgIds.length > 0) {
+    const orgs = await keel.db.select({ id: organizations.id, partnerId: organizations.partnerId }).from(organizations).where(inArray(organizations.id, orgIds));
+    for (const o of orgs) partnerOf.set(o.id, o.partnerId);
+  }
   const targets = await ctx.state.targets();
   const withTarget = new Set([...targets.keys()].map((k) => k.split('/')[0]));
-  const blockedIds = rows.filter((r) => r.device_id !== null).map((r) => r.device_id as string);
+  const blockedIds = special.map((r) => r.device_id as string);
   const blocked = new Set<string>();
   if (blockedIds.length > 0) {
     const b = rowsOf<{ device_id: string; component: string; version: string }>(
@@ -81,13 +93,14 @@ export async function distribution(ctx: Agents, access: AccessContext): Promise<
   const now = clock.now();
   for (const r of rows) {
     const n = Number(r.n);
-    const components = (typeof r.components === 'string' ? JSON.parse(r.components) : r.components) as ComponentVersions;
+    const components: ComponentVersions = {};
+    for (const c of COMPONENTS) if (r[c] !== null) components[c] = r[c];
     for (const c of COMPONENTS) {
       const v = components[c];
       if (v !== undefined) versions.set(`${c}\u0000${v}`, (versions.get(`${c}\u0000${v}`) ?? 0) + n);
     }
     const deviceId = r.device_id ?? '';
-    const { pins, window } = await ctx.state.policy({ id: deviceId, orgId: r.org_id, partnerId: r.partner_id, siteId: r.site_id, deviceGroupId: r.device_group_id });
+    const { pins, window } = await ctx.state.policy({ id: deviceId, orgId: r.org_id, partnerId: partnerOf.get(r.org_id) ?? null, siteId: r.site_id, deviceGroupId: r.device_group_id });
     const builds = r.os && r.arch ? await ctx.state.builds(r.os, r.arch) : () => undefined;
     for (const c of COMPONENTS) {
       const installed = components[c];
