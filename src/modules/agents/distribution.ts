@@ -32,6 +32,9 @@ interface Row {
   n: number | string;
 }
 
+const groupKey = (r: Row): string =>
+  JSON.stringify([r.org_id, r.site_id, r.device_group_id, r.os, r.arch, Boolean(r.auto_update), r.status, r.agent, r.helper, r.watchdog]);
+
 /** The reason of a behind component's decision; a pin at any level reads `pinned`. */
 function reasonOf(r: ComponentDecision, status: string): BehindReason {
   if (r.rule === 'auto_update_off') return 'auto_update_off';
@@ -58,19 +61,24 @@ export async function distribution(ctx: Agents, access: AccessContext): Promise<
   const status = statusExpr(ctx.intervalSeconds);
   const visible = visibleDevices(access) ?? sql`true`;
   // Devices with a pin of their own or a blocked version: decided one by one (found by primary key).
-  const specialIds = sql`select ${agentUpdateSettings.ownerId} as id from ${agentUpdateSettings} where ${agentUpdateSettings.ownerType} = 'device' and ${agentUpdateSettings.pinnedVersions} is not null
+  const specialIds = sql`select ${agentUpdateSettings.ownerId} from ${agentUpdateSettings} where ${agentUpdateSettings.ownerType} = 'device' and ${agentUpdateSettings.pinnedVersions} is not null
     union select ${agentOffers.deviceId} from ${agentOffers} where ${agentOffers.blocked}`;
   // Grouped by plain columns and the three version texts (grouping by the jsonb itself sorts on disk at 100,000 devices).
   const columns = sql`${devices.orgId} as org_id, ${devices.siteId} as site_id, ${devices.deviceGroupId} as device_group_id, ${devices.os} as os, ${devices.arch} as arch,
     ${devices.autoUpdate} as auto_update, ${status} as status, ${devices.components}->>'agent' as agent, ${devices.components}->>'helper' as helper, ${devices.components}->>'watchdog' as watchdog`;
   const grouped = rowsOf<Row>(
-    await keel.db.execute(sql`select ${columns}, null::uuid as device_id, count(*) as n from ${devices}
-      where ${visible} and ${devices.id} not in (${specialIds}) group by 1, 2, 3, 4, 5, 6, 7, 8, 9, 10`),
+    await keel.db.execute(sql`select ${columns}, null::uuid as device_id, count(*) as n from ${devices} where ${visible} group by 1, 2, 3, 4, 5, 6, 7, 8, 9, 10`),
   );
   const special = rowsOf<Row>(
-    await keel.db.execute(sql`select ${columns}, ${devices.id} as device_id, 1 as n from (${specialIds}) s join ${devices} on ${devices.id} = s.id where ${visible}`),
+    await keel.db.execute(sql`select ${columns}, ${devices.id} as device_id, 1 as n from ${devices} where ${devices.id} = any(array(${specialIds})) and ${visible}`),
   );
-  const rows = [...grouped, ...special];
+  // Each one-by-one device leaves its group (cheaper than excluding them from the aggregate row by row).
+  const groupOf = new Map(grouped.map((g) => [groupKey(g), g]));
+  for (const d of special) {
+    const g = groupOf.get(groupKey(d));
+    if (g) g.n = Number(g.n) - 1;
+  }
+  const rows = [...grouped.filter((g) => Number(g.n) > 0), ...special];
   const orgIds = [...new Set(rows.map((r) => r.org_id))];
   const partnerOf = new Map<string, string | null>();
   if (orgIds.length > 0) {
