@@ -51,7 +51,7 @@ function reasonOf(r: ComponentDecision, status: string): BehindReason {
  * being behind the fleet target of their platform (a component with a target on some platform but
  * none on the device's reads `no_build`). One aggregate groups the devices by everything the decision
  * reads (organisation, site, group, platform, auto-update, status, versions); devices with a pin of
- * their own or a blocked version are the only ones read one by one (by primary key). Each group is then decided
+ * their own or a blocked version are the only ones read one by one (by primary key) and taken out of their group. Each group is then decided
  * by the heartbeat's own `decideComponent`, with the same caches. A device behind on several
  * components counts once, for the first (agent, helper, watchdog).
  */
