@@ -157,6 +157,8 @@ export function VersionDistribution() {
   const t = useTenant();
   const query = t.orgId ? { orgId: t.orgId } : t.partnerId ? { partnerId: t.partnerId } : {};
   const scope = t.orgId ? 'this organisation' : t.partnerId ? 'the partner' : 'the whole fleet';
+  // The Devices page of the same selection (it has no filter by reason: the devices the reason covers are among them).
+  const devicesHref = t.orgId ? `/devices?orgId=${t.orgId}` : t.partnerId ? `/devices?partnerId=${t.partnerId}` : '/devices';
   const dist = useQuery({
     queryKey: keys.agentVersions.distribution(query),
     queryFn: async () => dataOf(await client.GET('/api/v1/agent-versions/distribution', { params: { query } })),
@@ -201,7 +203,7 @@ export function VersionDistribution() {
                 {(dist.data?.behind ?? []).map((b) => (
                   <tr key={b.reason}>
                     <td>
-                      <Link href="/devices">{REASON_LABEL[b.reason]}</Link>
+                      <Link href={devicesHref}>{REASON_LABEL[b.reason]}</Link>
                     </td>
                     <td>{b.devices}</td>
                   </tr>
