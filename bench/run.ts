@@ -4,7 +4,7 @@
  * when /usr/lib/postgresql/<v>/bin exists, on a PostgreSQL server started here on loopback.
  *
  *   npm run bench                          everything
- *   npm run bench -- login authed-read     some of: startup, login, authed-read, fleet, webhooks, overload
+ *   npm run bench -- login authed-read     some of: startup, login, authed-read, fleet, webhooks, overload, distribution
  *   npm run bench -- --pglite              only the embedded backend
  *   BENCH_SECONDS=10 BENCH_USERS=200 BENCH_READ_ROUNDS=3 STARTUP_RUNS=3
  *
@@ -18,6 +18,7 @@ import { benchAuthedRead, printAuthedRead, READ_P99_GOAL_MS, READ_RATIO_GOAL, re
 import { benchFleet, fleetGoal, printFleet, FLEET_P99_GOAL_MS, FLEET_RATE_GOAL, FLEET_RATIO_GOAL, type FleetResult } from './fleet.js';
 import { benchWebhooks, printWebhooks, webhookGoal, WEBHOOK_DELIVERIES_GOAL, WEBHOOK_P95_GOAL_MS, WEBHOOK_RATIO_GOAL, type WebhookBenchResult } from './webhooks.js';
 import { benchOverloadAll, overloadGoal, printOverload, OVERLOAD_READ_P99_GOAL_MS, type OverloadResult } from './overload.js';
+import { benchDistribution, printDistribution } from './distribution.js';
 import { fmt, pgliteBackend, postgresBackend, printTable, startPostgres, type BenchBackend } from './lib.js';
 
 const args = process.argv.slice(2);
@@ -82,6 +83,12 @@ if (want('login') || want('authed-read') || want('fleet') || want('webhooks') ||
       process.stdout.write('\nPostgreSQL binaries not found (/usr/lib/postgresql/*/bin): PostgreSQL figures skipped\n');
     }
   }
+}
+
+// PostgreSQL only: its devices are inserted with SQL beside the running Keel (bench/distribution.ts).
+if (want('distribution') && !pgliteOnly) {
+  const r = await benchDistribution();
+  if (r) printDistribution(r);
 }
 
 const goal = (met: boolean): string => (met ? 'met' : 'NOT met');

@@ -65,4 +65,17 @@ describe.skipIf(!backendAvailable() || backend !== 'postgres')(`heartbeat caches
     expect((await viaSecond('POST', '/devices/update-now', w.tokens.orgAdmin, { deviceIds: [d.deviceId] })).status).toBe(202);
     await firstProcessShows('the retried update to 1.2.0', d, (a) => a.body.update?.version === '1.2.0');
   });
+  it('a device pin and a group pin set through one process change the other process\'s offer (docs/decisions.md "Agent pins and distribution")', async () => {
+    const group = (await app.api('POST', `/orgs/${w.orgId}/device-groups`, { token: w.tokens.orgAdmin, body: { name: 'Pinned' } })).body.id as string;
+    const d = await enroll(app, await enrollmentKey(app, w.tokens.orgAdmin, w.orgId, { deviceGroupId: group }), { arch: 'xr' });
+    for (const version of ['1.3.0', '1.4.0', '1.5.0']) await registerRemote(app, admin, { version, arch: 'xr' });
+    expect((await app.api('POST', '/agent-versions/promote', { token: admin, body: { version: '1.5.0' } })).status).toBe(200);
+    expect((await heartbeat(app, d)).body.update).toMatchObject({ version: '1.5.0' });
+    expect((await viaSecond('PUT', `/device-groups/${group}/agent-update-settings`, w.tokens.orgAdmin, { pinnedVersions: { agent: '1.3.0' } })).status).toBe(200);
+    await firstProcessShows('the group pin 1.3.0', d, (a) => a.body.update?.version === '1.3.0');
+    expect((await viaSecond('PUT', `/devices/${d.deviceId}/agent-update-settings`, w.tokens.orgAdmin, { pinnedVersions: { agent: '1.4.0' } })).status).toBe(200);
+    await firstProcessShows('the device pin 1.4.0', d, (a) => a.body.update?.version === '1.4.0');
+    expect((await viaSecond('PUT', `/devices/${d.deviceId}/agent-update-settings`, w.tokens.orgAdmin, { pinnedVersions: null })).status).toBe(200);
+    await firstProcessShows('the group pin again', d, (a) => a.body.update?.version === '1.3.0');
+  });
 });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { cohortBucket, compareVersions, decideUpdate, inCohort, insideWindow, type DecisionInput } from '../../src/modules/agents/decision.js';
+import { cohortBucket, compareVersions, DECISION_RULES, decideComponent, decideUpdate, decisionDetail, inCohort, insideWindow, type DecisionInput } from '../../src/modules/agents/decision.js';
 
 const at = (iso: string) => new Date(iso);
 
@@ -88,8 +88,63 @@ describe('the decision', () => {
     expect(decideUpdate({ ...both, blocked: failedAgent })).toMatchObject({ component: 'watchdog', version: '1.1.0' });
     expect(decideUpdate({ ...both, blocked: failedAgent, updateNow: true })).toMatchObject({ component: 'watchdog' });
     expect(decideUpdate({ ...both, blocked: () => true })).toBeNull();
-    expect(decideUpdate({ ...base, pins: { agent: '1.1.0' }, blocked: failedAgent })).toMatchObject({ component: 'watchdog' });
+    expect(decideUpdate({ ...base, pins: { org: { agent: '1.1.0' } }, blocked: failedAgent })).toMatchObject({ component: 'watchdog' });
     // Another version of the same component is not blocked.
     expect(decideUpdate({ ...both, blocked: (c, v) => c === 'agent' && v === '1.0.9' })).toMatchObject({ component: 'agent', version: '1.1.0' });
+  });
+});
+
+describe('the decision of each component: the precedence table', () => {
+  const target = (version = '2.0.0', extra: Partial<{ rolloutPercent: number; rolloutStatus: 'active' | 'halted' }> = {}) => () => ({
+    version, rolloutPercent: 100, rolloutStatus: 'active' as const, ...extra,
+  });
+  const builds = new Set(['1.5.0', '1.6.0', '1.7.0', '1.8.0', '1.9.0', '2.0.0']);
+  const base: DecisionInput = {
+    deviceId: 'd1', os: 'linux', arch: 'amd64', components: { agent: '1.0.0' }, autoUpdate: true, updateNow: false, window: null, pins: {},
+    now: at('2026-11-23T12:00:00Z'), // a Monday
+    target: target(),
+    build: (v) => (builds.has(v) ? { url: `https://x/${v}`, sha256: 'a'.repeat(64), size: 1 } : undefined),
+  };
+  const all = { device: { agent: '1.5.0' }, group: { agent: '1.6.0' }, site: { agent: '1.7.0' }, org: { agent: '1.8.0' }, partner: { agent: '1.9.0' } };
+  const closed = { days: ['sun' as const], start: '01:00', end: '02:00' };
+  const notInCohort = ['d1', 'd2', 'd3', 'd4', 'd5', 'd6'].find((id) => !inCohort(id, '2.0.0', 1)) ?? '';
+
+  const cases: [string, Partial<DecisionInput>, { offer: string | null; rule: string; detail?: string }][] = [
+    ['the device pin wins over every level below', { pins: all }, { offer: '1.5.0', rule: 'pinned_device', detail: 'Pinned by the device to 1.5.0' }],
+    ['the group pin wins over site, organisation, partner and target', { pins: { ...all, device: null } }, { offer: '1.6.0', rule: 'pinned_group', detail: 'Pinned by device group Finance-PCs to 1.6.0' }],
+    ['the site pin wins over organisation, partner and target', { pins: { site: all.site, org: all.org, partner: all.partner } }, { offer: '1.7.0', rule: 'pinned_site' }],
+    ['the organisation pin wins over partner and target', { pins: { org: all.org, partner: all.partner } }, { offer: '1.8.0', rule: 'pinned_org' }],
+    ['the partner pin wins over the target', { pins: { partner: all.partner } }, { offer: '1.9.0', rule: 'pinned_partner' }],
+    ['no pin: the fleet target', {}, { offer: '2.0.0', rule: 'rollout', detail: 'Fleet target 2.0.0 (rollout at 100%)' }],
+    ['a pin of another component leaves this one to the target', { pins: { device: { helper: '1.5.0' } } }, { offer: '2.0.0', rule: 'rollout' }],
+    ['pinned to the installed version: nothing offered, the pin named', { components: { agent: '1.6.0' }, pins: { group: all.group, org: all.org } }, { offer: null, rule: 'pinned_group', detail: 'Pinned by device group Finance-PCs to 1.6.0 (installed)' }],
+    ['a pin to a version without a build for the platform: nothing, not the target either', { pins: { device: { agent: '1.4.0' } } }, { offer: null, rule: 'no_build', detail: 'Pinned by the device to 1.4.0, but there is no build of 1.4.0 for this platform' }],
+    ['a target without a build for the platform', { target: target('2.1.0') }, { offer: null, rule: 'no_build' }],
+    ['no target for the platform', { target: () => undefined }, { offer: null, rule: 'no_build', detail: 'No fleet target for this platform' }],
+    ['a blocked target version', { blocked: (_c, v) => v === '2.0.0' }, { offer: null, rule: 'blocked' }],
+    ['a blocked pinned version: not the target either', { pins: { site: all.site }, blocked: (_c, v) => v === '1.7.0' }, { offer: null, rule: 'blocked' }],
+    ['outside the window: the target waits', { window: closed }, { offer: null, rule: 'outside_window' }],
+    ['outside the window: a pin waits too', { window: closed, pins: { org: all.org } }, { offer: null, rule: 'outside_window', detail: 'Pinned by organisation Acme to 1.8.0; waiting for the maintenance window' }],
+    ['update-now skips the window for the target', { window: closed, updateNow: true }, { offer: '2.0.0', rule: 'rollout' }],
+    ['a halted rollout', { target: target('2.0.0', { rolloutStatus: 'halted' }) }, { offer: null, rule: 'halted', detail: 'The rollout of 2.0.0 is halted' }],
+    ['a halted rollout does not stop a pin', { target: target('2.0.0', { rolloutStatus: 'halted' }), pins: { partner: all.partner } }, { offer: '1.9.0', rule: 'pinned_partner' }],
+    ['not yet in the cohort', { deviceId: notInCohort, target: target('2.0.0', { rolloutPercent: 1 }) }, { offer: null, rule: 'rollout' }],
+    ['up to date', { components: { agent: '2.0.0' } }, { offer: null, rule: 'up_to_date' }],
+    ['auto-update off beats every pin', { autoUpdate: false, pins: all }, { offer: null, rule: 'auto_update_off' }],
+    ['a component not reported', { components: {} }, { offer: null, rule: 'not_reported' }],
+  ];
+
+  it.each(cases)('%s', (_name, input, want) => {
+    const r = decideComponent({ ...base, ...input }, 'agent');
+    expect({ offer: r.offer, rule: r.rule }).toEqual({ offer: want.offer, rule: want.rule });
+    if (want.detail) expect(decisionDetail(r, { group: 'Finance-PCs', site: 'HQ', org: 'Acme', partner: 'MSP' })).toBe(want.detail);
+    // The heartbeat's offer is the same decision.
+    const offer = decideUpdate({ ...base, ...input });
+    expect(offer?.version ?? null).toBe(want.offer);
+  });
+
+  it('every rule of the list is reachable from the table', () => {
+    const seen = new Set(cases.map(([, , w]) => w.rule));
+    expect(DECISION_RULES.filter((r) => !seen.has(r))).toEqual([]);
   });
 });

@@ -67,6 +67,39 @@ describe.skipIf(!backendAvailable()).each(['false', 'true'])(`heartbeat cost (${
     }
   });
 
+  it.skipIf(metrics === 'true')('pins at every level cost an unchanged heartbeat nothing; a pin change costs the next heartbeat one read of every placement pin', async () => {
+    const admin = w.tokens.orgAdmin;
+    const site = (await app.api('POST', `/orgs/${w.orgId}/sites`, { token: admin, body: { name: 'Pinned site' } })).body.id as string;
+    const group = (await app.api('POST', `/orgs/${w.orgId}/device-groups`, { token: admin, body: { name: 'Pinned group', siteId: site } })).body.id as string;
+    const key = await enrollmentKey(app, admin, w.orgId, { deviceGroupId: group });
+    const devices = await Promise.all(Array.from({ length: 5 }, () => enroll(app, key)));
+    const pin = (path: string, agent: string) => app.api('PUT', `${path}/agent-update-settings`, { token: admin, body: { pinnedVersions: { agent } } });
+    expect((await pin(`/sites/${site}`, '1.0.0')).status).toBe(200);
+    expect((await pin(`/device-groups/${group}`, '1.0.0')).status).toBe(200);
+    expect((await pin(`/devices/${devices[0]!.deviceId}`, '1.0.0')).status).toBe(200);
+    expect((await pin(`/orgs/${w.orgId}`, '1.0.0')).status).toBe(200);
+    for (const d of devices) expect((await heartbeat(app, d)).status).toBe(200);
+    for (const d of devices) expect((await heartbeat(app, d)).status).toBe(200); // every cache warm
+    const state = agentsOf(app.server.keel).state;
+    await state.flushLastSeen();
+    const calls = countDriverCalls();
+    try {
+      for (let round = 0; round < 5; round++) {
+        for (const a of await Promise.all(devices.map((d) => heartbeat(app, d)))) expect(a.body.update).toBeNull();
+      }
+      expect(calls.count()).toBe(0);
+      // A pin changed (here, in this process; invalidation.publish reaches the others alike): the next
+      // heartbeats read the placement pins once between them.
+      state.dropConfig();
+      const before = calls.count();
+      for (const d of devices) expect((await heartbeat(app, d)).status).toBe(200);
+      // targets, the platform's builds, the organisation's and partner's settings, the placement pins: one statement each.
+      expect(calls.count() - before).toBeLessThanOrEqual(backend === 'postgres' ? 10 : 5);
+    } finally {
+      calls.stop();
+    }
+  });
+
   // The batched last-seen write changes no indexed column of devices, so PostgreSQL updates each row in
   // place (a HOT update: no index entries written), in the room fillfactor 80 keeps in every page. An
   // index covering last_seen_at (there was one) makes every such update write each index of the table.

@@ -1,5 +1,6 @@
 import { z } from '@hono/zod-openapi';
-import { COMPONENTS, DAYS, knownTimeZone, minutesOf } from './decision.js';
+import { COMPONENTS, DAYS, DECISION_RULES, knownTimeZone, minutesOf } from './decision.js';
+import { BEHIND_REASONS } from './distribution.js';
 
 /** Request and response schemas of the agents module (every field described, every body with an example). */
 
@@ -199,3 +200,31 @@ export const SettingsOut = z
     pinnedVersions: PinnedVersions.nullable().openapi(d('Pinned versions, or null')),
   })
   .openapi('AgentUpdateSettings');
+
+export const PinsBody = z
+  .object({ pinnedVersions: PinnedVersions.nullable().optional().openapi(d('Versions to stay on, per component; null (or {}) clears them')) })
+  .openapi('AgentPinsUpdate', { example: { pinnedVersions: { agent: '3.1.0' } } });
+
+export const PinsOut = z
+  .object({ pinnedVersions: PinnedVersions.nullable().openapi(d('Pinned versions of this level, or null')) })
+  .openapi('AgentPins');
+
+export const DecisionEntry = z
+  .object({
+    component: z.enum(COMPONENTS),
+    offer: z.string().nullable().openapi(d('The version the next heartbeat would offer, or null')),
+    rule: z.enum(DECISION_RULES).openapi(d('The rule that decided (docs/decisions.md "Agent pins and distribution")')),
+    detail: z.string().openapi(d('Why, in a sentence', 'Pinned by device group Finance-PCs to 3.1.0')),
+  })
+  .openapi('UpdateDecisionEntry');
+
+export const DecisionOut = z.object({ data: z.array(DecisionEntry).openapi(d('One entry per component')) }).openapi('UpdateDecision');
+
+export const DistributionOut = z
+  .object({
+    versions: z.array(z.object({ component: z.enum(COMPONENTS), version: z.string(), devices: z.number().int() })).openapi(d('Devices per component version')),
+    behind: z
+      .array(z.object({ reason: z.enum(BEHIND_REASONS), devices: z.number().int() }))
+      .openapi(d('Devices behind the fleet target of their platform, per reason (each device once)')),
+  })
+  .openapi('AgentVersionDistribution');

@@ -93,6 +93,23 @@ export interface BuildInfo {
   keyId?: string | null;
 }
 
+/** The levels a version pin is set at, strongest first (docs/decisions.md "Agent pins and distribution"). */
+export const PIN_LEVELS = ['device', 'group', 'site', 'org', 'partner'] as const;
+export type PinLevel = (typeof PIN_LEVELS)[number];
+/** The pins of each level that applies to a device (absent or null: none set there). */
+export type PinChain = Partial<Record<PinLevel, PinnedVersions | null | undefined>>;
+
+/**
+ * Why a component is (or is not) offered a version: the rule that decided, in the order they are tried.
+ * `pinned_*`: a pin of that level names the version (offered, or already installed); `rollout`: the
+ * fleet target (offered, or the device is not yet in the rollout's cohort); the others keep the device
+ * where it is.
+ */
+export const DECISION_RULES = [
+  'pinned_device', 'pinned_group', 'pinned_site', 'pinned_org', 'pinned_partner', 'rollout', 'outside_window', 'halted', 'blocked', 'no_build', 'up_to_date', 'auto_update_off', 'not_reported',
+] as const;
+export type DecisionRule = (typeof DECISION_RULES)[number];
+
 export interface DecisionInput {
   deviceId: string;
   os: string | null;
@@ -101,7 +118,7 @@ export interface DecisionInput {
   autoUpdate: boolean;
   updateNow: boolean;
   window: MaintenanceWindow | null;
-  pins: PinnedVersions;
+  pins: PinChain;
   now: Date;
   /** Whether the device failed or rolled back this version and was not retried since: never offered. */
   blocked?: ((component: Component, version: string) => boolean) | undefined;
@@ -116,34 +133,126 @@ export interface Offer extends BuildInfo {
   viaUpdateNow: boolean;
 }
 
-/**
- * The update to offer, if any: auto-update on; the pinned version (organisation over partner), else the
- * fleet target when the rollout is active and the device is in its cohort; differs from the installed
- * version; not one the device failed or rolled back (until retried); inside the effective window.
- * Update-now skips window and cohort, never auto-update off, a pin or a halted rollout. Components are tried in order; at most one update per answer.
- */
-export function decideUpdate(i: DecisionInput): Offer | null {
-  if (!i.autoUpdate || !i.os || !i.arch) return null;
-  const windowOpen = i.window === null || insideWindow(i.window, i.now);
-  for (const component of COMPONENTS) {
-    const installed = i.components[component];
-    if (installed === undefined) continue;
-    const pin = i.pins[component];
-    if (pin !== undefined) {
-      if (pin === installed || !windowOpen || i.blocked?.(component, pin)) continue;
-      const build = i.build(pin, component, i.os, i.arch);
-      if (build) return { component, version: pin, ...build, viaUpdateNow: false };
-      continue; // a pin without a build for this platform leaves the device alone
-    }
-    const target = i.target(component, i.os, i.arch);
-    if (!target || target.version === installed || target.rolloutStatus === 'halted' || i.blocked?.(component, target.version)) continue;
-    const now = i.updateNow;
-    if (!now && (!windowOpen || !inCohort(i.deviceId, target.version, target.rolloutPercent))) continue;
-    const build = i.build(target.version, component, i.os, i.arch);
-    if (build) return { component, version: target.version, ...build, viaUpdateNow: now };
+/** The decision for one component: the version offered (null: none), the rule that decided, and what it is about. */
+export interface ComponentDecision {
+  component: Component;
+  offer: string | null;
+  rule: DecisionRule;
+  /** The version the rule is about (the pin, or the target); null when there is none. */
+  version: string | null;
+  installed: string | null;
+  /** The pin's level, for `pinned_*` and for `blocked` / `no_build` / `outside_window` of a pinned version. */
+  pinLevel: PinLevel | null;
+  /** The target's rollout percentage, for `rollout`. */
+  percent: number | null;
+  build: BuildInfo | null;
+  viaUpdateNow: boolean;
+}
+
+/** The strongest pin of a component (device over group over site over organisation over partner), or null. */
+export function pinOf(pins: PinChain, component: Component): { level: PinLevel; version: string } | null {
+  for (const level of PIN_LEVELS) {
+    const version = pins[level]?.[component];
+    if (version !== undefined) return { level, version };
   }
   return null;
 }
+
+/**
+ * THE update decision of one component, pure: auto-update on; the strongest pin, else the fleet
+ * target when the rollout is active and the device is in its cohort; differs from the installed
+ * version; not one the device failed or rolled back (until retried); a build for the platform; inside
+ * the effective window. Update-now skips window and cohort, never auto-update off, a pin or a halted
+ * rollout. Rings, when they come, narrow the `rollout` branch only.
+ */
+export function decideComponent(i: DecisionInput, component: Component): ComponentDecision {
+  const installed = i.components[component] ?? null;
+  const d = (rule: DecisionRule, version: string | null, extra: Partial<ComponentDecision> = {}): ComponentDecision => ({
+    component, offer: null, rule, version, installed, pinLevel: null, percent: null, build: null, viaUpdateNow: false, ...extra,
+  });
+  if (installed === null) return d('not_reported', null);
+  if (!i.autoUpdate) return d('auto_update_off', null);
+  if (!i.os || !i.arch) return d('no_build', null);
+  const windowOpen = i.window === null || insideWindow(i.window, i.now);
+  const pin = pinOf(i.pins, component);
+  if (pin) {
+    const rule = `pinned_${pin.level}` as DecisionRule;
+    const about = { pinLevel: pin.level };
+    if (pin.version === installed) return d(rule, pin.version, about);
+    if (i.blocked?.(component, pin.version)) return d('blocked', pin.version, about);
+    const build = i.build(pin.version, component, i.os, i.arch);
+    // A pin without a build for this platform leaves the device alone.
+    if (!build) return d('no_build', pin.version, about);
+    if (!windowOpen) return d('outside_window', pin.version, about);
+    return d(rule, pin.version, { ...about, offer: pin.version, build });
+  }
+  const target = i.target(component, i.os, i.arch);
+  if (!target) return d('no_build', null);
+  if (target.version === installed) return d('up_to_date', target.version);
+  if (target.rolloutStatus === 'halted') return d('halted', target.version);
+  if (i.blocked?.(component, target.version)) return d('blocked', target.version);
+  const build = i.build(target.version, component, i.os, i.arch);
+  if (!build) return d('no_build', target.version);
+  const percent = { percent: target.rolloutPercent };
+  if (!i.updateNow) {
+    if (!windowOpen) return d('outside_window', target.version);
+    if (!inCohort(i.deviceId, target.version, target.rolloutPercent)) return d('rollout', target.version, percent);
+  }
+  return d('rollout', target.version, { ...percent, offer: target.version, build, viaUpdateNow: i.updateNow });
+}
+
+/** Every component's decision, in order. */
+export function decideAll(i: DecisionInput): ComponentDecision[] {
+  return COMPONENTS.map((c) => decideComponent(i, c));
+}
+
+/** The update to offer, if any: the first component (in order) whose decision offers a version; at most one update per answer. */
+export function decideUpdate(i: DecisionInput): Offer | null {
+  for (const component of COMPONENTS) {
+    const r = decideComponent(i, component);
+    if (r.offer !== null && r.build) return { component, version: r.offer, ...r.build, viaUpdateNow: r.viaUpdateNow };
+  }
+  return null;
+}
+
+/** Names of the levels, for the human detail of a decision (absent: the level is named by its kind only). */
+export type LevelNames = Partial<Record<PinLevel, string | null | undefined>>;
+
+const LEVEL_WORDS: Record<PinLevel, string> = { device: 'the device', group: 'device group', site: 'site', org: 'organisation', partner: 'partner' };
+
+function levelText(level: PinLevel, names: LevelNames): string {
+  const name = level === 'device' ? null : names[level];
+  return name ? `${LEVEL_WORDS[level]} ${name}` : level === 'device' ? LEVEL_WORDS.device : `the ${LEVEL_WORDS[level]}`;
+}
+
+/** One sentence saying why (for example "pinned by device group Finance-PCs to 3.1.0"). */
+export function decisionDetail(r: ComponentDecision, names: LevelNames = {}): string {
+  const pinned = r.pinLevel ? `pinned by ${levelText(r.pinLevel, names)} to ${r.version}` : null;
+  switch (r.rule) {
+    case 'not_reported':
+      return `The device has not reported a ${r.component} version`;
+    case 'auto_update_off':
+      return 'Automatic updates are off for this device';
+    case 'up_to_date':
+      return `Up to date with the fleet target ${r.version}`;
+    case 'halted':
+      return `The rollout of ${r.version} is halted`;
+    case 'blocked':
+      return `${pinned ? `${cap(pinned)}; the` : 'The'} device failed or rolled back ${r.version}: not offered again until retried (update now)`;
+    case 'no_build':
+      if (r.version === null) return 'No fleet target for this platform';
+      return `${pinned ? `${cap(pinned)}, but there` : 'There'} is no build of ${r.version} for this platform`;
+    case 'outside_window':
+      return `${pinned ? `${cap(pinned)}; w` : `The fleet target is ${r.version}; w`}aiting for the maintenance window`;
+    case 'rollout':
+      if (r.offer !== null) return r.viaUpdateNow ? `Fleet target ${r.version}, offered by update now` : `Fleet target ${r.version} (rollout at ${r.percent}%)`;
+      return `Fleet target ${r.version}: not yet in the rollout's ${r.percent}% of devices`;
+    default:
+      return r.offer !== null ? cap(pinned ?? '') : `${cap(pinned ?? '')} (installed)`;
+  }
+}
+
+const cap = (s: string) => s.charAt(0).toUpperCase() + s.slice(1);
 
 /** Semantic version order (prerelease below its release); unparsable versions compare as text. */
 export function compareVersions(a: string, b: string): number {

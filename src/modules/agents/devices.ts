@@ -256,7 +256,7 @@ export async function listDevices(keel: Keel, access: AccessContext, q: DeviceFi
   return { data: rows.map((d) => deviceView(d, intervalSeconds)), total: total?.n ?? 0 };
 }
 
-async function visibleDevice(keel: Keel, access: AccessContext, id: string): Promise<DeviceRow> {
+export async function visibleDevice(keel: Keel, access: AccessContext, id: string): Promise<DeviceRow> {
   const [d] = await keel.db.select().from(devices).where(and(eq(devices.id, id), visibleDevices(access)));
   if (!d) throw notFound('Device');
   return d;

@@ -52,8 +52,7 @@ const sameVersions = (a: ComponentVersions, b: ComponentVersions) => COMPONENTS.
 async function decide(ctx: Agents, d: DeviceState, components: ComponentVersions, nowMs: number): Promise<Offer | null> {
   // Auto-update is decided in one place, decideUpdate.
   if (!d.os || !d.arch) return null;
-  const org = await ctx.state.settings('org', d.orgId);
-  const partner = d.partnerId ? await ctx.state.settings('partner', d.partnerId) : null;
+  const { pins, window } = await ctx.state.policy(d);
   const targets = await ctx.state.targets();
   const builds = await ctx.state.builds(d.os, d.arch);
   return decideUpdate({
@@ -63,8 +62,8 @@ async function decide(ctx: Agents, d: DeviceState, components: ComponentVersions
     components,
     autoUpdate: d.autoUpdate,
     updateNow: d.updateNow,
-    window: org?.maintenanceWindow ?? partner?.maintenanceWindow ?? null,
-    pins: { ...(partner?.pinnedVersions ?? {}), ...(org?.pinnedVersions ?? {}) },
+    window,
+    pins,
     now: new Date(nowMs),
     blocked: d.blocked.size === 0 ? undefined : (c, v) => d.blocked.has(`${c}@${v}`),
     target: (c, os, arch) => targets.get(`${c}/${os}/${arch}`),

@@ -10,9 +10,12 @@ import { createEnrollmentKey, decommission, enroll, getDevice, listDevices, list
 import { heartbeat, updateReport } from './heartbeat.js';
 import { getSettings, putSettings } from './settings.js';
 import { mountReleaseRoutes } from './release-routes.js';
+import { getPins, putPins, type PinOwner } from './pins.js';
+import { explainDecision } from './explain.js';
+import { distribution } from './distribution.js';
 import {
   AutoUpdateBody, Device, Enrolled, EnrollBody, EnrollmentKey, EnrollmentKeyCreate, EnrollmentKeyCreated, HeartbeatAnswer, HeartbeatBody,
-  SettingsBody, SettingsOut, UpdateHistoryEntry, UpdateNowAnswer, UpdateNowBody, UpdateReportBody,
+  SettingsBody, SettingsOut, UpdateHistoryEntry, UpdateNowAnswer, UpdateNowBody, UpdateReportBody, PinsBody, PinsOut, DecisionOut, DistributionOut,
 } from './api-schemas.js';
 
 const uuidParam = (name: string, description: string) => z.uuid().openapi({ param: { name, in: 'path' }, description });
@@ -246,5 +249,65 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     async (c) => c.json(await putSettings(keel, accessOf(c), 'partner', c.req.valid('param').partnerId, c.req.valid('json'), requestInfo(c)), 200),
   );
 
+  mountPinRoutes(api, keel);
   mountReleaseRoutes(api, keel);
+}
+
+/**
+ * Pins of a device, a device group or a site; the decision of a device, explained; the fleet's
+ * distribution of versions (docs/decisions.md "Agent pins and distribution").
+ */
+function mountPinRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
+  const ctx = agentsOf(keel);
+  const auth = authenticate(keel);
+  const levels: { path: string; type: PinOwner; what: string }[] = [
+    { path: '/devices/{id}/agent-update-settings', type: 'device', what: 'a device' },
+    { path: '/device-groups/{id}/agent-update-settings', type: 'group', what: 'a device group' },
+    { path: '/sites/{id}/agent-update-settings', type: 'site', what: 'a site' },
+  ];
+  const PinParam = (what: string) => z.object({ id: uuidParam('id', `Id of ${what}`) });
+  for (const l of levels) {
+    api.openapi(
+      createRoute({
+        method: 'get', path: l.path, tags: ['agents'], summary: `The version pins of ${l.what}`,
+        middleware: [auth, ...guard(keel, { permission: ['devices', 'read'] })],
+        request: { params: PinParam(l.what) },
+        responses: { 200: json(PinsOut, 'Pins'), ...errors(403, 404) },
+      }),
+      async (c) => c.json(await getPins(keel, accessOf(c), l.type, c.req.valid('param').id), 200),
+    );
+    api.openapi(
+      createRoute({
+        method: 'put', path: l.path, tags: ['agents'], summary: `Set the version pins of ${l.what}`,
+        description:
+          'Precedence, per component: device > device group > site > organisation > partner > fleet target. `pinnedVersions` absent is unchanged, null clears it. ' +
+          'A caller restricted to some sites or device groups pins only inside its restriction: not a site when restricted to groups, not a group outside its sites (403 `placement_forbidden`).',
+        middleware: [auth, ...guard(keel, { permission: ['devices', 'write'] })],
+        request: { params: PinParam(l.what), body: jsonBody(PinsBody) },
+        responses: { 200: json(PinsOut, 'Pins'), ...errors(403, 404) },
+      }),
+      async (c) => c.json(await putPins(keel, accessOf(c), l.type, c.req.valid('param').id, c.req.valid('json'), requestInfo(c)), 200),
+    );
+  }
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/devices/{id}/update-decision', tags: ['devices'], summary: 'What the next heartbeat would offer, per component, and why',
+      description: 'The heartbeat\'s own decision on the current settings: the version offered (or null), the rule that decided and a sentence naming the level of a pin.',
+      middleware: [auth, ...guard(keel, { permission: ['devices', 'read'] })],
+      request: { params: IdParam },
+      responses: { 200: json(DecisionOut, 'Decision'), ...errors(404) },
+    }),
+    async (c) => c.json({ data: await explainDecision(ctx, accessOf(c), c.req.valid('param').id) }, 200),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/agent-versions/distribution', tags: ['agents'], summary: 'Devices per component version, and per reason for being behind the target',
+      description: 'Over the devices the caller sees: one organisation (`orgId`), a partner\'s (`partnerId`), or the whole fleet for platform administrators naming neither.',
+      middleware: [auth, ...guard(keel, { permission: ['devices', 'read'] })],
+      responses: { 200: json(DistributionOut, 'Distribution'), ...errors(404) },
+    }),
+    async (c) => c.json(await distribution(ctx, accessOf(c)), 200),
+  );
 }

@@ -1,12 +1,12 @@
 import { loggableError } from '../../platform/safe-error.js';
-import { and, eq, isNotNull } from 'drizzle-orm';
+import { and, eq, inArray, isNotNull } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import type { Db } from '../../platform/db/client.js';
 import { clock } from '../../platform/clock.js';
 import { prepared, rawQuery } from '../../platform/db/raw.js';
 import { organizations } from '../tenancy/schema.js';
 import { agentReleases, agentTargets, agentUpdateSettings, devices, type ComponentVersions, type MaintenanceWindow, type PinnedVersions } from './schema.js';
-import type { BuildInfo, Component, TargetInfo } from './decision.js';
+import type { BuildInfo, Component, PinChain, TargetInfo } from './decision.js';
 import { releaseKeysOf } from './release-keys.js';
 
 /**
@@ -95,6 +95,7 @@ export class AgentState {
   #targets: Map<string, TargetInfo> | null = null;
   readonly #builds = new Map<string, BuildInfo | null>();
   readonly #settings = new Map<string, UpdateSettings | null>();
+  #placementPins: Map<string, PinnedVersions> | null = null;
   #configGeneration = 0;
   /** Devices whose last-seen stamp waits for the next flush (a flag on the state, not a map write per heartbeat). */
   #seenQueue: DeviceState[] = [];
@@ -184,6 +185,7 @@ export class AgentState {
     this.#targets = null;
     this.#builds.clear();
     this.#settings.clear();
+    this.#placementPins = null;
   }
 
   /** Every fleet target, keyed `component/os/arch`. */
@@ -241,6 +243,41 @@ export class AgentState {
     const value = row ? { maintenanceWindow: row.maintenanceWindow ?? null, pinnedVersions: row.pinnedVersions ?? null } : null;
     if (generation === this.#configGeneration) this.#settings.set(key, value);
     return value;
+  }
+
+  /**
+   * The pins set on devices, device groups and sites (`device:<id>`, `group:<id>`, `site:<id>`), every
+   * one in one statement per configuration generation: a device's first heartbeat after a change costs
+   * this one read, not one per level, and an unchanged heartbeat none.
+   */
+  async placementPins(): Promise<Map<string, PinnedVersions>> {
+    if (this.#placementPins) return this.#placementPins;
+    const generation = this.#configGeneration;
+    const rows = await this.db
+      .select({ ownerType: agentUpdateSettings.ownerType, ownerId: agentUpdateSettings.ownerId, pins: agentUpdateSettings.pinnedVersions })
+      .from(agentUpdateSettings)
+      .where(and(inArray(agentUpdateSettings.ownerType, ['device', 'group', 'site']), isNotNull(agentUpdateSettings.pinnedVersions)));
+    const map = new Map<string, PinnedVersions>();
+    for (const r of rows) if (r.pins) map.set(`${r.ownerType}:${r.ownerId}`, r.pins);
+    if (generation === this.#configGeneration) this.#placementPins = map;
+    return map;
+  }
+
+  /** What a device's decision needs beyond itself: the pins of each level and the effective window (organisation over partner). */
+  async policy(d: { id: string; orgId: string; partnerId: string | null; siteId: string | null; deviceGroupId: string | null }): Promise<{ pins: PinChain; window: MaintenanceWindow | null }> {
+    const org = await this.settings('org', d.orgId);
+    const partner = d.partnerId ? await this.settings('partner', d.partnerId) : null;
+    const lower = await this.placementPins();
+    return {
+      pins: {
+        device: lower.get(`device:${d.id}`),
+        group: d.deviceGroupId ? lower.get(`group:${d.deviceGroupId}`) : undefined,
+        site: d.siteId ? lower.get(`site:${d.siteId}`) : undefined,
+        org: org?.pinnedVersions,
+        partner: partner?.pinnedVersions,
+      },
+      window: org?.maintenanceWindow ?? partner?.maintenanceWindow ?? null,
+    };
   }
 
   /** Records a heartbeat's time, written by the next flush. */

@@ -228,7 +228,7 @@ export async function createSite(keel: Keel, access: AccessContext, orgId: strin
 }
 
 /** A site in an organisation the caller reaches, within its site restriction; otherwise 404. */
-async function reachSite(db: Db, access: AccessContext, id: string): Promise<{ site: SiteRow; partnerId: string | null }> {
+export async function reachSite(db: Db, access: AccessContext, id: string): Promise<{ site: SiteRow; partnerId: string | null }> {
   const [site] = await db.select().from(sites).where(eq(sites.id, id));
   if (!site) throw notFound('Site');
   const org = await mustReachOrg(db, access, site.orgId).catch(() => null);
@@ -303,7 +303,7 @@ export async function createGroup(keel: Keel, access: AccessContext, orgId: stri
   return groupView(row);
 }
 
-async function reachGroup(db: Db, access: AccessContext, id: string): Promise<{ group: GroupRow; partnerId: string | null }> {
+export async function reachGroup(db: Db, access: AccessContext, id: string): Promise<{ group: GroupRow; partnerId: string | null }> {
   const [group] = await db.select().from(deviceGroups).where(eq(deviceGroups.id, id));
   if (!group) throw notFound('Device group');
   const org = await mustReachOrg(db, access, group.orgId).catch(() => null);

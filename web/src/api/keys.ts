@@ -59,8 +59,10 @@ export const keys = {
     ...devices,
     /** A device's update history: under its detail, so an Update now or a decommission refreshes it. */
     history: (id: string, page: number) => [...devices.detail(id), 'update-history', page] as const,
+    /** What its next heartbeat would be offered: under its detail, and refreshed after a pin change. */
+    decision: (id: string) => [...devices.detail(id), 'update-decision'] as const,
   },
   enrollmentKeys: { ...resource('enrollment-keys') },
-  agentVersions: { ...resource('agent-versions') },
+  agentVersions: { ...resource('agent-versions'), distribution: (query: Query) => ['agent-versions', 'distribution', query] as const },
   agentUpdateSettings: { all: ['agent-update-settings'] as const, of: (path: string | null) => ['agent-update-settings', path] as const },
 };

@@ -9,6 +9,7 @@ import { Alert, Button, Checkbox, Dialog, ErrorAlert, Field, MfaNote, PageHeader
 import { permissionPage } from '../../permission';
 import { keys } from '../../api/keys';
 import type { Schema } from '../../api/types';
+import { VersionDistribution } from './UpdatePins';
 
 export type Component = Schema<'AgentVersion'>['component'];
 
@@ -173,6 +174,7 @@ function VersionList() {
         )}
         onPage={setPage}
       />
+      <VersionDistribution />
       {publishing && <PublishDialog onClose={() => setPublishing(false)} onDone={done} />}
       {promote && <PromoteDialog v={promote} onClose={() => setPromote(null)} onDone={done} />}
       {widen && <WidenDialog v={widen} onClose={() => setWiden(null)} onDone={done} />}

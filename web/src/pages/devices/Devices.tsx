@@ -12,6 +12,7 @@ import { permissionPage } from '../../permission';
 import { useDeviceGroups, useSites } from '../admin/common';
 import { keys } from '../../api/keys';
 import type { Schema } from '../../api/types';
+import { UpdateDecision, UpdatePins } from './UpdatePins';
 
 export type Device = Schema<'Device'>;
 type HistoryEntry = Schema<'UpdateHistoryEntry'>;
@@ -255,6 +256,8 @@ function DevicePage({ id }: { id: string }) {
                 ))}
               </dl>
             </Card>
+            <UpdateDecision id={d.id} />
+            <UpdatePins device={d} />
             <UpdateHistory id={d.id} />
             <Card title="Automatic updates">
               <p>{d.autoUpdate ? 'On: the device takes new versions inside its maintenance window.' : 'Off: the device is not offered any update, not even "update now".'}</p>
