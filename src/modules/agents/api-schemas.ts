@@ -211,7 +211,7 @@ export const PinsOut = z
 
 export const DecisionEntry = z
   .object({
-    component: z.enum(COMPONENTS),
+    component: z.enum(COMPONENTS).openapi(d('The component decided for')),
     offer: z.string().nullable().openapi(d('The version the next heartbeat would offer, or null')),
     rule: z.enum(DECISION_RULES).openapi(d('The rule that decided (docs/decisions.md "Agent pins and distribution")')),
     detail: z.string().openapi(d('Why, in a sentence', 'Pinned by device group Finance-PCs to 3.1.0')),
@@ -222,9 +222,22 @@ export const DecisionOut = z.object({ data: z.array(DecisionEntry).openapi(d('On
 
 export const DistributionOut = z
   .object({
-    versions: z.array(z.object({ component: z.enum(COMPONENTS), version: z.string(), devices: z.number().int() })).openapi(d('Devices per component version')),
+    versions: z
+      .array(
+        z.object({
+          component: z.enum(COMPONENTS).openapi(d('The component')),
+          version: z.string().openapi(d('The version devices report', '3.1.0')),
+          devices: z.number().int().openapi(d('How many devices run it')),
+        }),
+      )
+      .openapi(d('Devices per component version')),
     behind: z
-      .array(z.object({ reason: z.enum(BEHIND_REASONS), devices: z.number().int() }))
+      .array(
+        z.object({
+          reason: z.enum(BEHIND_REASONS).openapi(d('Why these devices are behind (docs/decisions.md "Agent pins and distribution")')),
+          devices: z.number().int().openapi(d('How many devices are behind for this reason')),
+        }),
+      )
       .openapi(d('Devices behind the fleet target of their platform, per reason (each device once)')),
   })
   .openapi('AgentVersionDistribution');

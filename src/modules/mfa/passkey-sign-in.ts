@@ -10,6 +10,7 @@ import { requestLog } from '../../platform/request-scope.js';
 import { loggableError } from '../../platform/safe-error.js';
 import { writeAudit } from '../audit/service.js';
 import { getAccessSummary } from '../access/service.js';
+import { updateAccount } from '../identity/accounts.js';
 import { identityOf } from '../identity/context.js';
 import { verifyReenteredPassword } from '../identity/lockout.js';
 import { notifyAuthChange } from '../identity/notices.js';
@@ -177,7 +178,7 @@ export async function removePassword(
     const [n] = await tx.db.select({ n: count() }).from(passkeys).where(and(eq(passkeys.userId, user.id), eq(passkeys.signIn, true)));
     const signInKeys = n?.n ?? 0;
     if (signInKeys < SIGN_IN_PASSKEYS_FOR_NO_PASSWORD) throw mfaError('sign_in_passkeys_required');
-    await tx.db.update(users).set({ passwordHash: null, passwordChangedAt: clock.now(), updatedAt: clock.now() }).where(eq(users.id, user.id));
+    await updateAccount(keel, tx, user.id, { passwordHash: null, passwordChangedAt: clock.now(), updatedAt: clock.now() });
     await writeAudit(tx.db, info, {
       action: 'user.password.remove',
       partnerId: access.partnerId,

@@ -39,9 +39,12 @@ const fields = {
 const StreamCreate = z.object(fields).openapi('AuditStreamCreate', { example: { type: 'syslog', url: 'syslog+tls://siem.example.com:6514' } });
 const StreamPatch = z
   .object({ type: fields.type.optional(), url: fields.url.optional(), tls: fields.tls, secret: fields.secret })
-  .openapi('AuditStreamPatch', { description: 'Each field optional: absent is unchanged. A change sends from the cursor on to the new destination' });
+  .openapi('AuditStreamPatch', {
+    description: 'Each field optional: absent is unchanged. A change sends from the cursor on to the new destination',
+    example: { url: 'syslog+tls://siem2.example.com:6514' },
+  });
 
-const List = z.object({ data: z.array(StreamSchema) }).openapi('AuditStreamList');
+const List = z.object({ data: z.array(StreamSchema).openapi(d('The destinations, oldest first')) }).openapi('AuditStreamList');
 
 const PartnerPath = z.object({
   partnerId: z.uuid().openapi({ description: 'Id (UUID) of the partner; another partner answers 404', param: { name: 'partnerId', in: 'path' }, example: '01936f4e-8c1a-7b2e-9d4f-3a5b6c7d8e91' }),

@@ -329,7 +329,6 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'post', path: '/auth/invitation', tags: ['auth'],
-      security: [{}],
       summary: 'Read an invitation before accepting it: the invited email and the partner or organisation it is for',
       description: 'For the accept page. A token that is unknown, expired, used or revoked gets the same 400 `invalid_token` as `POST /auth/accept-invite`. The token is sent in the body so it stays out of URLs and access logs.',
       request: { body: jsonBody(z.object({ token: AcceptBody.shape.token }).strict().openapi('InvitationLookup', { example: { token: 'Hk2v9Qx7LmP3sR8tY1wZ5bN0cF4gJ6dA2eU7iO9kTqM' } })) },

@@ -3572,15 +3572,27 @@ export interface components {
         AgentVersionDistribution: {
             /** @description Devices behind the fleet target of their platform, per reason (each device once) */
             behind: {
+                /** @description How many devices are behind for this reason */
                 devices: number;
-                /** @enum {string} */
+                /**
+                 * @description Why these devices are behind (docs/decisions.md "Agent pins and distribution")
+                 * @enum {string}
+                 */
                 reason: "auto_update_off" | "pinned" | "no_build" | "rolled_back" | "halted" | "offline" | "updating" | "outside_window" | "rollout";
             }[];
             /** @description Devices per component version */
             versions: {
-                /** @enum {string} */
+                /**
+                 * @description The component
+                 * @enum {string}
+                 */
                 component: "agent" | "helper" | "watchdog";
+                /** @description How many devices run it */
                 devices: number;
+                /**
+                 * @description The version devices report
+                 * @example 3.1.0
+                 */
                 version: string;
             }[];
         };
@@ -3846,9 +3858,15 @@ export interface components {
             url: string;
         };
         AuditStreamList: {
+            /** @description The destinations, oldest first */
             data: components["schemas"]["AuditStream"][];
         };
-        /** @description Each field optional: absent is unchanged. A change sends from the cursor on to the new destination */
+        /**
+         * @description Each field optional: absent is unchanged. A change sends from the cursor on to the new destination
+         * @example {
+         *       "url": "syslog+tls://siem2.example.com:6514"
+         *     }
+         */
         AuditStreamPatch: {
             /** @description https only, required there: the key batches are signed with (16 to 256 characters; write-only) */
             secret?: string | null;
@@ -6553,7 +6571,10 @@ export interface components {
             data: components["schemas"]["UpdateDecisionEntry"][];
         };
         UpdateDecisionEntry: {
-            /** @enum {string} */
+            /**
+             * @description The component decided for
+             * @enum {string}
+             */
             component: "agent" | "helper" | "watchdog";
             /**
              * @description Why, in a sentence
