@@ -63,6 +63,9 @@ describe.skipIf(!backendAvailable())('partner-wide webhooks', () => {
     expect(listed.body.data.map((x: any) => x.id)).toEqual([hook.id]);
     const ofOrg = await app.api('GET', `/webhooks?orgId=${w.orgId}`, { token: w.tokens.partnerFull });
     expect(ofOrg.body.data.map((x: any) => x.id)).not.toContain(hook.id);
+    // Naming one of its organisations does not hide it from who manages the partner's webhooks.
+    expect((await app.api('GET', `/webhooks/${hook.id}?orgId=${w.orgId}`, { token: w.tokens.partnerFull })).status).toBe(200);
+    expect((await app.api('GET', `/webhooks/${hook.id}?orgId=${w.orgId}`, { token: w.tokens.platformAdmin })).status).toBe(200);
     // The platform administrator names the partner.
     const platform = await app.api('GET', `/webhooks?partnerId=${w.partnerId}`, { token: w.tokens.platformAdmin });
     expect(platform.body.data.map((x: any) => x.id)).toEqual([hook.id]);

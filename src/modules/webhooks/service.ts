@@ -12,7 +12,7 @@ import { OutboundError, vetTarget } from '../../platform/outbound.js';
 import type { SealedColumn } from '../../platform/reseal.js';
 import type { Limit } from '../../platform/rate-limit.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
-import { fullOrgAccessRequired, permissionDenied, placementFilter, restricted, visibleOrgCondition, visibleOrgs, type AccessContext } from '../access/scope.js';
+import { fullOrgAccessRequired, permissionDenied, placementFilter, restricted, visibleOrgCondition, type AccessContext } from '../access/scope.js';
 import {
   aad,
   apiStatus,
@@ -225,13 +225,13 @@ const sealHeaders = (keel: Keel, id: string, headers: readonly CustomHeader[]) =
 
 /**
  * The partner whose partner-wide webhooks the caller may see and manage (docs/decisions.md "Webhook
- * replay and partner-wide webhooks"): a partner user with access to every organisation of its partner
- * (no organisation named), or a system caller that named the partner; else null. An organisation's
- * user never sees them.
+ * replay and partner-wide webhooks"): a partner user's with access to every organisation of it
+ * (naming one of them does not narrow this), or the partner a system caller named (or that owns the
+ * organisation it named); else null. An organisation's user never sees them.
  */
 export function wholePartnerOf(access: AccessContext): string | null {
-  const v = visibleOrgs(access);
-  return v.kind === 'partner' && v.orgIds === null ? v.partnerId : null;
+  if (access.scope === 'partner') return access.orgAccess === 'all' ? access.partnerId : null;
+  return access.scope === 'system' ? access.partnerId : null;
 }
 
 /** Which webhooks the caller may see: those of its organisations, and its partner's partner-wide ones (`wholePartnerOf`). */
