@@ -50,6 +50,8 @@ describe.skipIf(!backendAvailable())('webhook replay', () => {
     // Another organisation's webhook to the same receiver, subscribed to the same type.
     const elsewhere = await createHook(app, w.otherAdmin, { url: `${rx.url}?org=b`, events: ['device.offline'] });
     const mine = (r: { path: string }) => r.path === '/hook';
+    // Another webhook of the organisation subscribes to alert.resolved: that event is stored, and still not replayed to this one.
+    await createHook(app, w.admin, { url: `${rx.url}?resolved`, events: ['alert.resolved'] });
     const start = clock.nowMs();
     clock.freeze();
     rx.behave(status(503));

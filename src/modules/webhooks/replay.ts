@@ -164,9 +164,18 @@ export async function startReplay(keel: Keel, access: AccessContext, webhookId: 
       details: { replayId: id, since: sinceIso, until: untilIso, eventTypes: input.eventTypes ? types : null, total },
     });
     return created;
+  }).catch((err: unknown) => {
+    // The partial unique index decided between two starts the row lock did not order.
+    if (uniqueViolation(err)) throw webhooksError('replay_running');
+    throw err;
   });
   return replayView(row);
 }
+
+const uniqueViolation = (err: unknown): boolean => {
+  const e = err as { code?: string; cause?: { code?: string } } | null;
+  return (e?.code ?? e?.cause?.code) === '23505';
+};
 
 export async function readReplay(keel: Keel, access: AccessContext, webhookId: string, replayId: string): Promise<ReplayView> {
   await visibleWebhook(keel.db, access, webhookId);
