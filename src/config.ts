@@ -161,6 +161,10 @@ const envSchema = z.object({
   WEBHOOK_MANUAL_LIMIT: int(10, 1, 100_000),
   WEBHOOK_MANUAL_CALLER_LIMIT: int(30, 1, 100_000),
   WEBHOOK_DELIVERY_RETENTION_DAYS: int(30, 1, 3650),
+  // Replay (docs/decisions.md "Webhook replay and partner-wide webhooks"): days an event is kept for a
+  // replay (also the longest window a replay may reach back), and the most events one replay sends.
+  WEBHOOK_EVENT_RETENTION_DAYS: int(30, 1, 3650),
+  WEBHOOK_REPLAY_MAX_EVENTS: int(100_000, 1, 10_000_000),
   // Production readiness (docs/decisions.md "Production readiness"): GET /metrics (off unless enabled; a bearer token when set) and the
   // bound of the password-hashing queue (0: 16 per hashing thread), beyond which logins answer 503.
   METRICS_ENABLED: bool(false),

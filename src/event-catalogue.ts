@@ -172,7 +172,7 @@ function deliveryBodySchema(type: EventType): z.ZodType {
       id: uuid.describe('The event\'s id: the same in every delivery of the event and in a retry (use it to drop duplicates)'),
       type: z.literal(type).describe('The event type'),
       timestamp: z.iso.datetime().describe('When the event happened (ISO 8601 UTC)'),
-      orgId: uuid.describe('The organisation the event belongs to'),
+      orgId: uuid.nullable().describe('The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook\'s test deliveries and in the `webhook.disabled` of a partner-wide webhook'),
       test: z.literal(true).optional().describe('Present (true) on a test delivery only'),
       data: eventDataSchema(type),
     })

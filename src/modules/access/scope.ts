@@ -74,7 +74,7 @@ export interface ScopeOptions {
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export const contextRequired = () => accessError('context_required');
-const fullOrgAccessRequired = () => accessError('full_org_access_required');
+export const fullOrgAccessRequired = () => accessError('full_org_access_required');
 export const wholeOrgAccessRequired = () => accessError('whole_org_access_required');
 
 /** Whether a caller is restricted to some sites or device groups (THE reading of the restriction). */

@@ -129,11 +129,11 @@ const recordStatement = prepared(
             dead_letter_streak = decide.streak, failing_since = decide.failing_since,
             status = case when decide.auto_fail then 'error' else w.status end
        from decide where w.id = decide.id
-     returning w.id, w.org_id, w.name, decide.auto_fail, decide.streak, decide.failing_since
+     returning w.id, w.org_id, w.partner_id, w.name, decide.auto_fail, decide.streak, decide.failing_since
    )
    select (select count(*)::int from upd) as recorded,
           (select coalesce(json_agg(id), '[]'::json) from upd where status = 'failed') as dead,
-          (select coalesce(json_agg(json_build_object('id', id, 'orgId', org_id, 'name', name, 'streak', streak, 'since', failing_since)), '[]'::json) from hooks where auto_fail) as auto_failed`,
+          (select coalesce(json_agg(json_build_object('id', id, 'orgId', org_id, 'partnerId', partner_id, 'name', name, 'streak', streak, 'since', failing_since)), '[]'::json) from hooks where auto_fail) as auto_failed`,
 );
 
 const releaseAllStatement = prepared('webhook_deliveries_release_all', 'update webhook_deliveries set claim_id = null, lease_expires_at = null where claim_id is not null');
@@ -182,7 +182,9 @@ export async function releaseHeld(db: Db, rows: readonly HeldRow[]): Promise<voi
 
 export interface AutoFailed {
   id: string;
-  orgId: string;
+  /** Null for a partner-wide webhook (then `partnerId` names its partner). */
+  orgId: string | null;
+  partnerId: string | null;
   name: string;
   streak: number;
   since: string;
@@ -224,6 +226,7 @@ export async function recordResults(
       await writeAudit(tx.db, { actor: { type: 'system' } }, {
         action: 'webhook.status.auto_failed',
         orgId: hook.orgId,
+        partnerId: hook.partnerId,
         target: { type: 'webhook', id: hook.id },
         details: { deadLettered: hook.streak, failingSince: hook.since, status: 'failed' },
       });

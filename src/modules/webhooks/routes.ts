@@ -3,6 +3,7 @@ import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import { errors, json, jsonBody, page, PageQuery, paginated } from '../../platform/http/schemas.js';
+import { validationError } from '../../platform/http/errors.js';
 import { authenticate } from '../../http/authenticate.js';
 import { principalOf, requestInfo } from '../identity/request.js';
 import { IdParam, ScopeQuery } from '../access/api-schemas.js';
@@ -16,6 +17,7 @@ import {
   readWebhook,
   listDeliveries,
   listWebhooks,
+  partnerLevelOf,
   publishEvent,
   retryDelivery,
   rotateSecret,
@@ -24,6 +26,7 @@ import {
   webhookLimits,
 } from './service.js';
 import { webhooksError } from './errors.js';
+import { mountReplayRoutes } from './replay-routes.js';
 
 const d = (description: string) => ({ description });
 const EventType = z.enum(EVENT_TYPES).openapi({ description: 'An event type (device.*, alert.*, script.*, automation.*, policy.*, patch.*, security.score_changed, remote.*, user.login/logout, session.login/logout, webhook.test)' });
@@ -82,7 +85,8 @@ const Events = z.array(EventType).min(1).max(WEBHOOK_EVENT_TYPES.length).openapi
 const Webhook = z
   .object({
     id: z.uuid().openapi(d('Webhook id')),
-    orgId: z.uuid().openapi(d('The organisation whose events it receives')),
+    orgId: z.uuid().nullable().openapi(d('The organisation whose events it receives; null for a partner-wide webhook')),
+    partnerId: z.uuid().nullable().openapi(d('A partner-wide webhook\'s partner: it receives the events of every organisation of the partner, new ones included (each body names its `orgId`); null for an organisation\'s webhook')),
     name: z.string().openapi(d('Display name')),
     url: z.string().openapi({ description: 'The URL with userinfo removed and credential-like query values REDACTED' }),
     events: z.array(z.string()).openapi(d('Subscribed event types')),
@@ -125,7 +129,7 @@ const Delivery = z
   .object({
     id: z.uuid().openapi(d('Delivery id: X-Service-Delivery-Id and webhook-id, the same across its automatic retries')),
     webhookId: z.uuid().openapi(d('The webhook')),
-    orgId: z.uuid().openapi(d('The organisation of the event')),
+    orgId: z.uuid().nullable().openapi(d('The organisation of the event; null for a partner-wide webhook\'s test and operational deliveries')),
     status: z.enum(['pending', 'delivered', 'failed', 'retrying']).openapi(d('`pending` (no attempt yet), `delivered` (2xx), `retrying` (next attempt at nextAttemptAt), `failed` (retries exhausted, dead-lettered)')),
     event: z.string().openapi(d('Event type')),
     eventId: z.string().openapi(d('Event id (X-Service-Event-Id), shared by a manual retry')),
@@ -165,7 +169,11 @@ const WebhookCreate = z
     headers: Headers.optional(),
     retrySchedule: RetrySchedule.optional().openapi({ description: 'Default `default`, or `custom` when `retryPolicy` is given; `retryPolicy` only with `custom`' }),
     retryPolicy: RetryPolicyIn.optional(),
-    orgId: z.uuid().optional().openapi({ description: 'Required for partner and system callers' }),
+    orgId: z.uuid().optional().openapi({ description: 'The organisation (required for partner and system callers, unless `partnerId` is given)' }),
+    partnerId: z.uuid().optional().openapi({
+      description:
+        'In place of `orgId`: a partner-wide webhook, receiving the events of every organisation of the partner (new ones included). Partner users with access to every organisation of their partner (403 `full_org_access_required` otherwise) and system callers',
+    }),
   })
   .strict()
   .openapi('WebhookCreate', {
@@ -263,17 +271,22 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   // Webhooks act on the whole organisation (every event of it): their writes (create, update, delete,
   // test, retry, rotation) are refused to callers restricted to some sites or device groups.
   const write = (requireOrg = false) => [auth, ...guard(keel, { requireOrg, wholeOrg: true, permission: ['webhooks', 'write'] })];
+  mountReplayRoutes(api, keel, { read: () => read(), write: () => write() });
 
   api.openapi(
     createRoute({
-      method: 'get', path: '/webhooks', tags, summary: 'Webhooks of the organisation',
-      middleware: read(true),
+      method: 'get', path: '/webhooks', tags, summary: 'Webhooks of the organisation, or with `?partnerId=` the partner\'s partner-wide webhooks (partner users with access to every organisation of it: 403 `full_org_access_required` otherwise)',
+      middleware: read(),
       request: { query: PageQuery.extend(ScopeQuery.shape).extend({ status: ApiStatus.optional().openapi(d('Only webhooks of this status')) }) },
       responses: { 200: json(paginated(WebhookWithStats), 'Webhooks, each with its delivery numbers'), ...errors(404) },
     }),
     async (c) => {
       const q = c.req.valid('query');
-      const { data, total } = await listWebhooks(keel, accessOf(c), q, devicePlacementSql);
+      const access = accessOf(c);
+      // The partner's own webhooks when it is named and no organisation is; else an organisation's (named or the caller's).
+      const partnerLevel = q.partnerId !== undefined && q.orgId === undefined;
+      if (!partnerLevel) inOrg(access);
+      const { data, total } = await listWebhooks(keel, access, { ...q, partnerLevel }, devicePlacementSql);
       return c.json(page(data, q, total), 200);
     },
   );
@@ -302,8 +315,13 @@ export function mountWebhookRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     }),
     async (c) => {
       // The body is validated first; then the organisation must be known (docs/specification.md "Errors").
-      const body = c.req.valid('json');
-      return c.json(await createWebhook(keel, inOrg(accessOf(c)), body, requestInfo(c)), 201);
+      const { partnerId, orgId, ...body } = c.req.valid('json');
+      const access = accessOf(c);
+      if (partnerId !== undefined && (orgId !== undefined || c.req.valid('query').orgId !== undefined)) {
+        throw validationError([{ path: 'partnerId', message: 'give either orgId or partnerId, not both' }]);
+      }
+      const owner = partnerId !== undefined ? { partnerId: partnerLevelOf(access) } : { orgId: inOrg(access).orgId };
+      return c.json(await createWebhook(keel, access, body, requestInfo(c), owner), 201);
     },
   );
 

@@ -13,10 +13,13 @@ import { webhooksRuntime, type RuntimeHooks } from './service.js';
 
 /**
  * Routing (docs/specification.md "Webhooks: deliveries"): one pending delivery per active webhook of an event's organisation subscribed
- * to its type (every active webhook for an operational type such as `webhook.disabled`), written in
- * the publisher's transaction. The event's body is stored once
- * (`webhook_payloads`, $10: one id per event), in the same statement, only for an event that has a
- * delivery; each delivery refers to it.
+ * to its type (every active webhook for an operational type such as `webhook.disabled`), and per
+ * active partner-wide webhook of the organisation's partner (the same join through the partner's
+ * index: one statement whatever the number of organisations; docs/decisions.md "Webhook replay and
+ * partner-wide webhooks"), written in the publisher's transaction. The event's body is stored once
+ * (`webhook_payloads`, $10: one id per event), in the same statement, for an event that has a
+ * delivery or that a paused or failed webhook subscribes to (a replay may send it later, replay.ts);
+ * each delivery refers to it.
  *
  * One statement routes any number of events ($1-$4: their organisations, types, ids and bodies). A
  * publisher inside a transaction routes its own event with it. A publisher outside one (`tx.alone`:
@@ -37,17 +40,25 @@ import { webhooksRuntime, type RuntimeHooks } from './service.js';
  * statement never reads them (a claim cost as much as the insert). Without one ($6 null) they wait
  * for any worker's claim.
  */
+const OPERATIONAL = `e.type in (${OPERATIONAL_EVENT_TYPES.map((t) => `'${t}'`).join(', ')})`;
 const routeStatement = prepared(
   'webhook_deliveries_route',
   `with ev as (
-     select * from unnest($1::uuid[], $2::text[], $3::text[], $4::json[], $10::uuid[]) as e(org_id, type, event_id, payload, payload_id)
+     select u.*, o.partner_id from unnest($1::uuid[], $2::text[], $3::text[], $4::json[], $10::uuid[]) as u(org_id, type, event_id, payload, payload_id)
+       left join organizations o on o.id = u.org_id
+   ), m as (
+     select e.org_id, e.type, e.event_id, e.payload_id, w.id as webhook_id, w.status
+       from ev e join webhooks w on w.org_id = e.org_id and (w.events ? e.type or ${OPERATIONAL})
+     union all
+     select e.org_id, e.type, e.event_id, e.payload_id, w.id as webhook_id, w.status
+       from ev e join webhooks w on w.partner_id = e.partner_id and (w.events ? e.type or ${OPERATIONAL})
    ), t as (
-     select e.org_id, e.type, e.event_id, e.payload_id, w.id as webhook_id
-       from ev e
-       join webhooks w on w.org_id = e.org_id and w.status = 'active' and (w.events ? e.type or e.type in (${OPERATIONAL_EVENT_TYPES.map((t) => `'${t}'`).join(', ')}))
+     select * from m where m.status = 'active'
    ), pl as (
-     insert into webhook_payloads (id, org_id, body, created_at)
-     select e.payload_id, e.org_id, e.payload, $5::timestamptz from ev e where exists (select 1 from t where t.payload_id = e.payload_id)
+     insert into webhook_payloads (id, org_id, body, event_type, created_at)
+     select e.payload_id, e.org_id, e.payload, e.type, $5::timestamptz from ev e
+      where exists (select 1 from t where t.payload_id = e.payload_id)
+         or (not ${OPERATIONAL} and exists (select 1 from m where m.payload_id = e.payload_id))
    ), ins as (
      insert into webhook_deliveries (id, webhook_id, org_id, event_type, event_id, payload_id, status, attempts, next_retry_at, created_at, claim_id, lease_expires_at)
      select encode(overlay(uuid_send($9::uuid) placing int4send((row_number() over ())::int4) from 13 for 4), 'hex')::uuid,

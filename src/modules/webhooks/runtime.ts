@@ -4,6 +4,7 @@ import { activeTracer, currentTraceparent, rememberTrace } from '../../platform/
 import { prepared, rawQuery } from '../../platform/db/raw.js';
 import { DELIVERY_LIST, DeliveryEngine, LIST_CAP } from './engine.js';
 import { RETENTION_SWEEP_MS, sweepDeliveries } from './retention.js';
+import { advanceReplays, REPLAY_TICK_MS } from './replay.js';
 import { createRouter, routeEvent, type Router } from './routing.js';
 import { defineWebhookLimits, webhooksRuntime, type RuntimeHooks, type WebhookLimits } from './service.js';
 import { intervalJob, type KeelModule } from '../../platform/module.js';
@@ -107,6 +108,14 @@ export function installWebhooks(keel: Keel): KeelModule<Webhooks> {
         everyMs: RETENTION_SWEEP_MS,
         run: () => sweepDeliveries(keel),
         failed: (err) => keel.log.warn({ error: loggableError(err) }, 'webhooks: retention sweep failed (tried again within the hour)'),
+      }),
+      // Running replays, a few batches each per tick (replay.ts).
+      intervalJob({
+        name: 'webhooks.replay',
+        roles: ['worker'],
+        everyMs: REPLAY_TICK_MS,
+        run: () => advanceReplays(keel),
+        failed: (err) => keel.log.warn({ error: loggableError(err) }, 'webhooks: replay tick failed (tried again on the next)'),
       }),
     ],
   };

@@ -1,7 +1,7 @@
 import { sql } from 'drizzle-orm';
-import { index, integer, json, jsonb, pgTable, text, uniqueIndex, uuid, varchar } from 'drizzle-orm/pg-core';
+import { check, index, integer, json, jsonb, pgTable, text, uniqueIndex, uuid, varchar } from 'drizzle-orm/pg-core';
 import { createdAt, idColumn, ts, updatedAt } from '../../platform/db/columns.js';
-import { organizations } from '../tenancy/schema.js';
+import { organizations, partners } from '../tenancy/schema.js';
 
 /** Stored webhook status: the API's `active` / `paused` / `failed` (docs/decisions.md "Webhook shapes"). */
 export type StoredWebhookStatus = 'active' | 'disabled' | 'error';
@@ -28,9 +28,10 @@ export const webhooks = pgTable(
   'webhooks',
   {
     id: idColumn(),
-    orgId: uuid('org_id')
-      .notNull()
-      .references(() => organizations.id, { onDelete: 'cascade' }),
+    /** The organisation whose events it receives; null for a partner-wide webhook. */
+    orgId: uuid('org_id').references(() => organizations.id, { onDelete: 'cascade' }),
+    /** A partner-wide webhook's partner: it receives the events of every organisation of the partner (docs/decisions.md "Webhook replay and partner-wide webhooks"). */
+    partnerId: uuid('partner_id').references(() => partners.id, { onDelete: 'cascade' }),
     name: varchar('name', { length: 255 }).notNull(),
     urlSealed: text('url_sealed').notNull(),
     secretSealed: text('secret_sealed'),
@@ -51,7 +52,11 @@ export const webhooks = pgTable(
     createdAt: createdAt(),
     updatedAt: updatedAt(),
   },
-  (t) => [index('webhooks_org_idx').on(t.orgId, t.status)],
+  (t) => [
+    index('webhooks_org_idx').on(t.orgId, t.status),
+    index('webhooks_partner_idx').on(t.partnerId, t.status).where(sql`${t.partnerId} is not null`),
+    check('webhooks_one_owner', sql`(${t.orgId} is null) <> (${t.partnerId} is null)`),
+  ],
 );
 
 export type DeliveryStatus = 'pending' | 'delivered' | 'failed' | 'retrying';
@@ -66,11 +71,17 @@ export const webhookPayloads = pgTable(
   'webhook_payloads',
   {
     id: uuid('id').primaryKey(),
-    orgId: uuid('org_id').notNull(),
+    /** The event's organisation; null for a partner webhook's test and operational events. */
+    orgId: uuid('org_id'),
     body: json('body').notNull(),
+    /** The event's type; null for a test delivery's body. Events are what a replay re-sends (replay.ts). */
+    eventType: varchar('event_type', { length: 100 }),
     createdAt: createdAt(),
   },
-  (t) => [index('webhook_payloads_created_idx').on(t.createdAt)],
+  (t) => [
+    index('webhook_payloads_created_idx').on(t.createdAt),
+    index('webhook_payloads_org_created_idx').on(t.orgId, t.createdAt).where(sql`${t.eventType} is not null`),
+  ],
 );
 
 /**
@@ -87,7 +98,7 @@ export const webhookDeliveries = pgTable(
     webhookId: uuid('webhook_id')
       .notNull()
       .references(() => webhooks.id, { onDelete: 'cascade' }),
-    orgId: uuid('org_id').notNull(),
+    orgId: uuid('org_id'),
     eventType: varchar('event_type', { length: 100 }).notNull(),
     eventId: varchar('event_id', { length: 100 }).notNull(),
     payloadId: uuid('payload_id').notNull(),
@@ -114,5 +125,39 @@ export const webhookDeliveries = pgTable(
     index('webhook_deliveries_webhook_due_idx')
       .on(t.webhookId, t.nextRetryAt)
       .where(sql`${t.status} in ('pending', 'retrying')`),
+  ],
+);
+
+export type ReplayStatus = 'running' | 'complete' | 'failed' | 'cancelled';
+
+/**
+ * A replay of one webhook's events in a window (replay.ts): at most one `running` per webhook (the
+ * partial unique index), advanced in batches by the `webhooks.replay` job from the keyset
+ * (`cursor_at`, `cursor_id`) of the last payload it sent.
+ */
+export const webhookReplays = pgTable(
+  'webhook_replays',
+  {
+    id: idColumn(),
+    webhookId: uuid('webhook_id')
+      .notNull()
+      .references(() => webhooks.id, { onDelete: 'cascade' }),
+    since: ts('since').notNull(),
+    until: ts('until').notNull(),
+    eventTypes: jsonb('event_types').$type<string[]>(),
+    status: varchar('status', { length: 20 }).$type<ReplayStatus>().notNull().default('running'),
+    total: integer('total').notNull(),
+    sent: integer('sent').notNull().default(0),
+    cursorAt: ts('cursor_at'),
+    cursorId: uuid('cursor_id'),
+    error: text('error'),
+    createdBy: uuid('created_by'),
+    createdAt: createdAt(),
+    updatedAt: updatedAt(),
+    finishedAt: ts('finished_at'),
+  },
+  (t) => [
+    uniqueIndex('webhook_replays_running_idx').on(t.webhookId).where(sql`${t.status} = 'running'`),
+    index('webhook_replays_webhook_idx').on(t.webhookId, t.createdAt),
   ],
 );

@@ -1,4 +1,4 @@
-import { and, count, desc, eq, getTableColumns, inArray, sql, type AnyColumn, type SQL } from 'drizzle-orm';
+import { and, count, desc, eq, getTableColumns, inArray, isNotNull, or, sql, type AnyColumn, type SQL } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import type { EventType, KeelEvent } from '../../events.js';
 import { clock } from '../../platform/clock.js';
@@ -12,7 +12,7 @@ import { OutboundError, vetTarget } from '../../platform/outbound.js';
 import type { SealedColumn } from '../../platform/reseal.js';
 import type { Limit } from '../../platform/rate-limit.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
-import { permissionDenied, placementFilter, restricted, visibleOrgCondition, type AccessContext } from '../access/scope.js';
+import { fullOrgAccessRequired, permissionDenied, placementFilter, restricted, visibleOrgCondition, type AccessContext } from '../access/scope.js';
 import {
   aad,
   apiStatus,
@@ -30,7 +30,7 @@ import {
   MAX_PREVIOUS_SECRETS,
 } from './model.js';
 import { webhookDeliveries, webhookPayloads, webhooks, type DeliveryStatus, type RetryPolicy } from './schema.js';
-import { organizations } from '../tenancy/schema.js';
+import { organizations, partners } from '../tenancy/schema.js';
 import { webhooksError } from './errors.js';
 
 type WebhookRow = typeof webhooks.$inferSelect;
@@ -80,7 +80,10 @@ export const WEBHOOK_SEALED: SealedColumn[] = (['url', 'secret', 'previous_secre
 
 export interface WebhookView {
   id: string;
-  orgId: string;
+  /** The organisation whose events it receives; null for a partner-wide webhook. */
+  orgId: string | null;
+  /** A partner-wide webhook's partner (every organisation of it); null for an organisation's webhook. */
+  partnerId: string | null;
   name: string;
   url: string;
   events: string[];
@@ -104,7 +107,7 @@ export interface WebhookView {
 export interface DeliveryView {
   id: string;
   webhookId: string;
-  orgId: string;
+  orgId: string | null;
   status: DeliveryStatus;
   event: string;
   eventId: string;
@@ -144,6 +147,7 @@ export function webhookView(keel: Keel, row: WebhookRow): WebhookView {
   return {
     id: row.id,
     orgId: row.orgId,
+    partnerId: row.partnerId,
     name: row.name,
     url: redactUrl(keel.secrets.sealer.open(row.urlSealed, aad(row.id, 'url'))),
     events: row.events,
@@ -219,12 +223,36 @@ function checkPolicy(policy: RetryPolicyInput | null | undefined): void {
 const sealHeaders = (keel: Keel, id: string, headers: readonly CustomHeader[]) =>
   headers.length > 0 ? keel.secrets.sealer.seal(JSON.stringify(headers), aad(id, 'headers')) : null;
 
+/**
+ * The partner whose partner-wide webhooks the caller may see and manage (docs/decisions.md "Webhook
+ * replay and partner-wide webhooks"): a partner user's with access to every organisation of it
+ * (naming one of them does not narrow this), or the partner a system caller named (or that owns the
+ * organisation it named); else null. An organisation's user never sees them.
+ */
+export function wholePartnerOf(access: AccessContext): string | null {
+  if (access.scope === 'partner') return access.orgAccess === 'all' ? access.partnerId : null;
+  return access.scope === 'system' ? access.partnerId : null;
+}
+
+/** Which webhooks the caller may see: those of its organisations, and its partner's partner-wide ones (`wholePartnerOf`). */
+function visibleWebhookCondition(access: AccessContext): SQL | undefined {
+  const ofOrgs = visibleOrgCondition(access, webhooks.orgId);
+  if (ofOrgs === undefined) return undefined;
+  const partnerId = wholePartnerOf(access);
+  return partnerId ? or(ofOrgs, eq(webhooks.partnerId, partnerId)) : ofOrgs;
+}
+
+/** What an audit entry of a webhook names: its organisation, or its partner for a partner-wide one. */
+function auditTenant(access: AccessContext, hook: Pick<WebhookRow, 'orgId' | 'partnerId'>): { partnerId: string | null; orgId: string | null } {
+  return { partnerId: hook.partnerId ?? access.partnerId, orgId: hook.orgId };
+}
+
 /** One webhook the caller may see, else 404 (another tenant's webhook is "not found", never "forbidden"). */
 export async function visibleWebhook(db: Db, access: AccessContext, id: string): Promise<WebhookRow> {
   const [row] = await db
     .select()
     .from(webhooks)
-    .where(and(eq(webhooks.id, id), visibleOrgCondition(access, webhooks.orgId)));
+    .where(and(eq(webhooks.id, id), visibleWebhookCondition(access)));
   if (!row) throw notFound('Webhook');
   return row;
 }
@@ -237,10 +265,12 @@ export interface Paging {
 export async function listWebhooks(
   keel: Keel,
   access: AccessContext,
-  q: Paging & { status?: ApiWebhookStatus | undefined },
+  q: Paging & { status?: ApiWebhookStatus | undefined; partnerLevel?: boolean | undefined },
   ofDevice: DevicePlacement,
 ): Promise<{ data: WebhookWithStats[]; total: number }> {
-  const where = and(visibleOrgCondition(access, webhooks.orgId), q.status ? eq(webhooks.status, storedStatus(q.status)) : undefined);
+  // `?partnerId=`: the partner's partner-wide webhooks; else the organisation's.
+  const owner = q.partnerLevel ? eq(webhooks.partnerId, partnerLevelOf(access)) : and(visibleOrgCondition(access, webhooks.orgId), isNotNull(webhooks.orgId));
+  const where = and(owner, q.status ? eq(webhooks.status, storedStatus(q.status)) : undefined);
   const [total] = await keel.db.select({ n: count() }).from(webhooks).where(where);
   const rows = await keel.db
     .select()
@@ -314,9 +344,22 @@ export interface WebhookInput {
   retryPolicy?: RetryPolicyInput | null | undefined;
 }
 
-export async function createWebhook(keel: Keel, access: AccessContext, input: WebhookInput, info: AuditRequestInfo): Promise<WebhookView> {
-  const orgId = access.orgId;
-  if (!orgId) throw new Error('createWebhook needs an organisation (requireOrg)');
+/**
+ * The partner a partner-level request (create with `partnerId`, list with `?partnerId=`) acts for: a
+ * partner user needs access to every organisation of the partner (403 `full_org_access_required`);
+ * a system caller names the partner. Organisation users never get here (the scope refuses them the
+ * partner they name, 404).
+ */
+export function partnerLevelOf(access: AccessContext): string {
+  if (access.scope === 'partner' && access.orgAccess !== 'all') throw fullOrgAccessRequired();
+  const partnerId = wholePartnerOf(access);
+  if (!partnerId) throw fullOrgAccessRequired();
+  return partnerId;
+}
+
+export async function createWebhook(keel: Keel, access: AccessContext, input: WebhookInput, info: AuditRequestInfo, owner: { orgId: string } | { partnerId: string }): Promise<WebhookView> {
+  const orgId = 'orgId' in owner ? owner.orgId : null;
+  const partnerId = 'partnerId' in owner ? owner.partnerId : null;
   const headers = input.headers ?? [];
   checkHeaders(headers);
   const storedPolicy = scheduleToStore(input.retrySchedule, input.retryPolicy) ?? null;
@@ -325,19 +368,21 @@ export async function createWebhook(keel: Keel, access: AccessContext, input: We
   const now = clock.now();
   const sealer = keel.secrets.sealer;
   const row = await transaction(keel.db, async (tx) => {
-    // The cap, counted while no other creation in the organisation is (the organisation's row is
-    // locked against other writers, not against references to it).
-    await tx.db.select({ id: organizations.id }).from(organizations).where(eq(organizations.id, orgId)).for('no key update');
-    const [have] = await tx.db.select({ n: count() }).from(webhooks).where(eq(webhooks.orgId, orgId));
+    // The cap, counted while no other creation in the organisation (or partner: its partner-wide
+    // webhooks, under the same cap) is (its row is locked against other writers, not against references to it).
+    if (orgId) await tx.db.select({ id: organizations.id }).from(organizations).where(eq(organizations.id, orgId)).for('no key update');
+    else await tx.db.select({ id: partners.id }).from(partners).where(eq(partners.id, partnerId ?? '')).for('no key update');
+    const [have] = await tx.db.select({ n: count() }).from(webhooks).where(orgId ? eq(webhooks.orgId, orgId) : eq(webhooks.partnerId, partnerId ?? ''));
     const limit = keel.config.WEBHOOKS_PER_ORG_LIMIT;
     if ((have?.n ?? 0) >= limit) {
-      throw webhooksError('webhook_limit_reached', { message: `An organisation may have at most ${limit} webhooks; delete one first`, details: { limit } });
+      throw webhooksError('webhook_limit_reached', { message: `An ${orgId ? 'organisation' : 'partner'} may have at most ${limit} webhooks; delete one first`, details: { limit } });
     }
     const [created] = await tx.db
       .insert(webhooks)
       .values({
         id,
         orgId,
+        partnerId,
         name: input.name,
         urlSealed: sealer.seal(input.url, aad(id, 'url')),
         secretSealed: input.secret ? sealer.seal(input.secret, aad(id, 'secret')) : null,
@@ -353,7 +398,7 @@ export async function createWebhook(keel: Keel, access: AccessContext, input: We
     if (!created) throw new Error('webhook insert returned nothing');
     await writeAudit(tx.db, info, {
       action: 'webhook.create',
-      partnerId: access.partnerId,
+      partnerId: partnerId ?? access.partnerId,
       orgId,
       target: { type: 'webhook', id },
       details: { name: input.name, events: created.events, hasSecret: created.secretSealed !== null, customHeaders: headers.length },
@@ -447,8 +492,7 @@ export async function updateWebhook(keel: Keel, access: AccessContext, id: strin
     if (!updated) throw notFound('Webhook');
     await writeAudit(tx.db, info, {
       action: 'webhook.update',
-      partnerId: access.partnerId,
-      orgId: updated.orgId,
+      ...auditTenant(access, updated),
       target: { type: 'webhook', id },
       changes,
       ...(patch.status !== undefined ? { details: { status: patch.status, previousStatus: apiStatus(current.status) } } : {}),
@@ -511,8 +555,7 @@ export async function rotateSecret(
     if (!updated) throw notFound('Webhook');
     await writeAudit(tx.db, info, {
       action: 'webhook.secret.rotate',
-      partnerId: access.partnerId,
-      orgId: updated.orgId,
+      ...auditTenant(access, updated),
       target: { type: 'webhook', id },
       details: { generated: given === undefined, overlapHours: current.secretSealed ? 24 : 0, previousSecretsSigning: live.length },
     });
@@ -529,8 +572,7 @@ export async function deleteWebhook(keel: Keel, access: AccessContext, id: strin
     await tx.db.delete(webhooks).where(eq(webhooks.id, id));
     await writeAudit(tx.db, info, {
       action: 'webhook.delete',
-      partnerId: access.partnerId,
-      orgId: current.orgId,
+      ...auditTenant(access, current),
       target: { type: 'webhook', id },
       details: { name: current.name },
     });
@@ -651,18 +693,22 @@ export async function listDeliveries(
 const insertDeliveries = prepared(
   'webhook_deliveries_insert',
   `with pl as (
-     insert into webhook_payloads (id, org_id, body, created_at) values ($8::uuid, $3::uuid, $6::json, $7::timestamptz)
+     insert into webhook_payloads (id, org_id, body, event_type, created_at) values ($8::uuid, $3::uuid, $6::json, $9::text, $7::timestamptz)
    )
    insert into webhook_deliveries (id, webhook_id, org_id, event_type, event_id, payload_id, status, attempts, next_retry_at, created_at)
    select d.id, d.webhook_id, $3, $4, $5, $8::uuid, 'pending', 0, $7::timestamptz, $7::timestamptz
      from unnest($1::uuid[], $2::uuid[]) as d(id, webhook_id)`,
 );
 
-/** Inserts the body once and one pending delivery per webhook referring to it; answers the new ids. Runs in the caller's transaction. */
-export async function enqueueDeliveries(db: Db, webhookIds: string[], orgId: string, eventType: string, eventId: string, body: string): Promise<string[]> {
+/**
+ * Inserts the body once and one pending delivery per webhook referring to it; answers the new ids.
+ * Runs in the caller's transaction. `storedType`: the event's type on its payload, for an event a
+ * replay may send again; none for a test delivery's body.
+ */
+export async function enqueueDeliveries(db: Db, webhookIds: string[], orgId: string | null, eventType: string, eventId: string, body: string, storedType: string | null = null): Promise<string[]> {
   if (webhookIds.length === 0) return [];
   const ids = webhookIds.map(() => newId());
-  await rawQuery(db, insertDeliveries, [ids, webhookIds, orgId, eventType, eventId, body, clock.now().toISOString(), newId()]);
+  await rawQuery(db, insertDeliveries, [ids, webhookIds, orgId, eventType, eventId, body, clock.now().toISOString(), newId(), storedType]);
   return ids;
 }
 
@@ -688,7 +734,7 @@ export async function testWebhook(
   const body = JSON.stringify(eventBody({ id: eventId, type: event, timestamp, orgId: hook.orgId, data }, true));
   const [deliveryId] = await transaction(keel.db, async (tx) => {
     const ids = await enqueueDeliveries(tx.db, [id], hook.orgId, event, eventId, body);
-    await writeAudit(tx.db, info, { action: 'webhook.test', partnerId: access.partnerId, orgId: hook.orgId, target: { type: 'webhook', id }, details: { event } });
+    await writeAudit(tx.db, info, { action: 'webhook.test', ...auditTenant(access, hook), target: { type: 'webhook', id }, details: { event } });
     tx.afterCommit(() => webhooksRuntime(keel).announce(ids, [id]));
     return ids;
   });
@@ -736,8 +782,7 @@ export async function retryDelivery(
     if (!row) return null;
     await writeAudit(tx.db, info, {
       action: 'webhook.delivery.retry',
-      partnerId: access.partnerId,
-      orgId: hook.orgId,
+      ...auditTenant(access, hook),
       target: { type: 'webhook_delivery', id: deliveryId },
       details: { webhookId, newDeliveryId: row.id },
     });

@@ -2436,7 +2436,7 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Webhooks of the organisation
+         * Webhooks of the organisation, or with `?partnerId=` the partner's partner-wide webhooks (partner users with access to every organisation of it: 403 `full_org_access_required` otherwise)
          * @description Access: an access token or an API key; permission `webhooks:read`.
          */
         get: operations["getWebhooks"];
@@ -2492,6 +2492,46 @@ export interface paths {
          * @description Access: an access token or an API key; permission `webhooks:read`.
          */
         get: operations["getWebhooksByIdDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/webhooks/{id}/replay": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send the webhook again every event of its organisation (or partner) in a window that it subscribes to, as new deliveries with the same event ids, oldest first, queued in batches by a worker; at most WEBHOOK_REPLAY_MAX_EVENTS events (400 `replay_too_large`), one running replay per webhook (409 `replay_running`), an active webhook only (409 `webhook_not_active`)
+         * @description Access: an access token or an API key; permission `webhooks:write`; callers restricted to some sites or device groups are refused (403 `whole_org_access_required`).
+         */
+        post: operations["postWebhooksByIdReplay"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/webhooks/{id}/replays/{replayId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A replay's progress
+         * @description Access: an access token or an API key; permission `webhooks:read`.
+         */
+        get: operations["getWebhooksByIdReplaysByReplayId"];
         put?: never;
         post?: never;
         delete?: never;
@@ -4240,7 +4280,7 @@ export interface components {
              * @description Stable snake_case error code for programs, e.g. `validation_failed`, `unauthorized`, `forbidden`, `not_found`, `mfa_required`, `mfa_enrollment_required` (428), `rate_limited` (429); every code is listed (the error catalogues, docs/decisions.md "Error catalogues")
              * @enum {string}
              */
-            code: "account_managed" | "already_retried" | "api_key_forbidden" | "api_key_required" | "audit_stream_limit_reached" | "bad_request" | "binary_source_remote" | "challenge_expired" | "circular_inheritance" | "code_expired" | "context_required" | "csrf_failed" | "database_unavailable" | "delivery_not_failed" | "domain_claimed" | "domain_exists" | "downgrade_refused" | "email_taken" | "forbidden" | "full_org_access_required" | "internal_error" | "invalid_code" | "invalid_credentials" | "invalid_current_password" | "invalid_device_token" | "invalid_enrollment_key" | "invalid_expiry" | "invalid_json" | "invalid_multipart" | "invalid_parent_role" | "invalid_passkey" | "invalid_refresh_token" | "invalid_role" | "invalid_site" | "invalid_stream_tls" | "invalid_stream_url" | "invalid_temp_token" | "invalid_token" | "invalid_webhook_url" | "invitation_invalid" | "invitation_other_account" | "invitation_pending" | "last_admin" | "last_mfa_factor" | "manifest_invalid" | "manifest_signature_invalid" | "method_not_allowed" | "mfa_already_enabled" | "mfa_enrollment_required" | "mfa_not_enabled" | "mfa_required" | "mfa_required_by_organization" | "mfa_setup_expired" | "not_found" | "not_halted" | "not_invited" | "not_ready" | "org_id_mismatch" | "org_required" | "overloaded" | "own_role" | "partner_id_mismatch" | "partner_not_empty" | "passkey_counter_regression" | "passkey_exists" | "passkey_not_allowed" | "passkey_not_enrolled" | "passkeys_unavailable" | "password_login_refused" | "payload_too_large" | "permission_denied" | "phone_not_verified" | "placement_forbidden" | "placement_mismatch" | "privilege_escalation" | "provider_already_active" | "rate_limited" | "recent_sign_in_required" | "refresh_raced" | "release_exists" | "release_host_error" | "release_host_unconfigured" | "release_host_unreachable" | "release_key_missing" | "release_signature_invalid" | "role_in_use" | "rollout_narrowing" | "scope_forbidden" | "scope_mismatch" | "scope_required" | "secret_unavailable" | "self_change_forbidden" | "sign_in_passkeys_required" | "sms_already_enabled" | "sms_not_allowed" | "sms_not_enabled" | "sms_send_failed" | "sms_unavailable" | "sso_binding_mismatch" | "sso_logins_outstanding" | "sso_provider_incomplete" | "sso_required" | "stream_secret_invalid" | "system_role_immutable" | "too_many_rotations" | "totp_not_allowed" | "unauthorized" | "unsupported_media_type" | "user_associated_elsewhere" | "user_disabled" | "user_exists" | "user_required" | "validation_failed" | "webhook_limit_reached" | "webhook_not_active" | "whole_org_access_required";
+            code: "account_managed" | "already_retried" | "api_key_forbidden" | "api_key_required" | "audit_stream_limit_reached" | "bad_request" | "binary_source_remote" | "challenge_expired" | "circular_inheritance" | "code_expired" | "context_required" | "csrf_failed" | "database_unavailable" | "delivery_not_failed" | "domain_claimed" | "domain_exists" | "downgrade_refused" | "email_taken" | "forbidden" | "full_org_access_required" | "internal_error" | "invalid_code" | "invalid_credentials" | "invalid_current_password" | "invalid_device_token" | "invalid_enrollment_key" | "invalid_expiry" | "invalid_json" | "invalid_multipart" | "invalid_parent_role" | "invalid_passkey" | "invalid_refresh_token" | "invalid_role" | "invalid_site" | "invalid_stream_tls" | "invalid_stream_url" | "invalid_temp_token" | "invalid_token" | "invalid_webhook_url" | "invitation_invalid" | "invitation_other_account" | "invitation_pending" | "last_admin" | "last_mfa_factor" | "manifest_invalid" | "manifest_signature_invalid" | "method_not_allowed" | "mfa_already_enabled" | "mfa_enrollment_required" | "mfa_not_enabled" | "mfa_required" | "mfa_required_by_organization" | "mfa_setup_expired" | "not_found" | "not_halted" | "not_invited" | "not_ready" | "org_id_mismatch" | "org_required" | "overloaded" | "own_role" | "partner_id_mismatch" | "partner_not_empty" | "passkey_counter_regression" | "passkey_exists" | "passkey_not_allowed" | "passkey_not_enrolled" | "passkeys_unavailable" | "password_login_refused" | "payload_too_large" | "permission_denied" | "phone_not_verified" | "placement_forbidden" | "placement_mismatch" | "privilege_escalation" | "provider_already_active" | "rate_limited" | "recent_sign_in_required" | "refresh_raced" | "release_exists" | "release_host_error" | "release_host_unconfigured" | "release_host_unreachable" | "release_key_missing" | "release_signature_invalid" | "replay_running" | "replay_too_large" | "role_in_use" | "rollout_narrowing" | "scope_forbidden" | "scope_mismatch" | "scope_required" | "secret_unavailable" | "self_change_forbidden" | "sign_in_passkeys_required" | "sms_already_enabled" | "sms_not_allowed" | "sms_not_enabled" | "sms_send_failed" | "sms_unavailable" | "sso_binding_mismatch" | "sso_logins_outstanding" | "sso_provider_incomplete" | "sso_required" | "stream_secret_invalid" | "system_role_immutable" | "too_many_rotations" | "totp_not_allowed" | "unauthorized" | "unsupported_media_type" | "user_associated_elsewhere" | "user_disabled" | "user_exists" | "user_required" | "validation_failed" | "webhook_limit_reached" | "webhook_not_active" | "whole_org_access_required";
             /** @description Facts about this error, by code: `fields: [{path, message}]` for `validation_failed` (each bad field, e.g. "is required", "is not a known field"), `required` (the `resource:action`) for `permission_denied`, `{users, childRoles}` for a blocked role delete, `missing`/`permissions` for `privilege_escalation` */
             details?: {
                 [key: string]: unknown;
@@ -6875,9 +6915,14 @@ export interface components {
             name: string;
             /**
              * Format: uuid
-             * @description The organisation whose events it receives
+             * @description The organisation whose events it receives; null for a partner-wide webhook
              */
-            orgId: string;
+            orgId: string | null;
+            /**
+             * Format: uuid
+             * @description A partner-wide webhook's partner: it receives the events of every organisation of the partner, new ones included (each body names its `orgId`); null for an organisation's webhook
+             */
+            partnerId: string | null;
             /** @description While a rotated-out secret still signs (24 hours after a rotation): when it stops; else null */
             previousSecretExpiresAt: string | null;
             retryPolicy: components["schemas"]["WebhookRetryPolicy"];
@@ -6930,9 +6975,14 @@ export interface components {
             name: string;
             /**
              * Format: uuid
-             * @description Required for partner and system callers
+             * @description The organisation (required for partner and system callers, unless `partnerId` is given)
              */
             orgId?: string;
+            /**
+             * Format: uuid
+             * @description In place of `orgId`: a partner-wide webhook, receiving the events of every organisation of the partner (new ones included). Partner users with access to every organisation of their partner (403 `full_org_access_required` otherwise) and system callers
+             */
+            partnerId?: string;
             retryPolicy?: components["schemas"]["WebhookRetryPolicyInput"];
             /**
              * @description Default `default`, or `custom` when `retryPolicy` is given; `retryPolicy` only with `custom`
@@ -6967,9 +7017,9 @@ export interface components {
             nextAttemptAt: string | null;
             /**
              * Format: uuid
-             * @description The organisation of the event
+             * @description The organisation of the event; null for a partner-wide webhook's test and operational deliveries
              */
-            orgId: string;
+            orgId: string | null;
             /** @description The JSON body sent: id, type, timestamp, orgId, (test,) data */
             payload?: unknown;
             /** @description Its body, first 1,000 characters */
@@ -7052,6 +7102,60 @@ export interface components {
              * @enum {boolean}
              */
             valueSet: true;
+        };
+        /** @description A replay of a webhook's events and its progress */
+        WebhookReplay: {
+            /** @description When it started (ISO 8601) */
+            createdAt: string;
+            /** @description Why it stopped, when failed or cancelled */
+            error: string | null;
+            /** @description The types asked for; null: every type the webhook subscribes to */
+            eventTypes: string[] | null;
+            /** @description When it ended (ISO 8601), or null while running */
+            finishedAt: string | null;
+            /**
+             * Format: uuid
+             * @description Replay id
+             */
+            id: string;
+            /** @description Events queued again so far, each as a new delivery with the event's own id (`webhook-id`) */
+            sent: number;
+            /** @description Start of the window (ISO 8601) */
+            since: string;
+            /**
+             * @description `running` (queuing in batches), `complete` (every event queued), `failed` (stopped on an error), `cancelled` (the webhook was set to failed meanwhile)
+             * @enum {string}
+             */
+            status: "running" | "complete" | "failed" | "cancelled";
+            /** @description Events in the window when the replay started */
+            total: number;
+            /** @description End of the window, exclusive (ISO 8601) */
+            until: string;
+            /**
+             * Format: uuid
+             * @description The webhook
+             */
+            webhookId: string;
+        };
+        /**
+         * @description The window of events to send again
+         * @example {
+         *       "since": "2026-11-26T00:00:00Z"
+         *     }
+         */
+        WebhookReplayStart: {
+            /** @description Only these types, each one the webhook subscribes to (default: all it subscribes to) */
+            eventTypes?: ("device.enrolled" | "device.online" | "device.offline" | "device.updated" | "device.decommissioned" | "alert.triggered" | "alert.acknowledged" | "alert.resolved" | "alert.escalated" | "script.started" | "script.completed" | "script.failed" | "automation.started" | "automation.completed" | "automation.failed" | "policy.evaluated" | "policy.violation" | "policy.compliant" | "patch.available" | "patch.approved" | "patch.installed" | "patch.failed" | "patch.rollback" | "security.score_changed" | "remote.session.started" | "remote.session.ended" | "remote.file.transferred" | "user.login" | "user.logout" | "user.deactivated" | "session.login" | "session.logout" | "webhook.test" | "webhook.disabled")[];
+            /**
+             * Format: date-time
+             * @description Start of the window (ISO 8601): within the last WEBHOOK_EVENT_RETENTION_DAYS days (default 30), the events kept
+             */
+            since: string;
+            /**
+             * Format: date-time
+             * @description End of the window, exclusive (default and at most: now)
+             */
+            until?: string;
         };
         /** @description The retry schedule in force */
         WebhookRetryPolicy: {
@@ -30251,6 +30355,315 @@ export interface operations {
             };
         };
     };
+    postWebhooksByIdReplay: {
+        parameters: {
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Id (UUID) of the resource the path names, as its list or create answer gave it; one the caller cannot see (another tenant's) answers 404 */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookReplayStart"];
+            };
+        };
+        responses: {
+            /** @description Started (or complete at once when the window holds no event) */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookReplay"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body has a content type this operation does not take */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getWebhooksByIdReplaysByReplayId: {
+        parameters: {
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Webhook id */
+                id: string;
+                /** @description Replay id */
+                replayId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The replay */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookReplay"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     postWebhooksByIdRetryByDeliveryId: {
         parameters: {
             query?: {
@@ -31074,11 +31487,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -31157,11 +31567,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -31239,11 +31646,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -31323,11 +31727,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -31405,11 +31806,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -31488,11 +31886,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -31570,11 +31965,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -31658,11 +32050,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -31761,11 +32150,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -31852,11 +32238,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -31940,11 +32323,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -32034,11 +32414,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -32116,11 +32493,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -32199,11 +32573,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -32282,11 +32653,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -32365,11 +32733,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -32448,11 +32813,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -32531,11 +32893,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -32614,11 +32973,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -32697,11 +33053,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -32780,11 +33133,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -32862,11 +33212,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -32945,11 +33292,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -33028,11 +33372,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -33111,11 +33452,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -33194,11 +33532,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -33278,11 +33613,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -33366,11 +33698,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -33454,11 +33783,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -33548,11 +33874,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -33648,11 +33971,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -33739,11 +34059,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -33836,11 +34153,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant
@@ -33921,11 +34235,8 @@ export interface operations {
                      * @description The event's id: the same in every delivery of the event and in a retry (use it to drop duplicates)
                      */
                     id: string;
-                    /**
-                     * Format: uuid
-                     * @description The organisation the event belongs to
-                     */
-                    orgId: string;
+                    /** @description The organisation the event belongs to (for a partner-wide webhook too); null only in a partner-wide webhook's test deliveries and in the `webhook.disabled` of a partner-wide webhook */
+                    orgId: string | null;
                     /**
                      * @description Present (true) on a test delivery only
                      * @constant

@@ -12,6 +12,8 @@ import { permissionPage } from '../../permission';
 import { keys } from '../../api/keys';
 import { EVENT_TYPES, type EventType } from '../../../../src/event-types.js';
 import type { Schema } from '../../api/types';
+import { WebhookReplay } from './WebhookReplay';
+import { PartnerWideWebhooks, WebhookOwnerSelect, type WebhookOwner } from './PartnerWebhooks';
 
 type WebhookStatus = Schema<'Webhook'>['status'];
 
@@ -152,6 +154,7 @@ function WebhookList() {
         )}
         onPage={setPage}
       />
+      <PartnerWideWebhooks />
     </>
   );
 }
@@ -265,6 +268,7 @@ function WebhookForm({ webhook, onSaved, onCancel }: { webhook?: Webhook; onSave
   const [events, setEvents] = useState<Set<string>>(new Set(webhook?.events ?? []));
   const [headers, setHeaders] = useState<HeaderDraft[]>(() => (webhook?.headers ?? []).map((h) => ({ key: h.key, value: '', stored: true })));
   const [status, setStatus] = useState<WebhookStatus>(webhook?.status ?? 'active');
+  const [owner, setOwner] = useState<WebhookOwner>('org');
   const [schedule, setSchedule] = useState<RetrySchedule>(webhook?.retrySchedule ?? 'default');
   const [policy, setPolicy] = useState<Record<keyof RetryPolicy, string>>(() => {
     const p = webhook?.retrySchedule === 'custom' ? webhook.retryPolicy : undefined;
@@ -285,12 +289,15 @@ function WebhookForm({ webhook, onSaved, onCancel }: { webhook?: Webhook; onSave
       if (status !== webhook.status) body.status = status;
       return onSaved(await api<Webhook>('PATCH', `/webhooks/${webhook.id}`, { query: t.query, body }));
     }
+    // A partner-wide webhook names its partner instead of the organisation in context.
+    if (owner === 'partner') return onSaved(await api<Webhook>('POST', '/webhooks', { body: { ...body, partnerId: t.partnerId } }));
     return onSaved(await api<Webhook>('POST', '/webhooks', { query: t.query, body }));
   });
   return (
     <form onSubmit={s.submit} aria-label={webhook ? 'Edit webhook' : 'New webhook'}>
       <ErrorAlert error={s.error} />
       <Field label="Name" required maxLength={255} value={name} onChange={(e) => setName(e.target.value)} error={s.fields.name} />
+      {!webhook && <WebhookOwnerSelect value={owner} onChange={setOwner} />}
       <Field
         label="URL"
         type="url"
@@ -422,6 +429,7 @@ function WebhookPage({ id }: { id: string }) {
                   <Button kind="secondary" onClick={() => void rotate()}>
                     Rotate secret
                   </Button>
+                  <WebhookReplay webhook={w} />
                   {!editing && <Button onClick={() => setEditing(true)}>Edit</Button>}
                   <Button kind="danger" onClick={() => void remove()}>
                     Delete
