@@ -53,6 +53,8 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: a webhook
     await page.getByRole('heading', { name: 'Webhook PSA' }).waitFor();
     const outcomes = page.getByRole('img', { name: /Deliveries by outcome, per hour\. In the last 24 hours: 3 delivered, 1 failed, 0 retrying, 0 pending\./ });
     await outcomes.waitFor();
+    // The SVG itself carries the role and the name (not a wrapper).
+    expect(await outcomes.evaluate((el) => [el.tagName.toLowerCase(), el.getAttribute('role')])).toEqual(['svg', 'img']);
     await page.getByRole('img', { name: /Latency per hour \(p50, p95\)/ }).waitFor();
     // The numbers behind the chart, as a table.
     const figure = page.getByRole('figure', { name: 'Deliveries by outcome, per hour' });
