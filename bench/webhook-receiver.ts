@@ -10,6 +10,8 @@ let count = 0;
 let first = 0;
 let last = 0;
 let latencies: number[] = [];
+/** Arrivals per wall-clock second (the most in any one second is reported). */
+let perSecond = new Map<number, number>();
 
 const pct = (sorted: number[], p: number): number => (sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))]! : NaN);
 
@@ -18,13 +20,14 @@ const server = createServer((req, res) => {
   if (req.method === 'GET' && req.url === '/stats') {
     const sorted = [...latencies].sort((a, b) => a - b);
     res.setHeader('content-type', 'application/json');
-    return void res.end(JSON.stringify({ count, first, last, p50: pct(sorted, 0.5), p95: pct(sorted, 0.95), p99: pct(sorted, 0.99), max: sorted[sorted.length - 1] ?? NaN }));
+    return void res.end(JSON.stringify({ count, first, last, p50: pct(sorted, 0.5), p95: pct(sorted, 0.95), p99: pct(sorted, 0.99), max: sorted[sorted.length - 1] ?? NaN, maxPerSecond: Math.max(0, ...perSecond.values()) }));
   }
   if (req.method === 'POST' && req.url === '/reset') {
     count = 0;
     first = 0;
     last = 0;
     latencies = [];
+    perSecond = new Map();
     return void res.end('ok');
   }
   const chunks: Buffer[] = [];
@@ -38,6 +41,7 @@ const server = createServer((req, res) => {
       // not a webhook body
     }
     count++;
+    perSecond.set(Math.floor(now / 1000), (perSecond.get(Math.floor(now / 1000)) ?? 0) + 1);
     if (first === 0) first = now;
     last = now;
     res.writeHead(200, { 'content-type': 'text/plain' });

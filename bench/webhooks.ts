@@ -8,7 +8,10 @@
  * - beside it, bare undici POSTs per second to the same receiver in the same run, each signed with
  *   HMAC-SHA256 as Keel signs (concurrency 64, one process): the ratio (goal >= 0.15, and >= 2,000/s);
  * - publish-to-arrival p50/p95/p99 at a steady 200 events per second (2,000 deliveries per second),
- *   from the event's `timestamp` to its arrival at the receiver (goal p95 < 50 ms).
+ *   from the event's `timestamp` to its arrival at the receiver (goal p95 < 50 ms);
+ * - then the same steady rate with one of the ten webhooks throttled at 10/s (`rateLimitPerSecond`,
+ *   on a receiver of its own): the nine others' p50/p95 beside the ten's above (goal: not slowed,
+ *   p95 < 50 ms), and the throttled one's arrivals per second (at most 10).
  *
  *   npm run bench -- webhooks            (both backends; or: tsx bench/webhooks.ts [pglite|postgres])
  *   BENCH_WEBHOOK_EVENTS=2000 BENCH_WEBHOOK_SECONDS=5 BENCH_WEBHOOK_RATE=200
@@ -40,7 +43,18 @@ export interface WebhookBenchResult {
   p50: number;
   p95: number;
   p99: number;
+  /** The same rate with one webhook throttled at THROTTLE/s: the nine others' latency, the throttled one's rate. */
+  nineArrived: number;
+  nineDeliveries: number;
+  nineP50: number;
+  nineP95: number;
+  throttledArrived: number;
+  /** The most arrivals in one second at the throttled webhook's receiver. */
+  throttledMaxPerSecond: number;
 }
+
+/** The throttled webhook's limit in the last phase. */
+const THROTTLE = 10;
 
 interface Stats {
   count: number;
@@ -50,6 +64,14 @@ interface Stats {
   p95: number;
   p99: number;
   max: number;
+  /** The most arrivals in one wall-clock second. */
+  maxPerSecond: number;
+}
+
+async function patchJson(url: string, body: unknown, headers: Record<string, string>): Promise<{ status: number; body: unknown }> {
+  const res = await fetch(url, { method: 'PATCH', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+  const text = await res.text();
+  return { status: res.status, body: text };
 }
 
 async function stats(rx: string): Promise<Stats> {
@@ -96,6 +118,11 @@ export async function benchWebhooks(backend: BenchBackend): Promise<WebhookBench
   const rxProc = spawnGroup(process.execPath, ['--import', 'tsx', 'bench/webhook-receiver.ts'], { PORT: String(rxPort) });
   const rx = `http://127.0.0.1:${rxPort}`;
   await waitForHealthy(`${rx}/health`, rxProc, 30_000, 50);
+  // The throttled webhook's own receiver (the last phase).
+  const slowPort = await freePort();
+  const slowProc = spawnGroup(process.execPath, ['--import', 'tsx', 'bench/webhook-receiver.ts'], { PORT: String(slowPort) });
+  const slowRx = `http://127.0.0.1:${slowPort}`;
+  await waitForHealthy(`${slowRx}/health`, slowProc, 30_000, 50);
   // Profile Keel with BENCH_KEEL_NODE_ARGS (bench/lib.ts startKeel).
   const keel = await backend.startKeel({ ADMIN_EMAIL: ADMIN.email, ADMIN_PASSWORD: ADMIN.password, ALLOW_INSECURE_TARGETS: 'true', EVENTS_PUBLISH_LIMIT: '1000000' });
   const api = new Pool(keel.url, { connections: 32 });
@@ -105,9 +132,11 @@ export async function benchWebhooks(backend: BenchBackend): Promise<WebhookBench
     const partner = await postJson(`${keel.url}/api/v1/partners`, { name: 'Bench Partner' }, auth);
     const org = await postJson(`${keel.url}/api/v1/orgs`, { name: 'Bench Org', partnerId: partner.body.id as string }, auth);
     const orgId = org.body.id as string;
+    const hookIds: string[] = [];
     for (let i = 0; i < HOOKS; i++) {
       const h = await postJson(`${keel.url}/api/v1/webhooks`, { orgId, name: `bench-${i}`, url: `${rx}/hook`, secret: SECRET, events: ['device.online'] }, auth);
       if (h.status !== 201) throw new Error(`webhook: ${h.status} ${JSON.stringify(h.body)}`);
+      hookIds.push(h.body.id as string);
     }
     const key = await postJson(`${keel.url}/api/v1/api-keys`, { name: 'bench', permissions: [{ resource: 'events', action: 'publish' }] }, auth);
     const apiKey = key.body.key as string;
@@ -158,6 +187,23 @@ export async function benchWebhooks(backend: BenchBackend): Promise<WebhookBench
     }
     await Promise.all(inflight);
     const lat = await waitForCount(rx, total * HOOKS, 60_000);
+
+    // The same rate with one webhook throttled at THROTTLE/s on its own receiver: the nine are not slowed.
+    const patched = await patchJson(`${keel.url}/api/v1/webhooks/${hookIds[0]}?orgId=${orgId}`, { rateLimitPerSecond: THROTTLE, url: `${slowRx}/hook` }, auth);
+    if (patched.status !== 200) throw new Error(`throttle: ${patched.status} ${JSON.stringify(patched.body)}`);
+    await postJson(`${rx}/reset`, {});
+    await postJson(`${slowRx}/reset`, {});
+    const start2 = Date.now();
+    const inflight2: Promise<void>[] = [];
+    for (let i = 0; i < total; i++) {
+      const due = start2 + (i * 1000) / RATE;
+      const wait = due - Date.now();
+      if (wait > 1) await sleep(wait);
+      inflight2.push(publishOne(total + i));
+    }
+    await Promise.all(inflight2);
+    const nine = await waitForCount(rx, total * (HOOKS - 1), 60_000);
+    const slow = await stats(slowRx);
     return {
       backend: backend.name,
       events: EVENTS,
@@ -171,11 +217,18 @@ export async function benchWebhooks(backend: BenchBackend): Promise<WebhookBench
       p50: lat.p50,
       p95: lat.p95,
       p99: lat.p99,
+      nineArrived: nine.count,
+      nineDeliveries: total * (HOOKS - 1),
+      nineP50: nine.p50,
+      nineP95: nine.p95,
+      throttledArrived: slow.count,
+      throttledMaxPerSecond: slow.maxPerSecond,
     };
   } finally {
     await api.close();
     await keel.stop();
     await rxProc.stop();
+    await slowProc.stop();
   }
 }
 
@@ -200,6 +253,20 @@ export function printWebhooks(results: WebhookBenchResult[]): void {
       fmt(r.p95),
       fmt(r.p99),
       `>= ${WEBHOOK_DELIVERIES_GOAL}/s, >= ${WEBHOOK_RATIO_GOAL}, p95 < ${WEBHOOK_P95_GOAL_MS} ms: ${webhookGoal(r)}`,
+    ]),
+  );
+  printTable(
+    `Webhooks: the same ${RATE} events/s with one webhook throttled at ${THROTTLE}/s beside nine unthrottled`,
+    ['backend', 'nine: arrived', 'nine p50 ms', 'nine p95 ms', 'ten unthrottled p95 ms (above)', 'throttled: arrived', 'throttled: most in 1 s', 'goal'],
+    results.map((r) => [
+      r.backend,
+      `${r.nineArrived}/${r.nineDeliveries}`,
+      fmt(r.nineP50),
+      fmt(r.nineP95),
+      fmt(r.p95),
+      String(r.throttledArrived),
+      String(r.throttledMaxPerSecond),
+      `nine p95 < ${WEBHOOK_P95_GOAL_MS} ms, throttled <= ${THROTTLE}/s: ${goal(r.nineP95 < WEBHOOK_P95_GOAL_MS && r.nineArrived === r.nineDeliveries && r.throttledMaxPerSecond <= THROTTLE)}`,
     ]),
   );
 }

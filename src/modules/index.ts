@@ -8,6 +8,7 @@ import { mountMfaRoutes } from './mfa/routes.js';
 import { mountUserRoutes } from './users/routes.js';
 import { mountAuditRoutes } from './audit/routes.js';
 import { mountWebhookRoutes } from './webhooks/routes.js';
+import { mountWebhookStatsRoutes } from './webhooks/stats-routes.js';
 import { mountAgentRoutes } from './agents/routes.js';
 import { mountSsoRoutes } from './sso/routes.js';
 import { mountDomainRoutes } from './domains/routes.js';
@@ -21,3 +22,4 @@ export const moduleRoutes: MountRoutes[] = [mountIdentityRoutes, mountMfaRoutes]
 moduleRoutes.push(mountAccessRoutes, mountOrgRoutes, mountUserRoutes, mountAuditRoutes);
 moduleRoutes.push(mountWebhookRoutes, mountAgentRoutes, mountSsoRoutes);
 moduleRoutes.push(mountDomainRoutes, mountScimRoutes, mountSiemRoutes);
+moduleRoutes.push(mountWebhookStatsRoutes);

@@ -44,7 +44,7 @@ describe.skipIf(!backendAvailable())('webhook endpoints', () => {
     });
     expect(res.status).toBe(201);
     expect(Object.keys(res.body).sort()).toEqual(
-      ['createdAt', 'createdBy', 'events', 'failureCount', 'hasSecret', 'headers', 'id', 'lastDeliveryAt', 'lastSuccessAt', 'name', 'orgId', 'partnerId', 'previousSecretExpiresAt', 'retryPolicy', 'retrySchedule', 'status', 'successCount', 'updatedAt', 'url'].sort(),
+      ['createdAt', 'createdBy', 'events', 'failureCount', 'hasSecret', 'headers', 'id', 'lastDeliveryAt', 'lastSuccessAt', 'name', 'orgId', 'partnerId', 'previousSecretExpiresAt', 'rateLimitPerSecond', 'retryPolicy', 'retrySchedule', 'status', 'successCount', 'updatedAt', 'url'].sort(),
     );
     expect(res.body).toMatchObject({ name: 'PSA', orgId: w.orgId, status: 'active', hasSecret: true, events: ['alert.triggered', 'device.offline'], headers: [{ key: 'X-Tenant', valueSet: true }], lastDeliveryAt: null });
     expect(res.body.retrySchedule).toBe('default');

@@ -6,6 +6,7 @@ import { aad, effectivePolicy, type ClaimedDelivery, type CustomHeader, type Pre
 import type { AttemptResult } from './queue.js';
 import { decideRetry, type AttemptOutcome } from './retry.js';
 import { deliveryHeaders } from './signing.js';
+import { retryAfterMs } from './throttle.js';
 
 export const RESPONSE_BODY_CHARS = 1_000;
 /** The most of an answer ever read: 1,000 characters of UTF-8 fit in 4,000 bytes. */
@@ -19,6 +20,8 @@ export interface Attempt {
   responseTimeMs: number;
   /** When it ended (epoch ms, on the clock). */
   attemptedAt: number;
+  /** A 429's Retry-After, as a wait in ms (throttle.ts `retryAfterMs`); null otherwise. */
+  retryAfterMs?: number | null;
 }
 
 /**
@@ -76,6 +79,7 @@ export class Dispatcher {
     let outcome: AttemptOutcome;
     let responseStatus: number | null = null;
     let responseBody: string | null = null;
+    let retryAfter: number | null = null;
     try {
       const res = await outboundRequest(
         url,
@@ -85,10 +89,11 @@ export class Dispatcher {
       responseStatus = res.status;
       responseBody = res.body.toString('utf8').slice(0, RESPONSE_BODY_CHARS);
       outcome = { kind: 'answered', status: res.status };
+      if (res.status === 429) retryAfter = retryAfterMs(res.headers['retry-after'], clock.nowMs());
     } catch (err) {
       outcome = err instanceof OutboundError && err.code === 'aborted' ? { kind: 'cancelled' } : { kind: 'unreachable', error: describeFailure(err, this.#timeoutMs) };
     }
-    return { outcome, responseStatus, responseBody, responseTimeMs: Math.round(performance.now() - started), attemptedAt: clock.nowMs() };
+    return { outcome, responseStatus, responseBody, responseTimeMs: Math.round(performance.now() - started), attemptedAt: clock.nowMs(), retryAfterMs: retryAfter };
   }
 }
 

@@ -1,9 +1,10 @@
 import type { Keel } from '../../keel.js';
 import type { ClaimedDelivery, RouteTicket } from './model.js';
-import { Dispatcher } from './dispatcher.js';
+import { Dispatcher, settle } from './dispatcher.js';
 import { Recorder } from './recorder.js';
 import { Scheduler } from './scheduler.js';
 import { Slots } from './slots.js';
+import { deferRateLimited, permitsFor } from './throttle.js';
 import { runAttempt } from './tracing.js';
 
 /**
@@ -22,6 +23,8 @@ import { runAttempt } from './tracing.js';
  * - **Retry** (`retry.ts`): what follows an attempt, a pure function of its outcome, its number and
  *   the webhook's policy.
  * - **Recorder** (`recorder.ts`): results written in batches; the dead-letter list (`dead-letter.ts`).
+ * - **Throttle** (`throttle.ts`): a webhook's `rateLimitPerSecond` (permits shared by every worker)
+ *   and a receiver's 429 with Retry-After (the webhook is held, the attempt not counted).
  */
 
 export { RESPONSE_BODY_CHARS, RESPONSE_READ_BYTES } from './dispatcher.js';
@@ -48,7 +51,24 @@ export class DeliveryEngine {
   constructor(keel: Keel, opts: EngineOptions) {
     const recorder = new Recorder(keel, this.stats, { stopping: () => this.#scheduler.stopping, stopped: () => this.#scheduler.stopped });
     const dispatcher = new Dispatcher(keel, opts.timeoutMs, this.stats);
-    this.#slots = new Slots(keel, opts, recorder, runAttempt(dispatcher));
+    const permits = permitsFor(keel);
+    this.#slots = new Slots(
+      keel,
+      opts,
+      recorder,
+      runAttempt(dispatcher, async (row, attempt) => {
+        // A 429 with Retry-After holds the webhook instead of counting the attempt (throttle.ts).
+        if (attempt.retryAfterMs != null) {
+          const until = attempt.attemptedAt + attempt.retryAfterMs;
+          if (await deferRateLimited(keel.db, row, attempt, until)) {
+            this.#slots.hold(row.webhookId, until);
+            return null;
+          }
+        }
+        return settle(row, attempt);
+      }),
+      permits,
+    );
     this.#scheduler = new Scheduler(keel, this.#slots, recorder, this.stats);
   }
 
@@ -67,6 +87,7 @@ export class DeliveryEngine {
 
   /** Claims what is due now and resolves once that claim has run (tests, after moving the clock). */
   pumpNow(): Promise<void> {
+    this.#slots.kick();
     return this.#scheduler.pumpNow();
   }
 

@@ -147,6 +147,10 @@ export interface ClaimedDelivery {
   olderSecretsSealed: string | null;
   headersSealed: string | null;
   retryPolicy: Partial<RetryPolicy> | null;
+  /** The webhook's `rateLimitPerSecond` (throttle.ts), null when it has none. */
+  rateLimitPerSecond: number | null;
+  /** Until when a receiver's 429 holds the webhook (epoch ms), or null. */
+  holdUntil: number | null;
   claimId: string;
   leaseUntil: number;
 }
@@ -180,10 +184,12 @@ export interface WebhookAttemptColumns {
   older_secrets_sealed: unknown;
   headers_sealed: unknown;
   retry_policy: unknown;
+  rate_limit_per_second?: unknown;
+  hold_until?: unknown;
 }
 
 /** The attempt fields of a `ClaimedDelivery` from those columns (either driver's types: dates and JSON as text or parsed). */
-export function attemptFields(r: WebhookAttemptColumns): Pick<ClaimedDelivery, 'urlSealed' | 'secretSealed' | 'previousSecretSealed' | 'previousSecretExpiresAt' | 'olderSecretsSealed' | 'headersSealed' | 'retryPolicy'> {
+export function attemptFields(r: WebhookAttemptColumns): Pick<ClaimedDelivery, 'urlSealed' | 'secretSealed' | 'previousSecretSealed' | 'previousSecretExpiresAt' | 'olderSecretsSealed' | 'headersSealed' | 'retryPolicy' | 'rateLimitPerSecond' | 'holdUntil'> {
   return {
     urlSealed: r.url_sealed as string,
     secretSealed: (r.secret_sealed as string | null) ?? null,
@@ -192,6 +198,8 @@ export function attemptFields(r: WebhookAttemptColumns): Pick<ClaimedDelivery, '
     olderSecretsSealed: (r.older_secrets_sealed as string | null) ?? null,
     headersSealed: (r.headers_sealed as string | null) ?? null,
     retryPolicy: r.retry_policy == null ? null : ((typeof r.retry_policy === 'string' ? JSON.parse(r.retry_policy) : r.retry_policy) as Partial<RetryPolicy>),
+    rateLimitPerSecond: r.rate_limit_per_second == null ? null : Number(r.rate_limit_per_second),
+    holdUntil: r.hold_until == null ? null : new Date(r.hold_until as string).getTime(),
   };
 }
 

@@ -39,7 +39,8 @@ export interface AttemptResult extends HeldRow {
 /**
  * The claim, per webhook: for each webhook named ($3) up to its room ($4) of its oldest due rows, each
  * locked with SKIP LOCKED (concurrent claims never block on, or take, the same row), stamped with the
- * claim id and the lease. Only rows of `active` webhooks are taken (others are held). The index on
+ * claim id and the lease. Only rows of `active` webhooks are taken (others are held), and none of a
+ * webhook a receiver's 429 holds (throttle.ts). The index on
  * (webhook_id, next_retry_at) makes the cost proportional to the rows taken, whatever the backlog.
  */
 const claimStatement = prepared(
@@ -59,9 +60,10 @@ const claimStatement = prepared(
    )
    update webhook_deliveries d set claim_id = $2::uuid, lease_expires_at = $5::timestamptz
      from picked, webhooks w, webhook_payloads p
-    where d.id = picked.id and w.id = d.webhook_id and w.status = 'active' and p.id = d.payload_id
+    where d.id = picked.id and w.id = d.webhook_id and w.status = 'active' and (w.hold_until is null or w.hold_until <= $1::timestamptz) and p.id = d.payload_id
    returning d.id, d.webhook_id, d.org_id, d.event_type, d.event_id, p.body::text as body, d.attempts,
-             w.url_sealed, w.secret_sealed, w.previous_secret_sealed, w.previous_secret_expires_at, w.older_secrets_sealed, w.headers_sealed, w.retry_policy`,
+             w.url_sealed, w.secret_sealed, w.previous_secret_sealed, w.previous_secret_expires_at, w.older_secrets_sealed, w.headers_sealed, w.retry_policy,
+             w.rate_limit_per_second, w.hold_until`,
   // A generic plan of this one scanned the whole table (platform/db/raw.ts `customPlan`).
   { customPlan: true },
 );
@@ -72,7 +74,7 @@ const discoverStatement = prepared(
   `select distinct d.webhook_id from webhook_deliveries d
     where d.status in ('pending', 'retrying') and d.next_retry_at <= $1::timestamptz
       and (d.lease_expires_at is null or d.lease_expires_at <= $1::timestamptz)
-      and exists (select 1 from webhooks w where w.id = d.webhook_id and w.status = 'active')
+      and exists (select 1 from webhooks w where w.id = d.webhook_id and w.status = 'active' and (w.hold_until is null or w.hold_until <= $1::timestamptz))
     limit 10000`,
 );
 
@@ -126,7 +128,7 @@ const recordStatement = prepared(
      update webhooks w
         set success_count = w.success_count + decide.ok, failure_count = w.failure_count + decide.bad,
             last_delivery_at = greatest(w.last_delivery_at, decide.last), last_success_at = greatest(w.last_success_at, decide.last_ok),
-            dead_letter_streak = decide.streak, failing_since = decide.failing_since,
+            dead_letter_streak = decide.streak, failing_since = decide.failing_since, rate_limited_streak = 0,
             status = case when decide.auto_fail then 'error' else w.status end
        from decide where w.id = decide.id
      returning w.id, w.org_id, w.partner_id, w.name, decide.auto_fail, decide.streak, decide.failing_since

@@ -32,8 +32,8 @@ export type RetryDecision =
 
 /**
  * The decision for attempt number `attempt` (1 for the first) that ended at `attemptedAt` (epoch ms).
- * Every failure is treated alike, whatever the status (410 and 429 included; Retry-After is not
- * read): retry n (n = 1 after the first attempt) is due `retryDelayMs(policy, n - 1)` after it, up
+ * Every failure is treated alike, whatever the status (410 included; a 429 with Retry-After is
+ * held instead before it gets here, throttle.ts, until its bound): retry n (n = 1 after the first attempt) is due `retryDelayMs(policy, n - 1)` after it, up
  * to `policy.maxRetries` retries; the failure after the last one is a dead letter. `random` draws
  * the extended schedule's jitter.
  */

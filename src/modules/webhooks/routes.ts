@@ -27,6 +27,7 @@ import {
 } from './service.js';
 import { webhooksError } from './errors.js';
 import { mountReplayRoutes } from './replay-routes.js';
+import { RATE_LIMIT_BOUNDS } from './throttle.js';
 
 const d = (description: string) => ({ description });
 const EventType = z.enum(EVENT_TYPES).openapi({ description: 'An event type (device.*, alert.*, script.*, automation.*, policy.*, patch.*, security.score_changed, remote.*, user.login/logout, session.login/logout, webhook.test)' });
@@ -80,6 +81,15 @@ const RetrySchedule = z
     description:
       'The retry schedule: `default` (5 retries: 1, 2, 4, 8, 16 s), `extended` (7 retries over about 27 hours: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h, each ±10 %), or `custom` (the `retryPolicy` given)',
   });
+const RateLimit = z
+  .number()
+  .int()
+  .min(RATE_LIMIT_BOUNDS[0])
+  .max(RATE_LIMIT_BOUNDS[1])
+  .openapi({
+    description:
+      'At most this many deliveries are sent to the webhook per second, across every worker (1-1000); the rest wait in the queue, not failed. A 429 answer with Retry-After holds the webhook until then without counting the attempt (docs/decisions.md "Webhook throttling and stats"). null: no limit',
+  });
 const Events = z.array(EventType).min(1).max(WEBHOOK_EVENT_TYPES.length).openapi(d('Event types this webhook receives (at least one)'));
 
 const Webhook = z
@@ -96,6 +106,7 @@ const Webhook = z
     previousSecretExpiresAt: z.string().nullable().openapi(d('While a rotated-out secret still signs (24 hours after a rotation): when it stops; else null')),
     retrySchedule: RetrySchedule,
     retryPolicy: RetryPolicyOut,
+    rateLimitPerSecond: RateLimit.nullable(),
     successCount: z.number().int().openapi(d('Attempts (not deliveries) answered 2xx, ever; for a caller restricted to some sites or device groups, those of the deliveries it may see (`deliveryStats.attempts.succeeded`)')),
     failureCount: z.number().int().openapi(d('Attempts (not deliveries) that failed, ever: a delivery retried twice and then delivered counts 2 here; for a restricted caller, those of the deliveries it may see')),
     lastDeliveryAt: z.string().nullable().openapi(d('Time of the most recent attempt (ISO 8601), or null')),
@@ -169,6 +180,7 @@ const WebhookCreate = z
     headers: Headers.optional(),
     retrySchedule: RetrySchedule.optional().openapi({ description: 'Default `default`, or `custom` when `retryPolicy` is given; `retryPolicy` only with `custom`' }),
     retryPolicy: RetryPolicyIn.optional(),
+    rateLimitPerSecond: RateLimit.nullable().optional(),
     orgId: z.uuid().optional().openapi({ description: 'The organisation (required for partner and system callers, unless `partnerId` is given)' }),
     partnerId: z.uuid().optional().openapi({
       description:
@@ -190,6 +202,7 @@ const WebhookPatch = z
     status: ApiStatus.optional(),
     retrySchedule: RetrySchedule.optional().openapi({ description: '`custom` needs `retryPolicy` with it; `default` and `extended` take none' }),
     retryPolicy: RetryPolicyIn.nullable().optional().openapi({ description: 'null: back to the defaults; alone, it makes the schedule `custom`' }),
+    rateLimitPerSecond: RateLimit.nullable().optional().openapi({ description: 'null removes the limit' }),
     orgId: z.uuid().optional().openapi(d('The organisation (partner and system callers)')),
   })
   .strict()

@@ -68,7 +68,8 @@ const routeStatement = prepared(
        cross join lateral (select case when $6::uuid is null or t.webhook_id = any($8::uuid[]) then null else $6::uuid end as claim_id) c
      returning id, webhook_id, claim_id, event_id
    )
-   select ins.id, ins.webhook_id, ins.claim_id, ins.event_id, w.url_sealed, w.secret_sealed, w.previous_secret_sealed, w.previous_secret_expires_at, w.older_secrets_sealed, w.headers_sealed, w.retry_policy
+   select ins.id, ins.webhook_id, ins.claim_id, ins.event_id, w.url_sealed, w.secret_sealed, w.previous_secret_sealed, w.previous_secret_expires_at, w.older_secrets_sealed, w.headers_sealed, w.retry_policy,
+          w.rate_limit_per_second, w.hold_until
      from ins left join webhooks w on ins.claim_id is not null and w.id = ins.webhook_id`,
 );
 

@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { check, index, integer, json, jsonb, pgTable, text, uniqueIndex, uuid, varchar } from 'drizzle-orm/pg-core';
+import { bigint, check, index, integer, json, jsonb, pgTable, text, uniqueIndex, uuid, varchar } from 'drizzle-orm/pg-core';
 import { createdAt, idColumn, ts, updatedAt } from '../../platform/db/columns.js';
 import { organizations, partners } from '../tenancy/schema.js';
 
@@ -48,6 +48,12 @@ export const webhooks = pgTable(
     lastSuccessAt: ts('last_success_at'),
     failingSince: ts('failing_since'),
     deadLetterStreak: integer('dead_letter_streak').notNull().default(0),
+    /** At most this many attempts start per clock second, across every worker (throttle.ts); null: no limit. */
+    rateLimitPerSecond: integer('rate_limit_per_second'),
+    /** A receiver's 429 with Retry-After holds the deliveries until then (throttle.ts). */
+    holdUntil: ts('hold_until'),
+    /** 429s in a row not counted as failed attempts (throttle.ts `MAX_RATE_LIMITED_STREAK`). */
+    rateLimitedStreak: integer('rate_limited_streak').notNull().default(0),
     createdBy: uuid('created_by'),
     createdAt: createdAt(),
     updatedAt: updatedAt(),
@@ -58,6 +64,17 @@ export const webhooks = pgTable(
     check('webhooks_one_owner', sql`(${t.orgId} is null) <> (${t.partnerId} is null)`),
   ],
 );
+
+/** The permits of a throttled webhook's current clock second (throttle.ts; Redis keeps them instead when the deployment has it). */
+export const webhookRateWindows = pgTable('webhook_rate_windows', {
+  webhookId: uuid('webhook_id')
+    .primaryKey()
+    .references(() => webhooks.id, { onDelete: 'cascade' }),
+  windowSecond: bigint('window_second', { mode: 'number' }).notNull(),
+  used: integer('used').notNull(),
+  /** What the last take got (the take statement answers it). */
+  granted: integer('granted').notNull(),
+});
 
 export type DeliveryStatus = 'pending' | 'delivered' | 'failed' | 'retrying';
 

@@ -95,6 +95,8 @@ export interface WebhookView {
   previousSecretExpiresAt: string | null;
   retrySchedule: RetryScheduleName;
   retryPolicy: Omit<RetryPolicy, 'schedule'>;
+  /** At most this many attempts start per second, across every worker (throttle.ts); null: no limit. */
+  rateLimitPerSecond: number | null;
   successCount: number;
   failureCount: number;
   lastDeliveryAt: string | null;
@@ -157,6 +159,7 @@ export function webhookView(keel: Keel, row: WebhookRow): WebhookView {
     previousSecretExpiresAt: overlap ? isoOrNull(row.previousSecretExpiresAt) : null,
     retrySchedule: retrySchedule(row.retryPolicy),
     retryPolicy: publicPolicy(effectivePolicy(row.retryPolicy)),
+    rateLimitPerSecond: row.rateLimitPerSecond,
     successCount: row.successCount,
     failureCount: row.failureCount,
     lastDeliveryAt: isoOrNull(row.lastDeliveryAt),
@@ -342,6 +345,7 @@ export interface WebhookInput {
   headers?: CustomHeader[] | undefined;
   retrySchedule?: RetryScheduleName | undefined;
   retryPolicy?: RetryPolicyInput | null | undefined;
+  rateLimitPerSecond?: number | null | undefined;
 }
 
 /**
@@ -390,6 +394,7 @@ export async function createWebhook(keel: Keel, access: AccessContext, input: We
         headersSealed: sealHeaders(keel, id, headers),
         status: 'active',
         retryPolicy: storedPolicy,
+        rateLimitPerSecond: input.rateLimitPerSecond ?? null,
         createdBy: access.principal.userId,
         createdAt: now,
         updatedAt: now,
@@ -437,6 +442,7 @@ export interface WebhookPatch {
   status?: ApiWebhookStatus | undefined;
   retrySchedule?: RetryScheduleName | undefined;
   retryPolicy?: RetryPolicyInput | null | undefined;
+  rateLimitPerSecond?: number | null | undefined;
 }
 
 export async function updateWebhook(keel: Keel, access: AccessContext, id: string, patch: WebhookPatch, info: AuditRequestInfo): Promise<WebhookView> {
@@ -476,6 +482,10 @@ export async function updateWebhook(keel: Keel, access: AccessContext, id: strin
   if (storedPolicy !== undefined) {
     set.retryPolicy = storedPolicy;
     changes.push('retryPolicy');
+  }
+  if (patch.rateLimitPerSecond !== undefined) {
+    set.rateLimitPerSecond = patch.rateLimitPerSecond;
+    changes.push('rateLimitPerSecond');
   }
   const reactivated = patch.status === 'active' && current.status !== 'active';
   if (patch.status !== undefined) {
@@ -585,7 +595,7 @@ export async function deleteWebhook(keel: Keel, access: AccessContext, id: strin
  * neither (a login, a test) has no placement: the filter (`placementFilter`) then passes it only for
  * unrestricted callers. `body` is the stored JSON body (`{..., data: {...}}`).
  */
-function eventPlacement(body: SQL, ofDevice: DevicePlacement): { siteId: AnyColumn; deviceGroupId: AnyColumn } {
+export function eventPlacement(body: SQL, ofDevice: DevicePlacement): { siteId: AnyColumn; deviceGroupId: AnyColumn } {
   const field = (k: string) => sql`(${body}->'data'->>${sql.raw(`'${k}'`)})`;
   const device = sql`(case when ${field('deviceId')} ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$' then ${field('deviceId')}::uuid end)`;
   const placed = ofDevice(device);

@@ -6,6 +6,7 @@ import { loggableError } from '../../platform/safe-error.js';
 import type { ClaimedDelivery, RouteTicket } from './model.js';
 import { leaseMsFor, type AttemptResult } from './queue.js';
 import type { Recorder } from './recorder.js';
+import type { Permits } from './throttle.js';
 
 /** Rows a webhook may hold in this process, in multiples of its slots (in flight + queued); claimed again at half. */
 export const WINDOW = 4;
@@ -43,6 +44,11 @@ export interface SlotListener {
  * or dead receiver never holds the slots other webhooks need. A row without a free slot waits in its
  * webhook's in-process queue (up to its window) and starts as an attempt of its webhook finishes.
  * What follows a finished attempt (the next claim, the retry's wake-up) is the claimer's (scheduler.ts).
+ *
+ * A throttled webhook (`rateLimitPerSecond`, throttle.ts) has at most its limit of slots, and its rows
+ * start only with a permit of the current clock second: they wait in its queue, asking again at the
+ * next second. A held webhook (a receiver's 429) starts nothing: its rows go back to the queue, due
+ * for a claim once the hold ends.
  */
 export class Slots {
   readonly #keel: Keel;
@@ -63,9 +69,21 @@ export class Slots {
   #cancel = cancellation();
   #stopping = false;
   #listener: SlotListener = { attemptEnded: () => undefined, retryAt: () => undefined };
+  readonly #permits: Permits;
+  /** Throttled webhooks seen here and their limits (from their rows: as of their claim). */
+  readonly #limits = new Map<string, number>();
+  /** Webhooks held by a receiver's 429, until when (epoch ms). */
+  readonly #holds = new Map<string, number>();
+  /** Throttled webhooks asking for permits now; asked again once that answers. */
+  readonly #taking = new Set<string>();
+  readonly #takeAgain = new Set<string>();
+  /** The clock second whose permits a throttled webhook used up (no asking again before the next). */
+  readonly #spent = new Map<string, number>();
+  readonly #permitTimers = new Map<string, NodeJS.Timeout>();
 
-  constructor(keel: Keel, opts: SlotOptions, recorder: Recorder, run: RunAttempt) {
+  constructor(keel: Keel, opts: SlotOptions, recorder: Recorder, run: RunAttempt, permits: Permits) {
     this.#keel = keel;
+    this.#permits = permits;
     this.#opts = opts;
     this.#recorder = recorder;
     this.#run = run;
@@ -97,7 +115,9 @@ export class Slots {
   }
 
   capFor(webhookId: string): number {
-    return this.#failing.has(webhookId) ? Math.min(FAILING_WEBHOOK_SLOTS, this.#opts.perWebhook) : this.#opts.perWebhook;
+    const cap = this.#failing.has(webhookId) ? Math.min(FAILING_WEBHOOK_SLOTS, this.#opts.perWebhook) : this.#opts.perWebhook;
+    const limit = this.#limits.get(webhookId);
+    return limit === undefined ? cap : Math.min(cap, limit);
   }
 
   /** Rows this process holds for a webhook: in flight and queued behind them. */
@@ -108,25 +128,124 @@ export class Slots {
   /** A claim for rows routed here, or null when this process holds all it may (see `DeliveryEngine.ticket`). */
   ticket(): RouteTicket | null {
     if (this.#inflight + this.#queuedCount >= this.#opts.concurrency * this.#routeWindow || this.#queuedBytes >= ROUTE_MAX_QUEUED_BYTES) return null;
-    const full: string[] = [...this.#failing];
-    for (const id of this.#queued.keys()) if (!this.#failing.has(id) && this.held(id) >= this.#routeWindow * this.capFor(id)) full.push(id);
-    return { claimId: newId(), leaseUntil: clock.nowMs() + this.#leaseMs, full };
+    // Throttled and held webhooks too: their rows wait for a claim, which takes only what they may send soon.
+    const full = new Set<string>([...this.#failing, ...this.#limits.keys(), ...this.#holds.keys()]);
+    for (const id of this.#queued.keys()) if (this.held(id) >= this.#routeWindow * this.capFor(id)) full.add(id);
+    return { claimId: newId(), leaseUntil: clock.nowMs() + this.#leaseMs, full: [...full] };
+  }
+
+  /** Whether this webhook's rows wait for a receiver's 429 (and when that ends), forgetting a hold that ended. */
+  #heldUntil(row: ClaimedDelivery): number | null {
+    const local = this.#holds.get(row.webhookId) ?? null;
+    const until = Math.max(local ?? 0, row.holdUntil ?? 0);
+    if (until > clock.nowMs()) return until;
+    if (local !== null) this.#holds.delete(row.webhookId);
+    return null;
+  }
+
+  /** A receiver's 429 holds this webhook until `untilMs`: its queued rows go back to the queue, and the claimer looks again then. */
+  hold(webhookId: string, untilMs: number): void {
+    this.#holds.set(webhookId, Math.max(untilMs, this.#holds.get(webhookId) ?? 0));
+    const queue = this.#queued.get(webhookId) ?? [];
+    this.#queued.delete(webhookId);
+    for (const row of queue) {
+      this.#queuedCount--;
+      this.#queuedBytes -= row.body.length;
+      this.#recorder.release(row);
+    }
+    this.#listener.retryAt(untilMs);
+  }
+
+  /** Throttled webhooks with queued rows ask for permits now (tests, after moving the clock). */
+  kick(): void {
+    for (const id of this.#queued.keys()) if (this.#limits.has(id)) this.#askPermits(id);
+  }
+
+  /**
+   * Permits of the current clock second for a throttled webhook's queued rows, as many as it has free
+   * slots: the rows granted start, the rest wait for the next second (a timer asks again then).
+   */
+  #askPermits(webhookId: string): void {
+    if (this.#stopping) return;
+    if (this.#taking.has(webhookId)) {
+      this.#takeAgain.add(webhookId);
+      return;
+    }
+    const queue = this.#queued.get(webhookId);
+    const limit = this.#limits.get(webhookId);
+    if (!queue || queue.length === 0 || limit === undefined) return;
+    const second = clock.nowSeconds();
+    if (this.#spent.get(webhookId) === second) return this.#askAtNextSecond(webhookId);
+    const want = Math.min(queue.length, this.capFor(webhookId) - (this.#perHook.get(webhookId) ?? 0), this.#opts.concurrency - this.#inflight);
+    if (want <= 0) return;
+    this.#taking.add(webhookId);
+    this.#permits
+      .take(webhookId, limit, want, second)
+      .then(
+        (granted) => {
+          if (granted < want) this.#spent.set(webhookId, second);
+          const q = this.#queued.get(webhookId) ?? [];
+          for (let i = 0; i < granted && q.length > 0 && !this.#stopping; i++) this.#startFromQueue(webhookId, q);
+          if (q.length === 0) this.#queued.delete(webhookId);
+        },
+        (err: unknown) => {
+          this.#keel.log.warn({ error: loggableError(err), webhookId }, 'webhooks: taking send permits failed; asking again at the next second');
+          this.#spent.set(webhookId, second);
+        },
+      )
+      .finally(() => {
+        this.#taking.delete(webhookId);
+        if (this.#takeAgain.delete(webhookId) || this.#spent.get(webhookId) === second) this.#askPermits(webhookId);
+      });
+  }
+
+  #askAtNextSecond(webhookId: string): void {
+    if (this.#permitTimers.has(webhookId) || this.#stopping) return;
+    const now = clock.nowMs();
+    const timer = setTimeout(() => {
+      this.#permitTimers.delete(webhookId);
+      this.#askPermits(webhookId);
+    }, Math.max(20, 1_000 - (now % 1_000) + 1));
+    this.#permitTimers.set(webhookId, timer);
+  }
+
+  /** Starts the next queued row of a webhook, or releases it when too little of its lease is left. */
+  #startFromQueue(webhookId: string, queue: ClaimedDelivery[]): void {
+    const row = queue.shift();
+    if (!row) return;
+    this.#queuedCount--;
+    this.#queuedBytes -= row.body.length;
+    // Too little lease left for a whole attempt: let it go rather than race another worker.
+    if (row.leaseUntil - clock.nowMs() < this.#opts.timeoutMs + 5_000) this.#recorder.release(row);
+    else this.#start(row);
   }
 
   /** Starts a held row, or queues it behind its webhook's attempts; `routed`: it came with a ticket (its window is the route window). */
   dispatch(row: ClaimedDelivery, routed = false): void {
+    if (row.rateLimitPerSecond === null) this.#limits.delete(row.webhookId);
+    else this.#limits.set(row.webhookId, row.rateLimitPerSecond);
+    const until = this.#heldUntil(row);
+    if (until !== null) {
+      this.#recorder.release(row);
+      this.#listener.retryAt(until);
+      return;
+    }
+    const throttled = row.rateLimitPerSecond !== null;
     const cap = this.capFor(row.webhookId);
-    if ((this.#perHook.get(row.webhookId) ?? 0) < cap && this.#inflight < this.#opts.concurrency) return this.#start(row);
+    if (!throttled && (this.#perHook.get(row.webhookId) ?? 0) < cap && this.#inflight < this.#opts.concurrency) return this.#start(row);
     const queue = this.#queued.get(row.webhookId) ?? [];
-    if (queue.length >= ((routed ? this.#routeWindow : WINDOW) - 1) * cap) {
+    if (queue.length >= ((routed && !throttled ? this.#routeWindow : WINDOW) - 1) * cap) {
       // More than this process should hold for one webhook: back to the queue for anyone.
       this.#recorder.release(row);
+      // A throttled webhook's routed rows were never a claim's candidates: look for them once released.
+      if (throttled) this.#listener.retryAt(clock.nowMs() + 250);
       return;
     }
     queue.push(row);
     this.#queued.set(row.webhookId, queue);
     this.#queuedCount++;
     this.#queuedBytes += row.body.length;
+    if (throttled) this.#askPermits(row.webhookId);
   }
 
   #start(row: ClaimedDelivery): void {
@@ -162,15 +281,10 @@ export class Slots {
   }
 
   #startQueued(webhookId: string): void {
+    if (this.#limits.has(webhookId)) return this.#askPermits(webhookId);
     const queue = this.#queued.get(webhookId);
     while (queue && queue.length > 0 && !this.#stopping && this.#inflight < this.#opts.concurrency && (this.#perHook.get(webhookId) ?? 0) < this.capFor(webhookId)) {
-      const row = queue.shift();
-      if (!row) break;
-      this.#queuedCount--;
-      this.#queuedBytes -= row.body.length;
-      // Too little lease left for a whole attempt: let it go rather than race another worker.
-      if (row.leaseUntil - clock.nowMs() < this.#opts.timeoutMs + 5_000) this.#recorder.release(row);
-      else this.#start(row);
+      this.#startFromQueue(webhookId, queue);
     }
     if (queue && queue.length === 0) this.#queued.delete(webhookId);
   }
@@ -191,6 +305,8 @@ export class Slots {
     }
     this.#queuedCount = 0;
     this.#queuedBytes = 0;
+    for (const timer of this.#permitTimers.values()) clearTimeout(timer);
+    this.#permitTimers.clear();
     if (!graceful) this.#cancel.abort();
     await Promise.all(this.#attempts.values());
   }

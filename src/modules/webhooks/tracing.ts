@@ -1,7 +1,12 @@
 import { context, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import { activeTracer, contextOf, forgetTrace, recallTrace } from '../../platform/tracing/index.js';
-import { settle, type Dispatcher } from './dispatcher.js';
+import type { Attempt, Dispatcher } from './dispatcher.js';
+import type { ClaimedDelivery } from './model.js';
+import type { AttemptResult } from './queue.js';
 import type { RunAttempt } from './slots.js';
+
+/** What an attempt's result becomes: the row's next state, or null when nothing is recorded (released or held). */
+export type Decide = (row: ClaimedDelivery, attempt: Attempt) => Promise<AttemptResult | null>;
 
 /**
  * One attempt of a delivery and its recorded result. While tracing is on (docs/deploy.md "Tracing"),
@@ -9,11 +14,11 @@ import type { RunAttempt } from './slots.js';
  * remembered when the delivery was routed or queued: routing.ts, runtime.ts), with the outbound
  * request as its child; a delivery this process did not queue starts a trace of its own.
  */
-export function runAttempt(dispatcher: Dispatcher): RunAttempt {
-  if (!activeTracer) return async (row, signal) => settle(row, await dispatcher.attempt(row, signal));
+export function runAttempt(dispatcher: Dispatcher, decide: Decide): RunAttempt {
+  if (!activeTracer) return async (row, signal) => decide(row, await dispatcher.attempt(row, signal));
   return async (row, signal) => {
     const tracer = activeTracer;
-    if (!tracer) return settle(row, await dispatcher.attempt(row, signal));
+    if (!tracer) return decide(row, await dispatcher.attempt(row, signal));
     const parent = contextOf(recallTrace(row.id));
     const span = tracer.startSpan(
       'webhook delivery',
@@ -24,7 +29,7 @@ export function runAttempt(dispatcher: Dispatcher): RunAttempt {
       parent,
     );
     try {
-      const result = settle(row, await context.with(trace.setSpan(parent, span), () => dispatcher.attempt(row, signal)));
+      const result = await decide(row, await context.with(trace.setSpan(parent, span), () => dispatcher.attempt(row, signal)));
       span.setAttribute('keel.delivery.status', result?.status ?? 'released');
       if (result && result.status !== 'delivered') span.setStatus({ code: SpanStatusCode.ERROR });
       // A delivery that will not be attempted again no longer needs its trace.

@@ -49,6 +49,10 @@ export const keys = {
     detail: (id: string, tenant?: Query) => (tenant === undefined ? webhooks.detail(id) : ([...webhooks.detail(id), tenant] as const)),
     /** A webhook's delivery history: under its detail, whose delivery counts change with it. */
     deliveries: (id: string, ...args: unknown[]) => [...webhooks.detail(id), 'deliveries', ...args] as const,
+    /** A webhook's last 24 hours (its charts): under its detail, so a test or a retry refreshes them. */
+    stats: (id: string, ...args: unknown[]) => [...webhooks.detail(id), 'stats', ...args] as const,
+    /** A webhook's audited changes: under its detail, so an edit on its page refreshes them. */
+    audit: (id: string, ...args: unknown[]) => [...webhooks.detail(id), 'audit', ...args] as const,
   },
   domains: { ...resource('domains') },
   ssoProviders: { ...resource('sso-providers') },

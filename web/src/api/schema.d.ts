@@ -2580,6 +2580,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/webhooks/{id}/stats": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Deliveries of the last 24 hours by hour and outcome, with the latency (p50, p95) of their latest attempts
+         * @description Access: an access token or an API key; permission `webhooks:read`.
+         */
+        get: operations["getWebhooksByIdStats"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/webhooks/{id}/test": {
         parameters: {
             query?: never;
@@ -6925,6 +6945,8 @@ export interface components {
             partnerId: string | null;
             /** @description While a rotated-out secret still signs (24 hours after a rotation): when it stops; else null */
             previousSecretExpiresAt: string | null;
+            /** @description At most this many deliveries are sent to the webhook per second, across every worker (1-1000); the rest wait in the queue, not failed. A 429 answer with Retry-After holds the webhook until then without counting the attempt (docs/decisions.md "Webhook throttling and stats"). null: no limit */
+            rateLimitPerSecond: number | null;
             retryPolicy: components["schemas"]["WebhookRetryPolicy"];
             /**
              * @description The retry schedule: `default` (5 retries: 1, 2, 4, 8, 16 s), `extended` (7 retries over about 27 hours: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h, each ±10 %), or `custom` (the `retryPolicy` given)
@@ -6942,6 +6964,49 @@ export interface components {
             updatedAt: string;
             /** @description The URL with userinfo removed and credential-like query values REDACTED */
             url: string;
+        };
+        /** @description A receiver's view of one webhook: its deliveries of the last 24 hours by the hour they were created in, counted by their state now, and the latency of their latest attempts. For a caller restricted to some sites or device groups, the deliveries it may list. The webhook's changes are in the audit log (`GET /audit-logs?targetType=webhook&targetId=…`). */
+        WebhookActivity: {
+            /** @description True when the window held more than 100,000 deliveries: the numbers count the newest of them */
+            capped: boolean;
+            /** @description Start of the first hour (ISO 8601) */
+            from: string;
+            /** @description 24 entries, oldest first; an hour without deliveries has zeros and null latencies */
+            hours: components["schemas"]["WebhookActivityHour"][];
+            /** @description Now (ISO 8601) */
+            to: string;
+            /** @description The hours added up */
+            totals: {
+                /** @description Delivered */
+                delivered: number;
+                /** @description Dead-lettered */
+                failed: number;
+                /** @description Pending */
+                pending: number;
+                /** @description Retrying */
+                retrying: number;
+            };
+            /**
+             * @description The window: the last 24 hours, by hour
+             * @enum {string}
+             */
+            window: "24h";
+        };
+        WebhookActivityHour: {
+            /** @description Deliveries created in this hour that were delivered (2xx) */
+            delivered: number;
+            /** @description …that were dead-lettered (retries exhausted) */
+            failed: number;
+            /** @description The hour's start (ISO 8601, UTC) */
+            hour: string;
+            /** @description Median latency of the latest attempt of those deliveries that had one, in ms; null without attempts */
+            p50Ms: number | null;
+            /** @description 95th percentile of the same, in ms; null without attempts */
+            p95Ms: number | null;
+            /** @description …that wait for their first attempt */
+            pending: number;
+            /** @description …that failed at least once and wait for another attempt */
+            retrying: number;
         };
         /**
          * @description A new webhook (status `active`)
@@ -6983,6 +7048,8 @@ export interface components {
              * @description In place of `orgId`: a partner-wide webhook, receiving the events of every organisation of the partner (new ones included). Partner users with access to every organisation of their partner (403 `full_org_access_required` otherwise) and system callers
              */
             partnerId?: string;
+            /** @description At most this many deliveries are sent to the webhook per second, across every worker (1-1000); the rest wait in the queue, not failed. A 429 answer with Retry-After holds the webhook until then without counting the attempt (docs/decisions.md "Webhook throttling and stats"). null: no limit */
+            rateLimitPerSecond?: number | null;
             retryPolicy?: components["schemas"]["WebhookRetryPolicyInput"];
             /**
              * @description Default `default`, or `custom` when `retryPolicy` is given; `retryPolicy` only with `custom`
@@ -7242,6 +7309,8 @@ export interface components {
              * @description The organisation (partner and system callers)
              */
             orgId?: string;
+            /** @description null removes the limit */
+            rateLimitPerSecond?: number | null;
             /** @description null: back to the defaults; alone, it makes the schedule `custom` */
             retryPolicy?: {
                 /** @description Factor applied to the delay for each further retry (1-10; the default when omitted) */
@@ -30962,6 +31031,146 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getWebhooksByIdStats: {
+        parameters: {
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+                /** @description The window (only `24h`) */
+                window?: "24h";
+            };
+            header?: never;
+            path: {
+                /** @description Id (UUID) of the resource the path names, as its list or create answer gave it; one the caller cannot see (another tenant's) answers 404 */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The webhook's last 24 hours */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookActivity"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Error"];
                 };
             };

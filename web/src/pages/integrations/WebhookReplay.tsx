@@ -70,7 +70,7 @@ export function WebhookReplay({ webhook }: { webhook: Webhook }) {
   };
   return (
     <>
-      <Button kind="secondary" onClick={() => setOpen(true)} disabled={webhook.status !== 'active'} title={webhook.status === 'active' ? undefined : 'Only an active webhook can be replayed to'}>
+      <Button id="webhook-replay" kind="secondary" onClick={() => setOpen(true)} disabled={webhook.status !== 'active'} title={webhook.status === 'active' ? undefined : 'Only an active webhook can be replayed to'}>
         Replay
       </Button>
       {open && (

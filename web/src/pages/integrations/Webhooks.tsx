@@ -14,6 +14,7 @@ import { EVENT_TYPES, type EventType } from '../../../../src/event-types.js';
 import type { Schema } from '../../api/types';
 import { WebhookReplay } from './WebhookReplay';
 import { PartnerWideWebhooks, WebhookOwnerSelect, type WebhookOwner } from './PartnerWebhooks';
+import { WebhookActivity } from './WebhookActivity';
 
 type WebhookStatus = Schema<'Webhook'>['status'];
 
@@ -270,6 +271,7 @@ function WebhookForm({ webhook, onSaved, onCancel }: { webhook?: Webhook; onSave
   const [status, setStatus] = useState<WebhookStatus>(webhook?.status ?? 'active');
   const [owner, setOwner] = useState<WebhookOwner>('org');
   const [schedule, setSchedule] = useState<RetrySchedule>(webhook?.retrySchedule ?? 'default');
+  const [rateLimit, setRateLimit] = useState(webhook?.rateLimitPerSecond ? String(webhook.rateLimitPerSecond) : '');
   const [policy, setPolicy] = useState<Record<keyof RetryPolicy, string>>(() => {
     const p = webhook?.retrySchedule === 'custom' ? webhook.retryPolicy : undefined;
     return { maxRetries: String(p?.maxRetries ?? ''), initialDelayMs: String(p?.initialDelayMs ?? ''), backoffMultiplier: String(p?.backoffMultiplier ?? ''), maxDelayMs: String(p?.maxDelayMs ?? '') };
@@ -285,6 +287,8 @@ function WebhookForm({ webhook, onSaved, onCancel }: { webhook?: Webhook; onSave
     else if (schedule !== webhook?.retrySchedule) body.retrySchedule = schedule;
     if (url.trim()) body.url = url.trim();
     if (secret) body.secret = secret;
+    const limit = rateLimit.trim() === '' ? null : Number(rateLimit);
+    if (limit !== (webhook?.rateLimitPerSecond ?? null)) body.rateLimitPerSecond = limit;
     if (webhook) {
       if (status !== webhook.status) body.status = status;
       return onSaved(await api<Webhook>('PATCH', `/webhooks/${webhook.id}`, { query: t.query, body }));
@@ -356,6 +360,17 @@ function WebhookForm({ webhook, onSaved, onCancel }: { webhook?: Webhook; onSave
           </>
         )}
       </fieldset>
+      <Field
+        label="Rate limit (deliveries per second)"
+        type="number"
+        min={1}
+        max={1000}
+        step="1"
+        value={rateLimit}
+        onChange={(e) => setRateLimit(e.target.value)}
+        error={s.fields.rateLimitPerSecond}
+        hint="1-1000; empty for no limit. Deliveries beyond it wait in the queue; a 429 answer with Retry-After is honoured either way."
+      />
       <div className="row">
         <Button type="submit" busy={s.busy} disabled={events.size === 0}>
           {webhook ? 'Save changes' : 'Create webhook'}
@@ -497,6 +512,8 @@ function WebhookPage({ id }: { id: string }) {
                       ? 'extended: 7 retries over about 27 hours (5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h)'
                       : `${w.retrySchedule}: ${w.retryPolicy.maxRetries} after ${duration(w.retryPolicy.initialDelayMs)}, ×${w.retryPolicy.backoffMultiplier}, at most ${duration(w.retryPolicy.maxDelayMs)} apart`}
                   </dd>
+                  <dt>Rate limit</dt>
+                  <dd>{w.rateLimitPerSecond ? `${w.rateLimitPerSecond} deliveries a second` : 'none'}</dd>
                   <dt>Deliveries</dt>
                   <dd>
                     <DeliveryNumbers stats={w.deliveryStats} detail />
@@ -504,6 +521,7 @@ function WebhookPage({ id }: { id: string }) {
                 </dl>
               </Card>
             )}
+            <WebhookActivity id={id} />
             <Deliveries id={id} writable={writable} />
           </>
         );
