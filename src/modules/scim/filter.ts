@@ -6,13 +6,12 @@ import { ScimError } from './errors.js';
 export const MAX_FILTER_LENGTH = 2000;
 
 /**
- * The most rows a filter SQL cannot say whole is applied to in memory (docs/decisions.md "SCIM"):
- * beyond it the request is refused 400 `tooMany`, to be narrowed with a term SQL answers.
+ * A filter SQL cannot say whole is applied in memory to at most SCIM_FILTER_SCAN_LIMIT rows
+ * (docs/decisions.md "SCIM"): beyond it the request is refused 400 `tooMany`, to be narrowed with a
+ * term SQL answers.
  */
-export const FILTER_SCAN_CAP = 5000;
-
-export const tooManyToFilter = () =>
-  new ScimError(400, `The filter would be applied to more than ${FILTER_SCAN_CAP} resources; narrow it with userName, externalId, id, active or meta.lastModified`, 'tooMany');
+export const tooManyToFilter = (cap: number) =>
+  new ScimError(400, `The filter would be applied to more than ${cap} resources; narrow it with userName, externalId, id, active or meta.lastModified`, 'tooMany');
 
 const ISO_DATE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/;
 

@@ -13,7 +13,7 @@ import { PermissionSet } from '../access/permissions.js';
 import { roleFromGroups } from '../access/group-roles.js';
 import { scimGroupMembers, scimGroups, scimUsers, type ScimGroupRow } from './schema.js';
 import { ScimError, scimInvalid, scimNotFound } from './errors.js';
-import { FILTER_SCAN_CAP, matches, parseFilter, pushDown, tooManyToFilter, dateField, type SqlField } from './filter.js';
+import { matches, parseFilter, pushDown, tooManyToFilter, dateField, type SqlField } from './filter.js';
 import { getScimSettings, scimDefaultRole } from './settings.js';
 import { DEFAULT_COUNT, MAX_COUNT, MAX_PATCH_OPERATIONS, type ScimContext } from './users.js';
 
@@ -154,8 +154,9 @@ export async function listGroups(
     rows = page;
   } else {
     // Members are not filtered on here: a filter on them is answered as one on the group's own attributes.
-    const read = await db.select().from(scimGroups).where(where).orderBy(...order).limit(FILTER_SCAN_CAP + 1);
-    if (read.length > FILTER_SCAN_CAP) throw tooManyToFilter();
+    const cap = ctx.keel.config.SCIM_FILTER_SCAN_LIMIT;
+    const read = await db.select().from(scimGroups).where(where).orderBy(...order).limit(cap + 1);
+    if (read.length > cap) throw tooManyToFilter(cap);
     const hits = read.filter((r) => filter === null || matches(filter, groupResource(r, null, ctx.baseUrl)));
     total = hits.length;
     rows = hits.slice(startIndex - 1, startIndex - 1 + take);

@@ -15,7 +15,7 @@ import { addOrganizationMember, assertNotLastFullAdmin, getMembership } from '..
 import { verifiedDomainOrg } from '../domains/service.js';
 import { scimUsers, type ScimUserAttributes, type ScimUserRow } from './schema.js';
 import { ScimError, scimInvalid, scimNotFound } from './errors.js';
-import { dateField, FILTER_SCAN_CAP, matches, parseFilter, pushDown, tooManyToFilter, type SqlField } from './filter.js';
+import { dateField, matches, parseFilter, pushDown, tooManyToFilter, type SqlField } from './filter.js';
 import { scimDefaultRole } from './settings.js';
 import type { ScimCaller } from './tokens.js';
 
@@ -209,7 +209,7 @@ export const USER_FIELDS: Record<string, SqlField> = {
  * paged by `startIndex` (1-based) and `count` (at most MAX_COUNT). A filter SQL can say whole
  * (`pushDown`: `userName`/`externalId`/`id`/`active` `eq`, `meta.lastModified` and `meta.created`
  * compared, joined by `and`/`or`/`not`) is counted and paged in SQL; any other is applied to the
- * rows its SQL part narrows to, at most FILTER_SCAN_CAP of them (400 `tooMany` beyond).
+ * rows its SQL part narrows to, at most SCIM_FILTER_SCAN_LIMIT of them (400 `tooMany` beyond).
  */
 export async function listUsers(ctx: ScimContext, q: ListQuery): Promise<{ totalResults: number; startIndex: number; resources: Record<string, unknown>[] }> {
   const startIndex = Math.max(1, q.startIndex ?? 1);
@@ -227,8 +227,9 @@ export async function listUsers(ctx: ScimContext, q: ListQuery): Promise<{ total
     ]);
     return { totalResults: total?.n ?? 0, startIndex, resources: rows.map((j) => resourceOf(ctx, j)) };
   }
-  const rows = (await joined(db).where(where).orderBy(...order).limit(FILTER_SCAN_CAP + 1)) as Joined[];
-  if (rows.length > FILTER_SCAN_CAP) throw tooManyToFilter();
+  const cap = ctx.keel.config.SCIM_FILTER_SCAN_LIMIT;
+  const rows = (await joined(db).where(where).orderBy(...order).limit(cap + 1)) as Joined[];
+  if (rows.length > cap) throw tooManyToFilter(cap);
   const hits = rows.map((j) => resourceOf(ctx, j)).filter((r) => filter === null || matches(filter, r));
   return { totalResults: hits.length, startIndex, resources: hits.slice(startIndex - 1, startIndex - 1 + take) };
 }
