@@ -52,7 +52,9 @@ export async function benchScim(backend: BenchBackend): Promise<ScimBenchResult>
   const keel = await backend.startKeel({ ADMIN_EMAIL: admin.email, ADMIN_PASSWORD: admin.password, SCIM_RATE_LIMIT: '1000000' });
   try {
     const auth = { authorization: `Bearer ${await adminToken(keel.url, admin)}` };
-    const org = await postJson(`${keel.url}/api/v1/orgs`, { name: 'Directory' }, auth);
+    const partner = await postJson(`${keel.url}/api/v1/partners`, { name: 'MSP' }, auth);
+    if (partner.status !== 201) throw new Error(`partner: ${partner.status} ${JSON.stringify(partner.body)}`);
+    const org = await postJson(`${keel.url}/api/v1/orgs`, { name: 'Directory', partnerId: partner.body.id as string }, auth);
     if (org.status !== 201) throw new Error(`org: ${org.status} ${JSON.stringify(org.body)}`);
     const made = await postJson(`${keel.url}/api/v1/orgs/${org.body.id as string}/scim-tokens`, { name: 'bench' }, auth);
     if (made.status !== 201) throw new Error(`token: ${made.status} ${JSON.stringify(made.body)}`);

@@ -226,4 +226,17 @@ describe.skipIf(!backendAvailable())('SCIM groups', () => {
     const later = await scim('GET', `/Users?filter=${encodeURIComponent(`meta.lastModified ge "${since}" and active eq false`)}`);
     expect((later.body.Resources as { id: string }[]).map((r) => r.id)).toEqual([off]);
   });
+
+  it("the console's reads: GET /users marks managed accounts (managedBy), /orgs/{orgId}/scim-users lists them; another organisation's list is 404", async () => {
+    const id = await newUser();
+    const listed = await app.api('GET', `/users?orgId=${tenant.orgId}&limit=100`, { token: adminToken });
+    const rows = listed.body.data as { id: string; managedBy: string | null }[];
+    expect(rows.find((u) => u.id === id)?.managedBy).toBe('scim');
+    expect(rows.find((u) => u.id === tenant.orgTechnician.id)?.managedBy).toBeNull();
+    expect((await app.api('GET', `/users/${id}`, { token: adminToken })).body.managedBy).toBe('scim');
+    const managed = await app.api('GET', `/orgs/${tenant.orgId}/scim-users?limit=100`, { token: adminToken });
+    expect(managed.status).toBe(200);
+    expect((managed.body.data as { id: string; active: boolean }[]).find((u) => u.id === id)).toMatchObject({ active: true });
+    expect((await app.api('GET', `/orgs/${other.orgId}/scim-users`, { token: adminToken })).status).toBe(404);
+  });
 });

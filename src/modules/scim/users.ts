@@ -436,3 +436,25 @@ export async function deleteUser(ctx: ScimContext, id: string): Promise<void> {
     await audit(ctx, tx.db, 'user.scim.delete', id, { accountDeleted });
   });
 }
+
+export interface ManagedUserView {
+  id: string;
+  userName: string;
+  name: string;
+  externalId: string | null;
+  active: boolean;
+  lastModified: string;
+}
+
+/** `GET /orgs/:orgId/scim-users`: the accounts the organisation's directory manages, oldest first (the console's list). */
+export async function listManagedUsers(db: Db, orgId: string, q: { page: number; limit: number }): Promise<{ data: ManagedUserView[]; total: number }> {
+  const where = eq(scimUsers.orgId, orgId);
+  const [rows, [total]] = await Promise.all([
+    joined(db).where(where).orderBy(asc(scimUsers.createdAt), asc(scimUsers.userId)).limit(q.limit).offset((q.page - 1) * q.limit) as Promise<Joined[]>,
+    db.select({ n: count() }).from(scimUsers).where(where),
+  ]);
+  return {
+    data: rows.map((j) => ({ id: j.row.userId, userName: j.email, name: j.name, externalId: j.row.externalId, active: j.status === 'active', lastModified: j.row.updatedAt.toISOString() })),
+    total: total?.n ?? 0,
+  };
+}
