@@ -9,6 +9,7 @@ import { and, eq } from 'drizzle-orm';
 import { parse } from 'scim2-parse-filter';
 import { backendAvailable, startTestApp, type ApiResponse, type RequestOptions, type TestApp } from '../helpers/app.js';
 import { createTenant, enrollTotp, login, type Tenant } from '../helpers/fixtures.js';
+import { raceTest, together } from '../helpers/race.js';
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
 import { organizationUsers } from '../../src/modules/access/schema.js';
 import { auditLogs } from '../../src/modules/audit/schema.js';
@@ -238,5 +239,17 @@ describe.skipIf(!backendAvailable())('SCIM groups', () => {
     expect(managed.status).toBe(200);
     expect((managed.body.data as { id: string; active: boolean }[]).find((u) => u.id === id)).toMatchObject({ active: true });
     expect((await app.api('GET', `/orgs/${other.orgId}/scim-users`, { token: adminToken })).status).toBe(404);
+  });
+
+  raceTest('batches of members added to one group at once are serialised: none is lost; a displayName POSTed at once makes one group', async () => {
+    const ids = await Promise.all(Array.from({ length: 6 }, () => newUser()));
+    const g = (await newGroup(`Race ${randomBytes(3).toString('hex')}`)).body;
+    const answers = await together(6, (i) => patch(g.id, [{ op: 'add', path: 'members', value: [{ value: ids[i] }] }]));
+    expect(answers.map((a) => a.status)).toEqual([200, 200, 200, 200, 200, 200]);
+    expect(memberIds((await scim('GET', `/Groups/${g.id}`)).body)).toEqual([...ids].sort());
+    const name = `Once ${randomBytes(3).toString('hex')}`;
+    const posts = await together(5, () => newGroup(name));
+    expect(posts.filter((p) => p.status === 201)).toHaveLength(1);
+    for (const p of posts.filter((x) => x.status !== 201)) expect(p.body).toMatchObject({ status: '409', scimType: 'uniqueness' });
   });
 });
