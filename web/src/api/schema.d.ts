@@ -5541,7 +5541,7 @@ export interface components {
              */
             code: string;
         };
-        /** @description At each SSO login the first mapping (in list order) whose group the user is in decides the role */
+        /** @description At each SSO login, of the mappings whose group the user is in, the role with the most permissions decides (roles that may change something before read-only ones; on a tie, the earlier mapping; docs/decisions.md "SCIM") */
         SsoGroupRoleMapping: {
             /**
              * @description Group name or id as the IdP sends it in the groups claim
@@ -5716,7 +5716,7 @@ export interface components {
              * @example https://sts.example.com/adfs/services/trust
              */
             entityId?: string | null;
-            /** @description IdP groups to roles (first match in list order wins) */
+            /** @description IdP groups to roles (of several matches, the role with the most permissions) */
             groupRoleMappings?: components["schemas"]["SsoGroupRoleMapping"][];
             /**
              * Format: uri
@@ -5885,7 +5885,7 @@ export interface components {
              * @example https://sts.example.com/adfs/services/trust
              */
             entityId?: string | null;
-            /** @description IdP groups to roles (first match in list order wins) */
+            /** @description IdP groups to roles (of several matches, the role with the most permissions) */
             groupRoleMappings?: components["schemas"]["SsoGroupRoleMapping"][];
             /**
              * Format: uri
