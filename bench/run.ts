@@ -4,7 +4,7 @@
  * when /usr/lib/postgresql/<v>/bin exists, on a PostgreSQL server started here on loopback.
  *
  *   npm run bench                          everything
- *   npm run bench -- login authed-read     some of: startup, login, authed-read, fleet, webhooks, overload, distribution
+ *   npm run bench -- login authed-read     some of: startup, login, authed-read, fleet, webhooks, overload, distribution, scim
  *   npm run bench -- --pglite              only the embedded backend
  *   BENCH_SECONDS=10 BENCH_USERS=200 BENCH_READ_ROUNDS=3 STARTUP_RUNS=3
  *
@@ -19,6 +19,7 @@ import { benchFleet, fleetGoal, printFleet, FLEET_P99_GOAL_MS, FLEET_RATE_GOAL, 
 import { benchWebhooks, printWebhooks, webhookGoal, WEBHOOK_DELIVERIES_GOAL, WEBHOOK_P95_GOAL_MS, WEBHOOK_RATIO_GOAL, type WebhookBenchResult } from './webhooks.js';
 import { benchOverloadAll, overloadGoal, printOverload, OVERLOAD_READ_P99_GOAL_MS, type OverloadResult } from './overload.js';
 import { benchDistribution, printDistribution } from './distribution.js';
+import { benchScim, printScim, scimGoal, SCIM_IMPORT_GOAL_S, SCIM_LOOKUP_P99_GOAL_MS, type ScimBenchResult } from './scim.js';
 import { fmt, pgliteBackend, postgresBackend, printTable, startPostgres, type BenchBackend } from './lib.js';
 
 const args = process.argv.slice(2);
@@ -36,6 +37,7 @@ const reads: AuthedReadResult[] = [];
 const fleets: FleetResult[] = [];
 const hooks: WebhookBenchResult[] = [];
 const overloads: OverloadResult[] = [];
+const scims: ScimBenchResult[] = [];
 
 if (want('startup')) {
   process.stderr.write('[startup] npm start on a temp DATA_DIR: first start, then restarts...\n');
@@ -67,9 +69,13 @@ async function onBackend(backend: BenchBackend): Promise<void> {
     overloads.push(...rows);
     printOverload(rows);
   }
+  if (want('scim')) {
+    scims.push(await benchScim(backend));
+    printScim(scims.slice(-1));
+  }
 }
 
-if (want('login') || want('authed-read') || want('fleet') || want('webhooks') || want('overload')) {
+if (want('login') || want('authed-read') || want('fleet') || want('webhooks') || want('overload') || want('scim')) {
   await onBackend(pgliteBackend());
   if (!pgliteOnly) {
     const server = await startPostgres();
@@ -139,6 +145,17 @@ for (const r of overloads) {
     `${fmt(r.capacity, 1)} login/s capacity`,
     fmt(r.loginsOk / r.capacity, 2),
     `reads p99 < ${OVERLOAD_READ_P99_GOAL_MS} ms, only 200/503: ${goal(overloadGoal(r))}`,
+  ]);
+}
+for (const r of scims) {
+  rows.push([
+    'SCIM import',
+    r.backend,
+    `${r.users} users POSTed then ${r.groups} groups; GET /Users?filter=userName eq`,
+    `import ${fmt(r.importSeconds, 1)} s, lookup p99 ${fmt(r.lookupP99, 2)} ms`,
+    '-',
+    '-',
+    `< ${SCIM_IMPORT_GOAL_S} s, p99 < ${SCIM_LOOKUP_P99_GOAL_MS} ms: ${scimGoal(r)}`,
   ]);
 }
 printTable('Summary', ['benchmark', 'backend', 'what', 'Keel', 'physical limit', 'ratio', 'goal'], rows);

@@ -180,6 +180,8 @@ const envSchema = z.object({
   DOMAIN_VERIFY_LIMIT: int(10, 1, 100000),
   // SCIM provisioning: requests per SCIM token per minute (a directory's initial import comes in bursts).
   SCIM_RATE_LIMIT: int(1200, 1, 1000000),
+  // SCIM provisioning: the most resources a filter SQL cannot answer whole is applied to in memory (beyond: 400 tooMany).
+  SCIM_FILTER_SCAN_LIMIT: int(5000, 1, 1000000),
 
   // Audit (docs/decisions.md "Audit: hash chain, checkpoints, security events"): the Ed25519 key signing the
   // daily chain checkpoints (base64 of its 32-byte seed; unset: no checkpoints), and the days an entry is

@@ -13,7 +13,7 @@ describe.skipIf(!backendAvailable())('SCIM limits', () => {
   let adminToken: string;
 
   beforeAll(async () => {
-    app = await startTestApp({ env: { SCIM_RATE_LIMIT: '3' } });
+    app = await startTestApp({ env: { SCIM_RATE_LIMIT: '3', SCIM_FILTER_SCAN_LIMIT: '2' } });
     tenant = await createTenant(app);
     adminToken = (await enrollTotp(app, (await login(app, tenant.orgAdmin)).accessToken)).accessToken;
   }, 120_000);
@@ -30,5 +30,21 @@ describe.skipIf(!backendAvailable())('SCIM limits', () => {
     expect(over.body).toMatchObject({ schemas: ['urn:ietf:params:scim:api:messages:2.0:Error'], status: '429' });
     expect(Number(over.headers.get('retry-after'))).toBeGreaterThan(0);
     expect((await app.request('GET', '/scim/v2/Users', { token: calm })).status).toBe(200);
+  });
+
+  it('a filter SQL cannot answer whole reads at most SCIM_FILTER_SCAN_LIMIT users (else 400 tooMany); one it answers is never refused', async () => {
+    const make = async () => (await app.api('POST', `/orgs/${tenant.orgId}/scim-tokens`, { token: adminToken, body: { name: 'dir' } })).body.token as string;
+    const [writer, reader] = [await make(), await make()];
+    const names = ['a', 'b', 'c'].map((x) => `${x}-${Date.now().toString(36)}@scan.example`);
+    for (const userName of names) {
+      const made = await app.request('POST', '/scim/v2/Users', { token: writer, body: { userName }, headers: { 'content-type': 'application/scim+json' } });
+      expect(made.status).toBe(201);
+    }
+    const scan = await app.request('GET', `/scim/v2/Users?filter=${encodeURIComponent('userName co "@scan.example"')}`, { token: reader });
+    expect(scan.status).toBe(400);
+    expect(scan.body).toMatchObject({ status: '400', scimType: 'tooMany' });
+    const pinned = await app.request('GET', `/scim/v2/Users?filter=${encodeURIComponent(`userName eq "${names[2]}" and userName co "@scan.example"`)}`, { token: reader });
+    expect(pinned.status).toBe(200);
+    expect(pinned.body).toMatchObject({ totalResults: 1 });
   });
 });

@@ -169,6 +169,7 @@ describe.skipIf(!backendAvailable())(`full partner organisation access (${backen
       { method: 'GET', route: '/orgs/:orgId/scim-tokens', path: `/orgs/${w.orgId}/scim-tokens`, expect: { selected: 'full', none: 'full' } },
       { method: 'POST', route: '/orgs/:orgId/scim-tokens', path: `/orgs/${w.orgId}/scim-tokens`, body: { name: 'Entra' }, expect: { selected: 'full', none: 'full' } },
       { method: 'DELETE', route: '/orgs/:orgId/scim-tokens/:id', path: `/orgs/${w.orgId}/scim-tokens/${randomUUID()}`, expect: { selected: 'full', none: 'full' } },
+      { method: 'GET', route: '/orgs/:orgId/scim-users', path: `/orgs/${w.orgId}/scim-users`, expect: { selected: 'full', none: 'full' } },
       { method: 'GET', route: '/orgs/:orgId/scim-settings', path: `/orgs/${w.orgId}/scim-settings`, expect: { selected: 'full', none: 'full' } },
       { method: 'PUT', route: '/orgs/:orgId/scim-settings', path: `/orgs/${w.orgId}/scim-settings`, body: { defaultRoleId: ROLE.orgReadOnly, groupRoleMappings: [] }, expect: { selected: 'full', none: 'full' } },
       // Last: deletes that succeed for the selected user in its own organisation.

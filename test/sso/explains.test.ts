@@ -68,6 +68,25 @@ describe.skipIf(!backendAvailable())('SSO that explains itself', () => {
     expect(ex.body.user).toMatchObject({ email, roleId: custom.body.id });
   });
 
+  it('a person in several mapped groups gets the mapping with the most permissions, whatever the order (roleFromGroups, shared with SCIM)', async () => {
+    const t3 = await createTenant(w.app);
+    const t3Admin = (await enrollTotp(w.app, (await login(w.app, t3.orgAdmin)).accessToken)).accessToken;
+    const created = await w.api('POST', '/sso/providers', {
+      token: t3Admin,
+      body: {
+        name: 'Several groups', type: 'oidc', issuer: idp.issuer, clientId: idp.clientId, clientSecret: idp.clientSecret, scopes: 'openid profile email groups', defaultRoleId: orgReadOnly,
+        groupRoleMappings: [{ group: 'contoso-readers', roleId: orgReadOnly }, { group: 'contoso-techs', roleId: orgTechnician }],
+      },
+    });
+    expect(created.status, JSON.stringify(created.body)).toBe(201);
+    expect((await w.api('POST', `/sso/providers/${created.body.id}/status`, { token: t3Admin, body: { status: 'active' } })).status).toBe(200);
+    const email = uniqueEmail('several');
+    const location = await signIn(t3.orgId, account(email, { groups: ['contoso-readers', 'contoso-techs'] }));
+    const ex = await w.api('POST', '/sso/exchange', { body: { code: ssoCodeOf(location) } });
+    expect(ex.status, location).toBe(200);
+    expect(ex.body.user).toMatchObject({ email, roleId: orgTechnician });
+  });
+
   it('group mappings without a groups claim are refused (400 naming attributeMapping.groups), on create and on PATCH', async () => {
     const mappings = [{ group: 'fabrikam-techs', roleId: orgReadOnly }];
     // Google's OIDC sends no groups claim: its preset names none.

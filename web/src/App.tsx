@@ -16,6 +16,7 @@ import { ApiKeys } from './pages/admin/ApiKeys';
 import { Audit } from './pages/admin/Audit';
 import { WebhookDetail, Webhooks } from './pages/integrations/Webhooks';
 import { SsoProviderDetail, SsoProviders } from './pages/integrations/Sso';
+import { Provisioning } from './pages/integrations/Provisioning';
 import { DeviceDetail, Devices } from './pages/devices/Devices';
 import { AgentVersions } from './pages/devices/AgentVersions';
 import { InstallAgent } from './pages/devices/InstallAgent';
@@ -71,6 +72,7 @@ function Routes() {
               <Route path="/integrations/webhooks" component={Webhooks} />
               <Route path="/integrations/webhooks/:id">{(p) => <WebhookDetail id={p.id} />}</Route>
               <Route path="/integrations/sso" component={SsoProviders} />
+              <Route path="/integrations/provisioning" component={Provisioning} />
               <Route path="/integrations/sso/:id">{(p) => <SsoProviderDetail id={p.id} />}</Route>
               <Route path="/devices" component={Devices} />
               <Route path="/devices/agent-versions" component={AgentVersions} />

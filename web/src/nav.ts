@@ -41,6 +41,7 @@ export const NAV: NavSection[] = [
     items: [
       { to: '/integrations/webhooks', label: 'Webhooks', show: (me, can) => tenant(me) && can('webhooks', 'read') },
       { to: '/integrations/sso', label: 'Single sign-on', show: (me, can) => tenant(me) && can('organizations', 'read') },
+      { to: '/integrations/provisioning', label: 'Provisioning', show: (me, can) => tenant(me) && can('users', 'read') },
     ],
   },
   {

@@ -1,3 +1,4 @@
+import { CORE_GROUP } from './groups.js';
 import { CORE_USER, ENTERPRISE_USER, MAX_COUNT, MAX_PATCH_OPERATIONS, LIST_RESPONSE } from './users.js';
 
 /*
@@ -37,6 +38,15 @@ export function resourceTypes(baseUrl: string): Record<string, unknown>[] {
       schema: CORE_USER,
       schemaExtensions: [{ schema: ENTERPRISE_USER, required: false }],
       meta: { resourceType: 'ResourceType', location: `${baseUrl}/ResourceTypes/User` },
+    },
+    {
+      schemas: [RESOURCE_TYPE],
+      id: 'Group',
+      name: 'Group',
+      endpoint: '/Groups',
+      description: "A directory group of the organisation; the SCIM settings' group mappings give its members a role",
+      schema: CORE_GROUP,
+      meta: { resourceType: 'ResourceType', location: `${baseUrl}/ResourceTypes/Group` },
     },
   ];
 }
@@ -78,10 +88,22 @@ const ENTERPRISE_ATTRIBUTES: Attr[] = [
   attr('manager', { type: 'complex', subAttributes: [attr('value', { description: 'The id of the manager' }), attr('displayName', { mutability: 'readOnly' })] }),
 ];
 
+const GROUP_ATTRIBUTES: Attr[] = [
+  attr('displayName', { required: true, uniqueness: 'server', description: "The group's name: the SCIM settings' group mappings name it (compared without case)" }),
+  attr('externalId', { caseExact: true, description: "The directory's own id of the group" }),
+  attr('members', {
+    type: 'complex',
+    multiValued: true,
+    description: 'Users of the organisation in the group',
+    subAttributes: [attr('value', { mutability: 'immutable', description: 'The id of a User' }), attr('display', { mutability: 'readOnly' }), attr('type', { mutability: 'immutable', canonicalValues: ['User'] })],
+  }),
+];
+
 export function schemas(baseUrl: string): Record<string, unknown>[] {
   return [
     { schemas: [SCHEMA], id: CORE_USER, name: 'User', description: 'User account', attributes: USER_ATTRIBUTES, meta: { resourceType: 'Schema', location: `${baseUrl}/Schemas/${CORE_USER}` } },
     { schemas: [SCHEMA], id: ENTERPRISE_USER, name: 'EnterpriseUser', description: 'Enterprise user', attributes: ENTERPRISE_ATTRIBUTES, meta: { resourceType: 'Schema', location: `${baseUrl}/Schemas/${ENTERPRISE_USER}` } },
+    { schemas: [SCHEMA], id: CORE_GROUP, name: 'Group', description: 'Group', attributes: GROUP_ATTRIBUTES, meta: { resourceType: 'Schema', location: `${baseUrl}/Schemas/${CORE_GROUP}` } },
   ];
 }
 

@@ -1,8 +1,17 @@
-import { parse, Tester, type Filter } from 'scim2-parse-filter';
+import { and, gt, gte, lt, lte, not, or, type AnyColumn, type SQL } from 'drizzle-orm';
+import { parse, Tester, type Compare, type Filter } from 'scim2-parse-filter';
 import { ScimError } from './errors.js';
 
 /** The longest `filter` parameter taken (a directory's filters are a line long). */
 export const MAX_FILTER_LENGTH = 2000;
+
+/**
+ * A filter SQL cannot say whole is applied in memory to at most SCIM_FILTER_SCAN_LIMIT rows
+ * (docs/decisions.md "SCIM"): beyond it the request is refused 400 `tooMany`, to be narrowed with a
+ * term SQL answers.
+ */
+export const tooManyToFilter = (cap: number) =>
+  new ScimError(400, `The filter would be applied to more than ${cap} resources; narrow it with userName, externalId, id, active or meta.lastModified`, 'tooMany');
 
 const ISO_DATE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/;
 
@@ -73,21 +82,62 @@ export function matches(filter: Filter, resource: unknown): boolean {
   return tester.test(resource, filter);
 }
 
+/** What a field of a filter becomes in SQL: a condition for `op value`, or null where SQL cannot say it alike. */
+export type SqlField = (op: Compare['op'], value: Compare['compValue']) => SQL | null;
+
+/** `userName`, `urn:…:core:2.0:User:userName`, `meta.lastModified` → the path in lower case without the core schema's URN. */
+export const pathKey = (attrPath: string): string => attrPath.toLowerCase().replace(/^urn:ietf:params:scim:schemas:core:2\.0:(user|group):/, '');
+
 /**
- * The value a filter pins an indexed attribute to (`userName eq "x"`, alone or as one term of an
- * `and`), so the lookup reads by the index instead of the whole organisation; the whole filter is
- * still applied to what it reads.
+ * The part of a filter SQL can evaluate with the organisation's indexes (`fields`, by `pathKey`):
+ * `where` narrows the rows read, `exact` says it is the whole filter. A term SQL cannot say (`co`,
+ * value paths, a field not in `fields`) is left to `matches` on what was read; an `and` keeps the
+ * terms SQL can say, an `or` or a `not` only when SQL says all of it.
  */
-export function pinned(filter: Filter, attribute: 'userName' | 'externalId' | 'id'): string | null {
-  if (filter.op === 'eq' && 'attrPath' in filter && typeof filter.compValue === 'string') {
-    const path = filter.attrPath.toLowerCase().replace(/^urn:ietf:params:scim:schemas:core:2\.0:user:/, '');
-    return path === attribute.toLowerCase() ? filter.compValue : null;
-  }
-  if (filter.op === 'and') {
-    for (const f of filter.filters) {
-      const v = pinned(f, attribute);
-      if (v !== null) return v;
+export function pushDown(filter: Filter, fields: Record<string, SqlField>): { where: SQL | undefined; exact: boolean } {
+  switch (filter.op) {
+    case 'and': {
+      const parts = filter.filters.map((f) => pushDown(f, fields));
+      const wheres = parts.map((p) => p.where).filter((w): w is SQL => w !== undefined);
+      return { where: wheres.length > 0 ? and(...wheres) : undefined, exact: parts.every((p) => p.exact) };
+    }
+    case 'or': {
+      const parts = filter.filters.map((f) => pushDown(f, fields));
+      return parts.every((p) => p.exact) ? { where: or(...parts.map((p) => p.where)), exact: true } : { where: undefined, exact: false };
+    }
+    case 'not': {
+      const inner = pushDown(filter.filter, fields);
+      return inner.exact && inner.where ? { where: not(inner.where), exact: true } : { where: undefined, exact: false };
+    }
+    case '[]':
+    case 'pr':
+      return { where: undefined, exact: false };
+    default: {
+      const field = fields[pathKey(filter.attrPath)];
+      const where = field ? field(filter.op, filter.compValue) : null;
+      return where ? { where, exact: true } : { where: undefined, exact: false };
     }
   }
-  return null;
+}
+
+/** An ISO 8601 date-time as a Date, or null (a filter's `gt`/`ge`/`lt`/`le` on dates). */
+export function isoDate(v: unknown): Date | null {
+  if (typeof v !== 'string' || !ISO_DATE.test(v)) return null;
+  const ms = Date.parse(v);
+  return Number.isNaN(ms) ? null : new Date(ms);
+}
+
+/** A date column compared as RFC 7643 compares date-times (instants). */
+export function dateField(column: AnyColumn): SqlField {
+  return (op, value) => {
+    const d = isoDate(value);
+    if (!d) return null;
+    switch (op) {
+      case 'gt': return gt(column, d);
+      case 'ge': return gte(column, d);
+      case 'lt': return lt(column, d);
+      case 'le': return lte(column, d);
+      default: return null;
+    }
+  };
 }

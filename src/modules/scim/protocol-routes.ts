@@ -8,6 +8,7 @@ import { authenticateScimToken } from './tokens.js';
 import { createUser, deleteUser, getUser, listUsers, patchUser, replaceUser, LIST_RESPONSE, type ScimContext } from './users.js';
 import { listOf, resourceTypes, schemas, serviceProviderConfig } from './discovery.js';
 import { project } from './attributes.js';
+import { createGroup, deleteGroup, getGroup, listGroups, membersExcluded, patchGroup, replaceGroup } from './groups.js';
 
 export const SCIM_BASE = '/scim/v2';
 const MEDIA = 'application/scim+json; charset=utf-8';
@@ -123,6 +124,29 @@ export function mountScimProtocol(app: Hono<AppEnv>, keel: Keel): void {
   scim.patch('/Users/:id', handle(async (c, ctx) => scimJson(c, shaped(c, await patchUser(ctx, idOf(c), await bodyOf(c))))));
   scim.delete('/Users/:id', handle(async (c, ctx) => {
     await deleteUser(ctx, idOf(c));
+    return c.body(null, 204);
+  }));
+
+  const withMembers = (c: Context<AppEnv>) => !membersExcluded(c.req.query('excludedAttributes'), c.req.query('attributes'));
+  scim.get('/Groups', handle(async (c, ctx) => {
+    const page = await listGroups(ctx, { filter: c.req.query('filter'), startIndex: intParam(c, 'startIndex'), count: intParam(c, 'count'), withMembers: withMembers(c) });
+    return scimJson(c, {
+      schemas: [LIST_RESPONSE],
+      totalResults: page.totalResults,
+      startIndex: page.startIndex,
+      itemsPerPage: page.resources.length,
+      Resources: page.resources.map((r) => shaped(c, r)),
+    });
+  }));
+  scim.post('/Groups', handle(async (c, ctx) => {
+    const created = await createGroup(ctx, await bodyOf(c));
+    return scimJson(c, shaped(c, created), 201, { Location: `${ctx.baseUrl}/Groups/${String(created.id)}` });
+  }));
+  scim.get('/Groups/:id', handle(async (c, ctx) => scimJson(c, shaped(c, await getGroup(ctx, idOf(c), withMembers(c))))));
+  scim.put('/Groups/:id', handle(async (c, ctx) => scimJson(c, shaped(c, await replaceGroup(ctx, idOf(c), await bodyOf(c))))));
+  scim.patch('/Groups/:id', handle(async (c, ctx) => scimJson(c, shaped(c, await patchGroup(ctx, idOf(c), await bodyOf(c))))));
+  scim.delete('/Groups/:id', handle(async (c, ctx) => {
+    await deleteGroup(ctx, idOf(c));
     return c.body(null, 204);
   }));
 

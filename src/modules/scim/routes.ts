@@ -11,6 +11,7 @@ import { requireMfa } from '../mfa/policy.js';
 import { assertCoversOrgMembers } from '../users/service.js';
 import { createScimToken, listScimTokens, revokeScimToken } from './tokens.js';
 import { getScimSettings, putScimSettings } from './settings.js';
+import { listManagedUsers } from './users.js';
 
 const d = (description: string, example?: unknown) => (example === undefined ? { description } : { description, example });
 
@@ -59,6 +60,17 @@ const OrgPath = z.object({
 const ItemPath = OrgPath.extend({
   id: z.uuid().openapi({ description: 'Id (UUID) of the SCIM token; another organisation\'s answers 404', param: { name: 'id', in: 'path' }, example: '01936f4e-8c1a-7b2e-9d4f-3a5b6c7d8e9f' }),
 });
+
+const ManagedUser = z
+  .object({
+    id: z.uuid().openapi(d('The account id (its SCIM id), for /users/{id}')),
+    userName: z.string().openapi(d('The email address (SCIM userName)', 'grace@example.com')),
+    name: z.string().openapi(d('The display name Keel shows')),
+    externalId: z.string().nullable().openapi(d("The directory's own id of the person; null when it sent none")),
+    active: z.boolean().openapi(d('false: the directory disabled the account')),
+    lastModified: z.string().openapi(d('When the directory last changed it (ISO 8601)')),
+  })
+  .openapi('ScimManagedUser', { description: "An account the organisation's directory manages" });
 
 /** The organisation the guard reached from the path (else 404). */
 function orgOf(c: Context<AppEnv>): { orgId: string; partnerId: string | null } {
@@ -119,6 +131,20 @@ export function mountScimRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       await assertCoversOrgMembers(keel.db, accessOf(c), org.orgId);
       await revokeScimToken(keel, org, c.req.valid('param').id, requestInfo(c));
       return c.body(null, 204);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/orgs/{orgId}/scim-users', tags, summary: "The accounts the organisation's directory manages",
+      middleware: read,
+      request: { params: OrgPath, query: PageQuery },
+      responses: { 200: json(paginated(ManagedUser), 'Managed accounts, oldest first'), ...errors(404) },
+    }),
+    async (c) => {
+      const q = c.req.valid('query');
+      const { data, total } = await listManagedUsers(keel.db, orgOf(c).orgId, q);
+      return c.json(page(data, q, total), 200);
     },
   );
 

@@ -1,4 +1,5 @@
-import { index, integer, jsonb, pgTable, uniqueIndex, uuid, varchar } from 'drizzle-orm/pg-core';
+import { sql } from 'drizzle-orm';
+import { index, integer, jsonb, pgTable, primaryKey, uniqueIndex, uuid, varchar } from 'drizzle-orm/pg-core';
 import { createdAt, idColumn, ts, updatedAt } from '../../platform/db/columns.js';
 import { organizations } from '../tenancy/schema.js';
 import { users } from '../identity/schema.js';
@@ -63,8 +64,46 @@ export const scimUsers = pgTable(
     createdAt: createdAt(),
     updatedAt: updatedAt(),
   },
-  (t) => [uniqueIndex('scim_users_org_user_name_idx').on(t.orgId, t.userName), index('scim_users_org_external_id_idx').on(t.orgId, t.externalId)],
+  (t) => [
+    uniqueIndex('scim_users_org_user_name_idx').on(t.orgId, t.userName),
+    index('scim_users_org_external_id_idx').on(t.orgId, t.externalId),
+    index('scim_users_org_created_idx').on(t.orgId, t.createdAt),
+    index('scim_users_org_updated_idx').on(t.orgId, t.updatedAt),
+  ],
 );
 
+/**
+ * A directory's group in one organisation (docs/decisions.md "SCIM"): its displayName is unique in
+ * the organisation without regard to case (the group mappings name it), so a retried POST is 409.
+ */
+export const scimGroups = pgTable(
+  'scim_groups',
+  {
+    id: idColumn(),
+    orgId: uuid('org_id').notNull().references(() => organizations.id, { onDelete: 'cascade' }),
+    displayName: varchar('display_name', { length: 255 }).notNull(),
+    externalId: varchar('external_id', { length: 255 }),
+    version: integer('version').notNull().default(1),
+    createdAt: createdAt(),
+    updatedAt: updatedAt(),
+  },
+  (t) => [
+    uniqueIndex('scim_groups_org_display_name_idx').on(t.orgId, sql`lower(${t.displayName})`),
+    index('scim_groups_org_external_id_idx').on(t.orgId, t.externalId),
+    index('scim_groups_org_created_idx').on(t.orgId, t.createdAt),
+  ],
+);
+
+/** A managed user's membership of a group (both of the same organisation). */
+export const scimGroupMembers = pgTable(
+  'scim_group_members',
+  {
+    groupId: uuid('group_id').notNull().references(() => scimGroups.id, { onDelete: 'cascade' }),
+    userId: uuid('user_id').notNull().references(() => scimUsers.userId, { onDelete: 'cascade' }),
+  },
+  (t) => [primaryKey({ columns: [t.groupId, t.userId] }), index('scim_group_members_user_idx').on(t.userId)],
+);
+
+export type ScimGroupRow = typeof scimGroups.$inferSelect;
 export type ScimTokenRow = typeof scimTokens.$inferSelect;
 export type ScimUserRow = typeof scimUsers.$inferSelect;

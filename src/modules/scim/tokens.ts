@@ -1,4 +1,4 @@
-import { and, asc, count, eq } from 'drizzle-orm';
+import { and, asc, count, eq, inArray } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import type { Db } from '../../platform/db/client.js';
 import { clock } from '../../platform/clock.js';
@@ -35,7 +35,10 @@ declare module '../../platform/module.js' {
  * manages (their email, name and status change only through SCIM or a platform administrator).
  */
 export function installScim(keel: Keel): KeelModule<Scim> {
-  registerAccountManager(keel, async (db, userId) => ((await db.select({ id: scimUsers.userId }).from(scimUsers).where(eq(scimUsers.userId, userId))).length > 0 ? 'scim' : null));
+  registerAccountManager(keel, async (db, userIds) => {
+    const rows = await db.select({ id: scimUsers.userId }).from(scimUsers).where(inArray(scimUsers.userId, [...userIds]));
+    return new Map(rows.map((r) => [r.id, 'scim']));
+  });
   return { handle: { limit: keel.limits.define('scim-token', keel.config.SCIM_RATE_LIMIT, 60) } };
 }
 

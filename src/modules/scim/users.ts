@@ -1,4 +1,4 @@
-import { and, asc, count, eq, sql } from 'drizzle-orm';
+import { and, asc, count, eq, ne, sql } from 'drizzle-orm';
 import { scimPatch, ScimError as PatchError, type ScimPatchOperation, type ScimResource } from 'scim-patch';
 import type { Keel } from '../../keel.js';
 import type { Db } from '../../platform/db/client.js';
@@ -15,7 +15,7 @@ import { addOrganizationMember, assertNotLastFullAdmin, getMembership } from '..
 import { verifiedDomainOrg } from '../domains/service.js';
 import { scimUsers, type ScimUserAttributes, type ScimUserRow } from './schema.js';
 import { ScimError, scimInvalid, scimNotFound } from './errors.js';
-import { matches, parseFilter, pinned } from './filter.js';
+import { dateField, matches, parseFilter, pushDown, tooManyToFilter, type SqlField } from './filter.js';
 import { scimDefaultRole } from './settings.js';
 import type { ScimCaller } from './tokens.js';
 
@@ -194,11 +194,22 @@ export interface ListQuery {
   count?: number | undefined;
 }
 
+/** The filter terms SQL answers through the organisation's indexes (docs/decisions.md "SCIM"). */
+export const USER_FIELDS: Record<string, SqlField> = {
+  username: (op, v) => (op === 'eq' && typeof v === 'string' ? eq(scimUsers.userName, v.toLowerCase()) : null),
+  externalid: (op, v) => (op === 'eq' && typeof v === 'string' ? eq(scimUsers.externalId, v) : null),
+  id: (op, v) => (op === 'eq' && typeof v === 'string' ? (UUID.test(v) ? eq(scimUsers.userId, v) : sql`false`) : null),
+  active: (op, v) => (op === 'eq' && typeof v === 'boolean' ? (v ? eq(users.status, 'active') : ne(users.status, 'active')) : null),
+  'meta.lastmodified': dateField(scimUsers.updatedAt),
+  'meta.created': dateField(scimUsers.createdAt),
+};
+
 /**
  * `GET /Users` (RFC 7644 §3.4.2): the organisation's managed users in creation order, filtered,
- * paged by `startIndex` (1-based) and `count` (at most MAX_COUNT). A filter pinning `userName`,
- * `externalId` or `id` with `eq` reads through the index; any other filter is applied to the
- * organisation's users read in full.
+ * paged by `startIndex` (1-based) and `count` (at most MAX_COUNT). A filter SQL can say whole
+ * (`pushDown`: `userName`/`externalId`/`id`/`active` `eq`, `meta.lastModified` and `meta.created`
+ * compared, joined by `and`/`or`/`not`) is counted and paged in SQL; any other is applied to the
+ * rows its SQL part narrows to, at most SCIM_FILTER_SCAN_LIMIT of them (400 `tooMany` beyond).
  */
 export async function listUsers(ctx: ScimContext, q: ListQuery): Promise<{ totalResults: number; startIndex: number; resources: Record<string, unknown>[] }> {
   const startIndex = Math.max(1, q.startIndex ?? 1);
@@ -206,29 +217,20 @@ export async function listUsers(ctx: ScimContext, q: ListQuery): Promise<{ total
   const db = ctx.keel.db;
   const org = eq(scimUsers.orgId, ctx.caller.orgId);
   const order = [asc(scimUsers.createdAt), asc(scimUsers.userId)] as const;
-  if (q.filter === undefined || q.filter.trim() === '') {
+  const filter = q.filter === undefined || q.filter.trim() === '' ? null : parseFilter(q.filter);
+  const pushed = filter ? pushDown(filter, USER_FIELDS) : { where: undefined, exact: true };
+  const where = and(org, pushed.where);
+  if (pushed.exact) {
     const [[total], rows] = await Promise.all([
-      db.select({ n: count() }).from(scimUsers).where(org),
-      take === 0 ? Promise.resolve([]) : (joined(db).where(org).orderBy(...order).limit(take).offset(startIndex - 1) as Promise<Joined[]>),
+      db.select({ n: count() }).from(scimUsers).innerJoin(users, eq(users.id, scimUsers.userId)).where(where),
+      take === 0 ? Promise.resolve([]) : (joined(db).where(where).orderBy(...order).limit(take).offset(startIndex - 1) as Promise<Joined[]>),
     ]);
     return { totalResults: total?.n ?? 0, startIndex, resources: rows.map((j) => resourceOf(ctx, j)) };
   }
-  const filter = parseFilter(q.filter);
-  const userName = pinned(filter, 'userName');
-  const externalId = pinned(filter, 'externalId');
-  const id = pinned(filter, 'id');
-  const narrowed =
-    userName !== null
-      ? eq(scimUsers.userName, userName.toLowerCase())
-      : externalId !== null
-        ? eq(scimUsers.externalId, externalId)
-        : id !== null
-          ? UUID.test(id)
-            ? eq(scimUsers.userId, id)
-            : sql`false`
-          : undefined;
-  const rows = (await joined(db).where(and(org, narrowed)).orderBy(...order)) as Joined[];
-  const hits = rows.map((j) => resourceOf(ctx, j)).filter((r) => matches(filter, r));
+  const cap = ctx.keel.config.SCIM_FILTER_SCAN_LIMIT;
+  const rows = (await joined(db).where(where).orderBy(...order).limit(cap + 1)) as Joined[];
+  if (rows.length > cap) throw tooManyToFilter(cap);
+  const hits = rows.map((j) => resourceOf(ctx, j)).filter((r) => filter === null || matches(filter, r));
   return { totalResults: hits.length, startIndex, resources: hits.slice(startIndex - 1, startIndex - 1 + take) };
 }
 
@@ -433,4 +435,26 @@ export async function deleteUser(ctx: ScimContext, id: string): Promise<void> {
     const accountDeleted = !partner && !current.isPlatformAdmin ? await deleteAccount(keel, tx, id) : false;
     await audit(ctx, tx.db, 'user.scim.delete', id, { accountDeleted });
   });
+}
+
+export interface ManagedUserView {
+  id: string;
+  userName: string;
+  name: string;
+  externalId: string | null;
+  active: boolean;
+  lastModified: string;
+}
+
+/** `GET /orgs/:orgId/scim-users`: the accounts the organisation's directory manages, oldest first (the console's list). */
+export async function listManagedUsers(db: Db, orgId: string, q: { page: number; limit: number }): Promise<{ data: ManagedUserView[]; total: number }> {
+  const where = eq(scimUsers.orgId, orgId);
+  const [rows, [total]] = await Promise.all([
+    joined(db).where(where).orderBy(asc(scimUsers.createdAt), asc(scimUsers.userId)).limit(q.limit).offset((q.page - 1) * q.limit) as Promise<Joined[]>,
+    db.select({ n: count() }).from(scimUsers).where(where),
+  ]);
+  return {
+    data: rows.map((j) => ({ id: j.row.userId, userName: j.email, name: j.name, externalId: j.row.externalId, active: j.status === 'active', lastModified: j.row.updatedAt.toISOString() })),
+    total: total?.n ?? 0,
+  };
 }

@@ -23,7 +23,7 @@ export const GroupRoleMappingSchema = z
     group: z.string().min(1).max(255).openapi(d('Group name or id as the IdP sends it in the groups claim', 'keel-admins')),
     roleId: z.uuid().openapi(d('Organization-scoped role given to members of the group', '00000000-0000-7000-8000-000000000004')),
   })
-  .openapi('SsoGroupRoleMapping', { description: 'At each SSO login the first mapping (in list order) whose group the user is in decides the role' });
+  .openapi('SsoGroupRoleMapping', { description: 'At each SSO login, of the mappings whose group the user is in, the role with the most permissions decides (roles that may change something before read-only ones; on a tie, the earlier mapping; docs/decisions.md "SCIM")' });
 
 const GroupRoleMappings = z.array(GroupRoleMappingSchema).max(100);
 const MfaAcrValues = z.array(z.string().trim().min(1).max(500)).max(20);
@@ -94,7 +94,7 @@ const writable = {
   entityId: z.string().trim().min(1).max(500).nullable().optional().openapi(d('SAML: IdP entity id', 'https://sts.example.com/adfs/services/trust')),
   ssoUrl: Url500.nullable().optional().openapi(d('SAML: IdP single sign-on URL', 'https://sts.example.com/adfs/ls/')),
   certificate: z.string().min(1).max(20000).nullable().optional().openapi(d('SAML: IdP signing certificate, PEM or bare base64')),
-  groupRoleMappings: GroupRoleMappings.optional().openapi(d('IdP groups to roles (first match in list order wins)')),
+  groupRoleMappings: GroupRoleMappings.optional().openapi(d('IdP groups to roles (of several matches, the role with the most permissions)')),
   mfaAcrValues: MfaAcrValues.optional().openapi(d('acr / AuthnContextClassRef values that mean a second factor (default none; amr mfa, otp, hwk, swk, pop always count)', ['http://schemas.openid.net/pape/policies/2007/06/multi-factor'])),
 };
 

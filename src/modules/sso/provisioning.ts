@@ -8,6 +8,7 @@ import { constantTimeEqual, sha256Hex } from '../../platform/crypto.js';
 import { AppError } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { assignableRole } from '../access/roles.js';
+import { roleFromGroups } from '../access/group-roles.js';
 import { addOrganizationMember, assertNotLastFullAdmin, getMembership, setOrganizationMemberRole } from '../access/service.js';
 import { identityOf } from '../identity/context.js';
 import { createAccount } from '../identity/accounts.js';
@@ -71,14 +72,14 @@ export function domainAllowed(allowed: string, email: string): boolean {
   return domains.includes(domain);
 }
 
-/** The first mapping (in list order) whose group the user is in, when its role is still usable in the organisation. */
+/**
+ * The role the person's groups give through the provider's mappings: the one rule SSO and SCIM share
+ * (`roleFromGroups`, docs/decisions.md "SCIM"); a mapping whose role is no longer usable is skipped.
+ */
 async function mappedRole(keel: Keel, p: ProviderRow, groups: string[], request: RequestRef): Promise<string | null> {
-  for (const m of p.groupRoleMappings) {
-    if (!groups.includes(m.group)) continue;
-    if (await assignableRole(keel.db, m.roleId, { orgId: p.orgId })) return m.roleId;
-    requestLog(keel.log, request).warn({ providerId: p.id, roleId: m.roleId }, 'SSO group mapping names a role no longer usable in the organization; skipped');
-  }
-  return null;
+  const { roleId, skipped } = await roleFromGroups(keel, p.orgId, p.groupRoleMappings, groups);
+  for (const s of skipped) requestLog(keel.log, request).warn({ providerId: p.id, roleId: s.roleId }, 'SSO group mapping names a role no longer usable in the organization; skipped');
+  return roleId;
 }
 
 export interface IdpTokens {

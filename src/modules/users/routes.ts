@@ -15,6 +15,7 @@ import { acceptInvite, inviteUser, previewInvitation, listInvitations, resendInv
 import { resetUserMfa } from './mfa-reset.js';
 import { endUserSessions } from './end-sessions.js';
 import { requireMfa } from '../mfa/policy.js';
+import { managersOf, withManagedBy } from '../identity/managed.js';
 
 const UserSchema = z
   .object({
@@ -38,6 +39,7 @@ const UserSchema = z
     mfaMethod: z.enum(['totp', 'sms', 'passkey']).nullable().openapi({ description: 'Primary second factor; null without one' }),
     lastLoginAt: z.string().nullable().openapi({ description: 'Last completed sign-in, ISO 8601 UTC; null before the first' }),
     createdAt: z.string().openapi({ description: 'When the account was created, ISO 8601 UTC' }),
+    managedBy: z.string().nullable().openapi({ description: "Who manages the account's email, name and status outside Keel: `scim`, the organisation's directory (Keel's own API then refuses to change them, 409 `account_managed`, except for a platform administrator); null: Keel" }),
   })
   .openapi('User', { description: 'A user as a member of the scope: the account and its association' });
 const InvitedSchema = UserSchema.extend({
@@ -141,6 +143,12 @@ const InvitationSchema = z
 const tag = ['users'];
 
 export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
+  // Each user answered says whether a directory manages the account (the console hides edits it would refuse).
+  const managed = <T extends { id: string }>(views: T[]) => withManagedBy(keel, views);
+  const one = async <T extends { id: string }>(view: Promise<T>) => {
+    const v = await view;
+    return { ...v, managedBy: (await managersOf(keel, keel.db, [v.id])).get(v.id) ?? null };
+  };
   const auth = authenticate(keel);
   // Reads too: partner users without full organisation access get 403 on every users route (docs/specification.md "Tenant hierarchy and scopes").
   const read = (action: string) => [auth, ...guard(keel, { fullOrgAccess: true, permission: ['users', action] })];
@@ -158,7 +166,7 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     async (c) => {
       const q = c.req.valid('query');
       const { data, total } = await listUsers(keel.db, accessOf(c), q);
-      return c.json(page(data, q, total), 200);
+      return c.json(page(await managed(data), q, total), 200);
     },
   );
 
@@ -212,7 +220,8 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     }),
     async (c) => {
       const { orgId: _o, partnerId: _p, ...input } = c.req.valid('json');
-      return c.json({ ...(await inviteUser(keel, accessOf(c), input, requestInfo(c))), invitationEmail: keel.mailer.destination }, 201);
+      const invited = await one(inviteUser(keel, accessOf(c), input, requestInfo(c)));
+      return c.json({ ...invited, invitationEmail: keel.mailer.destination }, 201);
     },
   );
 
@@ -244,7 +253,7 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       request: { params: IdParam, query: ScopeQuery },
       responses: { 200: json(UserSchema), ...errors(404) },
     }),
-    async (c) => c.json(await getVisibleUser(keel.db, accessOf(c), c.req.valid('param').id), 200),
+    async (c) => c.json(await one(getVisibleUser(keel.db, accessOf(c), c.req.valid('param').id)), 200),
   );
 
   api.openapi(
@@ -256,7 +265,7 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     }),
     async (c) => {
       const { orgId: _o, partnerId: _p, ...patch } = c.req.valid('json');
-      return c.json(await updateUser(keel, accessOf(c), c.req.valid('param').id, patch, requestInfo(c)), 200);
+      return c.json(await one(updateUser(keel, accessOf(c), c.req.valid('param').id, patch, requestInfo(c))), 200);
     },
   );
 
@@ -287,7 +296,7 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
         ) },
       responses: { 200: json(UserSchema), ...errors(404, 409) },
     }),
-    async (c) => c.json(await assignRole(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json').roleId, requestInfo(c)), 200),
+    async (c) => c.json(await one(assignRole(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json').roleId, requestInfo(c))), 200),
   );
 
   api.openapi(

@@ -57,6 +57,9 @@ export const keys = {
   domains: { ...resource('domains') },
   ssoProviders: { ...resource('sso-providers') },
   ssoPresets: { all: ['sso-presets'] as const },
+  scimTokens: { ...resource('scim-tokens') },
+  scimSettings: { ...resource('scim-settings') },
+  scimUsers: { ...resource('scim-users') },
   /** The event catalogue: the same for every tenant and unchanged while the server runs. */
   eventTypes: { all: ['event-types'] as const },
   devices: {

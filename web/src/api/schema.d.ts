@@ -1546,6 +1546,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/orgs/{orgId}/scim-users": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The accounts the organisation's directory manages
+         * @description Access: a signed-in user (access token; API keys are refused with 403 `user_required`); permission `users:read`; partner users need `orgAccess: all` (403 `full_org_access_required`).
+         */
+        get: operations["getOrgsByOrgIdScimUsers"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/orgs/{orgId}/sites": {
         parameters: {
             query?: never;
@@ -5821,6 +5841,27 @@ export interface components {
             /** @description Base64 SAML Response posted by the IdP (HTTP-POST binding), at most 262144 characters */
             SAMLResponse?: string;
         };
+        /** @description An account the organisation's directory manages */
+        ScimManagedUser: {
+            /** @description false: the directory disabled the account */
+            active: boolean;
+            /** @description The directory's own id of the person; null when it sent none */
+            externalId: string | null;
+            /**
+             * Format: uuid
+             * @description The account id (its SCIM id), for /users/{id}
+             */
+            id: string;
+            /** @description When the directory last changed it (ISO 8601) */
+            lastModified: string;
+            /** @description The display name Keel shows */
+            name: string;
+            /**
+             * @description The email address (SCIM userName)
+             * @example grace@example.com
+             */
+            userName: string;
+        };
         /**
          * @example {
          *       "defaultRoleId": "00000000-0000-7000-8000-000000000006",
@@ -6182,7 +6223,7 @@ export interface components {
              */
             code: string;
         };
-        /** @description At each SSO login the first mapping (in list order) whose group the user is in decides the role */
+        /** @description At each SSO login, of the mappings whose group the user is in, the role with the most permissions decides (roles that may change something before read-only ones; on a tie, the earlier mapping; docs/decisions.md "SCIM") */
         SsoGroupRoleMapping: {
             /**
              * @description Group name or id as the IdP sends it in the groups claim
@@ -6357,7 +6398,7 @@ export interface components {
              * @example https://sts.example.com/adfs/services/trust
              */
             entityId?: string | null;
-            /** @description IdP groups to roles (first match in list order wins) */
+            /** @description IdP groups to roles (of several matches, the role with the most permissions) */
             groupRoleMappings?: components["schemas"]["SsoGroupRoleMapping"][];
             /**
              * Format: uri
@@ -6526,7 +6567,7 @@ export interface components {
              * @example https://sts.example.com/adfs/services/trust
              */
             entityId?: string | null;
-            /** @description IdP groups to roles (first match in list order wins) */
+            /** @description IdP groups to roles (of several matches, the role with the most permissions) */
             groupRoleMappings?: components["schemas"]["SsoGroupRoleMapping"][];
             /**
              * Format: uri
@@ -6767,6 +6808,8 @@ export interface components {
             isPlatformAdmin: boolean;
             /** @description Last completed sign-in, ISO 8601 UTC; null before the first */
             lastLoginAt: string | null;
+            /** @description Who manages the account's email, name and status outside Keel: `scim`, the organisation's directory (Keel's own API then refuses to change them, 409 `account_managed`, except for a platform administrator); null: Keel */
+            managedBy: string | null;
             /** @description True when a second factor is enrolled */
             mfaEnabled: boolean;
             /**
@@ -20640,6 +20683,167 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getOrgsByOrgIdScimUsers: {
+        parameters: {
+            query?: {
+                /** @description Items per page, 1 to 100 (default 50; over 100 is a 400) */
+                limit?: number;
+                /** @description Page number, from 1 (default 1) */
+                page?: number;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Id (UUID) of the organisation; one the caller cannot reach answers 404 */
+                orgId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Managed accounts, oldest first */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description The items of this page, in the order the operation states */
+                        data: components["schemas"]["ScimManagedUser"][];
+                        /** @description Where this page sits in the whole list */
+                        pagination: {
+                            /**
+                             * @description Items per page asked for (the last page may hold fewer)
+                             * @example 50
+                             */
+                            limit: number;
+                            /**
+                             * @description The page returned, from 1
+                             * @example 1
+                             */
+                            page: number;
+                            /**
+                             * @description Items matching the query across all pages
+                             * @example 1
+                             */
+                            total: number;
+                        };
+                    };
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
                     "application/json": components["schemas"]["Error"];
                 };
             };

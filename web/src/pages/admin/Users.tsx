@@ -92,7 +92,17 @@ function UsersPage() {
         }
         row={(u) => (
           <tr key={u.id}>
-            <td>{u.name}</td>
+            <td>
+              {u.name}
+              {u.managedBy === 'scim' && (
+                <>
+                  {' '}
+                  <span className="badge" title="The organisation's directory (SCIM) manages this account's email, name and status">
+                    Managed by directory
+                  </span>
+                </>
+              )}
+            </td>
             <td>{u.email}</td>
             <td>
               {can('users', 'write') && u.id !== me?.id && roles.data ? (
@@ -121,7 +131,7 @@ function UsersPage() {
                   Resend
                 </Button>
               )}
-              {u.id !== me?.id && u.status !== 'invited' && can('users', 'write') && (
+              {u.id !== me?.id && u.status !== 'invited' && can('users', 'write') && (u.managedBy === null || me?.isPlatformAdmin) && (
                 <Button
                   kind="link"
                   onClick={() =>

@@ -30,7 +30,7 @@ const STATUS_TEXT: Record<SsoStatus, string> = {
 export const ssoLoginLink = (orgId: string) => `${window.location.origin}${API}/sso/login/${orgId}`;
 
 /** A value with a Copy button that says whether the copy worked. */
-function CopyValue({ label, value }: { label: string; value: string }) {
+export function CopyValue({ label, value }: { label: string; value: string }) {
   const [copied, setCopied] = useState<'yes' | 'no' | null>(null);
   return (
     <div className="row">

@@ -156,7 +156,7 @@ export function ProviderForm({ provider: p, writable, saved, onSaved }: { provid
           <Checkbox label="Enforce single sign-on (turn off password sign-in for the organisation's users)" checked={enforce} onChange={setEnforce} />
           <strong>Group-to-role mappings</strong>
           <p className="hint">
-            At each sign-in the first mapping (in this order) whose group the user has decides the role. The groups are read from the {p.type === 'oidc' ? 'claim' : 'attribute'} named in “Groups from” above{d['map.groups']?.trim() ? '' : ', which is empty: name it before adding mappings'}.
+            At each sign-in, of the mappings whose group the user has, the role with the most permissions decides (roles that may change something before read-only ones; on a tie, the earlier mapping). The groups are read from the {p.type === 'oidc' ? 'claim' : 'attribute'} named in “Groups from” above{d['map.groups']?.trim() ? '' : ', which is empty: name it before adding mappings'}.
           </p>
           {f.groupRoleMappings && <div className="field-error">{f.groupRoleMappings}</div>}
           {mappings.map((m, i) => (
