@@ -65,7 +65,7 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: partner-w
     const events = [await publish(app, key, 'alert.triggered', { n: 1 }, tenant.orgId), await publish(app, key, 'alert.triggered', { n: 2 }, tenant.otherOrgId)];
     await receiver.waitFor(2);
 
-    await page.getByRole('button', { name: 'Replay' }).click();
+    await page.getByRole('button', { name: 'Replay', exact: true }).click();
     const dialog = page.getByRole('dialog', { name: 'Replay events' });
     await dialog.getByLabel('From').waitFor();
     await t.screenshot('webhook-replay');

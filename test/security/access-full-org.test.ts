@@ -172,6 +172,21 @@ describe.skipIf(!backendAvailable())(`full partner organisation access (${backen
       { method: 'GET', route: '/orgs/:orgId/scim-users', path: `/orgs/${w.orgId}/scim-users`, expect: { selected: 'full', none: 'full' } },
       { method: 'GET', route: '/orgs/:orgId/scim-settings', path: `/orgs/${w.orgId}/scim-settings`, expect: { selected: 'full', none: 'full' } },
       { method: 'PUT', route: '/orgs/:orgId/scim-settings', path: `/orgs/${w.orgId}/scim-settings`, body: { defaultRoleId: ROLE.orgReadOnly, groupRoleMappings: [] }, expect: { selected: 'full', none: 'full' } },
+      // Update pins of a site or a device group: like the organisation's settings, within the organisations a user reaches.
+      { method: 'GET', route: '/sites/:id/agent-update-settings', path: `/sites/${siteA}/agent-update-settings`, expect: { selected: 200, none: 404 } },
+      { method: 'GET', route: '/sites/:id/agent-update-settings', path: `/sites/${siteB}/agent-update-settings`, expect: { selected: 404, none: 404 } },
+      { method: 'PUT', route: '/sites/:id/agent-update-settings', path: `/sites/${siteA}/agent-update-settings`, body: { pinnedVersions: null }, expect: { selected: 200, none: 404 } },
+      { method: 'PUT', route: '/sites/:id/agent-update-settings', path: `/sites/${siteB}/agent-update-settings`, body: { pinnedVersions: null }, expect: { selected: 404, none: 404 } },
+      { method: 'GET', route: '/device-groups/:id/agent-update-settings', path: `/device-groups/${groupA}/agent-update-settings`, expect: { selected: 200, none: 404 } },
+      { method: 'GET', route: '/device-groups/:id/agent-update-settings', path: `/device-groups/${groupB}/agent-update-settings`, expect: { selected: 404, none: 404 } },
+      { method: 'PUT', route: '/device-groups/:id/agent-update-settings', path: `/device-groups/${groupA}/agent-update-settings`, body: { pinnedVersions: null }, expect: { selected: 200, none: 404 } },
+      { method: 'PUT', route: '/device-groups/:id/agent-update-settings', path: `/device-groups/${groupB}/agent-update-settings`, body: { pinnedVersions: null }, expect: { selected: 404, none: 404 } },
+      // Audit streams send every entry of the partner: whole-partner access only.
+      { method: 'GET', route: '/partners/:partnerId/audit-streams', path: `/partners/${w.partnerId}/audit-streams`, expect: { selected: 'full', none: 'full' } },
+      { method: 'POST', route: '/partners/:partnerId/audit-streams', path: `/partners/${w.partnerId}/audit-streams`, body: { type: 'syslog', url: 'syslog+tls://siem.example.com:6514' }, expect: { selected: 'full', none: 'full' } },
+      { method: 'GET', route: '/partners/:partnerId/audit-streams/:id', path: `/partners/${w.partnerId}/audit-streams/${randomUUID()}`, expect: { selected: 'full', none: 'full' } },
+      { method: 'PATCH', route: '/partners/:partnerId/audit-streams/:id', path: `/partners/${w.partnerId}/audit-streams/${randomUUID()}`, body: { url: 'syslog+tls://siem.example.com:6514' }, expect: { selected: 'full', none: 'full' } },
+      { method: 'DELETE', route: '/partners/:partnerId/audit-streams/:id', path: `/partners/${w.partnerId}/audit-streams/${randomUUID()}`, expect: { selected: 'full', none: 'full' } },
       // Last: deletes that succeed for the selected user in its own organisation.
       { method: 'DELETE', route: '/sites/:id', path: `/sites/${siteA}`, expect: { selected: 204, none: 404 } },
       { method: 'DELETE', route: '/device-groups/:id', path: `/device-groups/${groupA}`, expect: { selected: 204, none: 404 } },

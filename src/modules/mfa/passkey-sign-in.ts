@@ -20,6 +20,7 @@ import { applyPasswordPolicies, findUserByEmail, invalidCredentials, signIn, typ
 import { loadUser, mfaDisabled, mfaLimits } from './common.js';
 import { mfaError } from './errors.js';
 import { advanceCounter, challengeExpired, challengeOf, decodeKey, invalidPasskey, userHandle, webauthn, WEBAUTHN_CHALLENGE_TTL_MS } from './passkeys.js';
+import { assertMethodAllowed, securityPolicy } from './policy.js';
 import { passkeys } from './schema.js';
 import { requireRelyingParty } from './webauthn.js';
 
@@ -142,6 +143,8 @@ async function checkPasskeySignIn(
   // The password path's refusals, with its codes: an inactive or locked account is 401 invalid_credentials.
   if (user.status !== 'active' || (user.lockedUntil && user.lockedUntil.getTime() > clock.nowMs())) throw invalidCredentials();
   const actorInfo: RequestInfo = { ...info, actor: { type: 'user', id: user.id, email: user.email } };
+  // The organisation's allowed methods bind a passkey alone as they bind it as a second factor.
+  assertMethodAllowed(await securityPolicy(keel, await getAccessSummary(keel, user)), 'passkey');
   await advanceCounter(keel, key, user, verification.authenticationInfo, actorInfo);
   await applyPasswordPolicies(keel, user, info);
   return signIn(keel, user, actorInfo, { mfa: true, method: 'passkey', policyChecked: true, details: { passkeyId: key.id } });
