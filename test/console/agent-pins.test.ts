@@ -60,9 +60,12 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: update de
     const t = await tabs.open();
     await signInWithTotp(t.page, `${app.publicUrl}/devices/agent-versions`, admin, secret);
     await t.page.getByRole('heading', { name: 'Agent versions' }).waitFor();
-    const versions = t.page.getByRole('table', { name: 'Devices per version (the whole fleet)' });
+    const versions = t.page.getByRole('table', { name: 'Devices per version (the whole fleet)', exact: true });
     await versions.getByRole('row').filter({ hasText: '1.0.0' }).getByRole('cell', { name: '1', exact: true }).waitFor();
-    const behind = t.page.getByRole('table', { name: 'Devices behind the target, per reason (the whole fleet)' });
+    // The same numbers as pictures: the console's chart component, an SVG image named by its title.
+    await t.page.getByRole('img', { name: /^Devices per version \(the whole fleet\)\. \d+ component installations/ }).waitFor();
+    await t.page.getByRole('img', { name: /^Devices behind the target, per reason \(the whole fleet\)\. \d+ devices behind/ }).waitFor();
+    const behind = t.page.getByRole('table', { name: 'Devices behind the target, per reason (the whole fleet)', exact: true });
     const pinned = behind.getByRole('link', { name: 'Pinned to another version' });
     await pinned.waitFor();
     expect(await pinned.getAttribute('href')).toBe('/devices');

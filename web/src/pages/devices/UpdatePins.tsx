@@ -2,7 +2,7 @@
 // one "Update pins" panel for the levels that hold it: the device, its device group, its site
 // (precedence device > group > site > organisation > partner > fleet target; docs/decisions.md
 // "Agent pins and distribution"). And the distribution of versions, for the Agent versions page.
-import { useState } from 'react';
+import { useMemo, useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { Link } from 'wouter';
 import { api, client, dataOf } from '../../api';
@@ -10,6 +10,7 @@ import { useAuth } from '../../auth';
 import { useTenant } from '../../tenant';
 import { Alert, Button, Card, ErrorAlert, Field, QueryState, Select, TableFrame, useSubmit } from '../../ui';
 import { keys } from '../../api/keys';
+import { Chart } from '../../components/Chart';
 import type { Schema } from '../../api/types';
 
 type Decision = Schema<'UpdateDecisionEntry'>;
@@ -153,6 +154,46 @@ const REASON_LABEL: Record<Distribution['behind'][number]['reason'], string> = {
  * fleet for platform administrators): two tables, devices per version and devices behind per reason.
  * Their rows are the API's answer as is (`versions`, `behind`), for a chart to draw from.
  */
+/**
+ * The distribution as two bar charts (the console's one chart component: a picture with its numbers
+ * as a table); the tables below keep each reason a link to its devices.
+ */
+function DistributionCharts({ dist, scope }: { dist: Distribution; scope: string }) {
+  const versions = useMemo(
+    () => ({ labels: dist.versions.map((v) => `${v.component} ${v.version}`), series: [{ name: 'Devices', values: dist.versions.map((v) => v.devices), tone: 'accent' as const }] }),
+    [dist.versions],
+  );
+  const behind = useMemo(
+    () => ({ labels: dist.behind.map((b) => REASON_LABEL[b.reason]), series: [{ name: 'Devices', values: dist.behind.map((b) => b.devices), tone: 'warn' as const }] }),
+    [dist.behind],
+  );
+  const total = dist.versions.reduce((n, v) => n + v.devices, 0);
+  const late = dist.behind.reduce((n, b) => n + b.devices, 0);
+  if (dist.versions.length === 0) return null;
+  return (
+    <div className="chart-pair">
+      <Chart
+        kind="bar"
+        title={`Devices per version (${scope})`}
+        summary={`${total} component installations over ${dist.versions.length} versions.`}
+        labels={versions.labels}
+        series={versions.series}
+        labelHeading="Component and version"
+      />
+      {dist.behind.length > 0 && (
+        <Chart
+          kind="bar"
+          title={`Devices behind the target, per reason (${scope})`}
+          summary={`${late} devices behind the fleet target.`}
+          labels={behind.labels}
+          series={behind.series}
+          labelHeading="Reason"
+        />
+      )}
+    </div>
+  );
+}
+
 export function VersionDistribution() {
   const t = useTenant();
   const query = t.orgId ? { orgId: t.orgId } : t.partnerId ? { partnerId: t.partnerId } : {};
@@ -169,6 +210,7 @@ export function VersionDistribution() {
       <QueryState query={dist}>
         {() => (
           <>
+            {dist.data && <DistributionCharts dist={dist.data} scope={scope} />}
             <TableFrame label={`Devices per version (${scope})`}>
               <thead>
                 <tr>
