@@ -123,6 +123,29 @@ describe.skipIf(!backendAvailable())('webhook throttling and 429 holds', () => {
     }
   });
 
+  it('a throttled backlog larger than the claim window is held, not claimed and released in a loop', async () => {
+    const type = 'device.offline';
+    const slow = await clockedReceiver();
+    try {
+      await createHook(app, w.admin, { name: 'one a second', url: slow.url, events: [type], rateLimitPerSecond: 1 });
+      clock.freeze(wholeSecond());
+      // 20 rows, far more than the 4 (window × one slot) this process may hold for a webhook at 1/s.
+      for (let i = 0; i < 20; i++) await publish(app, w.eventsKey, type, { i });
+      await until(() => slow.arrivals.length >= 1, 'the first second\'s one arrival');
+      const engine = engineOf(app);
+      const before = { claims: engine.stats.claims, released: engine.stats.released };
+      await sleep(500);
+      await engine.pumpNow();
+      await sleep(300);
+      // Held rows wait for their permits: a claim or two, no stream of claims and releases (it spun at 100 % CPU).
+      expect(engine.stats.released - before.released).toBeLessThanOrEqual(2);
+      expect(engine.stats.claims - before.claims).toBeLessThanOrEqual(4);
+      expect(slow.arrivals.length).toBe(1);
+    } finally {
+      await slow.close();
+    }
+  });
+
   it('a 429 with Retry-After: 30 holds the webhook\'s deliveries until the clock passes it, without counting an attempt', async () => {
     const type = 'alert.resolved';
     const rx = await startReceiver();

@@ -234,7 +234,11 @@ export class Slots {
     const cap = this.capFor(row.webhookId);
     if (!throttled && (this.#perHook.get(row.webhookId) ?? 0) < cap && this.#inflight < this.#opts.concurrency) return this.#start(row);
     const queue = this.#queued.get(row.webhookId) ?? [];
-    if (queue.length >= ((routed && !throttled ? this.#routeWindow : WINDOW) - 1) * cap) {
+    // A throttled webhook queues rows while its slots are free (they wait for permits), so its bound
+    // counts what runs too: the claimer tops a webhook up to WINDOW × cap held (scheduler.ts `#pump`),
+    // and a bound below that would release each claimed row and claim it again, in a loop.
+    const bound = throttled ? WINDOW * cap - (this.#perHook.get(row.webhookId) ?? 0) : ((routed ? this.#routeWindow : WINDOW) - 1) * cap;
+    if (queue.length >= bound) {
       // More than this process should hold for one webhook: back to the queue for anyone.
       this.#recorder.release(row);
       // A throttled webhook's routed rows were never a claim's candidates: look for them once released.
