@@ -12,6 +12,7 @@ import { permissionPage } from '../../permission';
 import { useRoles } from '../admin/common';
 import { CopyValue } from './Sso';
 import { keys } from '../../api/keys';
+import { GroupRoleMappings } from './GroupRoleMappings';
 import type { Schema } from '../../api/types';
 
 type Token = Schema<'ScimToken'>;
@@ -183,25 +184,7 @@ function RoleSettings({ orgId, writable }: { orgId: string; writable: boolean })
               <p className="hint">
                 When a person joins or leaves a directory group, their role becomes the one their groups give: of several, the role with the most permissions (roles that may change something before read-only ones; on a tie, the earlier mapping), never more than the token’s creator may grant; in no mapped group, the role of new people. Groups are named by their display name.
               </p>
-              {mappings.map((m, i) => (
-                <div className="kv-row" key={i}>
-                  <Field label={`Group ${i + 1}`} value={m.group} maxLength={255} onChange={(e) => setMappings(mappings.map((x, j) => (j === i ? { ...x, group: e.target.value } : x)))} error={f[`groupRoleMappings.${i}.group`]} />
-                  <Select label={`Role for group ${i + 1}`} value={m.roleId} onChange={(e) => setMappings(mappings.map((x, j) => (j === i ? { ...x, roleId: e.target.value } : x)))} error={f[`groupRoleMappings.${i}.roleId`]}>
-                    <option value="">— pick a role —</option>
-                    {orgRoles.map((r) => (
-                      <option key={r.id} value={r.id}>
-                        {r.name}
-                      </option>
-                    ))}
-                  </Select>
-                  <Button type="button" kind="link" onClick={() => setMappings(mappings.filter((_, j) => j !== i))} aria-label={`Remove mapping ${i + 1}`}>
-                    Remove
-                  </Button>
-                </div>
-              ))}
-              <Button type="button" kind="secondary" onClick={() => setMappings([...mappings, { group: '', roleId: '' }])}>
-                Add a mapping
-              </Button>
+              <GroupRoleMappings mappings={mappings} onChange={setMappings} roles={orgRoles} errors={f} />
             </fieldset>
             {writable && (
               <>

@@ -9,6 +9,7 @@ import { Alert, Button, Card, Checkbox, ErrorAlert, Field, MfaNote, Select, Text
 import { useRoles } from '../admin/common';
 import type { Provider } from './Sso';
 import { keys } from '../../api/keys';
+import { GroupRoleMappings } from './GroupRoleMappings';
 
 const OIDC_URLS = [
   ['issuer', 'Issuer URL', 'Discovery fills the four endpoints below (endpoints you set win).'],
@@ -159,25 +160,7 @@ export function ProviderForm({ provider: p, writable, saved, onSaved }: { provid
             At each sign-in, of the mappings whose group the user has, the role with the most permissions decides (roles that may change something before read-only ones; on a tie, the earlier mapping). The groups are read from the {p.type === 'oidc' ? 'claim' : 'attribute'} named in “Groups from” above{d['map.groups']?.trim() ? '' : ', which is empty: name it before adding mappings'}.
           </p>
           {f.groupRoleMappings && <div className="field-error">{f.groupRoleMappings}</div>}
-          {mappings.map((m, i) => (
-            <div className="kv-row" key={i}>
-              <Field label={`Group ${i + 1}`} value={m.group} maxLength={255} onChange={(e) => setMappings(mappings.map((x, j) => (j === i ? { ...x, group: e.target.value } : x)))} error={f[`groupRoleMappings.${i}.group`]} />
-              <Select label={`Role for group ${i + 1}`} value={m.roleId} onChange={(e) => setMappings(mappings.map((x, j) => (j === i ? { ...x, roleId: e.target.value } : x)))} error={f[`groupRoleMappings.${i}.roleId`]}>
-                <option value="">— pick a role —</option>
-                {orgRoles.map((r) => (
-                  <option key={r.id} value={r.id}>
-                    {r.name}
-                  </option>
-                ))}
-              </Select>
-              <Button type="button" kind="link" onClick={() => setMappings(mappings.filter((_, j) => j !== i))} aria-label={`Remove mapping ${i + 1}`}>
-                Remove
-              </Button>
-            </div>
-          ))}
-          <Button type="button" kind="secondary" onClick={() => setMappings([...mappings, { group: '', roleId: '' }])}>
-            Add a mapping
-          </Button>
+          <GroupRoleMappings mappings={mappings} onChange={setMappings} roles={orgRoles} errors={f} />
         </fieldset>
         {writable && (
           <>
