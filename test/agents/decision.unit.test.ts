@@ -95,7 +95,7 @@ describe('the decision', () => {
 });
 
 describe('the decision of each component: the precedence table', () => {
-  const target = (version = '2.0.0', extra: Partial<{ rolloutPercent: number; rolloutStatus: 'active' | 'halted' }> = {}) => () => ({
+  const target = (version = '2.0.0', extra: Partial<{ rolloutPercent: number; rolloutStatus: 'active' | 'halted'; rings: { groups: string[]; open: number } }> = {}) => () => ({
     version, rolloutPercent: 100, rolloutStatus: 'active' as const, ...extra,
   });
   const builds = new Set(['1.5.0', '1.6.0', '1.7.0', '1.8.0', '1.9.0', '2.0.0']);
@@ -130,6 +130,19 @@ describe('the decision of each component: the precedence table', () => {
     ['a halted rollout does not stop a pin', { target: target('2.0.0', { rolloutStatus: 'halted' }), pins: { partner: all.partner } }, { offer: '1.9.0', rule: 'pinned_partner' }],
     ['not yet in the cohort', { deviceId: notInCohort, target: target('2.0.0', { rolloutPercent: 1 }) }, { offer: null, rule: 'rollout' }],
     ['up to date', { components: { agent: '2.0.0' } }, { offer: null, rule: 'up_to_date' }],
+    // Rings (docs/decisions.md "Agent update rings"): ring 1 is g1, ring 2 is g2.
+    ['rings: a device in the open ring 1 is offered the target', { deviceGroupId: 'g1', target: target('2.0.0', { rings: { groups: ['g1', 'g2'], open: 1 } }) }, { offer: '2.0.0', rule: 'rollout', detail: 'Fleet target 2.0.0 (ring 1, Finance-PCs)' }],
+    ['rings: a device of ring 2 waits while only ring 1 is open', { deviceGroupId: 'g2', target: target('2.0.0', { rings: { groups: ['g1', 'g2'], open: 1 } }) }, { offer: null, rule: 'ring_waiting', detail: 'The fleet target is 2.0.0; waiting for ring 2 (Finance-PCs) (1 of 2 rings open)' }],
+    ['rings: ring 2 open offers it to ring 2', { deviceGroupId: 'g2', target: target('2.0.0', { rings: { groups: ['g1', 'g2'], open: 2 } }) }, { offer: '2.0.0', rule: 'rollout' }],
+    ['rings: a device in no ring waits for the last ring', { deviceGroupId: 'g9', target: target('2.0.0', { rings: { groups: ['g1', 'g2'], open: 2 } }) }, { offer: null, rule: 'ring_waiting', detail: 'The fleet target is 2.0.0; waiting for its rings to finish (2 of 2 rings open)' }],
+    ['rings: a device in no group waits too', { deviceGroupId: null, target: target('2.0.0', { rings: { groups: ['g1'], open: 1 } }) }, { offer: null, rule: 'ring_waiting' }],
+    ['rings done: the rest of the fleet gets it', { deviceGroupId: 'g9', target: target('2.0.0', { rings: { groups: ['g1', 'g2'], open: 3 } }) }, { offer: '2.0.0', rule: 'rollout' }],
+    ['rings done: then the percent applies to devices in no ring', { deviceId: notInCohort, target: target('2.0.0', { rolloutPercent: 1, rings: { groups: ['g1'], open: 2 } }) }, { offer: null, rule: 'rollout' }],
+    ['rings: a device of an open ring skips the cohort', { deviceId: notInCohort, deviceGroupId: 'g1', target: target('2.0.0', { rolloutPercent: 1, rings: { groups: ['g1'], open: 1 } }) }, { offer: '2.0.0', rule: 'rollout' }],
+    ['rings: update-now does not open a ring', { deviceGroupId: 'g2', updateNow: true, target: target('2.0.0', { rings: { groups: ['g1', 'g2'], open: 1 } }) }, { offer: null, rule: 'ring_waiting' }],
+    ['rings: the window still applies in an open ring', { deviceGroupId: 'g1', window: closed, target: target('2.0.0', { rings: { groups: ['g1'], open: 1 } }) }, { offer: null, rule: 'outside_window' }],
+    ['rings: a halted rollout offers nothing to ring 1', { deviceGroupId: 'g1', target: target('2.0.0', { rolloutStatus: 'halted', rings: { groups: ['g1'], open: 1 } }) }, { offer: null, rule: 'halted' }],
+    ['rings: a pin still wins over a waiting ring', { deviceGroupId: 'g2', pins: { org: all.org }, target: target('2.0.0', { rings: { groups: ['g1', 'g2'], open: 1 } }) }, { offer: '1.8.0', rule: 'pinned_org' }],
     ['auto-update off beats every pin', { autoUpdate: false, pins: all }, { offer: null, rule: 'auto_update_off' }],
     ['a component not reported', { components: {} }, { offer: null, rule: 'not_reported' }],
   ];

@@ -35,7 +35,7 @@ describe.skipIf(!backendAvailable())(`staged rollout with automatic halt (${back
   it(`a 10% rollout offers the update to 10% ± 3% of ${FLEET} devices, the same ones every time; halts after failures`, async () => {
     const promoted = await app.api('POST', '/agent-versions/promote', { token: admin, body: { version: '1.1.0', rollout: { percent: 10 } } });
     expect(promoted.status).toBe(200);
-    expect(promoted.body.rollout).toEqual({ percent: 10 });
+    expect(promoted.body.rollout).toEqual({ percent: 10, rings: [] });
     const offered = async (i: number) => {
       const res = await heartbeat(app, fleet[i]!);
       expect(res.status).toBe(200);

@@ -82,6 +82,11 @@ export interface TargetInfo {
   version: string;
   rolloutPercent: number;
   rolloutStatus: 'active' | 'halted';
+  /**
+   * The promotion's rings (docs/decisions.md "Agent update rings"): the device groups in order and how
+   * many are open (1..n; n + 1 once the rest of the fleet is open). Absent: no rings.
+   */
+  rings?: { groups: readonly string[]; open: number } | undefined;
 }
 
 export interface BuildInfo {
@@ -102,11 +107,12 @@ export type PinChain = Partial<Record<PinLevel, PinnedVersions | null | undefine
 /**
  * Why a component is (or is not) offered a version: the rule that decided, in the order they are tried.
  * `pinned_*`: a pin of that level names the version (offered, or already installed); `rollout`: the
- * fleet target (offered, or the device is not yet in the rollout's cohort); the others keep the device
- * where it is.
+ * fleet target (offered, or the device is not yet in the rollout's cohort); `ring_waiting`: the target's
+ * rings have not reached the device (its group's ring, or the rest of the fleet, is not open yet); the
+ * others keep the device where it is.
  */
 export const DECISION_RULES = [
-  'pinned_device', 'pinned_group', 'pinned_site', 'pinned_org', 'pinned_partner', 'rollout', 'outside_window', 'halted', 'blocked', 'no_build', 'up_to_date', 'auto_update_off', 'not_reported',
+  'pinned_device', 'pinned_group', 'pinned_site', 'pinned_org', 'pinned_partner', 'rollout', 'ring_waiting', 'outside_window', 'halted', 'blocked', 'no_build', 'up_to_date', 'auto_update_off', 'not_reported',
 ] as const;
 export type DecisionRule = (typeof DECISION_RULES)[number];
 
@@ -115,6 +121,8 @@ export interface DecisionInput {
   os: string | null;
   arch: string | null;
   components: ComponentVersions;
+  /** The device's group (rings are device groups); null: in none. */
+  deviceGroupId?: string | null | undefined;
   autoUpdate: boolean;
   updateNow: boolean;
   window: MaintenanceWindow | null;
@@ -145,6 +153,10 @@ export interface ComponentDecision {
   pinLevel: PinLevel | null;
   /** The target's rollout percentage, for `rollout`. */
   percent: number | null;
+  /** The ring (1-based) of the device's group in the target's rings, for `rollout` and `ring_waiting`; null: in none. */
+  ring: number | null;
+  /** For `ring_waiting`: how many of how many rings are open. */
+  rings: { open: number; count: number } | null;
   build: BuildInfo | null;
   viaUpdateNow: boolean;
 }
@@ -162,13 +174,15 @@ export function pinOf(pins: PinChain, component: Component): { level: PinLevel; 
  * THE update decision of one component, pure: auto-update on; the strongest pin, else the fleet
  * target when the rollout is active and the device is in its cohort; differs from the installed
  * version; not one the device failed or rolled back (until retried); a build for the platform; inside
- * the effective window. Update-now skips window and cohort, never auto-update off, a pin or a halted
- * rollout. Rings, when they come, narrow the `rollout` branch only.
+ * the effective window. Rings narrow the `rollout` branch only: while the rings are not all done, a
+ * device is offered the target only when its group's ring is open (devices in no ring wait for the
+ * last ring); a device in a ring skips the cohort. Update-now skips window and cohort, never
+ * auto-update off, a pin, a halted rollout or a ring not yet open.
  */
 export function decideComponent(i: DecisionInput, component: Component): ComponentDecision {
   const installed = i.components[component] ?? null;
   const d = (rule: DecisionRule, version: string | null, extra: Partial<ComponentDecision> = {}): ComponentDecision => ({
-    component, offer: null, rule, version, installed, pinLevel: null, percent: null, build: null, viaUpdateNow: false, ...extra,
+    component, offer: null, rule, version, installed, pinLevel: null, percent: null, ring: null, rings: null, build: null, viaUpdateNow: false, ...extra,
   });
   if (installed === null) return d('not_reported', null);
   if (!i.autoUpdate) return d('auto_update_off', null);
@@ -193,10 +207,16 @@ export function decideComponent(i: DecisionInput, component: Component): Compone
   if (i.blocked?.(component, target.version)) return d('blocked', target.version);
   const build = i.build(target.version, component, i.os, i.arch);
   if (!build) return d('no_build', target.version);
-  const percent = { percent: target.rolloutPercent };
+  const rings = target.rings;
+  const position = rings && i.deviceGroupId ? rings.groups.indexOf(i.deviceGroupId) + 1 : 0;
+  const ring = { ring: position > 0 ? position : null };
+  if (rings && rings.open <= rings.groups.length && !(position > 0 && position <= rings.open)) {
+    return d('ring_waiting', target.version, { ...ring, rings: { open: rings.open, count: rings.groups.length } });
+  }
+  const percent = { percent: target.rolloutPercent, ...ring };
   if (!i.updateNow) {
     if (!windowOpen) return d('outside_window', target.version);
-    if (!inCohort(i.deviceId, target.version, target.rolloutPercent)) return d('rollout', target.version, percent);
+    if (position === 0 && !inCohort(i.deviceId, target.version, target.rolloutPercent)) return d('rollout', target.version, percent);
   }
   return d('rollout', target.version, { ...percent, offer: target.version, build, viaUpdateNow: i.updateNow });
 }
@@ -244,7 +264,13 @@ export function decisionDetail(r: ComponentDecision, names: LevelNames = {}): st
       return `${pinned ? `${cap(pinned)}, but there` : 'There'} is no build of ${r.version} for this platform`;
     case 'outside_window':
       return `${pinned ? `${cap(pinned)}; w` : `The fleet target is ${r.version}; w`}aiting for the maintenance window`;
+    case 'ring_waiting': {
+      const open = r.rings ? ` (${r.rings.open} of ${r.rings.count} rings open)` : '';
+      if (r.ring === null) return `The fleet target is ${r.version}; waiting for its rings to finish${open}`;
+      return `The fleet target is ${r.version}; waiting for ring ${r.ring}${names.group ? ` (${names.group})` : ''}${open}`;
+    }
     case 'rollout':
+      if (r.offer !== null && r.ring !== null) return `Fleet target ${r.version} (ring ${r.ring}${names.group ? `, ${names.group}` : ''})`;
       if (r.offer !== null) return r.viaUpdateNow ? `Fleet target ${r.version}, offered by update now` : `Fleet target ${r.version} (rollout at ${r.percent}%)`;
       return `Fleet target ${r.version}: not yet in the rollout's ${r.percent}% of devices`;
     default:

@@ -117,7 +117,7 @@ export async function distribution(ctx: Agents, access: AccessContext): Promise<
       if (target?.version === installed) continue;
       const decision = decideComponent(
         {
-          deviceId, os: r.os, arch: r.arch, components, autoUpdate: Boolean(r.auto_update), updateNow: false, window, pins, now,
+          deviceId, os: r.os, arch: r.arch, components, deviceGroupId: r.device_group_id, autoUpdate: Boolean(r.auto_update), updateNow: false, window, pins, now,
           blocked: deviceId ? (bc, bv) => blocked.has(`${deviceId}/${bc}@${bv}`) : undefined,
           target: (tc, os, arch) => targets.get(`${tc}/${os}/${arch}`),
           build: (bv, bc) => builds(bv, bc),

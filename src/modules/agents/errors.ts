@@ -12,6 +12,7 @@ export const AGENTS_ERRORS = {
   invalid_multipart: { status: 400, message: 'The multipart body could not be read' },
   manifest_invalid: { status: 502, message: 'The release manifest is not in the documented format' },
   manifest_signature_invalid: { status: 502, message: 'The release manifest signature does not verify with AGENT_RELEASE_PUBLIC_KEY' },
+  no_further_ring: { status: 409, message: 'No rollout has a ring (or the rest of the fleet) left to open' },
   not_halted: { status: 409, message: 'No halted rollout to resume' },
   placement_forbidden: { status: 403, message: 'Your access is restricted to other sites or device groups' },
   placement_mismatch: { status: 400, message: 'The device group belongs to another site' },
@@ -21,6 +22,8 @@ export const AGENTS_ERRORS = {
   release_host_unreachable: { status: 502, message: 'The release host could not be reached' },
   release_key_missing: { status: 503, message: 'AGENT_RELEASE_PUBLIC_KEY is not set: unsigned release metadata is never accepted' },
   release_signature_invalid: { status: 400, message: 'The release signature does not verify' },
+  rollout_changed: { status: 409, message: 'The rollout moved on while this request was made; read its status and try again' },
+  rollout_halted: { status: 409, message: 'The rollout is halted: resume it before advancing its rings' },
   rollout_narrowing: { status: 409, message: 'The rollout is already wider' },
 } as const;
 

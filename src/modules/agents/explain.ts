@@ -39,6 +39,7 @@ export async function explainDecision(ctx: Agents, access: AccessContext, id: st
     os: d.os,
     arch: d.arch,
     components: d.components,
+    deviceGroupId: d.deviceGroupId,
     autoUpdate: d.autoUpdate,
     updateNow: d.updateNow,
     window,

@@ -11,6 +11,7 @@ import { UPDATING_TIMEOUT_MS, type EnrollLimits } from './devices.js';
 import type { AgentMetrics } from './metrics.js';
 import type { Limit } from '../../platform/rate-limit.js';
 import { releaseKeysOf } from './release-keys.js';
+import { haltByRing, lockRings, overThreshold } from './rings.js';
 
 /** Stored length of an update report's `error` (longer text is cut, never refused: the agent's report still counts). */
 export const REPORT_ERROR_MAX = 500;
@@ -60,6 +61,7 @@ async function decide(ctx: Agents, d: DeviceState, components: ComponentVersions
     os: d.os,
     arch: d.arch,
     components,
+    deviceGroupId: d.deviceGroupId,
     autoUpdate: d.autoUpdate,
     updateNow: d.updateNow,
     window,
@@ -241,7 +243,7 @@ export async function updateReport(ctx: Agents, d: DeviceState, r: UpdateReport)
       .where(and(eq(agentOffers.deviceId, d.id), eq(agentOffers.component, r.component), eq(agentOffers.version, r.toVersion)))
       .returning();
     if (!offer) return false; // never offered: counts for nothing
-    return r.state === 'failed' || r.state === 'rolled_back' ? maybeHalt(ctx, tx, offer) : false;
+    return r.state === 'failed' || r.state === 'rolled_back' ? maybeHalt(ctx, tx, offer, row.deviceGroupId) : false;
   });
   ctx.metrics.updateReport(r.state);
   await keel.invalidation.publish(DEVICE_TOPIC, d.id);
@@ -266,11 +268,14 @@ export async function reportCounts(db: Keel['db'], component: string, version: s
  * The automatic halt of one platform's rollout (component, os, arch). The target row is locked
  * (`for update`) before the count, so concurrent failure reports decide one after another, each
  * counting every outcome committed before it: the last of them sees them all (READ COMMITTED takes a
- * new snapshot per statement). The caller publishes the halt to every process after commit.
+ * new snapshot per statement). A device in a ring of the version's rollout also counts for its ring
+ * (rings.ts `haltByRing`, whose rows are locked first). The caller publishes the halt to every process after commit.
  */
-async function maybeHalt(ctx: Agents, tx: Tx, offer: typeof agentOffers.$inferSelect): Promise<boolean> {
+async function maybeHalt(ctx: Agents, tx: Tx, offer: typeof agentOffers.$inferSelect, groupId: string | null): Promise<boolean> {
   const { keel } = ctx;
   const { component, version, os, arch } = offer;
+  // The ring rule's rows first (rings.ts: the rings row before any target row).
+  const rings = groupId ? await lockRings(tx, component, version) : null;
   const [target] = await tx.db
     .select()
     .from(agentTargets)
@@ -278,8 +283,8 @@ async function maybeHalt(ctx: Agents, tx: Tx, offer: typeof agentOffers.$inferSe
     .for('update');
   if (!target || target.version !== version || target.rolloutStatus !== 'active') return false;
   const { succeeded, failed } = await reportCounts(tx.db, component, version, { os, arch });
-  const total = succeeded + failed;
-  if (total < keel.config.AGENT_HALT_MIN_REPORTS || failed * 100 < keel.config.AGENT_HALT_FAILURE_PERCENT * total) return false;
+  // Counted on the platform, and on the device's ring: either halts (a ring halts every platform).
+  if (!overThreshold(keel, { succeeded, failed })) return rings && groupId ? haltByRing(keel, tx, rings, groupId) : false;
   await tx.db.update(agentTargets).set({ rolloutStatus: 'halted', updatedAt: clock.now() }).where(eq(agentTargets.id, target.id));
   await writeAudit(tx.db, { actor: { type: 'system' } }, {
     action: 'agent.rollout.halt', target: { type: 'agent_version', id: version },

@@ -18,6 +18,7 @@ import { listVersions, localBuild, promote, registerRemote, registerUpload, resu
 import { syncRemote } from './sync.js';
 import { releaseRefusal, releaseRefused } from './release-writer.js';
 import { agentsError } from './errors.js';
+import { advanceRollout, MAX_RINGS, MAX_SOAK_MINUTES, RING_STATES } from './rings.js';
 
 const d = (description: string, example?: unknown) => (example === undefined ? { description } : { description, example });
 
@@ -52,6 +53,20 @@ const Registered = Build.extend({
   autoPromote: AutoPromote.openapi(d('What AGENT_AUTO_PROMOTE did with this registration')),
 }).openapi('AgentBuildRegistered');
 
+const RingStatus = z
+  .object({
+    ring: z.number().int().openapi(d('Position (1 is offered first)')),
+    deviceGroupId: z.string().nullable().openapi(d('The ring\'s device group (null: a group the caller does not see)')),
+    name: z.string().nullable().openapi(d('The device group\'s name (null: not seen by the caller, or deleted)')),
+    soakMinutes: z.number().int().openapi(d('Minutes the ring soaks after it opens before the next opens')),
+    state: z.enum(RING_STATES).openapi(d('waiting (not open yet); soaking (open, the next waits for its soak); done (the next ring, or the rest of the fleet, is open); halted (the rollout halted while this ring soaked, or on its failures)')),
+    openedAt: z.string().nullable().openapi(d('When the ring opened (its soak restarts on a resume)')),
+    offered: z.number().int().openapi(d('Devices of the group (that the caller sees) offered the version')),
+    succeeded: z.number().int().openapi(d('Of those, last report succeeded (since the promote or resume)')),
+    failed: z.number().int().openapi(d('Of those, last report failed or rolled_back (since the promote or resume)')),
+  })
+  .openapi('RolloutRing');
+
 const Rollout = z
   .object({
     percent: z.number().int().openapi(d('Share of devices (stable cohort) offered the version')),
@@ -69,6 +84,7 @@ const Rollout = z
     devices: z.number().int().openapi(d('Devices on this version')),
     pending: z.number().int().openapi(d('Devices (that the caller sees) on the target platforms still to update: auto-update on, not blocked')),
     blocked: z.number().int().openapi(d('Devices (that the caller sees) that failed or rolled back this version and are not offered it again until retried (POST /devices/update-now)')),
+    rings: z.array(RingStatus).openapi(d('The rings of the promotion, in order (empty: none)')),
   })
   .openapi('Rollout');
 
@@ -109,11 +125,34 @@ const UploadForm = z
   })
   .openapi('AgentBuildUpload', { example: { version: '1.5.0', component: 'agent', os: 'linux', arch: 'amd64', file: '(binary)' } });
 
+const RingBody = z
+  .object({
+    deviceGroupId: z.uuid().openapi(d('A device group (of any organisation)')),
+    soakMinutes: z.number().int().min(1).max(MAX_SOAK_MINUTES).openapi(d(`Minutes the ring soaks before the next opens (1-${MAX_SOAK_MINUTES})`, 60)),
+  })
+  .openapi('RingInput');
+
 const PromoteBody = z
   .object({
     version: Version.openapi(d('Version to make the fleet target', '1.5.0')),
     component: ComponentName.optional().openapi(d('Only this component (default: every component the version has)')),
-    rollout: z.object({ percent: z.number().int().min(1).max(100).openapi(d('Share of devices offered the version', 10)) }).optional().openapi(d('Staged rollout (default 100%)')),
+    rollout: z
+      .object({
+        percent: z.number().int().min(1).max(100).optional().openapi(d('Share of devices offered the version (default 100; devices outside the rings, once the rings are done)', 10)),
+        rings: z
+          .array(RingBody)
+          .min(1)
+          .max(MAX_RINGS)
+          .superRefine((rings, ctx) => {
+            rings.forEach((r, i) => {
+              if (rings.findIndex((o) => o.deviceGroupId === r.deviceGroupId) < i) ctx.addIssue({ code: 'custom', path: [i, 'deviceGroupId'], message: 'names a device group already in an earlier ring' });
+            });
+          })
+          .optional()
+          .openapi(d(`Rings (at most ${MAX_RINGS}): device groups offered the version first, in order, each opening when the previous one soaked (docs/decisions.md "Agent update rings")`)),
+      })
+      .optional()
+      .openapi(d('Staged rollout (default 100%, no rings)')),
     allowDowngrade: z.boolean().optional().openapi(d('Allow a version lower than the current target', false)),
   })
   .openapi('Promote', { example: { version: '1.5.0', rollout: { percent: 10 } } });
@@ -123,7 +162,9 @@ const Promoted = z
     version: z.string().openapi(d('Promoted version')),
     promoted: z.array(z.string()).openapi(d('Platforms (component:os/arch) whose target is now this version')),
     missing: z.array(z.string()).openapi(d('Platforms with enrolled devices that this version has no build for (they keep their target)')),
-    rollout: z.object({ percent: z.number().int().openapi(d('Rollout share')) }).openapi(d('Rollout')),
+    rollout: z
+      .object({ percent: z.number().int().openapi(d('Rollout share')), rings: z.array(RingBody).openapi(d('The rings, in order (empty: none); ring 1 is open')) })
+      .openapi(d('Rollout')),
   })
   .openapi('Promoted');
 
@@ -133,6 +174,24 @@ const RolloutBody = z
     percent: z.number().int().min(1).max(100).openapi(d('New share (never lower than the current one)', 50)),
   })
   .openapi('RolloutWiden', { example: { component: 'agent', percent: 50 } });
+
+const AdvanceBody = z
+  .object({ component: ComponentName.optional().openapi(d('Only this component (default: all)')) })
+  .openapi('RolloutAdvance', { example: { component: 'agent' } });
+
+const Advanced = z
+  .object({
+    advanced: z
+      .array(
+        z.object({
+          component: ComponentName,
+          version: z.string().openapi(d('The rollout\'s version')),
+          ring: z.number().int().nullable().openapi(d('The ring opened, or null: the rest of the fleet (the rings are done)')),
+        }),
+      )
+      .openapi(d('The rollouts moved')),
+  })
+  .openapi('RolloutAdvanced');
 
 const ResumeBody = z
   .object({ component: ComponentName.optional().openapi(d('Only this component (default: all)')) })
@@ -300,5 +359,17 @@ export function mountReleaseRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       responses: { 200: json(z.object({ resumed: z.array(z.string()).openapi(d('Platforms resumed')) }).openapi('RolloutResumed'), 'Resumed'), ...errors(409) },
     }),
     async (c) => c.json(await resumeRollout(keel, c.req.valid('json').component, requestInfo(c)), 200),
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/agent-versions/rollout/advance', tags: ['agents'], summary: 'Open the next ring of a rollout now',
+      description:
+        'Ends the soak of the current ring of each rollout with rings (of the component, or all) whatever its counts: the next ring opens, or after the last ring the rest of the fleet. 409 `no_further_ring` (none left to open), `rollout_halted` (resume first), `rollout_changed` (another advance moved it meanwhile). The `agents.ring-advance` job does the same on its own once a ring has soaked with a failure rate under AGENT_HALT_FAILURE_PERCENT.',
+      middleware: writer,
+      request: { body: jsonBody(AdvanceBody) },
+      responses: { 200: json(Advanced, 'Advanced'), ...errors(409) },
+    }),
+    async (c) => c.json(await advanceRollout(keel, c.req.valid('json').component, requestInfo(c)), 200),
   );
 }

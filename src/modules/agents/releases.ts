@@ -18,9 +18,9 @@ import { releaseRefusal } from './release-writer.js';
 import { verifyBuildSignature } from './signing.js';
 import type { Principal } from '../identity/principal.js';
 import { agentsError } from './errors.js';
+import { checkRingGroups, PROMOTE_LOCK, replaceRings, resumeRings, ringsView, type RingInput, type RingView } from './rings.js';
 
 type ReleaseRow = typeof agentReleases.$inferSelect;
-const PROMOTE_LOCK = 7345016; // one promote (or rollout change) at a time (docs/decisions.md)
 
 export const releaseDir = (keel: Keel) => join(resolve(keel.config.DATA_DIR), 'agent-releases');
 export const platformName = (r: { component: string; os: string; arch: string }) => `${r.component}:${r.os}/${r.arch}`;
@@ -214,7 +214,7 @@ export async function localBuild(keel: Keel, version: string, component: string,
 export interface PromoteInput {
   version: string;
   component?: Component | undefined;
-  rollout?: { percent: number } | undefined;
+  rollout?: { percent?: number | undefined; rings?: RingInput[] | undefined } | undefined;
   allowDowngrade?: boolean | undefined;
 }
 
@@ -230,6 +230,8 @@ export async function promote(keel: Keel, input: PromoteInput, info: AuditReques
     .where(and(eq(agentReleases.version, input.version), input.component ? eq(agentReleases.component, input.component) : undefined));
   if (builds.length === 0) throw notFound('Agent version');
   const percent = input.rollout?.percent ?? 100;
+  const rings = input.rollout?.rings ?? [];
+  await checkRingGroups(keel.db, rings);
   const now = clock.now();
   const promoted = await transaction(keel.db, async (tx) => {
     await tx.db.execute(sql`select pg_advisory_xact_lock(${PROMOTE_LOCK})`);
@@ -241,6 +243,13 @@ export async function promote(keel: Keel, input: PromoteInput, info: AuditReques
         throw agentsError('downgrade_refused', { message: `${platformName(b)} is on ${t.version}; promoting ${input.version} would be a downgrade (set allowDowngrade)`, details: { platform: platformName(b), current: t.version } });
       }
     }
+    // The rings of each promoted component (before its targets: rings.ts's lock order); the versions
+    // the component's other platforms keep as their target keep theirs.
+    const promotedNames = new Set(builds.map(platformName));
+    for (const component of new Set(builds.map((b) => b.component))) {
+      const keep = current.filter((t) => t.component === component && !promotedNames.has(platformName(t))).map((t) => t.version);
+      await replaceRings(tx, component, input.version, keep, rings, now);
+    }
     for (const b of builds) {
       await tx.db
         .insert(agentTargets)
@@ -251,7 +260,7 @@ export async function promote(keel: Keel, input: PromoteInput, info: AuditReques
         });
     }
     const names = builds.map(platformName).sort();
-    await writeAudit(tx.db, info, { action: 'agent.version.promote', target: { type: 'agent_version', id: input.version }, details: { platforms: names, percent, allowDowngrade: Boolean(input.allowDowngrade) } });
+    await writeAudit(tx.db, info, { action: 'agent.version.promote', target: { type: 'agent_version', id: input.version }, details: { platforms: names, percent, allowDowngrade: Boolean(input.allowDowngrade), ...(rings.length > 0 ? { rings } : {}) } });
     return names;
   });
   await keel.invalidation.publish(CONFIG_TOPIC, '*');
@@ -266,7 +275,7 @@ export async function promote(keel: Keel, input: PromoteInput, info: AuditReques
       if (!promoted.includes(name)) missing.push(name);
     }
   }
-  return { version: input.version, promoted, missing: missing.sort(), rollout: { percent } };
+  return { version: input.version, promoted, missing: missing.sort(), rollout: { percent, rings } };
 }
 
 /** Widens (never narrows) the rollout of the current targets of a component (all components when omitted). */
@@ -290,6 +299,7 @@ export async function widenRollout(keel: Keel, component: Component | undefined,
 export async function resumeRollout(keel: Keel, component: Component | undefined, info: AuditRequestInfo) {
   const rows = await transaction(keel.db, async (tx) => {
     await tx.db.execute(sql`select pg_advisory_xact_lock(${PROMOTE_LOCK})`);
+    await resumeRings(tx, component, clock.now());
     const updated = await tx.db
       .update(agentTargets)
       .set({ rolloutStatus: 'active', reportsSince: clock.now(), updatedAt: clock.now() })
@@ -314,6 +324,7 @@ interface RolloutView {
   devices: number;
   pending: number;
   blocked: number;
+  rings: RingView[];
 }
 
 /**
@@ -386,7 +397,8 @@ export async function listVersions(keel: Keel, access: AccessContext) {
       const percent = Math.min(...mine.map((t) => t.rolloutPercent));
       const halted = mine.some((t) => t.rolloutStatus === 'halted');
       const status = rolloutStatus({ halted, percent, succeeded, failed, ...fleet.all });
-      rollout = { percent, status, succeeded, failed, devices: counts.get(key) ?? 0, pending: fleet.visible.pending, blocked: fleet.visible.blocked };
+      const rings = await ringsView(keel.db, access, component, version, halted, visible);
+      rollout = { percent, status, succeeded, failed, devices: counts.get(key) ?? 0, pending: fleet.visible.pending, blocked: fleet.visible.blocked, rings };
     }
     entries.push({
       version,

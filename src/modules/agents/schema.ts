@@ -191,3 +191,30 @@ export const agentUpdateSettings = pgTable(
   },
   (t) => [uniqueIndex('agent_update_settings_owner_idx').on(t.ownerType, t.ownerId)],
 );
+
+/** One ring of a rollout: its device group, its soak and when it opened (ISO time; null: waiting). */
+export interface RingEntry {
+  deviceGroupId: string;
+  soakMinutes: number;
+  openedAt: string | null;
+}
+
+/**
+ * The rings of a promotion (docs/decisions.md "Agent update rings"), one row per (component, version):
+ * ordered device groups offered the version first. `opened` is the number of open rings (1..n), n + 1
+ * once the rest of the fleet is open; `haltedRing` the ring whose failures halted the rollout.
+ */
+export const agentRolloutRings = pgTable(
+  'agent_rollout_rings',
+  {
+    id: idColumn(),
+    component: varchar('component', { length: 20 }).notNull(),
+    version: varchar('version', { length: 64 }).notNull(),
+    rings: jsonb('rings').$type<RingEntry[]>().notNull(),
+    opened: integer('opened').notNull().default(1),
+    haltedRing: integer('halted_ring'),
+    createdAt: createdAt(),
+    updatedAt: updatedAt(),
+  },
+  (t) => [uniqueIndex('agent_rollout_rings_idx').on(t.component, t.version)],
+);

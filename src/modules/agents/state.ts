@@ -5,7 +5,7 @@ import type { Db } from '../../platform/db/client.js';
 import { clock } from '../../platform/clock.js';
 import { prepared, rawQuery } from '../../platform/db/raw.js';
 import { organizations } from '../tenancy/schema.js';
-import { agentReleases, agentTargets, agentUpdateSettings, devices, type ComponentVersions, type MaintenanceWindow, type PinnedVersions } from './schema.js';
+import { agentReleases, agentRolloutRings, agentTargets, agentUpdateSettings, devices, type ComponentVersions, type MaintenanceWindow, type PinnedVersions } from './schema.js';
 import type { BuildInfo, Component, PinChain, TargetInfo } from './decision.js';
 import { releaseKeysOf } from './release-keys.js';
 
@@ -188,13 +188,22 @@ export class AgentState {
     this.#placementPins = null;
   }
 
-  /** Every fleet target, keyed `component/os/arch`. */
+  /** Every fleet target, keyed `component/os/arch`, with the rings of its promotion (agents.config drops them). */
   async targets(): Promise<Map<string, TargetInfo>> {
     if (this.#targets) return this.#targets;
     const generation = this.#configGeneration;
-    const rows = await this.db.select().from(agentTargets);
+    // One statement: the targets with their promotion's rings.
+    const rows = await this.db
+      .select({ t: agentTargets, rings: agentRolloutRings.rings, opened: agentRolloutRings.opened })
+      .from(agentTargets)
+      .leftJoin(agentRolloutRings, and(eq(agentRolloutRings.component, agentTargets.component), eq(agentRolloutRings.version, agentTargets.version)));
     const map = new Map<string, TargetInfo>();
-    for (const r of rows) map.set(`${r.component}/${r.os}/${r.arch}`, { version: r.version, rolloutPercent: r.rolloutPercent, rolloutStatus: r.rolloutStatus === 'halted' ? 'halted' : 'active' });
+    for (const { t: r, rings, opened } of rows) {
+      map.set(`${r.component}/${r.os}/${r.arch}`, {
+        version: r.version, rolloutPercent: r.rolloutPercent, rolloutStatus: r.rolloutStatus === 'halted' ? 'halted' : 'active',
+        rings: rings && opened !== null ? { groups: rings.map((g) => g.deviceGroupId), open: opened } : undefined,
+      });
+    }
     if (generation === this.#configGeneration) this.#targets = map;
     return map;
   }
