@@ -1,7 +1,8 @@
 // Agent versions (platform administrators): registered versions with device counts and rollout
 // state; publish a build (upload or release-host URL, never promoted by itself), promote (a session
 // with a second factor; a staged share by default), widen, and resume a halted rollout (explained in
-// words). Statuses as docs/decisions.md "Honest rollouts" defines them.
+// words). Statuses as docs/decisions.md "Honest rollouts" defines them; rings (promote with device
+// groups offered first, each ring's counts, Advance) as docs/decisions.md "Agent update rings".
 import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { api, dataOf, client } from '../../api';
@@ -10,6 +11,7 @@ import { permissionPage } from '../../permission';
 import { keys } from '../../api/keys';
 import type { Schema } from '../../api/types';
 import { VersionDistribution } from './UpdatePins';
+import { useDeviceGroups } from '../admin/common';
 
 export type Component = Schema<'AgentVersion'>['component'];
 
@@ -36,6 +38,7 @@ function VersionList() {
   const [error, setError] = useState<unknown>(null);
   const [notice, setNotice] = useState<string | null>(null);
   const [resuming, setResuming] = useState<string | null>(null);
+  const [advancing, setAdvancing] = useState<string | null>(null);
   const list = useQuery({ queryKey: keys.agentVersions.list(page), queryFn: async () => dataOf(await client.GET('/api/v1/agent-versions', { params: { query: { page, limit: 50 } } })) });
   const done = async (message: string) => {
     setNotice(message);
@@ -55,6 +58,19 @@ function VersionList() {
       setError(err);
     } finally {
       setResuming(null);
+    }
+  };
+  const advance = async (v: AgentVersion) => {
+    setError(null);
+    setNotice(null);
+    setAdvancing(v.component);
+    try {
+      const r = await api<{ advanced: { component: string; version: string; ring: number | null }[] }>('POST', '/agent-versions/rollout/advance', { body: { component: v.component } });
+      await done(r.advanced.map((a) => `${a.component} ${a.version}: ${a.ring === null ? 'the rest of the fleet is offered it now' : `ring ${a.ring} is open`}.`).join(' '));
+    } catch (err) {
+      setError(err);
+    } finally {
+      setAdvancing(null);
     }
   };
   const halted = (list.data?.data ?? []).filter((v) => v.rollout?.status === 'halted');
@@ -153,6 +169,16 @@ function VersionList() {
                     {v.rollout.blocked > 0 && `, ${v.rollout.blocked} waiting for a retry`}
                     {v.rollout.status === 'halted' && '; offered to no device until resumed'}
                   </div>
+                  {v.rollout.rings.length > 0 && (
+                    <ol className="small" aria-label={`Rings of ${v.component} ${v.version}`}>
+                      {v.rollout.rings.map((r) => (
+                        <li key={r.ring}>
+                          {r.name ?? 'A device group you do not see'}: <span className={`badge ${r.state === 'halted' ? 'badge-warn' : r.state === 'done' ? 'badge-ok' : ''}`}>{r.state}</span>{' '}
+                          {r.offered} offered, {r.succeeded} succeeded, {r.failed} failed; soaks {r.soakMinutes} min
+                        </li>
+                      ))}
+                    </ol>
+                  )}
                 </>
               ) : (
                 '—'
@@ -162,6 +188,11 @@ function VersionList() {
               {v.target.length === 0 && (
                 <Button kind="link" onClick={() => { setNotice(null); setPromote(v); }} aria-label={`Promote ${v.component} ${v.version}`}>
                   Promote
+                </Button>
+              )}
+              {v.rollout && v.rollout.status !== 'halted' && v.rollout.rings.some((r) => r.state !== 'done') && (
+                <Button kind="link" busy={advancing === v.component} onClick={() => void advance(v)} aria-label={`Advance the rings of ${v.component} ${v.version}`}>
+                  Advance
                 </Button>
               )}
               {v.rollout && v.rollout.status === 'active' && v.rollout.percent < 100 && (
@@ -275,10 +306,19 @@ function PromoteDialog({ v, onClose, onDone }: { v: AgentVersion; onClose: () =>
   // Staged by default: a share first, widened once it proves itself.
   const [percent, setPercent] = useState('10');
   const [downgrade, setDowngrade] = useState(false);
+  const [rings, setRings] = useState<RingDraft[]>([]);
   const s = useSubmit(async () => {
-    await api('POST', '/agent-versions/promote', { body: { version: v.version, component: v.component, rollout: { percent: Number(percent) }, allowDowngrade: downgrade } });
-    await onDone(`${v.component} ${v.version} is the fleet target for ${percent}% of devices.`);
+    const chosen = rings.map((r) => ({ deviceGroupId: r.deviceGroupId, soakMinutes: Number(r.soakMinutes) }));
+    await api('POST', '/agent-versions/promote', {
+      body: { version: v.version, component: v.component, rollout: { percent: Number(percent), ...(chosen.length > 0 ? { rings: chosen } : {}) }, allowDowngrade: downgrade },
+    });
+    await onDone(
+      chosen.length > 0
+        ? `${v.component} ${v.version} is the fleet target: ring 1 is offered it now; the next ring opens after its soak, then ${percent}% of the other devices.`
+        : `${v.component} ${v.version} is the fleet target for ${percent}% of devices.`,
+    );
   });
+  const setRing = (i: number, patch: Partial<RingDraft>) => setRings(rings.map((r, k) => (k === i ? { ...r, ...patch } : r)));
   return (
     <Dialog title={`Promote ${v.component} ${v.version}`} onClose={onClose}>
       <form onSubmit={s.submit} aria-label="Promote">
@@ -294,6 +334,18 @@ function PromoteDialog({ v, onClose, onDone }: { v: AgentVersion; onClose: () =>
           error={s.fields['rollout.percent']}
           hint="A staged rollout: widen it once these devices updated well. 100 offers it to every device at once."
         />
+        <fieldset>
+          <legend>Rings (optional)</legend>
+          <p className="small muted">Device groups offered the version first, in order. Each ring opens when the one before it has soaked its minutes with few failures (or when you advance it); the other devices follow the last ring.</p>
+          {rings.map((r, i) => (
+            <RingFields key={r.key} ring={r} index={i} fields={s.fields} onChange={(patch) => setRing(i, patch)} onRemove={() => setRings(rings.filter((_, k) => k !== i))} />
+          ))}
+          {rings.length < 10 && (
+            <Button type="button" kind="link" onClick={() => setRings([...rings, { key: nextRingKey++, orgId: '', deviceGroupId: '', soakMinutes: '60' }])}>
+              Add a ring
+            </Button>
+          )}
+        </fieldset>
         <Checkbox label="Allow a version lower than the current target" checked={downgrade} onChange={setDowngrade} />
         <MfaNote />
         <div className="row">
@@ -306,6 +358,45 @@ function PromoteDialog({ v, onClose, onDone }: { v: AgentVersion; onClose: () =>
         </div>
       </form>
     </Dialog>
+  );
+}
+
+interface RingDraft {
+  key: number;
+  orgId: string;
+  deviceGroupId: string;
+  soakMinutes: string;
+}
+let nextRingKey = 1;
+
+/** One ring of the promote dialog: an organisation, one of its device groups, the soak. */
+function RingFields({ ring, index, fields, onChange, onRemove }: { ring: RingDraft; index: number; fields: Record<string, string>; onChange: (patch: Partial<RingDraft>) => void; onRemove: () => void }) {
+  const orgs = useQuery({ queryKey: keys.orgs.picker({ limit: '100' }), queryFn: () => api<{ data: { id: string; name: string }[] }>('GET', '/orgs', { query: { limit: 100 } }) });
+  const groups = useDeviceGroups(ring.orgId || null);
+  const n = index + 1;
+  return (
+    <div className="row" role="group" aria-label={`Ring ${n}`}>
+      <Select label={`Ring ${n}: organisation`} value={ring.orgId} onChange={(e) => onChange({ orgId: e.target.value, deviceGroupId: '' })}>
+        <option value="">Pick an organisation</option>
+        {orgs.data?.data.map((o) => (
+          <option key={o.id} value={o.id}>
+            {o.name}
+          </option>
+        ))}
+      </Select>
+      <Select label={`Ring ${n}: device group`} required value={ring.deviceGroupId} onChange={(e) => onChange({ deviceGroupId: e.target.value })} error={fields[`rollout.rings.${index}.deviceGroupId`]}>
+        <option value="">Pick a device group</option>
+        {groups.data?.data.map((g) => (
+          <option key={g.id} value={g.id}>
+            {g.name}
+          </option>
+        ))}
+      </Select>
+      <Field label={`Ring ${n}: soak (minutes)`} type="number" min={1} max={20160} required value={ring.soakMinutes} onChange={(e) => onChange({ soakMinutes: e.target.value })} error={fields[`rollout.rings.${index}.soakMinutes`]} />
+      <Button type="button" kind="link" onClick={onRemove} aria-label={`Remove ring ${n}`}>
+        Remove
+      </Button>
+    </div>
   );
 }
 

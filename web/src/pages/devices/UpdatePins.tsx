@@ -25,6 +25,7 @@ const RULE_LABEL: Record<Decision['rule'], string> = {
   pinned_org: 'pinned by the organisation',
   pinned_partner: 'pinned by the partner',
   rollout: 'fleet target',
+  ring_waiting: 'waiting for its ring',
   outside_window: 'outside the window',
   halted: 'rollout halted',
   blocked: 'failed before',
