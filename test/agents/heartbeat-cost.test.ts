@@ -5,7 +5,7 @@ import { agentsOf } from '../../src/modules/agents/context.js';
 import { flushStatement } from '../../src/modules/agents/state.js';
 import { rawQuery } from '../../src/platform/db/raw.js';
 import { transaction } from '../../src/platform/db/transaction.js';
-import { enroll, enrollmentKey, heartbeat } from './helpers.js';
+import { enroll, enrollmentKey, heartbeat, mfaAdmin, registerRemote } from './helpers.js';
 
 type Fn = (...args: unknown[]) => unknown;
 
@@ -98,6 +98,38 @@ describe.skipIf(!backendAvailable()).each(['false', 'true'])(`heartbeat cost (${
     } finally {
       calls.stop();
     }
+  });
+
+  it.skipIf(metrics === 'true')('rings cost an unchanged heartbeat nothing, in an open ring, a waiting ring or none; an advance costs the next heartbeats the target read', async () => {
+    const admin = await mfaAdmin(app, w);
+    // The other organisation: the pins test above pinned this one's agent.
+    const made = async (name: string) => (await app.api('POST', `/orgs/${w.otherOrgId}/device-groups`, { token: w.tokens.partnerFull, body: { name } })).body.id as string;
+    const [first, second] = [await made('Ring one'), await made('Ring two')];
+    const inGroup = async (deviceGroupId?: string) =>
+      Promise.all(Array.from({ length: 3 }, async () => enroll(app, await enrollmentKey(app, w.tokens.partnerFull, w.otherOrgId, deviceGroupId ? { deviceGroupId } : {}), { arch: 'ringcost' })));
+    const devices = [...(await inGroup(first)), ...(await inGroup(second)), ...(await inGroup())];
+    await registerRemote(app, admin, { version: '9.0.0', arch: 'ringcost' });
+    const rings = [{ deviceGroupId: first, soakMinutes: 60 }, { deviceGroupId: second, soakMinutes: 60 }];
+    expect((await app.api('POST', '/agent-versions/promote', { token: admin, body: { version: '9.0.0', component: 'agent', rollout: { rings } } })).status).toBe(200);
+    for (const d of devices) expect((await heartbeat(app, d)).status).toBe(200);
+    for (const d of devices) expect((await heartbeat(app, d)).status).toBe(200); // offers recorded, every cache warm
+    const state = agentsOf(app.server.keel).state;
+    await app.server.keel.modules.stop({ graceful: true });
+    await state.flushLastSeen();
+    const calls = countDriverCalls();
+    try {
+      for (let round = 0; round < 5; round++) {
+        const answers = await Promise.all(devices.map((d) => heartbeat(app, d)));
+        expect(answers.map((a) => a.body.update?.version ?? null)).toEqual([...Array(3).fill('9.0.0'), ...Array(6).fill(null)]);
+      }
+      expect(calls.count()).toBe(0);
+    } finally {
+      calls.stop();
+    }
+    // An advance publishes agents.config: the next heartbeats read the targets (with their rings) again, and ring 2 is offered.
+    expect((await app.api('POST', '/agent-versions/rollout/advance', { token: admin, body: { component: 'agent' } })).status).toBe(200);
+    const answers = await Promise.all(devices.map((d) => heartbeat(app, d)));
+    expect(answers.map((a) => a.body.update?.version ?? null)).toEqual([...Array(6).fill('9.0.0'), ...Array(3).fill(null)]);
   });
 
   // The batched last-seen write changes no indexed column of devices, so PostgreSQL updates each row in
