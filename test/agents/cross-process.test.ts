@@ -78,4 +78,16 @@ describe.skipIf(!backendAvailable() || backend !== 'postgres')(`heartbeat caches
     expect((await viaSecond('PUT', `/devices/${d.deviceId}/agent-update-settings`, w.tokens.orgAdmin, { pinnedVersions: null })).status).toBe(200);
     await firstProcessShows('the group pin again', d, (a) => a.body.update?.version === '1.3.0');
   });
+
+  it('a ring advanced through one process opens it on the other process\'s heartbeats (docs/decisions.md "Agent update rings")', async () => {
+    const made = async (name: string) => (await app.api('POST', `/orgs/${w.orgId}/device-groups`, { token: w.tokens.orgAdmin, body: { name } })).body.id as string;
+    const [first, later] = [await made('First ring'), await made('Later ring')];
+    const d = await enroll(app, await enrollmentKey(app, w.tokens.orgAdmin, w.orgId, { deviceGroupId: later }), { arch: 'xring' });
+    await registerRemote(app, admin, { version: '2.0.0', arch: 'xring' });
+    const rings = [first, later].map((deviceGroupId) => ({ deviceGroupId, soakMinutes: 600 }));
+    expect((await app.api('POST', '/agent-versions/promote', { token: admin, body: { version: '2.0.0', component: 'agent', rollout: { rings } } })).status).toBe(200);
+    expect((await heartbeat(app, d)).body.update).toBeNull();
+    expect((await viaSecond('POST', '/agent-versions/rollout/advance', admin, { component: 'agent' })).status).toBe(200);
+    await firstProcessShows('ring 2 open', d, (a) => a.body.update?.version === '2.0.0');
+  });
 });
