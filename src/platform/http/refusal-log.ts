@@ -1,0 +1,103 @@
+import type { Logger } from '../logger.js';
+import { clock } from '../clock.js';
+
+/**
+ * Requests refused before they were read (the admission gate: platform/http/admission.ts) are logged
+ * as ONE line per source address and second instead of an access line each (docs/operations.md
+ * "Refused requests"): under a flood a line per refusal cost as much as the refusal itself.
+ *
+ * The line (pino, level warn, message `requests refused`), written once the second is over (at the
+ * next refusal of a later second, on a timer, or when the process stops):
+ *
+ *   {"level":40,"time":…,"msg":"requests refused","source":"203.0.113.7","second":"2026-11-28T03:40:12.000Z",
+ *    "refused":412,"status":503,"code":"overloaded","routes":{"POST /api/v1/auth/login":400,"POST /api/v1/auth/register":12}}
+ *
+ * Past REFUSAL_LOG_SOURCES sources in one second, the others share one line whose `source` is
+ * `other` with `sources` (how many), so a flood from many addresses still writes a bounded number
+ * of lines.
+ */
+
+/** Sources logged on a line of their own per second; the rest are summed on one `other` line. */
+export const REFUSAL_LOG_SOURCES = 100;
+
+interface Entry {
+  refused: number;
+  status: number;
+  code: string;
+  routes: Map<string, number>;
+  sources: number;
+}
+
+export class RefusalLog {
+  readonly #log: Logger;
+  #second = -1;
+  readonly #bySource = new Map<string, Entry>();
+  #timer: NodeJS.Timeout | null = null;
+
+  constructor(log: Logger) {
+    this.#log = log;
+  }
+
+  /** Counts one refusal of `method path` from `source` in the current second (clock.ts). */
+  refused(source: string, method: string, path: string, status: number, code: string): void {
+    const second = clock.nowSeconds();
+    if (second !== this.#second) {
+      this.flush();
+      this.#second = second;
+    }
+    let entry = this.#bySource.get(source);
+    if (!entry) {
+      const other = this.#bySource.size >= REFUSAL_LOG_SOURCES;
+      const key = other ? 'other' : source;
+      entry = this.#bySource.get(key);
+      if (!entry) {
+        entry = { refused: 0, status, code, routes: new Map(), sources: 0 };
+        this.#bySource.set(key, entry);
+      }
+      if (other) entry.sources++;
+    }
+    entry.refused++;
+    const route = `${method} ${path}`;
+    entry.routes.set(route, (entry.routes.get(route) ?? 0) + 1);
+    this.#arm();
+  }
+
+  /** Writes the lines of the second counted so far (nothing when nothing was refused). */
+  flush(): void {
+    if (this.#bySource.size === 0) return;
+    const second = new Date(this.#second * 1000).toISOString();
+    for (const [source, e] of this.#bySource) {
+      this.#log.warn(
+        {
+          source,
+          ...(e.sources > 0 ? { sources: e.sources } : {}),
+          second,
+          refused: e.refused,
+          status: e.status,
+          code: e.code,
+          routes: Object.fromEntries(e.routes),
+        },
+        'requests refused',
+      );
+    }
+    this.#bySource.clear();
+  }
+
+  /** Stops the timer and writes what is counted (the process is stopping). */
+  close(): void {
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = null;
+    this.flush();
+  }
+
+  /** Once a second while refusals are counted: writes them when their second is over. */
+  #arm(): void {
+    if (this.#timer) return;
+    this.#timer = setTimeout(() => {
+      this.#timer = null;
+      if (clock.nowSeconds() !== this.#second) this.flush();
+      if (this.#bySource.size > 0) this.#arm();
+    }, 1000);
+    this.#timer.unref();
+  }
+}
