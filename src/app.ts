@@ -14,7 +14,7 @@ import { moduleRoutes } from './modules/index.js';
 import { consoleHandler } from './platform/http/console.js';
 import { mountScimProtocol } from './modules/scim/protocol-routes.js';
 import { earlyAdmission } from './platform/http/admission.js';
-import { RefusalLog } from './platform/http/refusal-log.js';
+import { refusalLogOf } from './platform/http/refusal-log.js';
 
 export const API_BASE = '/api/v1';
 
@@ -48,9 +48,7 @@ export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
   if (activeTracer) app.use('*', traceRequests());
   // The API router is filled below; its admission gates are read on the first request (admission.ts).
   const api = createRouter<AppEnv>({ gate: apiGateStatuses });
-  const refusals = new RefusalLog(keel.log);
-  keel.onClose(() => Promise.resolve(refusals.close()));
-  app.use('*', requestContext(keel.log, trusted, latencyObserver(keel.metrics), { admit: earlyAdmission(api, API_BASE), refusals }));
+  app.use('*', requestContext(keel.log, trusted, latencyObserver(keel.metrics), { admit: earlyAdmission(api, API_BASE), refusals: refusalLogOf(keel) }));
   app.onError((err, c) => handleError(err, c, keel.log));
   // A path that exists with other methods is 405 with Allow; anything else 404.
   const allowedOn = methodIndex(() => app.routes);

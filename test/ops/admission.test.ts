@@ -127,3 +127,61 @@ describe.skipIf(!backendAvailable())(`admission before the request is read (${ba
     expect(ofSecond(start)).toHaveLength(1);
   });
 });
+
+/** Opens a connection and sends GET /health; resolves with the status, or null when the server closed it without an answer. */
+function healthOn(port: number, keep: boolean): Promise<{ status: number | null; socket: ReturnType<typeof connect> }> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1');
+    let text = '';
+    socket.setEncoding('utf8');
+    socket.on('data', (d: string) => {
+      text += d;
+      if (text.includes('\r\n\r\n')) {
+        if (!keep) socket.destroy();
+        resolve({ status: Number(text.slice(9, 12)), socket });
+      }
+    });
+    socket.on('close', () => resolve({ status: text ? Number(text.slice(9, 12)) : null, socket }));
+    socket.on('error', (err: NodeJS.ErrnoException) => (err.code === 'ECONNRESET' ? resolve({ status: null, socket }) : reject(err)));
+    socket.write('GET /health HTTP/1.1\r\nHost: x\r\n\r\n');
+  });
+}
+
+describe.skipIf(!backendAvailable())(`the per-source connection budget (${backend})`, () => {
+  let app: TestApp;
+  const lines: Line[] = [];
+  const log = pino(
+    { level: 'info' },
+    new Writable({
+      write(chunk: Buffer, _enc, done) {
+        for (const text of chunk.toString().split('\n').filter(Boolean)) lines.push(JSON.parse(text) as Line);
+        done();
+      },
+    }),
+  );
+  beforeAll(async () => {
+    // Loopback is not a trusted proxy here, so the test's connections count against 127.0.0.1's budget.
+    app = await startTestApp({ log, env: { TRUST_PROXY: '10.255.255.254', MAX_CONNECTIONS_PER_SOURCE: '2' } });
+  }, 60_000);
+  afterAll(async () => app?.close());
+
+  it('closes a connection past the budget of its address unread, counts it in the refusal line, and takes one again once a connection closed', async () => {
+    const port = app.server.port;
+    const first = await healthOn(port, true);
+    const second = await healthOn(port, true);
+    expect([first.status, second.status]).toEqual([200, 200]);
+    const third = await healthOn(port, false);
+    expect(third.status).toBeNull();
+    await waitUntil('the refusal line of the connection', () => lines.filter((l) => l.msg === 'requests refused' && l.code === 'connection_budget'), (l) => l.length > 0, { timeoutMs: 5000 });
+    const [line] = lines.filter((l) => l.msg === 'requests refused' && l.code === 'connection_budget');
+    expect(line).toMatchObject({ source: '127.0.0.1', refused: 1, routes: { connection: 1 } });
+    expect(line?.status).toBeUndefined();
+    // One closes: a new connection is taken again.
+    await new Promise<void>((resolve) => {
+      first.socket.once('close', () => resolve());
+      first.socket.destroy();
+    });
+    await waitUntil('a connection taken again', async () => (await healthOn(port, false)).status, (s) => s === 200, { timeoutMs: 5000 });
+    second.socket.destroy();
+  });
+});

@@ -233,7 +233,7 @@ function refuse(c: Context, refusal: AppError, requestId: string, traceparent: s
   const request = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming;
   // The unread body is dropped before the connection closes or serves the next request (closeAfterBody).
   if (request && outgoing && !request.readableEnded) keepReadingBody(request, outgoing);
-  refusals.refused(c.get('ip') as string || 'unknown', c.req.method, c.req.path, refusal.status, refusal.code);
+  refusals.refused((c.get('ip') as string) || 'unknown', `${c.req.method} ${c.req.path}`, refusal.status, refusal.code);
   return errorResponse(c, refusal);
 }
 

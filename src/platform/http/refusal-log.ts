@@ -1,16 +1,21 @@
 import type { Logger } from '../logger.js';
+import type { Keel } from '../../keel.js';
 import { clock } from '../clock.js';
 
 /**
  * Requests refused before they were read (the admission gate: platform/http/admission.ts) are logged
- * as ONE line per source address and second instead of an access line each (docs/operations.md
- * "Refused requests"): under a flood a line per refusal cost as much as the refusal itself.
+ * as ONE line per source address and second instead of an access line each (docs/deploy.md "Logs"):
+ * under a flood a line per refusal cost about as much as the refusal itself.
  *
  * The line (pino, level warn, message `requests refused`), written once the second is over (at the
  * next refusal of a later second, on a timer, or when the process stops):
  *
  *   {"level":40,"time":…,"msg":"requests refused","source":"203.0.113.7","second":"2026-11-28T03:40:12.000Z",
  *    "refused":412,"status":503,"code":"overloaded","routes":{"POST /api/v1/auth/login":400,"POST /api/v1/auth/register":12}}
+ *
+ * Connections closed at once because their source holds MAX_CONNECTIONS_PER_SOURCE already (server.ts)
+ * are counted the same way, on a line of their own with `"code":"connection_budget"`, no `status` (no
+ * answer is sent) and `routes: {"connection": n}`.
  *
  * Past REFUSAL_LOG_SOURCES sources in one second, the others share one line whose `source` is
  * `other` with `sources` (how many), so a flood from many addresses still writes a bounded number
@@ -21,8 +26,9 @@ import { clock } from '../clock.js';
 export const REFUSAL_LOG_SOURCES = 100;
 
 interface Entry {
+  source: string;
   refused: number;
-  status: number;
+  status: number | undefined;
   code: string;
   routes: Map<string, number>;
   sources: number;
@@ -38,26 +44,28 @@ export class RefusalLog {
     this.#log = log;
   }
 
-  /** Counts one refusal of `method path` from `source` in the current second (clock.ts). */
-  refused(source: string, method: string, path: string, status: number, code: string): void {
+  /**
+   * Counts one refusal from `source` in the current second (clock.ts): `route` is `METHOD path` or
+   * `connection`; `status` is undefined when no answer was sent.
+   */
+  refused(source: string, route: string, status: number | undefined, code: string): void {
     const second = clock.nowSeconds();
     if (second !== this.#second) {
       this.flush();
       this.#second = second;
     }
-    let entry = this.#bySource.get(source);
+    let entry = this.#bySource.get(`${source} ${code}`);
     if (!entry) {
       const other = this.#bySource.size >= REFUSAL_LOG_SOURCES;
-      const key = other ? 'other' : source;
+      const key = `${other ? 'other' : source} ${code}`;
       entry = this.#bySource.get(key);
       if (!entry) {
-        entry = { refused: 0, status, code, routes: new Map(), sources: 0 };
+        entry = { source: other ? 'other' : source, refused: 0, status, code, routes: new Map(), sources: 0 };
         this.#bySource.set(key, entry);
       }
       if (other) entry.sources++;
     }
     entry.refused++;
-    const route = `${method} ${path}`;
     entry.routes.set(route, (entry.routes.get(route) ?? 0) + 1);
     this.#arm();
   }
@@ -66,14 +74,14 @@ export class RefusalLog {
   flush(): void {
     if (this.#bySource.size === 0) return;
     const second = new Date(this.#second * 1000).toISOString();
-    for (const [source, e] of this.#bySource) {
+    for (const e of this.#bySource.values()) {
       this.#log.warn(
         {
-          source,
+          source: e.source,
           ...(e.sources > 0 ? { sources: e.sources } : {}),
           second,
           refused: e.refused,
-          status: e.status,
+          ...(e.status === undefined ? {} : { status: e.status }),
           code: e.code,
           routes: Object.fromEntries(e.routes),
         },
@@ -100,4 +108,18 @@ export class RefusalLog {
     }, 1000);
     this.#timer.unref();
   }
+}
+
+const logs = new WeakMap<Keel, RefusalLog>();
+
+/** The refusal log of a Keel: one per process, shared by the HTTP app and the server; written out when the Keel closes. */
+export function refusalLogOf(keel: Keel): RefusalLog {
+  let log = logs.get(keel);
+  if (!log) {
+    const created = new RefusalLog(keel.log);
+    keel.onClose(() => Promise.resolve(created.close()));
+    logs.set(keel, created);
+    log = created;
+  }
+  return log;
 }
