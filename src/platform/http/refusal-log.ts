@@ -31,7 +31,8 @@ interface Entry {
   status: number | undefined;
   code: string;
   routes: Map<string, number>;
-  sources: number;
+  /** On an `other` line: the sources it sums (emptied every second, so bounded by a second's refusals). */
+  others: Set<string> | null;
 }
 
 export class RefusalLog {
@@ -60,10 +61,10 @@ export class RefusalLog {
       const key = `${other ? 'other' : source} ${code}`;
       entry = this.#bySource.get(key);
       if (!entry) {
-        entry = { source: other ? 'other' : source, refused: 0, status, code, routes: new Map(), sources: 0 };
+        entry = { source: other ? 'other' : source, refused: 0, status, code, routes: new Map(), others: other ? new Set() : null };
         this.#bySource.set(key, entry);
       }
-      if (other) entry.sources++;
+      entry.others?.add(source);
     }
     entry.refused++;
     entry.routes.set(route, (entry.routes.get(route) ?? 0) + 1);
@@ -78,7 +79,7 @@ export class RefusalLog {
       this.#log.warn(
         {
           source: e.source,
-          ...(e.sources > 0 ? { sources: e.sources } : {}),
+          ...(e.others ? { sources: e.others.size } : {}),
           second,
           refused: e.refused,
           ...(e.status === undefined ? {} : { status: e.status }),
