@@ -230,9 +230,10 @@ export function benchEnv(extra: Record<string, string> = {}): Record<string, str
 
 /**
  * Starts `node bin/keel.js serve` (the bundle `npm start` runs) on a free port and waits for /health;
- * `cwd` runs another checkout's (bench/ab.ts compares two).
+ * `cwd` runs another checkout's (bench/ab.ts compares two; BENCH_KEEL_DIR does it for any benchmark,
+ * e.g. a `git worktree` of the commit before a change, with the benchmark itself from this one).
  */
-export async function startKeel(env: Record<string, string>, cwd = ROOT): Promise<RunningKeel> {
+export async function startKeel(env: Record<string, string>, cwd = process.env.BENCH_KEEL_DIR ?? ROOT): Promise<RunningKeel> {
   const port = await freePort();
   const dataDir = env.DATA_DIR ?? tempDir('keel-bench-');
   // BENCH_KEEL_NODE_ARGS reaches Keel's node only (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`: Node 20

@@ -13,6 +13,8 @@ import { methodIndex } from './platform/http/router.js';
 import { moduleRoutes } from './modules/index.js';
 import { consoleHandler } from './platform/http/console.js';
 import { mountScimProtocol } from './modules/scim/protocol-routes.js';
+import { earlyAdmission } from './platform/http/admission.js';
+import { refusalLogOf } from './platform/http/refusal-log.js';
 
 export const API_BASE = '/api/v1';
 
@@ -44,7 +46,9 @@ export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
 
   // While tracing is on (docs/deploy.md "Tracing"), a server span around everything else.
   if (activeTracer) app.use('*', traceRequests());
-  app.use('*', requestContext(keel.log, trusted, latencyObserver(keel.metrics)));
+  // The API router is filled below; its admission gates are read on the first request (admission.ts).
+  const api = createRouter<AppEnv>({ gate: apiGateStatuses });
+  app.use('*', requestContext(keel.log, trusted, latencyObserver(keel.metrics), { admit: earlyAdmission(api, API_BASE), refusals: refusalLogOf(keel) }));
   app.onError((err, c) => handleError(err, c, keel.log));
   // A path that exists with other methods is 405 with Allow; anything else 404.
   const allowedOn = methodIndex(() => app.routes);
@@ -64,7 +68,6 @@ export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
   mountReady(app, { database: keel.database, redis: keel.redis });
   mountMetrics(app, keel.metrics, keel.config.METRICS_TOKEN);
 
-  const api = createRouter<AppEnv>({ gate: apiGateStatuses });
   app.use(
     `${API_BASE}/*`,
     apiGate({

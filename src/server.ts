@@ -1,6 +1,6 @@
 import { serve, type ServerType } from '@hono/node-server';
 import { releaseKeysOf } from './modules/agents/release-keys.js';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Keel, KeelOptions } from './keel.js';
 import { openKeel, processRoles } from './compose.js';
@@ -8,6 +8,7 @@ import { buildApp } from './app.js';
 import type { OpenAPIHono } from '@hono/zod-openapi';
 import type { AppEnv } from './app-env.js';
 import { PgliteMaintenance } from './platform/db/pglite-maintenance.js';
+import { refusalLogOf } from './platform/http/refusal-log.js';
 
 export interface RunningServer {
   keel: Keel;
@@ -88,6 +89,37 @@ function closing(response: Response): Response {
   return response;
 }
 
+/**
+ * The per-source connection budget (MAX_CONNECTIONS_PER_SOURCE; docs/decisions.md "Speed: embedded
+ * backend and floods"): a client address holding that many connections has a new one closed at once,
+ * before Node parses a byte of it, and counted in the aggregated refusal line (refusal-log.ts). The
+ * proxies of TRUST_PROXY are exempt: every client behind them shares their address.
+ */
+function budgetConnections(server: ServerType, keel: Keel): void {
+  const max = keel.config.MAX_CONNECTIONS_PER_SOURCE;
+  if (max <= 0) return;
+  const trusted = new Set((keel.config.TRUST_PROXY ?? '').split(',').map((s) => s.trim()).filter(Boolean));
+  const open = new Map<string, number>();
+  const refusals = refusalLogOf(keel);
+  server.on('connection', (socket: Socket) => {
+    const raw = socket.remoteAddress ?? '';
+    const source = raw.startsWith('::ffff:') ? raw.slice(7) : raw;
+    if (trusted.has(raw) || trusted.has(source)) return;
+    const held = open.get(source) ?? 0;
+    if (held >= max) {
+      refusals.refused(source, 'connection', undefined, 'connection_budget');
+      socket.destroy();
+      return;
+    }
+    open.set(source, held + 1);
+    socket.once('close', () => {
+      const left = (open.get(source) ?? 1) - 1;
+      if (left <= 0) open.delete(source);
+      else open.set(source, left);
+    });
+  });
+}
+
 /** Builds Keel and listens. Used by `keel serve`, the tests (port 0) and the benchmarks. */
 export async function startServer(opts: KeelOptions & { port?: number; host?: string; drainMs?: number } = {}): Promise<RunningServer> {
   const keel = await openKeel(opts);
@@ -147,6 +179,7 @@ export async function startServer(opts: KeelOptions & { port?: number; host?: st
       });
       s.once('error', (err: NodeJS.ErrnoException) => reject(listenError(err, host, port)));
       s.on('clientError', answerClientError);
+      budgetConnections(s, keel);
     });
   } catch (err) {
     await keel.close();

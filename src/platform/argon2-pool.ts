@@ -138,6 +138,17 @@ export function assertHashCapacity(): void {
     throw new HashQueueFull();
   }
 }
+let early: HashQueueFull | undefined;
+
+/**
+ * The refusal of a request that would hash while the queue is full, or null: asked before the request
+ * is read (platform/http/admission.ts), so a refused login costs no body read and no new error object.
+ */
+export function hashAdmission(): AppError | null {
+  if (inHand < queueMax) return null;
+  refused++;
+  return (early ??= new HashQueueFull());
+}
 let argon2Path: string | undefined;
 let nextId = 0;
 

@@ -2,6 +2,7 @@ import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import { platformError } from '../../platform/http/errors.js';
+import { hashGate } from '../../platform/http/admission.js';
 import { errors, json, jsonBody, MessageSchema, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { authenticate } from '../../http/authenticate.js';
 import {
@@ -112,6 +113,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
   api.openapi(
     createRoute({
       method: 'post', path: '/auth/register', tags: tag, summary: 'Create a standalone account (ENABLE_REGISTRATION)',
+      middleware: [hashGate] as const,
       request: { body: jsonBody(RegisterBody) },
       responses: { 201: json(TokenAnswerSchema, 'Registered and signed in'), ...errors(404, 409, 429, 503) },
     }),
@@ -125,6 +127,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
   api.openapi(
     createRoute({
       method: 'post', path: '/auth/register-partner', tags: tag, summary: 'Create a partner, its admin user and sign in (ENABLE_REGISTRATION)',
+      middleware: [hashGate] as const,
       request: { body: jsonBody(RegisterPartnerBody) },
       responses: { 201: json(TokenAnswerSchema.extend({ partner: PartnerSchema }), 'Registered'), ...errors(404, 409, 429, 503) },
     }),
@@ -139,6 +142,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
   api.openapi(
     createRoute({
       method: 'post', path: '/auth/login', tags: tag, summary: 'Sign in with email and password',
+      middleware: [hashGate] as const,
       request: { body: jsonBody(LoginBody) },
       responses: {
         200: json(z.union([TokenAnswerSchema, MfaChallengeSchema]), 'Tokens, or a second-factor challenge'),
@@ -213,6 +217,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
   api.openapi(
     createRoute({
       method: 'post', path: '/auth/reset-password', tags: tag, summary: 'Set a new password with a reset token; ends every session',
+      middleware: [hashGate] as const,
       request: { body: jsonBody(ResetBody) },
       responses: { 200: json(MessageSchema), ...errors(503) },
     }),
@@ -226,7 +231,7 @@ export function mountIdentityRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void 
   api.openapi(
     createRoute({
       method: 'post', path: '/auth/change-password', tags: tag, summary: 'Change the password; ends every session',
-      middleware: [auth] as const,
+      middleware: [hashGate, auth] as const,
       request: { body: jsonBody(ChangeBody) },
       responses: { 200: json(MessageSchema), ...errors(429) },
     }),

@@ -5,9 +5,11 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import { accessLogger, type Logger } from '../logger.js';
-import { errorResponse, validationError, platformError } from './errors.js';
+import { errorResponse, validationError, platformError, type AppError } from './errors.js';
 import { unstorableInUrl } from './validation.js';
 import { validTraceparent } from '../request-scope.js';
+import type { Admission } from './admission.js';
+import type { RefusalLog } from './refusal-log.js';
 
 export interface PlatformVariables {
   requestId: string;
@@ -142,14 +144,24 @@ function pathOf(target: string): string {
 /** The status logged and counted for a request whose connection closed before its answer was sent. */
 export const CLIENT_CLOSED = 499;
 
+/** Admission before the request is read: which route has a gate, and where its refusals are counted. */
+export interface EarlyAdmission {
+  admit: Admission;
+  refusals: RefusalLog;
+}
+
 /**
  * Request id (echoed as X-Request-Id), the client IP and one access-log line carrying the id.
  *
  * On Node the middleware does not wait for the rest of the chain (an async wrapper per layer was a
  * measured part of a cached read): the access line is written when Node's response closes, and only
  * when the logger would write one at all.
+ *
+ * With `early`, a request to a route with an admission gate that refuses now (platform/http/admission.ts)
+ * is answered here, before anything reads its body or checks its size and type, and is counted in the
+ * aggregated refusal line of its source (platform/http/refusal-log.ts) instead of an access line.
  */
-export function requestContext(log: Logger, trustedProxies: Set<string>, onAnswered?: OnAnswered): MiddlewareHandler<{ Variables: PlatformVariables }> {
+export function requestContext(log: Logger, trustedProxies: Set<string>, onAnswered?: OnAnswered, early?: EarlyAdmission): MiddlewareHandler<{ Variables: PlatformVariables }> {
   // The access-log line: every request at info, and at error whatever the level when the answer is a 5xx.
   const logAccess = accessLogger(log);
   return (c, next) => {
@@ -171,6 +183,11 @@ export function requestContext(log: Logger, trustedProxies: Set<string>, onAnswe
     c.set('requestId', requestId);
     c.set('ip', ip.slice(0, 45));
     c.set('traceparent', traceparent);
+    const method = c.req.method;
+    if (early) {
+      const refusal = early.admit(method, () => c.req.path)?.();
+      if (refusal) return Promise.resolve(refuse(c, refusal, requestId, traceparent, early.refusals));
+    }
     const started = performance.now();
     const outgoing = nodeResponse(c);
     if (!outgoing) {
@@ -187,7 +204,6 @@ export function requestContext(log: Logger, trustedProxies: Set<string>, onAnswe
       outgoing.setHeader('X-Request-Id', requestId);
       if (traceparent) outgoing.setHeader('traceparent', traceparent);
     }
-    const method = c.req.method;
     const request = (c.env as { incoming?: IncomingMessage }).incoming;
     if (request && method !== 'GET' && method !== 'HEAD' && !request.readableEnded) keepReadingBody(request, outgoing);
     if (onAnswered || log.isLevelEnabled('error')) {
@@ -203,6 +219,22 @@ export function requestContext(log: Logger, trustedProxies: Set<string>, onAnswe
     }
     return next();
   };
+}
+
+/** The answer of a request refused by its admission gate; see requestContext. */
+function refuse(c: Context, refusal: AppError, requestId: string, traceparent: string | undefined, refusals: RefusalLog): Response {
+  const headers: (readonly [string, string])[] = [['X-Request-Id', requestId], ...SECURITY_HEADERS];
+  if (traceparent) headers.push(['traceparent', traceparent]);
+  const outgoing = nodeResponse(c);
+  for (const [name, value] of headers) {
+    if (outgoing) outgoing.setHeader(name, value);
+    else c.header(name, value);
+  }
+  const request = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming;
+  // The unread body is dropped before the connection closes or serves the next request (closeAfterBody).
+  if (request && outgoing && !request.readableEnded) keepReadingBody(request, outgoing);
+  refusals.refused((c.get('ip') as string) || 'unknown', `${c.req.method} ${c.req.path}`, refusal.status, refusal.code);
+  return errorResponse(c, refusal);
 }
 
 const SECURITY_HEADERS = [

@@ -8,6 +8,7 @@ import { strictRequest, unstorableFields } from './validation.js';
 import { CachedTrieRouter } from './router.js';
 import { documentedRoute, SECURITY_SCHEMES, withMiddlewareQuery } from './route-docs.js';
 import type { ErrorStatus } from './schemas.js';
+import { recordAdmission } from './admission.js';
 
 /**
  * A router whose zod validation failures become the 400 `validation_failed` envelope. Every module
@@ -43,6 +44,8 @@ export function createRouter<E extends Env>(opts: { gate?: (method: string) => r
     // The document: the route as declared, plus what its middleware enforces (route-docs.ts).
     // 400: every route refuses a query parameter it does not declare (strictRequest), whatever else it answers.
     if (!config.hide) app.openAPIRegistry.registerPath(documentedRoute(config, [400, ...(opts.gate?.(config.method) ?? [])]));
+    // An admission gate among the middleware is also asked before the request is read (admission.ts).
+    recordAdmission(app, config.method, config.path, config.middleware);
     return register({ ...config, request: strictRequest(config.request) as typeof config.request, hide: true }, handler, hook);
   };
   app.openapi = openapi;

@@ -1,0 +1,48 @@
+/**
+ * The aggregated refusal line (platform/http/refusal-log.ts): one line per source, code and second,
+ * written when the second is over; past REFUSAL_LOG_SOURCES sources in a second the rest share one
+ * `other` line saying how many they were, so a flood from many addresses writes a bounded number of lines.
+ */
+import { Writable } from 'node:stream';
+import { pino } from 'pino';
+import { afterEach, describe, expect, it } from 'vitest';
+import { REFUSAL_LOG_SOURCES, RefusalLog } from '../../src/platform/http/refusal-log.js';
+import { clock } from '../../src/platform/clock.js';
+
+function capture(): { log: pino.Logger; lines: Record<string, unknown>[] } {
+  const lines: Record<string, unknown>[] = [];
+  const log = pino({ level: 'info' }, new Writable({
+    write(chunk: Buffer, _enc, done) {
+      for (const text of chunk.toString().split('\n').filter(Boolean)) lines.push(JSON.parse(text) as Record<string, unknown>);
+      done();
+    },
+  }));
+  return { log, lines };
+}
+
+describe('refusal log', () => {
+  afterEach(() => clock.reset());
+
+  it('writes one line per source and code of a second, and sums the sources past the bound on one other line', async () => {
+    const { log, lines } = capture();
+    const refusals = new RefusalLog(log);
+    clock.freeze((Math.floor(Date.now() / 1000) + 10) * 1000);
+    const extra = 7;
+    for (let i = 0; i < REFUSAL_LOG_SOURCES + extra; i++) {
+      for (let k = 0; k < 3; k++) refusals.refused(`192.0.2.${i}`, 'POST /api/v1/auth/login', 503, 'overloaded');
+    }
+    refusals.refused('192.0.2.0', 'connection', undefined, 'connection_budget');
+    refusals.close();
+    await new Promise((r) => setImmediate(r));
+    const written = lines.filter((l) => l.msg === 'requests refused');
+    // The bound counts lines: the connection line of 192.0.2.0 arrived after it was reached, so it went to `other` too.
+    expect(written).toHaveLength(REFUSAL_LOG_SOURCES + 2);
+    expect(written[0]).toMatchObject({ source: '192.0.2.0', refused: 3, status: 503, code: 'overloaded', routes: { 'POST /api/v1/auth/login': 3 } });
+    const others = written.filter((l) => l.source === 'other');
+    expect(others).toEqual([
+      expect.objectContaining({ code: 'overloaded', sources: extra, refused: 3 * extra }),
+      expect.objectContaining({ code: 'connection_budget', sources: 1, refused: 1, routes: { connection: 1 } }),
+    ]);
+    expect(others[1]).not.toHaveProperty('status');
+  });
+});
