@@ -36,7 +36,9 @@ export async function scimDefaultRole(db: Db, orgId: string): Promise<string> {
 
 /**
  * `PUT /orgs/:orgId/scim-settings`: every role named must be assignable in the organisation (400
- * naming the field); then `authorize` (the route's rule of who may grant them). Audited `scim_settings.update`.
+ * naming the field); then `authorize` (the route's rule of who may grant them). Audited
+ * `scim_settings.update`. The save starts the re-decision of every managed member's role by the
+ * saved mappings (reevaluation.ts), within what `saverId` may grant.
  */
 export async function putScimSettings(
   keel: Keel,
@@ -44,6 +46,7 @@ export async function putScimSettings(
   input: ScimSettingsView,
   info: AuditRequestInfo,
   authorize: (roleIds: string[]) => Promise<void>,
+  saverId: string | null,
 ): Promise<ScimSettingsView> {
   const bad: { path: string; message: string }[] = [];
   if (!(await assignableRole(keel.db, input.defaultRoleId, { orgId: org.orgId }))) bad.push({ path: 'defaultRoleId', message: 'is not a role assignable in this organization' });
@@ -56,7 +59,7 @@ export async function putScimSettings(
   if (bad.length > 0) throw validationError(bad);
   await authorize([input.defaultRoleId, ...input.groupRoleMappings.map((m) => m.roleId)]);
   await transaction(keel.db, async (tx) => {
-    const values = { defaultRoleId: input.defaultRoleId, groupRoleMappings: input.groupRoleMappings, updatedAt: clock.now() };
+    const values = { defaultRoleId: input.defaultRoleId, groupRoleMappings: input.groupRoleMappings, reevaluationPending: true, reevaluationCursor: null, reevaluationBy: saverId, updatedAt: clock.now() };
     await tx.db.insert(scimSettings).values({ orgId: org.orgId, ...values }).onConflictDoUpdate({ target: scimSettings.orgId, set: values });
     await writeAudit(tx.db, info, { action: 'scim_settings.update', orgId: org.orgId, partnerId: org.partnerId, target: { type: 'organization', id: org.orgId }, details: { defaultRoleId: input.defaultRoleId, mappings: input.groupRoleMappings.length } });
   });

@@ -12,6 +12,7 @@ import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { registerAccountManager } from '../identity/managed.js';
 import { ROLES_TOPIC } from '../access/role-cache.js';
 import { scimTokens, scimUsers, type ScimTokenRow } from './schema.js';
+import { reevaluationJob } from './reevaluation.js';
 import { ScimError } from './errors.js';
 
 /** Every SCIM token starts with this (docs/decisions.md "SCIM provisioning"). */
@@ -38,7 +39,8 @@ declare module '../../platform/module.js' {
 }
 
 /**
- * Installs the SCIM module: its per-token limit, and its word to identity on the accounts a directory
+ * Installs the SCIM module: its per-token limit and token cache, the job that finishes re-deciding
+ * roles after a settings save, and its word to identity on the accounts a directory
  * manages (their email, name and status change only through SCIM or a platform administrator).
  */
 export function installScim(keel: Keel): KeelModule<Scim> {
@@ -46,7 +48,10 @@ export function installScim(keel: Keel): KeelModule<Scim> {
     const rows = await db.select({ id: scimUsers.userId }).from(scimUsers).where(inArray(scimUsers.userId, [...userIds]));
     return new Map(rows.map((r) => [r.id, 'scim']));
   });
-  return { handle: { limit: keel.limits.define('scim-token', keel.config.SCIM_RATE_LIMIT, 60), tokens: createTokenCache(keel) } };
+  return {
+    handle: { limit: keel.limits.define('scim-token', keel.config.SCIM_RATE_LIMIT, 60), tokens: createTokenCache(keel) },
+    jobs: [reevaluationJob(keel)],
+  };
 }
 
 /*

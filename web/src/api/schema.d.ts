@@ -1491,7 +1491,7 @@ export interface paths {
          */
         get: operations["getOrgsByOrgIdScimSettings"];
         /**
-         * Set the organisation's SCIM default role and group mappings
+         * Set the organisation's SCIM default role and group mappings; the managed members' roles are decided again by them
          * @description Access: an access token or an API key; permission `users:write`; partner users need `orgAccess: all` (403 `full_org_access_required`); callers restricted to some sites or device groups are refused (403 `whole_org_access_required`); a session established with a second factor (403 `mfa_required`).
          */
         put: operations["putOrgsByOrgIdScimSettings"];
