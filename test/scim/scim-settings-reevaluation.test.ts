@@ -29,7 +29,7 @@ describe.skipIf(!backendAvailable())('SCIM settings save re-decides managed memb
   const technician = SYSTEM_ROLES.orgTechnician.id;
 
   const scim = (token: string, method: string, path: string, body: unknown) =>
-    app.request<any>(method, `/scim/v2${path}`, { token, body, headers: { 'content-type': 'application/scim+json' } });
+    app.request(method, `/scim/v2${path}`, { token, body, headers: { 'content-type': 'application/scim+json' } });
   const rolesOf = async (ids: string[]) =>
     (await app.server.keel.db.select({ userId: organizationUsers.userId, roleId: organizationUsers.roleId }).from(organizationUsers).where(inArray(organizationUsers.userId, ids))).map((r) => r.roleId);
   const save = (groupRoleMappings: { group: string; roleId: string }[]) =>
