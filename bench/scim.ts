@@ -12,6 +12,7 @@
 import { loadavg } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { generate } from 'otplib';
+import { cpuMeter } from './cpu.js';
 import { fmt, isMain, pool, postJson, printTable, withBackends, type BenchBackend } from './lib.js';
 
 export const SCIM_IMPORT_GOAL_S = 60;
@@ -31,6 +32,9 @@ export interface ScimBenchResult {
   importSeconds: number;
   lookupP50: number;
   lookupP99: number;
+  /** Keel's CPU (all its threads) per `POST /Users`, and the database server's (PostgreSQL only). */
+  cpuMsPerUser: number;
+  dbCpuMsPerUser: number;
   load: string;
 }
 
@@ -65,12 +69,14 @@ export async function benchScim(backend: BenchBackend): Promise<ScimBenchResult>
 
     process.stderr.write(`[scim/${backend.name}] POST ${USERS} users at concurrency ${CONCURRENCY}...\n`);
     const started = Date.now();
+    const meter = cpuMeter(keel.proc.child.pid ?? null);
     const ids = await pool(names, CONCURRENCY, async (userName, i) => {
       const res = await postJson(`${base}/Users`, { schemas: ['urn:ietf:params:scim:schemas:core:2.0:User'], userName, externalId: `ext-${i}`, name: { givenName: 'Person', familyName: String(i) }, active: true }, scim);
       if (res.status !== 201) throw new Error(`POST /Users: ${res.status} ${JSON.stringify(res.body)}`);
       return res.body.id as string;
     });
     const usersSeconds = (Date.now() - started) / 1000;
+    const cpu = meter.stop(USERS);
     process.stderr.write(`[scim/${backend.name}] POST ${GROUPS} groups of ${GROUP_SIZE}...\n`);
     const groupsStarted = Date.now();
     await pool(Array.from({ length: GROUPS }, (_, g) => g), CONCURRENCY, async (g) => {
@@ -101,6 +107,8 @@ export async function benchScim(backend: BenchBackend): Promise<ScimBenchResult>
       importSeconds: usersSeconds + groupsSeconds,
       lookupP50: percentile(times, 50),
       lookupP99: percentile(times, 99),
+      cpuMsPerUser: cpu.mainMs + cpu.threadsMs,
+      dbCpuMsPerUser: cpu.serversMs,
       load: loadNow(),
     };
   } finally {
@@ -113,13 +121,14 @@ export const scimGoal = (r: ScimBenchResult): string => (r.importSeconds < SCIM_
 export function printScim(results: ScimBenchResult[]): void {
   printTable(
     'SCIM import',
-    ['backend', 'users (s)', 'groups (s)', 'import (s)', 'userName eq p50/p99 (ms)', 'load average', 'goal'],
+    ['backend', 'users (s)', 'groups (s)', 'import (s)', 'userName eq p50/p99 (ms)', 'CPU ms per POST (Keel / db)', 'load average', 'goal'],
     results.map((r) => [
       r.backend,
       `${r.users} in ${fmt(r.usersSeconds, 1)}`,
       `${r.groups}×${GROUP_SIZE} in ${fmt(r.groupsSeconds, 1)}`,
       fmt(r.importSeconds, 1),
       `${fmt(r.lookupP50, 2)}/${fmt(r.lookupP99, 2)}`,
+      `${fmt(r.cpuMsPerUser, 2)} / ${fmt(r.dbCpuMsPerUser, 2)}`,
       r.load,
       `import < ${SCIM_IMPORT_GOAL_S} s, p99 < ${SCIM_LOOKUP_P99_GOAL_MS} ms: ${scimGoal(r)}`,
     ]),

@@ -184,6 +184,8 @@ const envSchema = z.object({
   SCIM_RATE_LIMIT: int(1200, 1, 1000000),
   // SCIM provisioning: the most resources a filter SQL cannot answer whole is applied to in memory (beyond: 400 tooMany).
   SCIM_FILTER_SCAN_LIMIT: int(5000, 1, 1000000),
+  // SCIM provisioning: managed users one batch re-decides after the group mappings are saved.
+  SCIM_REEVALUATION_BATCH: int(200, 1, 10000),
 
   // Audit (docs/decisions.md "Audit: hash chain, checkpoints, security events"): the Ed25519 key signing the
   // daily chain checkpoints (base64 of its 32-byte seed; unset: no checkpoints), and the days an entry is

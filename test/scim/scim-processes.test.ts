@@ -1,7 +1,8 @@
 /**
  * A directory's deactivation reaches every process (docs/decisions.md "SCIM provisioning"): two
  * `keel serve` on one PostgreSQL and one Redis; the SCIM PATCH goes to one, the person's live session
- * was in use on the other and answers 401 right after.
+ * was in use on the other and answers 401 right after; a SCIM token revoked on one is refused by the
+ * other at once, though both had it in their token caches.
  */
 import { afterAll, describe, expect, it } from 'vitest';
 import { randomBytes } from 'node:crypto';
@@ -16,6 +17,7 @@ import { addOrganizationMember } from '../../src/modules/access/service.js';
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
 import { scimTokens } from '../../src/modules/scim/schema.js';
 import { sha256Hex } from '../../src/platform/crypto.js';
+import { generate } from 'otplib';
 
 describe.skipIf(!backendAvailable() || backend !== 'postgres')('SCIM deactivation across processes (postgres)', () => {
   let topology: Topology | null = null;
@@ -50,5 +52,22 @@ describe.skipIf(!backendAvailable() || backend !== 'postgres')('SCIM deactivatio
     const off = await scim('PATCH', `/Users/${member!.id}`, { schemas: ['urn:ietf:params:scim:api:messages:2.0:PatchOp'], Operations: [{ op: 'replace', path: 'active', value: false }] });
     expect(off.status).toBe(200);
     for (const api of [a!, b!]) expect((await call(api.url, 'GET', '/users/me', { token: session.accessToken })).status).toBe(401);
+
+    // A token revoked on one server stops at once on the other, though both hold it in their token caches.
+    const adminEmail = `scim-admin-${randomBytes(4).toString('hex')}@example.com`;
+    const [admin] = await db.insert(users).values({ email: adminEmail, name: 'Admin', passwordHash: await hashPassword(STRONG_PASSWORD) }).returning({ id: users.id });
+    await addOrganizationMember(db, { orgId: org.id, userId: admin!.id, roleId: SYSTEM_ROLES.orgAdmin.id });
+    const first = (await call(a!.url, 'POST', '/auth/login', { body: { email: adminEmail, password: STRONG_PASSWORD } })).body as { accessToken: string };
+    const setup = (await call(a!.url, 'POST', '/auth/mfa/setup', { token: first.accessToken, body: {} })).body as { secret: string };
+    const enabled = await call(a!.url, 'POST', '/auth/mfa/enable', { token: first.accessToken, body: { code: await generate({ secret: setup.secret }) } });
+    expect(enabled.status).toBe(200);
+    const adminToken = (enabled.body as { accessToken: string }).accessToken;
+    const made = await call(a!.url, 'POST', `/orgs/${org.id}/scim-tokens`, { token: adminToken, body: { name: 'cached' } });
+    expect(made.status).toBe(201);
+    const cached = made.body as { id: string; token: string };
+    const list = (url: string) => fetch(`${url}/scim/v2/Users`, { headers: { authorization: `Bearer ${cached.token}` } }).then((r) => r.status);
+    for (const api of [a!, b!]) expect(await list(api.url)).toBe(200);
+    expect((await call(a!.url, 'DELETE', `/orgs/${org.id}/scim-tokens/${cached.id}`, { token: adminToken })).status).toBe(204);
+    for (const api of [a!, b!]) expect(await list(api.url)).toBe(401);
   });
 });

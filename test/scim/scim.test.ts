@@ -125,6 +125,8 @@ describe.skipIf(!backendAvailable())('SCIM provisioning', () => {
       expect((await scim('GET', '/Users', { token: made.body.token })).status).toBe(401);
       clock.reset();
       const gone = await makeToken(adminToken, tenant.orgId, { name: 'gone' });
+      // In use first, so this process holds it in its token cache: the revocation must drop it there.
+      expect((await scim('GET', '/Users', { token: gone.body.token })).status).toBe(200);
       expect((await app.api('DELETE', `/orgs/${tenant.orgId}/scim-tokens/${gone.body.id}`, { token: adminToken })).status).toBe(204);
       expect((await scim('GET', '/Users', { token: gone.body.token })).status).toBe(401);
       expect((await app.api('DELETE', `/orgs/${tenant.orgId}/scim-tokens/${gone.body.id}`, { token: adminToken })).status).toBe(404);

@@ -3,6 +3,7 @@ import { and, asc, count, eq, inArray, isNull, lt, or, sql, type SQL } from 'dri
 import type { Keel } from '../../keel.js';
 import type { Db } from '../../platform/db/client.js';
 import { transaction } from '../../platform/db/transaction.js';
+import { prepared, rawQuery } from '../../platform/db/raw.js';
 import { clock } from '../../platform/clock.js';
 import { constantTimeEqual, randomToken } from '../../platform/crypto.js';
 import { notFound, validationError } from '../../platform/http/errors.js';
@@ -364,13 +365,13 @@ export async function verifiedDomainOwner(db: Db, email: string): Promise<{ doma
 }
 
 /** The organisation whose verified domain (the most specific one) covers this email, or null (none, or a partner's). */
+const VERIFIED_DOMAIN_OWNERS = prepared('verified_domain_owners', `select domain, org_id as "orgId" from verified_domains where status = 'verified' and domain = any($1::text[])`);
+
 export async function verifiedDomainOrg(db: Db, email: string): Promise<string | null> {
   const candidates = coveringDomains(email);
   if (candidates.length === 0) return null;
-  const rows = await db
-    .select({ domain: verifiedDomains.domain, orgId: verifiedDomains.orgId })
-    .from(verifiedDomains)
-    .where(and(eq(verifiedDomains.status, 'verified'), inArray(verifiedDomains.domain, candidates)));
+  // Prepared: every SCIM `POST /Users` and SSO sign-in asks it (docs/decisions.md "SCIM at scale").
+  const rows = await rawQuery<{ domain: string; orgId: string }>(db, VERIFIED_DOMAIN_OWNERS, [candidates]);
   const covering = candidates.map((d) => rows.find((r) => r.domain === d)).find((r) => r !== undefined);
   return covering?.orgId ?? null;
 }

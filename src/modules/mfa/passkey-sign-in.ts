@@ -19,7 +19,7 @@ import { auditSignInRefusal } from '../identity/sign-in-audit.js';
 import { applyPasswordPolicies, findUserByEmail, invalidCredentials, signIn, type RequestInfo, type TokenAnswer } from '../identity/service.js';
 import { loadUser, mfaDisabled, mfaLimits } from './common.js';
 import { mfaError } from './errors.js';
-import { advanceCounter, challengeExpired, challengeOf, decodeKey, invalidPasskey, userHandle, webauthn, WEBAUTHN_CHALLENGE_TTL_MS } from './passkeys.js';
+import { SIGN_IN_PASSKEYS_FOR_NO_PASSWORD, advanceCounter, challengeExpired, challengeOf, decodeKey, invalidPasskey, userHandle, webauthn, WEBAUTHN_CHALLENGE_TTL_MS } from './passkeys.js';
 import { assertMethodAllowed, securityPolicy } from './policy.js';
 import { passkeys } from './schema.js';
 import { requireRelyingParty } from './webauthn.js';
@@ -28,8 +28,6 @@ import { requireRelyingParty } from './webauthn.js';
 export const PASSKEY_SIGN_IN_PURPOSE = 'passkey_sign_in';
 /** Removing the password needs a session signed in with a second factor within this long. */
 export const FRESH_SIGN_IN_MS = 10 * 60_000;
-/** Sign-in passkeys an account holds before it may drop its password. */
-export const SIGN_IN_PASSKEYS_FOR_NO_PASSWORD = 2;
 
 /**
  * `POST /auth/passkey/options [{email}]`: WebAuthn request options for a sign-in passkey, user

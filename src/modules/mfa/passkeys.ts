@@ -111,7 +111,8 @@ function userPasskeys(keel: Keel, userId: string): Promise<PasskeyRow[]> {
 // Registration
 
 /**
- * `POST /auth/passkeys/register/options {currentPassword, name, signIn?}`: after password re-entry, the
+ * `POST /auth/passkeys/register/options {currentPassword | reauth, name, signIn?}`: after password
+ * re-entry or a passkey re-authentication (`verifyReentry`), the
  * WebAuthn creation options. The challenge is held 5 minutes (it is the single-use record's token)
  * together with the chosen name. `signIn: true` asks for a sign-in credential (docs/decisions.md
  * "Sign-in options"): a discoverable credential with user verification required, which the
@@ -119,16 +120,17 @@ function userPasskeys(keel: Keel, userId: string): Promise<PasskeyRow[]> {
  */
 export async function passkeyRegistrationOptions(
   keel: Keel,
-  userId: string,
-  currentPassword: string,
+  principal: ReentryPrincipal,
+  proof: Reentry,
   name: string,
-  signIn = false,
+  signIn: boolean,
+  info: RequestInfo,
 ): Promise<PublicKeyCredentialCreationOptionsJSON> {
   if (!keel.config.ENABLE_2FA) throw mfaDisabled();
   const rp = requireRelyingParty(keel);
-  const user = await loadUser(keel, userId);
+  const user = await loadUser(keel, principal.userId);
   await assertPasskeysAllowed(keel, user);
-  await verifyReenteredPassword(keel, user.id, currentPassword);
+  await verifyReentry(keel, principal, proof, info);
   await mfaLimits(keel).passkeyChallengesUser.consume(user.id);
   const existing = await userPasskeys(keel, user.id);
   const options = await (await webauthn()).generateRegistrationOptions({
@@ -233,6 +235,90 @@ export async function registerPasskey(
 }
 
 // ---------------------------------------------------------------------------------------------
+// Re-authentication: a password re-entered, or a fresh passkey assertion (docs/decisions.md "Passwordless accounts")
+
+export const PASSKEY_REAUTH_PURPOSE = 'passkey_reauth';
+/** A re-authentication challenge is answered within this long of being issued, once. */
+export const PASSKEY_REAUTH_WINDOW_MS = 2 * 60_000;
+/** Sign-in passkeys an account without a password keeps (the number it needed to remove it). */
+export const SIGN_IN_PASSKEYS_FOR_NO_PASSWORD = 2;
+
+export interface ReentryPrincipal {
+  userId: string;
+  sessionId: string;
+}
+
+/** What proves the person is at the keyboard: the password, or a passkey assertion to a re-authentication challenge. */
+export type Reentry = { currentPassword: string } | { reauth: { challengeId: string; response: AuthenticationResponseJSON } };
+
+/**
+ * `POST /auth/passkeys/reauth/options`: a challenge for one of the user's passkeys, user verification
+ * required, bound to this session and held PASSKEY_REAUTH_WINDOW_MS (single use). For the accounts
+ * that have no password to re-enter, and any other that prefers it. 409 `passkey_not_enrolled`
+ * without a passkey.
+ */
+export async function passkeyReauthOptions(keel: Keel, principal: ReentryPrincipal): Promise<{ options: PublicKeyCredentialRequestOptionsJSON; challengeId: string }> {
+  if (!keel.config.ENABLE_2FA) throw mfaDisabled();
+  const rp = requireRelyingParty(keel);
+  const user = await loadUser(keel, principal.userId);
+  await mfaLimits(keel).passkeyChallengesUser.consume(user.id);
+  const keys = await userPasskeys(keel, user.id);
+  if (keys.length === 0) throw mfaError('passkey_not_enrolled');
+  const options = await (await webauthn()).generateAuthenticationOptions({
+    rpID: rp.rpId,
+    userVerification: 'required',
+    timeout: PASSKEY_REAUTH_WINDOW_MS,
+    allowCredentials: keys.map((p) => ({ id: p.credentialId, transports: p.transports as never })),
+  });
+  const { token } = await keel.singleUse.create(keel.db, {
+    purpose: PASSKEY_REAUTH_PURPOSE,
+    subjectId: user.id,
+    ttlMs: PASSKEY_REAUTH_WINDOW_MS,
+    data: { challenge: options.challenge, sessionId: principal.sessionId },
+  });
+  return { options, challengeId: token };
+}
+
+/**
+ * Checks a re-entry: the password (`verifyReenteredPassword`, its limit and lockout), or a passkey
+ * re-authentication: the challenge consumed atomically (a replay, or a second use in parallel, finds
+ * it gone), issued to this user in this same session within the window, answered by one of the
+ * user's passkeys with user verification, its counter moved forward. 400 `challenge_expired` /
+ * `invalid_passkey` otherwise.
+ */
+export async function verifyReentry(keel: Keel, principal: ReentryPrincipal, proof: Reentry, info: RequestInfo): Promise<void> {
+  if ('currentPassword' in proof) {
+    await verifyReenteredPassword(keel, principal.userId, proof.currentPassword);
+    return;
+  }
+  const rp = requireRelyingParty(keel);
+  const { challengeId, response } = proof.reauth;
+  const challenge = challengeOf(response);
+  if (!challenge) throw invalidPasskey(400);
+  const record = await keel.singleUse.consume(keel.db, PASSKEY_REAUTH_PURPOSE, challengeId);
+  if (!record || record.subjectId !== principal.userId || record.data.sessionId !== principal.sessionId || record.data.challenge !== challenge) throw challengeExpired(400);
+  const [key] = await keel.db.select().from(passkeys).where(and(eq(passkeys.userId, principal.userId), eq(passkeys.credentialId, response.id)));
+  if (!key) throw invalidPasskey(400);
+  let verification: Awaited<ReturnType<typeof verifyAuthenticationResponse>>;
+  try {
+    verification = await (await webauthn()).verifyAuthenticationResponse({
+      response,
+      expectedChallenge: challenge,
+      expectedOrigin: rp.origin,
+      expectedRPID: rp.rpId,
+      credential: { id: key.credentialId, publicKey: decodeKey(key.publicKey), counter: 0, transports: key.transports },
+      requireUserVerification: true,
+    });
+  } catch (err) {
+    requestLog(keel.log, info).info({ error: loggableError(err) }, 'passkey re-authentication refused');
+    throw invalidPasskey(400);
+  }
+  if (!verification.verified) throw invalidPasskey(400);
+  const user = await loadUser(keel, principal.userId);
+  await advanceCounter(keel, key, user, verification.authenticationInfo, info);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Management
 
 export async function listPasskeys(keel: Keel, userId: string, page: number, limit: number): Promise<{ data: PasskeyView[]; total: number }> {
@@ -261,23 +347,31 @@ export async function renamePasskey(keel: Keel, userId: string, passkeyId: strin
 }
 
 /**
- * Deletes one of the user's passkeys after password re-entry. Refused with 409 when it would leave
+ * Deletes one of the user's passkeys after password re-entry or a passkey re-authentication. Refused
+ * with 409 `sign_in_passkeys_required` when an account without a password would keep fewer than two
+ * sign-in passkeys, with 409 when it would leave
  * a Force-MFA user without an acceptable factor, and with 403 when it would leave no factor while
  * the organisation requires MFA. Decided under a lock on the user row, so two parallel deletions
  * cannot both remove "the other" last passkey.
  */
-export async function deletePasskey(keel: Keel, userId: string, passkeyId: string, currentPassword: string, info: RequestInfo): Promise<void> {
+export async function deletePasskey(keel: Keel, principal: ReentryPrincipal, passkeyId: string, proof: Reentry, info: RequestInfo): Promise<void> {
   if (!keel.config.ENABLE_2FA) throw mfaDisabled();
+  const userId = principal.userId;
   const user = await loadUser(keel, userId);
-  await verifyReenteredPassword(keel, user.id, currentPassword);
+  await verifyReentry(keel, principal, proof, info);
   const access = await getAccessSummary(keel, user);
   const policy = await securityPolicy(keel, access);
   await transaction(keel.db, async (tx) => {
     const [locked] = await tx.db.select().from(users).where(eq(users.id, userId)).for('update');
     if (!locked) throw unauthorized();
-    const keys = await tx.db.select({ id: passkeys.id, name: passkeys.name }).from(passkeys).where(eq(passkeys.userId, userId));
+    const keys = await tx.db.select({ id: passkeys.id, name: passkeys.name, signIn: passkeys.signIn }).from(passkeys).where(eq(passkeys.userId, userId));
     const target = keys.find((k) => k.id === passkeyId);
     if (!target) throw notFound('Passkey');
+    // An account without a password signs in with its sign-in passkeys alone: it keeps the number it needed to drop the password.
+    const signInLeft = keys.filter((k) => k.signIn && k.id !== passkeyId).length;
+    if (locked.passwordHash === null && target.signIn && signInLeft < SIGN_IN_PASSKEYS_FOR_NO_PASSWORD) {
+      throw mfaError('sign_in_passkeys_required', { message: 'This account has no password: it keeps at least two sign-in passkeys (add another, or set a password through a reset link, first)' });
+    }
     const others = keys.length - 1;
     const remaining: MfaMethod[] = [];
     if (hasTotp(locked)) remaining.push('totp');

@@ -1,5 +1,6 @@
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import type { AuthenticationResponseJSON, RegistrationResponseJSON } from '@simplewebauthn/server';
+import type { Context } from 'hono';
 import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import { errors, ErrorSchema, json, jsonBody, MessageSchema, page, PageQuery, paginated } from '../../platform/http/schemas.js';
@@ -12,10 +13,13 @@ import {
   deletePasskey,
   listPasskeys,
   passkeyLoginOptions,
+  passkeyReauthOptions,
   passkeyRegistrationOptions,
   registerPasskey,
   renamePasskey,
   verifyPasskeyLogin,
+  type Reentry,
+  type ReentryPrincipal,
 } from './passkeys.js';
 import { relyingPartyOf } from './webauthn.js';
 import { passkeySignInOptions, removePassword, verifyPasskeySignIn } from './passkey-sign-in.js';
@@ -305,6 +309,34 @@ function mountSmsRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   );
 }
 
+const PasskeyReauth = z
+  .object({
+    challengeId: z.string().min(1).max(200).openapi({ description: 'The `challengeId` of POST /auth/passkeys/reauth/options (this session\'s, within 2 minutes, once)', example: 'Hk3nW0qYd8pLr2tB5xZc7hJm1sDg4uAe9oRi6yKwQbE' }),
+    response: AuthenticationCredential,
+  })
+  .openapi('PasskeyReauth', { description: 'A passkey re-authentication, in place of `currentPassword` (docs/decisions.md "Passwordless accounts")' });
+
+const PasskeyReauthOptionsSchema = z
+  .object({
+    options: WebAuthnOptionsSchema,
+    challengeId: z.string().openapi({ description: 'Names this challenge in `reauth.challengeId`; valid 2 minutes, for this session, usable once', example: 'Hk3nW0qYd8pLr2tB5xZc7hJm1sDg4uAe9oRi6yKwQbE' }),
+  })
+  .openapi('PasskeyReauthOptions');
+
+/** Exactly one proof of presence: `currentPassword` or `reauth`. */
+const oneReentry = (b: { currentPassword?: string | undefined; reauth?: unknown }): boolean => (b.currentPassword === undefined) !== (b.reauth === undefined);
+const reentryIssue = { message: 'give currentPassword or reauth (one of them)', path: ['currentPassword'] };
+
+function reentryOf(b: { currentPassword?: string | undefined; reauth?: { challengeId: string; response: unknown } | undefined }): Reentry {
+  if (b.reauth) return { reauth: { challengeId: b.reauth.challengeId, response: b.reauth.response as AuthenticationResponseJSON } };
+  return { currentPassword: b.currentPassword ?? '' };
+}
+
+function reentryPrincipal(c: Context<AppEnv>): ReentryPrincipal {
+  const p = userPrincipal(c);
+  return { userId: p.userId, sessionId: p.sessionId };
+}
+
 function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   const auth = authenticate(keel, { allowUnenrolled: true, principal: 'user' });
   const factorProof = requireFactorProof(keel);
@@ -312,24 +344,26 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
 
   api.openapi(
     createRoute({
-      method: 'post', path: '/auth/passkeys/register/options', tags: tag, summary: 'Start registering a passkey (password re-entry); the challenge is held 5 minutes',
+      method: 'post', path: '/auth/passkeys/register/options', tags: tag, summary: 'Start registering a passkey (password re-entry, or a passkey re-authentication); the challenge is held 5 minutes',
       middleware: [auth, factorProof] as const,
       request: { body: jsonBody(
           z
             .object({
-              currentPassword: Password,
+              currentPassword: Password.optional(),
+              reauth: PasskeyReauth.optional(),
               name: PasskeyName,
               signIn: z.boolean().default(false).openapi({
                 description: 'True to register a sign-in passkey (docs/decisions.md "Sign-in options"): a discoverable credential with user verification required, which then signs in alone; false (the default) for a second factor only',
               }),
             })
+            .refine(oneReentry, reentryIssue)
             .openapi('PasskeyRegisterOptionsRequest', { example: { currentPassword: 'correct-Horse-battery-9', name: 'MacBook Touch ID', signIn: true } }),
         ) },
       responses: { 200: json(WebAuthnOptionsSchema), ...errors(404, 429), ...unavailable(503, 'WebAuthn relying party misconfigured') },
     }),
     async (c) => {
-      const { currentPassword, name, signIn } = c.req.valid('json');
-      return c.json(asOptions(await passkeyRegistrationOptions(keel, c.get('principal').userId, currentPassword, name, signIn)), 200);
+      const body = c.req.valid('json');
+      return c.json(asOptions(await passkeyRegistrationOptions(keel, reentryPrincipal(c), reentryOf(body), body.name, body.signIn, requestInfo(c))), 200);
     },
   );
 
@@ -350,6 +384,19 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       const passkey = await registerPasskey(keel, p.userId, credential, requestInfo(c));
       await endSessionsWithoutMfa(keel, p.userId, p.sessionId);
       return c.json(passkey, 201);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'post', path: '/auth/passkeys/reauth/options', tags: tag,
+      summary: 'Start a passkey re-authentication (in place of re-entering a password): a challenge for own passkeys, user verification required, for this session, 2 minutes, single use',
+      middleware: [auth] as const,
+      responses: { 200: json(PasskeyReauthOptionsSchema), ...errors(404, 409, 429), ...unavailable(503, 'WebAuthn relying party misconfigured') },
+    }),
+    async (c) => {
+      const { options, challengeId } = await passkeyReauthOptions(keel, reentryPrincipal(c));
+      return c.json({ options: asOptions(options), challengeId }, 200);
     },
   );
 
@@ -383,16 +430,16 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'delete', path: '/auth/passkeys/{id}', tags: tag,
-      summary: 'Remove one of own passkeys (password re-entry); 409 when it is the last factor under Force MFA',
+      summary: 'Remove one of own passkeys (password re-entry, or a passkey re-authentication); 409 when it is the last factor under Force MFA, or would leave an account without a password fewer than two sign-in passkeys',
       middleware: [auth, factorProof] as const,
       request: {
         params: z.object({ id: z.uuid().openapi({ description: 'Id of one of own passkeys (from GET /auth/passkeys); another user\'s is 404', param: { name: 'id', in: 'path' } }) }),
-        body: jsonBody(z.object({ currentPassword: Password }).openapi('PasskeyDeleteRequest', { example: { currentPassword: 'correct-Horse-battery-9' } })),
+        body: jsonBody(z.object({ currentPassword: Password.optional(), reauth: PasskeyReauth.optional() }).refine(oneReentry, reentryIssue).openapi('PasskeyDeleteRequest', { example: { currentPassword: 'correct-Horse-battery-9' } })),
       },
       responses: { 204: { description: 'Removed' }, ...errors(404, 409, 429) },
     }),
     async (c) => {
-      await deletePasskey(keel, c.get('principal').userId, c.req.valid('param').id, c.req.valid('json').currentPassword, requestInfo(c));
+      await deletePasskey(keel, reentryPrincipal(c), c.req.valid('param').id, reentryOf(c.req.valid('json')), requestInfo(c));
       return c.body(null, 204);
     },
   );

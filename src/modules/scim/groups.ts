@@ -4,7 +4,7 @@ import type { Db } from '../../platform/db/client.js';
 import { transaction, type Tx } from '../../platform/db/transaction.js';
 import { clock } from '../../platform/clock.js';
 import { AppError } from '../../platform/http/errors.js';
-import { writeAudit } from '../audit/service.js';
+import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { users } from '../identity/schema.js';
 import { identityOf } from '../identity/context.js';
 import { organizations } from '../tenancy/schema.js';
@@ -233,25 +233,41 @@ export async function grantorCeiling(keel: Keel, db: Db, orgId: string, creatorI
   return (p) => held.missing(p.pairs).length === 0;
 }
 
+/** Who decides roles: the organisation, whose permissions bound the grant, and the audit actor. */
+export interface RoleDecider {
+  orgId: string;
+  /** The token's creator for a directory's change, the saver for a settings save. */
+  grantorId: string | null;
+  info: AuditRequestInfo;
+  /** Recorded in each audited change: what made it. */
+  source: 'scim_group_mapping' | 'scim_settings';
+}
+
+/** A directory's membership change: roles decided within the token creator's permissions. */
+export function reevaluateRoles(ctx: ScimContext, tx: Tx, userIds: Iterable<string>): Promise<number> {
+  return decideRoles(ctx.keel, tx, { orgId: ctx.caller.orgId, grantorId: ctx.caller.createdBy, info: ctx.info, source: 'scim_group_mapping' }, userIds);
+}
+
 /**
  * Brings each member's role to what their groups give now (docs/decisions.md "SCIM"): the shared
- * rule `roleFromGroups` over the organisation's SCIM group mappings, bounded by the token creator's
+ * rule `roleFromGroups` over the organisation's SCIM group mappings, bounded by the grantor's
  * permissions at this moment, else the default SCIM role. Nothing changes while no mapping is saved.
  * Each user's record is locked first (in id order), so concurrent membership changes decide one
  * after another on what is committed. A change is audited `user.role.assign` and reaches live
  * sessions after commit as any role change does (`sessions.userChanged`); one that would remove the
- * last full administrator is skipped and audited `user.role.assign_skipped`.
+ * last full administrator is skipped and audited `user.role.assign_skipped`. Answers how many changed.
  */
-export async function reevaluateRoles(ctx: ScimContext, tx: Tx, userIds: Iterable<string>): Promise<void> {
-  const { keel, caller } = ctx;
+export async function decideRoles(keel: Keel, tx: Tx, decider: RoleDecider, userIds: Iterable<string>): Promise<number> {
+  const { orgId, info } = decider;
   const ids = [...new Set(userIds)].sort();
-  if (ids.length === 0) return;
-  const { groupRoleMappings } = await getScimSettings(tx.db, caller.orgId);
-  if (groupRoleMappings.length === 0) return;
-  const mayGrant = await grantorCeiling(keel, tx.db, caller.orgId, caller.createdBy);
-  const fallback = await scimDefaultRole(tx.db, caller.orgId);
+  if (ids.length === 0) return 0;
+  const { groupRoleMappings } = await getScimSettings(tx.db, orgId);
+  if (groupRoleMappings.length === 0) return 0;
+  const mayGrant = await grantorCeiling(keel, tx.db, orgId, decider.grantorId);
+  const fallback = await scimDefaultRole(tx.db, orgId);
+  let changed = 0;
   for (const userId of ids) {
-    const [managed] = await tx.db.select({ id: scimUsers.userId }).from(scimUsers).where(and(eq(scimUsers.userId, userId), eq(scimUsers.orgId, caller.orgId))).for('update');
+    const [managed] = await tx.db.select({ id: scimUsers.userId }).from(scimUsers).where(and(eq(scimUsers.userId, userId), eq(scimUsers.orgId, orgId))).for('update');
     if (!managed) continue;
     const groups = await tx.db
       .select({ name: scimGroups.displayName })
@@ -259,24 +275,26 @@ export async function reevaluateRoles(ctx: ScimContext, tx: Tx, userIds: Iterabl
       .innerJoin(scimGroups, eq(scimGroups.id, scimGroupMembers.groupId))
       .where(eq(scimGroupMembers.userId, userId));
     const names = groups.map((g) => g.name);
-    const { roleId, skipped } = await roleFromGroups(tx.db, caller.orgId, groupRoleMappings, names, mayGrant);
+    const { roleId, skipped } = await roleFromGroups(tx.db, orgId, groupRoleMappings, names, mayGrant);
     const target = roleId ?? fallback;
     const m = await getMembership(tx.db, userId);
-    if (m?.kind !== 'organization' || m.orgId !== caller.orgId || m.roleId === target) continue;
-    const details = { from: m.roleId, to: target, source: 'scim_group_mapping', groups: names.slice(0, 50), skipped };
+    if (m?.kind !== 'organization' || m.orgId !== orgId || m.roleId === target) continue;
+    const details = { from: m.roleId, to: target, source: decider.source, groups: names.slice(0, 50), skipped };
     try {
-      await assertNotLastFullAdmin(tx.db, { orgId: caller.orgId }, userId, target);
+      await assertNotLastFullAdmin(tx.db, { orgId }, userId, target);
     } catch (err) {
       if (err instanceof AppError && err.code === 'last_admin') {
-        await writeAudit(tx.db, ctx.info, { action: 'user.role.assign_skipped', orgId: caller.orgId, target: { type: 'user', id: userId }, details: { ...details, reason: 'last_admin' } });
+        await writeAudit(tx.db, info, { action: 'user.role.assign_skipped', orgId, target: { type: 'user', id: userId }, details: { ...details, reason: 'last_admin' } });
         continue;
       }
       throw err;
     }
-    await setOrganizationMemberRole(tx.db, caller.orgId, userId, target);
+    await setOrganizationMemberRole(tx.db, orgId, userId, target);
     tx.afterCommit(() => identityOf(keel).sessions.userChanged(userId));
-    await writeAudit(tx.db, ctx.info, { action: 'user.role.assign', orgId: caller.orgId, target: { type: 'user', id: userId }, details });
+    await writeAudit(tx.db, info, { action: 'user.role.assign', orgId, target: { type: 'user', id: userId }, details });
+    changed += 1;
   }
+  return changed;
 }
 
 async function guarded<T>(work: () => Promise<T>): Promise<T> {

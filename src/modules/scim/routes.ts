@@ -12,6 +12,7 @@ import { assertCoversOrgMembers } from '../users/service.js';
 import { createScimToken, listScimTokens, revokeScimToken } from './tokens.js';
 import { getScimSettings, putScimSettings } from './settings.js';
 import { listManagedUsers } from './users.js';
+import { reevaluateBatch } from './reevaluation.js';
 
 const d = (description: string, example?: unknown) => (example === undefined ? { description } : { description, example });
 
@@ -160,7 +161,7 @@ export function mountScimRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
 
   api.openapi(
     createRoute({
-      method: 'put', path: '/orgs/{orgId}/scim-settings', tags, summary: "Set the organisation's SCIM default role and group mappings",
+      method: 'put', path: '/orgs/{orgId}/scim-settings', tags, summary: "Set the organisation's SCIM default role and group mappings; the managed members' roles are decided again by them",
       middleware: write,
       request: { params: OrgPath, body: jsonBody(SettingsSchema) },
       responses: { 200: json(SettingsSchema, 'Saved'), ...errors(400, 404) },
@@ -168,7 +169,9 @@ export function mountScimRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     async (c) => {
       const org = orgOf(c);
       const access = accessOf(c);
-      const saved = await putScimSettings(keel, org, c.req.valid('json'), requestInfo(c), (roleIds) => assertCoversOrgMembers(keel.db, access, org.orgId, roleIds));
+      const saved = await putScimSettings(keel, org, c.req.valid('json'), requestInfo(c), (roleIds) => assertCoversOrgMembers(keel.db, access, org.orgId, roleIds), userId(c));
+      // The first batch of the re-decision is answered with the save; the worker's job does the rest.
+      await reevaluateBatch(keel, org.orgId);
       return c.json(saved, 200);
     },
   );

@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { index, integer, jsonb, pgTable, primaryKey, uniqueIndex, uuid, varchar } from 'drizzle-orm/pg-core';
+import { boolean, index, integer, jsonb, pgTable, primaryKey, uniqueIndex, uuid, varchar } from 'drizzle-orm/pg-core';
 import { createdAt, idColumn, ts, updatedAt } from '../../platform/db/columns.js';
 import { organizations } from '../tenancy/schema.js';
 import { users } from '../identity/schema.js';
@@ -30,13 +30,25 @@ export interface ScimGroupRoleMapping {
   roleId: string;
 }
 
-/** An organisation's SCIM settings: the role a provisioned user gets, and the group mappings. */
-export const scimSettings = pgTable('scim_settings', {
-  orgId: uuid('org_id').primaryKey().references(() => organizations.id, { onDelete: 'cascade' }),
-  defaultRoleId: uuid('default_role_id').references(() => roles.id, { onDelete: 'set null' }),
-  groupRoleMappings: jsonb('group_role_mappings').$type<ScimGroupRoleMapping[]>().notNull().default([]),
-  updatedAt: updatedAt(),
-});
+/**
+ * An organisation's SCIM settings: the role a provisioned user gets, and the group mappings. A save
+ * re-decides every managed member's role (docs/decisions.md "SCIM at scale"): `reevaluationPending`
+ * until the last batch is done, `reevaluationCursor` the last user id decided, `reevaluationBy` the
+ * saver, whose permissions bound what the batches grant.
+ */
+export const scimSettings = pgTable(
+  'scim_settings',
+  {
+    orgId: uuid('org_id').primaryKey().references(() => organizations.id, { onDelete: 'cascade' }),
+    defaultRoleId: uuid('default_role_id').references(() => roles.id, { onDelete: 'set null' }),
+    groupRoleMappings: jsonb('group_role_mappings').$type<ScimGroupRoleMapping[]>().notNull().default([]),
+    reevaluationPending: boolean('reevaluation_pending').notNull().default(false),
+    reevaluationCursor: uuid('reevaluation_cursor'),
+    reevaluationBy: uuid('reevaluation_by').references(() => users.id, { onDelete: 'set null' }),
+    updatedAt: updatedAt(),
+  },
+  (t) => [index('scim_settings_reevaluation_idx').on(t.orgId).where(sql`${t.reevaluationPending}`)],
+);
 
 /** The SCIM attributes Keel keeps beside the account (userName is the account's email, `active` its status). */
 export interface ScimUserAttributes {

@@ -3,6 +3,7 @@ import { scimPatch, ScimError as PatchError, type ScimPatchOperation, type ScimR
 import type { Keel } from '../../keel.js';
 import type { Db } from '../../platform/db/client.js';
 import { transaction, type Tx } from '../../platform/db/transaction.js';
+import { prepared, rawQuery, tableReader, tableWriter } from '../../platform/db/raw.js';
 import { clock } from '../../platform/clock.js';
 import { AppError } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
@@ -221,17 +222,30 @@ export async function listUsers(ctx: ScimContext, q: ListQuery): Promise<{ total
   const pushed = filter ? pushDown(filter, USER_FIELDS) : { where: undefined, exact: true };
   const where = and(org, pushed.where);
   if (pushed.exact) {
-    const [[total], rows] = await Promise.all([
-      db.select({ n: count() }).from(scimUsers).innerJoin(users, eq(users.id, scimUsers.userId)).where(where),
-      take === 0 ? Promise.resolve([]) : (joined(db).where(where).orderBy(...order).limit(take).offset(startIndex - 1) as Promise<Joined[]>),
-    ]);
-    return { totalResults: total?.n ?? 0, startIndex, resources: rows.map((j) => resourceOf(ctx, j)) };
+    const rows = take === 0 ? [] : ((await joined(db).where(where).orderBy(...order).limit(take).offset(startIndex - 1)) as Joined[]);
+    // A page that is not full ends the list, so it tells the total (a directory's `userName eq` probe
+    // is one statement); a full page, `count=0`, or an empty page past the start is counted.
+    const ends = take > 0 && rows.length < take && (rows.length > 0 || startIndex === 1);
+    const total = ends ? startIndex - 1 + rows.length : ((await db.select({ n: count() }).from(scimUsers).innerJoin(users, eq(users.id, scimUsers.userId)).where(where))[0]?.n ?? 0);
+    return { totalResults: total, startIndex, resources: rows.map((j) => resourceOf(ctx, j)) };
   }
   const cap = ctx.keel.config.SCIM_FILTER_SCAN_LIMIT;
   const rows = (await joined(db).where(where).orderBy(...order).limit(cap + 1)) as Joined[];
   if (rows.length > cap) throw tooManyToFilter(cap);
   const hits = rows.map((j) => resourceOf(ctx, j)).filter((r) => filter === null || matches(filter, r));
   return { totalResults: hits.length, startIndex, resources: hits.slice(startIndex - 1, startIndex - 1 + take) };
+}
+
+const scimUserWriter = tableWriter(scimUsers);
+const scimUserReader = tableReader(scimUsers);
+const INSERT_SCIM_USER = scimUserWriter.insert({ userId: '', orgId: '', userName: '', externalId: null, attributes: {}, version: 1, createdAt: new Date(0), updatedAt: new Date(0) }).text;
+
+/** A managed user's record, written by a prepared statement (one per `POST /Users` of an import). */
+async function insertScimUser(tx: Tx, row: ScimUserRow): Promise<ScimUserRow> {
+  const { params } = scimUserWriter.insert(row);
+  const [written] = await rawQuery(tx.db, prepared('scim_user_insert', `${INSERT_SCIM_USER} returning ${scimUserReader.columns}`), params);
+  if (!written) throw new Error('scim_users: insert returned no row');
+  return scimUserReader.read(written);
 }
 
 const isUniqueViolation = (err: unknown): boolean => {
@@ -262,7 +276,7 @@ export async function createUser(ctx: ScimContext, body: unknown): Promise<Recor
   await assertDomainOurs(keel.db, caller.orgId, input.userName);
   const roleId = await scimDefaultRole(keel.db, caller.orgId);
   try {
-    const userId = await transaction(keel.db, async (tx) => {
+    const done = await transaction(keel.db, async (tx): Promise<{ id: string } | { row: ScimUserRow; account: { email: string; status: string } }> => {
       const now = clock.now();
       const existing = await findUserByEmail(tx.db, input.userName);
       if (existing) {
@@ -272,16 +286,18 @@ export async function createUser(ctx: ScimContext, body: unknown): Promise<Recor
         await tx.db.insert(scimUsers).values({ userId: existing.id, orgId: caller.orgId, userName: existing.email.toLowerCase(), externalId: input.externalId, attributes: {}, createdAt: now, updatedAt: now });
         await audit(ctx, tx.db, 'user.scim.create', existing.id, { adopted: true, roleId: m.roleId });
         await applyUser(ctx, tx, { ...existing }, input);
-        return existing.id;
+        return { id: existing.id };
       }
       const created = await createAccount(tx, { email: input.userName, name: keelName(input), passwordHash: null, status: input.active ? 'active' : 'disabled', createdAt: now, updatedAt: now });
       if (!created) throw duplicate();
       await addOrganizationMember(tx.db, { orgId: caller.orgId, userId: created.id, roleId });
-      await tx.db.insert(scimUsers).values({ userId: created.id, orgId: caller.orgId, userName: input.userName.toLowerCase(), externalId: input.externalId, attributes: input.attributes, createdAt: now, updatedAt: now });
+      const row = await insertScimUser(tx, { userId: created.id, orgId: caller.orgId, userName: input.userName.toLowerCase(), externalId: input.externalId, attributes: input.attributes, version: 1, createdAt: now, updatedAt: now });
       await audit(ctx, tx.db, 'user.scim.create', created.id, { roleId, active: input.active });
-      return created.id;
+      return { row, account: created };
     });
-    return await getUser(ctx, userId);
+    // A new account is answered from what was written (the import's hot path: no second read).
+    if ('row' in done) return userResource(done.row, done.account, ctx.baseUrl);
+    return await getUser(ctx, done.id);
   } catch (err) {
     if (isUniqueViolation(err)) throw duplicate();
     throw err;

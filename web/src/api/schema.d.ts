@@ -831,7 +831,7 @@ export interface paths {
         put?: never;
         post?: never;
         /**
-         * Remove one of own passkeys (password re-entry); 409 when it is the last factor under Force MFA
+         * Remove one of own passkeys (password re-entry, or a passkey re-authentication); 409 when it is the last factor under Force MFA, or would leave an account without a password fewer than two sign-in passkeys
          * @description Access: a signed-in user (access token; API keys are refused with 403 `user_required`); once the user has a second factor, a session established with it (403 `mfa_required`).
          */
         delete: operations["deleteAuthPasskeysById"];
@@ -844,6 +844,26 @@ export interface paths {
         patch: operations["patchAuthPasskeysById"];
         trace?: never;
     };
+    "/api/v1/auth/passkeys/reauth/options": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Start a passkey re-authentication (in place of re-entering a password): a challenge for own passkeys, user verification required, for this session, 2 minutes, single use
+         * @description Access: a signed-in user (access token; API keys are refused with 403 `user_required`).
+         */
+        post: operations["postAuthPasskeysReauthOptions"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/auth/passkeys/register/options": {
         parameters: {
             query?: never;
@@ -854,7 +874,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Start registering a passkey (password re-entry); the challenge is held 5 minutes
+         * Start registering a passkey (password re-entry, or a passkey re-authentication); the challenge is held 5 minutes
          * @description Access: a signed-in user (access token; API keys are refused with 403 `user_required`); once the user has a second factor, a session established with it (403 `mfa_required`).
          */
         post: operations["postAuthPasskeysRegisterOptions"];
@@ -1513,7 +1533,7 @@ export interface paths {
          */
         get: operations["getOrgsByOrgIdScimSettings"];
         /**
-         * Set the organisation's SCIM default role and group mappings
+         * Set the organisation's SCIM default role and group mappings; the managed members' roles are decided again by them
          * @description Access: an access token or an API key; permission `users:write`; partner users need `orgAccess: all` (403 `full_org_access_required`); callers restricted to some sites or device groups are refused (403 `whole_org_access_required`); a session established with a second factor (403 `mfa_required`).
          */
         put: operations["putOrgsByOrgIdScimSettings"];
@@ -5068,7 +5088,8 @@ export interface components {
              * @description The current account password, re-entered (limited per user; wrong ones count towards the lockout)
              * @example correct-Horse-battery-9
              */
-            currentPassword: string;
+            currentPassword?: string;
+            reauth?: components["schemas"]["PasskeyReauth"];
         };
         /**
          * @example {
@@ -5107,6 +5128,23 @@ export interface components {
              */
             tempToken: string;
         };
+        /** @description A passkey re-authentication, in place of `currentPassword` (docs/decisions.md "Passwordless accounts") */
+        PasskeyReauth: {
+            /**
+             * @description The `challengeId` of POST /auth/passkeys/reauth/options (this session's, within 2 minutes, once)
+             * @example Hk3nW0qYd8pLr2tB5xZc7hJm1sDg4uAe9oRi6yKwQbE
+             */
+            challengeId: string;
+            response: components["schemas"]["PasskeyAuthenticationCredential"];
+        };
+        PasskeyReauthOptions: {
+            /**
+             * @description Names this challenge in `reauth.challengeId`; valid 2 minutes, for this session, usable once
+             * @example Hk3nW0qYd8pLr2tB5xZc7hJm1sDg4uAe9oRi6yKwQbE
+             */
+            challengeId: string;
+            options: components["schemas"]["WebAuthnOptions"];
+        };
         /**
          * @example {
          *       "currentPassword": "correct-Horse-battery-9",
@@ -5119,12 +5157,13 @@ export interface components {
              * @description The current account password, re-entered (limited per user; wrong ones count towards the lockout)
              * @example correct-Horse-battery-9
              */
-            currentPassword: string;
+            currentPassword?: string;
             /**
              * @description A name for the passkey, to recognise it in the list (1 to 255 characters)
              * @example MacBook Touch ID
              */
             name: string;
+            reauth?: components["schemas"]["PasskeyReauth"];
             /**
              * @description True to register a sign-in passkey (docs/decisions.md "Sign-in options"): a discoverable credential with user verification required, which then signs in alone; false (the default) for a second factor only
              * @default false
@@ -14000,6 +14039,157 @@ export interface operations {
                      *       "retryAfter": 1
                      *     }
                      */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    postAuthPasskeysReauthOptions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PasskeyReauthOptions"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body has a content type this operation does not take */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "rate_limited",
+                     *       "error": "Too many requests; try again later",
+                     *       "retryAfter": 30
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description WebAuthn relying party misconfigured */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
                     "application/json": components["schemas"]["Error"];
                 };
             };
