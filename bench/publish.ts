@@ -10,11 +10,9 @@
  *
  *   tsx bench/publish.ts [pglite|postgres]
  */
-import { readFileSync, rmSync } from 'node:fs';
-import { loadavg, tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { loadavg } from 'node:os';
 import { cpuMeter } from './cpu.js';
-import { fmt, freePort, httpGet, isMain, load, postJson, printTable, sleep, spawnGroup, waitForHealthy, withBackends, type BenchBackend } from './lib.js';
+import { fmt, freePort, httpGet, isMain, load, pgStatementCounter, postJson, printTable, sleep, spawnGroup, waitForHealthy, withBackends, type BenchBackend } from './lib.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? '5');
 const ONLY = process.env.BENCH_PUBLISH_CASES;
@@ -39,26 +37,13 @@ async function benchPublish(backend: BenchBackend): Promise<Row[]> {
   const rxProc = spawnGroup(process.execPath, ['--import', 'tsx', 'bench/webhook-receiver.ts'], { PORT: String(rxPort) });
   const rx = `http://127.0.0.1:${rxPort}`;
   await waitForHealthy(`${rx}/health`, rxProc, 30_000, 50);
-  const countFile = join(tmpdir(), `keel-pg-count-${process.pid}-${backend.name}`);
-  process.env.BENCH_KEEL_NODE_ARGS = `${process.env.BENCH_KEEL_NODE_ARGS ?? ''} --import ./bench/count-pg.mjs`;
+  const counter = pgStatementCounter(backend.name);
   const keel = await backend.startKeel({
     ADMIN_EMAIL: ADMIN.email, ADMIN_PASSWORD: ADMIN.password, ALLOW_INSECURE_TARGETS: 'true', EVENTS_PUBLISH_LIMIT: '1000000',
-    WEBHOOK_MANUAL_LIMIT: '100000', WEBHOOK_MANUAL_CALLER_LIMIT: '100000', PG_COUNT_FILE: countFile,
+    WEBHOOK_MANUAL_LIMIT: '100000', WEBHOOK_MANUAL_CALLER_LIMIT: '100000', ...counter.env,
   });
   const pid = keel.proc.child.pid ?? null;
-  const statements = async (): Promise<number> => {
-    if (backend.name !== 'postgres' || pid === null) return NaN;
-    rmSync(countFile, { force: true });
-    process.kill(pid, 'SIGUSR2');
-    for (let i = 0; i < 100; i++) {
-      try {
-        return Number(readFileSync(countFile, 'utf8'));
-      } catch {
-        await sleep(10);
-      }
-    }
-    return NaN;
-  };
+  const statements = () => counter.read(keel);
   try {
     const token = (await postJson(`${keel.url}/api/v1/auth/login`, ADMIN)).body.accessToken as string;
     const auth = { authorization: `Bearer ${token}` };
@@ -113,7 +98,6 @@ async function benchPublish(backend: BenchBackend): Promise<Row[]> {
   } finally {
     await keel.stop();
     await rxProc.stop();
-    rmSync(countFile, { force: true });
   }
 }
 
