@@ -4,7 +4,7 @@
  * server, autocannon and a small table printer. Benchmarks print figures; they assert nothing.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { appendFileSync, closeSync, existsSync, fstatSync, mkdtempSync, openSync, readdirSync, readSync, rmSync } from 'node:fs';
+import { appendFileSync, closeSync, existsSync, fstatSync, mkdtempSync, openSync, readdirSync, readFileSync, readSync, rmSync } from 'node:fs';
 import { request } from 'node:http';
 import { createServer } from 'node:net';
 import { setPriority, tmpdir } from 'node:os';
@@ -239,6 +239,8 @@ export async function startKeel(env: Record<string, string>, cwd = process.env.B
   // BENCH_KEEL_NODE_ARGS reaches Keel's node only (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`: Node 20
   // refuses --cpu-prof in NODE_OPTIONS).
   const nodeArgs = (process.env.BENCH_KEEL_NODE_ARGS ?? '').split(' ').filter(Boolean);
+  // PG_COUNT_FILE: count the statements Keel sends to PostgreSQL (bench/count-pg.mjs, `pgStatements`).
+  if (env.PG_COUNT_FILE) nodeArgs.push('--import', './bench/count-pg.mjs');
   const proc = spawnGroup(process.execPath, [...nodeArgs, 'bin/keel.js', 'serve'], { ...env, DATA_DIR: dataDir, PORT: String(port) }, cwd);
   const url = `http://127.0.0.1:${port}`;
   try {
@@ -254,6 +256,30 @@ export async function startKeel(env: Record<string, string>, cwd = process.env.B
     async stop() {
       await proc.stop();
       if (!env.DATA_DIR) rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A file name for `PG_COUNT_FILE` (give it to `startKeel`), and the reader of the count: statements Keel sent to PostgreSQL so far (NaN on PGlite). */
+export function pgStatementCounter(backend: string): { env: Record<string, string>; read(keel: RunningKeel): Promise<number> } {
+  const file = join(tmpdir(), `keel-pg-count-${process.pid}-${randomBytes(4).toString('hex')}`);
+  return {
+    env: backend === 'postgres' ? { PG_COUNT_FILE: file } : {},
+    async read(keel) {
+      const pid = keel.proc.child.pid;
+      if (backend !== 'postgres' || pid === undefined) return NaN;
+      rmSync(file, { force: true });
+      process.kill(pid, 'SIGUSR2');
+      for (let i = 0; i < 200; i++) {
+        try {
+          const n = Number(readFileSync(file, 'utf8'));
+          rmSync(file, { force: true });
+          return n;
+        } catch {
+          await sleep(10);
+        }
+      }
+      return NaN;
     },
   };
 }

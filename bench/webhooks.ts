@@ -17,8 +17,9 @@
  *   BENCH_WEBHOOK_EVENTS=2000 BENCH_WEBHOOK_SECONDS=5 BENCH_WEBHOOK_RATE=200
  */
 import { createHmac } from 'node:crypto';
+import { cpuMeter } from './cpu.js';
 import { Pool } from 'undici';
-import { fmt, freePort, httpGet, isMain, postJson, printTable, sleep, spawnGroup, waitForHealthy, withBackends, type BenchBackend } from './lib.js';
+import { fmt, freePort, httpGet, isMain, pgStatementCounter, postJson, printTable, sleep, spawnGroup, waitForHealthy, withBackends, type BenchBackend } from './lib.js';
 
 export const WEBHOOK_DELIVERIES_GOAL = 2_000;
 export const WEBHOOK_RATIO_GOAL = 0.15;
@@ -37,6 +38,10 @@ export interface WebhookBenchResult {
   deliveriesPerSecond: number;
   bareSignedPerSecond: number;
   ratio: number;
+  /** PostgreSQL: statements Keel sent per delivery in the throughput phase, publishing included (NaN on PGlite). */
+  statementsPerDelivery: number;
+  /** Keel's CPU (all its threads) per delivery in the throughput phase, publishing included. */
+  keelCpuMsPerDelivery: number;
   rate: number;
   rateDeliveries: number;
   rateArrived: number;
@@ -124,7 +129,8 @@ export async function benchWebhooks(backend: BenchBackend): Promise<WebhookBench
   const slowRx = `http://127.0.0.1:${slowPort}`;
   await waitForHealthy(`${slowRx}/health`, slowProc, 30_000, 50);
   // Profile Keel with BENCH_KEEL_NODE_ARGS (bench/lib.ts startKeel).
-  const keel = await backend.startKeel({ ADMIN_EMAIL: ADMIN.email, ADMIN_PASSWORD: ADMIN.password, ALLOW_INSECURE_TARGETS: 'true', EVENTS_PUBLISH_LIMIT: '1000000' });
+  const counter = pgStatementCounter(backend.name);
+  const keel = await backend.startKeel({ ADMIN_EMAIL: ADMIN.email, ADMIN_PASSWORD: ADMIN.password, ALLOW_INSECURE_TARGETS: 'true', EVENTS_PUBLISH_LIMIT: '1000000', ...counter.env });
   const api = new Pool(keel.url, { connections: 32 });
   try {
     const token = (await postJson(`${keel.url}/api/v1/auth/login`, ADMIN)).body.accessToken as string;
@@ -165,9 +171,15 @@ export async function benchWebhooks(backend: BenchBackend): Promise<WebhookBench
 
     // Throughput: N events as fast as the API takes them; deliveries counted at the receiver.
     await postJson(`${rx}/reset`, {});
+    const n0 = await counter.read(keel);
+    const meter = cpuMeter(keel.proc.child.pid ?? null);
     const t0 = Date.now();
     await publishMany(EVENTS, 32);
     const thr = await waitForCount(rx, EVENTS * HOOKS, 120_000);
+    const cpu = meter.stop(thr.count);
+    // The last results are recorded up to 100 ms after their arrival (recorder.ts).
+    await sleep(300);
+    const statementsPerDelivery = ((await counter.read(keel)) - n0) / thr.count;
     const deliveriesPerSecond = thr.count / ((thr.last - t0) / 1000);
 
     // The physical limit: bare signed POSTs to the same receiver.
@@ -211,6 +223,8 @@ export async function benchWebhooks(backend: BenchBackend): Promise<WebhookBench
       deliveriesPerSecond,
       bareSignedPerSecond,
       ratio: deliveriesPerSecond / bareSignedPerSecond,
+      statementsPerDelivery,
+      keelCpuMsPerDelivery: cpu.mainMs + cpu.threadsMs,
       rate: RATE,
       rateDeliveries: total * HOOKS,
       rateArrived: lat.count,
@@ -241,13 +255,15 @@ export function webhookGoal(r: WebhookBenchResult): string {
 export function printWebhooks(results: WebhookBenchResult[]): void {
   printTable(
     `Webhooks: ${HOOKS} webhooks on one local receiver, Keel at its defaults`,
-    ['backend', 'events', 'deliveries/s', 'bare signed POST/s', 'ratio', `at ${RATE} events/s: arrived`, 'p50 ms', 'p95 ms', 'p99 ms', 'goal'],
+    ['backend', 'events', 'deliveries/s', 'bare signed POST/s', 'ratio', 'Keel CPU ms/delivery', 'statements/delivery', `at ${RATE} events/s: arrived`, 'p50 ms', 'p95 ms', 'p99 ms', 'goal'],
     results.map((r) => [
       r.backend,
       String(r.events),
       fmt(r.deliveriesPerSecond),
       fmt(r.bareSignedPerSecond),
       fmt(r.ratio, 2),
+      fmt(r.keelCpuMsPerDelivery, 3),
+      fmt(r.statementsPerDelivery, 3),
       `${r.rateArrived}/${r.rateDeliveries}`,
       fmt(r.p50),
       fmt(r.p95),

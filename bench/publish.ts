@@ -1,0 +1,113 @@
+/**
+ * What a publish costs beside a read (not in `npm run bench`): one Keel at its defaults with 10
+ * webhooks of one organisation on a local receiver (bench/webhook-receiver.ts), then, one after
+ * another at concurrency 50 for `BENCH_SECONDS` (5) each: `GET /users/me`, `POST /events` (an API key
+ * with events:publish; each event delivered 10 times while the next are published) and
+ * `POST /webhooks/:id/test` (the manual limits raised out of the way). Printed per case: answers/s,
+ * the ratio to the read, the server's CPU per call (main thread and others, from /proc; on
+ * PostgreSQL also the database servers) and, on PostgreSQL, the statements Keel sent per call
+ * (bench/count-pg.mjs, preloaded into Keel), deliveries included.
+ *
+ *   tsx bench/publish.ts [pglite|postgres]
+ */
+import { loadavg } from 'node:os';
+import { cpuMeter } from './cpu.js';
+import { fmt, freePort, httpGet, isMain, load, pgStatementCounter, postJson, printTable, sleep, spawnGroup, waitForHealthy, withBackends, type BenchBackend } from './lib.js';
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? '5');
+const ONLY = process.env.BENCH_PUBLISH_CASES;
+const HOOKS = 10;
+const ADMIN = { email: 'bench-publish@example.com', password: 'harbour-velvet-compass-93-lilac' };
+
+interface Row {
+  backend: string;
+  case: string;
+  perSecond: number;
+  ratio: number;
+  p99: number;
+  mainMs: number;
+  threadsMs: number;
+  serversMs: number;
+  statements: number;
+  load: string;
+}
+
+async function benchPublish(backend: BenchBackend): Promise<Row[]> {
+  const rxPort = await freePort();
+  const rxProc = spawnGroup(process.execPath, ['--import', 'tsx', 'bench/webhook-receiver.ts'], { PORT: String(rxPort) });
+  const rx = `http://127.0.0.1:${rxPort}`;
+  await waitForHealthy(`${rx}/health`, rxProc, 30_000, 50);
+  const counter = pgStatementCounter(backend.name);
+  const keel = await backend.startKeel({
+    ADMIN_EMAIL: ADMIN.email, ADMIN_PASSWORD: ADMIN.password, ALLOW_INSECURE_TARGETS: 'true', EVENTS_PUBLISH_LIMIT: '1000000',
+    WEBHOOK_MANUAL_LIMIT: '100000', WEBHOOK_MANUAL_CALLER_LIMIT: '100000', ...counter.env,
+  });
+  const pid = keel.proc.child.pid ?? null;
+  const statements = () => counter.read(keel);
+  try {
+    const token = (await postJson(`${keel.url}/api/v1/auth/login`, ADMIN)).body.accessToken as string;
+    const auth = { authorization: `Bearer ${token}` };
+    const partner = await postJson(`${keel.url}/api/v1/partners`, { name: 'Bench Partner' }, auth);
+    const org = await postJson(`${keel.url}/api/v1/orgs`, { name: 'Bench Org', partnerId: partner.body.id as string }, auth);
+    const orgId = org.body.id as string;
+    const hookIds: string[] = [];
+    for (let i = 0; i < HOOKS; i++) {
+      const h = await postJson(`${keel.url}/api/v1/webhooks`, { orgId, name: `bench-${i}`, url: `${rx}/hook`, secret: 'bench-webhook-signing-secret-0123456789', events: ['device.online'] }, auth);
+      if (h.status !== 201) throw new Error(`webhook: ${h.status} ${JSON.stringify(h.body)}`);
+      hookIds.push(h.body.id as string);
+    }
+    const key = await postJson(`${keel.url}/api/v1/api-keys`, { name: 'bench', permissions: [{ resource: 'events', action: 'publish' }] }, auth);
+    const apiKey = key.body.key as string;
+    const cases = [
+      { name: 'GET /users/me', opts: { url: `${keel.url}/api/v1/users/me`, headers: auth } },
+      {
+        name: `POST /events (${HOOKS} webhooks)`,
+        opts: { url: `${keel.url}/api/v1/events`, method: 'POST' as const, headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ type: 'device.online', orgId, data: { deviceId: 'd-1' } }) },
+      },
+      {
+        name: 'POST /webhooks/:id/test',
+        opts: { url: `${keel.url}/api/v1/webhooks/${hookIds[0]}/test?orgId=${orgId}`, method: 'POST' as const, headers: { ...auth, 'content-type': 'application/json' }, body: '{}' },
+      },
+    ];
+    const rows: Row[] = [];
+    let read = NaN;
+    for (const c of cases.filter((x, i) => ONLY === undefined || i === 0 || ONLY.split(',').includes(String(i)))) {
+      await load({ ...c.opts, connections: 50, duration: 1 }); // warm-up
+      await sleep(500);
+      const la = loadavg()[0]?.toFixed(2) ?? '?';
+      const n0 = await statements();
+      const meter = cpuMeter(pid);
+      const r = await load({ ...c.opts, connections: 50, duration: SECONDS });
+      const ok = r['2xx'];
+      // The deliveries of the calls still on their way belong to them: wait until the receiver is idle.
+      let last = -1;
+      for (;;) {
+        const s = JSON.parse((await httpGet(`${rx}/stats`)).body) as { count: number };
+        if (s.count === last) break;
+        last = s.count;
+        await sleep(300);
+      }
+      const cpu = meter.stop(ok);
+      const n1 = await statements();
+      const perSecond = ok / SECONDS;
+      if (Number.isNaN(read)) read = perSecond;
+      if (r.non2xx > 0) process.stderr.write(`${c.name}: ${r.non2xx} answers not 2xx\n`);
+      rows.push({ backend: backend.name, case: c.name, perSecond, ratio: perSecond / read, p99: r.latency.p99, mainMs: cpu.mainMs, threadsMs: cpu.threadsMs, serversMs: cpu.serversMs, statements: (n1 - n0) / ok, load: la });
+    }
+    return rows;
+  } finally {
+    await keel.stop();
+    await rxProc.stop();
+  }
+}
+
+if (isMain(import.meta.url)) {
+  const only = process.argv[2] as 'pglite' | 'postgres' | undefined;
+  const rows = (await withBackends(benchPublish, only)).flat();
+  printTable(
+    `Publishing beside a read: concurrency 50, ${SECONDS} s each, Keel at its defaults`,
+    ['backend', 'case', 'answers/s', 'ratio to the read', 'p99 ms', 'main thread ms/call', 'other threads ms/call', 'db servers ms/call', 'statements/call', 'load average'],
+    rows.map((r) => [r.backend, r.case, fmt(r.perSecond), fmt(r.ratio, 2), fmt(r.p99), fmt(r.mainMs, 3), fmt(r.threadsMs, 3), fmt(r.serversMs, 3), fmt(r.statements, 2), r.load]),
+  );
+  process.exit(0);
+}
