@@ -1636,7 +1636,7 @@ export interface paths {
         options?: never;
         head?: never;
         /**
-         * Rename a partner or change its settings.security
+         * Rename a partner, change its slug or its settings.security
          * @description Access: an access token or an API key; caller scope system or partner; permission `organizations:write`; partner users need `orgAccess: all` (403 `full_org_access_required`).
          */
         patch: operations["patchPartnersById"];
@@ -2024,6 +2024,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/sso/check/partner/{partnerSlug}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A partner's sign-in page: its name and whether it signs in with SSO (public, rate-limited per address; nothing else of the partner)
+         * @description Access: public (no token).
+         */
+        get: operations["getSsoCheckPartnerByPartnerSlug"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/sso/exchange": {
         parameters: {
             query?: never;
@@ -2064,6 +2084,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/sso/login/partner/{partnerSlug}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Start a partner technician's SSO: redirect to the IdP of the partner's active provider, else of its testing one (a trial); callbacks as for organizations
+         * @description Access: public (no token).
+         */
+        get: operations["getSsoLoginPartnerByPartnerSlug"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/sso/presets": {
         parameters: {
             query?: never;
@@ -2092,7 +2132,7 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Providers of an organization (orgId; an organization user's own)
+         * Providers of an organization (orgId; an organization user's own), or with `?partnerId=` the partner's own providers (partner users with every organization of it: 403 `full_org_access_required` otherwise)
          * @description Access: a signed-in user (access token; API keys are refused with 403 `user_required`).
          */
         get: operations["getSsoProviders"];
@@ -4320,7 +4360,7 @@ export interface components {
              * @description Stable snake_case error code for programs, e.g. `validation_failed`, `unauthorized`, `forbidden`, `not_found`, `mfa_required`, `mfa_enrollment_required` (428), `rate_limited` (429); every code is listed (the error catalogues, docs/decisions.md "Error catalogues")
              * @enum {string}
              */
-            code: "account_managed" | "already_retried" | "api_key_forbidden" | "api_key_required" | "audit_stream_limit_reached" | "bad_request" | "binary_source_remote" | "challenge_expired" | "circular_inheritance" | "code_expired" | "context_required" | "csrf_failed" | "database_unavailable" | "delivery_not_failed" | "domain_claimed" | "domain_exists" | "downgrade_refused" | "email_taken" | "forbidden" | "full_org_access_required" | "internal_error" | "invalid_code" | "invalid_credentials" | "invalid_current_password" | "invalid_device_token" | "invalid_enrollment_key" | "invalid_expiry" | "invalid_json" | "invalid_multipart" | "invalid_parent_role" | "invalid_passkey" | "invalid_refresh_token" | "invalid_role" | "invalid_site" | "invalid_stream_tls" | "invalid_stream_url" | "invalid_temp_token" | "invalid_token" | "invalid_webhook_url" | "invitation_invalid" | "invitation_other_account" | "invitation_pending" | "last_admin" | "last_mfa_factor" | "manifest_invalid" | "manifest_signature_invalid" | "method_not_allowed" | "mfa_already_enabled" | "mfa_enrollment_required" | "mfa_not_enabled" | "mfa_required" | "mfa_required_by_organization" | "mfa_setup_expired" | "not_found" | "not_halted" | "not_invited" | "not_ready" | "org_id_mismatch" | "org_required" | "overloaded" | "own_role" | "partner_id_mismatch" | "partner_not_empty" | "passkey_counter_regression" | "passkey_exists" | "passkey_not_allowed" | "passkey_not_enrolled" | "passkeys_unavailable" | "password_login_refused" | "payload_too_large" | "permission_denied" | "phone_not_verified" | "placement_forbidden" | "placement_mismatch" | "privilege_escalation" | "provider_already_active" | "rate_limited" | "recent_sign_in_required" | "refresh_raced" | "release_exists" | "release_host_error" | "release_host_unconfigured" | "release_host_unreachable" | "release_key_missing" | "release_signature_invalid" | "replay_running" | "replay_too_large" | "role_in_use" | "rollout_narrowing" | "scope_forbidden" | "scope_mismatch" | "scope_required" | "secret_unavailable" | "self_change_forbidden" | "sign_in_passkeys_required" | "sms_already_enabled" | "sms_not_allowed" | "sms_not_enabled" | "sms_send_failed" | "sms_unavailable" | "sso_binding_mismatch" | "sso_logins_outstanding" | "sso_provider_incomplete" | "sso_required" | "stream_secret_invalid" | "system_role_immutable" | "too_many_rotations" | "totp_not_allowed" | "unauthorized" | "unsupported_media_type" | "user_associated_elsewhere" | "user_disabled" | "user_exists" | "user_required" | "validation_failed" | "webhook_limit_reached" | "webhook_not_active" | "whole_org_access_required";
+            code: "account_managed" | "already_retried" | "api_key_forbidden" | "api_key_required" | "audit_stream_limit_reached" | "bad_request" | "binary_source_remote" | "challenge_expired" | "circular_inheritance" | "code_expired" | "context_required" | "csrf_failed" | "database_unavailable" | "delivery_not_failed" | "domain_claimed" | "domain_exists" | "downgrade_refused" | "email_taken" | "forbidden" | "full_org_access_required" | "internal_error" | "invalid_code" | "invalid_credentials" | "invalid_current_password" | "invalid_device_token" | "invalid_enrollment_key" | "invalid_expiry" | "invalid_json" | "invalid_multipart" | "invalid_parent_role" | "invalid_passkey" | "invalid_refresh_token" | "invalid_role" | "invalid_site" | "invalid_stream_tls" | "invalid_stream_url" | "invalid_temp_token" | "invalid_token" | "invalid_webhook_url" | "invitation_invalid" | "invitation_other_account" | "invitation_pending" | "last_admin" | "last_mfa_factor" | "manifest_invalid" | "manifest_signature_invalid" | "method_not_allowed" | "mfa_already_enabled" | "mfa_enrollment_required" | "mfa_not_enabled" | "mfa_required" | "mfa_required_by_organization" | "mfa_setup_expired" | "not_found" | "not_halted" | "not_invited" | "not_ready" | "org_id_mismatch" | "org_required" | "overloaded" | "own_role" | "partner_id_mismatch" | "partner_not_empty" | "partner_slug_taken" | "passkey_counter_regression" | "passkey_exists" | "passkey_not_allowed" | "passkey_not_enrolled" | "passkeys_unavailable" | "password_login_refused" | "payload_too_large" | "permission_denied" | "phone_not_verified" | "placement_forbidden" | "placement_mismatch" | "privilege_escalation" | "provider_already_active" | "rate_limited" | "recent_sign_in_required" | "refresh_raced" | "release_exists" | "release_host_error" | "release_host_unconfigured" | "release_host_unreachable" | "release_key_missing" | "release_signature_invalid" | "replay_running" | "replay_too_large" | "role_in_use" | "rollout_narrowing" | "scope_forbidden" | "scope_mismatch" | "scope_required" | "secret_unavailable" | "self_change_forbidden" | "sign_in_passkeys_required" | "sms_already_enabled" | "sms_not_allowed" | "sms_not_enabled" | "sms_send_failed" | "sms_unavailable" | "sso_binding_mismatch" | "sso_logins_outstanding" | "sso_provider_incomplete" | "sso_required" | "stream_secret_invalid" | "system_role_immutable" | "too_many_rotations" | "totp_not_allowed" | "unauthorized" | "unsupported_media_type" | "user_associated_elsewhere" | "user_disabled" | "user_exists" | "user_required" | "validation_failed" | "webhook_limit_reached" | "webhook_not_active" | "whole_org_access_required";
             /** @description Facts about this error, by code: `fields: [{path, message}]` for `validation_failed` (each bad field, e.g. "is required", "is not a known field"), `required` (the `resource:action`) for `permission_denied`, `{users, childRoles}` for a blocked role delete, `missing`/`permissions` for `privilege_escalation` */
             details?: {
                 [key: string]: unknown;
@@ -4925,6 +4965,11 @@ export interface components {
             settings: {
                 [key: string]: unknown;
             };
+            /**
+             * @description Unique lowercase name of the partner: its technicians' sign-in page is /login/<slug>
+             * @example analytical-engines
+             */
+            slug: string;
             /** @description Last change, ISO 8601 UTC */
             updatedAt: string;
         };
@@ -4945,6 +4990,11 @@ export interface components {
              */
             name: string;
             settings?: components["schemas"]["TenantSettings"];
+            /**
+             * @description Unique lowercase slug (1-63 of a-z, 0-9 and inner hyphens): the sign-in page /login/<slug>; default one derived from the name. Taken by another partner: 409 `partner_slug_taken`
+             * @example analytical-engines
+             */
+            slug?: string;
         };
         /**
          * @example {
@@ -4964,6 +5014,11 @@ export interface components {
              */
             name?: string;
             settings?: components["schemas"]["TenantSettings"];
+            /**
+             * @description Unique lowercase slug (1-63 of a-z, 0-9 and inner hyphens): the sign-in page /login/<slug>; default one derived from the name. Taken by another partner: 409 `partner_slug_taken`
+             * @example analytical-engines
+             */
+            slug?: string;
         };
         Passkey: {
             /** @description The authenticator model (AAGUID) it attested, or null when not given */
@@ -6230,12 +6285,28 @@ export interface components {
              * @example keel-admins
              */
             group: string;
+            /** @description Partner providers only: the mapping gives `orgAccess: selected` with these organizations of the partner (absent: the provider's orgAccess) */
+            orgIds?: string[];
             /**
              * Format: uuid
-             * @description Organization-scoped role given to members of the group
+             * @description Role given to members of the group: organization-scoped of the organization, or partner-scoped of the partner for a partner provider
              * @example 00000000-0000-7000-8000-000000000004
              */
             roleId: string;
+        };
+        SsoPartnerCheck: {
+            /**
+             * @description The partner's display name
+             * @example Analytical Engines Ltd
+             */
+            name: string;
+            /**
+             * @description Display name of the active provider (the page's "Sign in with <providerName>"; sign-in starts at GET /sso/login/partner/{partnerSlug}), or null
+             * @example Engines Entra ID
+             */
+            providerName: string | null;
+            /** @description Whether the partner has an active SSO provider (its sign-in page offers the button) */
+            ssoEnabled: boolean;
         };
         SsoPreset: {
             attributeMapping: components["schemas"]["SsoAttributeMapping"];
@@ -6277,6 +6348,8 @@ export interface components {
             authorizationUrl: string | null;
             /** @description Create unknown users at their first SSO login */
             autoProvision: boolean;
+            /** @description Partner providers: members of the partner who keep password sign-in under enforceSSO (audited user.login.break_glass) */
+            breakGlassUserIds: string[];
             /** @description SAML: the IdP signing certificate (PEM) */
             certificate: string | null;
             /** @description OIDC client id */
@@ -6318,10 +6391,22 @@ export interface components {
              */
             name: string;
             /**
-             * Format: uuid
-             * @description Organization the provider signs users into
+             * @description Partner providers: the organization access of a provisioned technician when no group mapping names organizations (all for an organization's provider)
+             * @enum {string}
              */
-            orgId: string;
+            orgAccess: "all" | "selected" | "none";
+            /**
+             * Format: uuid
+             * @description Organization the provider signs users into (null for a partner's provider)
+             */
+            orgId: string | null;
+            /** @description Partner providers with orgAccess selected: the organizations of the partner given */
+            orgIds: string[];
+            /**
+             * Format: uuid
+             * @description Partner whose technicians the provider signs in (null for an organization's provider)
+             */
+            partnerId: string | null;
             /** @description Preset id it was created from */
             preset: string | null;
             /**
@@ -6374,6 +6459,8 @@ export interface components {
             authorizationUrl?: string | null;
             /** @description Create unknown users at first login (default true) */
             autoProvision?: boolean;
+            /** @description Partner providers only: members of the partner who keep password sign-in under enforceSSO, audited (at most 10) */
+            breakGlassUserIds?: string[];
             /** @description SAML: IdP signing certificate, PEM or bare base64 */
             certificate?: string | null;
             /**
@@ -6424,10 +6511,23 @@ export interface components {
              */
             name: string;
             /**
+             * @description Partner providers only: organization access of provisioned technicians without a group mapping naming organizations (default all)
+             * @example all
+             * @enum {string}
+             */
+            orgAccess?: "all" | "selected";
+            /**
              * Format: uuid
              * @description Organization (partner and system callers; inferred for organization users)
              */
             orgId?: string;
+            /** @description Partner providers only: the organizations of the partner given with orgAccess selected */
+            orgIds?: string[];
+            /**
+             * Format: uuid
+             * @description A partner's own provider, for its technicians, in place of orgId (partner users with every organization of the partner, platform administrators)
+             */
+            partnerId?: string;
             /**
              * @description Preset id (GET /sso/presets): pre-fills scopes and attribute mapping
              * @example cloud-directory
@@ -6543,6 +6643,8 @@ export interface components {
             authorizationUrl?: string | null;
             /** @description Create unknown users at first login (default true) */
             autoProvision?: boolean;
+            /** @description Partner providers only: members of the partner who keep password sign-in under enforceSSO, audited (at most 10) */
+            breakGlassUserIds?: string[];
             /** @description SAML: IdP signing certificate, PEM or bare base64 */
             certificate?: string | null;
             /**
@@ -6592,6 +6694,14 @@ export interface components {
              * @example Contoso Entra ID
              */
             name?: string;
+            /**
+             * @description Partner providers only: organization access of provisioned technicians without a group mapping naming organizations (default all)
+             * @example all
+             * @enum {string}
+             */
+            orgAccess?: "all" | "selected";
+            /** @description Partner providers only: the organizations of the partner given with orgAccess selected */
+            orgIds?: string[];
             /**
              * @description Space-separated scopes; default the preset's, else "openid profile email"
              * @example openid profile email
@@ -21465,6 +21575,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description The request body is too large */
             413: {
                 headers: {
@@ -21923,6 +22042,15 @@ export interface operations {
                      *       "error": "Resource not found"
                      *     }
                      */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
                     "application/json": components["schemas"]["Error"];
                 };
             };
@@ -25925,6 +26053,94 @@ export interface operations {
             };
         };
     };
+    getSsoCheckPartnerByPartnerSlug: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The partner's slug */
+                partnerSlug: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The partner's sign-in page */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SsoPartnerCheck"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "rate_limited",
+                     *       "error": "Too many requests; try again later",
+                     *       "retryAfter": 30
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     postSsoExchange: {
         parameters: {
             query?: never;
@@ -26123,6 +26339,97 @@ export interface operations {
             };
         };
     };
+    getSsoLoginPartnerByPartnerSlug: {
+        parameters: {
+            query?: {
+                /** @description Page to return to after sign-in: a relative path on this site */
+                redirect?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The partner's slug */
+                partnerSlug: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description To the identity provider */
+            302: {
+                headers: {
+                    /** @description Where the browser goes next */
+                    Location: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "rate_limited",
+                     *       "error": "Too many requests; try again later",
+                     *       "retryAfter": 30
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     getSsoPresets: {
         parameters: {
             query?: never;
@@ -26235,7 +26542,7 @@ export interface operations {
                 orgId?: string;
                 /** @description Page number, from 1 (default 1) */
                 page?: number;
-                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                /** @description List the partner's own providers (for its technicians) instead of an organization's */
                 partnerId?: string;
             };
             header?: never;
