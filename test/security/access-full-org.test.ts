@@ -92,6 +92,24 @@ describe.skipIf(!backendAvailable())(`full partner organisation access (${backen
     }
   });
 
+  it('partner-level SSO providers (docs/decisions.md "Partner-level SSO") are partner-wide: selected and none partner users get 403 full_org_access_required', async () => {
+    const rows: [string, string, unknown?][] = [
+      ['GET', `/sso/providers?partnerId=${w.partnerId}`],
+      ['POST', '/sso/providers', { partnerId: w.partnerId, name: 'MSP IdP', type: 'oidc' }],
+      ['PATCH', `/sso/providers/${randomUUID()}`, { name: 'x' }],
+      ['POST', `/sso/providers/${randomUUID()}/status`, { status: 'active' }],
+      ['DELETE', `/sso/providers/${randomUUID()}`],
+    ];
+    for (const [method, path, body] of rows) {
+      for (const [who, token] of [['selected', selected], ['none', none]] as const) {
+        const res = await call(token, method, path, body);
+        expect({ status: res.status, body: res.body }, `${who}: ${method} ${path}`).toEqual({ status: 403, body: FULL_ORG });
+      }
+    }
+    // With orgAccess all the same role lists them (the 403 is the orgAccess, nothing else).
+    expect((await call(all, 'GET', `/sso/providers?partnerId=${w.partnerId}`)).status).toBe(200);
+  });
+
   describe('every tenancy route', () => {
     type Expect = { selected: number | 'full'; none: number | 'full' };
     let siteA: string;

@@ -8,6 +8,7 @@ import { TenantPicker, TenantProvider } from './tenant';
 import { Alert, Button, Card, Loading, PageHeader } from './ui';
 import { AcceptInvite } from './pages/AcceptInvite';
 import { ForgotPassword, Login, ResetPassword } from './pages/Login';
+import { PartnerLogin } from './pages/PartnerLogin';
 import { Profile, Security, Sessions } from './pages/Account';
 import { Users } from './pages/admin/Users';
 import { Orgs, OrgDetail, Partners } from './pages/admin/Tenancy';
@@ -50,6 +51,7 @@ function Routes() {
   return (
     <Switch>
       <Route path="/login" component={Login} />
+      <Route path="/login/:slug">{(p) => <PartnerLogin slug={p.slug} />}</Route>
       <Route path="/forgot-password" component={ForgotPassword} />
       <Route path="/reset-password" component={ResetPassword} />
       <Route path="/accept-invite" component={AcceptInvite} />

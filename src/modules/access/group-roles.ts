@@ -9,6 +9,8 @@ import { assignableRole } from './roles.js';
 export interface GroupRoleMapping {
   group: string;
   roleId: string;
+  /** A partner SSO provider's mapping: `orgAccess: selected` with these organisations (docs/decisions.md "Partner-level SSO"). */
+  orgIds?: string[] | undefined;
 }
 
 /** Why a mapping whose group the person is in gave no role. */
@@ -42,22 +44,26 @@ function weight(permissions: PermissionSet): number {
  * role with the most permissions (`weight`: acting entries of the catalogue, then all), the earlier
  * mapping on a tie. Null when
  * none applies. Decided on every use, so a role edited or a grantor demoted since the mapping was
- * saved counts as it is now.
+ * saved counts as it is now. For a partner (partner SSO, docs/decisions.md "Partner-level SSO") the
+ * same rule over the partner's roles; `mapping` is the winning mapping (its `orgIds`, if any, give the
+ * person's organisation list).
  */
-export async function roleFromGroups(
+export async function roleFromGroups<M extends GroupRoleMapping>(
   source: Keel | Db,
-  orgId: string,
-  mappings: readonly GroupRoleMapping[],
+  tenant: string | { orgId: string } | { partnerId: string },
+  mappings: readonly M[],
   groups: readonly string[],
   mayGrant?: (permissions: PermissionSet) => boolean,
-): Promise<{ roleId: string | null; skipped: SkippedMapping[] }> {
+): Promise<{ roleId: string | null; mapping: M | null; skipped: SkippedMapping[] }> {
   const db = 'modules' in source ? source.db : source;
+  // An organisation (its id, as SSO and SCIM of organisations give it) or a partner (partner SSO: partner-scoped roles).
+  const target = typeof tenant === 'string' ? { orgId: tenant } : tenant;
   const held = new Set(groups.map((g) => g.toLowerCase()));
   const skipped: SkippedMapping[] = [];
-  let best: { roleId: string; weight: number } | null = null;
+  let best: { mapping: M; weight: number } | null = null;
   for (const m of mappings) {
     if (!held.has(m.group.toLowerCase())) continue;
-    const resolved = (await assignableRole(db, m.roleId, { orgId })) ? await resolveRole(source, m.roleId) : null;
+    const resolved = (await assignableRole(db, m.roleId, target)) ? await resolveRole(source, m.roleId) : null;
     if (!resolved) {
       skipped.push({ group: m.group, roleId: m.roleId, reason: 'not_assignable' });
       continue;
@@ -67,7 +73,7 @@ export async function roleFromGroups(
       continue;
     }
     const w = weight(resolved.permissions);
-    if (!best || w > best.weight) best = { roleId: m.roleId, weight: w };
+    if (!best || w > best.weight) best = { mapping: m, weight: w };
   }
-  return { roleId: best?.roleId ?? null, skipped };
+  return { roleId: best?.mapping.roleId ?? null, mapping: best?.mapping ?? null, skipped };
 }

@@ -236,3 +236,15 @@ export async function keepsFullAdmin<T>(db: Db, tenant: Tenant, change: () => Pr
 export async function setOrganizationMemberRole(db: Db, orgId: string, userId: string, roleId: string): Promise<void> {
   await db.update(organizationUsers).set({ roleId }).where(and(eq(organizationUsers.orgId, orgId), eq(organizationUsers.userId, userId)));
 }
+
+/**
+ * Sets a partner member's role and organisation access (partner SSO's group mappings, docs/decisions.md
+ * "Partner-level SSO"). Runs in the caller's transaction, after `assertNotLastFullAdmin`; the caller
+ * publishes the user's invalidation after commit.
+ */
+export async function setPartnerMemberAccess(db: Db, partnerId: string, userId: string, input: { roleId: string; orgAccess: OrgAccess; orgIds: string[] }): Promise<void> {
+  await db
+    .update(partnerUsers)
+    .set({ roleId: input.roleId, orgAccess: input.orgAccess, orgIds: input.orgIds })
+    .where(and(eq(partnerUsers.partnerId, partnerId), eq(partnerUsers.userId, userId)));
+}

@@ -16,7 +16,7 @@ export interface PasswordPolicyVerdict {
   refuse: boolean;
   /** The refusal answered to a sign-in. */
   error?: Error;
-  audit?: { action: string; orgId: string | null; details: Record<string, unknown> };
+  audit?: { action: string; orgId: string | null; partnerId?: string | null; details: Record<string, unknown> };
 }
 
 export type PasswordPolicy = (user: User, use: PasswordUse) => Promise<PasswordPolicyVerdict | null>;

@@ -237,6 +237,7 @@ export async function applyPasswordPolicies(keel: Keel, user: User, info: Reques
       await writeAudit(keel.db, { ...info, actor: { type: 'user', id: user.id, email: user.email } }, {
         action: v.audit.action,
         orgId: v.audit.orgId,
+        ...(v.audit.partnerId ? { partnerId: v.audit.partnerId } : {}),
         target: { type: 'user', id: user.id },
         details: v.audit.details,
       });

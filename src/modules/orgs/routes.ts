@@ -7,6 +7,7 @@ import { IdParam, OrgIdParam, ScopeQuery } from '../access/api-schemas.js';
 import { requestInfo } from '../identity/request.js';
 import { accessOf, guard } from '../access/scope.js';
 import { followGroupSite } from '../agents/devices.js';
+import { PARTNER_SLUG } from '../tenancy/service.js';
 import {
   createGroup,
   createOrg,
@@ -65,6 +66,7 @@ const Partner = z
   .object({
     id: z.uuid().openapi({ description: 'Partner id (UUID): for /partners/{id}, and the `partnerId` system callers name a partner with' }),
     name: z.string().openapi({ description: 'Display name of the partner (1 to 255 characters)', example: 'Analytical Engines Ltd' }),
+    slug: z.string().openapi({ description: 'Unique lowercase name of the partner: its technicians\' sign-in page is /login/<slug>', example: 'analytical-engines' }),
     settings: SettingsOut,
     createdAt: Created,
     updatedAt: Updated,
@@ -100,11 +102,15 @@ const Group = z
   })
   .openapi('DeviceGroup', { description: 'A group of devices within an organisation, optionally within one site' });
 
+const SlugIn = z
+  .string()
+  .regex(PARTNER_SLUG, 'must be 1-63 lowercase letters, digits and inner hyphens')
+  .openapi({ description: 'Unique lowercase slug (1-63 of a-z, 0-9 and inner hyphens): the sign-in page /login/<slug>; default one derived from the name. Taken by another partner: 409 `partner_slug_taken`', example: 'analytical-engines' });
 const PartnerCreate = z
-  .object({ name: NameIn('partner', 'Analytical Engines Ltd'), settings: Settings.optional() })
+  .object({ name: NameIn('partner', 'Analytical Engines Ltd'), slug: SlugIn.optional(), settings: Settings.optional() })
   .openapi('PartnerCreate', { example: { name: 'Analytical Engines Ltd', settings: { security: { requireMfa: true } } } });
 const PartnerPatch = z
-  .object({ name: NameIn('partner', 'Analytical Engines Ltd').optional(), settings: Settings.optional() })
+  .object({ name: NameIn('partner', 'Analytical Engines Ltd').optional(), slug: SlugIn.optional(), settings: Settings.optional() })
   .openapi('PartnerUpdate', { example: { settings: { security: { allowedMfaMethods: { sms: false } } } } });
 const OrgCreate = z
   .object({
@@ -160,7 +166,7 @@ export function mountOrgRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/partners', tags: ['partners'], summary: 'Create a partner (platform administrators)',
       middleware: orgs('write', { scopes: ['system'] }),
       request: { body: jsonBody(PartnerCreate) },
-      responses: { 201: json(Partner, 'Created') },
+      responses: { 201: json(Partner, 'Created'), ...errors(409) },
     }),
     async (c) => c.json(await createPartnerAudited(keel, c.req.valid('json'), requestInfo(c)), 201),
   );
@@ -177,10 +183,10 @@ export function mountOrgRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
 
   api.openapi(
     createRoute({
-      method: 'patch', path: '/partners/{id}', tags: ['partners'], summary: 'Rename a partner or change its settings.security',
+      method: 'patch', path: '/partners/{id}', tags: ['partners'], summary: 'Rename a partner, change its slug or its settings.security',
       middleware: orgs('write', { scopes: ['system', 'partner'], fullOrgAccess: true }),
       request: { params: IdParam, body: jsonBody(PartnerPatch) },
-      responses: { 200: json(Partner, 'Updated'), ...errors(404) },
+      responses: { 200: json(Partner, 'Updated'), ...errors(404, 409) },
     }),
     async (c) => c.json(await updatePartner(keel, accessOf(c), c.req.valid('param').id, c.req.valid('json'), requestInfo(c)), 200),
   );

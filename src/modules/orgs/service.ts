@@ -41,10 +41,17 @@ export async function listPartners(db: Db, q: Paging) {
   return { data: rows.map(partnerView), total: total?.n ?? 0 };
 }
 
-export async function createPartnerAudited(keel: Keel, input: { name: string; settings?: TenantSettings | undefined }, info: AuditRequestInfo) {
+const slugTaken = () => orgsError('partner_slug_taken');
+const isUniqueViolation = (err: unknown): boolean => {
+  const e = err as { code?: unknown; cause?: { code?: unknown } };
+  return e.code === '23505' || e.cause?.code === '23505';
+};
+
+export async function createPartnerAudited(keel: Keel, input: { name: string; slug?: string | undefined; settings?: TenantSettings | undefined }, info: AuditRequestInfo) {
   const row = await transaction(keel.db, async (tx) => {
-    const p = await createPartner(tx.db, { name: input.name, ...(input.settings ? { settings: mergeSettings({}, input.settings) } : {}) });
-    await writeAudit(tx.db, info, { action: 'partner.create', partnerId: p.id, target: { type: 'partner', id: p.id }, details: { name: p.name } });
+    const p = await createPartner(tx.db, { name: input.name, slug: input.slug, ...(input.settings ? { settings: mergeSettings({}, input.settings) } : {}) });
+    if (!p) throw slugTaken();
+    await writeAudit(tx.db, info, { action: 'partner.create', partnerId: p.id, target: { type: 'partner', id: p.id }, details: { name: p.name, slug: p.slug } });
     return p;
   });
   return partnerView(row);
@@ -63,7 +70,12 @@ export async function getPartner(db: Db, access: AccessContext, id: string) {
 }
 
 /** Partner-wide: the route's guard requires full organisation access of partner users (`fullOrgAccess`). */
-export async function updatePartner(keel: Keel, access: AccessContext, id: string, input: { name?: string | undefined; settings?: TenantSettings | undefined }, info: AuditRequestInfo) {
+export async function updatePartner(keel: Keel, access: AccessContext, id: string, input: { name?: string | undefined; slug?: string | undefined; settings?: TenantSettings | undefined }, info: AuditRequestInfo) {
+  if (input.slug !== undefined) {
+    // Checked first so a taken slug answers 409 before the transaction (the unique index decides a race, below).
+    const [holder] = await keel.db.select({ id: partners.id }).from(partners).where(eq(partners.slug, input.slug));
+    if (holder && holder.id !== id) throw slugTaken();
+  }
   const row = await transaction(keel.db, async (tx) => {
     const existing = await reachPartner(tx.db, access, id);
     const changes: string[] = [];
@@ -72,14 +84,21 @@ export async function updatePartner(keel: Keel, access: AccessContext, id: strin
       set.name = input.name;
       changes.push('name');
     }
+    if (input.slug !== undefined && input.slug !== existing.slug) {
+      set.slug = input.slug;
+      changes.push('slug');
+    }
     if (input.settings !== undefined) {
       set.settings = mergeSettings(existing.settings, input.settings);
       changes.push(...settingsChanges(input.settings));
     }
     const [updated] = await tx.db.update(partners).set(set).where(eq(partners.id, id)).returning();
     if (!updated) throw notFound('Partner');
-    await writeAudit(tx.db, info, { action: 'partner.update', partnerId: id, target: { type: 'partner', id }, changes });
+    await writeAudit(tx.db, info, { action: 'partner.update', partnerId: id, target: { type: 'partner', id }, changes, ...(set.slug ? { details: { from: existing.slug, to: set.slug } } : {}) });
     return updated;
+  }).catch((err: unknown) => {
+    if (isUniqueViolation(err)) throw slugTaken();
+    throw err;
   });
   return partnerView(row);
 }

@@ -1,12 +1,14 @@
 import type { Keel } from '../../keel.js';
 import { InvalidatedCache } from '../../platform/cache.js';
 
-/** Invalidation topic for an organisation's active provider (key: organisation id). */
+/** Invalidation topic for an organisation's active provider (key: organisation id, or `partner:<id>` for a partner's). */
 export const SSO_PROVIDERS_TOPIC = 'sso.providers';
 
 export interface ActiveSummary {
   providerId: string;
   enforceSso: boolean;
+  /** A partner provider's break-glass members (docs/decisions.md "Partner-level SSO"). */
+  breakGlassUserIds?: string[];
 }
 
 const MAX_ENTRIES = 50_000;

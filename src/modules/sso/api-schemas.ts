@@ -21,7 +21,8 @@ export const AttributeMappingSchema = z
 export const GroupRoleMappingSchema = z
   .object({
     group: z.string().min(1).max(255).openapi(d('Group name or id as the IdP sends it in the groups claim', 'keel-admins')),
-    roleId: z.uuid().openapi(d('Organization-scoped role given to members of the group', '00000000-0000-7000-8000-000000000004')),
+    roleId: z.uuid().openapi(d('Role given to members of the group: organization-scoped of the organization, or partner-scoped of the partner for a partner provider', '00000000-0000-7000-8000-000000000004')),
+    orgIds: z.array(z.uuid()).max(500).optional().openapi(d('Partner providers only: the mapping gives `orgAccess: selected` with these organizations of the partner (absent: the provider\'s orgAccess)')),
   })
   .openapi('SsoGroupRoleMapping', { description: 'At each SSO login, of the mappings whose group the user is in, the role with the most permissions decides (roles that may change something before read-only ones; on a tie, the earlier mapping; docs/decisions.md "SCIM")' });
 
@@ -48,7 +49,8 @@ export const presetsView = () => PRESETS.map((p) => ({ ...p, samlAttributes: p.s
 export const ProviderSchema = z
   .object({
     id: z.uuid().openapi(d('Provider id')),
-    orgId: z.uuid().openapi(d('Organization the provider signs users into')),
+    orgId: z.uuid().nullable().openapi(d('Organization the provider signs users into (null for a partner\'s provider)')),
+    partnerId: z.uuid().nullable().openapi(d('Partner whose technicians the provider signs in (null for an organization\'s provider)')),
     name: z.string().openapi(d('Display name', 'Contoso Entra ID')),
     type: z.enum(['oidc', 'saml']).openapi(d('Protocol')),
     status: z.enum(['inactive', 'testing', 'active']).openapi(d('active: used for sign-in (one per organization); testing: a trial started by /sso/login/{orgId} while none is active, completed only by those who may manage the organization SSO; inactive: not used')),
@@ -71,6 +73,9 @@ export const ProviderSchema = z
     certificate: z.string().nullable().openapi(d('SAML: the IdP signing certificate (PEM)')),
     groupRoleMappings: GroupRoleMappings.openapi(d('IdP groups to roles, first match wins')),
     mfaAcrValues: MfaAcrValues.openapi(d('OIDC acr (SAML AuthnContextClassRef) values that mean the IdP checked a second factor: a login asserting one starts an mfa: true session (as does an amr of mfa, otp, hwk, swk or pop)')),
+    orgAccess: z.enum(['all', 'selected', 'none']).openapi(d('Partner providers: the organization access of a provisioned technician when no group mapping names organizations (all for an organization\'s provider)')),
+    orgIds: z.array(z.uuid()).openapi(d('Partner providers with orgAccess selected: the organizations of the partner given')),
+    breakGlassUserIds: z.array(z.uuid()).openapi(d('Partner providers: members of the partner who keep password sign-in under enforceSSO (audited user.login.break_glass)')),
     createdBy: z.uuid().nullable().openapi(d('User who created the provider')),
     createdAt: z.string().openapi(d('Creation time (ISO 8601)')),
     updatedAt: z.string().openapi(d('Last change (ISO 8601)')),
@@ -96,11 +101,15 @@ const writable = {
   certificate: z.string().min(1).max(20000).nullable().optional().openapi(d('SAML: IdP signing certificate, PEM or bare base64')),
   groupRoleMappings: GroupRoleMappings.optional().openapi(d('IdP groups to roles (of several matches, the role with the most permissions)')),
   mfaAcrValues: MfaAcrValues.optional().openapi(d('acr / AuthnContextClassRef values that mean a second factor (default none; amr mfa, otp, hwk, swk, pop always count)', ['http://schemas.openid.net/pape/policies/2007/06/multi-factor'])),
+  orgAccess: z.enum(['all', 'selected']).optional().openapi(d('Partner providers only: organization access of provisioned technicians without a group mapping naming organizations (default all)', 'all')),
+  orgIds: z.array(z.uuid()).max(500).optional().openapi(d('Partner providers only: the organizations of the partner given with orgAccess selected')),
+  breakGlassUserIds: z.array(z.uuid()).max(10).optional().openapi(d('Partner providers only: members of the partner who keep password sign-in under enforceSSO, audited (at most 10)')),
 };
 
 export const ProviderCreateSchema = z
   .object({
     orgId: z.uuid().optional().openapi(d('Organization (partner and system callers; inferred for organization users)')),
+    partnerId: z.uuid().optional().openapi(d('A partner\'s own provider, for its technicians, in place of orgId (partner users with every organization of the partner, platform administrators)')),
     name: z.string().trim().min(1).max(255).openapi(d('Display name (1-255)', 'Contoso Entra ID')),
     type: z.enum(['oidc', 'saml']).openapi(d('Protocol', 'oidc')),
     preset: z.string().max(100).optional().openapi(d('Preset id (GET /sso/presets): pre-fills scopes and attribute mapping', 'cloud-directory')),
@@ -207,3 +216,15 @@ export const CallbackQuerySchema = z.object({
   // The identity provider's redirect: providers add parameters of their own (session_state, scope,
   // error_description), so this query alone is not strict (platform/http/validation.ts).
   .loose();
+
+export const PartnerSlugPathSchema = z.object({
+  partnerSlug: z.string().max(63).openapi({ param: { name: 'partnerSlug', in: 'path' }, description: 'The partner\'s slug', example: 'analytical-engines' }),
+});
+
+export const PartnerCheckSchema = z
+  .object({
+    name: z.string().openapi(d('The partner\'s display name', 'Analytical Engines Ltd')),
+    ssoEnabled: z.boolean().openapi(d('Whether the partner has an active SSO provider (its sign-in page offers the button)')),
+    providerName: z.string().nullable().openapi(d('Display name of the active provider (the page\'s "Sign in with <providerName>"; sign-in starts at GET /sso/login/partner/{partnerSlug}), or null', 'Engines Entra ID')),
+  })
+  .openapi('SsoPartnerCheck');

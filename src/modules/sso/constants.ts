@@ -24,6 +24,8 @@ export type SsoErrorCode = 'session_expired' | 'provider_not_found' | 'domain_no
 export interface SsoFailureContext {
   providerId?: string;
   orgId?: string;
+  /** A partner provider's partner (docs/decisions.md "Partner-level SSO"). */
+  partnerId?: string;
   userId?: string;
   /** The IdP subject a refused identity link asserted (audited as `sso.identity.refused`). */
   refusedSubject?: string;
@@ -43,6 +45,11 @@ export class SsoFailure extends Error {
     readonly reason: string,
   ) {
     super(reason);
+  }
+
+  /** What a failure through provider `p` is about: the provider and its owner. */
+  aboutProvider(p: { id: string; orgId: string | null; partnerId: string | null; status: string }): this {
+    return this.about({ providerId: p.id, ...(p.orgId ? { orgId: p.orgId } : {}), ...(p.partnerId ? { partnerId: p.partnerId } : {}), trial: p.status === 'testing' });
   }
 
   /** Adds what is known (earlier facts win: the innermost throw knows most). */

@@ -1,9 +1,9 @@
 import type { Keel } from '../../keel.js';
 import { verifiedDomainOwner } from '../domains/service.js';
 import { relyingPartyOf } from '../mfa/webauthn.js';
-import { activeCacheOf } from './active-cache.js';
-import { activeProvider } from './providers.js';
-import { ssoLoginUrl } from './locations.js';
+import { partnerSlugOf } from './providers.js';
+import { partnerSsoLoginUrl, ssoLoginUrl } from './locations.js';
+import { enforcingOf } from './policy.js';
 
 /** What the sign-in page does next for an email (docs/decisions.md "Sign-in options"). */
 export interface SignInRoute {
@@ -21,9 +21,8 @@ export interface DomainSignIn {
 
 /**
  * The one lookup "domain → active provider": the owner of the verified domain covering the email, and
- * that owner's active provider. An organisation's provider comes from the per-process active-provider
- * cache; a partner-owned domain resolves through `partnerSignIn` (none yet: partner-level providers
- * join the lookup there, under the same domain rule).
+ * that owner's active provider, from the per-process active-provider cache: an organisation's
+ * (`orgSignIn`) or a partner's (`partnerSignIn`, docs/decisions.md "Partner-level SSO").
  */
 export async function domainSignIn(keel: Keel, email: string): Promise<DomainSignIn | null> {
   const owner = await verifiedDomainOwner(keel.db, email);
@@ -33,16 +32,15 @@ export async function domainSignIn(keel: Keel, email: string): Promise<DomainSig
 }
 
 async function orgSignIn(keel: Keel, orgId: string): Promise<DomainSignIn | null> {
-  const active = await activeCacheOf(keel).get(orgId, async () => {
-    const row = await activeProvider(keel.db, orgId);
-    return row ? { providerId: row.id, enforceSso: row.enforceSso } : null;
-  });
+  const active = await enforcingOf(keel, { orgId });
   return active ? { loginUrl: ssoLoginUrl(keel, orgId), enforceSso: active.enforceSso } : null;
 }
 
-/** A partner's own provider: not yet configurable, so a partner-owned domain signs in with a password. */
-function partnerSignIn(_keel: Keel, _partnerId: string): Promise<DomainSignIn | null> {
-  return Promise.resolve(null);
+/** A partner's own provider: its sign-in start by the partner's slug (read each time: a slug may change). */
+async function partnerSignIn(keel: Keel, partnerId: string): Promise<DomainSignIn | null> {
+  const active = await enforcingOf(keel, { partnerId });
+  const slug = active ? await partnerSlugOf(keel.db, partnerId) : null;
+  return active && slug ? { loginUrl: partnerSsoLoginUrl(keel, slug), enforceSso: active.enforceSso } : null;
 }
 
 /**

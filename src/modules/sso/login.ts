@@ -8,7 +8,7 @@ import type { AuditRequestInfo } from '../audit/service.js';
 import { recordSecurityEvent } from '../audit/security-events.js';
 import { requestLog } from '../../platform/request-scope.js';
 import { loggableError } from '../../platform/safe-error.js';
-import { noActiveProvider, openSecret, signInProvider, signsIn, type ProviderRow } from './providers.js';
+import { noActiveProvider, openSecret, signInProvider, signsIn, type ProviderOwner, type ProviderRow } from './providers.js';
 import { discover, clientConfig, client, rememberJwks } from './oidc.js';
 import { completeSsoLogin, emailVerifiedClaim, mapClaims } from './provisioning.js';
 import { providerAssertedMfa } from './mfa.js';
@@ -22,7 +22,9 @@ import { ssoError } from './errors.js';
 interface OidcSessionData {
   type: 'oidc';
   providerId: string;
-  orgId: string;
+  orgId: string | null;
+  /** Set for a partner's sign-in (docs/decisions.md "Partner-level SSO"). */
+  partnerId?: string | null;
   nonce: string;
   redirectPath: string;
   /** SHA-256 of the browser's binding cookie, carried to the exchange code. */
@@ -130,8 +132,8 @@ async function assertLoginCapacity(keel: Keel, p: ProviderRow): Promise<void> {
  * organisation's active provider (else its testing one, for a trial: `signInProvider`), a stored
  * login session, the IdP's URL.
  */
-export async function startLogin(keel: Keel, orgId: string, redirectPath: string, binding: string): Promise<LoginStart> {
-  const p = await signInProvider(keel.db, orgId);
+export async function startLogin(keel: Keel, owner: string | ProviderOwner, redirectPath: string, binding: string): Promise<LoginStart> {
+  const p = await signInProvider(keel.db, owner);
   if (!p) throw noActiveProvider();
   await assertLoginCapacity(keel, p);
   if (p.type === 'saml') return { location: await samlAuthorizeUrl(keel, p, redirectPath, binding), state: null };
@@ -140,7 +142,7 @@ export async function startLogin(keel: Keel, orgId: string, redirectPath: string
   const verifier = client.randomPKCECodeVerifier();
   const state = client.randomState();
   const nonce = client.randomNonce();
-  const data: OidcSessionData = { type: 'oidc', providerId: p.id, orgId: p.orgId, nonce, redirectPath, binding };
+  const data: OidcSessionData = { type: 'oidc', providerId: p.id, orgId: p.orgId, partnerId: p.partnerId, nonce, redirectPath, binding };
   await keel.singleUse.create(keel.db, { purpose: SSO_LOGIN_PURPOSE, token: state, ttlMs: SSO_LOGIN_TTL_MS, subjectId: p.id, data: { ...data }, secret: verifier });
   const url = client.buildAuthorizationUrl(config, {
     redirect_uri: callbackUrl(keel),
@@ -177,7 +179,7 @@ export async function oidcCallback(keel: Keel, query: URLSearchParams, cookie: s
     return await oidcFinish(keel, p, data, state, session.secret, query, info);
   } catch (err) {
     // From here on the failure is about this provider: it is audited as a failed sign-in.
-    if (err instanceof SsoFailure) err.about({ providerId: p.id, orgId: p.orgId, trial: p.status === 'testing' });
+    if (err instanceof SsoFailure) err.aboutProvider(p);
     throw err;
   }
 }
@@ -235,17 +237,17 @@ async function oidcFinish(keel: Keel, p: ProviderRow, data: OidcSessionData, sta
  * they must not fill the audit log. The entry never fails the redirect (its error is logged).
  */
 export async function auditSsoFailure(keel: Keel, failure: SsoFailure, info: AuditRequestInfo): Promise<void> {
-  const { providerId, orgId, userId, refusedSubject, trial } = failure.context;
+  const { providerId, orgId, partnerId, userId, refusedSubject, trial } = failure.context;
   if (!providerId) return;
   const reason = failure.reason.slice(0, 200);
   const who: AuditRequestInfo = { ...info, actor: userId ? { type: 'user', id: userId } : { type: 'anonymous' } };
   const target = userId ? { type: 'user', id: userId } : { type: 'sso_provider', id: providerId };
   try {
     // A refused trial (a provider in testing) is audited as such, like an accepted one.
-    await recordSecurityEvent(keel.db, who, { action: trial ? 'sso.login.trial' : 'sso.login', orgId: orgId ?? null, target, details: { providerId, error: failure.code, reason } });
+    await recordSecurityEvent(keel.db, who, { action: trial ? 'sso.login.trial' : 'sso.login', orgId: orgId ?? null, partnerId: partnerId ?? null, target, details: { providerId, error: failure.code, reason } });
     if (refusedSubject !== undefined) {
       const why = reason.startsWith('identity_subject_changed') ? 'subject_changed' : 'subject_taken';
-      await recordSecurityEvent(keel.db, who, { action: 'sso.identity.refused', orgId: orgId ?? null, target, details: { providerId, subject: refusedSubject, reason: why } });
+      await recordSecurityEvent(keel.db, who, { action: 'sso.identity.refused', orgId: orgId ?? null, partnerId: partnerId ?? null, target, details: { providerId, subject: refusedSubject, reason: why } });
     }
   } catch (err) {
     requestLog(keel.log, info).error({ error: loggableError(err) }, 'SSO login refused: the audit entry could not be written');

@@ -18,6 +18,8 @@ export interface SsoLimits {
   exchangeLimit: Limit;
   loginLimit: Limit;
   acsLimit: Limit;
+  /** The public partner sign-in page's lookup by slug, per source address. */
+  partnerPageLimit: Limit;
   /** Sign-in discovery per email address, and per source address (discovery.ts). */
   discover: Limit;
   discoverIp: Limit;
@@ -39,6 +41,7 @@ export function installSso(keel: Keel): KeelModule<Sso> {
     exchangeLimit: keel.limits.define('sso-exchange', keel.config.SSO_EXCHANGE_LIMIT, 60),
     loginLimit: keel.limits.define('sso-login', keel.config.SSO_LOGIN_LIMIT, 60),
     acsLimit: keel.limits.define('sso-saml-acs', keel.config.SAML_ACS_LIMIT, 60),
+    partnerPageLimit: keel.limits.define('sso-partner-page', keel.config.SSO_LOGIN_LIMIT, 60),
     discover: keel.limits.define('discover', keel.config.DISCOVER_LIMIT, 60),
     discoverIp: keel.limits.define('discover-ip', keel.config.DISCOVER_IP_LIMIT, 60),
   };

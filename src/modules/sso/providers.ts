@@ -1,5 +1,5 @@
 import { X509Certificate } from 'node:crypto';
-import { and, count, desc, eq } from 'drizzle-orm';
+import { and, count, desc, eq, inArray } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import { requestLog, type RequestRef } from '../../platform/request-scope.js';
 import type { Db } from '../../platform/db/client.js';
@@ -10,8 +10,10 @@ import { singleUseRecords } from '../../platform/db/schema.js';
 import { notFound, validationError, platformError } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { assignableRole } from '../access/roles.js';
-import { reachOrg, type AccessContext } from '../access/scope.js';
-import { assertCoversOrgMembers } from '../users/service.js';
+import { fullOrgAccessRequired, reachOrg, type AccessContext } from '../access/scope.js';
+import { assertCoversTenantMembers } from '../users/service.js';
+import { organizations, partners } from '../tenancy/schema.js';
+import { partnerUsers } from '../access/schema.js';
 import { DEFAULT_MAPPING, DEFAULT_SCOPES, findPreset } from './presets.js';
 import { ssoProviders, type AttributeMapping, type GroupRoleMapping } from './schema.js';
 import { discover, discoveryFailure, probeClientCredentials, type CredentialCheck } from './oidc.js';
@@ -28,9 +30,26 @@ function one<T>(row: T | undefined): T {
 }
 export type ProviderStatus = ProviderRow['status'];
 
+/** Whose provider: an organisation's or a partner's (docs/decisions.md "Partner-level SSO"). */
+export type ProviderOwner = { orgId: string } | { partnerId: string };
+
+/** The owner of a stored provider (exactly one of its two columns is set). */
+export function ownerOf(p: Pick<ProviderRow, 'orgId' | 'partnerId'>): ProviderOwner {
+  if (p.partnerId) return { partnerId: p.partnerId };
+  if (p.orgId) return { orgId: p.orgId };
+  throw new Error('sso_providers: a provider without an owner');
+}
+
+/** The key of the owner in the active-provider cache: an organisation's id, or `partner:<id>`. */
+export const ownerKey = (owner: ProviderOwner): string => ('orgId' in owner ? owner.orgId : `partner:${owner.partnerId}`);
+const ownerCondition = (owner: ProviderOwner) => ('orgId' in owner ? eq(ssoProviders.orgId, owner.orgId) : eq(ssoProviders.partnerId, owner.partnerId));
+/** The audit scope of a provider's entries. */
+const auditScope = (access: AccessContext, p: Pick<ProviderRow, 'orgId' | 'partnerId'>) => ({ partnerId: p.partnerId ?? access.partnerId, orgId: p.orgId });
+
 export interface ProviderView {
   id: string;
-  orgId: string;
+  orgId: string | null;
+  partnerId: string | null;
   name: string;
   type: 'oidc' | 'saml';
   status: ProviderStatus;
@@ -53,6 +72,9 @@ export interface ProviderView {
   certificate: string | null;
   groupRoleMappings: GroupRoleMapping[];
   mfaAcrValues: string[];
+  orgAccess: 'all' | 'selected' | 'none';
+  orgIds: string[];
+  breakGlassUserIds: string[];
   createdBy: string | null;
   createdAt: string;
   updatedAt: string;
@@ -62,6 +84,7 @@ export function providerView(p: ProviderRow): ProviderView {
   return {
     id: p.id,
     orgId: p.orgId,
+    partnerId: p.partnerId,
     name: p.name,
     type: p.type,
     status: p.status,
@@ -84,6 +107,9 @@ export function providerView(p: ProviderRow): ProviderView {
     certificate: p.certificate,
     groupRoleMappings: p.groupRoleMappings,
     mfaAcrValues: p.mfaAcrValues,
+    orgAccess: p.orgAccess,
+    orgIds: p.orgIds,
+    breakGlassUserIds: p.breakGlassUserIds,
     createdBy: p.createdBy,
     createdAt: p.createdAt.toISOString(),
     updatedAt: p.updatedAt.toISOString(),
@@ -119,6 +145,9 @@ export interface ProviderInput {
   certificate?: string | null | undefined;
   groupRoleMappings?: GroupRoleMapping[] | undefined;
   mfaAcrValues?: string[] | undefined;
+  orgAccess?: 'all' | 'selected' | undefined;
+  orgIds?: string[] | undefined;
+  breakGlassUserIds?: string[] | undefined;
 }
 
 /** A PEM certificate, or a bare base64 body made into one (docs/decisions.md "SSO shapes"). 400 when it does not parse. */
@@ -132,29 +161,80 @@ export function normaliseCertificate(text: string): string {
   return body;
 }
 
-/** The provider if the caller may see its organisation, else 404 (another tenant's provider does not exist). */
+/**
+ * The partner a partner-level request acts for (`partnerId` in the body, `?partnerId=`): a partner
+ * user needs every organisation of the partner (403 `full_org_access_required`), as for every
+ * partner-wide setting; a platform administrator names the partner. Organisation users never get here
+ * (the scope refuses them any partner they name, 404).
+ */
+export function partnerLevelOf(access: AccessContext): string {
+  if (access.scope === 'partner' && access.orgAccess !== 'all') throw fullOrgAccessRequired();
+  if (!access.partnerId || access.scope === 'organization') throw notFound('Partner');
+  return access.partnerId;
+}
+
+/**
+ * The provider if the caller may see its owner, else 404 (another tenant's provider does not exist):
+ * an organisation's as before; a partner's only for that partner's users and platform
+ * administrators, and never when the request names an organisation.
+ */
 export async function findProvider(db: Db, access: AccessContext, id: string): Promise<ProviderRow> {
   const [p] = await db.select().from(ssoProviders).where(eq(ssoProviders.id, id));
-  if (!p || !(await reachOrg(db, access, p.orgId))) throw notFound('SSO provider');
+  if (!p) throw notFound('SSO provider');
+  if (p.partnerId) {
+    const mine = access.scope === 'system' || (access.scope === 'partner' && access.partnerId === p.partnerId);
+    if (!mine || access.orgId || (access.partnerId && access.partnerId !== p.partnerId)) throw notFound('SSO provider');
+    if (access.scope === 'partner' && access.orgAccess !== 'all') throw fullOrgAccessRequired();
+    return p;
+  }
+  if (!p.orgId || !(await reachOrg(db, access, p.orgId))) throw notFound('SSO provider');
   if (access.orgId && access.orgId !== p.orgId) throw notFound('SSO provider');
   return p;
 }
 
-export async function listProviders(db: Db, orgId: string, q: { page: number; limit: number }): Promise<{ data: ProviderView[]; total: number }> {
+export async function listProviders(db: Db, owner: ProviderOwner, q: { page: number; limit: number }): Promise<{ data: ProviderView[]; total: number }> {
+  const where = ownerCondition(owner);
   const [rows, [total]] = await Promise.all([
-    db.select().from(ssoProviders).where(eq(ssoProviders.orgId, orgId)).orderBy(desc(ssoProviders.createdAt)).limit(q.limit).offset((q.page - 1) * q.limit),
-    db.select({ n: count() }).from(ssoProviders).where(eq(ssoProviders.orgId, orgId)),
+    db.select().from(ssoProviders).where(where).orderBy(desc(ssoProviders.createdAt)).limit(q.limit).offset((q.page - 1) * q.limit),
+    db.select({ n: count() }).from(ssoProviders).where(where),
   ]);
   return { data: rows.map(providerView), total: total?.n ?? 0 };
 }
 
-/** `defaultRoleId` and every mapped role: an organisation-scoped role usable in the provider's organisation (400). */
-async function assertRoles(db: Db, orgId: string, defaultRoleId: string | null | undefined, mappings: GroupRoleMapping[] | undefined): Promise<void> {
+type Grants = Pick<ProviderInput, 'defaultRoleId' | 'groupRoleMappings' | 'orgAccess' | 'orgIds' | 'breakGlassUserIds'>;
+
+/**
+ * `defaultRoleId` and every mapped role: a role usable in the provider's owner (an organisation's
+ * organisation-scoped role, a partner's partner-scoped one); for a partner, the organisations named
+ * (`orgIds`, a mapping's `orgIds`) are its own and the break-glass accounts its members. The
+ * partner-only fields on an organisation's provider are refused. 400 naming each bad field.
+ */
+async function assertRoles(db: Db, owner: ProviderOwner, input: Grants): Promise<void> {
   const bad: { path: string; message: string }[] = [];
-  const usable = async (roleId: string) => (await assignableRole(db, roleId, { orgId })) !== null;
-  if (defaultRoleId && !(await usable(defaultRoleId))) bad.push({ path: 'defaultRoleId', message: 'must be an organization-scoped role of this organization' });
-  for (const [i, m] of (mappings ?? []).entries()) {
-    if (!(await usable(m.roleId))) bad.push({ path: `groupRoleMappings.${i}.roleId`, message: 'must be an organization-scoped role of this organization' });
+  const partner = 'partnerId' in owner;
+  const kind = partner ? 'a partner-scoped role of this partner' : 'an organization-scoped role of this organization';
+  const usable = async (roleId: string) => (await assignableRole(db, roleId, owner)) !== null;
+  if (input.defaultRoleId && !(await usable(input.defaultRoleId))) bad.push({ path: 'defaultRoleId', message: `must be ${kind}` });
+  for (const [i, m] of (input.groupRoleMappings ?? []).entries()) {
+    if (!(await usable(m.roleId))) bad.push({ path: `groupRoleMappings.${i}.roleId`, message: `must be ${kind}` });
+    if (m.orgIds !== undefined && !partner) bad.push({ path: `groupRoleMappings.${i}.orgIds`, message: 'is for partner providers only' });
+  }
+  if (!partner) {
+    for (const f of ['orgAccess', 'orgIds', 'breakGlassUserIds'] as const) {
+      if (input[f] !== undefined) bad.push({ path: f, message: 'is for partner providers only' });
+    }
+  } else {
+    const lists: [string, string[] | undefined][] = [['orgIds', input.orgIds], ...(input.groupRoleMappings ?? []).map((m, i): [string, string[] | undefined] => [`groupRoleMappings.${i}.orgIds`, m.orgIds])];
+    for (const [path, ids] of lists) {
+      if (!ids?.length) continue;
+      const found = await db.select({ id: organizations.id }).from(organizations).where(and(inArray(organizations.id, ids), eq(organizations.partnerId, owner.partnerId)));
+      if (found.length !== new Set(ids).size) bad.push({ path, message: 'must name organizations of this partner' });
+    }
+    const glass = input.breakGlassUserIds ?? [];
+    if (glass.length > 0) {
+      const members = await db.select({ id: partnerUsers.userId }).from(partnerUsers).where(and(inArray(partnerUsers.userId, glass), eq(partnerUsers.partnerId, owner.partnerId)));
+      if (members.length !== new Set(glass).size) bad.push({ path: 'breakGlassUserIds', message: 'must name members of this partner' });
+    }
   }
   if (bad.length > 0) throw validationError(bad);
 }
@@ -178,13 +258,15 @@ export function assertGroupsClaim(mapping: AttributeMapping, mappings: readonly 
  * (`assertCoversOrgMembers`), else 403 `privilege_escalation`. (Partner callers without full
  * organisation access and callers restricted to sites or groups are stopped by the route's guard.)
  */
-export async function assertMayConfigureProvider(db: Db, access: AccessContext, orgId: string, ...providers: (Pick<ProviderInput, 'defaultRoleId' | 'groupRoleMappings'> | undefined)[]): Promise<void> {
+export async function assertMayConfigureProvider(db: Db, access: AccessContext, owner: ProviderOwner, ...providers: (Pick<ProviderInput, 'defaultRoleId' | 'groupRoleMappings'> | undefined)[]): Promise<void> {
   const grants: string[] = [];
   for (const p of providers) {
     if (p?.defaultRoleId) grants.push(p.defaultRoleId);
     for (const m of p?.groupRoleMappings ?? []) grants.push(m.roleId);
   }
-  await assertCoversOrgMembers(db, access, orgId, grants);
+  // A partner's provider grants orgAccess too: only a caller with every organisation of the partner
+  // (the route's `fullOrgAccess`) or a platform administrator covers any orgAccess it can give.
+  await assertCoversTenantMembers(db, access, owner, grants);
 }
 
 /** Fills the four endpoints from the issuer's discovery document; a failure is a warning, never a refusal (docs/specification.md "Single sign-on: providers"). */
@@ -206,18 +288,21 @@ const isUniqueViolation = (err: unknown): boolean => {
 };
 const oneActive = () => ssoError('provider_already_active');
 
-export async function createProvider(keel: Keel, access: AccessContext, orgId: string, input: ProviderInput & { name: string; type: 'oidc' | 'saml' }, info: AuditRequestInfo): Promise<ProviderView> {
+export async function createProvider(keel: Keel, access: AccessContext, owner: ProviderOwner, input: ProviderInput & { name: string; type: 'oidc' | 'saml' }, info: AuditRequestInfo): Promise<ProviderView> {
   const preset = input.preset ? findPreset(input.preset) : undefined;
   if (input.preset && !preset) throw validationError([{ path: 'preset', message: 'is not a known preset (GET /sso/presets)' }]);
   if (preset && preset.type !== input.type) throw validationError([{ path: 'preset', message: `is a ${preset.type} preset` }]);
-  await assertRoles(keel.db, orgId, input.defaultRoleId, input.groupRoleMappings);
+  await assertRoles(keel.db, owner, input);
   assertGroupsClaim(input.attributeMapping ?? preset?.attributeMapping ?? DEFAULT_MAPPING, input.groupRoleMappings ?? []);
-  await assertMayConfigureProvider(keel.db, access, orgId, input);
+  await assertMayConfigureProvider(keel.db, access, owner, input);
+  const orgId = 'orgId' in owner ? owner.orgId : null;
+  const partnerId = 'partnerId' in owner ? owner.partnerId : null;
   const id = newId();
   const now = clock.now();
   const row: typeof ssoProviders.$inferInsert = {
     id,
     orgId,
+    partnerId,
     name: input.name.trim(),
     type: input.type,
     status: 'inactive',
@@ -240,6 +325,9 @@ export async function createProvider(keel: Keel, access: AccessContext, orgId: s
     certificate: input.certificate ? normaliseCertificate(input.certificate) : null,
     groupRoleMappings: input.groupRoleMappings ?? [],
     mfaAcrValues: input.mfaAcrValues ?? [],
+    orgAccess: input.orgAccess ?? 'all',
+    orgIds: input.orgAccess === 'selected' ? [...new Set(input.orgIds ?? [])] : [],
+    breakGlassUserIds: [...new Set(input.breakGlassUserIds ?? [])],
     createdBy: access.principal.kind === 'user' ? access.principal.userId : null,
     createdAt: now,
     updatedAt: now,
@@ -257,7 +345,7 @@ export async function createProvider(keel: Keel, access: AccessContext, orgId: s
     const [p] = await tx.db.insert(ssoProviders).values(row).returning();
     await writeAudit(tx.db, info, {
       action: 'sso.provider.create',
-      partnerId: access.partnerId,
+      partnerId: partnerId ?? access.partnerId,
       orgId,
       target: { type: 'sso_provider', id },
       details: { type: row.type, status: 'inactive', name: row.name },
@@ -273,15 +361,18 @@ const PATCH_COLUMNS = {
   userInfoUrl: 'userInfoUrl', jwksUrl: 'jwksUrl', scopes: 'scopes', attributeMapping: 'attributeMapping',
   autoProvision: 'autoProvision', defaultRoleId: 'defaultRoleId', allowedDomains: 'allowedDomains', enforceSSO: 'enforceSso',
   entityId: 'entityId', ssoUrl: 'ssoUrl', groupRoleMappings: 'groupRoleMappings', mfaAcrValues: 'mfaAcrValues',
+  orgAccess: 'orgAccess', orgIds: 'orgIds', breakGlassUserIds: 'breakGlassUserIds',
 } as const satisfies Record<string, keyof ProviderRow>;
 
 export async function updateProvider(keel: Keel, access: AccessContext, id: string, input: ProviderInput, info: AuditRequestInfo): Promise<ProviderView> {
   const p = await findProvider(keel.db, access, id);
-  await assertRoles(keel.db, p.orgId, input.defaultRoleId, input.groupRoleMappings);
+  const owner = ownerOf(p);
+  await assertRoles(keel.db, owner, input);
   if (input.attributeMapping !== undefined || input.groupRoleMappings !== undefined) {
     assertGroupsClaim(input.attributeMapping ?? p.attributeMapping, input.groupRoleMappings ?? p.groupRoleMappings);
   }
-  await assertMayConfigureProvider(keel.db, access, p.orgId, p, input);
+  if (input.orgAccess === 'all' && input.orgIds === undefined) input = { ...input, orgIds: [] };
+  await assertMayConfigureProvider(keel.db, access, owner, p, input);
   const set: Partial<ProviderRow> = {};
   const changes: string[] = [];
   for (const [field, column] of Object.entries(PATCH_COLUMNS) as [keyof typeof PATCH_COLUMNS, keyof ProviderRow][]) {
@@ -318,8 +409,8 @@ export async function updateProvider(keel: Keel, access: AccessContext, id: stri
   if (changes.length === 0) return providerView(p);
   const updated = await transaction(keel.db, async (tx) => {
     const [row] = await tx.db.update(ssoProviders).set({ ...set, updatedAt: clock.now() }).where(eq(ssoProviders.id, p.id)).returning();
-    await writeAudit(tx.db, info, { action: 'sso.provider.update', partnerId: access.partnerId, orgId: p.orgId, target: { type: 'sso_provider', id: p.id }, changes });
-    tx.afterCommit(() => activeCacheOf(keel).changed(p.orgId));
+    await writeAudit(tx.db, info, { action: 'sso.provider.update', ...auditScope(access, p), target: { type: 'sso_provider', id: p.id }, changes });
+    tx.afterCommit(() => activeCacheOf(keel).changed(ownerKey(owner)));
     return one(row);
   });
   return providerView(updated);
@@ -328,30 +419,29 @@ export async function updateProvider(keel: Keel, access: AccessContext, id: stri
 /** Deletes the provider, its pending login sessions and (by cascade) its identity links. */
 export async function deleteProvider(keel: Keel, access: AccessContext, id: string, info: AuditRequestInfo): Promise<void> {
   const p = await findProvider(keel.db, access, id);
-  await assertMayConfigureProvider(keel.db, access, p.orgId, p);
+  await assertMayConfigureProvider(keel.db, access, ownerOf(p), p);
   await transaction(keel.db, async (tx) => {
     await tx.db.delete(singleUseRecords).where(and(eq(singleUseRecords.purpose, SSO_LOGIN_PURPOSE), eq(singleUseRecords.subjectId, p.id)));
     await tx.db.delete(ssoProviders).where(eq(ssoProviders.id, p.id));
-    tx.afterCommit(() => activeCacheOf(keel).changed(p.orgId));
-    await writeAudit(tx.db, info, { action: 'sso.provider.delete', partnerId: access.partnerId, orgId: p.orgId, target: { type: 'sso_provider', id: p.id }, details: { type: p.type, name: p.name } });
+    tx.afterCommit(() => activeCacheOf(keel).changed(ownerKey(ownerOf(p))));
+    await writeAudit(tx.db, info, { action: 'sso.provider.delete', ...auditScope(access, p), target: { type: 'sso_provider', id: p.id }, details: { type: p.type, name: p.name } });
   });
 }
 
 /** Moves the status; a second `active` provider of an organisation is 409 (the partial unique index decides, so two racing activations cannot both win). */
 export async function setProviderStatus(keel: Keel, access: AccessContext, id: string, status: ProviderStatus, info: AuditRequestInfo): Promise<ProviderView> {
   const p = await findProvider(keel.db, access, id);
-  await assertMayConfigureProvider(keel.db, access, p.orgId, p);
+  await assertMayConfigureProvider(keel.db, access, ownerOf(p), p);
   try {
     const updated = await transaction(keel.db, async (tx) => {
       const [row] = await tx.db.update(ssoProviders).set({ status, updatedAt: clock.now() }).where(eq(ssoProviders.id, p.id)).returning();
       await writeAudit(tx.db, info, {
         action: 'sso.provider.status.update',
-        partnerId: access.partnerId,
-        orgId: p.orgId,
+        ...auditScope(access, p),
         target: { type: 'sso_provider', id: p.id },
         details: { from: p.status, to: status },
       });
-      tx.afterCommit(() => activeCacheOf(keel).changed(p.orgId));
+      tx.afterCommit(() => activeCacheOf(keel).changed(ownerKey(ownerOf(p))));
       return one(row);
     });
     return providerView(updated);
@@ -423,8 +513,7 @@ export async function testProvider(keel: Keel, access: AccessContext, id: string
   }
   await writeAudit(keel.db, info, {
     action: 'sso.provider.test',
-    partnerId: access.partnerId,
-    orgId: p.orgId,
+    ...auditScope(access, p),
     target: { type: 'sso_provider', id: p.id },
     details: { ok: report.ok, credentials: report.credentials?.result ?? null },
     result: report.ok ? 'success' : 'failure',
@@ -437,19 +526,34 @@ export async function testProvider(keel: Keel, access: AccessContext, id: string
  * `testing` (a trial that only the organisation's SSO administrators complete, docs/decisions.md
  * "SSO that explains itself").
  */
-export async function signInProvider(db: Db, orgId: string): Promise<ProviderRow | null> {
-  const active = await activeProvider(db, orgId);
+export async function signInProvider(db: Db, owner: string | ProviderOwner): Promise<ProviderRow | null> {
+  const o = typeof owner === 'string' ? { orgId: owner } : owner;
+  const active = await activeProvider(db, o);
   if (active) return active;
-  const [testing] = await db.select().from(ssoProviders).where(and(eq(ssoProviders.orgId, orgId), eq(ssoProviders.status, 'testing'))).orderBy(desc(ssoProviders.updatedAt)).limit(1);
+  const [testing] = await db.select().from(ssoProviders).where(and(ownerCondition(o), eq(ssoProviders.status, 'testing'))).orderBy(desc(ssoProviders.updatedAt)).limit(1);
   return testing ?? null;
 }
 
 /** A provider that signs people in: `active`, or `testing` for a trial. */
 export const signsIn = (p: Pick<ProviderRow, 'status'> | undefined): boolean => p?.status === 'active' || p?.status === 'testing';
 
-/** The organisation's active provider, if any. */
-export async function activeProvider(db: Db, orgId: string): Promise<ProviderRow | null> {
-  const [p] = await db.select().from(ssoProviders).where(and(eq(ssoProviders.orgId, orgId), eq(ssoProviders.status, 'active')));
+/** The organisation's (or partner's) active provider, if any. */
+export async function activeProvider(db: Db, owner: string | ProviderOwner): Promise<ProviderRow | null> {
+  const o = typeof owner === 'string' ? { orgId: owner } : owner;
+  const [p] = await db.select().from(ssoProviders).where(and(ownerCondition(o), eq(ssoProviders.status, 'active')));
+  return p ?? null;
+}
+
+/** A partner's slug, or null when it is gone. */
+export async function partnerSlugOf(db: Db, partnerId: string): Promise<string | null> {
+  const [p] = await db.select({ slug: partners.slug }).from(partners).where(eq(partners.id, partnerId));
+  return p?.slug ?? null;
+}
+
+/** A partner by its slug (the public sign-in page and `/sso/login/partner/{slug}`). */
+export async function partnerBySlug(db: Db, slug: string): Promise<{ id: string; name: string; slug: string } | null> {
+  if (!/^[a-z0-9-]{1,63}$/.test(slug)) return null;
+  const [p] = await db.select({ id: partners.id, name: partners.name, slug: partners.slug }).from(partners).where(eq(partners.slug, slug));
   return p ?? null;
 }
 

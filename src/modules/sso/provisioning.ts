@@ -9,18 +9,18 @@ import { AppError } from '../../platform/http/errors.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { assignableRole } from '../access/roles.js';
 import { roleFromGroups } from '../access/group-roles.js';
-import { addOrganizationMember, assertNotLastFullAdmin, getMembership, setOrganizationMemberRole } from '../access/service.js';
+import { addOrganizationMember, addPartnerMember, assertNotLastFullAdmin, getMembership, setOrganizationMemberRole, setPartnerMemberAccess, type Membership, type OrgAccess } from '../access/service.js';
 import { identityOf } from '../identity/context.js';
 import { createAccount } from '../identity/accounts.js';
 import { findUserByEmail, signIn, type RequestInfo, type TokenAnswer } from '../identity/service.js';
 import { users } from '../identity/schema.js';
 import { ssoIdentities, type AttributeMapping } from './schema.js';
-import { assertMayConfigureProvider, type ProviderRow } from './providers.js';
+import { assertMayConfigureProvider, ownerOf, type ProviderRow } from './providers.js';
 import { accessContextFor, restricted } from '../access/scope.js';
 import { SAML_ATTRIBUTE_URIS } from './presets.js';
 import { SSO_EXCHANGE_PURPOSE, SSO_EXCHANGE_TTL_MS, SsoFailure } from './constants.js';
 import type { SealedColumn } from '../../platform/reseal.js';
-import { ssoEmailRefusal } from '../domains/service.js';
+import { ssoEmailRefusal, verifiedDomainOwner } from '../domains/service.js';
 import { mfaError } from '../mfa/errors.js';
 import { ssoError } from './errors.js';
 
@@ -72,14 +72,50 @@ export function domainAllowed(allowed: string, email: string): boolean {
   return domains.includes(domain);
 }
 
+/** What a sign-in gives a person: a role and, at a partner, the organisations they reach. */
+export interface Grant {
+  roleId: string;
+  orgAccess: OrgAccess;
+  orgIds: string[];
+}
+
 /**
- * The role the person's groups give through the provider's mappings: the one rule SSO and SCIM share
- * (`roleFromGroups`, docs/decisions.md "SCIM"); a mapping whose role is no longer usable is skipped.
+ * A partner provider's organisation access for a person (docs/decisions.md "Partner-level SSO"): the
+ * winning group mapping's `orgIds` (`selected`), else the provider's own `orgAccess` and list.
  */
-async function mappedRole(keel: Keel, p: ProviderRow, groups: string[], request: RequestRef): Promise<string | null> {
-  const { roleId, skipped } = await roleFromGroups(keel, p.orgId, p.groupRoleMappings, groups);
-  for (const s of skipped) requestLog(keel.log, request).warn({ providerId: p.id, roleId: s.roleId }, 'SSO group mapping names a role no longer usable in the organization; skipped');
-  return roleId;
+function accessOfGrant(p: ProviderRow, mapping: { orgIds?: string[] | undefined } | null): Pick<Grant, 'orgAccess' | 'orgIds'> {
+  if (mapping?.orgIds !== undefined) return { orgAccess: 'selected', orgIds: mapping.orgIds };
+  return { orgAccess: p.orgAccess, orgIds: p.orgAccess === 'selected' ? p.orgIds : [] };
+}
+
+/**
+ * What the person's groups give through the provider's mappings: the one rule SSO and SCIM share
+ * (`roleFromGroups`, docs/decisions.md "SCIM"), over the organisation's roles or the partner's; a
+ * mapping whose role is no longer usable is skipped.
+ */
+async function mappedGrant(keel: Keel, p: ProviderRow, groups: string[], request: RequestRef): Promise<Grant | null> {
+  const { mapping, skipped } = await roleFromGroups(keel, ownerOf(p), p.groupRoleMappings, groups);
+  for (const s of skipped) requestLog(keel.log, request).warn({ providerId: p.id, roleId: s.roleId }, 'SSO group mapping names a role no longer usable; skipped');
+  return mapping ? { roleId: mapping.roleId, ...accessOfGrant(p, mapping) } : null;
+}
+
+/** Whether a membership is of the provider's owner (its organisation, or its partner). */
+function memberOfOwner(m: Membership | null, p: ProviderRow): boolean {
+  return p.partnerId ? m?.kind === 'partner' && m.partnerId === p.partnerId : m?.kind === 'organization' && m.orgId === p.orgId;
+}
+const notMember = (p: ProviderRow) => new SsoFailure('no_org_access', `no membership of the provider ${p.partnerId ? 'partner' : 'organization'}`);
+
+/**
+ * Whose domain an address must be of: an organisation's provider follows `ssoEmailRefusal`; a
+ * partner's provider signs in only addresses of a domain the partner itself verified (docs/decisions.md
+ * "Partner-level SSO"), so it can never sign in another partner's or an organisation's people by address.
+ */
+async function domainRefusal(keel: Keel, p: ProviderRow, email: string, opts: { existingAccount: boolean; emailVerified: boolean | null }): Promise<string | null> {
+  if (!p.partnerId) return ssoEmailRefusal(keel.db, { kind: 'org', orgId: p.orgId ?? '', partnerId: null }, email, opts);
+  const owner = await verifiedDomainOwner(keel.db, email);
+  if (!owner) return 'the email domain is not verified by the partner';
+  if (owner.orgId || owner.partnerId !== p.partnerId) return `the email domain is verified by ${owner.orgId ? 'an organization' : 'another partner'}`;
+  return null;
 }
 
 export interface IdpTokens {
@@ -134,33 +170,33 @@ export async function completeSsoLogin(keel: Keel, p: ProviderRow, profile: Mapp
   try {
     assertEmailNotUnverified(emailVerified);
     if (!domainAllowed(p.allowedDomains, profile.email)) throw new SsoFailure('domain_not_allowed', 'email domain not allowed');
-    const fromGroups = await mappedRole(keel, p, profile.groups, info);
+    const fromGroups = await mappedGrant(keel, p, profile.groups, info);
     const user = await findUserByEmail(keel.db, profile.email);
     // Verified domains decide whose provider may provision or link an address (docs/decisions.md "Verified domains and SSO step-up").
-    const refused = await ssoEmailRefusal(keel.db, { kind: 'org', orgId: p.orgId, partnerId: null }, profile.email, { existingAccount: Boolean(user), emailVerified });
+    const refused = await domainRefusal(keel, p, profile.email, { existingAccount: Boolean(user), emailVerified });
     if (refused) throw new SsoFailure('domain_not_allowed', refused);
     if (trial) return await completeTrial(keel, p, profile, idp, info, binding, user ?? null, fromGroups);
-    let newRoleId: string | null = null;
+    let newGrant: Grant | null = null;
     if (!user) {
       if (!p.autoProvision) throw new SsoFailure('user_not_found', 'no account and autoProvision is off');
-      newRoleId = fromGroups ?? p.defaultRoleId;
-      if (!newRoleId || !(await assignableRole(keel.db, newRoleId, { orgId: p.orgId }))) throw new SsoFailure('default_role_required', 'no usable role for a new user');
+      newGrant = fromGroups ?? (p.defaultRoleId ? { roleId: p.defaultRoleId, ...accessOfGrant(p, null) } : null);
+      if (!newGrant || !(await assignableRole(keel.db, newGrant.roleId, ownerOf(p)))) throw new SsoFailure('default_role_required', 'no usable role for a new user');
     } else {
       if (user.status !== 'active') throw new SsoFailure('sso_error', `account is ${user.status}`).about({ userId: user.id });
-      const m = await getMembership(keel, user.id);
-      if (m?.kind !== 'organization' || m.orgId !== p.orgId) throw new SsoFailure('no_org_access', 'no membership of the provider organization').about({ userId: user.id });
+      // Never another tenant's person: an organisation's member (or a platform administrator) with the address of a partner technician is refused, audited.
+      if (!memberOfOwner(await getMembership(keel, user.id), p)) throw notMember(p).about({ userId: user.id });
     }
-    const { account, roleChanged } = await provisionAndLink(keel, p, profile, idp, info, user ?? null, fromGroups, newRoleId);
+    const { account, roleChanged } = await provisionAndLink(keel, p, profile, idp, info, user ?? null, fromGroups, newGrant);
     if (roleChanged) await identityOf(keel).sessions.userChanged(account.id);
     const { token } = await keel.singleUse.create(keel.db, {
       purpose: SSO_EXCHANGE_PURPOSE,
       ttlMs: SSO_EXCHANGE_TTL_MS,
       subjectId: account.id,
-      data: { providerId: p.id, orgId: p.orgId, type: p.type, binding, mfa: profile.mfa === true },
+      data: { providerId: p.id, orgId: p.orgId, partnerId: p.partnerId, type: p.type, binding, mfa: profile.mfa === true },
     });
     return token;
   } catch (err) {
-    if (err instanceof SsoFailure) err.about({ providerId: p.id, orgId: p.orgId, trial });
+    if (err instanceof SsoFailure) err.aboutProvider(p);
     throw err;
   }
 }
@@ -175,11 +211,13 @@ type UserRow = typeof users.$inferSelect;
 async function managesSso(keel: Keel, p: ProviderRow, user: UserRow): Promise<boolean> {
   if (user.status !== 'active') return false;
   const m = await getMembership(keel, user.id);
-  if (m?.kind !== 'organization' || m.orgId !== p.orgId) return false;
+  if (!memberOfOwner(m, p)) return false;
+  // A partner's provider: as its write routes, a technician with every organisation of the partner.
+  if (m?.kind === 'partner' && m.orgAccess !== 'all') return false;
   const access = await accessContextFor(keel, { kind: 'user', userId: user.id, email: user.email, sessionId: null, mfa: false, isPlatformAdmin: user.isPlatformAdmin, apiKeyId: null });
   if (!access.can('organizations', 'write') || restricted(access)) return false;
   try {
-    await assertMayConfigureProvider(keel.db, access, p.orgId, p);
+    await assertMayConfigureProvider(keel.db, access, ownerOf(p), p);
     return true;
   } catch (err) {
     if (err instanceof AppError) return false;
@@ -194,7 +232,7 @@ async function managesSso(keel: Keel, p: ProviderRow, user: UserRow): Promise<bo
  * identity link is written as at any sign-in. Accepted trials are audited `sso.login.trial`
  * (refused ones by the caller, the same action with `result: 'failure'`).
  */
-async function completeTrial(keel: Keel, p: ProviderRow, profile: MappedProfile, idp: IdpTokens, info: AuditRequestInfo, binding: string | null, user: UserRow | null, fromGroups: string | null): Promise<string> {
+async function completeTrial(keel: Keel, p: ProviderRow, profile: MappedProfile, idp: IdpTokens, info: AuditRequestInfo, binding: string | null, user: UserRow | null, fromGroups: Grant | null): Promise<string> {
   if (!user || !(await managesSso(keel, p, user))) {
     const failure = new SsoFailure('provider_testing', user ? 'trial sign-in by someone who may not manage the organization SSO' : 'trial sign-in by an address without an account');
     throw user ? failure.about({ userId: user.id }) : failure;
@@ -203,14 +241,15 @@ async function completeTrial(keel: Keel, p: ProviderRow, profile: MappedProfile,
   await writeAudit(keel.db, { ...info, actor: { type: 'user', id: account.id, email: account.email } }, {
     action: 'sso.login.trial',
     orgId: p.orgId,
+    partnerId: p.partnerId,
     target: { type: 'user', id: account.id },
-    details: { providerId: p.id, groups: profile.groups.slice(0, 50), mappedRoleId: fromGroups },
+    details: { providerId: p.id, groups: profile.groups.slice(0, 50), mappedRoleId: fromGroups?.roleId ?? null, ...(p.partnerId && fromGroups ? { mappedOrgAccess: fromGroups.orgAccess, mappedOrgIds: fromGroups.orgIds } : {}) },
   });
   const { token } = await keel.singleUse.create(keel.db, {
     purpose: SSO_EXCHANGE_PURPOSE,
     ttlMs: SSO_EXCHANGE_TTL_MS,
     subjectId: account.id,
-    data: { providerId: p.id, orgId: p.orgId, type: p.type, binding, mfa: profile.mfa === true, trial: true },
+    data: { providerId: p.id, orgId: p.orgId, partnerId: p.partnerId, type: p.type, binding, mfa: profile.mfa === true, trial: true },
   });
   return token;
 }
@@ -227,47 +266,58 @@ async function provisionAndLink(
   idp: IdpTokens,
   info: AuditRequestInfo,
   existing: UserRow | null,
-  fromGroups: string | null,
-  newRoleId: string | null,
+  fromGroups: Grant | null,
+  newGrant: Grant | null,
 ): Promise<{ account: UserRow; roleChanged: boolean }> {
   const system: AuditRequestInfo = { ...info, actor: { type: 'system' } };
+  const owner = ownerOf(p);
+  const scope = { orgId: p.orgId, partnerId: p.partnerId };
   return transaction(keel.db, async (tx) => {
     let account = existing;
     let roleChanged = false;
     if (!account) {
-      const roleId = newRoleId;
-      if (!roleId) throw new SsoFailure('default_role_required', 'no usable role for a new user');
+      const grant = newGrant;
+      if (!grant) throw new SsoFailure('default_role_required', 'no usable role for a new user');
       const now = clock.now();
       const created = await createAccount(tx, { email: profile.email, name: profile.name, passwordHash: null, status: 'active', createdAt: now, updatedAt: now });
       if (!created) throw new SsoFailure('sso_error', 'account created concurrently');
-      await addOrganizationMember(tx.db, { orgId: p.orgId, userId: created.id, roleId });
+      if ('partnerId' in owner) await addPartnerMember(tx.db, { partnerId: owner.partnerId, userId: created.id, roleId: grant.roleId, orgAccess: grant.orgAccess, orgIds: grant.orgIds });
+      else await addOrganizationMember(tx.db, { orgId: owner.orgId, userId: created.id, roleId: grant.roleId });
       await writeAudit(tx.db, { ...system, actor: { type: 'user', id: created.id, email: created.email } }, {
         action: 'user.sso.provision',
-        orgId: p.orgId,
+        ...scope,
         target: { type: 'user', id: created.id },
-        details: { providerId: p.id, roleId, fromGroupMapping: fromGroups !== null },
+        details: { providerId: p.id, roleId: grant.roleId, fromGroupMapping: fromGroups !== null, ...('partnerId' in owner ? { orgAccess: grant.orgAccess, orgIds: grant.orgIds } : {}) },
       });
       account = created;
     } else {
       const target = account;
       const m = await getMembership(tx.db, target.id);
-      if (m?.kind !== 'organization' || m.orgId !== p.orgId) throw new SsoFailure('no_org_access', 'no membership of the provider organization').about({ userId: target.id });
-      if (fromGroups && fromGroups !== m.roleId) {
+      if (!m || !memberOfOwner(m, p)) throw notMember(p).about({ userId: target.id });
+      const accessChanged = m.kind === 'partner' && fromGroups !== null && (fromGroups.orgAccess !== m.orgAccess || JSON.stringify([...fromGroups.orgIds].sort()) !== JSON.stringify([...m.orgIds].sort()));
+      if (fromGroups && (fromGroups.roleId !== m.roleId || accessChanged)) {
         let kept = false;
         try {
-          await assertNotLastFullAdmin(tx.db, { orgId: p.orgId }, target.id, fromGroups);
+          await assertNotLastFullAdmin(tx.db, owner, target.id, fromGroups.roleId);
         } catch (err) {
           if (!(err instanceof AppError && err.code === 'last_admin')) throw err;
           requestLog(keel.log, info).warn({ providerId: p.id, userId: target.id }, 'SSO group mapping would remove the last full administrator; role kept');
           kept = true;
         }
         if (!kept) {
-          await setOrganizationMemberRole(tx.db, p.orgId, target.id, fromGroups);
+          if ('partnerId' in owner) await setPartnerMemberAccess(tx.db, owner.partnerId, target.id, fromGroups);
+          else await setOrganizationMemberRole(tx.db, owner.orgId, target.id, fromGroups.roleId);
           await writeAudit(tx.db, system, {
             action: 'user.role.assign',
-            orgId: p.orgId,
+            ...scope,
             target: { type: 'user', id: target.id },
-            details: { from: m.roleId, to: fromGroups, source: 'sso_group_mapping', providerId: p.id },
+            details: {
+              from: m.roleId,
+              to: fromGroups.roleId,
+              source: 'sso_group_mapping',
+              providerId: p.id,
+              ...(m.kind === 'partner' ? { fromOrgAccess: m.orgAccess, toOrgAccess: fromGroups.orgAccess, orgIds: fromGroups.orgIds } : {}),
+            },
           });
           roleChanged = true;
         }
@@ -353,6 +403,7 @@ export async function exchangeCode(keel: Keel, code: string, info: RequestInfo, 
     await writeAudit(keel.db, { ...info, actor: { type: 'anonymous' } }, {
       action: 'user.sso.exchange_refused',
       orgId: typeof record.data.orgId === 'string' ? record.data.orgId : null,
+      partnerId: typeof record.data.partnerId === 'string' ? record.data.partnerId : null,
       target: { type: 'user', id: user.id },
       details: { providerId: record.data.providerId, reason: browser.cookie ? 'binding_mismatch' : 'binding_cookie_missing' },
     });

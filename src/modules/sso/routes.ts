@@ -20,6 +20,8 @@ import {
   IdPathSchema,
   LoginQuerySchema,
   OrgPathSchema,
+  PartnerCheckSchema,
+  PartnerSlugPathSchema,
   PresetSchema,
   presetsView,
   ProviderCreateSchema,
@@ -29,7 +31,10 @@ import {
   StatusBodySchema,
   TestReportSchema,
 } from './api-schemas.js';
-import { activeProvider, noActiveProvider, createProvider, deleteProvider, findProvider, listProviders, providerView, setProviderStatus, testProvider, updateProvider } from './providers.js';
+import { activeProvider, noActiveProvider, createProvider, deleteProvider, findProvider, listProviders, partnerBySlug, partnerLevelOf, providerView, setProviderStatus, testProvider, updateProvider, type ProviderOwner } from './providers.js';
+import { validationError } from '../../platform/http/errors.js';
+import { partners } from '../tenancy/schema.js';
+import { eq } from 'drizzle-orm';
 import { auditSsoFailure, oidcCallback, safeRedirectPath, startLogin, stateCookieValue } from './login.js';
 import { loggableError } from '../../platform/safe-error.js';
 import { errorLocation } from './locations.js';
@@ -59,7 +64,7 @@ function orgOf(c: Context<AppEnv>): string {
  * the exchange of the one-time code. (Enforced SSO is registered with identity by the composition root.)
  */
 export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
-  const { exchangeLimit, loginLimit, acsLimit } = limitsOf(keel);
+  const { exchangeLimit, loginLimit, acsLimit, partnerPageLimit } = limitsOf(keel);
   /** Per client address, before the request's body or any lookup (unauthenticated routes). */
   const perAddress = (limit: Limit): MiddlewareHandler<AppEnv> =>
     documentAccess<MiddlewareHandler<AppEnv>>(async (c, next) => {
@@ -88,14 +93,20 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
 
   api.openapi(
     createRoute({
-      method: 'get', path: '/sso/providers', tags, summary: "Providers of an organization (orgId; an organization user's own)",
+      method: 'get', path: '/sso/providers', tags, summary: "Providers of an organization (orgId; an organization user's own), or with `?partnerId=` the partner's own providers (partner users with every organization of it: 403 `full_org_access_required` otherwise)",
       middleware: read(),
-      request: { query: PageQuery.extend({ orgId: z.uuid().optional().openapi({ description: 'Organization whose providers to list (partner and system callers)' }) }) },
+      request: {
+        query: PageQuery.extend({
+          orgId: z.uuid().optional().openapi({ description: 'Organization whose providers to list (partner and system callers)' }),
+          partnerId: z.uuid().optional().openapi({ description: 'List the partner\'s own providers (for its technicians) instead of an organization\'s' }),
+        }),
+      },
       responses: { 200: json(paginated(ProviderSchema), 'Providers'), ...errors(404) },
     }),
     async (c) => {
       const q = c.req.valid('query');
-      const { data, total } = await listProviders(keel.db, orgOf(c), q);
+      const owner: ProviderOwner = q.partnerId !== undefined && q.orgId === undefined ? { partnerId: partnerLevelOf(accessOf(c)) } : { orgId: orgOf(c) };
+      const { data, total } = await listProviders(keel.db, owner, q);
       return c.json(page(data, q, total), 200);
     },
   );
@@ -119,8 +130,12 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     }),
     async (c) => {
       const access = accessOf(c);
-      const { orgId: _named, ...input } = c.req.valid('json');
-      return c.json(await createProvider(keel, access, orgOf(c), input, requestInfo(c)), 201);
+      const { orgId: named, partnerId, ...input } = c.req.valid('json');
+      if (partnerId !== undefined && (named !== undefined || c.req.query('orgId') !== undefined)) {
+        throw validationError([{ path: 'partnerId', message: 'give either orgId or partnerId, not both' }]);
+      }
+      const owner: ProviderOwner = partnerId !== undefined ? { partnerId: partnerLevelOf(access) } : { orgId: orgOf(c) };
+      return c.json(await createProvider(keel, access, owner, input, requestInfo(c)), 201);
     },
   );
 
@@ -196,29 +211,66 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       const { orgId } = c.req.valid('param');
       const redirectPath = safeRedirectPath(keel, c.req.valid('query').redirect);
       if (!UUID.test(orgId)) throw noActiveProvider();
-      // The browser's binding: kept while it is well-formed (parallel logins in two tabs both finish), else new.
-      const held = getCookie(c, BINDING_COOKIE);
-      const binding = held && /^[A-Za-z0-9_-]{43}$/.test(held) ? held : randomToken();
-      const start = await startLogin(keel, orgId.toLowerCase(), redirectPath, sha256Hex(binding));
-      setCookie(c, BINDING_COOKIE, binding, {
+      return beginLogin(c, { orgId: orgId.toLowerCase() }, redirectPath);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/sso/login/partner/{partnerSlug}', tags,
+      summary: "Start a partner technician's SSO: redirect to the IdP of the partner's active provider, else of its testing one (a trial); callbacks as for organizations",
+      middleware: [perAddress(loginLimit)],
+      request: { params: PartnerSlugPathSchema, query: LoginQuerySchema },
+      responses: { ...redirect('To the identity provider'), ...errors(404) },
+    }),
+    async (c) => {
+      const redirectPath = safeRedirectPath(keel, c.req.valid('query').redirect);
+      const partner = await partnerBySlug(keel.db, c.req.valid('param').partnerSlug);
+      if (!partner) throw noActiveProvider();
+      return beginLogin(c, { partnerId: partner.id }, redirectPath);
+    },
+  );
+
+  api.openapi(
+    createRoute({
+      method: 'get', path: '/sso/check/partner/{partnerSlug}', tags,
+      summary: "A partner's sign-in page: its name and whether it signs in with SSO (public, rate-limited per address; nothing else of the partner)",
+      middleware: [perAddress(partnerPageLimit)],
+      request: { params: PartnerSlugPathSchema },
+      responses: { 200: json(PartnerCheckSchema, 'The partner\'s sign-in page'), ...errors(404) },
+    }),
+    async (c) => {
+      const partner = await partnerBySlug(keel.db, c.req.valid('param').partnerSlug);
+      if (!partner) throw platformError('not_found', { message: 'There is no partner with this sign-in page' });
+      const p = await activeProvider(keel.db, { partnerId: partner.id });
+      return c.json({ name: partner.name, ssoEnabled: p !== null, providerName: p?.name ?? null }, 200);
+    },
+  );
+
+  /** Starts a login at the owner's provider: the binding and state cookies, then the redirect to the IdP. */
+  async function beginLogin(c: Context<AppEnv>, owner: ProviderOwner, redirectPath: string) {
+    // The browser's binding: kept while it is well-formed (parallel logins in two tabs both finish), else new.
+    const held = getCookie(c, BINDING_COOKIE);
+    const binding = held && /^[A-Za-z0-9_-]{43}$/.test(held) ? held : randomToken();
+    const start = await startLogin(keel, owner, redirectPath, sha256Hex(binding));
+    setCookie(c, BINDING_COOKIE, binding, {
+      httpOnly: true,
+      sameSite: 'Lax',
+      secure: keel.config.production,
+      path: BINDING_COOKIE_PATH,
+      maxAge: (SSO_LOGIN_TTL_MS + SSO_EXCHANGE_TTL_MS) / 1000,
+    });
+    if (start.state) {
+      setCookie(c, STATE_COOKIE, stateCookieValue(keel, start.state), {
         httpOnly: true,
         sameSite: 'Lax',
         secure: keel.config.production,
-        path: BINDING_COOKIE_PATH,
-        maxAge: (SSO_LOGIN_TTL_MS + SSO_EXCHANGE_TTL_MS) / 1000,
+        path: CALLBACK_PATH,
+        maxAge: SSO_LOGIN_TTL_MS / 1000,
       });
-      if (start.state) {
-        setCookie(c, STATE_COOKIE, stateCookieValue(keel, start.state), {
-          httpOnly: true,
-          sameSite: 'Lax',
-          secure: keel.config.production,
-          path: CALLBACK_PATH,
-          maxAge: SSO_LOGIN_TTL_MS / 1000,
-        });
-      }
-      return c.redirect(start.location, 302);
-    },
-  );
+    }
+    return c.redirect(start.location, 302);
+  }
 
   /** Every failure of a callback or the ACS: logged with its reason, answered with only its callback error code. */
   const failed = async (c: Context<AppEnv>, err: unknown) => {
@@ -228,7 +280,9 @@ export function mountSsoRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     if (!(err instanceof SsoFailure)) log.error({ error: loggableError(err) }, 'SSO login: unexpected error');
     log.warn({ code: failure.code, reason: failure.reason, providerId: failure.context.providerId }, 'SSO login refused');
     await auditSsoFailure(keel, failure, info);
-    return c.redirect(errorLocation(keel, failure.code, failure.context.orgId), 302);
+    const partnerId = failure.context.partnerId;
+    const [partner] = partnerId ? await keel.db.select({ slug: partners.slug }).from(partners).where(eq(partners.id, partnerId)) : [];
+    return c.redirect(errorLocation(keel, failure.code, failure.context.orgId, partner?.slug), 302);
   };
 
   api.openapi(

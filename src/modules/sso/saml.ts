@@ -26,7 +26,8 @@ export const acsUrl = (keel: Keel) => `${keel.config.publicUrl}${ACS_PATH}`;
 interface SamlSessionData {
   type: 'saml';
   providerId: string;
-  orgId: string;
+  orgId: string | null;
+  partnerId?: string | null;
   redirectPath: string;
   /** SHA-256 of the browser's binding cookie, carried to the exchange code. */
   binding: string;
@@ -62,7 +63,7 @@ export async function samlAuthorizeUrl(keel: Keel, p: ProviderRow, redirectPath:
     throw ssoError('sso_provider_incomplete');
   }
   const requestId = `_${randomBytes(20).toString('hex')}`;
-  const data: SamlSessionData = { type: 'saml', providerId: p.id, orgId: p.orgId, redirectPath, binding };
+  const data: SamlSessionData = { type: 'saml', providerId: p.id, orgId: p.orgId, partnerId: p.partnerId, redirectPath, binding };
   await keel.singleUse.create(keel.db, { purpose: SSO_LOGIN_PURPOSE, token: requestId, ttlMs: SSO_LOGIN_TTL_MS, subjectId: p.id, data: { ...data } });
   const saml = new SAML({
     idpCert: p.certificate,

@@ -1,8 +1,8 @@
 import { sql } from 'drizzle-orm';
-import { boolean, index, jsonb, pgEnum, pgTable, text, uniqueIndex, uuid, varchar } from 'drizzle-orm/pg-core';
+import { boolean, check, index, jsonb, pgEnum, pgTable, text, uniqueIndex, uuid, varchar } from 'drizzle-orm/pg-core';
 import { createdAt, idColumn, ts, updatedAt } from '../../platform/db/columns.js';
-import { organizations } from '../tenancy/schema.js';
-import { roles } from '../access/schema.js';
+import { organizations, partners } from '../tenancy/schema.js';
+import { orgAccess, roles } from '../access/schema.js';
 import { users } from '../identity/schema.js';
 
 export const ssoProviderType = pgEnum('sso_provider_type', ['oidc', 'saml']);
@@ -20,6 +20,8 @@ export interface AttributeMapping {
 export interface GroupRoleMapping {
   group: string;
   roleId: string;
+  /** Partner providers: the mapping gives `orgAccess: selected` with these organisations of the partner (absent: the provider's orgAccess). */
+  orgIds?: string[] | undefined;
 }
 
 /**
@@ -30,9 +32,9 @@ export const ssoProviders = pgTable(
   'sso_providers',
   {
     id: idColumn(),
-    orgId: uuid('org_id')
-      .notNull()
-      .references(() => organizations.id, { onDelete: 'cascade' }),
+    /** Exactly one of orgId and partnerId (docs/decisions.md "Partner-level SSO"). */
+    orgId: uuid('org_id').references(() => organizations.id, { onDelete: 'cascade' }),
+    partnerId: uuid('partner_id').references(() => partners.id, { onDelete: 'cascade' }),
     name: varchar('name', { length: 255 }).notNull(),
     type: ssoProviderType('type').notNull(),
     status: ssoProviderStatus('status').notNull().default('inactive'),
@@ -56,6 +58,11 @@ export const ssoProviders = pgTable(
     groupRoleMappings: jsonb('group_role_mappings').$type<GroupRoleMapping[]>().notNull().default([]),
     /** OIDC `acr` / SAML AuthnContextClassRef values that mean the IdP checked a second factor (sso/mfa.ts). */
     mfaAcrValues: jsonb('mfa_acr_values').$type<string[]>().notNull().default([]),
+    /** Partner providers: the orgAccess of a provisioned technician when no group mapping names organisations. */
+    orgAccess: orgAccess('org_access').notNull().default('all'),
+    orgIds: uuid('org_ids').array().notNull().default(sql`'{}'::uuid[]`),
+    /** Partner providers: members who keep password sign-in under enforceSSO, audited (break-glass). */
+    breakGlassUserIds: uuid('break_glass_user_ids').array().notNull().default(sql`'{}'::uuid[]`),
     createdBy: uuid('created_by').references(() => users.id, { onDelete: 'set null' }),
     createdAt: createdAt(),
     updatedAt: updatedAt(),
@@ -63,6 +70,9 @@ export const ssoProviders = pgTable(
   (t) => [
     index('sso_providers_org_idx').on(t.orgId),
     uniqueIndex('sso_providers_one_active_idx').on(t.orgId).where(sql`status = 'active'`),
+    index('sso_providers_partner_idx').on(t.partnerId).where(sql`partner_id IS NOT NULL`),
+    uniqueIndex('sso_providers_one_active_partner_idx').on(t.partnerId).where(sql`status = 'active' AND partner_id IS NOT NULL`),
+    check('sso_providers_one_owner', sql`(org_id IS NULL) <> (partner_id IS NULL)`),
   ],
 );
 

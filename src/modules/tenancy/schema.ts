@@ -1,4 +1,4 @@
-import { index, jsonb, pgTable, uuid, varchar } from 'drizzle-orm/pg-core';
+import { index, jsonb, pgTable, uniqueIndex, uuid, varchar } from 'drizzle-orm/pg-core';
 import { createdAt, idColumn, updatedAt } from '../../platform/db/columns.js';
 
 /** `settings.security`: { requireMfa, allowedMfaMethods: { totp, sms, passkey } } (docs/decisions.md "Access and tenancy"). */
@@ -10,13 +10,19 @@ export interface TenantSettings {
   [key: string]: unknown;
 }
 
-export const partners = pgTable('partners', {
-  id: idColumn(),
-  name: varchar('name', { length: 255 }).notNull(),
-  settings: jsonb('settings').$type<TenantSettings>().notNull().default({}),
-  createdAt: createdAt(),
-  updatedAt: updatedAt(),
-});
+export const partners = pgTable(
+  'partners',
+  {
+    id: idColumn(),
+    name: varchar('name', { length: 255 }).notNull(),
+    /** Unique, lowercase: the partner's sign-in page `/login/<slug>` (docs/decisions.md "Partner-level SSO"). */
+    slug: varchar('slug', { length: 63 }).notNull(),
+    settings: jsonb('settings').$type<TenantSettings>().notNull().default({}),
+    createdAt: createdAt(),
+    updatedAt: updatedAt(),
+  },
+  (t) => [uniqueIndex('partners_slug_idx').on(t.slug)],
+);
 
 export const organizations = pgTable(
   'organizations',

@@ -3,6 +3,7 @@
  * lowest domain module but audit, used by identity (partner registration), mfa (the policy) and the
  * administration in modules/orgs, which decides who may see and change them.
  */
+import { randomBytes } from 'node:crypto';
 import { eq } from 'drizzle-orm';
 import { clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/client.js';
@@ -18,12 +19,37 @@ export interface Paging {
   limit: number;
 }
 
-/** Creates a partner. Runs in the caller's transaction. */
-export async function createPartner(db: Db, input: { name: string; settings?: TenantSettings }): Promise<PartnerRow> {
+/** A partner slug: lowercase letters, digits and inner hyphens, 1-63 characters (docs/decisions.md "Partner-level SSO"). */
+export const PARTNER_SLUG = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
+
+/** The slug a name gives (as the migration derived them): lowercase, runs of other characters made one hyphen, at most 50 characters. */
+export function slugFromName(name: string): string {
+  const base = name.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-+|-+$/g, '').slice(0, 50).replace(/-+$/, '');
+  return base || 'partner';
+}
+
+/**
+ * Creates a partner. Runs in the caller's transaction. With a `slug` given, null when another partner
+ * holds it (the caller answers 409); without one, a slug derived from the name, with a random suffix
+ * while the derived one is taken. The unique index decides (`on conflict do nothing`), so racing
+ * creates cannot both hold a slug and the caller's transaction is never aborted by the conflict.
+ */
+export async function createPartner(db: Db, input: { name: string; settings?: TenantSettings }): Promise<PartnerRow>;
+export async function createPartner(db: Db, input: { name: string; slug: string | undefined; settings?: TenantSettings }): Promise<PartnerRow | null>;
+export async function createPartner(db: Db, input: { name: string; slug?: string | undefined; settings?: TenantSettings }): Promise<PartnerRow | null> {
   const now = clock.now();
-  const [row] = await db.insert(partners).values({ name: input.name, settings: input.settings ?? {}, createdAt: now, updatedAt: now }).returning();
-  if (!row) throw new Error('partner insert returned nothing');
-  return row;
+  const base = slugFromName(input.name);
+  for (let attempt = 0; attempt < 5; attempt++) {
+    const slug = input.slug ?? (attempt === 0 ? base : `${base}-${randomBytes(4).toString('hex')}`);
+    const [row] = await db
+      .insert(partners)
+      .values({ name: input.name, slug, settings: input.settings ?? {}, createdAt: now, updatedAt: now })
+      .onConflictDoNothing({ target: partners.slug })
+      .returning();
+    if (row) return row;
+    if (input.slug !== undefined) return null;
+  }
+  throw new Error('partner insert: no free slug');
 }
 
 /** Creates an organisation, optionally under a partner. Runs in the caller's transaction. */
@@ -96,7 +122,7 @@ export async function effectiveSecurity(db: Db, where: { orgId: string } | { par
 // Views
 
 export const partnerView = (p: PartnerRow) => ({
-  id: p.id, name: p.name, settings: p.settings, createdAt: p.createdAt.toISOString(), updatedAt: p.updatedAt.toISOString(),
+  id: p.id, name: p.name, slug: p.slug, settings: p.settings, createdAt: p.createdAt.toISOString(), updatedAt: p.updatedAt.toISOString(),
 });
 export const orgView = (o: OrgRow) => ({
   id: o.id, partnerId: o.partnerId, name: o.name, settings: o.settings, createdAt: o.createdAt.toISOString(), updatedAt: o.updatedAt.toISOString(),

@@ -190,18 +190,34 @@ export async function assertCoversUser(
  * `*:*`, as `getAccessSummary` has it.
  */
 export async function assertCoversOrgMembers(db: Db, access: AccessContext, orgId: string, grants: readonly string[] = []): Promise<void> {
-  const held = await db
-    .selectDistinct({ roleId: organizationUsers.roleId, isPlatformAdmin: users.isPlatformAdmin })
-    .from(organizationUsers)
-    .innerJoin(users, eq(users.id, organizationUsers.userId))
-    .where(eq(organizationUsers.orgId, orgId));
+  await assertCoversTenantMembers(db, access, { orgId }, grants);
+}
+
+/**
+ * `assertCoversOrgMembers` for an organisation or a partner: a partner's SSO provider signs in its
+ * technicians by email (docs/decisions.md "Partner-level SSO"), so its author must cover every member
+ * of the partner the same way.
+ */
+export async function assertCoversTenantMembers(db: Db, access: AccessContext, tenant: Tenant, grants: readonly string[] = []): Promise<void> {
+  const held =
+    'orgId' in tenant
+      ? await db
+          .selectDistinct({ roleId: organizationUsers.roleId, isPlatformAdmin: users.isPlatformAdmin })
+          .from(organizationUsers)
+          .innerJoin(users, eq(users.id, organizationUsers.userId))
+          .where(eq(organizationUsers.orgId, tenant.orgId))
+      : await db
+          .selectDistinct({ roleId: partnerUsers.roleId, isPlatformAdmin: users.isPlatformAdmin })
+          .from(partnerUsers)
+          .innerJoin(users, eq(users.id, partnerUsers.userId))
+          .where(eq(partnerUsers.partnerId, tenant.partnerId));
   const pairs: PermissionPair[] = [];
   for (const row of held) {
     if (row.isPlatformAdmin) pairs.push({ resource: '*', action: '*' });
     else pairs.push(...((await resolveRole(db, row.roleId))?.permissions.pairs ?? []));
   }
   const members = access.permissions.missing(pairs);
-  if (members.length > 0) throw privilegeEscalation('You cannot configure sign-in for an organization whose members hold permissions you do not hold', members);
+  if (members.length > 0) throw privilegeEscalation(`You cannot configure sign-in for ${'orgId' in tenant ? 'an organization' : 'a partner'} whose members hold permissions you do not hold`, members);
   for (const roleId of new Set(grants)) await assertRoleWithinCaller(db, access, roleId);
 }
 

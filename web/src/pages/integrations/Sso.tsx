@@ -267,7 +267,7 @@ function ProviderPage({ id }: { id: string }) {
               )}
               {p.status === 'testing' && (
                 <p>
-                  Try it: open <a href={ssoLoginLink(p.orgId)}>{ssoLoginLink(p.orgId)}</a> and sign in at the identity provider as yourself. Only people who may manage this organisation’s single sign-on get through; nobody is created and no role changes.
+                  Try it: open <a href={ssoLoginLink(p.orgId ?? '')}>{ssoLoginLink(p.orgId ?? '')}</a> and sign in at the identity provider as yourself. Only people who may manage this organisation’s single sign-on get through; nobody is created and no role changes.
                 </p>
               )}
             </Card>
