@@ -110,6 +110,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/agent-versions/rollout/advance": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Open the next ring of a rollout now
+         * @description Ends the soak of the current ring of each rollout with rings (of the component, or all) whatever its counts: the next ring opens, or after the last ring the rest of the fleet. 409 `no_further_ring` (none left to open), `rollout_halted` (resume first), `rollout_changed` (another advance moved it meanwhile). The `agents.ring-advance` job does the same on its own once a ring has soaked with a failure rate under AGENT_HALT_FAILURE_PERCENT.
+         *
+         *     Access: the release rule: a platform administrator's own session verified with a second factor (403 `mfa_required`, also with ENABLE_2FA=false); API keys are refused with 403 `user_required` whatever their permissions; refusals are audited (`agent.release.refused`).
+         */
+        post: operations["postAgentVersionsRolloutAdvance"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/agent-versions/rollout/resume": {
         parameters: {
             query?: never;
@@ -809,7 +831,7 @@ export interface paths {
         put?: never;
         post?: never;
         /**
-         * Remove one of own passkeys (password re-entry); 409 when it is the last factor under Force MFA
+         * Remove one of own passkeys (password re-entry, or a passkey re-authentication); 409 when it is the last factor under Force MFA, or would leave an account without a password fewer than two sign-in passkeys
          * @description Access: a signed-in user (access token; API keys are refused with 403 `user_required`); once the user has a second factor, a session established with it (403 `mfa_required`).
          */
         delete: operations["deleteAuthPasskeysById"];
@@ -822,6 +844,26 @@ export interface paths {
         patch: operations["patchAuthPasskeysById"];
         trace?: never;
     };
+    "/api/v1/auth/passkeys/reauth/options": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Start a passkey re-authentication (in place of re-entering a password): a challenge for own passkeys, user verification required, for this session, 2 minutes, single use
+         * @description Access: a signed-in user (access token; API keys are refused with 403 `user_required`).
+         */
+        post: operations["postAuthPasskeysReauthOptions"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/auth/passkeys/register/options": {
         parameters: {
             query?: never;
@@ -832,7 +874,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Start registering a passkey (password re-entry); the challenge is held 5 minutes
+         * Start registering a passkey (password re-entry, or a passkey re-authentication); the challenge is held 5 minutes
          * @description Access: a signed-in user (access token; API keys are refused with 403 `user_required`); once the user has a second factor, a session established with it (403 `mfa_required`).
          */
         post: operations["postAuthPasskeysRegisterOptions"];
@@ -1491,7 +1533,7 @@ export interface paths {
          */
         get: operations["getOrgsByOrgIdScimSettings"];
         /**
-         * Set the organisation's SCIM default role and group mappings
+         * Set the organisation's SCIM default role and group mappings; the managed members' roles are decided again by them
          * @description Access: an access token or an API key; permission `users:write`; partner users need `orgAccess: all` (403 `full_org_access_required`); callers restricted to some sites or device groups are refused (403 `whole_org_access_required`); a session established with a second factor (403 `mfa_required`).
          */
         put: operations["putOrgsByOrgIdScimSettings"];
@@ -4360,7 +4402,7 @@ export interface components {
              * @description Stable snake_case error code for programs, e.g. `validation_failed`, `unauthorized`, `forbidden`, `not_found`, `mfa_required`, `mfa_enrollment_required` (428), `rate_limited` (429); every code is listed (the error catalogues, docs/decisions.md "Error catalogues")
              * @enum {string}
              */
-            code: "account_managed" | "already_retried" | "api_key_forbidden" | "api_key_required" | "audit_stream_limit_reached" | "bad_request" | "binary_source_remote" | "challenge_expired" | "circular_inheritance" | "code_expired" | "context_required" | "csrf_failed" | "database_unavailable" | "delivery_not_failed" | "domain_claimed" | "domain_exists" | "downgrade_refused" | "email_taken" | "forbidden" | "full_org_access_required" | "internal_error" | "invalid_code" | "invalid_credentials" | "invalid_current_password" | "invalid_device_token" | "invalid_enrollment_key" | "invalid_expiry" | "invalid_json" | "invalid_multipart" | "invalid_parent_role" | "invalid_passkey" | "invalid_refresh_token" | "invalid_role" | "invalid_site" | "invalid_stream_tls" | "invalid_stream_url" | "invalid_temp_token" | "invalid_token" | "invalid_webhook_url" | "invitation_invalid" | "invitation_other_account" | "invitation_pending" | "last_admin" | "last_mfa_factor" | "manifest_invalid" | "manifest_signature_invalid" | "method_not_allowed" | "mfa_already_enabled" | "mfa_enrollment_required" | "mfa_not_enabled" | "mfa_required" | "mfa_required_by_organization" | "mfa_setup_expired" | "not_found" | "not_halted" | "not_invited" | "not_ready" | "org_id_mismatch" | "org_required" | "overloaded" | "own_role" | "partner_id_mismatch" | "partner_not_empty" | "partner_slug_taken" | "passkey_counter_regression" | "passkey_exists" | "passkey_not_allowed" | "passkey_not_enrolled" | "passkeys_unavailable" | "password_login_refused" | "payload_too_large" | "permission_denied" | "phone_not_verified" | "placement_forbidden" | "placement_mismatch" | "privilege_escalation" | "provider_already_active" | "rate_limited" | "recent_sign_in_required" | "refresh_raced" | "release_exists" | "release_host_error" | "release_host_unconfigured" | "release_host_unreachable" | "release_key_missing" | "release_signature_invalid" | "replay_running" | "replay_too_large" | "role_in_use" | "rollout_narrowing" | "scope_forbidden" | "scope_mismatch" | "scope_required" | "secret_unavailable" | "self_change_forbidden" | "sign_in_passkeys_required" | "sms_already_enabled" | "sms_not_allowed" | "sms_not_enabled" | "sms_send_failed" | "sms_unavailable" | "sso_binding_mismatch" | "sso_logins_outstanding" | "sso_provider_incomplete" | "sso_required" | "stream_secret_invalid" | "system_role_immutable" | "too_many_rotations" | "totp_not_allowed" | "unauthorized" | "unsupported_media_type" | "user_associated_elsewhere" | "user_disabled" | "user_exists" | "user_required" | "validation_failed" | "webhook_limit_reached" | "webhook_not_active" | "whole_org_access_required";
+            code: "account_managed" | "already_retried" | "api_key_forbidden" | "api_key_required" | "audit_stream_limit_reached" | "bad_request" | "binary_source_remote" | "challenge_expired" | "circular_inheritance" | "code_expired" | "context_required" | "csrf_failed" | "database_unavailable" | "delivery_not_failed" | "domain_claimed" | "domain_exists" | "downgrade_refused" | "email_taken" | "forbidden" | "full_org_access_required" | "internal_error" | "invalid_code" | "invalid_credentials" | "invalid_current_password" | "invalid_device_token" | "invalid_enrollment_key" | "invalid_expiry" | "invalid_json" | "invalid_multipart" | "invalid_parent_role" | "invalid_passkey" | "invalid_refresh_token" | "invalid_role" | "invalid_site" | "invalid_stream_tls" | "invalid_stream_url" | "invalid_temp_token" | "invalid_token" | "invalid_webhook_url" | "invitation_invalid" | "invitation_other_account" | "invitation_pending" | "last_admin" | "last_mfa_factor" | "manifest_invalid" | "manifest_signature_invalid" | "method_not_allowed" | "mfa_already_enabled" | "mfa_enrollment_required" | "mfa_not_enabled" | "mfa_required" | "mfa_required_by_organization" | "mfa_setup_expired" | "no_further_ring" | "not_found" | "not_halted" | "not_invited" | "not_ready" | "org_id_mismatch" | "org_required" | "overloaded" | "own_role" | "partner_id_mismatch" | "partner_not_empty" | "partner_slug_taken" | "passkey_counter_regression" | "passkey_exists" | "passkey_not_allowed" | "passkey_not_enrolled" | "passkeys_unavailable" | "password_login_refused" | "payload_too_large" | "permission_denied" | "phone_not_verified" | "placement_forbidden" | "placement_mismatch" | "privilege_escalation" | "provider_already_active" | "rate_limited" | "recent_sign_in_required" | "refresh_raced" | "release_exists" | "release_host_error" | "release_host_unconfigured" | "release_host_unreachable" | "release_key_missing" | "release_signature_invalid" | "replay_running" | "replay_too_large" | "role_in_use" | "rollout_changed" | "rollout_halted" | "rollout_narrowing" | "scope_forbidden" | "scope_mismatch" | "scope_required" | "secret_unavailable" | "self_change_forbidden" | "sign_in_passkeys_required" | "sms_already_enabled" | "sms_not_allowed" | "sms_not_enabled" | "sms_send_failed" | "sms_unavailable" | "sso_binding_mismatch" | "sso_logins_outstanding" | "sso_provider_incomplete" | "sso_required" | "stream_secret_invalid" | "system_role_immutable" | "too_many_rotations" | "totp_not_allowed" | "unauthorized" | "unsupported_media_type" | "user_associated_elsewhere" | "user_disabled" | "user_exists" | "user_required" | "validation_failed" | "webhook_limit_reached" | "webhook_not_active" | "whole_org_access_required";
             /** @description Facts about this error, by code: `fields: [{path, message}]` for `validation_failed` (each bad field, e.g. "is required", "is not a known field"), `required` (the `resource:action`) for `permission_denied`, `{users, childRoles}` for a blocked role delete, `missing`/`permissions` for `privilege_escalation` */
             details?: {
                 [key: string]: unknown;
@@ -5101,7 +5143,8 @@ export interface components {
              * @description The current account password, re-entered (limited per user; wrong ones count towards the lockout)
              * @example correct-Horse-battery-9
              */
-            currentPassword: string;
+            currentPassword?: string;
+            reauth?: components["schemas"]["PasskeyReauth"];
         };
         /**
          * @example {
@@ -5140,6 +5183,23 @@ export interface components {
              */
             tempToken: string;
         };
+        /** @description A passkey re-authentication, in place of `currentPassword` (docs/decisions.md "Passwordless accounts") */
+        PasskeyReauth: {
+            /**
+             * @description The `challengeId` of POST /auth/passkeys/reauth/options (this session's, within 2 minutes, once)
+             * @example Hk3nW0qYd8pLr2tB5xZc7hJm1sDg4uAe9oRi6yKwQbE
+             */
+            challengeId: string;
+            response: components["schemas"]["PasskeyAuthenticationCredential"];
+        };
+        PasskeyReauthOptions: {
+            /**
+             * @description Names this challenge in `reauth.challengeId`; valid 2 minutes, for this session, usable once
+             * @example Hk3nW0qYd8pLr2tB5xZc7hJm1sDg4uAe9oRi6yKwQbE
+             */
+            challengeId: string;
+            options: components["schemas"]["WebAuthnOptions"];
+        };
         /**
          * @example {
          *       "currentPassword": "correct-Horse-battery-9",
@@ -5152,12 +5212,13 @@ export interface components {
              * @description The current account password, re-entered (limited per user; wrong ones count towards the lockout)
              * @example correct-Horse-battery-9
              */
-            currentPassword: string;
+            currentPassword?: string;
             /**
              * @description A name for the passkey, to recognise it in the list (1 to 255 characters)
              * @example MacBook Touch ID
              */
             name: string;
+            reauth?: components["schemas"]["PasskeyReauth"];
             /**
              * @description True to register a sign-in passkey (docs/decisions.md "Sign-in options"): a discoverable credential with user verification required, which then signs in alone; false (the default) for a second factor only
              * @default false
@@ -5401,13 +5462,15 @@ export interface components {
              * @enum {string}
              */
             component?: "agent" | "helper" | "watchdog";
-            /** @description Staged rollout (default 100%) */
+            /** @description Staged rollout (default 100%, no rings) */
             rollout?: {
                 /**
-                 * @description Share of devices offered the version
+                 * @description Share of devices offered the version (default 100; devices outside the rings, once the rings are done)
                  * @example 10
                  */
-                percent: number;
+                percent?: number;
+                /** @description Rings (at most 10): device groups offered the version first, in order, each opening when the previous one soaked (docs/decisions.md "Agent update rings") */
+                rings?: components["schemas"]["RingInput"][];
             };
             /**
              * @description Version to make the fleet target
@@ -5424,6 +5487,8 @@ export interface components {
             rollout: {
                 /** @description Rollout share */
                 percent: number;
+                /** @description The rings, in order (empty: none); ring 1 is open */
+                rings: components["schemas"]["RingInput"][];
             };
             /** @description Promoted version */
             version: string;
@@ -5574,6 +5639,18 @@ export interface components {
              * @example Zx8d3kq0VwYb7nT2cLr5fM1sHj9gPa4eUo6iKy0RtQw
              */
             token: string;
+        };
+        RingInput: {
+            /**
+             * Format: uuid
+             * @description A device group (of any organisation)
+             */
+            deviceGroupId: string;
+            /**
+             * @description Minutes the ring soaks before the next opens (1-20160)
+             * @example 60
+             */
+            soakMinutes: number;
         };
         /** @description A role: a named set of permissions that users hold through their association */
         Role: {
@@ -5834,6 +5911,8 @@ export interface components {
             pending: number;
             /** @description Share of devices (stable cohort) offered the version */
             percent: number;
+            /** @description The rings of the promotion, in order (empty: none) */
+            rings: components["schemas"]["RolloutRing"][];
             /**
              * @description halted (too many failed or rolled-back reports; offered to nobody until resumed); failing (failed or rolled-back reports since the promote or resume, and no success: no succeeded report, no device on it); complete (100%, every device on the target platforms that takes updates is on it, no failure); complete_with_failures (the same, but some devices failed or rolled back and wait for a retry); active (anything else: still rolling out, including right after a promote). Decided on the whole fleet
              * @enum {string}
@@ -5842,6 +5921,34 @@ export interface components {
             /** @description Devices whose last report for this version is succeeded */
             succeeded: number;
         } | null;
+        /**
+         * @example {
+         *       "component": "agent"
+         *     }
+         */
+        RolloutAdvance: {
+            /**
+             * @description Only this component (default: all)
+             * @example agent
+             * @enum {string}
+             */
+            component?: "agent" | "helper" | "watchdog";
+        };
+        RolloutAdvanced: {
+            /** @description The rollouts moved */
+            advanced: {
+                /**
+                 * @description Agent component
+                 * @example agent
+                 * @enum {string}
+                 */
+                component: "agent" | "helper" | "watchdog";
+                /** @description The ring opened, or null: the rest of the fleet (the rings are done) */
+                ring: number | null;
+                /** @description The rollout's version */
+                version: string;
+            }[];
+        };
         /**
          * @example {
          *       "component": "agent"
@@ -5858,6 +5965,29 @@ export interface components {
         RolloutResumed: {
             /** @description Platforms resumed */
             resumed: string[];
+        };
+        RolloutRing: {
+            /** @description The ring's device group (null: a group the caller does not see) */
+            deviceGroupId: string | null;
+            /** @description Of those, last report failed or rolled_back (since the promote or resume) */
+            failed: number;
+            /** @description The device group's name (null: not seen by the caller, or deleted) */
+            name: string | null;
+            /** @description Devices of the group (that the caller sees) offered the version */
+            offered: number;
+            /** @description When the ring opened (its soak restarts on a resume) */
+            openedAt: string | null;
+            /** @description Position (1 is offered first) */
+            ring: number;
+            /** @description Minutes the ring soaks after it opens before the next opens */
+            soakMinutes: number;
+            /**
+             * @description waiting (not open yet); soaking (open, the next waits for its soak); done (the next ring, or the rest of the fleet, is open); halted (the rollout halted while this ring soaked, or on its failures)
+             * @enum {string}
+             */
+            state: "waiting" | "soaking" | "done" | "halted";
+            /** @description Of those, last report succeeded (since the promote or resume) */
+            succeeded: number;
         };
         /**
          * @example {
@@ -6798,7 +6928,7 @@ export interface components {
              * @description The rule that decided (docs/decisions.md "Agent pins and distribution")
              * @enum {string}
              */
-            rule: "pinned_device" | "pinned_group" | "pinned_site" | "pinned_org" | "pinned_partner" | "rollout" | "outside_window" | "halted" | "blocked" | "no_build" | "up_to_date" | "auto_update_off" | "not_reported";
+            rule: "pinned_device" | "pinned_group" | "pinned_site" | "pinned_org" | "pinned_partner" | "rollout" | "ring_waiting" | "outside_window" | "halted" | "blocked" | "no_build" | "up_to_date" | "auto_update_off" | "not_reported";
         };
         UpdateHistoryEntry: {
             /** @description When (ISO 8601) */
@@ -8267,6 +8397,172 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RolloutWidened"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body has a content type this operation does not take */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MFA enrolment required */
+            428: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "mfa_enrollment_required",
+                     *       "error": "Your role requires multi-factor authentication: enrol an authenticator app first"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not available now (the password-hashing queue is full, a dependency is not configured or is down); retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "overloaded",
+                     *       "error": "The server is busy checking passwords; try again shortly",
+                     *       "retryAfter": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    postAgentVersionsRolloutAdvance: {
+        parameters: {
+            query?: {
+                /** @description Organisation to act in: partner and system callers name it here (it narrows lists to it); organisation users may omit it or give their own. One the caller cannot reach answers 404 */
+                orgId?: string;
+                /** @description Partner to act in: system callers name the partner here where a partner is meant */
+                partnerId?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RolloutAdvance"];
+            };
+        };
+        responses: {
+            /** @description Advanced */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RolloutAdvanced"];
                 };
             };
             /** @description Invalid request */
@@ -13853,6 +14149,157 @@ export interface operations {
                      *       "retryAfter": 1
                      *     }
                      */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    postAuthPasskeysReauthOptions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PasskeyReauthOptions"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "validation_failed",
+                     *       "details": {
+                     *         "fields": [
+                     *           {
+                     *             "message": "is required",
+                     *             "path": "email"
+                     *           }
+                     *         ]
+                     *       },
+                     *       "error": "The request is not valid"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not authenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "unauthorized",
+                     *       "error": "Authentication required"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "forbidden",
+                     *       "error": "You do not have permission to do this"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "not_found",
+                     *       "error": "Resource not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request body has a content type this operation does not take */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Too many requests */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "rate_limited",
+                     *       "error": "Too many requests; try again later",
+                     *       "retryAfter": 30
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The request line and headers are too large (`headers_too_large`, answered by the HTTP server before any route) */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description WebAuthn relying party misconfigured */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
                     "application/json": components["schemas"]["Error"];
                 };
             };
