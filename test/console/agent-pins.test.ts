@@ -2,7 +2,7 @@
  * Agent pins and the fleet picture in chromium (docs/decisions.md "Agent pins and distribution"): the
  * organisation's administrator reads a device's update decision, pins the device in the "Update pins"
  * panel and sees the decision follow; the platform administrator reads the distribution tables on the
- * Agent versions page, each reason a link to the devices. Axe on each.
+ * Agent versions page, each reason a link to the Devices page filtered by it (a removable chip). Axe on each.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser } from 'playwright-core';
@@ -30,7 +30,7 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: update de
     await app?.close();
   });
 
-  it('the device page explains the decision and pins the device; the Agent versions page shows the distribution', async () => {
+  it('the device page explains the decision and pins the device; the Agent versions page shows the distribution; a reason links to its devices', async () => {
     const orgToken = (await login(app, tenant.orgAdmin)).accessToken;
     const device = await enroll(app, await enrollmentKey(app, orgToken, tenant.orgId), { hostname: 'till-09' });
     expect((await heartbeat(app, device)).status).toBe(200);
@@ -68,9 +68,24 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: update de
     const behind = t.page.getByRole('table', { name: 'Devices behind the target, per reason (the whole fleet)', exact: true });
     const pinned = behind.getByRole('link', { name: 'Pinned to another version' });
     await pinned.waitFor();
-    expect(await pinned.getAttribute('href')).toBe('/devices');
+    expect(await pinned.getAttribute('href')).toBe('/devices?behind=pinned');
     expect(await axeViolations(t.page)).toEqual([]);
     await t.screenshot('agent-versions-distribution');
+    // The reason's link: the Devices page filtered by it (the devices the reason counts), as a removable chip
+    // (opened by the organisation's administrator: the Devices page works in one tenant).
+    await o.page.goto(`${app.publicUrl}${(await pinned.getAttribute('href')) ?? ''}`);
+    await o.page.getByRole('heading', { name: 'Devices', exact: true, level: 1 }).waitFor();
+    const chips = o.page.getByRole('list', { name: 'Active filters' });
+    await chips.getByText('Behind the target: Pinned to another version').waitFor();
+    const devices = o.page.getByRole('table', { name: 'Devices' });
+    await devices.getByRole('row').filter({ hasText: 'till-09' }).waitFor();
+    expect(await devices.getByRole('row').count()).toBe(2);
+    expect(await axeViolations(o.page)).toEqual([]);
+    await o.screenshot('devices-behind-filter');
+    await chips.getByRole('button', { name: 'Remove the filter: behind the target, Pinned to another version' }).click();
+    await chips.waitFor({ state: 'detached' });
+    expect(new URL(o.page.url()).search).toBe('');
+    expect(o.problems).toEqual([]);
     expect(t.problems).toEqual([]);
   });
 });

@@ -14,6 +14,7 @@ import { intervalJob, type KeelModule } from '../../platform/module.js';
 import { loggableError } from '../../platform/safe-error.js';
 import { agentsError } from './errors.js';
 import { advanceSoakedRings } from './rings.js';
+import { rollupVersionCounts } from './distribution.js';
 
 /** How often the offline sweep runs. */
 const SWEEP_EVERY_MS = 10_000;
@@ -21,6 +22,8 @@ const SWEEP_EVERY_MS = 10_000;
 const FLUSH_EVERY_MS = 1_000;
 /** How often soaked rings are advanced (soaks are whole minutes). */
 const RING_ADVANCE_EVERY_MS = 30_000;
+/** How often the version counts' delta rows are folded (distribution.ts `rollupVersionCounts`). */
+const ROLLUP_EVERY_MS = 5_000;
 
 declare module '../../platform/module.js' {
   interface ModuleHandles {
@@ -36,8 +39,8 @@ export function agentsOf(keel: Keel): Agents {
 /**
  * Installs the agents module: its per-process state, the devices-by-status gauge (counted on each scrape
  * after this process's buffered last-seen stamps are written), and three jobs. The last-seen flush runs
- * where heartbeats are received (the api role); the offline sweep and the rings' advance where the
- * background work runs (the worker role). The last stamps are written when the Keel closes, whichever jobs ran.
+ * where heartbeats are received (the api role); the offline sweep, the rings' advance and the fold of the
+ * version counts' deltas where the background work runs (the worker role). The last stamps are written when the Keel closes, whichever jobs ran.
  */
 export function installAgents(keel: Keel): KeelModule<Agents> {
   const state = new AgentState(keel, () => keel.config.publicUrl);
@@ -58,6 +61,7 @@ export function installAgents(keel: Keel): KeelModule<Agents> {
       intervalJob({ name: 'agents.last-seen-flush', roles: ['api'], everyMs: FLUSH_EVERY_MS, run: () => state.flushLastSeen(), failed: failed('last-seen flush'), finally: () => state.flushLastSeen() }),
       intervalJob({ name: 'agents.offline-sweep', roles: ['worker'], everyMs: SWEEP_EVERY_MS, run: () => sweep(agents), failed: failed('sweep') }),
       intervalJob({ name: 'agents.ring-advance', roles: ['worker'], everyMs: RING_ADVANCE_EVERY_MS, run: () => advanceSoakedRings(keel), failed: failed('ring advance') }),
+      intervalJob({ name: 'agents.version-counts-rollup', roles: ['worker'], everyMs: ROLLUP_EVERY_MS, run: () => rollupVersionCounts(keel.db), failed: failed('version counts rollup') }),
     ],
   };
 }

@@ -242,8 +242,9 @@ export function visibleDevices(access: AccessContext): SQL | undefined {
   return and(isNull(devices.decommissionedAt), visibleOrgCondition(access, devices.orgId), placementFilter(access, devices));
 }
 
-export async function listDevices(keel: Keel, access: AccessContext, q: DeviceFilters, intervalSeconds: number) {
-  const parts: (SQL | undefined)[] = [visibleDevices(access)];
+/** The caller's devices, filtered; `also`: a condition of another reading (the `behind` filter of distribution.ts). */
+export async function listDevices(keel: Keel, access: AccessContext, q: DeviceFilters, intervalSeconds: number, also?: SQL) {
+  const parts: (SQL | undefined)[] = [visibleDevices(access), also];
   if (q.status) parts.push(sql`${statusExpr(intervalSeconds)} = ${q.status}`);
   if (q.siteId) parts.push(eq(devices.siteId, q.siteId));
   if (q.deviceGroupId) parts.push(eq(devices.deviceGroupId, q.deviceGroupId));

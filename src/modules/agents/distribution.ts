@@ -1,11 +1,11 @@
-import { inArray, sql } from 'drizzle-orm';
+import { and, inArray, sql, type AnyColumn, type SQL } from 'drizzle-orm';
 import { clock } from '../../platform/clock.js';
 import { rowsOf } from '../../platform/db/client.js';
-import type { AccessContext } from '../access/scope.js';
+import { placementFilter, visibleOrgCondition, type AccessContext } from '../access/scope.js';
 import { organizations } from '../tenancy/schema.js';
-import { agentOffers, agentUpdateSettings, devices, type ComponentVersions } from './schema.js';
-import { COMPONENTS, compareVersions, decideComponent, type Component, type ComponentDecision } from './decision.js';
-import { statusExpr, visibleDevices } from './devices.js';
+import { agentOffers, agentUpdateSettings, devices, deviceVersionCounts, type ComponentVersions } from './schema.js';
+import { COMPONENTS, compareVersions, decideComponent, type Component, type ComponentDecision, type DecisionRule } from './decision.js';
+import { visibleDevices } from './devices.js';
 import type { Agents } from './heartbeat.js';
 
 /** Why a device is behind its fleet target, in the order they are told (docs/decisions.md "Agent pins and distribution"). */
@@ -17,7 +17,41 @@ export interface Distribution {
   behind: { reason: BehindReason; devices: number }[];
 }
 
-interface Row {
+/**
+ * The one reading of a decision's rule as a reason for being behind (null: not behind). `byStatus`: an
+ * offline or updating device reads `offline` / `updating` instead (it is not waiting for the rule). A
+ * pin at any level reads `pinned` whatever its rule (its blocked version, its missing build, its window).
+ * A new rule of `decideComponent` is mapped here, and only here.
+ */
+const REASON_OF_RULE: Record<DecisionRule, { reason: BehindReason; byStatus?: true } | null> = {
+  pinned_device: { reason: 'pinned' },
+  pinned_group: { reason: 'pinned' },
+  pinned_site: { reason: 'pinned' },
+  pinned_org: { reason: 'pinned' },
+  pinned_partner: { reason: 'pinned' },
+  rollout: { reason: 'rollout', byStatus: true },
+  ring_waiting: { reason: 'rollout', byStatus: true },
+  outside_window: { reason: 'outside_window', byStatus: true },
+  halted: { reason: 'halted' },
+  blocked: { reason: 'rolled_back' },
+  no_build: { reason: 'no_build' },
+  auto_update_off: { reason: 'auto_update_off' },
+  up_to_date: null,
+  not_reported: null,
+};
+
+/** The reason of a behind component's decision, for a device in `status` (its stored status). */
+export function behindReason(d: ComponentDecision, status: string): BehindReason | null {
+  const r = REASON_OF_RULE[d.rule];
+  if (!r) return null;
+  if (d.pinLevel !== null) return 'pinned';
+  if (r.byStatus && (status === 'offline' || status === 'updating')) return status;
+  return r.reason;
+}
+
+/** Devices alike for the decision: one row of the counts (deviceId null), or one device decided alone. */
+interface Group {
+  key: string;
   org_id: string;
   site_id: string | null;
   device_group_id: string | null;
@@ -32,50 +66,59 @@ interface Row {
   n: number | string;
 }
 
-const groupKey = (r: Row): string =>
-  JSON.stringify([r.org_id, r.site_id, r.device_group_id, r.os, r.arch, Boolean(r.auto_update), r.status, r.agent, r.helper, r.watchdog]);
+type KeyColumns = Record<'orgId' | 'siteId' | 'deviceGroupId' | 'os' | 'arch' | 'autoUpdate' | 'status' | 'agent' | 'helper' | 'watchdog', SQL | AnyColumn>;
 
-/** The reason of a behind component's decision; a pin at any level reads `pinned`. */
-function reasonOf(r: ComponentDecision, status: string): BehindReason {
-  if (r.rule === 'auto_update_off') return 'auto_update_off';
-  if (r.pinLevel !== null) return 'pinned';
-  if (r.rule === 'no_build') return 'no_build';
-  if (r.rule === 'blocked') return 'rolled_back';
-  if (r.rule === 'halted') return 'halted';
-  if (status === 'offline' || status === 'updating') return status;
-  return r.rule === 'outside_window' ? 'outside_window' : 'rollout';
+/** The key of a group, computed by the database alike on the counts and on `devices` (JSON: nulls are distinct). */
+const keyOf = (c: KeyColumns) =>
+  sql`jsonb_build_array(${c.orgId}, ${c.siteId}, ${c.deviceGroupId}, ${c.os}, ${c.arch}, ${c.autoUpdate}, ${c.status}, ${c.agent}, ${c.helper}, ${c.watchdog})::text`;
+
+const deviceKey: KeyColumns = {
+  orgId: devices.orgId, siteId: devices.siteId, deviceGroupId: devices.deviceGroupId, os: devices.os, arch: devices.arch, autoUpdate: devices.autoUpdate, status: devices.status,
+  agent: sql`${devices.components}->>'agent'`, helper: sql`${devices.components}->>'helper'`, watchdog: sql`${devices.components}->>'watchdog'`,
+};
+
+const columnsOf = (c: KeyColumns) =>
+  sql`${keyOf(c)} as key, ${c.orgId} as org_id, ${c.siteId} as site_id, ${c.deviceGroupId} as device_group_id, ${c.os} as os, ${c.arch} as arch,
+    ${c.autoUpdate} as auto_update, ${c.status} as status, ${c.agent} as agent, ${c.helper} as helper, ${c.watchdog} as watchdog`;
+
+/** A group decided: its reason per behind component, and the first (agent, helper, watchdog) of them. */
+interface Decided {
+  group: Group;
+  n: number;
+  components: ComponentVersions;
+  reasons: Partial<Record<Component, BehindReason>>;
+  first: BehindReason | null;
 }
 
 /**
- * `GET /agent-versions/distribution`: the caller's devices per component version, and per reason for
- * being behind the fleet target of their platform (a component with a target on some platform but
- * none on the device's reads `no_build`). One aggregate groups the devices by everything the decision
- * reads (organisation, site, group, platform, auto-update, status, versions); devices with a pin of
- * their own or a blocked version are the only ones read one by one (by primary key) and taken out of their group. Each group is then decided
- * by the heartbeat's own `decideComponent`, with the same caches. A device behind on several
- * components counts once, for the first (agent, helper, watchdog).
+ * The caller's devices in groups, each decided once by the heartbeat's own `decideComponent` (with the
+ * same caches). The groups come from `device_version_counts` (migration 0025: a sum per key over a few
+ * rows, not a scan of the devices); devices with a pin of their own or a blocked version are the only
+ * ones read one by one (by primary key) and taken out of their group. Status is the stored one, which
+ * the offline sweep keeps (docs/decisions.md "Agent distribution at scale").
  */
-export async function distribution(ctx: Agents, access: AccessContext): Promise<Distribution> {
+async function decideGroups(ctx: Agents, access: AccessContext): Promise<Decided[]> {
   const { keel } = ctx;
-  await ctx.state.flushLastSeen();
-  const status = statusExpr(ctx.intervalSeconds);
-  const visible = visibleDevices(access) ?? sql`true`;
+  const c = deviceVersionCounts;
+  const countKey: KeyColumns = {
+    orgId: c.orgId, siteId: c.siteId, deviceGroupId: c.deviceGroupId, os: c.os, arch: c.arch, autoUpdate: c.autoUpdate, status: c.status,
+    agent: c.agent, helper: c.helper, watchdog: c.watchdog,
+  };
+  const visibleCounts = and(visibleOrgCondition(access, c.orgId), placementFilter(access, { siteId: c.siteId, deviceGroupId: c.deviceGroupId })) ?? sql`true`;
+  const grouped = rowsOf<Group>(
+    await keel.db.execute(sql`select ${columnsOf(countKey)}, null::uuid as device_id, sum(${c.n}) as n from ${c} where ${visibleCounts}
+      group by ${c.orgId}, ${c.siteId}, ${c.deviceGroupId}, ${c.os}, ${c.arch}, ${c.autoUpdate}, ${c.status}, ${c.agent}, ${c.helper}, ${c.watchdog} having sum(${c.n}) <> 0`),
+  );
   // Devices with a pin of their own or a blocked version: decided one by one (found by primary key).
   const specialIds = sql`select ${agentUpdateSettings.ownerId} from ${agentUpdateSettings} where ${agentUpdateSettings.ownerType} = 'device' and ${agentUpdateSettings.pinnedVersions} is not null
     union select ${agentOffers.deviceId} from ${agentOffers} where ${agentOffers.blocked}`;
-  // Grouped by plain columns and the three version texts (grouping by the jsonb itself sorts on disk at 100,000 devices).
-  const columns = sql`${devices.orgId} as org_id, ${devices.siteId} as site_id, ${devices.deviceGroupId} as device_group_id, ${devices.os} as os, ${devices.arch} as arch,
-    ${devices.autoUpdate} as auto_update, ${status} as status, ${devices.components}->>'agent' as agent, ${devices.components}->>'helper' as helper, ${devices.components}->>'watchdog' as watchdog`;
-  const grouped = rowsOf<Row>(
-    await keel.db.execute(sql`select ${columns}, null::uuid as device_id, count(*) as n from ${devices} where ${visible} group by 1, 2, 3, 4, 5, 6, 7, 8, 9, 10`),
+  const special = rowsOf<Group>(
+    await keel.db.execute(sql`select ${columnsOf(deviceKey)}, ${devices.id} as device_id, 1 as n from ${devices} where ${devices.id} = any(array(${specialIds})) and ${visibleDevices(access) ?? sql`true`}`),
   );
-  const special = rowsOf<Row>(
-    await keel.db.execute(sql`select ${columns}, ${devices.id} as device_id, 1 as n from ${devices} where ${devices.id} = any(array(${specialIds})) and ${visible}`),
-  );
-  // Each one-by-one device leaves its group (cheaper than excluding them from the aggregate row by row).
-  const groupOf = new Map(grouped.map((g) => [groupKey(g), g]));
+  // Each one-by-one device leaves its group.
+  const groupOf = new Map(grouped.map((g) => [g.key, g]));
   for (const d of special) {
-    const g = groupOf.get(groupKey(d));
+    const g = groupOf.get(d.key);
     if (g) g.n = Number(g.n) - 1;
   }
   const rows = [...grouped.filter((g) => Number(g.n) > 0), ...special];
@@ -90,30 +133,26 @@ export async function distribution(ctx: Agents, access: AccessContext): Promise<
   const blockedIds = special.map((r) => r.device_id as string);
   const blocked = new Set<string>();
   if (blockedIds.length > 0) {
-    const b = rowsOf<{ device_id: string; component: string; version: string }>(
-      await keel.db.execute(sql`select ${agentOffers.deviceId} as device_id, ${agentOffers.component} as component, ${agentOffers.version} as version
-        from ${agentOffers} where ${agentOffers.blocked} and ${agentOffers.deviceId} in (${sql.join(blockedIds.map((id) => sql`${id}`), sql`, `)})`),
-    );
-    for (const r of b) blocked.add(`${r.device_id}/${r.component}@${r.version}`);
+    const b = await keel.db
+      .select({ deviceId: agentOffers.deviceId, component: agentOffers.component, version: agentOffers.version })
+      .from(agentOffers)
+      .where(and(sql`${agentOffers.blocked}`, inArray(agentOffers.deviceId, blockedIds)));
+    for (const r of b) blocked.add(`${r.deviceId}/${r.component}@${r.version}`);
   }
-  const versions = new Map<string, number>();
-  const behind = new Map<BehindReason, number>();
   const now = clock.now();
+  const decided: Decided[] = [];
   for (const r of rows) {
-    const n = Number(r.n);
     const components: ComponentVersions = {};
-    for (const c of COMPONENTS) if (r[c] !== null) components[c] = r[c];
-    for (const c of COMPONENTS) {
-      const v = components[c];
-      if (v !== undefined) versions.set(`${c}\u0000${v}`, (versions.get(`${c}\u0000${v}`) ?? 0) + n);
-    }
+    for (const comp of COMPONENTS) if (r[comp] !== null) components[comp] = r[comp];
     const deviceId = r.device_id ?? '';
     const { pins, window } = await ctx.state.policy({ id: deviceId, orgId: r.org_id, partnerId: partnerOf.get(r.org_id) ?? null, siteId: r.site_id, deviceGroupId: r.device_group_id });
     const builds = r.os && r.arch ? await ctx.state.builds(r.os, r.arch) : () => undefined;
-    for (const c of COMPONENTS) {
-      const installed = components[c];
-      if (installed === undefined || !withTarget.has(c)) continue;
-      const target = r.os && r.arch ? targets.get(`${c}/${r.os}/${r.arch}`) : undefined;
+    const reasons: Partial<Record<Component, BehindReason>> = {};
+    let first: BehindReason | null = null;
+    for (const comp of COMPONENTS) {
+      const installed = components[comp];
+      if (installed === undefined || !withTarget.has(comp)) continue;
+      const target = r.os && r.arch ? targets.get(`${comp}/${r.os}/${r.arch}`) : undefined;
       if (target?.version === installed) continue;
       const decision = decideComponent(
         {
@@ -122,12 +161,33 @@ export async function distribution(ctx: Agents, access: AccessContext): Promise<
           target: (tc, os, arch) => targets.get(`${tc}/${os}/${arch}`),
           build: (bv, bc) => builds(bv, bc),
         },
-        c,
+        comp,
       );
-      const reason = reasonOf(decision, r.status);
-      behind.set(reason, (behind.get(reason) ?? 0) + n);
-      break;
+      const reason = behindReason(decision, r.status);
+      if (reason === null) continue;
+      reasons[comp] = reason;
+      first ??= reason;
     }
+    decided.push({ group: r, n: Number(r.n), components, reasons, first });
+  }
+  return decided;
+}
+
+/**
+ * `GET /agent-versions/distribution`: the caller's devices per component version, and per reason for
+ * being behind the fleet target of their platform (a component with a target on some platform but
+ * none on the device's reads `no_build`). A device behind on several components counts once, for the
+ * first (agent, helper, watchdog).
+ */
+export async function distribution(ctx: Agents, access: AccessContext): Promise<Distribution> {
+  const versions = new Map<string, number>();
+  const behind = new Map<BehindReason, number>();
+  for (const d of await decideGroups(ctx, access)) {
+    for (const c of COMPONENTS) {
+      const v = d.components[c];
+      if (v !== undefined) versions.set(`${c}\u0000${v}`, (versions.get(`${c}\u0000${v}`) ?? 0) + d.n);
+    }
+    if (d.first !== null) behind.set(d.first, (behind.get(d.first) ?? 0) + d.n);
   }
   return {
     versions: [...versions]
@@ -138,4 +198,39 @@ export async function distribution(ctx: Agents, access: AccessContext): Promise<
       .sort((a, b) => COMPONENTS.indexOf(a.component) - COMPONENTS.indexOf(b.component) || compareVersions(b.version, a.version)),
     behind: BEHIND_REASONS.filter((reason) => behind.has(reason)).map((reason) => ({ reason, devices: behind.get(reason) ?? 0 })),
   };
+}
+
+/**
+ * `GET /devices?behind=`: the condition on `devices` of the devices behind for `reason`, decided as the
+ * distribution decides them (the same groups, the same decision): for `component`, that component's
+ * reason; without, the first behind component's (so each reason lists as many devices as the
+ * distribution counts).
+ */
+export async function behindCondition(ctx: Agents, access: AccessContext, reason: BehindReason, component?: Component): Promise<SQL> {
+  const keys: string[] = [];
+  const alone: string[] = [];
+  const chosen: string[] = [];
+  for (const d of await decideGroups(ctx, access)) {
+    const r = component ? (d.reasons[component] ?? null) : d.first;
+    if (d.group.device_id !== null) {
+      alone.push(d.group.device_id);
+      if (r === reason) chosen.push(d.group.device_id);
+    } else if (r === reason) keys.push(d.group.key);
+  }
+  const list = (values: string[]) => sql`(select jsonb_array_elements_text(${JSON.stringify(values)}::jsonb))`;
+  const ofGroups = keys.length > 0 ? sql`(${keyOf(deviceKey)} in ${list(keys)}${alone.length > 0 ? sql` and ${devices.id}::text not in ${list(alone)}` : sql``})` : sql`false`;
+  return chosen.length > 0 ? sql`(${ofGroups} or ${devices.id}::text in ${list(chosen)})` : ofGroups;
+}
+
+/**
+ * The `agents.version-counts-rollup` job: folds the delta rows the triggers wrote into one row per key,
+ * for the organisations that have some. One statement: deltas committed after it began stay for the
+ * next run; two runs at once delete each row once (the second skips the rows the first deleted).
+ */
+export async function rollupVersionCounts(db: Agents['keel']['db']): Promise<void> {
+  const c = deviceVersionCounts;
+  const cols = sql`org_id, site_id, device_group_id, os, arch, auto_update, status, agent, helper, watchdog`;
+  await db.execute(sql`with orgs as (select distinct ${c.orgId} as org_id from ${c} where not ${c.folded}),
+    gone as (delete from ${c} using orgs where ${c.orgId} = orgs.org_id returning ${c}.*)
+    insert into ${c} (${cols}, n, folded) select ${cols}, sum(n), true from gone group by ${cols} having sum(n) <> 0`);
 }

@@ -12,7 +12,8 @@ import { getSettings, putSettings } from './settings.js';
 import { mountReleaseRoutes } from './release-routes.js';
 import { getPins, putPins, type PinOwner } from './pins.js';
 import { explainDecision } from './explain.js';
-import { distribution } from './distribution.js';
+import { BEHIND_REASONS, behindCondition, distribution } from './distribution.js';
+import { COMPONENTS } from './decision.js';
 import {
   AutoUpdateBody, Device, Enrolled, EnrollBody, EnrollmentKey, EnrollmentKeyCreate, EnrollmentKeyCreated, HeartbeatAnswer, HeartbeatBody,
   SettingsBody, SettingsOut, UpdateHistoryEntry, UpdateNowAnswer, UpdateNowBody, UpdateReportBody, PinsBody, PinsOut, DecisionOut, DistributionOut,
@@ -36,6 +37,14 @@ const DeviceQuery = Paging.extend({
   os: z.string().max(50).optional().openapi({ description: 'Only devices of this operating system' }),
   hostname: z.string().max(255).optional().openapi({ description: 'Host name contains this text' }),
   agentVersion: z.string().max(64).optional().openapi({ description: 'Only devices on this agent version' }),
+  behind: z
+    .enum(BEHIND_REASONS)
+    .optional()
+    .openapi({ description: 'Only devices behind the fleet target for this reason, decided as `GET /agent-versions/distribution` counts them (docs/decisions.md "Agent distribution at scale")' }),
+  component: z
+    .enum(COMPONENTS)
+    .optional()
+    .openapi({ description: 'With `behind`: the reason of this component (without: of the first component behind, agent, helper, watchdog, as the distribution counts)' }),
 });
 const accepted = (schema: z.ZodType, description: string) => ({ 202: json(schema, description) });
 
@@ -139,7 +148,9 @@ export function mountAgentRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     async (c) => {
       const q = c.req.valid('query');
       await ctx.state.flushLastSeen();
-      const { data, total } = await listDevices(keel, accessOf(c), q, interval);
+      const access = accessOf(c);
+      const behind = q.behind ? await behindCondition(ctx, access, q.behind, q.component) : undefined;
+      const { data, total } = await listDevices(keel, access, q, interval, behind);
       return c.json(page(data, q, total), 200);
     },
   );
@@ -304,7 +315,9 @@ function mountPinRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'get', path: '/agent-versions/distribution', tags: ['agents'], summary: 'Devices per component version, and per reason for being behind the target',
-      description: 'Over the devices the caller sees: one organisation (`orgId`), a partner\'s (`partnerId`), or the whole fleet for platform administrators naming neither.',
+      description:
+        'Over the devices the caller sees: one organisation (`orgId`), a partner\'s (`partnerId`), or the whole fleet for platform administrators naming neither. ' +
+        '`offline` and `updating` are the status the offline sweep keeps (within its 10 s of the last-seen times); `GET /devices?behind=<reason>` lists the devices of a reason.',
       middleware: [auth, ...guard(keel, { permission: ['devices', 'read'] })],
       responses: { 200: json(DistributionOut, 'Distribution'), ...errors(404) },
     }),

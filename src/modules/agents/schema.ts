@@ -175,7 +175,12 @@ export const agentOffers = pgTable(
     /** When update-now lifted the block; cleared by the next offer (which the history records once). */
     retriedAt: ts('retried_at'),
   },
-  (t) => [uniqueIndex('agent_offers_device_idx').on(t.deviceId, t.component, t.version), index('agent_offers_rollout_idx').on(t.component, t.version, t.os, t.arch)],
+  (t) => [
+    uniqueIndex('agent_offers_device_idx').on(t.deviceId, t.component, t.version),
+    index('agent_offers_rollout_idx').on(t.component, t.version, t.os, t.arch),
+    // The distribution's devices with a blocked version (migration 0025).
+    index('agent_offers_blocked_idx').on(t.deviceId).where(sql`${t.blocked}`),
+  ],
 );
 
 /** Maintenance window and version pins of an organisation or a partner. */
@@ -217,4 +222,28 @@ export const agentRolloutRings = pgTable(
     updatedAt: updatedAt(),
   },
   (t) => [uniqueIndex('agent_rollout_rings_idx').on(t.component, t.version)],
+);
+
+/**
+ * Live devices per everything the distribution's decision reads (migration 0025, docs/decisions.md
+ * "Agent distribution at scale"): kept by triggers on `devices` as delta rows (`n` +1 / -1, `folded`
+ * false), folded into one row per key by the `agents.version-counts-rollup` job. Readers sum `n` per key.
+ */
+export const deviceVersionCounts = pgTable(
+  'device_version_counts',
+  {
+    orgId: uuid('org_id').notNull(),
+    siteId: uuid('site_id'),
+    deviceGroupId: uuid('device_group_id'),
+    os: varchar('os', { length: 50 }),
+    arch: varchar('arch', { length: 50 }),
+    autoUpdate: boolean('auto_update').notNull(),
+    status: varchar('status', { length: 20 }).notNull(),
+    agent: text('agent'),
+    helper: text('helper'),
+    watchdog: text('watchdog'),
+    n: integer('n').notNull(),
+    folded: boolean('folded').notNull().default(false),
+  },
+  (t) => [index('device_version_counts_org_idx').on(t.orgId), index('device_version_counts_unfolded_idx').on(t.orgId).where(sql`not ${t.folded}`)],
 );

@@ -57,7 +57,7 @@ export interface paths {
         };
         /**
          * Devices per component version, and per reason for being behind the target
-         * @description Over the devices the caller sees: one organisation (`orgId`), a partner's (`partnerId`), or the whole fleet for platform administrators naming neither.
+         * @description Over the devices the caller sees: one organisation (`orgId`), a partner's (`partnerId`), or the whole fleet for platform administrators naming neither. `offline` and `updating` are the status the offline sweep keeps (within its 10 s of the last-seen times); `GET /devices?behind=<reason>` lists the devices of a reason.
          *
          *     Access: an access token or an API key; permission `devices:read`.
          */
@@ -16450,6 +16450,10 @@ export interface operations {
             query?: {
                 /** @description Only devices on this agent version */
                 agentVersion?: string;
+                /** @description Only devices behind the fleet target for this reason, decided as `GET /agent-versions/distribution` counts them (docs/decisions.md "Agent distribution at scale") */
+                behind?: "auto_update_off" | "pinned" | "no_build" | "rolled_back" | "halted" | "offline" | "updating" | "outside_window" | "rollout";
+                /** @description With `behind`: the reason of this component (without: of the first component behind, agent, helper, watchdog, as the distribution counts) */
+                component?: "agent" | "helper" | "watchdog";
                 /** @description Only devices of this device group */
                 deviceGroupId?: string;
                 /** @description Host name contains this text */

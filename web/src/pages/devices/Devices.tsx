@@ -12,7 +12,7 @@ import { permissionPage } from '../../permission';
 import { useDeviceGroups, useSites } from '../admin/common';
 import { keys } from '../../api/keys';
 import type { Schema } from '../../api/types';
-import { UpdateDecision, UpdatePins } from './UpdatePins';
+import { REASON_LABEL, UpdateDecision, UpdatePins } from './UpdatePins';
 
 export type Device = Schema<'Device'>;
 type HistoryEntry = Schema<'UpdateHistoryEntry'>;
@@ -27,6 +27,13 @@ const HISTORY_LABEL: Record<HistoryEntry['state'], string> = {
 };
 
 const EMPTY = { status: '', siteId: '', deviceGroupId: '', hostname: '' };
+type BehindReason = keyof typeof REASON_LABEL;
+
+/** The reason for being behind the page was opened with (`?behind=`, from the Agent versions page's links), if it is one. */
+function behindOfUrl(): BehindReason | null {
+  const r = new URLSearchParams(window.location.search).get('behind');
+  return r !== null && r in REASON_LABEL ? (r as BehindReason) : null;
+}
 
 function StatusBadge({ status }: { status: Device['status'] }) {
   return <span className={`badge ${status === 'online' ? 'badge-ok' : 'badge-warn'}`}>{status}</span>;
@@ -41,6 +48,16 @@ function DeviceList() {
   const [draft, setDraft] = useState(EMPTY);
   const [filters, setFilters] = useState(EMPTY);
   const [page, setPage] = useState(1);
+  const [behind, setBehind] = useState<BehindReason | null>(behindOfUrl);
+  const [, navigate] = useLocation();
+  const clearBehind = () => {
+    setBehind(null);
+    setPage(1);
+    const params = new URLSearchParams(window.location.search);
+    params.delete('behind');
+    const rest = params.toString();
+    navigate(rest ? `/devices?${rest}` : '/devices', { replace: true });
+  };
   const [notice, setNotice] = useState<string | null>(() => {
     const gone = new URLSearchParams(window.location.search).get('decommissioned');
     return gone ? `${gone} is decommissioned.` : null;
@@ -49,8 +66,8 @@ function DeviceList() {
   const sites = useSites(t.orgId);
   const groups = useDeviceGroups(t.orgId);
   const list = useQuery({
-    queryKey: keys.devices.list(t.query, filters, page),
-    queryFn: () => api<Page<Device>>('GET', '/devices', { query: { ...t.query, ...filters, page, limit: 25 } }),
+    queryKey: keys.devices.list(t.query, { ...filters, behind: behind ?? '' }, page),
+    queryFn: () => api<Page<Device>>('GET', '/devices', { query: { ...t.query, ...filters, ...(behind ? { behind } : {}), page, limit: 25 } }),
   });
   const execute = can('devices', 'execute');
   const updateNow = async (d: Device) => {
@@ -112,6 +129,16 @@ function DeviceList() {
           </Button>
         </div>
       </form>
+      {behind && (
+        <ul className="chips" aria-label="Active filters">
+          <li className="chip">
+            Behind the target: {REASON_LABEL[behind]}
+            <button type="button" className="chip-remove" aria-label={`Remove the filter: behind the target, ${REASON_LABEL[behind]}`} onClick={clearBehind}>
+              ×
+            </button>
+          </li>
+        </ul>
+      )}
       <ErrorAlert error={error} />
       {notice && <Alert kind="success">{notice}</Alert>}
       <PagedTable

@@ -138,7 +138,8 @@ function PinsForm({ path, deviceId, value }: { path: string; deviceId: string; v
   );
 }
 
-const REASON_LABEL: Record<Distribution['behind'][number]['reason'], string> = {
+/** The reasons for being behind, as the distribution and the Devices page's filter name them. */
+export const REASON_LABEL: Record<Distribution['behind'][number]['reason'], string> = {
   auto_update_off: 'Automatic updates off',
   pinned: 'Pinned to another version',
   no_build: 'No build for their platform',
@@ -199,8 +200,9 @@ export function VersionDistribution() {
   const t = useTenant();
   const query = t.orgId ? { orgId: t.orgId } : t.partnerId ? { partnerId: t.partnerId } : {};
   const scope = t.orgId ? 'this organisation' : t.partnerId ? 'the partner' : 'the whole fleet';
-  // The Devices page of the same selection (it has no filter by reason: the devices the reason covers are among them).
-  const devicesHref = t.orgId ? `/devices?orgId=${t.orgId}` : t.partnerId ? `/devices?partnerId=${t.partnerId}` : '/devices';
+  // The Devices page of the same selection, filtered by the reason (`GET /devices?behind=`: the devices counted).
+  const scopeParam = t.orgId ? `orgId=${t.orgId}&` : t.partnerId ? `partnerId=${t.partnerId}&` : '';
+  const devicesHref = (reason: string) => `/devices?${scopeParam}behind=${reason}`;
   const dist = useQuery({
     queryKey: keys.agentVersions.distribution(query),
     queryFn: async () => dataOf(await client.GET('/api/v1/agent-versions/distribution', { params: { query } })),
@@ -246,7 +248,7 @@ export function VersionDistribution() {
                 {(dist.data?.behind ?? []).map((b) => (
                   <tr key={b.reason}>
                     <td>
-                      <Link href={devicesHref}>{REASON_LABEL[b.reason]}</Link>
+                      <Link href={devicesHref(b.reason)}>{REASON_LABEL[b.reason]}</Link>
                     </td>
                     <td>{b.devices}</td>
                   </tr>
