@@ -7,10 +7,17 @@
  *   size → size and SHA-256 check (any refusal: report `failed` with the reason, nothing replaced,
  *   the old binary keeps running) → back up the current binary (`<binary>.bak`) → replace it (on
  *   Linux the old file is removed before the new one is moved in: a running executable cannot be
- *   opened for writing) → restart it → the new binary must start (print a line on stdout before
- *   exiting) → report `succeeded` and heartbeat at once, without jitter. A binary that fails to
- *   start is rolled back to the backup, restarted, and reported `rolled_back`. A file-lock error
- *   (EBUSY, ETXTBSY, EPERM, EACCES) keeps the offer and retries it on the next heartbeat.
+ *   opened for writing) → restart it → health check (below) → report `succeeded` and heartbeat at
+ *   once, without jitter. A build that fails its health check is rolled back to the backup,
+ *   restarted, and reported `rolled_back` with the reason. A file-lock error (EBUSY, ETXTBSY, EPERM,
+ *   EACCES) keeps the offer and retries it on the next heartbeat.
+ *
+ * Health check of a new agent binary (docs/decisions.md "Agent health-checked updates"): within
+ * `healthyWithinMs` (default 150 s) it must start (print a line on stdout), pass its self-check
+ * (`<binary> --self-check` prints a line `healthy` and exits 0; `unhealthy: <reason>` otherwise),
+ * and reach Keel (a heartbeat reporting the new version answered 200); then it must stay healthy
+ * for `soakMs` (default 60 s: it keeps running and the heartbeats keep being answered). Time comes
+ * from the injectable `clock`, so tests move it instead of waiting.
  *
  * Each component has its own file: `agent` is the managed binary; `helper` and `watchdog` are
  * replaced (with a backup) at their own paths and not restarted here. An offer for a component the
@@ -21,7 +28,8 @@
  * keys (a development Keel) checks size and SHA-256 only.
  *
  * Watchdog mode (`watchdog: true`) restarts the binary when it exits, and restores the backup when
- * the binary no longer starts (after a failed update or a crash).
+ * the binary no longer starts (after a failed update or a crash). During a health check it stands
+ * down: the check owns the new binary and its rollback.
  *
  * The managed "binary" is any executable; it signals that it started by writing a line to stdout.
  */
@@ -63,7 +71,35 @@ export interface AgentOptions {
   replaceBinary?: (from: string, to: string) => void;
   /** Waits between enrolment attempts (tests move Keel's clock instead of waiting). */
   sleep?: (ms: number) => Promise<void>;
+  /** How long a new agent binary has to start, pass its self-check and reach Keel (ms; default 150 s). */
+  healthyWithinMs?: number;
+  /** How long it must then stay healthy before the update is reported `succeeded` (ms; default 60 s; 0: no soak). */
+  soakMs?: number;
+  /** The time of start timeouts and health checks (default: the system's; tests move their own). */
+  clock?: AgentClock;
 }
+
+/** The agent's time: `now` and one-shot timers. */
+export interface AgentClock {
+  now(): number;
+  setTimeout(fn: () => void, ms: number): unknown;
+  clearTimeout(handle: unknown): void;
+}
+
+export const systemClock: AgentClock = {
+  now: () => Date.now(),
+  setTimeout: (fn, ms) => setTimeout(fn, ms),
+  clearTimeout: (handle) => clearTimeout(handle as NodeJS.Timeout),
+};
+
+/** Health-check defaults (docs/decisions.md "Agent health-checked updates"). */
+export const HEALTHY_WITHIN_MS = 150_000;
+export const SOAK_MS = 60_000;
+/** During a health check: the pause between heartbeats, and the longest wait for one answer. */
+const HEALTH_HEARTBEAT_MS = 15_000;
+
+/** The phases of a health check (tests watch them). */
+export type HealthPhase = 'start' | 'self-check' | 'reach' | 'soak';
 
 /** A heartbeat answered 429 (per-device limit) or 503 (overloaded): the next one waits `retryAfterSeconds` (Keel's Retry-After). */
 export class HeartbeatDeferred extends Error {
@@ -144,6 +180,11 @@ interface State {
   components?: Record<string, string>;
   /** Release keys pinned at enrolment (base64 of the raw 32 bytes); absent or empty: none. */
   releaseKeys?: string[];
+  /**
+   * A health check under way (the new binary is on disk, the backup holds `fromVersion`): a restart
+   * finds it and rolls back. With `reason`: rolled back, the report not yet taken by Keel.
+   */
+  checking?: { version: string; fromVersion: string; reason?: string };
 }
 
 export interface Offer {
@@ -175,19 +216,38 @@ type Outcome = 'succeeded' | 'failed' | 'rolled_back' | 'locked';
 
 const LOCK_CODES = new Set(['EBUSY', 'ETXTBSY', 'EPERM', 'EACCES']);
 
+/** How a process ended, for a reason: `exit code 3`, `signal SIGKILL`. */
+const endOf = (code: number | null, signal: NodeJS.Signals | null) => (signal ? `signal ${signal}` : `exit code ${code ?? '?'}`);
+/** Text a binary printed, made safe for a log line and a report: printable, one line, at most 200 characters. */
+const printable = (text: string) => text.replace(/[^\x20-\x7e]/g, '?').slice(0, 200);
+const seconds = (ms: number) => `${Math.round(ms / 1000)} s`;
+
 export class Agent {
   readonly #o: Required<Omit<AgentOptions, 'enrollmentKey' | 'replaceBinary'>> & Pick<AgentOptions, 'enrollmentKey' | 'replaceBinary'>;
   #state: State | null = null;
   #child: ChildProcess | null = null;
+  /** Resolves with how the running child ended (`exit code 3`), once it does. */
+  #childEnd: Promise<string> | null = null;
   #stopping = false;
+  #shuttingDown = false;
   #timer: NodeJS.Timeout | null = null;
+  /** The phase of the health check under way (the watchdog stands down meanwhile), or null. */
+  #phase: HealthPhase | null = null;
+  /** Ends the health check under way (shutdown). */
+  #interrupt: ((reason: string) => void) | null = null;
+  /** The apply under way, which a shutdown waits for. */
+  #applying: Promise<unknown> | null = null;
   /** An offer whose file replacement hit a lock: retried on the next heartbeat. */
   pending: Offer | null = null;
   /** The last heartbeat answer (tests read it). */
   lastAnswer: HeartbeatAnswer | null = null;
 
   constructor(options: AgentOptions) {
-    this.#o = { watchdog: false, startTimeoutMs: 10_000, log: () => undefined, sleep: (ms) => new Promise((r) => setTimeout(r, ms)), components: {}, ...options };
+    this.#o = {
+      watchdog: false, startTimeoutMs: 10_000, log: () => undefined, sleep: (ms) => new Promise((r) => setTimeout(r, ms)), components: {},
+      healthyWithinMs: HEALTHY_WITHIN_MS, soakMs: SOAK_MS, clock: systemClock, ...options,
+    };
+    if (!(this.#o.healthyWithinMs > 0) || !(this.#o.soakMs >= 0)) throw new Error('healthyWithinMs must be positive and soakMs not negative');
     const paths = [resolve(this.#o.binaryPath), ...Object.keys(this.#o.components).map((c) => resolve(this.pathOf(c) ?? ''))];
     if (new Set(paths).size !== paths.length) throw new Error('each component needs a path of its own');
     mkdirSync(this.#o.stateDir, { recursive: true });
@@ -228,6 +288,11 @@ export class Agent {
 
   get pid(): number | undefined {
     return this.#child?.pid;
+  }
+
+  /** The phase of the health check of a new binary under way, or null. */
+  get healthPhase(): HealthPhase | null {
+    return this.#phase;
   }
 
   #save(): void {
@@ -297,8 +362,8 @@ export class Agent {
     }
   }
 
-  async heartbeat(): Promise<HeartbeatAnswer> {
-    const components: Record<string, string> = { agent: this.version };
+  async heartbeat(agentVersion = this.version): Promise<HeartbeatAnswer> {
+    const components: Record<string, string> = { agent: agentVersion };
     for (const c of Object.keys(this.#o.components)) components[c] = this.versionOf(c) as string;
     const res = await this.#api('/agents/heartbeat', { components });
     // Too many heartbeats (429) or a Keel shedding device requests (503 overloaded): wait as told.
@@ -336,9 +401,10 @@ export class Agent {
     this.#o.log(`release keys now ${next.map(keyIdOf).join(', ')} (statement signed by ${keyIdOf(signer)})`);
   }
 
-  async #report(offer: Offer, state: 'started' | 'succeeded' | 'failed' | 'rolled_back', error?: string, fromVersion?: string): Promise<void> {
+  /** Sends an update report; answers Keel's status. */
+  async #report(offer: Pick<Offer, 'component' | 'version'>, state: 'started' | 'succeeded' | 'failed' | 'rolled_back', error?: string, fromVersion?: string): Promise<number> {
     const from = fromVersion ?? this.versionOf(offer.component) ?? 'unknown';
-    await this.#api('/agents/update-report', { component: offer.component, fromVersion: from, toVersion: offer.version, state, ...(error ? { error: error.slice(0, 2000) } : {}) });
+    return (await this.#api('/agents/update-report', { component: offer.component, fromVersion: from, toVersion: offer.version, state, ...(error ? { error: error.slice(0, 2000) } : {}) })).status;
   }
 
   /** Why an offer is refused before anything is downloaded, or null. */
@@ -416,16 +482,28 @@ export class Agent {
    * what happened, for the loop and for tests.
    */
   async tick(): Promise<{ answer: HeartbeatAnswer; outcome: 'none' | Outcome }> {
+    await this.recoverInterrupted();
     const answer = await this.heartbeat();
     const offer = answer.autoUpdate ? (this.pending ?? answer.update) : null;
     if (!offer) return { answer, outcome: 'none' };
     const outcome = await this.apply(offer);
-    if (outcome === 'succeeded') return { answer: await this.heartbeat(), outcome }; // at once, no jitter
+    // At once, no jitter: the version now installed (the new one, or the previous one again).
+    if ((outcome === 'succeeded' || outcome === 'rolled_back') && !this.#shuttingDown) return { answer: await this.heartbeat(), outcome };
     return { answer, outcome };
   }
 
   /** Applies one offered update (docs/specification.md "Agents and updates"). */
   async apply(offer: Offer): Promise<Outcome> {
+    const applying = this.#apply(offer);
+    this.#applying = applying;
+    try {
+      return await applying;
+    } finally {
+      if (this.#applying === applying) this.#applying = null;
+    }
+  }
+
+  async #apply(offer: Offer): Promise<Outcome> {
     const log = this.#o.log;
     const fromVersion = this.versionOf(offer.component);
     if (!this.pending) await this.#report(offer, 'started');
@@ -473,18 +551,186 @@ export class Agent {
       return 'succeeded';
     }
     await this.stop();
-    if (await this.start()) {
-      this.#state = { ...(this.#state as State), version: offer.version };
+    // Recorded before the new binary runs: an agent killed during the check rolls back when it starts again.
+    this.#state = { ...(this.#state as State), checking: { version: offer.version, fromVersion: fromVersion ?? this.version } };
+    this.#save();
+    const unhealthy = await this.#healthCheck(offer.version);
+    if (unhealthy === null) {
+      this.#phase = null;
+      const { checking: _, ...rest } = this.#state;
+      this.#state = { ...rest, version: offer.version };
       this.#save();
       await this.#report(offer, 'succeeded', undefined, fromVersion);
       log(`updated agent ${fromVersion ?? '?'} -> ${offer.version}`);
       return 'succeeded';
     }
-    log(`update ${offer.version} did not start: rolling back`);
+    log(`update ${offer.version} unhealthy (${unhealthy}): rolling back to ${fromVersion ?? '?'}`);
+    await this.stop();
     this.#restore(backup);
+    // A shutdown leaves `checking` in the state: the next start reports the rollback (`recoverInterrupted`).
+    if (this.#shuttingDown) {
+      this.#phase = null;
+      return 'rolled_back';
+    }
     await this.start();
-    await this.#report(offer, 'rolled_back', 'the new binary failed to start');
+    this.#phase = null;
+    await this.#finishRollback(offer.version, unhealthy);
     return 'rolled_back';
+  }
+
+  /**
+   * Reports a rollback (the previous binary is back) and then clears the health check from the
+   * state; the reason is kept there until Keel took the report, so a report that could not be sent
+   * goes with the next heartbeat.
+   */
+  async #finishRollback(version: string, reason: string): Promise<void> {
+    const state = this.#state as State;
+    const fromVersion = state.checking?.fromVersion ?? state.version;
+    this.#state = { ...state, checking: { version, fromVersion, reason } };
+    this.#save();
+    const status = await this.#report({ component: 'agent', version }, 'rolled_back', reason, fromVersion);
+    // Keel busy or away: kept and sent again; any other answer would not change by asking again.
+    if (status === 408 || status === 429 || status >= 500) throw new Error(`rollback report deferred: ${status} (sent again before the next heartbeat)`);
+    if (status !== 204) this.#o.log(`rollback report refused: ${status}`);
+    const { checking: _, ...rest } = this.#state;
+    this.#state = rest;
+    this.#save();
+  }
+
+  /**
+   * A health check left in the state: by an agent stopped or killed during it (the previous binary is
+   * put back, the rollback reported), or a rollback whose report did not reach Keel (reported now).
+   * `run()` calls it before starting the binary, `tick()` before each heartbeat.
+   */
+  async recoverInterrupted(): Promise<void> {
+    const checking = this.#state?.checking;
+    if (!checking || this.#phase !== null) return;
+    if (checking.reason === undefined) {
+      this.#o.log(`the health check of agent ${checking.version} was interrupted: rolling back to ${checking.fromVersion}`);
+      this.#restore(`${this.#o.binaryPath}.bak`);
+    }
+    await this.#finishRollback(checking.version, checking.reason ?? 'interrupted: the agent stopped during the health check');
+  }
+
+  /**
+   * The health check of a new agent binary (docs/decisions.md "Agent health-checked updates"): null
+   * when it is healthy, else why not. Watches the binary from its start to the end of the soak.
+   */
+  async #healthCheck(version: string): Promise<string | null> {
+    const { clock, healthyWithinMs, soakMs } = this.#o;
+    const deadline = clock.now() + healthyWithinMs;
+    const left = () => Math.max(0, deadline - clock.now());
+    const interrupted = new Promise<string>((resolve) => (this.#interrupt = resolve));
+    try {
+      if (this.#shuttingDown) return 'interrupted: the agent stopped during the health check';
+      this.#phase = 'start';
+      const launched = await Promise.race([this.#launch(Math.min(this.#o.startTimeoutMs, healthyWithinMs)), interrupted]);
+      if (typeof launched === 'string') return launched;
+      if (!launched.ok) return launched.reason;
+      const ended = (this.#childEnd as Promise<string>).then((how) => `exited at start (${how})`);
+      this.#phase = 'self-check';
+      const checked = await Promise.race([this.#selfCheck(left()), ended, interrupted]);
+      if (checked !== null) return checked;
+      this.#phase = 'reach';
+      for (;;) {
+        const reached = await this.#healthBeat(version, Math.min(HEALTH_HEARTBEAT_MS, left()), ended, interrupted);
+        if (reached.outcome === 'ended') return reached.reason;
+        if (reached.outcome === 'ok') {
+          if (clock.now() <= deadline) break;
+          return `did not reach Keel within ${seconds(healthyWithinMs)} (answered too late)`;
+        }
+        if (left() === 0) return `did not reach Keel within ${seconds(healthyWithinMs)} (${reached.reason})`;
+        const waited = await this.#wait(Math.min(Math.max(HEALTH_HEARTBEAT_MS, reached.retryAfterMs), left()), ended, interrupted);
+        if (waited !== null) return waited;
+      }
+      this.#phase = 'soak';
+      this.#o.log(`agent ${version} is healthy: soaking for ${seconds(soakMs)}`);
+      const crashed = (this.#childEnd as Promise<string>).then((how) => `crashed during soak (${how})`);
+      const soakEnd = clock.now() + soakMs;
+      while (clock.now() < soakEnd) {
+        const waited = await this.#wait(Math.min(HEALTH_HEARTBEAT_MS, soakEnd - clock.now()), crashed, interrupted);
+        if (waited !== null) return waited;
+        const beat = await this.#healthBeat(version, HEALTH_HEARTBEAT_MS, crashed, interrupted);
+        if (beat.outcome === 'ended') return beat.reason;
+        // Keel deferring a heartbeat (429, 503) is Keel's load, not the build's fault.
+        if (beat.outcome === 'failed' && !beat.deferred) return `lost Keel during soak (${beat.reason})`;
+      }
+      return this.running ? null : 'crashed during soak';
+    } finally {
+      this.#interrupt = null;
+    }
+  }
+
+  /**
+   * One heartbeat of a health check, reporting the new version: answered (`ok`), not (`failed`, with
+   * why, and whether Keel deferred it), or the check ended meanwhile (`ended`: the binary exited, a
+   * shutdown). No answer within `timeoutMs` is a failure.
+   */
+  async #healthBeat(version: string, timeoutMs: number, ...ends: Promise<string>[]): Promise<
+    { outcome: 'ok' } | { outcome: 'failed'; reason: string; deferred: boolean; retryAfterMs: number } | { outcome: 'ended'; reason: string }
+  > {
+    const beat = this.heartbeat(version).then(
+      () => ({ outcome: 'ok' as const }),
+      (err: unknown) => ({
+        outcome: 'failed' as const, reason: printable((err as Error).message), deferred: err instanceof HeartbeatDeferred,
+        retryAfterMs: err instanceof HeartbeatDeferred ? err.retryAfterSeconds * 1000 : 0,
+      }),
+    );
+    let handle: unknown;
+    const timeout = new Promise<{ outcome: 'failed'; reason: string; deferred: false; retryAfterMs: 0 }>((resolve) => {
+      handle = this.#o.clock.setTimeout(() => resolve({ outcome: 'failed', reason: `no answer within ${seconds(timeoutMs)}`, deferred: false, retryAfterMs: 0 }), timeoutMs);
+    });
+    try {
+      return await Promise.race([beat, timeout, ...ends.map((e) => e.then((reason) => ({ outcome: 'ended' as const, reason })))]);
+    } finally {
+      this.#o.clock.clearTimeout(handle);
+    }
+  }
+
+  /** Waits `ms` on the agent's clock: null when the time passed, else the reason one of `ends` gave first. */
+  async #wait(ms: number, ...ends: Promise<string>[]): Promise<string | null> {
+    let handle: unknown;
+    const elapsed = new Promise<null>((resolve) => {
+      handle = this.#o.clock.setTimeout(() => resolve(null), ms);
+    });
+    try {
+      return await Promise.race([elapsed, ...ends]);
+    } finally {
+      this.#o.clock.clearTimeout(handle);
+    }
+  }
+
+  /**
+   * The self-check: `<binary> --self-check` must print a line `healthy` and exit 0 within `timeoutMs`.
+   * Null when it passed, else `self-check failed: <its "unhealthy: " reason, or what it did>`.
+   */
+  #selfCheck(timeoutMs: number): Promise<string | null> {
+    return new Promise((resolve) => {
+      let out = '';
+      let settled = false;
+      const child = spawn(this.#o.binaryPath, ['--self-check'], { stdio: ['ignore', 'pipe', 'ignore'] });
+      const done = (result: string | null) => {
+        if (settled) return;
+        settled = true;
+        this.#o.clock.clearTimeout(timer);
+        resolve(result === null ? null : `self-check failed: ${result}`);
+      };
+      const timer = this.#o.clock.setTimeout(() => {
+        child.kill('SIGKILL');
+        done(`no answer within ${seconds(timeoutMs)}`);
+      }, timeoutMs);
+      child.stdout.on('data', (chunk: Buffer) => {
+        if (out.length < 4096) out += chunk.toString('utf8');
+      });
+      child.once('error', (err) => done(`could not run it (${(err as NodeJS.ErrnoException).code ?? err.message})`));
+      child.once('close', (code, signal) => {
+        const lines = out.split(/\r?\n/).map((l) => l.trim());
+        const unhealthy = lines.find((l) => /^unhealthy:/i.test(l));
+        if (code === 0 && !unhealthy && lines.includes('healthy')) return done(null);
+        if (unhealthy) return done(printable(unhealthy.replace(/^unhealthy:\s*/i, '')) || `unhealthy (${endOf(code, signal)})`);
+        done(code === 0 ? 'it did not print "healthy"' : `${endOf(code, signal)} without a reason`);
+      });
+    });
   }
 
   #replace(from: string, to: string): void {
@@ -506,33 +752,43 @@ export class Agent {
   }
 
   /** Starts the binary; true once it printed its first line, false when it exits (or stays silent) first. */
-  start(): Promise<boolean> {
+  async start(): Promise<boolean> {
+    return (await this.#launch(this.#o.startTimeoutMs)).ok;
+  }
+
+  /** Starts the binary: ok once it printed its first line within `timeoutMs`, else why not. */
+  #launch(timeoutMs: number): Promise<{ ok: true } | { ok: false; reason: string }> {
     this.#stopping = false;
     return new Promise((resolve) => {
       let settled = false;
       let started = false;
       const child = spawn(this.#o.binaryPath, [], { stdio: ['ignore', 'pipe', 'ignore'] });
       this.#child = child;
-      const done = (ok: boolean) => {
+      this.#childEnd = new Promise((ended) => child.once('exit', (code, signal) => ended(endOf(code, signal))));
+      const done = (result: { ok: true } | { ok: false; reason: string }) => {
         if (settled) return;
         settled = true;
-        clearTimeout(timer);
-        resolve(ok);
+        this.#o.clock.clearTimeout(timer);
+        resolve(result);
       };
-      const timer = setTimeout(() => {
+      const timer = this.#o.clock.setTimeout(() => {
         child.kill('SIGKILL');
-        done(false);
-      }, this.#o.startTimeoutMs);
+        done({ ok: false, reason: `did not start within ${seconds(timeoutMs)} (no line on stdout)` });
+      }, timeoutMs);
       child.stdout.once('data', () => {
         started = true;
-        done(true);
+        done({ ok: true });
       });
-      child.once('error', () => done(false));
-      child.once('exit', () => {
-        done(false);
+      child.once('error', (err) => done({ ok: false, reason: `could not be started (${(err as NodeJS.ErrnoException).code ?? err.message})` }));
+      child.once('exit', (code, signal) => {
+        done({ ok: false, reason: `exited at start (${endOf(code, signal)})` });
         if (this.#child === child) this.#child = null;
-        // Watchdog: a binary that had started and then exited (a crash) is started again.
-        if (!this.#stopping && this.#o.watchdog && started) void this.#recover();
+        // Watchdog: a binary that had started and then exited (a crash) is started again, except
+        // during a health check, whose own rollback decides what runs next.
+        if (!this.#stopping && this.#o.watchdog && started && this.#phase === null) {
+          this.#o.log(`binary exited (${endOf(code, signal)}): restarting it`);
+          void this.#recover();
+        }
       });
     });
   }
@@ -559,6 +815,7 @@ export class Agent {
   /** Runs: enrol, start the binary, heartbeat forever (interval from Keel, plus up to 5% jitter). */
   async run(): Promise<void> {
     await this.enrollWithRetry();
+    await this.recoverInterrupted();
     if (existsSync(this.#o.binaryPath)) await this.start();
     const loop = async (): Promise<void> => {
       let next = 60;
@@ -580,9 +837,13 @@ export class Agent {
     await loop();
   }
 
+  /** Stops the loop and the binary; a health check under way ends with the previous binary back on disk. */
   async shutdown(): Promise<void> {
+    this.#shuttingDown = true;
     if (this.#timer) clearTimeout(this.#timer);
     this.#timer = null;
+    this.#interrupt?.('interrupted: the agent stopped during the health check');
+    if (this.#phase !== null) await this.#applying?.catch(() => undefined);
     await this.stop();
   }
 }

@@ -8,9 +8,12 @@ import { Agent } from '../../agent/agent.js';
 import { releaseDir } from '../../src/modules/agents/releases.js';
 import { enrollmentKey, mfaAdmin } from './helpers.js';
 
-/** A "binary": a shell script that prints its version once started and stays up (or exits at once). */
+/**
+ * A "binary": a shell script that prints its version once started and stays up (or exits at once);
+ * run with `--self-check` it answers `healthy` (docs/decisions.md "Agent health-checked updates").
+ */
 const script = (version: string, ok = true) =>
-  ok ? `#!/bin/sh\necho "started ${version}"\nexec sleep 300\n` : `#!/bin/sh\necho "cannot start ${version}" >&2\nexit 3\n`;
+  `#!/bin/sh\n[ "$1" = "--self-check" ] && { echo healthy; exit 0; }\n` + (ok ? `echo "started ${version}"\nexec sleep 300\n` : `echo "cannot start ${version}" >&2\nexit 3\n`);
 
 describe.skipIf(!backendAvailable() || process.platform !== 'linux')(`the reference agent (${backend})`, () => {
   let app: TestApp;
@@ -50,7 +53,7 @@ describe.skipIf(!backendAvailable() || process.platform !== 'linux')(`the refere
     expect(res.status).toBe(200);
   };
 
-  /** An enrolled agent on version 1.0.0 of a fresh platform, its binary running. */
+  /** An enrolled agent on version 1.0.0 of a fresh platform, its binary running (no soak: test/agents/health-check.test.ts has it). */
   async function agentOn(opts: Partial<ConstructorParameters<typeof Agent>[0]> = {}): Promise<{ agent: Agent; bin: string; arch: string; dir: string }> {
     const a = `ag${++arch}`;
     const dir = mkdtempSync(join(tmpdir(), 'keel-agent-'));
@@ -58,7 +61,7 @@ describe.skipIf(!backendAvailable() || process.platform !== 'linux')(`the refere
     const bin = join(dir, 'agent-bin');
     writeFileSync(bin, script('1.0.0'));
     chmodSync(bin, 0o755);
-    const agent = new Agent({ server: app.publicUrl, enrollmentKey: key, stateDir: join(dir, 'state'), binaryPath: bin, initialVersion: '1.0.0', hostname: `ref-${a}`, os: 'linux', arch: a, ...opts });
+    const agent = new Agent({ server: app.publicUrl, enrollmentKey: key, stateDir: join(dir, 'state'), binaryPath: bin, initialVersion: '1.0.0', hostname: `ref-${a}`, os: 'linux', arch: a, soakMs: 0, ...opts });
     agents.push(agent);
     await agent.enroll();
     expect(await agent.start()).toBe(true);

@@ -17,6 +17,8 @@ export interface KeelProxy {
   onHeartbeat: ((answer: any) => any) | null;
   /** Rewrites the bytes of a download. */
   onDownload: ((body: Buffer) => Buffer) | null;
+  /** Answers a request itself with this status (and an error envelope) when it returns one, instead of forwarding it. */
+  refuse: ((path: string, body: any) => number | null) | null;
   /** Answers the next enrolment attempts itself (one entry each), then forwards again. */
   enrollAnswers: { status: number; headers?: Record<string, string>; body?: unknown }[];
   /** Update reports the agents sent (the request bodies), in order. */
@@ -40,6 +42,7 @@ export async function startKeelProxy(app: TestApp, port = 0): Promise<KeelProxy>
     port: 0,
     onHeartbeat: null,
     onDownload: null,
+    refuse: null,
     enrollAnswers: [],
     reports: [],
     downloads: [],
@@ -55,6 +58,18 @@ export async function startKeelProxy(app: TestApp, port = 0): Promise<KeelProxy>
         res.end(JSON.stringify(canned.body ?? { error: 'canned', code: 'canned' }));
         return;
       }
+    }
+    let parsedBody: unknown = null;
+    try {
+      parsedBody = body.length ? JSON.parse(body.toString('utf8')) : null;
+    } catch {
+      // not JSON: the hook sees null
+    }
+    const refused = proxy.refuse?.(path, parsedBody) ?? null;
+    if (refused !== null) {
+      res.writeHead(refused, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ error: 'refused by the test proxy', code: 'proxy_refused' }));
+      return;
     }
     const authorization = req.headers.authorization;
     if (path === '/api/v1/agents/update-report') proxy.reports.push({ deviceToken: (authorization ?? '').replace(/^Bearer /, ''), body: JSON.parse(body.toString('utf8')) });

@@ -22,8 +22,8 @@ import { cliEnv, runCli } from '../helpers/cli.js';
 import { enrollmentKey, mfaAdmin } from '../agents/helpers.js';
 import { startKeelProxy, type KeelProxy } from '../agents/keel-proxy.js';
 
-/** A "binary": a shell script that prints its version once started and stays up. */
-const script = (version: string) => `#!/bin/sh\necho "started ${version}"\nexec sleep 300\n`;
+/** A "binary": a shell script that prints its version once started and stays up; `--self-check` answers `healthy`. */
+const script = (version: string) => `#!/bin/sh\n[ "$1" = "--self-check" ] && { echo healthy; exit 0; }\necho "started ${version}"\nexec sleep 300\n`;
 const sha256 = (b: string | Buffer) => createHash('sha256').update(b).digest('hex');
 
 interface Pair {
@@ -152,7 +152,7 @@ describe.skipIf(!backendAvailable() || process.platform !== 'linux')(`the refere
     const bin = join(dir, 'agent-bin');
     writeFileSync(bin, script('1.0.0'));
     chmodSync(bin, 0o755);
-    const options: AgentOptions = { server: proxy.url, enrollmentKey: key, stateDir: join(dir, 'state'), binaryPath: bin, initialVersion: '1.0.0', hostname: `verify-${arch}`, os: 'linux', arch, ...opts };
+    const options: AgentOptions = { server: proxy.url, enrollmentKey: key, stateDir: join(dir, 'state'), binaryPath: bin, initialVersion: '1.0.0', hostname: `verify-${arch}`, os: 'linux', arch, soakMs: 0, ...opts };
     let agent = new Agent(options);
     await agent.enroll();
     if (pinned) {
