@@ -6,6 +6,7 @@ import { randomToken } from '../../platform/crypto.js';
 import type { Db } from '../../platform/db/client.js';
 import { newId } from '../../platform/db/columns.js';
 import { prepared, rawQuery } from '../../platform/db/raw.js';
+import { activeTracer, currentTraceparent } from '../../platform/tracing/index.js';
 import { transaction, transactionIf } from '../../platform/db/transaction.js';
 import { notFound, validationError } from '../../platform/http/errors.js';
 import { OutboundError, vetTarget } from '../../platform/outbound.js';
@@ -705,20 +706,21 @@ const insertDeliveries = prepared(
   `with pl as (
      insert into webhook_payloads (id, org_id, body, event_type, created_at) values ($8::uuid, $3::uuid, $6::json, $9::text, $7::timestamptz)
    )
-   insert into webhook_deliveries (id, webhook_id, org_id, event_type, event_id, payload_id, status, attempts, next_retry_at, created_at)
-   select d.id, d.webhook_id, $3, $4, $5, $8::uuid, 'pending', 0, $7::timestamptz, $7::timestamptz
+   insert into webhook_deliveries (id, webhook_id, org_id, event_type, event_id, payload_id, status, attempts, next_retry_at, created_at, traceparent)
+   select d.id, d.webhook_id, $3, $4, $5, $8::uuid, 'pending', 0, $7::timestamptz, $7::timestamptz, $10::text
      from unnest($1::uuid[], $2::uuid[]) as d(id, webhook_id)`,
 );
 
 /**
  * Inserts the body once and one pending delivery per webhook referring to it; answers the new ids.
  * Runs in the caller's transaction. `storedType`: the event's type on its payload, for an event a
- * replay may send again; none for a test delivery's body.
+ * replay may send again; none for a test delivery's body. While tracing is on, the rows carry the
+ * caller's trace, which their attempts continue (tracing.ts).
  */
 export async function enqueueDeliveries(db: Db, webhookIds: string[], orgId: string | null, eventType: string, eventId: string, body: string, storedType: string | null = null): Promise<string[]> {
   if (webhookIds.length === 0) return [];
   const ids = webhookIds.map(() => newId());
-  await rawQuery(db, insertDeliveries, [ids, webhookIds, orgId, eventType, eventId, body, clock.now().toISOString(), newId(), storedType]);
+  await rawQuery(db, insertDeliveries, [ids, webhookIds, orgId, eventType, eventId, body, clock.now().toISOString(), newId(), storedType, activeTracer ? (currentTraceparent() ?? null) : null]);
   return ids;
 }
 
@@ -753,8 +755,8 @@ export async function testWebhook(
 
 const insertRetry = prepared(
   'webhook_delivery_retry_insert',
-  `insert into webhook_deliveries (id, webhook_id, org_id, event_type, event_id, payload_id, status, attempts, next_retry_at, created_at, retry_of)
-   select $1::uuid, d.webhook_id, d.org_id, d.event_type, d.event_id, d.payload_id, 'pending', 0, $3::timestamptz, $3::timestamptz, d.id
+  `insert into webhook_deliveries (id, webhook_id, org_id, event_type, event_id, payload_id, status, attempts, next_retry_at, created_at, retry_of, traceparent)
+   select $1::uuid, d.webhook_id, d.org_id, d.event_type, d.event_id, d.payload_id, 'pending', 0, $3::timestamptz, $3::timestamptz, d.id, $4::text
      from webhook_deliveries d where d.id = $2::uuid
    on conflict (retry_of) where retry_of is not null do nothing
    returning id`,
@@ -788,7 +790,7 @@ export async function retryDelivery(
   if (original.retried_by) throw retried(original.retried_by);
   await spendManual(keel, access, webhookId);
   const id = await transaction(keel.db, async (tx) => {
-    const [row] = await rawQuery<{ id: string }>(tx.db, insertRetry, [newId(), deliveryId, clock.now().toISOString()]);
+    const [row] = await rawQuery<{ id: string }>(tx.db, insertRetry, [newId(), deliveryId, clock.now().toISOString(), activeTracer ? (currentTraceparent() ?? null) : null]);
     if (!row) return null;
     await writeAudit(tx.db, info, {
       action: 'webhook.delivery.retry',

@@ -146,31 +146,4 @@ export function contextOf(traceparent: string | undefined): Context {
   return propagation.extract(ROOT_CONTEXT, { traceparent });
 }
 
-/*
- * Work a trace leaves behind (a webhook delivery) continues it: the `traceparent` of the span that
- * caused the work is remembered under the work's id until the work is done (docs/decisions.md
- * "Tracing"). Kept in this process's memory: bounded (the oldest forgotten first), and work taken
- * up by another process starts a trace of its own.
- */
-const remembered = new Map<string, string>();
-const REMEMBERED_TRACES_MAX = 10_000;
-
-/** Remembers `traceparent` for `key` unless something is remembered for it already. */
-export function rememberTrace(key: string, traceparent: string | undefined): void {
-  if (!traceparent || remembered.has(key)) return;
-  if (remembered.size >= REMEMBERED_TRACES_MAX) {
-    const oldest = remembered.keys().next().value;
-    if (oldest !== undefined) remembered.delete(oldest);
-  }
-  remembered.set(key, traceparent);
-}
-
-export function recallTrace(key: string): string | undefined {
-  return remembered.get(key);
-}
-
-export function forgetTrace(key: string): void {
-  remembered.delete(key);
-}
-
 export { SpanKind };
