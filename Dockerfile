@@ -15,7 +15,7 @@
 # (native ones as npm's prebuilt optional packages), and install scripts are off (the only ones in
 # the production tree are esbuild's binary check and @scarf/scarf's download counter).
 
-ARG NODE_VERSION=22
+ARG NODE_VERSION=24
 
 # ---- deps: production packages only -------------------------------------------------------------
 FROM node:${NODE_VERSION}-bookworm-slim AS deps

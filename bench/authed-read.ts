@@ -60,6 +60,7 @@ async function inheritedReader(keel: RunningKeel, admin: { email: string; passwo
     if (res.status !== 201) throw new Error(`POST ${path}: ${res.status} ${JSON.stringify(res.body)}`);
     return res.body as { id: string };
   };
+  // An organisation belongs to a partner.
   const partner = await call('/partners', { name: 'Bench Partner' });
   const org = await call('/orgs', { name: 'Bench Org', partnerId: partner.id });
   const l1 = await call(`/roles?orgId=${org.id}`, { name: 'L1 readers', permissions: [{ resource: 'users', action: 'read' }] });

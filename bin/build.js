@@ -38,8 +38,9 @@ const EXTERNAL = [
   // Loaded only with METRICS_ENABLED.
   'prom-client',
   // The OpenTelemetry SDK, loaded only when tracing is on (src/platform/tracing/); the API stays bundled.
-  '@opentelemetry/sdk-trace-node',
-  '@opentelemetry/sdk-trace-base',
+  '@opentelemetry/sdk-trace',
+  '@opentelemetry/context-async-hooks',
+  '@opentelemetry/core',
   '@opentelemetry/exporter-trace-otlp-proto',
   '@opentelemetry/resources',
 ];

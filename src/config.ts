@@ -196,8 +196,9 @@ const envSchema = z.object({
   AUDIT_RETENTION_DAYS: int(0, 0, 36_500),
 
   // Tracing (docs/deploy.md "Tracing"): OpenTelemetry's own variables, off unless an endpoint is set.
-  // Keel reads the endpoints, the service name and OTEL_SDK_DISABLED; the SDK reads the sampler, the
-  // headers and the resource attributes itself (checked here, so a typo stops the start).
+  // Keel reads the endpoints, the service name, the sampler and OTEL_SDK_DISABLED; the exporter and the
+  // resource detector read the headers and the resource attributes themselves (checked here, so a typo
+  // stops the start).
   OTEL_EXPORTER_OTLP_ENDPOINT: url(['http:', 'https:']),
   OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: url(['http:', 'https:']),
   OTEL_EXPORTER_OTLP_HEADERS: optionalString,

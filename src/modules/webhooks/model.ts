@@ -151,6 +151,8 @@ export interface ClaimedDelivery {
   rateLimitPerSecond: number | null;
   /** Until when a receiver's 429 holds the webhook (epoch ms), or null. */
   holdUntil: number | null;
+  /** The trace the attempt continues: the `traceparent` stored on the row (tracing on only: tracing.ts). */
+  traceparent?: string | null | undefined;
   claimId: string;
   leaseUntil: number;
 }

@@ -61,7 +61,7 @@ const claimStatement = prepared(
    update webhook_deliveries d set claim_id = $2::uuid, lease_expires_at = $5::timestamptz
      from picked, webhooks w, webhook_payloads p
     where d.id = picked.id and w.id = d.webhook_id and w.status = 'active' and (w.hold_until is null or w.hold_until <= $1::timestamptz) and p.id = d.payload_id
-   returning d.id, d.webhook_id, d.org_id, d.event_type, d.event_id, p.body::text as body, d.attempts,
+   returning d.id, d.webhook_id, d.org_id, d.event_type, d.event_id, p.body::text as body, d.attempts, d.traceparent,
              w.url_sealed, w.secret_sealed, w.previous_secret_sealed, w.previous_secret_expires_at, w.older_secrets_sealed, w.headers_sealed, w.retry_policy,
              w.rate_limit_per_second, w.hold_until`,
   // A generic plan of this one scanned the whole table (platform/db/raw.ts `customPlan`).
@@ -171,6 +171,7 @@ export async function claimDue(db: Db, want: readonly { id: string; room: number
     eventId: r.event_id as string,
     body: r.body as string,
     attempts: Number(r.attempts),
+    traceparent: r.traceparent as string | null,
     ...attemptFields(r as unknown as WebhookAttemptColumns),
     claimId,
     leaseUntil,

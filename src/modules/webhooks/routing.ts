@@ -3,7 +3,7 @@ import type { KeelEvent } from '../../events.js';
 import { OPERATIONAL_EVENT_TYPES } from '../../event-types.js';
 import { clock } from '../../platform/clock.js';
 import { loggableError } from '../../platform/safe-error.js';
-import { activeTracer, currentTraceparent, rememberTrace } from '../../platform/tracing/index.js';
+import { activeTracer, currentTraceparent } from '../../platform/tracing/index.js';
 import type { Db } from '../../platform/db/client.js';
 import { newId, randomV7 } from '../../platform/db/columns.js';
 import { prepared, rawQuery } from '../../platform/db/raw.js';
@@ -39,18 +39,21 @@ import { webhooksRuntime, type RuntimeHooks } from './service.js';
  * of their webhook: the engine starts them once the statement's transaction commits, and the claim
  * statement never reads them (a claim cost as much as the insert). Without one ($6 null) they wait
  * for any worker's claim.
+ *
+ * While tracing is on, $11 carries each publisher's `traceparent`, stored on its rows: the attempt
+ * continues that trace in whichever process sends it (tracing.ts). Off, $11 is null and so is the column.
  */
 const OPERATIONAL = `e.type in (${OPERATIONAL_EVENT_TYPES.map((t) => `'${t}'`).join(', ')})`;
 const routeStatement = prepared(
   'webhook_deliveries_route',
   `with ev as (
-     select u.*, o.partner_id from unnest($1::uuid[], $2::text[], $3::text[], $4::json[], $10::uuid[]) as u(org_id, type, event_id, payload, payload_id)
+     select u.*, o.partner_id from unnest($1::uuid[], $2::text[], $3::text[], $4::json[], $10::uuid[], $11::text[]) as u(org_id, type, event_id, payload, payload_id, traceparent)
        left join organizations o on o.id = u.org_id
    ), m as (
-     select e.org_id, e.type, e.event_id, e.payload_id, w.id as webhook_id, w.status
+     select e.org_id, e.type, e.event_id, e.payload_id, e.traceparent, w.id as webhook_id, w.status
        from ev e join webhooks w on w.org_id = e.org_id and (w.events ? e.type or ${OPERATIONAL})
      union all
-     select e.org_id, e.type, e.event_id, e.payload_id, w.id as webhook_id, w.status
+     select e.org_id, e.type, e.event_id, e.payload_id, e.traceparent, w.id as webhook_id, w.status
        from ev e join webhooks w on w.partner_id = e.partner_id and (w.events ? e.type or ${OPERATIONAL})
    ), t as (
      select * from m where m.status = 'active'
@@ -60,10 +63,10 @@ const routeStatement = prepared(
       where exists (select 1 from t where t.payload_id = e.payload_id)
          or (not ${OPERATIONAL} and exists (select 1 from m where m.payload_id = e.payload_id))
    ), ins as (
-     insert into webhook_deliveries (id, webhook_id, org_id, event_type, event_id, payload_id, status, attempts, next_retry_at, created_at, claim_id, lease_expires_at)
+     insert into webhook_deliveries (id, webhook_id, org_id, event_type, event_id, payload_id, status, attempts, next_retry_at, created_at, claim_id, lease_expires_at, traceparent)
      select encode(overlay(uuid_send($9::uuid) placing int4send((row_number() over ())::int4) from 13 for 4), 'hex')::uuid,
             t.webhook_id, t.org_id, t.type, t.event_id, t.payload_id, 'pending', 0, $5::timestamptz, $5::timestamptz,
-            c.claim_id, case when c.claim_id is null then null else to_timestamp($7::float8 / 1000.0) end
+            c.claim_id, case when c.claim_id is null then null else to_timestamp($7::float8 / 1000.0) end, t.traceparent
        from t
        cross join lateral (select case when $6::uuid is null or t.webhook_id = any($8::uuid[]) then null else $6::uuid end as claim_id) c
      returning id, webhook_id, claim_id, event_id
@@ -110,18 +113,19 @@ async function routeNow(keel: Keel, db: Db, events: Routable[], runtime: Runtime
     ticket?.full ?? [],
     randomV7(),
     events.map(() => newId()),
+    // The publishers' traces (tracing on only; off, one null: every row's column stays null).
+    activeTracer ? events.map((e) => e.traceparent ?? null) : null,
   ]);
   routerStats(keel).statements++;
   const claimed: ClaimedDelivery[] = [];
   const waiting: RoutedRow[] = [];
   if (rows.length === 0) return { claimed, waiting };
   const byId = events.length === 1 ? null : new Map(events.map((e) => [e.id, e]));
-  if (activeTracer) for (const r of rows) rememberTrace(r.id, (byId ? byId.get(r.event_id) : events[0])?.traceparent);
   for (const r of rows) {
     if (ticket && r.claim_id !== null) {
       const event = byId ? (byId.get(r.event_id) as Routable) : (events[0] as Routable);
       claimed.push({
-        id: r.id, webhookId: r.webhook_id, orgId: event.orgId, eventType: event.type, eventId: event.id, body: event.body, attempts: 0,
+        id: r.id, webhookId: r.webhook_id, orgId: event.orgId, eventType: event.type, eventId: event.id, body: event.body, attempts: 0, traceparent: event.traceparent,
         ...attemptFields(r), claimId: ticket.claimId, leaseUntil: ticket.leaseUntil,
       });
     } else waiting.push(r);

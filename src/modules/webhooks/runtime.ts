@@ -1,6 +1,5 @@
 import type { Keel } from '../../keel.js';
 import { loggableError } from '../../platform/safe-error.js';
-import { activeTracer, currentTraceparent, rememberTrace } from '../../platform/tracing/index.js';
 import { prepared, rawQuery } from '../../platform/db/raw.js';
 import { DELIVERY_LIST, DeliveryEngine, LIST_CAP } from './engine.js';
 import { RETENTION_SWEEP_MS, sweepDeliveries } from './retention.js';
@@ -63,11 +62,6 @@ export function installWebhooks(keel: Keel): KeelModule<Webhooks> {
     ticket: () => engine.ticket(),
     accept: (rows) => engine.accept(rows),
     announce(ids, webhookIds) {
-      // Queued by a request (a test delivery, a manual retry): the attempt continues its trace.
-      if (activeTracer) {
-        const traceparent = currentTraceparent();
-        for (const id of ids) rememberTrace(id, traceparent);
-      }
       engine.wake(webhookIds);
       // Other processes: a Redis hint (delivery ids only), or a NOTIFY on PostgreSQL without Redis.
       if (hints) hints.push(ids);

@@ -128,6 +128,8 @@ export const webhookDeliveries = pgTable(
     errorMessage: text('error_message'),
     /** The failed delivery this one retries (a manual retry): at most one retry per failed delivery. */
     retryOf: uuid('retry_of'),
+    /** The W3C `traceparent` of the request that caused the delivery, while tracing is on (webhooks/tracing.ts). */
+    traceparent: text('traceparent'),
     claimId: uuid('claim_id'),
     leaseExpiresAt: ts('lease_expires_at'),
     createdAt: createdAt(),

@@ -6,6 +6,7 @@ import { randomToken } from '../../platform/crypto.js';
 import type { Db } from '../../platform/db/client.js';
 import { newId } from '../../platform/db/columns.js';
 import { prepared, rawQuery, type Statement } from '../../platform/db/raw.js';
+import { activeTracer, currentTraceparent } from '../../platform/tracing/index.js';
 import { transaction, transactionIf } from '../../platform/db/transaction.js';
 import { notFound, validationError } from '../../platform/http/errors.js';
 import { OutboundError, vetTarget } from '../../platform/outbound.js';
@@ -705,20 +706,21 @@ const insertDeliveries = prepared(
   `with pl as (
      insert into webhook_payloads (id, org_id, body, event_type, created_at) values ($8::uuid, $3::uuid, $6::json, $9::text, $7::timestamptz)
    )
-   insert into webhook_deliveries (id, webhook_id, org_id, event_type, event_id, payload_id, status, attempts, next_retry_at, created_at)
-   select d.id, d.webhook_id, $3, $4, $5, $8::uuid, 'pending', 0, $7::timestamptz, $7::timestamptz
+   insert into webhook_deliveries (id, webhook_id, org_id, event_type, event_id, payload_id, status, attempts, next_retry_at, created_at, traceparent)
+   select d.id, d.webhook_id, $3, $4, $5, $8::uuid, 'pending', 0, $7::timestamptz, $7::timestamptz, $10::text
      from unnest($1::uuid[], $2::uuid[]) as d(id, webhook_id)`,
 );
 
 /**
  * Inserts the body once and one pending delivery per webhook referring to it; answers the new ids.
  * Runs in the caller's transaction. `storedType`: the event's type on its payload, for an event a
- * replay may send again; none for a test delivery's body.
+ * replay may send again; none for a test delivery's body. While tracing is on, the rows carry the
+ * caller's trace, which their attempts continue (tracing.ts).
  */
 export async function enqueueDeliveries(db: Db, webhookIds: string[], orgId: string | null, eventType: string, eventId: string, body: string, storedType: string | null = null): Promise<string[]> {
   if (webhookIds.length === 0) return [];
   const ids = webhookIds.map(() => newId());
-  await rawQuery(db, insertDeliveries, [ids, webhookIds, orgId, eventType, eventId, body, clock.now().toISOString(), newId(), storedType]);
+  await rawQuery(db, insertDeliveries, [ids, webhookIds, orgId, eventType, eventId, body, clock.now().toISOString(), newId(), storedType, activeTracer ? (currentTraceparent() ?? null) : null]);
   return ids;
 }
 
@@ -744,19 +746,21 @@ export async function testWebhook(
   const body = JSON.stringify(eventBody({ id: eventId, type: event, timestamp, orgId: hook.orgId, data }, true));
   const deliveryId = newId();
   const audit = auditInsert(info, { action: 'webhook.test', ...auditTenant(access, hook), target: { type: 'webhook', id }, details: { event } }, TEST_PARAMS + 1);
-  await rawQuery(keel.db, testInsert(audit.text), [deliveryId, id, hook.orgId, event, eventId, body, clock.now().toISOString(), newId(), ...audit.params]);
+  const traceparent = activeTracer ? (currentTraceparent() ?? null) : null;
+  await rawQuery(keel.db, testInsert(audit.text), [deliveryId, id, hook.orgId, event, eventId, body, clock.now().toISOString(), newId(), traceparent, ...audit.params]);
   webhooksRuntime(keel).announce([deliveryId], [id]);
   return { message: 'Test delivery queued', delivery: { id: deliveryId, webhookId: id, status: 'pending', event, attempt: 0 } };
 }
 
 /**
- * A test delivery in one statement: its body, its pending row and its audit entry (from $9), atomic
+ * A test delivery in one statement: its body, its pending row (with the request's `traceparent`, $9,
+ * null while tracing is off) and its audit entry (from $10), atomic
  * without BEGIN and COMMIT. A transaction of three statements cost five round trips and held the
  * organisation's audit chain head (the `audit_logs_link` trigger) locked across two of them, so
  * concurrent tests of an organisation queued behind each other's COMMIT (docs/decisions.md "Speed:
  * publishing and deliveries").
  */
-const TEST_PARAMS = 8;
+const TEST_PARAMS = 9;
 let testStatement: Statement | null = null;
 function testInsert(auditText: string): Statement {
   testStatement ??= prepared(
@@ -764,8 +768,8 @@ function testInsert(auditText: string): Statement {
     `with pl as (
        insert into webhook_payloads (id, org_id, body, event_type, created_at) values ($8::uuid, $3::uuid, $6::json, null, $7::timestamptz)
      ), d as (
-       insert into webhook_deliveries (id, webhook_id, org_id, event_type, event_id, payload_id, status, attempts, next_retry_at, created_at)
-       values ($1::uuid, $2::uuid, $3::uuid, $4::text, $5::text, $8::uuid, 'pending', 0, $7::timestamptz, $7::timestamptz)
+       insert into webhook_deliveries (id, webhook_id, org_id, event_type, event_id, payload_id, status, attempts, next_retry_at, created_at, traceparent)
+       values ($1::uuid, $2::uuid, $3::uuid, $4::text, $5::text, $8::uuid, 'pending', 0, $7::timestamptz, $7::timestamptz, $9::text)
      ), a as (${auditText})
      select 1`,
   );
@@ -774,8 +778,8 @@ function testInsert(auditText: string): Statement {
 
 const insertRetry = prepared(
   'webhook_delivery_retry_insert',
-  `insert into webhook_deliveries (id, webhook_id, org_id, event_type, event_id, payload_id, status, attempts, next_retry_at, created_at, retry_of)
-   select $1::uuid, d.webhook_id, d.org_id, d.event_type, d.event_id, d.payload_id, 'pending', 0, $3::timestamptz, $3::timestamptz, d.id
+  `insert into webhook_deliveries (id, webhook_id, org_id, event_type, event_id, payload_id, status, attempts, next_retry_at, created_at, retry_of, traceparent)
+   select $1::uuid, d.webhook_id, d.org_id, d.event_type, d.event_id, d.payload_id, 'pending', 0, $3::timestamptz, $3::timestamptz, d.id, $4::text
      from webhook_deliveries d where d.id = $2::uuid
    on conflict (retry_of) where retry_of is not null do nothing
    returning id`,
@@ -809,7 +813,7 @@ export async function retryDelivery(
   if (original.retried_by) throw retried(original.retried_by);
   await spendManual(keel, access, webhookId);
   const id = await transaction(keel.db, async (tx) => {
-    const [row] = await rawQuery<{ id: string }>(tx.db, insertRetry, [newId(), deliveryId, clock.now().toISOString()]);
+    const [row] = await rawQuery<{ id: string }>(tx.db, insertRetry, [newId(), deliveryId, clock.now().toISOString(), activeTracer ? (currentTraceparent() ?? null) : null]);
     if (!row) return null;
     await writeAudit(tx.db, info, {
       action: 'webhook.delivery.retry',

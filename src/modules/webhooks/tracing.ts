@@ -1,5 +1,5 @@
 import { context, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
-import { activeTracer, contextOf, forgetTrace, recallTrace } from '../../platform/tracing/index.js';
+import { activeTracer, contextOf } from '../../platform/tracing/index.js';
 import type { Attempt, Dispatcher } from './dispatcher.js';
 import type { ClaimedDelivery } from './model.js';
 import type { AttemptResult } from './queue.js';
@@ -10,16 +10,17 @@ export type Decide = (row: ClaimedDelivery, attempt: Attempt) => Promise<Attempt
 
 /**
  * One attempt of a delivery and its recorded result. While tracing is on (docs/deploy.md "Tracing"),
- * the attempt is a span in the trace of the request that caused the delivery (its `traceparent`
- * remembered when the delivery was routed or queued: routing.ts, runtime.ts), with the outbound
- * request as its child; a delivery this process did not queue starts a trace of its own.
+ * the attempt is a span in the trace of the request that caused the delivery, with the outbound
+ * request as its child: that request's `traceparent` is stored on the delivery row when it is routed
+ * or queued (routing.ts, service.ts), so the attempt continues the trace in whichever process claims
+ * the row, retries included.
  */
 export function runAttempt(dispatcher: Dispatcher, decide: Decide): RunAttempt {
   if (!activeTracer) return async (row, signal) => decide(row, await dispatcher.attempt(row, signal));
   return async (row, signal) => {
     const tracer = activeTracer;
     if (!tracer) return decide(row, await dispatcher.attempt(row, signal));
-    const parent = contextOf(recallTrace(row.id));
+    const parent = contextOf(row.traceparent ?? undefined);
     const span = tracer.startSpan(
       'webhook delivery',
       {
@@ -32,8 +33,6 @@ export function runAttempt(dispatcher: Dispatcher, decide: Decide): RunAttempt {
       const result = await decide(row, await context.with(trace.setSpan(parent, span), () => dispatcher.attempt(row, signal)));
       span.setAttribute('keel.delivery.status', result?.status ?? 'released');
       if (result && result.status !== 'delivered') span.setStatus({ code: SpanStatusCode.ERROR });
-      // A delivery that will not be attempted again no longer needs its trace.
-      if (result && result.status !== 'retrying') forgetTrace(row.id);
       return result;
     } catch (err) {
       span.setStatus({ code: SpanStatusCode.ERROR, message: err instanceof Error ? err.name : 'error' });

@@ -6,21 +6,25 @@ import { context, propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, ty
  * Off unless an OTLP endpoint is configured. Off means no provider is registered and nothing here
  * runs on a request: every instrumented place tests `activeTracer` (one module variable) and takes its
  * plain path when it is null, so no span object, closure or context is made. On, the SDK (loaded only
- * then) registers a provider with Node's AsyncLocalStorage context manager and the W3C propagator;
+ * then, the 3.x line) registers a provider with Node's AsyncLocalStorage context manager and the W3C propagator;
  * spans are made through `@opentelemetry/api` only.
  *
  * Child spans (database statements, Redis commands, hashing, outbound calls) are made only inside a
  * trace (an active span): background polling with no request behind it makes none.
  */
 
-/** The OTEL_* settings Keel reads (src/config.ts); the SDK also reads OTEL_TRACES_SAMPLER(_ARG), OTEL_EXPORTER_OTLP(_TRACES)_HEADERS and OTEL_RESOURCE_ATTRIBUTES itself. */
+/** The OTEL_* settings Keel reads (src/config.ts); the exporter also reads OTEL_EXPORTER_OTLP(_TRACES)_HEADERS and the resource detector OTEL_RESOURCE_ATTRIBUTES itself. */
 export interface TracingSettings {
   OTEL_EXPORTER_OTLP_ENDPOINT?: string | undefined;
   OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?: string | undefined;
   OTEL_SERVICE_NAME?: string | undefined;
   OTEL_SDK_DISABLED?: boolean | undefined;
+  OTEL_TRACES_SAMPLER?: TracesSampler | undefined;
+  OTEL_TRACES_SAMPLER_ARG?: string | undefined;
   serviceVersion?: string | undefined;
 }
+
+export type TracesSampler = 'always_on' | 'always_off' | 'traceidratio' | 'parentbased_always_on' | 'parentbased_always_off' | 'parentbased_traceidratio';
 
 /** The tracer while tracing is on; null when off (the one test every instrumented place makes). */
 export let activeTracer: Tracer | null = null;
@@ -35,6 +39,20 @@ export function tracesUrl(settings: TracingSettings): string | null {
   return null;
 }
 
+type SdkTrace = typeof import('@opentelemetry/sdk-trace');
+type Sampler = import('@opentelemetry/sdk-trace').Sampler;
+
+/**
+ * The sampler `OTEL_TRACES_SAMPLER(_ARG)` name (the specification's values; default
+ * `parentbased_always_on`). The SDK's 3.x line leaves reading these variables to its callers.
+ */
+export function samplerOf(sdk: Pick<SdkTrace, 'AlwaysOnSampler' | 'AlwaysOffSampler' | 'TraceIdRatioBasedSampler' | 'ParentBasedSampler'>, settings: TracingSettings): Sampler {
+  const name = settings.OTEL_TRACES_SAMPLER ?? 'parentbased_always_on';
+  const ratio = settings.OTEL_TRACES_SAMPLER_ARG === undefined ? 1 : Number(settings.OTEL_TRACES_SAMPLER_ARG);
+  const root = name.endsWith('always_off') ? new sdk.AlwaysOffSampler() : name.endsWith('traceidratio') ? new sdk.TraceIdRatioBasedSampler(ratio) : new sdk.AlwaysOnSampler();
+  return name.startsWith('parentbased_') ? new sdk.ParentBasedSampler({ root }) : root;
+}
+
 /**
  * Starts tracing when an endpoint is configured (once per process; a second call is a no-op) and
  * answers whether it is on. Call it before the database opens: the driver is instrumented at open.
@@ -43,9 +61,10 @@ export async function startTracing(settings: TracingSettings, opts: { batchDelay
   if (activeTracer) return true;
   const url = tracesUrl(settings);
   if (!url) return false;
-  const [{ NodeTracerProvider }, { BatchSpanProcessor }, { OTLPTraceExporter }, { detectResources, envDetector, resourceFromAttributes }] = await Promise.all([
-    import('@opentelemetry/sdk-trace-node'),
-    import('@opentelemetry/sdk-trace-base'),
+  const [sdk, { AsyncLocalStorageContextManager }, { W3CTraceContextPropagator }, { OTLPTraceExporter }, { detectResources, envDetector, resourceFromAttributes }] = await Promise.all([
+    import('@opentelemetry/sdk-trace'),
+    import('@opentelemetry/context-async-hooks'),
+    import('@opentelemetry/core'),
     import('@opentelemetry/exporter-trace-otlp-proto'),
     import('@opentelemetry/resources'),
   ]);
@@ -53,10 +72,13 @@ export async function startTracing(settings: TracingSettings, opts: { batchDelay
   const resource = resourceFromAttributes({ 'service.name': settings.OTEL_SERVICE_NAME ?? 'keel', ...(settings.serviceVersion ? { 'service.version': settings.serviceVersion } : {}) }).merge(
     detectResources({ detectors: [envDetector] }),
   );
-  const processor = new BatchSpanProcessor(new OTLPTraceExporter({ url }), opts.batchDelayMs !== undefined ? { scheduledDelayMillis: opts.batchDelayMs } : {});
-  const provider = new NodeTracerProvider({ resource, spanProcessors: [processor] });
-  // The AsyncLocalStorage context manager and the W3C trace-context propagator.
-  provider.register();
+  const processor = new sdk.BatchSpanProcessor({ exporter: new OTLPTraceExporter({ url }), ...(opts.batchDelayMs !== undefined ? { scheduledDelayMillis: opts.batchDelayMs } : {}) });
+  const provider = new sdk.TracerProvider({ resource, sampler: samplerOf(sdk, settings), spanProcessors: [processor] });
+  // The SDK's 3.x line registers nothing itself: Node's AsyncLocalStorage context manager, the W3C
+  // trace-context propagator and the provider are set here (what NodeTracerProvider.register did).
+  context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+  propagation.setGlobalPropagator(new W3CTraceContextPropagator());
+  trace.setGlobalTracerProvider(provider);
   activeTracer = trace.getTracer('keel', settings.serviceVersion);
   shutdown = () => provider.shutdown();
   flush = () => provider.forceFlush();
@@ -122,33 +144,6 @@ export function currentTraceparent(): string | undefined {
 export function contextOf(traceparent: string | undefined): Context {
   if (!traceparent) return ROOT_CONTEXT;
   return propagation.extract(ROOT_CONTEXT, { traceparent });
-}
-
-/*
- * Work a trace leaves behind (a webhook delivery) continues it: the `traceparent` of the span that
- * caused the work is remembered under the work's id until the work is done (docs/decisions.md
- * "Tracing"). Kept in this process's memory: bounded (the oldest forgotten first), and work taken
- * up by another process starts a trace of its own.
- */
-const remembered = new Map<string, string>();
-const REMEMBERED_TRACES_MAX = 10_000;
-
-/** Remembers `traceparent` for `key` unless something is remembered for it already. */
-export function rememberTrace(key: string, traceparent: string | undefined): void {
-  if (!traceparent || remembered.has(key)) return;
-  if (remembered.size >= REMEMBERED_TRACES_MAX) {
-    const oldest = remembered.keys().next().value;
-    if (oldest !== undefined) remembered.delete(oldest);
-  }
-  remembered.set(key, traceparent);
-}
-
-export function recallTrace(key: string): string | undefined {
-  return remembered.get(key);
-}
-
-export function forgetTrace(key: string): void {
-  remembered.delete(key);
 }
 
 export { SpanKind };
