@@ -35,9 +35,9 @@ describe.skipIf(!backendAvailable())(`background jobs per process role (${backen
   const names = (roles: ReturnType<typeof processRoles>) => app.server.keel.modules.jobsFor(roles).map((j) => j.name);
 
   it('each role runs exactly its jobs: serve (WORKER=inline), serve (WORKER=off), worker', () => {
-    expect(names(processRoles('serve', 'inline'))).toEqual(['audit.checkpoint', 'audit.retention', 'audit.security-events', 'webhooks.delivery', 'webhooks.retention', 'webhooks.replay', 'agents.last-seen-flush', 'agents.offline-sweep', 'agents.ring-advance', 'agents.version-counts-rollup', 'domains.recheck', 'siem.sender']);
+    expect(names(processRoles('serve', 'inline'))).toEqual(['audit.checkpoint', 'audit.retention', 'audit.security-events', 'webhooks.delivery', 'webhooks.retention', 'webhooks.replay', 'agents.last-seen-flush', 'agents.offline-sweep', 'agents.ring-advance', 'agents.version-counts-rollup', 'domains.recheck', 'scim.reevaluation', 'siem.sender']);
     expect(names(processRoles('serve', 'off'))).toEqual(['agents.last-seen-flush']);
-    expect(names(processRoles('worker'))).toEqual(['audit.checkpoint', 'audit.retention', 'audit.security-events', 'webhooks.delivery', 'webhooks.retention', 'webhooks.replay', 'agents.offline-sweep', 'agents.ring-advance', 'agents.version-counts-rollup', 'domains.recheck', 'siem.sender']);
+    expect(names(processRoles('worker'))).toEqual(['audit.checkpoint', 'audit.retention', 'audit.security-events', 'webhooks.delivery', 'webhooks.retention', 'webhooks.replay', 'agents.offline-sweep', 'agents.ring-advance', 'agents.version-counts-rollup', 'domains.recheck', 'scim.reevaluation', 'siem.sender']);
     // The server started the jobs of its configuration, not more (mounting routes starts nothing).
     expect(app.server.keel.modules.running().map((j) => j.name)).toEqual(['agents.last-seen-flush']);
     expect(app.server.keel.modules.jobs().map((j) => j.name)).toHaveLength(11);
