@@ -40,7 +40,7 @@ describe.skipIf(!backendAvailable())(`background jobs per process role (${backen
     expect(names(processRoles('worker'))).toEqual(['audit.checkpoint', 'audit.retention', 'audit.security-events', 'webhooks.delivery', 'webhooks.retention', 'webhooks.replay', 'agents.offline-sweep', 'agents.ring-advance', 'agents.version-counts-rollup', 'domains.recheck', 'scim.reevaluation', 'siem.sender']);
     // The server started the jobs of its configuration, not more (mounting routes starts nothing).
     expect(app.server.keel.modules.running().map((j) => j.name)).toEqual(['agents.last-seen-flush']);
-    expect(app.server.keel.modules.jobs().map((j) => j.name)).toHaveLength(11);
+    expect(app.server.keel.modules.jobs().map((j) => j.name)).toHaveLength(13);
   });
 
   it('a module is read from the container, never created on first use', async () => {
