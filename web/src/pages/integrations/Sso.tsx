@@ -11,6 +11,7 @@ import { Alert, Button, Card, ErrorAlert, Field, MfaNote, PageHeader, QueryState
 import { permissionPage } from '../../permission';
 import { ProviderForm } from './SsoForm';
 import { VerifiedDomains } from './Domains';
+import { PartnerSsoProviders, partnerLoginLink } from './PartnerSso';
 import { keys } from '../../api/keys';
 import type { Schema } from '../../api/types';
 
@@ -113,6 +114,7 @@ function ProviderList() {
         onPage={setPage}
       />
       <VerifiedDomains />
+      <PartnerSsoProviders />
     </>
   );
 }
@@ -265,7 +267,8 @@ function ProviderPage({ id }: { id: string }) {
                   Redirect URI to register at the identity provider: <code>{`${window.location.origin}${API}/sso/callback`}</code>
                 </p>
               )}
-              {p.status === 'testing' && (
+              {p.status === 'testing' && p.partnerId && <PartnerTrialLink partnerId={p.partnerId} />}
+              {p.status === 'testing' && !p.partnerId && (
                 <p>
                   Try it: open <a href={ssoLoginLink(p.orgId ?? '')}>{ssoLoginLink(p.orgId ?? '')}</a> and sign in at the identity provider as yourself. Only people who may manage this organisation’s single sign-on get through; nobody is created and no role changes.
                 </p>
@@ -276,6 +279,18 @@ function ProviderPage({ id }: { id: string }) {
         );
       }}
     </QueryState>
+  );
+}
+
+/** A partner provider in testing is tried from the partner's sign-in page. */
+function PartnerTrialLink({ partnerId }: { partnerId: string }) {
+  const partner = useQuery({ queryKey: keys.partners.detail(partnerId), queryFn: async () => dataOf(await client.GET('/api/v1/partners/{id}', { params: { path: { id: partnerId } } })) });
+  if (!partner.data) return null;
+  const link = partnerLoginLink(partner.data.slug);
+  return (
+    <p>
+      Try it: open <a href={link}>{link}</a> and sign in at the identity provider as yourself. Only people who may manage the partner’s single sign-on get through; nobody is created and no role changes.
+    </p>
   );
 }
 
