@@ -52,7 +52,7 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: a partner
     const { page } = t;
     await t.context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: app.publicUrl });
     await signInWithTotp(page, `${app.publicUrl}/integrations/sso?orgId=${tenant.orgId}`, tenant.partnerAdmin, secret);
-    const card = page.getByRole('region', { name: /Single sign-on for .*technicians/ });
+    const card = page.getByRole('region', { name: /^Partner-level SSO of / });
     await card.waitFor();
 
     // The partner's sign-in address: changed, then copied.

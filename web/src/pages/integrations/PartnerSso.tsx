@@ -115,7 +115,7 @@ export function PartnerSsoProviders() {
   // A partner user without every organisation of the partner may not list them (403): nothing shown.
   if (!partner || list.error || !me) return null;
   return (
-    <Card title={`Single sign-on for ${partner.name}’s technicians`}>
+    <Card title={`Partner-level SSO of ${partner.name}`}>
       <PartnerSignInPage partnerId={partner.partnerId} />
       {can('organizations', 'write') && !creating && (
         <p>
