@@ -101,7 +101,7 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: a partner
     await page.getByRole('button', { name: 'Test discovery and credentials' }).click();
     await page.getByText('Test passed.').waitFor();
     await page.getByRole('button', { name: 'Activate' }).click();
-    await page.locator('.badge', { hasText: 'active' }).first().waitFor();
+    await page.getByText('offered at the partner’s sign-in page (one per partner)').waitFor();
     await t.screenshot('partner-sso-provider');
 
     const [saved] = await app.server.keel.db.select().from(ssoProviders).where(eq(ssoProviders.partnerId, tenant.partnerId));

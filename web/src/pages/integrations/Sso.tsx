@@ -27,6 +27,12 @@ const STATUS_TEXT: Record<SsoStatus, string> = {
   active: 'offered at sign-in (one per organisation)',
 };
 
+const PARTNER_STATUS_TEXT: Record<SsoStatus, string> = {
+  inactive: 'not used for sign-in',
+  testing: 'while no provider is active, the partner’s sign-in page starts a trial that only the partner’s single sign-on administrators can complete (each attempt is in the audit log)',
+  active: 'offered at the partner’s sign-in page (one per partner)',
+};
+
 /** The organisation's SSO sign-in link (`GET /api/v1/sso/login/<orgId>`) as people open it. */
 export const ssoLoginLink = (orgId: string) => `${window.location.origin}${API}/sso/login/${orgId}`;
 
@@ -244,7 +250,7 @@ function ProviderPage({ id }: { id: string }) {
             {report && <Report report={report} />}
             <Card title="Status">
               <p>
-                <span className={`badge ${p.status === 'active' ? 'badge-ok' : 'badge-warn'}`}>{p.status}</span>: {STATUS_TEXT[p.status]}
+                <span className={`badge ${p.status === 'active' ? 'badge-ok' : 'badge-warn'}`}>{p.status}</span>: {(p.partnerId ? PARTNER_STATUS_TEXT : STATUS_TEXT)[p.status]}
               </p>
               {writable && (
                 <div className="row" role="group" aria-label="Set the status">
