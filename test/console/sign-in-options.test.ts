@@ -105,7 +105,7 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: sign-in o
     await axeBothThemes(page);
   });
 
-  it('the Account page registers sign-in passkeys, marks them, and removes the password once two exist', async () => {
+  it('the Account page registers sign-in passkeys, marks them, removes the password once two exist, then adds and removes passkeys confirmed by a passkey', async () => {
     const user = await createUser(app, { name: 'Going Passwordless', org: { orgId: tenant.otherOrgId, roleId: SYSTEM_ROLES.orgReadOnly.id } });
     const dev = await device(true);
     const { page } = dev;
@@ -135,5 +135,38 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: sign-in o
     await page.getByText('You sign in with your passkeys only').waitFor();
     await axeBothThemes(page);
     expect((await app.api('POST', '/auth/login', { body: { email: user.email, password: user.password } })).status).toBe(401);
+
+    // Without a password the card asks for a passkey instead (docs/decisions.md "Passwordless accounts").
+    await page.getByRole('button', { name: 'Add a passkey' }).click();
+    await page.getByText('Your account has no password: you confirm with one of your passkeys first').waitFor();
+    expect(await page.getByLabel('Current password').count()).toBe(0);
+    await axeBothThemes(page);
+    await page.getByLabel('Name for this passkey').fill('Phone');
+    await page.getByLabel('Sign in with it alone, without a password').check();
+    // The re-authentication signs with "Security key"; then this authenticator forgets it, so the new
+    // key is not refused as one it already holds (the account keeps it).
+    const reauths: unknown[] = [];
+    await page.route('**/api/v1/auth/passkeys/register/options', async (route) => {
+      reauths.push((route.request().postDataJSON() as { reauth?: unknown }).reauth);
+      for (const c of await dev.credentials()) await dev.cdp.send('WebAuthn.removeCredential', { authenticatorId: dev.authenticatorId, credentialId: c.credentialId });
+      await route.continue();
+    });
+    await page.getByRole('button', { name: 'Create passkey' }).click();
+    await page.getByText('Phone', { exact: true }).waitFor();
+    await page.unroute('**/api/v1/auth/passkeys/register/options');
+    expect(reauths).toEqual([expect.objectContaining({ challengeId: expect.any(String) })]);
+    expect(await app.server.keel.db.select({ name: passkeys.name }).from(passkeys).where(eq(passkeys.userId, user.id))).toHaveLength(3);
+
+    // Removing one is confirmed with the passkey this device holds ("Phone").
+    await page.getByRole('button', { name: 'Remove Laptop' }).click();
+    await page.getByText('Confirm with one of your passkeys (your account has no password).').waitFor();
+    expect(await page.getByLabel('Current password').count()).toBe(0);
+    // (No password exists, so the removal's success is the re-authentication's.)
+    const removal = page.waitForResponse((r) => r.request().method() === 'DELETE' && r.url().includes('/api/v1/auth/passkeys/'));
+    await page.getByRole('button', { name: 'Remove passkey' }).click();
+    expect((await removal).status()).toBe(204);
+    await page.getByRole('button', { name: 'Remove Laptop' }).waitFor({ state: 'detached' });
+    const left = await app.server.keel.db.select({ name: passkeys.name }).from(passkeys).where(eq(passkeys.userId, user.id));
+    expect(left.map((k) => k.name).sort()).toEqual(['Phone', 'Security key']);
   });
 });

@@ -3,7 +3,7 @@
 import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { useSearch } from 'wouter';
-import { startRegistration, type PublicKeyCredentialCreationOptionsJSON } from '@simplewebauthn/browser';
+import { startAuthentication, startRegistration, type PublicKeyCredentialCreationOptionsJSON, type PublicKeyCredentialRequestOptionsJSON } from '@simplewebauthn/browser';
 import { api, dataOf, client, passkeyError, saveBlob, type SelfProfile } from '../api';
 import { useAuth } from '../auth';
 import { Alert, Button, Card, Checkbox, ErrorAlert, Field, PageHeader, QueryState, TableFrame, useSubmit, when } from '../ui';
@@ -244,8 +244,27 @@ function SmsCard({ onCodes }: { onCodes: (c: string[]) => void }) {
 
 type Passkey = Schema<'Passkey'>;
 
+/**
+ * What proves it is still you, for an account without a password: one of your passkeys, asked by
+ * POST /auth/passkeys/reauth/options (docs/decisions.md "Passwordless accounts"), sent as `reauth`.
+ */
+async function passkeyReauth(): Promise<{ challengeId: string; response: unknown }> {
+  const { options, challengeId } = await api<{ options: PublicKeyCredentialRequestOptionsJSON; challengeId: string }>('POST', '/auth/passkeys/reauth/options');
+  try {
+    return { challengeId, response: await startAuthentication({ optionsJSON: options }) };
+  } catch (err) {
+    throw passkeyError(err);
+  }
+}
+
+/** `currentPassword` for an account with a password, else a passkey re-authentication. */
+async function reentry(hasPassword: boolean, password: string): Promise<{ currentPassword: string } | { reauth: { challengeId: string; response: unknown } }> {
+  return hasPassword ? { currentPassword: password } : { reauth: await passkeyReauth() };
+}
+
 function PasskeysCard({ onCodes }: { onCodes: (c: string[]) => void }) {
-  const { reloadMe } = useAuth();
+  const { me, reloadMe } = useAuth();
+  const hasPassword = me?.hasPassword ?? true;
   const qc = useQueryClient();
   const list = useQuery({ queryKey: keys.passkeys.all, queryFn: async () => dataOf(await client.GET('/api/v1/auth/passkeys')) });
   const [adding, setAdding] = useState(false);
@@ -259,7 +278,7 @@ function PasskeysCard({ onCodes }: { onCodes: (c: string[]) => void }) {
     await reloadMe();
   };
   const add = useSubmit(async () => {
-    const optionsJSON = await api<PublicKeyCredentialCreationOptionsJSON>('POST', '/auth/passkeys/register/options', { body: { currentPassword: password, name: name.trim(), signIn } });
+    const optionsJSON = await api<PublicKeyCredentialCreationOptionsJSON>('POST', '/auth/passkeys/register/options', { body: { ...(await reentry(hasPassword, password)), name: name.trim(), signIn } });
     let credential;
     try {
       credential = await startRegistration({ optionsJSON });
@@ -275,7 +294,7 @@ function PasskeysCard({ onCodes }: { onCodes: (c: string[]) => void }) {
   });
   const remove = useSubmit(async () => {
     if (!removing) return;
-    await api('DELETE', `/auth/passkeys/${removing.id}`, { body: { currentPassword: password } });
+    await api('DELETE', `/auth/passkeys/${removing.id}`, { body: await reentry(hasPassword, password) });
     setRemoving(null);
     setPassword('');
     await refreshAll();
@@ -328,8 +347,8 @@ function PasskeysCard({ onCodes }: { onCodes: (c: string[]) => void }) {
       {removing && (
         <form onSubmit={remove.submit} className="inline-form">
           <ErrorAlert error={remove.error} />
-          <p>Remove “{removing.name}”? Enter your password to confirm.</p>
-          <Field label="Current password" type="password" autoComplete="current-password" required value={password} onChange={(e) => setPassword(e.target.value)} error={remove.fields.currentPassword} />
+          <p>Remove “{removing.name}”? {hasPassword ? 'Enter your password to confirm.' : 'Confirm with one of your passkeys (your account has no password).'}</p>
+          {hasPassword && <Field label="Current password" type="password" autoComplete="current-password" required value={password} onChange={(e) => setPassword(e.target.value)} error={remove.fields.currentPassword} />}
           <Button type="submit" kind="danger" busy={remove.busy}>Remove passkey</Button>
           <Button type="button" kind="link" onClick={() => setRemoving(null)}>Cancel</Button>
         </form>
@@ -339,7 +358,11 @@ function PasskeysCard({ onCodes }: { onCodes: (c: string[]) => void }) {
         <form onSubmit={add.submit} className="inline-form" aria-label="Add a passkey">
           <ErrorAlert error={add.error} />
           <Field label="Name for this passkey" required maxLength={100} placeholder="Work laptop" value={name} onChange={(e) => setName(e.target.value)} error={add.fields.name} />
-          <Field label="Current password" type="password" autoComplete="current-password" required value={password} onChange={(e) => setPassword(e.target.value)} error={add.fields.currentPassword} />
+          {hasPassword ? (
+            <Field label="Current password" type="password" autoComplete="current-password" required value={password} onChange={(e) => setPassword(e.target.value)} error={add.fields.currentPassword} />
+          ) : (
+            <p className="small">Your account has no password: you confirm with one of your passkeys first, then create the new one.</p>
+          )}
           <Checkbox label="Sign in with it alone, without a password" checked={signIn} onChange={setSignIn} />
           <Button type="submit" busy={add.busy}>Create passkey</Button>
           <Button type="button" kind="link" onClick={() => setAdding(false)}>Cancel</Button>

@@ -11,6 +11,7 @@ import { Alert, Button, Card, ErrorAlert, Field, MfaNote, PageHeader, QueryState
 import { permissionPage } from '../../permission';
 import { ProviderForm } from './SsoForm';
 import { VerifiedDomains } from './Domains';
+import { PartnerSsoProviders, partnerLoginLink } from './PartnerSso';
 import { keys } from '../../api/keys';
 import type { Schema } from '../../api/types';
 
@@ -24,6 +25,12 @@ const STATUS_TEXT: Record<SsoStatus, string> = {
   inactive: 'not used for sign-in',
   testing: 'while no provider is active, the sign-in link starts a trial that only the organisation’s single sign-on administrators can complete (each attempt is in the audit log)',
   active: 'offered at sign-in (one per organisation)',
+};
+
+const PARTNER_STATUS_TEXT: Record<SsoStatus, string> = {
+  inactive: 'not used for sign-in',
+  testing: 'while no provider is active, the partner’s sign-in page starts a trial that only the partner’s single sign-on administrators can complete (each attempt is in the audit log)',
+  active: 'offered at the partner’s sign-in page (one per partner)',
 };
 
 /** The organisation's SSO sign-in link (`GET /api/v1/sso/login/<orgId>`) as people open it. */
@@ -113,6 +120,7 @@ function ProviderList() {
         onPage={setPage}
       />
       <VerifiedDomains />
+      <PartnerSsoProviders />
     </>
   );
 }
@@ -242,7 +250,7 @@ function ProviderPage({ id }: { id: string }) {
             {report && <Report report={report} />}
             <Card title="Status">
               <p>
-                <span className={`badge ${p.status === 'active' ? 'badge-ok' : 'badge-warn'}`}>{p.status}</span>: {STATUS_TEXT[p.status]}
+                <span className={`badge ${p.status === 'active' ? 'badge-ok' : 'badge-warn'}`}>{p.status}</span>: {(p.partnerId ? PARTNER_STATUS_TEXT : STATUS_TEXT)[p.status]}
               </p>
               {writable && (
                 <div className="row" role="group" aria-label="Set the status">
@@ -265,7 +273,8 @@ function ProviderPage({ id }: { id: string }) {
                   Redirect URI to register at the identity provider: <code>{`${window.location.origin}${API}/sso/callback`}</code>
                 </p>
               )}
-              {p.status === 'testing' && (
+              {p.status === 'testing' && p.partnerId && <PartnerTrialLink partnerId={p.partnerId} />}
+              {p.status === 'testing' && !p.partnerId && (
                 <p>
                   Try it: open <a href={ssoLoginLink(p.orgId ?? '')}>{ssoLoginLink(p.orgId ?? '')}</a> and sign in at the identity provider as yourself. Only people who may manage this organisation’s single sign-on get through; nobody is created and no role changes.
                 </p>
@@ -276,6 +285,18 @@ function ProviderPage({ id }: { id: string }) {
         );
       }}
     </QueryState>
+  );
+}
+
+/** A partner provider in testing is tried from the partner's sign-in page. */
+function PartnerTrialLink({ partnerId }: { partnerId: string }) {
+  const partner = useQuery({ queryKey: keys.partners.detail(partnerId), queryFn: async () => dataOf(await client.GET('/api/v1/partners/{id}', { params: { path: { id: partnerId } } })) });
+  if (!partner.data) return null;
+  const link = partnerLoginLink(partner.data.slug);
+  return (
+    <p>
+      Try it: open <a href={link}>{link}</a> and sign in at the identity provider as yourself. Only people who may manage the partner’s single sign-on get through; nobody is created and no role changes.
+    </p>
   );
 }
 

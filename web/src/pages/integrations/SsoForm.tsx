@@ -10,6 +10,7 @@ import { useRoles } from '../admin/common';
 import type { Provider } from './Sso';
 import { keys } from '../../api/keys';
 import { GroupRoleMappings } from './GroupRoleMappings';
+import { usePartnerScope } from './PartnerSso';
 
 const OIDC_URLS = [
   ['issuer', 'Issuer URL', 'Discovery fills the four endpoints below (endpoints you set win).'],
@@ -37,7 +38,9 @@ function certificateProblem(text: string | undefined): string | null {
 export function ProviderForm({ provider: p, writable, saved, onSaved }: { provider: Provider; writable: boolean; saved: boolean; onSaved: () => void }) {
   const qc = useQueryClient();
   const roles = useRoles('users');
-  const orgRoles = (roles.data?.data ?? []).filter((r) => r.scope === 'organization' && (r.orgId === null || r.orgId === p.orgId));
+  // A partner's provider grants the partner's roles and organisations (docs/decisions.md "Partner-level SSO").
+  const partner = usePartnerScope(p.partnerId);
+  const orgRoles = p.partnerId ? partner.roles : (roles.data?.data ?? []).filter((r) => r.scope === 'organization' && (r.orgId === null || r.orgId === p.orgId));
   const [d, setD] = useState<Draft>(() => ({
     name: p.name,
     issuer: p.issuer ?? '',
@@ -62,6 +65,10 @@ export function ProviderForm({ provider: p, writable, saved, onSaved }: { provid
   const [autoProvision, setAutoProvision] = useState(p.autoProvision);
   const [enforce, setEnforce] = useState(p.enforceSSO);
   const [mappings, setMappings] = useState(p.groupRoleMappings);
+  const [orgAccess, setOrgAccess] = useState(p.orgAccess);
+  const [orgIds, setOrgIds] = useState(p.orgIds);
+  const [breakGlass, setBreakGlass] = useState(p.breakGlassUserIds);
+  const toggle = (list: string[], id: string, on: boolean) => (on ? [...list, id] : list.filter((x) => x !== id));
   const set = (k: string) => (e: { target: { value: string } }) => setD({ ...d, [k]: e.target.value });
   const orNull = (v: string | undefined) => (v && v.trim() ? v.trim() : null);
   const s = useSubmit(async () => {
@@ -74,8 +81,13 @@ export function ProviderForm({ provider: p, writable, saved, onSaved }: { provid
       defaultRoleId: orNull(d.defaultRoleId),
       allowedDomains: d.allowedDomains?.trim() ?? '',
       enforceSSO: enforce,
-      groupRoleMappings: mappings.filter((m) => m.group.trim() && m.roleId),
+      groupRoleMappings: mappings.filter((m) => m.group.trim() && m.roleId).map(({ orgIds: named, ...m }) => (p.partnerId && named?.length ? { ...m, orgIds: named } : m)),
     };
+    if (p.partnerId) {
+      body.orgAccess = orgAccess;
+      body.orgIds = orgAccess === 'selected' ? orgIds : [];
+      body.breakGlassUserIds = breakGlass;
+    }
     // Only what changed: an endpoint left as it was stays the discovered one.
     const was: Record<string, string | null> = { ...p, attributeMapping: null, groupRoleMappings: null } as unknown as Record<string, string | null>;
     const fields = p.type === 'oidc' ? [...OIDC_URLS.map(([k]) => k), 'clientId'] : ['entityId', 'ssoUrl', 'certificate'];
@@ -145,7 +157,7 @@ export function ProviderForm({ provider: p, writable, saved, onSaved }: { provid
         <fieldset disabled={!writable}>
           <legend>Users and roles</legend>
           <Checkbox label="Create accounts for new users at their first sign-in" checked={autoProvision} onChange={setAutoProvision} />
-          <Select label="Role of new users" value={d.defaultRoleId} onChange={set('defaultRoleId')} error={f.defaultRoleId}>
+          <Select label={p.partnerId ? 'Partner role of new technicians' : 'Role of new users'} value={d.defaultRoleId} onChange={set('defaultRoleId')} error={f.defaultRoleId}>
             <option value="">— none —</option>
             {orgRoles.map((r) => (
               <option key={r.id} value={r.id}>
@@ -154,13 +166,44 @@ export function ProviderForm({ provider: p, writable, saved, onSaved }: { provid
             ))}
           </Select>
           <Field label="Allowed email domains" value={d.allowedDomains} onChange={set('allowedDomains')} error={f.allowedDomains} hint="Comma-separated, e.g. example.com, example.org; empty allows any." />
-          <Checkbox label="Enforce single sign-on (turn off password sign-in for the organisation's users)" checked={enforce} onChange={setEnforce} />
+          {p.partnerId && (
+            <>
+              <Select label="Organisations new technicians reach" value={orgAccess} onChange={(e) => setOrgAccess(e.target.value as typeof orgAccess)} error={f.orgAccess}>
+                <option value="all">All organisations of the partner</option>
+                <option value="selected">Only the organisations ticked below</option>
+                {orgAccess === 'none' && <option value="none">None (the partner’s own records only)</option>}
+              </Select>
+              {orgAccess === 'selected' && (
+                <fieldset>
+                  <legend>Organisations new technicians reach</legend>
+                  {partner.orgs.map((o) => (
+                    <Checkbox key={o.id} label={o.name} checked={orgIds.includes(o.id)} onChange={(on) => setOrgIds(toggle(orgIds, o.id, on))} />
+                  ))}
+                  {f.orgIds && <div className="field-error">{f.orgIds}</div>}
+                </fieldset>
+              )}
+            </>
+          )}
+          <Checkbox
+            label={p.partnerId ? "Enforce single sign-on (turn off password sign-in for the partner's technicians)" : "Enforce single sign-on (turn off password sign-in for the organisation's users)"}
+            checked={enforce}
+            onChange={setEnforce}
+          />
+          {p.partnerId && (
+            <fieldset>
+              <legend>Break-glass members (may still sign in with a password, audited; at most 10)</legend>
+              {partner.members.map((u) => (
+                <Checkbox key={u.id} label={u.name} checked={breakGlass.includes(u.id)} onChange={(on) => setBreakGlass(toggle(breakGlass, u.id, on))} />
+              ))}
+              {f.breakGlassUserIds && <div className="field-error">{f.breakGlassUserIds}</div>}
+            </fieldset>
+          )}
           <strong>Group-to-role mappings</strong>
           <p className="hint">
             At each sign-in, of the mappings whose group the user has, the role with the most permissions decides (roles that may change something before read-only ones; on a tie, the earlier mapping). The groups are read from the {p.type === 'oidc' ? 'claim' : 'attribute'} named in “Groups from” above{d['map.groups']?.trim() ? '' : ', which is empty: name it before adding mappings'}.
           </p>
           {f.groupRoleMappings && <div className="field-error">{f.groupRoleMappings}</div>}
-          <GroupRoleMappings mappings={mappings} onChange={setMappings} roles={orgRoles} errors={f} />
+          <GroupRoleMappings mappings={mappings} onChange={setMappings} roles={orgRoles} errors={f} {...(p.partnerId ? { orgs: partner.orgs } : {})} />
         </fieldset>
         {writable && (
           <>
