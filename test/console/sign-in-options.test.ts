@@ -69,9 +69,18 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: sign-in o
     await registerSignInPasskey(dev, user, (await login(app, user)).accessToken, 'Phone');
 
     const { page } = dev;
+    // The passkey options are held until the field is read: once they arrive, the virtual
+    // authenticator answers the conditional request at once and the sign-in page is gone.
+    let release = (): void => undefined;
+    const held = new Promise<void>((r) => (release = r));
+    await page.route('**/api/v1/auth/passkey/options', async (route) => {
+      await held;
+      await route.continue();
+    });
     await page.goto(`${app.publicUrl}/login`);
     const email = page.getByLabel('Email', { exact: true });
     expect(await email.getAttribute('autocomplete')).toBe('username webauthn');
+    release();
     // The virtual authenticator answers the pending conditional request: the autofill signs in.
     await page.getByRole('heading', { name: 'Welcome, Passkey Person' }).waitFor();
 
