@@ -77,7 +77,9 @@ export async function benchFleet(backend: BenchBackend): Promise<FleetResult> {
     const register = (version: string) =>
       api('/agent-versions', { version, component: 'agent', os: 'linux', arch: 'amd64', url: `https://releases.example.com/${version}/agent`, sha256: 'a'.repeat(64), size: 1000 });
     await register('1.0.0');
-    const org = await api('/orgs', { name: 'Fleet' });
+    // An organisation belongs to a partner.
+    const partner = await api('/partners', { name: 'Fleet Partner' });
+    const org = await api('/orgs', { name: 'Fleet', partnerId: partner.id });
     const key = (await api(`/orgs/${org.id}/enrollment-keys`, {})).key as string;
 
     process.stderr.write(`[fleet/${backend.name}] enrolling ${DEVICES} devices and bringing them online...\n`);
