@@ -1,13 +1,11 @@
 import { and, count, eq } from 'drizzle-orm';
-import type { AuthenticationResponseJSON, PublicKeyCredentialRequestOptionsJSON, verifyAuthenticationResponse } from '@simplewebauthn/server';
+import type { AuthenticationResponseJSON, PublicKeyCredentialRequestOptionsJSON } from '@simplewebauthn/server';
 
 import type { Keel } from '../../keel.js';
 import { clock } from '../../platform/clock.js';
 import { transaction } from '../../platform/db/transaction.js';
 import { AppError, unauthorized } from '../../platform/http/errors.js';
 import { countAuthOutcome } from '../../platform/metrics.js';
-import { requestLog } from '../../platform/request-scope.js';
-import { loggableError } from '../../platform/safe-error.js';
 import { writeAudit } from '../audit/service.js';
 import { getAccessSummary } from '../access/service.js';
 import { updateAccount } from '../identity/accounts.js';
@@ -19,7 +17,7 @@ import { auditSignInRefusal } from '../identity/sign-in-audit.js';
 import { applyPasswordPolicies, findUserByEmail, invalidCredentials, signIn, type RequestInfo, type TokenAnswer } from '../identity/service.js';
 import { loadUser, mfaDisabled, mfaLimits } from './common.js';
 import { mfaError } from './errors.js';
-import { SIGN_IN_PASSKEYS_FOR_NO_PASSWORD, advanceCounter, challengeExpired, challengeOf, decodeKey, invalidPasskey, userHandle, webauthn, WEBAUTHN_CHALLENGE_TTL_MS } from './passkeys.js';
+import { SIGN_IN_PASSKEYS_FOR_NO_PASSWORD, advanceCounter, challengeExpired, challengeOf, invalidPasskey, userHandle, verifyAssertion, webauthn, WEBAUTHN_CHALLENGE_TTL_MS } from './passkeys.js';
 import { assertMethodAllowed, securityPolicy } from './policy.js';
 import { passkeys } from './schema.js';
 import { requireRelyingParty } from './webauthn.js';
@@ -102,7 +100,7 @@ async function checkPasskeySignIn(
   seen: { userId: string | null },
 ): Promise<TokenAnswer> {
   if (!keel.config.ENABLE_2FA) throw mfaDisabled();
-  const rp = requireRelyingParty(keel);
+  requireRelyingParty(keel);
   const challenge = challengeOf(response);
   if (!challenge) throw invalidPasskey(401);
   const record = await keel.singleUse.consume(keel.db, PASSKEY_SIGN_IN_PURPOSE, challengeId);
@@ -121,29 +119,14 @@ async function checkPasskeySignIn(
     throw invalidPasskey(401);
   }
 
-  let verification: Awaited<ReturnType<typeof verifyAuthenticationResponse>>;
-  try {
-    verification = await (await webauthn()).verifyAuthenticationResponse({
-      response,
-      expectedChallenge: challenge,
-      expectedOrigin: rp.origin,
-      expectedRPID: rp.rpId,
-      // The counter is checked after the signature (advanceCounter), so a regression is reported only for a genuine signature.
-      credential: { id: key.credentialId, publicKey: decodeKey(key.publicKey), counter: 0, transports: key.transports },
-      requireUserVerification: true,
-    });
-  } catch (err) {
-    requestLog(keel.log, info).info({ error: loggableError(err) }, 'passkey sign-in assertion refused');
-    throw invalidPasskey(401);
-  }
-  if (!verification.verified) throw invalidPasskey(401);
+  const authenticated = await verifyAssertion(keel, info, key, response, { challenge, userVerification: true, status: 401, refused: 'passkey sign-in assertion refused' });
 
   // The password path's refusals, with its codes: an inactive or locked account is 401 invalid_credentials.
   if (user.status !== 'active' || (user.lockedUntil && user.lockedUntil.getTime() > clock.nowMs())) throw invalidCredentials();
   const actorInfo: RequestInfo = { ...info, actor: { type: 'user', id: user.id, email: user.email } };
   // The organisation's allowed methods bind a passkey alone as they bind it as a second factor.
   assertMethodAllowed(await securityPolicy(keel, await getAccessSummary(keel, user)), 'passkey');
-  await advanceCounter(keel, key, user, verification.authenticationInfo, actorInfo);
+  await advanceCounter(keel, key, user, authenticated, actorInfo);
   await applyPasswordPolicies(keel, user, info);
   return signIn(keel, user, actorInfo, { mfa: true, method: 'passkey', policyChecked: true, details: { passkeyId: key.id } });
 }

@@ -291,7 +291,7 @@ export async function verifyReentry(keel: Keel, principal: ReentryPrincipal, pro
     await verifyReenteredPassword(keel, principal.userId, proof.currentPassword);
     return;
   }
-  const rp = requireRelyingParty(keel);
+  requireRelyingParty(keel);
   const { challengeId, response } = proof.reauth;
   const challenge = challengeOf(response);
   if (!challenge) throw invalidPasskey(400);
@@ -299,23 +299,9 @@ export async function verifyReentry(keel: Keel, principal: ReentryPrincipal, pro
   if (!record || record.subjectId !== principal.userId || record.data.sessionId !== principal.sessionId || record.data.challenge !== challenge) throw challengeExpired(400);
   const [key] = await keel.db.select().from(passkeys).where(and(eq(passkeys.userId, principal.userId), eq(passkeys.credentialId, response.id)));
   if (!key) throw invalidPasskey(400);
-  let verification: Awaited<ReturnType<typeof verifyAuthenticationResponse>>;
-  try {
-    verification = await (await webauthn()).verifyAuthenticationResponse({
-      response,
-      expectedChallenge: challenge,
-      expectedOrigin: rp.origin,
-      expectedRPID: rp.rpId,
-      credential: { id: key.credentialId, publicKey: decodeKey(key.publicKey), counter: 0, transports: key.transports },
-      requireUserVerification: true,
-    });
-  } catch (err) {
-    requestLog(keel.log, info).info({ error: loggableError(err) }, 'passkey re-authentication refused');
-    throw invalidPasskey(400);
-  }
-  if (!verification.verified) throw invalidPasskey(400);
+  const authenticated = await verifyAssertion(keel, info, key, response, { challenge, userVerification: true, status: 400, refused: 'passkey re-authentication refused' });
   const user = await loadUser(keel, principal.userId);
-  await advanceCounter(keel, key, user, verification.authenticationInfo, info);
+  await advanceCounter(keel, key, user, authenticated, info);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -466,6 +452,38 @@ export async function verifyPasskeyLogin(keel: Keel, tempToken: string, credenti
 }
 
 /**
+ * One passkey assertion checked against its stored key: signature, challenge, origin, RP ID and (when
+ * asked) user verification. The counter is not checked here but by `advanceCounter` after it, so a
+ * regression is reported only for a genuine signature of this key (a real clone), never for garbage.
+ * A refusal is logged as `refused` and answered 400/401 `invalid_passkey`.
+ */
+export async function verifyAssertion(
+  keel: Keel,
+  info: RequestInfo,
+  key: PasskeyRow,
+  response: AuthenticationResponseJSON,
+  expected: { challenge: string; userVerification: boolean; status: 400 | 401; refused: string },
+): Promise<{ newCounter: number; credentialBackedUp: boolean }> {
+  const rp = requireRelyingParty(keel);
+  let verification: Awaited<ReturnType<typeof verifyAuthenticationResponse>>;
+  try {
+    verification = await (await webauthn()).verifyAuthenticationResponse({
+      response,
+      expectedChallenge: expected.challenge,
+      expectedOrigin: rp.origin,
+      expectedRPID: rp.rpId,
+      credential: { id: key.credentialId, publicKey: decodeKey(key.publicKey), counter: 0, transports: key.transports },
+      requireUserVerification: expected.userVerification,
+    });
+  } catch (err) {
+    requestLog(keel.log, info).info({ error: loggableError(err) }, expected.refused);
+    throw invalidPasskey(expected.status);
+  }
+  if (!verification.verified) throw invalidPasskey(expected.status);
+  return verification.authenticationInfo;
+}
+
+/**
  * Moves the passkey's signature counter forward to the one just verified, or refuses: a counter that
  * does not move forward (when either side is non-zero) is audited `auth.mfa.passkey.counter_regression`
  * as a possibly cloned authenticator and answered 401 `passkey_counter_regression`. One conditional
@@ -503,7 +521,7 @@ export async function advanceCounter(
 
 async function checkPasskeyLogin(keel: Keel, tempToken: string, credential: AuthenticationResponseJSON, info: RequestInfo): Promise<TokenAnswer> {
   if (!keel.config.ENABLE_2FA) throw mfaDisabled();
-  const rp = requireRelyingParty(keel);
+  requireRelyingParty(keel);
   const pending = await keel.singleUse.peek(keel.db, MFA_LOGIN_PURPOSE, tempToken);
   if (!pending?.subjectId) throw invalidTempToken();
   await mfaLimits(keel).verify.consume(pending.subjectId);
@@ -522,24 +540,8 @@ async function checkPasskeyLogin(keel: Keel, tempToken: string, credential: Auth
     .where(and(eq(passkeys.userId, user.id), eq(passkeys.credentialId, credential.id)));
   if (!key) throw invalidPasskey(401);
 
-  let verification: Awaited<ReturnType<typeof verifyAuthenticationResponse>>;
-  try {
-    verification = await (await webauthn()).verifyAuthenticationResponse({
-      response: credential,
-      expectedChallenge: challenge,
-      expectedOrigin: rp.origin,
-      expectedRPID: rp.rpId,
-      // The counter is checked below, after the signature, so a regression is only reported for a
-      // genuine signature of this key (i.e. a real clone), never for garbage.
-      credential: { id: key.credentialId, publicKey: decodeKey(key.publicKey), counter: 0, transports: key.transports },
-      requireUserVerification: false,
-    });
-  } catch (err) {
-    requestLog(keel.log, info).info({ error: loggableError(err) }, 'passkey assertion refused');
-    throw invalidPasskey(401);
-  }
-  if (!verification.verified) throw invalidPasskey(401);
-  await advanceCounter(keel, key, user, verification.authenticationInfo, actorInfo);
+  const authenticated = await verifyAssertion(keel, info, key, credential, { challenge, userVerification: false, status: 401, refused: 'passkey assertion refused' });
+  await advanceCounter(keel, key, user, authenticated, actorInfo);
 
   const consumed = await keel.singleUse.consume(keel.db, MFA_LOGIN_PURPOSE, tempToken);
   if (consumed?.subjectId !== user.id) throw invalidTempToken();
