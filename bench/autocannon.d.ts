@@ -42,6 +42,8 @@ declare module 'autocannon' {
     requests?: RequestSpec[];
     verifyBody?: (body: string) => boolean;
     initialContext?: Record<string, unknown>;
+    /** Called with each connection's client once (e.g. to change its headers after each response). */
+    setupClient?: (client: { setHeaders(headers: Record<string, string>): void; on(event: string, listener: () => void): void }) => void;
   }
 
   interface Result {

@@ -59,68 +59,95 @@ async function adminToken(url: string, admin: { email: string; password: string 
   return enabled.body.accessToken as string;
 }
 
+/** The settings a Keel needs for the simulated fleet: it enrols from one address with one key, beyond the default limits. */
+export function fleetEnv(admin: { email: string; password: string }): Record<string, string> {
+  return { ADMIN_EMAIL: admin.email, ADMIN_PASSWORD: admin.password, ENROLL_IP_LIMIT: '1000000', ENROLL_KEY_LIMIT: '1000000',
+    // autocannon sends each device's heartbeats far faster than an agent would (its per-device limit is not what is measured)
+    AGENT_HEARTBEAT_LIMIT: '1000000' };
+}
+
+export interface Fleet {
+  /** Each enrolled device's token, every device online and up to date with the promoted target. */
+  tokens: string[];
+  /** Registers a version of the agent (auto-promoted: the fleet's target at once). */
+  register: (version: string) => Promise<unknown>;
+}
+
+/**
+ * Through the API as an operator would: the platform admin (with MFA) registers 1.0.0, creates a
+ * partner, an organisation and its enrolment key; `devices` devices enrol with it and heartbeat once
+ * (online, up to date: later heartbeats run the whole update decision and answer `update: null`).
+ */
+export async function setUpFleet(keelUrl: string, admin: { email: string; password: string }, devices: number, label = 'fleet'): Promise<Fleet> {
+  const token = await adminToken(keelUrl, admin);
+  const auth = { authorization: `Bearer ${token}` };
+  const api = async (path: string, body: unknown, expect = 201) => {
+    const res = await postJson(`${keelUrl}/api/v1${path}`, body, auth);
+    if (res.status !== expect) throw new Error(`POST ${path}: ${res.status} ${JSON.stringify(res.body)}`);
+    return res.body;
+  };
+  const register = (version: string) =>
+    api('/agent-versions', { version, component: 'agent', os: 'linux', arch: 'amd64', url: `https://releases.example.com/${version}/agent`, sha256: 'a'.repeat(64), size: 1000 });
+  await register('1.0.0');
+  // An organisation belongs to a partner.
+  const partner = await api('/partners', { name: 'Fleet Partner' });
+  const org = await api('/orgs', { name: 'Fleet', partnerId: partner.id });
+  const key = (await api(`/orgs/${org.id}/enrollment-keys`, {})).key as string;
+  process.stderr.write(`[${label}] enrolling ${devices} devices and bringing them online...\n`);
+  const tokens = await pool(Array.from({ length: devices }, (_, i) => i), 16, async (i) => {
+    const res = await postJson(`${keelUrl}/api/v1/agents/enroll`, { enrollmentKey: key, hostname: `sim-${i}`, os: 'linux', arch: 'amd64', agentVersion: '1.0.0' });
+    if (res.status !== 201) throw new Error(`enroll: ${res.status} ${JSON.stringify(res.body)}`);
+    return res.body.deviceToken as string;
+  });
+  await pool(tokens, 16, async (t) => {
+    const res = await postJson(`${keelUrl}/api/v1/agents/heartbeat`, { components: { agent: '1.0.0' } }, { authorization: `Bearer ${t}` });
+    if (res.status !== 200 || res.body.update !== null) throw new Error(`first heartbeat: ${res.status} ${JSON.stringify(res.body)}`);
+  });
+  return { tokens, register };
+}
+
+/**
+ * `POST <url>` with a heartbeat body, round-robin over `tokens` (each response makes its connection
+ * send the next device's token). The bare server gets the same requests, tokens and all, so the load
+ * generator (which shares the cores) does the same work for both.
+ */
+export function heartbeatLoad(url: string, tokens: string[], seconds: number, connections = CONNECTIONS): Promise<Result> {
+  let next = 0;
+  return load({
+    url,
+    connections,
+    duration: seconds,
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: HEARTBEAT_BODY,
+    setupClient: (client) => {
+      const rotate = () => client.setHeaders({ 'content-type': 'application/json', authorization: `Bearer ${tokens[next++ % tokens.length] ?? ''}` });
+      rotate();
+      client.on('response', rotate);
+    },
+  });
+}
+
+const HEARTBEAT_BODY = JSON.stringify({ components: { agent: '1.0.0' } });
+
 export async function benchFleet(backend: BenchBackend): Promise<FleetResult> {
   const admin = { email: `admin-${randomBytes(4).toString('hex')}@example.com`, password: 'correct-horse-battery-admin-staple' };
   // The simulated fleet enrols from one address with one key: beyond the default enrolment limits.
-  const keel = await backend.startKeel({ ADMIN_EMAIL: admin.email, ADMIN_PASSWORD: admin.password, ENROLL_IP_LIMIT: '1000000', ENROLL_KEY_LIMIT: '1000000',
-    // autocannon sends each device's heartbeats far faster than an agent would (its per-device limit is not what is measured)
-    AGENT_HEARTBEAT_LIMIT: '1000000' });
+  const keel = await backend.startKeel(fleetEnv(admin));
   const bare = await startBare();
   try {
-    const token = await adminToken(keel.url, admin);
-    const auth = { authorization: `Bearer ${token}` };
-    const api = async (path: string, body: unknown, expect = 201) => {
-      const res = await postJson(`${keel.url}/api/v1${path}`, body, auth);
-      if (res.status !== expect) throw new Error(`POST ${path}: ${res.status} ${JSON.stringify(res.body)}`);
-      return res.body;
-    };
-    const register = (version: string) =>
-      api('/agent-versions', { version, component: 'agent', os: 'linux', arch: 'amd64', url: `https://releases.example.com/${version}/agent`, sha256: 'a'.repeat(64), size: 1000 });
-    await register('1.0.0');
-    // An organisation belongs to a partner.
-    const partner = await api('/partners', { name: 'Fleet Partner' });
-    const org = await api('/orgs', { name: 'Fleet', partnerId: partner.id });
-    const key = (await api(`/orgs/${org.id}/enrollment-keys`, {})).key as string;
-
-    process.stderr.write(`[fleet/${backend.name}] enrolling ${DEVICES} devices and bringing them online...\n`);
     const started = Date.now();
-    const tokens = await pool(Array.from({ length: DEVICES }, (_, i) => i), 16, async (i) => {
-      const res = await postJson(`${keel.url}/api/v1/agents/enroll`, { enrollmentKey: key, hostname: `sim-${i}`, os: 'linux', arch: 'amd64', agentVersion: '1.0.0' });
-      if (res.status !== 201) throw new Error(`enroll: ${res.status} ${JSON.stringify(res.body)}`);
-      return res.body.deviceToken as string;
-    });
-    await pool(tokens, 16, async (t) => {
-      const res = await postJson(`${keel.url}/api/v1/agents/heartbeat`, { components: { agent: '1.0.0' } }, { authorization: `Bearer ${t}` });
-      if (res.status !== 200 || res.body.update !== null) throw new Error(`first heartbeat: ${res.status} ${JSON.stringify(res.body)}`);
-    });
+    const { tokens, register } = await setUpFleet(keel.url, admin, DEVICES, `fleet/${backend.name}`);
     const enrollSeconds = (Date.now() - started) / 1000;
-
-    const body = JSON.stringify({ components: { agent: '1.0.0' } });
-    let next = 0;
-    const heartbeats = (url: string, withTokens: boolean, seconds: number): Promise<Result> =>
-      load({
-        url,
-        connections: CONNECTIONS,
-        duration: seconds,
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body,
-        ...(withTokens
-          ? { setupClient: (client: { setHeaders: (h: Record<string, string>) => void; on: (e: string, f: () => void) => void }) => {
-              const rotate = () => client.setHeaders({ 'content-type': 'application/json', authorization: `Bearer ${tokens[next++ % tokens.length] ?? ''}` });
-              rotate();
-              client.on('response', rotate);
-            } }
-          : {}),
-      });
-    await heartbeats(`${keel.url}/api/v1/agents/heartbeat`, true, 2);
-    await heartbeats(`${bare.url}/heartbeat`, false, 2);
+    const heartbeats = (url: string, seconds: number): Promise<Result> => heartbeatLoad(url, tokens, seconds);
+    await heartbeats(`${keel.url}/api/v1/agents/heartbeat`, 2);
+    await heartbeats(`${bare.url}/heartbeat`, 2);
     // Alternating rounds (the machine's load moves between runs); the median round's ratio is reported.
     const rounds: { keel: Result; bare: Result; ratio: number }[] = [];
     for (let round = 1; round <= ROUNDS; round++) {
       process.stderr.write(`[fleet/${backend.name}] round ${round}/${ROUNDS}: Keel then bare hono, ${BENCH_SECONDS} s each at ${CONNECTIONS} connections...\n`);
-      const k = await heartbeats(`${keel.url}/api/v1/agents/heartbeat`, true, BENCH_SECONDS);
-      const b = await heartbeats(`${bare.url}/heartbeat`, false, BENCH_SECONDS);
+      const k = await heartbeats(`${keel.url}/api/v1/agents/heartbeat`, BENCH_SECONDS);
+      const b = await heartbeats(`${bare.url}/heartbeat`, BENCH_SECONDS);
       rounds.push({ keel: k, bare: b, ratio: okPerSecond(k) / okPerSecond(b) });
     }
     const sorted = [...rounds].sort((x, y) => x.ratio - y.ratio);

@@ -233,7 +233,7 @@ export function benchEnv(extra: Record<string, string> = {}): Record<string, str
  * `cwd` runs another checkout's (bench/ab.ts compares two; BENCH_KEEL_DIR does it for any benchmark,
  * e.g. a `git worktree` of the commit before a change, with the benchmark itself from this one).
  */
-export async function startKeel(env: Record<string, string>, cwd = process.env.BENCH_KEEL_DIR ?? ROOT): Promise<RunningKeel> {
+export async function startKeel(env: Record<string, string>, cwd = process.env.BENCH_KEEL_DIR ?? ROOT, node = process.execPath): Promise<RunningKeel> {
   const port = await freePort();
   const dataDir = env.DATA_DIR ?? tempDir('keel-bench-');
   // BENCH_KEEL_NODE_ARGS reaches Keel's node only (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`: Node 20
@@ -241,7 +241,7 @@ export async function startKeel(env: Record<string, string>, cwd = process.env.B
   const nodeArgs = (process.env.BENCH_KEEL_NODE_ARGS ?? '').split(' ').filter(Boolean);
   // PG_COUNT_FILE: count the statements Keel sends to PostgreSQL (bench/count-pg.mjs, `pgStatements`).
   if (env.PG_COUNT_FILE) nodeArgs.push('--import', './bench/count-pg.mjs');
-  const proc = spawnGroup(process.execPath, [...nodeArgs, 'bin/keel.js', 'serve'], { ...env, DATA_DIR: dataDir, PORT: String(port) }, cwd);
+  const proc = spawnGroup(node, [...nodeArgs, 'bin/keel.js', 'serve'], { ...env, DATA_DIR: dataDir, PORT: String(port) }, cwd);
   const url = `http://127.0.0.1:${port}`;
   try {
     await waitForHealthy(`${url}/health`, proc, 120_000, 50);
