@@ -120,8 +120,9 @@ export async function signIn(
   const [access, passkeys] = await Promise.all([ports.tenantOf(keel, user), ports.passkeyCount(keel.db, user)]);
   const sessionId = newId();
   const loggedInAt = clock.now();
-  // One statement; a transaction only when a subscriber adds its own writes (webhook deliveries).
-  const started = await transactionIf(keel.events.hasSubscribers('user.login'), keel.db, async (tx) => {
+  // One statement; a transaction only when a subscriber adds its own writes (webhook deliveries of the
+  // user's organisation: a user without one, such as a partner's technician, has none).
+  const started = await transactionIf(keel.events.hasSubscribers('user.login', access.orgId), keel.db, async (tx) => {
     const s = await identity.sessions.create(
       tx.db,
       { userId: user.id, ip: info.ip, userAgent: info.userAgent, mfa: opts.mfa },
