@@ -8,7 +8,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
-import { createTenant, createUser, login, type Tenant } from '../helpers/fixtures.js';
+import { cookie, createTenant, createUser, login, type Tenant } from '../helpers/fixtures.js';
 
 type Fn = (...args: unknown[]) => unknown;
 
@@ -21,22 +21,23 @@ describe.skipIf(!backendAvailable())(`login cost (${backend})`, () => {
   }, 60_000);
   afterAll(async () => app?.close());
 
-  /** Transactions opened on Keel's database handle while `work` runs (either backend). */
-  async function transactions(work: () => Promise<unknown>): Promise<number> {
-    const db = app.server.keel.db as unknown as { transaction: Fn };
-    const original = db.transaction;
+  /** Calls of `method` (`transaction`, `select`) on Keel's database handle while `work` runs (either backend). */
+  async function callsOf(method: 'transaction' | 'select', work: () => Promise<unknown>): Promise<number> {
+    const db = app.server.keel.db as unknown as Record<string, Fn>;
+    const original = db[method]!;
     let n = 0;
-    db.transaction = function (this: unknown, ...args: unknown[]) {
+    db[method] = function (this: unknown, ...args: unknown[]) {
       n++;
       return original.apply(this, args);
     };
     try {
       await work();
     } finally {
-      db.transaction = original;
+      db[method] = original;
     }
     return n;
   }
+  const transactions = (work: () => Promise<unknown>) => callsOf('transaction', work);
 
   it('a user without an organisation signs in without a transaction', async () => {
     const user = await createUser(app);
@@ -48,5 +49,35 @@ describe.skipIf(!backendAvailable())(`login cost (${backend})`, () => {
   it('an organisation user signs in in one transaction (its webhook deliveries commit with the session)', async () => {
     await login(app, tenant.orgTechnician);
     expect(await transactions(() => login(app, tenant.orgTechnician))).toBe(1);
+  });
+
+  it('a refresh, by body or by cookie, is one rotation statement without a transaction, and reads the user once', async () => {
+    const user = await createUser(app);
+    const first = await login(app, user);
+    let refreshToken = first.refreshToken;
+    const byBody = async () => {
+      const res = await app.api('POST', '/auth/refresh', { body: { refreshToken } });
+      expect(res.status).toBe(200);
+      refreshToken = res.body.refreshToken;
+    };
+    await byBody(); // the statements are prepared on first use
+    expect(await transactions(byBody)).toBe(0);
+    // The user's row is read once (prepared) and the answer's profile built from it: no query builder read.
+    expect(await callsOf('select', byBody)).toBe(0);
+    const csrf = cookie(first.cookies, 'service_csrf')!.value;
+    let jar = `service_refresh_token=${refreshToken}; service_csrf=${csrf}`;
+    const byCookie = async () => {
+      const res = await app.api('POST', '/auth/refresh', { headers: { cookie: jar, 'x-service-csrf': csrf } });
+      expect(res.status).toBe(200);
+      refreshToken = res.body.refreshToken;
+      jar = `service_refresh_token=${refreshToken}; service_csrf=${csrf}`;
+    };
+    expect(await transactions(byCookie)).toBe(0);
+    // The CSRF value of another session is refused before anything changes: the token still refreshes.
+    const other = await login(app, user);
+    const refused = await app.api('POST', '/auth/refresh', { headers: { cookie: `service_refresh_token=${refreshToken}; service_csrf=${cookie(other.cookies, 'service_csrf')!.value}`, 'x-service-csrf': cookie(other.cookies, 'service_csrf')!.value } });
+    expect(refused.status).toBe(403);
+    expect(refused.body.code).toBe('csrf_failed');
+    await byBody();
   });
 });
