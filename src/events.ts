@@ -34,7 +34,15 @@ export type EventHandler = (tx: Tx, event: KeelEvent) => Promise<void>;
 export class EventBus {
   readonly #handlers = new Map<EventType | '*', EventHandler[]>();
 
-  subscribe(type: EventType | '*', handler: EventHandler): () => void {
+  /** Subscribers that take only events with an organisation (`orgEventsOnly`). */
+  readonly #orgOnly = new WeakSet<EventHandler>();
+
+  /**
+   * `orgEventsOnly`: the handler does nothing with an event whose `orgId` is null (webhook routing), so
+   * it is not called for one and a publisher of one need not open a transaction for it.
+   */
+  subscribe(type: EventType | '*', handler: EventHandler, opts: { orgEventsOnly?: boolean } = {}): () => void {
+    if (opts.orgEventsOnly) this.#orgOnly.add(handler);
     const list = this.#handlers.get(type) ?? [];
     list.push(handler);
     this.#handlers.set(type, list);
@@ -44,19 +52,28 @@ export class EventBus {
     };
   }
 
-  /** True when something would receive `type`: without a subscriber, a publisher need not open a transaction for it. */
-  hasSubscribers(type: EventType): boolean {
-    return this.subscriberCount(type) > 0;
+  /**
+   * True when something would receive `type` (of `orgId`, when given: null counts only the subscribers
+   * that take events without an organisation): without a subscriber, a publisher need not open a
+   * transaction for it.
+   */
+  hasSubscribers(type: EventType, orgId?: string | null): boolean {
+    return this.subscriberCount(type, orgId) > 0;
   }
 
   /** How many subscribers receive `type` (a publisher whose only write is one subscriber's single statement needs no transaction). */
-  subscriberCount(type: EventType): number {
-    return (this.#handlers.get(type)?.length ?? 0) + (this.#handlers.get('*')?.length ?? 0);
+  subscriberCount(type: EventType, orgId?: string | null): number {
+    return this.#receivers(type, orgId).length;
+  }
+
+  #receivers(type: EventType, orgId: string | null | undefined): EventHandler[] {
+    const all = [...(this.#handlers.get(type) ?? []), ...(this.#handlers.get('*') ?? [])];
+    return orgId === null ? all.filter((h) => !this.#orgOnly.has(h)) : all;
   }
 
   async publish<T extends EventType>(tx: Tx, type: T, orgId: string | null, data: EventData<T>): Promise<KeelEvent<T>> {
     const event: KeelEvent<T> = { id: newId(), type, timestamp: clock.now().toISOString(), orgId, data };
-    for (const handler of [...(this.#handlers.get(type) ?? []), ...(this.#handlers.get('*') ?? [])]) {
+    for (const handler of this.#receivers(type, orgId)) {
       await handler(tx, event);
     }
     return event;

@@ -7,6 +7,7 @@
  * HASH_QUEUE_MAX equal to the threads, so every hashing request is refused; the second of the log
  * line is the controllable clock's.
  */
+import { randomUUID } from 'node:crypto';
 import { connect } from 'node:net';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
@@ -98,6 +99,33 @@ describe.skipIf(!backendAvailable())(`admission before the request is read (${ba
     hold = null;
     // Once the queue has room the same malformed body is read and refused for what it is.
     expect((await app.api('POST', '/auth/login', { raw: '{not json', headers: { 'content-type': 'application/json' } })).status).toBe(400);
+  });
+
+  it('refuses every route that takes a password (an Argon2 hash or verify) before reading its body, as the login', async () => {
+    // The routes are found in the served API document: any operation whose JSON body has a password field.
+    const doc = (await app.api('GET', '/openapi.json')).body as { paths: Record<string, Record<string, { requestBody?: { content?: Record<string, { schema?: unknown }> } }>>; components: { schemas: Record<string, unknown> } };
+    type Schema = { $ref?: string; properties?: Record<string, unknown>; allOf?: Schema[]; anyOf?: Schema[]; oneOf?: Schema[] };
+    const fields = (s: Schema | undefined): string[] => {
+      const r = s?.$ref ? (doc.components.schemas[s.$ref.split('/').pop()!] as Schema) : s;
+      return r ? [...Object.keys(r.properties ?? {}), ...[...(r.allOf ?? []), ...(r.anyOf ?? []), ...(r.oneOf ?? [])].flatMap(fields)] : [];
+    };
+    const hashing = Object.entries(doc.paths).flatMap(([path, ops]) =>
+      Object.entries(ops)
+        .filter(([, op]) => fields(op.requestBody?.content?.['application/json']?.schema as Schema | undefined).some((f) => /password/i.test(f)))
+        .map(([method]) => `${method.toUpperCase()} ${path.replace(/^\/api\/v1/, '')}`),
+    );
+    // The password re-entries and the invitation as well as login, registration and password changes.
+    expect(hashing).toEqual(expect.arrayContaining(['POST /auth/login', 'POST /auth/accept-invite', 'POST /auth/passkeys/register/options', 'DELETE /auth/passkeys/{id}', 'DELETE /auth/password']));
+    hold = holdHashWorkers();
+    const answers: Record<string, number> = {};
+    for (const route of hashing) {
+      const [method, path] = route.split(' ') as [string, string];
+      // Not JSON: a route that read its body would answer 400. The id is never looked up: refused first.
+      const res = await app.api(method, path.replace('{id}', randomUUID()), { token: reader.accessToken, raw: '{not json', headers: { 'content-type': 'application/json' } });
+      answers[route] = res.status;
+      if (res.status === 503) expect(res.body.code).toBe('overloaded');
+    }
+    expect(answers).toEqual(Object.fromEntries(hashing.map((r) => [r, 503])));
   });
 
   it('writes one line per source and second for a flood of refusals, and no access line for them', async () => {

@@ -1,6 +1,7 @@
 import { promises as dns } from 'node:dns';
 import type { Keel } from '../../keel.js';
 import type { Limit } from '../../platform/rate-limit.js';
+import type { InvalidatedCache } from '../../platform/cache.js';
 
 /** What a TXT lookup of a domain found: its records, none (the name or its TXT records do not exist), or no answer. */
 export type TxtAnswer = { kind: 'records'; values: string[] } | { kind: 'none' } | { kind: 'error'; code: string };
@@ -13,6 +14,8 @@ export interface Domains {
   resolver: dns.Resolver;
   /** Verification attempts (DOMAIN_VERIFY_LIMIT a minute). */
   verifyLimit: Limit;
+  /** The organisation whose verified domain covers an email's domain, by that domain (service.ts `cachedVerifiedDomainOrg`). */
+  verifiedOrgs: InvalidatedCache<string | null>;
 }
 
 declare module '../../platform/module.js' {

@@ -12,6 +12,7 @@ import { loggableError } from '../../platform/safe-error.js';
 import { writeAudit, type AuditRequestInfo } from '../audit/service.js';
 import { createResolver, lookupTxt, type Domains, type TxtAnswer } from './dns.js';
 import { intervalJob, type KeelModule } from '../../platform/module.js';
+import { InvalidatedCache } from '../../platform/cache.js';
 import { verifiedDomains, type DomainRow } from './schema.js';
 import { domainsError } from './errors.js';
 
@@ -223,6 +224,7 @@ export async function verifyDomain(keel: Keel, owner: DomainOwner, id: string, i
       });
       return u;
     });
+    await verifiedDomainsChanged(keel);
     return domainView(updated);
   } catch (err) {
     if (isUniqueViolation(err, 'verified_domains_one_verified_idx')) {
@@ -240,6 +242,7 @@ export async function deleteDomain(keel: Keel, owner: DomainOwner, id: string, i
     await tx.db.delete(verifiedDomains).where(eq(verifiedDomains.id, row.id));
     await writeAudit(tx.db, info, { action: 'domain.delete', ...auditScope(owner), target: { type: 'domain', id: row.id }, details: { domain: row.domain, status: row.status } });
   });
+  await verifiedDomainsChanged(keel);
 }
 
 /**
@@ -295,6 +298,7 @@ export async function recheckDomains(keel: Keel, batch = 100): Promise<{ checked
       });
     });
   }
+  if (lapsed > 0) await verifiedDomainsChanged(keel);
   return { checked, lapsed };
 }
 
@@ -307,7 +311,11 @@ export const RECHECK_TICK_MS = 15 * 60_000;
  */
 export function installDomains(keel: Keel): KeelModule<Domains> {
   return {
-    handle: { resolver: createResolver(keel), verifyLimit: keel.limits.define('domain-verify', keel.config.DOMAIN_VERIFY_LIMIT, 60) },
+    handle: {
+      resolver: createResolver(keel),
+      verifyLimit: keel.limits.define('domain-verify', keel.config.DOMAIN_VERIFY_LIMIT, 60),
+      verifiedOrgs: new InvalidatedCache<string | null>({ max: 50_000 }).listen(keel.invalidation, VERIFIED_DOMAINS_TOPIC, () => '*'),
+    },
     jobs: [
       intervalJob({
         name: 'domains.recheck',
@@ -362,6 +370,27 @@ export async function verifiedDomainOwner(db: Db, email: string): Promise<{ doma
     .from(verifiedDomains)
     .where(and(eq(verifiedDomains.status, 'verified'), inArray(verifiedDomains.domain, candidates)));
   return candidates.map((d) => rows.find((r) => r.domain === d)).find((r) => r !== undefined) ?? null;
+}
+
+/**
+ * Invalidation topic of the verified domains (any message drops every process's `verifiedOrgs`):
+ * published after every write that can change which domains are verified (verify, delete, lapse).
+ */
+export const VERIFIED_DOMAINS_TOPIC = 'domains.verified';
+
+async function verifiedDomainsChanged(keel: Keel): Promise<void> {
+  await keel.invalidation.publish(VERIFIED_DOMAINS_TOPIC, '*');
+}
+
+/**
+ * `verifiedDomainOrg` from a per-process cache keyed by the email's domain, dropped on every process
+ * when a domain is verified, deleted or lapses (docs/decisions.md "Speed: logins"): every password
+ * sign-in asks it (enforced SSO), and domains change rarely.
+ */
+export function cachedVerifiedDomainOrg(keel: Keel, email: string): Promise<string | null> {
+  const [host] = coveringDomains(email);
+  if (host === undefined) return Promise.resolve(null);
+  return keel.modules.get('domains').verifiedOrgs.get(host, () => verifiedDomainOrg(keel.db, email));
 }
 
 /** The organisation whose verified domain (the most specific one) covers this email, or null (none, or a partner's). */

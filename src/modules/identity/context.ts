@@ -4,7 +4,8 @@ import { AccessTokens } from './tokens.js';
 import { SessionService } from './sessions.js';
 import { Deferred } from './deferred.js';
 import { InvalidatedCache } from '../../platform/cache.js';
-import { hmacSha256Hex } from '../../platform/crypto.js';
+import { hmacSha256Hex, secretKey } from '../../platform/crypto.js';
+import type { KeyObject } from 'node:crypto';
 import type { KeelModule } from '../../platform/module.js';
 import { PROFILE_TOPIC, USER_TOPIC } from './sessions.js';
 import type { IdentityPorts } from './ports.js';
@@ -38,8 +39,8 @@ export interface Identity {
   passwordPolicies: PasswordPolicy[];
   /** Who manages accounts outside Keel (managed.ts), registered by the modules above identity. */
   accountManagers: AccountManager[];
-  /** The keys of the CSRF values, one per JWT secret (csrf.ts). */
-  csrfKeys: string[];
+  /** The keys of the CSRF values, one per JWT secret (csrf.ts), imported once. */
+  csrfKeys: KeyObject[];
   /** Per-process self-profiles (profile.ts), cleared on the `user` and `profile` topics. */
   profiles: InvalidatedCache<SelfProfile>;
 }
@@ -74,8 +75,8 @@ export function installIdentity(keel: Keel, ports: IdentityPorts): KeelModule<Id
       ports,
       passwordPolicies: [],
       accountManagers: [],
-      // One derived from each JWT secret (the first signs, every one verifies).
-      csrfKeys: keel.secrets.jwtSecrets.map((s) => hmacSha256Hex(s, 'keel:service_csrf:v1')),
+      // One derived from each JWT secret (the first signs, every one verifies); the key is the hex text's bytes, as before.
+      csrfKeys: keel.secrets.jwtSecrets.map((s) => secretKey(hmacSha256Hex(secretKey(s), 'keel:service_csrf:v1'))),
       profiles: new InvalidatedCache<SelfProfile>().listen(keel.invalidation, USER_TOPIC).listen(keel.invalidation, PROFILE_TOPIC),
     },
   };

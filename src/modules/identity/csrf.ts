@@ -1,3 +1,4 @@
+import type { KeyObject } from 'node:crypto';
 import type { Keel } from '../../keel.js';
 import { constantTimeEqual, hmacSha256Hex } from '../../platform/crypto.js';
 
@@ -12,9 +13,9 @@ import { constantTimeEqual, hmacSha256Hex } from '../../platform/crypto.js';
  * so rotating JWT_SECRET keeps cookie refreshes working through JWT_SECRETS_PREVIOUS); derived when
  * the module is installed (context.ts `installIdentity`).
  */
-const csrfKeys = (keel: Keel): string[] => keel.modules.get('identity').csrfKeys;
+const csrfKeys = (keel: Keel): KeyObject[] => keel.modules.get('identity').csrfKeys;
 
-const csrfUnder = (key: string, sessionId: string) => hmacSha256Hex(key, sessionId);
+const csrfUnder = (key: KeyObject, sessionId: string) => hmacSha256Hex(key, sessionId);
 
 /**
  * The `service_csrf` value of a session: an HMAC of its id under a server key. A cookie planted from a

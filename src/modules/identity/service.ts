@@ -48,6 +48,14 @@ export const invalidCredentials = () => identityError('invalid_credentials');
 const userReader = tableReader(users);
 const USER_BY_EMAIL = prepared('user_by_email', `select ${userReader.columns} from users where lower(email) = lower($1)`);
 
+const USER_BY_ID = prepared('user_by_id', `select ${userReader.columns} from users where id = $1`);
+
+/** The account by id; on every refresh: prepared. */
+async function findUserById(db: Db, id: string): Promise<User | undefined> {
+  const [row] = await rawQuery(db, USER_BY_ID, [id]);
+  return row ? userReader.read(row) : undefined;
+}
+
 /** The account for an email, case-insensitively (the unique index is on lower(email)). On every login: raw SQL. */
 export async function findUserByEmail(db: Db, email: string): Promise<User | undefined> {
   const [row] = await rawQuery(db, USER_BY_EMAIL, [email.trim()]);
@@ -57,13 +65,14 @@ export async function findUserByEmail(db: Db, email: string): Promise<User | und
 /**
  * The flat token answer for a session: an access token whose informational claims carry the user's
  * current scope, the refresh token, and the self-profile (one access summary serves both). A caller
- * holding the access summary or the profile already passes them.
+ * holding the access summary or the profile already passes them; one that has just read the user's
+ * row passes `row`, and the profile is built from it instead of reading it again.
  */
 async function tokenAnswer(
   keel: Keel,
   user: Pick<User, 'id' | 'isPlatformAdmin'>,
   session: { id: string; refreshToken: string; mfa: boolean },
-  known: { access?: TenantOf; profile?: SelfProfile } = {},
+  known: { access?: TenantOf; profile?: SelfProfile; row?: User } = {},
 ): Promise<TokenAnswer> {
   const access = known.access ?? (await identityPorts(keel).tenantOf(keel, user));
   const accessToken = identityOf(keel).tokens.sign({
@@ -79,7 +88,7 @@ async function tokenAnswer(
     refreshToken: session.refreshToken,
     tokenType: 'Bearer',
     expiresIn: ACCESS_TOKEN_SECONDS,
-    user: known.profile ?? (await selfProfile(keel, user.id, { tenant: access })),
+    user: known.profile ?? (known.row ? profileOf(known.row, await identityPorts(keel).passkeyCount(keel.db, known.row), access) : await selfProfile(keel, user.id, { tenant: access })),
   };
 }
 
@@ -120,8 +129,9 @@ export async function signIn(
   const [access, passkeys] = await Promise.all([ports.tenantOf(keel, user), ports.passkeyCount(keel.db, user)]);
   const sessionId = newId();
   const loggedInAt = clock.now();
-  // One statement; a transaction only when a subscriber adds its own writes (webhook deliveries).
-  const started = await transactionIf(keel.events.hasSubscribers('user.login'), keel.db, async (tx) => {
+  // One statement; a transaction only when a subscriber adds its own writes (webhook deliveries of the
+  // user's organisation: a user without one, such as a partner's technician, has none).
+  const started = await transactionIf(keel.events.hasSubscribers('user.login', access.orgId), keel.db, async (tx) => {
     const s = await identity.sessions.create(
       tx.db,
       { userId: user.id, ip: info.ip, userAgent: info.userAgent, mfa: opts.mfa },
@@ -289,12 +299,12 @@ export async function refresh(keel: Keel, refreshToken: string, csrf?: string): 
   if (result.kind === 'refused') return { kind: 'csrf_failed' };
   if (result.kind === 'raced') return { kind: 'raced' };
   if (result.kind !== 'ok') return { kind: 'invalid' };
-  const [user] = await keel.db.select().from(users).where(eq(users.id, result.userId));
+  const user = await findUserById(keel.db, result.userId);
   if (!user || user.status !== 'active') {
     await identityOf(keel).sessions.revoke(keel.db, result.sessionId, 'user_inactive');
     return { kind: 'invalid' };
   }
-  return { kind: 'ok', answer: await tokenAnswer(keel, user, { id: result.sessionId, refreshToken: result.refreshToken, mfa: result.mfa }) };
+  return { kind: 'ok', answer: await tokenAnswer(keel, user, { id: result.sessionId, refreshToken: result.refreshToken, mfa: result.mfa }, { row: user }) };
 }
 
 /** Revokes every session of the user (docs/specification.md "Sessions and tokens": logout revokes all active tokens) and records it. */

@@ -1,4 +1,4 @@
-import { and, eq, gt, isNull, ne, sql } from 'drizzle-orm';
+import { and, eq, isNull, ne } from 'drizzle-orm';
 import type { Keel } from '../../keel.js';
 import type { Db } from '../../platform/db/client.js';
 import { transaction } from '../../platform/db/transaction.js';
@@ -43,8 +43,25 @@ export type RotateResult =
   /** The caller's `accept` refused the token's session (a CSRF value of another session): nothing changed. */
   | { kind: 'refused' };
 
-/** Thrown inside the rotation's transaction to roll it back when `accept` refuses the session. */
-class Refused extends Error {}
+/** The live session whose current refresh token has this hash (a cookie refresh's CSRF value is checked against it). */
+const LIVE_SESSION_OF_TOKEN = prepared(
+  'session_live_of_token',
+  `select id from sessions where token_hash = $1 and revoked_at is null and expires_at > $2::timestamptz and absolute_expires_at > $2::timestamptz`,
+);
+/**
+ * The rotation: the conditional swap of the current hash ($1 → $2) of a live session (only session $5
+ * when given) and the old hash's entry in the family's history, in one statement.
+ */
+const ROTATE = prepared(
+  'session_rotate',
+  `with s as (
+     update sessions set token_hash = $2, last_used_at = $3::timestamptz, expires_at = least($4::timestamptz, absolute_expires_at)
+     where token_hash = $1 and revoked_at is null and expires_at > $3::timestamptz and absolute_expires_at > $3::timestamptz
+       and ($5::uuid is null or id = $5::uuid)
+     returning id, user_id, mfa),
+   h as (insert into session_refresh_tokens (token_hash, session_id, rotated_at) select $1, id, $3::timestamptz from s)
+   select id, user_id as "userId", mfa from s`,
+);
 
 /**
  * Sessions are refresh-token families in PostgreSQL. Live sessions are cached per process; any
@@ -120,33 +137,25 @@ export class SessionService {
    * Rotates a refresh token: one conditional UPDATE swaps the family's current hash, so of parallel
    * refreshes of one token exactly one wins. A token already rotated out is a race within the grace
    * window, and reuse after it: the whole family is revoked. `accept`, when given, must approve the
-   * token's session before anything changes (the cookie refresh's CSRF value is bound to it).
+   * token's session before anything changes (the cookie refresh's CSRF value is bound to it): the live
+   * session of the token is read first, and the rotation then holds to that session.
+   *
+   * The swap and the old hash's entry in the family's history are one statement (no BEGIN/COMMIT).
    */
   async rotate(refreshToken: string, accept?: (sessionId: string) => boolean): Promise<RotateResult> {
     const oldHash = sha256Hex(refreshToken);
     const next = randomToken(32);
     const now = clock.now();
     const idleUntil = new Date(now.getTime() + REFRESH_IDLE_MS);
-    let won: { id: string; userId: string; mfa: boolean } | null;
-    try {
-      won = await transaction(this.keel.db, async (tx) => {
-        const [row] = await tx.db
-          .update(sessions)
-          .set({
-            tokenHash: sha256Hex(next),
-            lastUsedAt: now,
-            expiresAt: sql`least(${idleUntil.toISOString()}::timestamptz, ${sessions.absoluteExpiresAt})`,
-          })
-          .where(and(eq(sessions.tokenHash, oldHash), isNull(sessions.revokedAt), gt(sessions.expiresAt, now), gt(sessions.absoluteExpiresAt, now)))
-          .returning({ id: sessions.id, userId: sessions.userId, mfa: sessions.mfa });
-        if (!row) return null;
-        if (accept && !accept(row.id)) throw new Refused();
-        await tx.db.insert(sessionRefreshTokens).values({ tokenHash: oldHash, sessionId: row.id, rotatedAt: now });
-        return row;
-      });
-    } catch (err) {
-      if (err instanceof Refused) return { kind: 'refused' };
-      throw err;
+    let won: { id: string; userId: string; mfa: boolean } | undefined;
+    let only: string | null = null;
+    if (accept) {
+      const [live] = await rawQuery<{ id: string }>(this.keel.db, LIVE_SESSION_OF_TOKEN, [oldHash, now.toISOString()]);
+      if (live && !accept(live.id)) return { kind: 'refused' };
+      only = live?.id ?? null;
+    }
+    if (!accept || only) {
+      [won] = await rawQuery<{ id: string; userId: string; mfa: boolean }>(this.keel.db, ROTATE, [oldHash, sha256Hex(next), now.toISOString(), idleUntil.toISOString(), only]);
     }
     if (won) return { kind: 'ok', sessionId: won.id, userId: won.userId, mfa: won.mfa, refreshToken: next };
     const [old] = await this.keel.db

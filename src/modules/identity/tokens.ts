@@ -1,6 +1,6 @@
-import { createHmac, randomUUID, webcrypto } from 'node:crypto';
+import { createHmac, randomUUID, webcrypto, type KeyObject } from 'node:crypto';
 import { clock } from '../../platform/clock.js';
-import { sha256Hex } from '../../platform/crypto.js';
+import { secretKey, sha256Hex } from '../../platform/crypto.js';
 import { lazy } from '../../platform/lazy.js';
 
 export const ACCESS_TOKEN_SECONDS = 900;
@@ -19,7 +19,8 @@ export interface AccessClaims {
 
 interface SigningKey {
   kid: string;
-  secret: Buffer;
+  /** Imported once: a Buffer key is imported again by every `createHmac` (platform/crypto.ts `secretKey`). */
+  secret: KeyObject;
   /** Imported once: jose would otherwise import a WebCrypto key on every verify. */
   key: Promise<webcrypto.CryptoKey>;
 }
@@ -64,7 +65,7 @@ export class AccessTokens {
   constructor(secrets: Buffer[]) {
     const keys = secrets.map((s) => ({
       kid: sha256Hex(s).slice(0, 12),
-      secret: s,
+      secret: secretKey(s),
       key: webcrypto.subtle.importKey('raw', new Uint8Array(s), { name: 'HMAC', hash: 'SHA-256' }, false, ['verify']),
     }));
     const first = keys[0];

@@ -5,6 +5,7 @@ import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import { errors, ErrorSchema, json, jsonBody, MessageSchema, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { authenticate } from '../../http/authenticate.js';
+import { hashGate } from '../../platform/http/admission.js';
 import { requireUserPrincipal } from '../access/bearer.js';
 import { requestInfo, tokenResponse, TokenAnswerSchema, userPrincipal } from '../identity/request.js';
 import { confirmTotp, disableMfa, rotateRecoveryCodes, setupTotp, stepUpSession, verifyLoginCode } from './service.js';
@@ -345,7 +346,8 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
   api.openapi(
     createRoute({
       method: 'post', path: '/auth/passkeys/register/options', tags: tag, summary: 'Start registering a passkey (password re-entry, or a passkey re-authentication); the challenge is held 5 minutes',
-      middleware: [auth, factorProof] as const,
+      // A password re-entry is an Argon2 verify: refused before the body is read while the hash queue is full.
+      middleware: [hashGate, auth, factorProof] as const,
       request: { body: jsonBody(
           z
             .object({
@@ -359,7 +361,7 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
             .refine(oneReentry, reentryIssue)
             .openapi('PasskeyRegisterOptionsRequest', { example: { currentPassword: 'correct-Horse-battery-9', name: 'MacBook Touch ID', signIn: true } }),
         ) },
-      responses: { 200: json(WebAuthnOptionsSchema), ...errors(404, 429), ...unavailable(503, 'WebAuthn relying party misconfigured') },
+      responses: { 200: json(WebAuthnOptionsSchema), ...errors(404, 429), ...unavailable(503, 'WebAuthn relying party misconfigured, or the password hash queue is full (`overloaded`, with Retry-After)') },
     }),
     async (c) => {
       const body = c.req.valid('json');
@@ -431,7 +433,7 @@ function mountPasskeyRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'delete', path: '/auth/passkeys/{id}', tags: tag,
       summary: 'Remove one of own passkeys (password re-entry, or a passkey re-authentication); 409 when it is the last factor under Force MFA, or would leave an account without a password fewer than two sign-in passkeys',
-      middleware: [auth, factorProof] as const,
+      middleware: [hashGate, auth, factorProof] as const,
       request: {
         params: z.object({ id: z.uuid().openapi({ description: 'Id of one of own passkeys (from GET /auth/passkeys); another user\'s is 404', param: { name: 'id', in: 'path' } }) }),
         body: jsonBody(z.object({ currentPassword: Password.optional(), reauth: PasskeyReauth.optional() }).refine(oneReentry, reentryIssue).openapi('PasskeyDeleteRequest', { example: { currentPassword: 'correct-Horse-battery-9' } })),
@@ -530,7 +532,7 @@ function mountPasskeySignInRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
     createRoute({
       method: 'delete', path: '/auth/password', tags: tag,
       summary: 'Remove the password (two sign-in passkeys, a session signed in with a second factor in the last 10 minutes, password re-entry); a reset link sets one again',
-      middleware: [auth] as const,
+      middleware: [hashGate, auth] as const,
       request: { body: jsonBody(z.object({ currentPassword: Password }).openapi('PasswordRemoveRequest', { example: { currentPassword: 'correct-Horse-battery-9' } })) },
       responses: { 204: { description: 'Removed: every password path now refuses the account' }, ...errors(404, 409, 429) },
     }),

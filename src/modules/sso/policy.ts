@@ -3,7 +3,7 @@ import { getMembership } from '../access/service.js';
 import { registerPasswordPolicy, type PasswordPolicy } from '../identity/password-policy.js';
 import { activeProvider, partnerSlugOf, type ProviderOwner } from './providers.js';
 import { activeCacheOf, type ActiveSummary } from './active-cache.js';
-import { verifiedDomainOrg } from '../domains/service.js';
+import { cachedVerifiedDomainOrg } from '../domains/service.js';
 import { ssoError } from './errors.js';
 import { partnerSsoLoginUrl, ssoLoginUrl } from './locations.js';
 
@@ -51,7 +51,7 @@ export function enforcedSsoPolicy(keel: Keel): PasswordPolicy {
     let p = orgId ? await enforcingOf(keel, { orgId }) : null;
     if (!p?.enforceSso) {
       // An address of a domain an organisation verified is held to that organisation's enforced SSO (docs/decisions.md "Verified domains and SSO step-up").
-      const owner = await verifiedDomainOrg(keel.db, user.email);
+      const owner = await cachedVerifiedDomainOrg(keel, user.email);
       if (owner && owner !== orgId) {
         orgId = owner;
         p = await enforcingOf(keel, { orgId: owner });

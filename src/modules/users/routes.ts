@@ -3,6 +3,7 @@ import type { AppEnv } from '../../app-env.js';
 import type { Keel } from '../../keel.js';
 import { errors, json, jsonBody, MessageSchema, page, PageQuery, paginated } from '../../platform/http/schemas.js';
 import { authenticate } from '../../http/authenticate.js';
+import { hashGate } from '../../platform/http/admission.js';
 import { requestInfo, tokenResponse, TokenAnswerSchema } from '../identity/request.js';
 import { SelfProfileSchema } from '../identity/profile.js';
 import { MfaChallengeSchema } from '../mfa/login.js';
@@ -351,6 +352,8 @@ export function mountUserRoutes(api: OpenAPIHono<AppEnv>, keel: Keel): void {
       method: 'post', path: '/auth/accept-invite', tags: ['auth'],
       security: [{}, { bearerAuth: [] }],
       summary: 'Accept an invitation: a new account sets its password; an existing one proves itself (password, then its second factor, then accepts signed in)',
+      // A password set or re-entered is an Argon2 hash or verify: refused before the body is read while the hash queue is full.
+      middleware: [hashGate] as const,
       request: { body: jsonBody(AcceptBody) },
       responses: { 200: json(z.union([TokenAnswerSchema, MfaChallengeSchema, InviteAcceptedSchema])), ...errors(401, 403, 409, 429, 503) },
     }),

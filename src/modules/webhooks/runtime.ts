@@ -51,7 +51,8 @@ export function installWebhooks(keel: Keel): KeelModule<Webhooks> {
     perWebhook: keel.config.WEBHOOK_CONCURRENCY_PER_WEBHOOK,
     timeoutMs: keel.config.WEBHOOK_TIMEOUT_MS,
   });
-  keel.events.subscribe('*', (tx, event) => routeEvent(keel, tx, event));
+  // Events without an organisation are not routed (routing.ts `routeEvent`): their publishers need no transaction for it.
+  keel.events.subscribe('*', (tx, event) => routeEvent(keel, tx, event), { orgEventsOnly: true });
   // Deliveries waiting (pending or retrying, due or not): one COUNT over the partial due index, on each scrape.
   keel.metrics.gauge(QUEUE_DEPTH_METRIC, 'Webhook deliveries waiting to be attempted (pending or retrying), across every process', [], async (g) => {
     const [row] = await rawQuery<{ n: number }>(keel.db, QUEUE_DEPTH, []);

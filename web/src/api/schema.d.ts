@@ -14440,7 +14440,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description WebAuthn relying party misconfigured */
+            /** @description WebAuthn relying party misconfigured, or the password hash queue is full (`overloaded`, with Retry-After) */
             503: {
                 headers: {
                     [name: string]: unknown;
