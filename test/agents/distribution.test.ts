@@ -128,6 +128,11 @@ describe.skipIf(!backendAvailable())(`agent distribution at scale (${backend})`,
     const bad = await app.api('GET', '/devices?behind=lazy', { token: partner });
     expect(bad.status).toBe(400);
     expect(bad.body.code).toBeDefined();
+    // `component` only narrows `behind`: alone it is refused in words, never silently ignored.
+    const alone = await app.api('GET', `/devices?orgId=${org}&component=helper`, { token: partner });
+    expect(alone.status).toBe(400);
+    expect(alone.body.code).toBe('validation_failed');
+    expect(JSON.stringify(alone.body.details)).toContain('component');
     await expectCountsKept();
   });
 

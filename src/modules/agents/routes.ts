@@ -44,8 +44,8 @@ const DeviceQuery = Paging.extend({
   component: z
     .enum(COMPONENTS)
     .optional()
-    .openapi({ description: 'With `behind`: the reason of this component (without: of the first component behind, agent, helper, watchdog, as the distribution counts)' }),
-});
+    .openapi({ description: 'With `behind` only (alone it is 400): the reason of this component (without it: of the first component behind, agent, helper, watchdog, as the distribution counts)' }),
+}).refine((q) => q.component === undefined || q.behind !== undefined, { path: ['component'], message: '`component` narrows `behind`: give `behind` too' });
 const accepted = (schema: z.ZodType, description: string) => ({ 202: json(schema, description) });
 
 /** Devices, enrolment, heartbeats, update reports and update settings; releases in release-routes.ts. */

@@ -16452,7 +16452,7 @@ export interface operations {
                 agentVersion?: string;
                 /** @description Only devices behind the fleet target for this reason, decided as `GET /agent-versions/distribution` counts them (docs/decisions.md "Agent distribution at scale") */
                 behind?: "auto_update_off" | "pinned" | "no_build" | "rolled_back" | "halted" | "offline" | "updating" | "outside_window" | "rollout";
-                /** @description With `behind`: the reason of this component (without: of the first component behind, agent, helper, watchdog, as the distribution counts) */
+                /** @description With `behind` only (alone it is 400): the reason of this component (without it: of the first component behind, agent, helper, watchdog, as the distribution counts) */
                 component?: "agent" | "helper" | "watchdog";
                 /** @description Only devices of this device group */
                 deviceGroupId?: string;
