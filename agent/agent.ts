@@ -185,6 +185,11 @@ interface State {
    * finds it and rolls back. With `reason`: rolled back, the report not yet taken by Keel.
    */
   checking?: { version: string; fromVersion: string; reason?: string };
+  /**
+   * The agent version in `<binary>.bak` (the one before the last update that succeeded): when the
+   * watchdog has to put the backup back, this is the version that runs again.
+   */
+  backupVersion?: string;
 }
 
 export interface Offer {
@@ -558,7 +563,7 @@ export class Agent {
     if (unhealthy === null) {
       this.#phase = null;
       const { checking: _, ...rest } = this.#state;
-      this.#state = { ...rest, version: offer.version };
+      this.#state = { ...rest, version: offer.version, backupVersion: fromVersion ?? rest.version };
       this.#save();
       await this.#report(offer, 'succeeded', undefined, fromVersion);
       log(`updated agent ${fromVersion ?? '?'} -> ${offer.version}`);
@@ -744,11 +749,13 @@ export class Agent {
     renameSync(from, to);
   }
 
-  #restore(backup: string): void {
-    if (!existsSync(backup)) return;
+  /** Puts `backup` in place of the binary; false when there is no backup. */
+  #restore(backup: string): boolean {
+    if (!existsSync(backup)) return false;
     rmSync(this.#o.binaryPath, { force: true });
     copyFileSync(backup, this.#o.binaryPath);
     chmodSync(this.#o.binaryPath, 0o755);
+    return true;
   }
 
   /** Starts the binary; true once it printed its first line, false when it exits (or stays silent) first. */
@@ -793,11 +800,25 @@ export class Agent {
     });
   }
 
-  /** Watchdog: the binary exited on its own; start it again, or the backup if it no longer starts. */
+  /**
+   * Watchdog: the binary exited on its own; start it again, or the backup if it no longer starts.
+   * A backup put back after an update that had succeeded runs the version before it: the state says
+   * so (heartbeats report the version that runs), and the update is reported `rolled_back` before the
+   * next heartbeat (through the state's `checking`, as a rollback whose report is still due), so Keel
+   * counts the failure and does not offer that version to this device again until update-now.
+   */
   async #recover(): Promise<void> {
     if (await this.start()) return;
     this.#o.log('binary does not start: restoring the backup');
-    this.#restore(`${this.#o.binaryPath}.bak`);
+    if (!this.#restore(`${this.#o.binaryPath}.bak`)) return;
+    const state = this.#state;
+    if (state?.backupVersion && state.backupVersion !== state.version) {
+      const broken = state.version;
+      const reason = `the watchdog restored ${state.backupVersion}: ${broken} no longer starts`;
+      this.#o.log(`agent ${broken} no longer starts: ${state.backupVersion} runs again`);
+      this.#state = { ...state, version: state.backupVersion, checking: { version: broken, fromVersion: state.backupVersion, reason } };
+      this.#save();
+    }
     await this.start();
   }
 

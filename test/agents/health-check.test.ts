@@ -272,6 +272,31 @@ describe.skipIf(!backendAvailable() || process.platform !== 'linux')(`health-che
     expect(await device(a.agent.deviceId!)).toMatchObject({ components: { agent: '1.0.0' } });
   });
 
+  it('a version that stops starting after its update succeeded: the watchdog puts the backup back, the agent reports the version that runs and the rollback', async () => {
+    const clock = new ManualClock();
+    const a = await agentOn('hc8', { watchdog: true, clock });
+    await release('9.0.0', build('9.0.0'), 'hc8');
+    const ticking = a.agent.tick();
+    await until(() => a.agent.healthPhase === 'soak');
+    clock.advance(60_000);
+    expect((await ticking).outcome).toBe('succeeded');
+    expect(a.agent.version).toBe('9.0.0');
+    // Later, 9.0.0 no longer starts (what it depends on went away): it crashes, and restarting it fails.
+    writeFileSync(a.bin, build('9.0.0', 'exits'));
+    process.kill(a.agent.pid!, 'SIGKILL');
+    await until(() => a.agent.running && existsSync(`${a.bin}.running`) && readFileSync(`${a.bin}.running`, 'utf8') === `${a.agent.pid} 1.0.0\n`);
+    expect(a.said).toContain('binary does not start: restoring the backup');
+    // What runs is 1.0.0, and that is what the agent says, now and after a restart from its state.
+    expect(a.agent.version).toBe('1.0.0');
+    expect(JSON.parse(readFileSync(join(a.dir, 'state', 'state.json'), 'utf8'))).toMatchObject({ version: '1.0.0' });
+    const { answer } = await a.agent.tick();
+    expect(await device(a.agent.deviceId!)).toMatchObject({ components: { agent: '1.0.0' } });
+    // Keel heard the rollback: counted as a failure, and 9.0.0 is not offered to this device again.
+    expect(await rollback(a.agent.deviceId!)).toMatchObject({ fromVersion: '1.0.0', toVersion: '9.0.0', error: 'the watchdog restored 1.0.0: 9.0.0 no longer starts' });
+    expect(await rolloutOf('9.0.0')).toMatchObject({ failed: 1, blocked: 1 });
+    expect(answer.update).toBeNull();
+  });
+
   it('a rollback report Keel could not take is sent again before the next heartbeat', async () => {
     const a = await agentOn('hc7', { server: proxy.url });
     await release('8.0.0', build('8.0.0', 'unhealthy'), 'hc7');
