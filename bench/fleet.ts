@@ -132,7 +132,6 @@ const HEARTBEAT_BODY = JSON.stringify({ components: { agent: '1.0.0' } });
 
 export async function benchFleet(backend: BenchBackend): Promise<FleetResult> {
   const admin = { email: `admin-${randomBytes(4).toString('hex')}@example.com`, password: 'correct-horse-battery-admin-staple' };
-  // The simulated fleet enrols from one address with one key: beyond the default enrolment limits.
   const keel = await backend.startKeel(fleetEnv(admin));
   const bare = await startBare();
   try {

@@ -51,8 +51,9 @@ export function maskPhone(phone: string | null): string | null {
 }
 
 /** The self-profile; pass the tenant when the caller already has it. */
-export async function selfProfile(keel: Keel, userId: string, known?: { tenant?: TenantOf }): Promise<SelfProfile> {
-  const [user] = await keel.db.select().from(users).where(eq(users.id, userId));
+export async function selfProfile(keel: Keel, userId: string, known?: { tenant?: TenantOf; user?: User }): Promise<SelfProfile> {
+  // A caller that has just read the user's row (a refresh) passes it: not read again.
+  const user = known?.user ?? (await keel.db.select().from(users).where(eq(users.id, userId)))[0];
   if (!user) throw notFound('User');
   const ports = identityPorts(keel);
   const [tenant, passkeys] = await Promise.all([known?.tenant ?? ports.tenantOf(keel, user), ports.passkeyCount(keel.db, user)]);

@@ -88,7 +88,7 @@ async function tokenAnswer(
     refreshToken: session.refreshToken,
     tokenType: 'Bearer',
     expiresIn: ACCESS_TOKEN_SECONDS,
-    user: known.profile ?? (known.row ? profileOf(known.row, await identityPorts(keel).passkeyCount(keel.db, known.row), access) : await selfProfile(keel, user.id, { tenant: access })),
+    user: known.profile ?? (await selfProfile(keel, user.id, { tenant: access, ...(known.row ? { user: known.row } : {}) })),
   };
 }
 
