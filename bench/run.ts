@@ -4,7 +4,7 @@
  * when /usr/lib/postgresql/<v>/bin exists, on a PostgreSQL server started here on loopback.
  *
  *   npm run bench                          everything
- *   npm run bench -- login authed-read     some of: startup, login, authed-read, fleet, webhooks, overload, distribution, scim
+ *   npm run bench -- login authed-read     some of: startup, login, authed-read, fleet, webhooks, publish, overload, distribution, scim
  *   npm run bench -- --pglite              only the embedded backend
  *   BENCH_SECONDS=10 BENCH_USERS=200 BENCH_READ_ROUNDS=3 STARTUP_RUNS=3
  *
@@ -19,6 +19,7 @@ import { benchFleet, fleetGoal, printFleet, FLEET_P99_GOAL_MS, FLEET_RATE_GOAL, 
 import { benchWebhooks, printWebhooks, webhookGoal, WEBHOOK_DELIVERIES_GOAL, WEBHOOK_P95_GOAL_MS, WEBHOOK_RATIO_GOAL, type WebhookBenchResult } from './webhooks.js';
 import { benchOverloadAll, overloadGoal, printOverload, OVERLOAD_READ_P99_GOAL_MS, OVERLOAD_READ_RATIO_GOAL, type OverloadResult } from './overload.js';
 import { benchDistribution, printDistribution } from './distribution.js';
+import { benchPublish, isEventsRow, printPublish, PUBLISH_RATIO_GOAL, type PublishRow } from './publish.js';
 import { benchScim, printScim, scimGoal, SCIM_IMPORT_GOAL_S, SCIM_LOOKUP_P99_GOAL_MS, type ScimBenchResult } from './scim.js';
 import { fmt, pgliteBackend, postgresBackend, printTable, startPostgres, type BenchBackend } from './lib.js';
 
@@ -37,6 +38,7 @@ const reads: AuthedReadResult[] = [];
 const fleets: FleetResult[] = [];
 const hooks: WebhookBenchResult[] = [];
 const overloads: OverloadResult[] = [];
+const publishes: PublishRow[] = [];
 const scims: ScimBenchResult[] = [];
 
 if (want('startup')) {
@@ -64,6 +66,11 @@ async function onBackend(backend: BenchBackend): Promise<void> {
     hooks.push(await benchWebhooks(backend));
     printWebhooks(hooks.slice(-1));
   }
+  if (want('publish')) {
+    const rows = await benchPublish(backend);
+    publishes.push(...rows);
+    printPublish(rows);
+  }
   if (want('overload')) {
     const rows = await benchOverloadAll(backend);
     overloads.push(...rows);
@@ -75,7 +82,7 @@ async function onBackend(backend: BenchBackend): Promise<void> {
   }
 }
 
-if (want('login') || want('authed-read') || want('fleet') || want('webhooks') || want('overload') || want('scim')) {
+if (want('login') || want('authed-read') || want('fleet') || want('webhooks') || want('publish') || want('overload') || want('scim')) {
   await onBackend(pgliteBackend());
   if (!pgliteOnly) {
     const server = await startPostgres();
@@ -134,6 +141,17 @@ for (const r of hooks) {
     `${fmt(r.bareSignedPerSecond)} bare signed POST/s`,
     fmt(r.ratio, 2),
     `>= ${WEBHOOK_DELIVERIES_GOAL}/s, >= ${WEBHOOK_RATIO_GOAL}, p95 < ${WEBHOOK_P95_GOAL_MS} ms: ${webhookGoal(r)}`,
+  ]);
+}
+for (const r of publishes.filter(isEventsRow)) {
+  rows.push([
+    'publish',
+    r.backend,
+    `${r.case}, 50 connections${r.settings ? `, ${r.settings} (API process alone)` : ''}`,
+    `${fmt(r.perSecond)} events/s, p99 ${fmt(r.p99)} ms, ${fmt(r.mainMs, 3)} ms main thread each`,
+    'GET /users/me, same Keel, same run',
+    fmt(r.ratio, 2),
+    `>= ${PUBLISH_RATIO_GOAL} of the read: ${goal(r.ratio >= PUBLISH_RATIO_GOAL)}`,
   ]);
 }
 for (const r of overloads) {
