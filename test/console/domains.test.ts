@@ -1,20 +1,21 @@
 /**
  * The verified-domains section of the console's single sign-on page in chromium, against one started
  * Keel whose TXT lookups go to a loopback DNS server of the test's own (DNS_RESOLVER): the nudge to
- * verify, adding a domain, the TXT record to publish, a failed and a successful verification.
+ * verify, adding a domain, the TXT record to publish, a failed and a successful verification; the
+ * same for a partner's own domains on the partner-level card, apart from the organisation's.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser } from 'playwright-core';
 import { backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { eq } from 'drizzle-orm';
-import { createTenant, createUser, totpCode, type Tenant } from '../helpers/fixtures.js';
+import { createTenant, createUser, enrollTotp, login, totpCode, type Tenant } from '../helpers/fixtures.js';
 import { SYSTEM_ROLES } from '../../src/modules/access/catalog.js';
 import { users } from '../../src/modules/identity/schema.js';
 import { identityOf } from '../../src/modules/identity/context.js';
 import { newTotpSecret } from '../../src/modules/mfa/totp.js';
 import { chromiumAvailable, launchChromium } from '../helpers/browser.js';
 import { startDnsServer, type DnsServer } from '../helpers/dns.js';
-import { axeViolations, consoleBuild, consoleTabs, submitPassword } from './helpers.js';
+import { axeViolations, consoleBuild, consoleTabs, signInWithTotp, submitPassword } from './helpers.js';
 
 describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: verified domains in chromium', { timeout: 120_000 }, () => {
   let app: TestApp;
@@ -62,6 +63,45 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: verified 
     await row.getByText('verified', { exact: true }).waitFor();
     await page.getByText('No domain is verified yet').waitFor({ state: 'detached' });
     await t.screenshot('sso-domains');
+    expect(t.problems).toEqual([]);
+  });
+
+  it('a partner admin claims a domain on the partner-level card, publishes its TXT record, verifies it and removes it; the organisation\'s card and domains are untouched', async () => {
+    const own = await createTenant(app);
+    // Partner Admin forces a second factor: enrolled first.
+    const { secret, accessToken } = await enrollTotp(app, (await login(app, own.partnerAdmin)).accessToken);
+    const t = await tabs.open();
+    const { page } = t;
+    await signInWithTotp(page, `${app.publicUrl}/integrations/sso?orgId=${own.orgId}`, own.partnerAdmin, secret);
+    const card = page.getByRole('region', { name: /^Partner-level verified domains of Partner / });
+    const orgCard = page.getByRole('region', { name: 'Verified domains', exact: true });
+    await card.getByText('No domain of the partner is verified yet: until one is, the partner’s providers sign in no one.').waitFor();
+    await orgCard.getByText('No domains yet.').waitFor();
+
+    const form = card.getByRole('form', { name: 'Add a partner domain' });
+    await form.getByLabel('Domain', { exact: true }).fill('MSP-Console.example');
+    await form.getByRole('button', { name: 'Add domain' }).click();
+    const row = card.getByRole('row', { name: /msp-console\.example/ });
+    const record = (await row.locator('code').textContent({ timeout: 60_000 })) ?? '';
+    expect(record).toMatch(/^keel-verification=[\w-]{43}$/);
+    dns.txt.set('msp-console.example', [record]);
+    await row.getByRole('button', { name: 'Verify msp-console.example' }).click();
+    await row.getByText('verified', { exact: true }).waitFor();
+    await card.getByText('No domain of the partner is verified yet').waitFor({ state: 'detached' });
+    // The organisation's card still has none (and still nudges); the API agrees.
+    await orgCard.getByText('No domains yet.').waitFor();
+    await orgCard.getByText('No domain is verified yet').waitFor();
+    expect(await orgCard.getByText('msp-console.example').count()).toBe(0);
+    const partnerList = await app.api('GET', `/partners/${own.partnerId}/domains`, { token: accessToken });
+    expect(partnerList.body.data).toMatchObject([{ domain: 'msp-console.example', status: 'verified', partnerId: own.partnerId, orgId: null }]);
+    expect((await app.api('GET', `/orgs/${own.orgId}/domains`, { token: accessToken })).body.data).toEqual([]);
+    await t.screenshot('sso-partner-domains');
+    expect(await axeViolations(page)).toEqual([]);
+
+    await row.getByRole('button', { name: 'Remove msp-console.example' }).click();
+    await card.getByText('No domains yet.').waitFor();
+    await card.getByText('No domain of the partner is verified yet').waitFor();
+    expect((await app.api('GET', `/partners/${own.partnerId}/domains`, { token: accessToken })).body.data).toEqual([]);
     expect(t.problems).toEqual([]);
   });
 

@@ -54,7 +54,11 @@ export const keys = {
     /** A webhook's audited changes: under its detail, so an edit on its page refreshes them. */
     audit: (id: string, ...args: unknown[]) => [...webhooks.detail(id), 'audit', ...args] as const,
   },
-  domains: { ...resource('domains') },
+  domains: {
+    ...resource('domains'),
+    /** A partner's own domains: a list apart from any organisation's (`list(orgId)`). */
+    ofPartner: (partnerId: string) => ['domains', 'list', 'partner', partnerId] as const,
+  },
   ssoProviders: { ...resource('sso-providers') },
   ssoPresets: { all: ['sso-presets'] as const },
   scimTokens: { ...resource('scim-tokens') },

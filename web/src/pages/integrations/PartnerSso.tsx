@@ -1,9 +1,9 @@
 // The partner's own single sign-on in the console (docs/decisions.md "Partner-level SSO"): shown on
 // the single sign-on page under the organisation's, for who may manage the partner (partner users
 // with every organisation, platform administrators): its sign-in page `/login/<slug>` (with the slug
-// editable), its providers (GET /sso/providers?partnerId=) and a create form naming `partnerId`. A
-// provider's page is the organisations' one; `usePartnerScope` feeds its form the partner's roles,
-// organisations and members.
+// editable), its providers (GET /sso/providers?partnerId=), a create form naming `partnerId` and the
+// partner's verified domains (Domains.tsx, partner scope). A provider's page is the organisations'
+// one; `usePartnerScope` feeds its form the partner's roles, organisations and members.
 import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { Link, useLocation } from 'wouter';
@@ -14,6 +14,7 @@ import { Button, Card, ErrorAlert, Field, MfaNote, QueryState, Select, useSubmit
 import type { Role } from '../admin/common';
 import type { Schema } from '../../api/types';
 import { usePartnerContext } from './PartnerWebhooks';
+import { VerifiedDomains, partnerDomains } from './Domains';
 import { CopyValue, type Provider } from './Sso';
 
 /** The partner's sign-in page as people open it. */
@@ -100,7 +101,7 @@ function PartnerSignInPage({ partnerId }: { partnerId: string }) {
   );
 }
 
-/** The partner's own providers, under the organisation's (nothing for who may not manage them). */
+/** The partner's own providers and verified domains, under the organisation's (nothing for who may not manage them). */
 export function PartnerSsoProviders() {
   const { can } = useAuth();
   const partner = usePartnerContext();
@@ -115,51 +116,54 @@ export function PartnerSsoProviders() {
   // A partner user without every organisation of the partner may not list them (403): nothing shown.
   if (!partner || list.error || !me) return null;
   return (
-    <Card title={`Partner-level SSO of ${partner.name}`}>
-      <PartnerSignInPage partnerId={partner.partnerId} />
-      {can('organizations', 'write') && !creating && (
-        <p>
-          <Button kind="secondary" onClick={() => setCreating(true)}>
-            New partner provider
-          </Button>
-        </p>
-      )}
-      {creating && <CreatePartnerProvider partnerId={partner.partnerId} onCancel={() => setCreating(false)} />}
-      <QueryState query={list}>
-        {() =>
-          list.data?.data.length ? (
-            <table aria-label="Partner providers">
-              <thead>
-                <tr>
-                  <th>Name</th>
-                  <th>Protocol</th>
-                  <th>Status</th>
-                  <th>Password sign-in</th>
-                  <th>Changed</th>
-                </tr>
-              </thead>
-              <tbody>
-                {list.data.data.map((p) => (
-                  <tr key={p.id}>
-                    <td>
-                      <Link href={`/integrations/sso/${p.id}`}>{p.name}</Link>
-                    </td>
-                    <td>{p.type.toUpperCase()}</td>
-                    <td>
-                      <span className={`badge ${p.status === 'active' ? 'badge-ok' : 'badge-warn'}`}>{p.status}</span>
-                    </td>
-                    <td>{p.enforceSSO ? 'turned off (SSO enforced)' : 'allowed'}</td>
-                    <td>{when(p.updatedAt)}</td>
+    <>
+      <Card title={`Partner-level SSO of ${partner.name}`}>
+        <PartnerSignInPage partnerId={partner.partnerId} />
+        {can('organizations', 'write') && !creating && (
+          <p>
+            <Button kind="secondary" onClick={() => setCreating(true)}>
+              New partner provider
+            </Button>
+          </p>
+        )}
+        {creating && <CreatePartnerProvider partnerId={partner.partnerId} onCancel={() => setCreating(false)} />}
+        <QueryState query={list}>
+          {() =>
+            list.data?.data.length ? (
+              <table aria-label="Partner providers">
+                <thead>
+                  <tr>
+                    <th>Name</th>
+                    <th>Protocol</th>
+                    <th>Status</th>
+                    <th>Password sign-in</th>
+                    <th>Changed</th>
                   </tr>
-                ))}
-              </tbody>
-            </table>
-          ) : (
-            <p className="muted">No partner providers yet: they sign in the partner’s own technicians (addresses of the partner’s verified domains).</p>
-          )
-        }
-      </QueryState>
-    </Card>
+                </thead>
+                <tbody>
+                  {list.data.data.map((p) => (
+                    <tr key={p.id}>
+                      <td>
+                        <Link href={`/integrations/sso/${p.id}`}>{p.name}</Link>
+                      </td>
+                      <td>{p.type.toUpperCase()}</td>
+                      <td>
+                        <span className={`badge ${p.status === 'active' ? 'badge-ok' : 'badge-warn'}`}>{p.status}</span>
+                      </td>
+                      <td>{p.enforceSSO ? 'turned off (SSO enforced)' : 'allowed'}</td>
+                      <td>{when(p.updatedAt)}</td>
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+            ) : (
+              <p className="muted">No partner providers yet: they sign in the partner’s own technicians (addresses of the partner’s verified domains).</p>
+            )
+          }
+        </QueryState>
+      </Card>
+      <VerifiedDomains scope={partnerDomains(partner)} />
+    </>
   );
 }
 

@@ -10,7 +10,7 @@ import { useTenant } from '../../tenant';
 import { Alert, Button, Card, ErrorAlert, Field, MfaNote, PageHeader, QueryState, Select, useSubmit, when, PagedTable } from '../../ui';
 import { permissionPage } from '../../permission';
 import { ProviderForm } from './SsoForm';
-import { VerifiedDomains } from './Domains';
+import { VerifiedDomains, orgDomains } from './Domains';
 import { PartnerSsoProviders, partnerLoginLink } from './PartnerSso';
 import { keys } from '../../api/keys';
 import type { Schema } from '../../api/types';
@@ -119,7 +119,7 @@ function ProviderList() {
         )}
         onPage={setPage}
       />
-      <VerifiedDomains />
+      <VerifiedDomains scope={orgDomains(t.orgId)} />
       <PartnerSsoProviders />
     </>
   );
