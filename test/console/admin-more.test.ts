@@ -2,7 +2,8 @@
  * More of the console in chromium (playwright-core) against one started Keel: a SAML provider's
  * fields (checked before sending, the API's `details.fields` beside the input, the metadata link),
  * a rollout halted by a failure report and resumed from the console, update windows at partner and
- * organisation level, and the newer pages on a 390-pixel-wide screen in both themes.
+ * organisation level, a partner's slug changed in the platform's Partners list, and the newer pages
+ * on a 390-pixel-wide screen in both themes.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser, Locator, Page } from 'playwright-core';
@@ -224,6 +225,51 @@ describe.skipIf(!chromiumAvailable() || !backendAvailable())('console: SAML fiel
     // Back at partner level the partner's own window is what the page shows.
     await page.getByLabel('Organisation', { exact: true }).selectOption({ label: '— partner level —' });
     await card.getByText('Wednesday and Saturday, 21:00 to 05:00 UTC (ends the next day); pinned: helper 2.0.0.').waitFor();
+    expect(t.problems).toEqual([]);
+  });
+
+  it('a platform administrator changes a partner\'s slug in the Partners list; a malformed slug and another partner\'s slug are refused in words beside the field and change nothing', async () => {
+    const tenant = await createTenant(app);
+    const other = await createTenant(app);
+    const admin = await createUser(app, { name: 'Slug Admin', platformAdmin: true });
+    const { accessToken: systemToken, secret } = await enrollTotp(app, (await login(app, admin)).accessToken);
+    const partnerOf = async (id: string) => (await app.api('GET', `/partners/${id}`, { token: systemToken })).body as { name: string; slug: string };
+    const before = await partnerOf(tenant.partnerId);
+    const taken = (await partnerOf(other.partnerId)).slug;
+    const t = await tab();
+    const { page } = t;
+    await signInWithTotp(page, `${app.publicUrl}/admin/partners`, admin, secret);
+    const item = page.getByRole('list', { name: 'Partners' }).getByRole('listitem').filter({ hasText: before.name });
+    await item.getByText(`Sign-in page /login/${before.slug}`).waitFor();
+    await item.getByRole('button', { name: `Sign-in address of partner ${before.name}` }).click();
+    const form = item.getByRole('form', { name: `Sign-in address of ${before.name}` });
+    const field = form.getByLabel('Address name (slug)');
+    const change = form.getByRole('button', { name: 'Change address' });
+
+    await field.fill('Not a slug!');
+    await change.click();
+    await form.getByText('Address name must be 1-63 lowercase letters, digits and inner hyphens.').waitFor();
+    expect(await field.getAttribute('aria-invalid')).toBe('true');
+    // Said beside the field only, not again above the form.
+    expect(await form.getByRole('alert').count()).toBe(0);
+    await field.fill(taken);
+    await change.click();
+    const refusal = form.getByText('Another partner already has this slug: choose another');
+    await refusal.waitFor();
+    expect(await field.getAttribute('aria-invalid')).toBe('true');
+    expect((await field.getAttribute('aria-describedby'))?.split(' ')).toContain(await refusal.getAttribute('id'));
+    expect(await form.getByRole('alert').count()).toBe(0);
+    expect((await partnerOf(tenant.partnerId)).slug).toBe(before.slug);
+    expect((await partnerOf(other.partnerId)).slug).toBe(taken);
+    await t.screenshot('partners-slug-taken');
+    expect(await axeViolations(page)).toEqual([]);
+
+    const slug = `${before.slug}-renamed`;
+    await field.fill(slug);
+    await change.click();
+    await page.getByText(`The sign-in page of ${before.name} is now /login/${slug}.`).waitFor();
+    await item.getByText(`Sign-in page /login/${slug}`).waitFor();
+    expect((await partnerOf(tenant.partnerId)).slug).toBe(slug);
     expect(t.problems).toEqual([]);
   });
 

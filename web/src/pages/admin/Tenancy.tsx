@@ -1,5 +1,5 @@
-// Partners (platform administrators), organisations with their security settings, sites and
-// device groups.
+// Partners (platform administrators: name, sign-in address, security settings), organisations with
+// their security settings, sites and device groups.
 import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
 import { Link, useLocation } from 'wouter';
@@ -10,6 +10,7 @@ import { Alert, Button, Card, Checkbox, ErrorAlert, Field, PageHeader, Pager, Qu
 import { permissionPage } from '../../permission';
 import { useDeviceGroups, useSites } from './common';
 import { keys } from '../../api/keys';
+import { PartnerSlugForm } from '../integrations/PartnerSso';
 
 /** settings.security: require MFA, and which methods are allowed (the stricter of partner and organisation wins). */
 function SecurityEditor({ value, canEdit, save }: { value: SecuritySettings | undefined; canEdit: boolean; save: (s: SecuritySettings) => Promise<unknown> }) {
@@ -50,6 +51,7 @@ function PartnersPage() {
   const [page, setPage] = useState(1);
   const [name, setName] = useState('');
   const [open, setOpen] = useState<string | null>(null);
+  const [slugOpen, setSlugOpen] = useState<string | null>(null);
   const [notice, setNotice] = useState<string | null>(null);
   const [error, setError] = useState<unknown>(null);
   const act = async (fn: () => Promise<unknown>, done: string) => {
@@ -91,7 +93,9 @@ function PartnersPage() {
                 <li key={p.id}>
                   <div>
                     <strong>{p.name}</strong>
-                    <div className="small muted">Created {when(p.createdAt)}</div>
+                    <div className="small muted">
+                      Sign-in page /login/{p.slug} · created {when(p.createdAt)}
+                    </div>
                   </div>
                   <div className="row">
                     <Button kind="link" onClick={() => t.setPartnerId(p.id)}>
@@ -99,6 +103,9 @@ function PartnersPage() {
                     </Button>
                     <Button kind="link" aria-expanded={open === p.id} onClick={() => setOpen(open === p.id ? null : p.id)}>
                       Security settings
+                    </Button>
+                    <Button kind="link" aria-label={`Sign-in address of partner ${p.name}`} aria-expanded={slugOpen === p.id} onClick={() => setSlugOpen(slugOpen === p.id ? null : p.id)}>
+                      Sign-in address
                     </Button>
                     <Button
                       kind="link"
@@ -124,6 +131,20 @@ function PartnersPage() {
                       Delete
                     </Button>
                   </div>
+                  {slugOpen === p.id && (
+                    <div className="block">
+                      <PartnerSlugForm
+                        partnerId={p.id}
+                        slug={p.slug}
+                        label={`Sign-in address of ${p.name}`}
+                        onChanged={(slug) => {
+                          setSlugOpen(null);
+                          setError(null);
+                          setNotice(`The sign-in page of ${p.name} is now /login/${slug}.`);
+                        }}
+                      />
+                    </div>
+                  )}
                   {open === p.id && (
                     <div className="block">
                       <SecurityEditor value={securityOf(p)} canEdit save={(security) => api('PATCH', `/partners/${p.id}`, { body: { settings: { security } } }).then(() => qc.invalidateQueries({ queryKey: keys.partners.all }))} />

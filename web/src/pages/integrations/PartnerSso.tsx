@@ -13,6 +13,7 @@ import { keys } from '../../api/keys';
 import { Button, Card, ErrorAlert, Field, MfaNote, QueryState, Select, useSubmit, when } from '../../ui';
 import type { Role } from '../admin/common';
 import type { Schema } from '../../api/types';
+import { hasCode } from '../../api/errors';
 import { usePartnerContext } from './PartnerWebhooks';
 import { VerifiedDomains, partnerDomains } from './Domains';
 import { CopyValue, type Provider } from './Sso';
@@ -52,17 +53,46 @@ export function usePartnerScope(partnerId: string | null) {
   };
 }
 
+/**
+ * A partner's slug (its sign-in page `/login/<slug>`) with Change address, for the partner's
+ * administrators and the platform's Partners page: a slug another partner has (409
+ * `partner_slug_taken`) or a malformed one (400, `details.fields.slug`) is said beside the field.
+ */
+export function PartnerSlugForm({ partnerId, slug, label = 'Partner sign-in address', onChanged }: { partnerId: string; slug: string; label?: string; onChanged?: (slug: string) => void }) {
+  const qc = useQueryClient();
+  const [value, setValue] = useState<string | null>(null);
+  const s = useSubmit(async () => {
+    const next = (value ?? '').trim();
+    await api('PATCH', `/partners/${partnerId}`, { body: { slug: next } });
+    setValue(null);
+    await qc.invalidateQueries({ queryKey: keys.partners.all });
+    onChanged?.(next);
+  });
+  // The 409 has no field in its details: said beside the field as a malformed slug is.
+  const taken = hasCode(s.error, 'partner_slug_taken') ? s.error.message : undefined;
+  return (
+    <form onSubmit={s.submit} aria-label={label} className="row">
+      <Field
+        label="Address name (slug)"
+        required
+        maxLength={63}
+        value={value ?? slug}
+        onChange={(e) => setValue(e.target.value)}
+        error={s.fields.slug ?? taken}
+        hint="Lowercase letters, digits and inner hyphens: the page is /login/<slug>. The old address stops working."
+      />
+      <Button type="submit" kind="secondary" busy={s.busy} disabled={value === null || value.trim() === slug}>
+        Change address
+      </Button>
+      {!taken && <ErrorAlert error={s.error} shown={['slug']} />}
+    </form>
+  );
+}
+
 /** The partner's sign-in page with Copy, and its slug to change. */
 function PartnerSignInPage({ partnerId }: { partnerId: string }) {
   const { can } = useAuth();
-  const qc = useQueryClient();
   const partner = useQuery({ queryKey: keys.partners.detail(partnerId), queryFn: async () => dataOf(await client.GET('/api/v1/partners/{id}', { params: { path: { id: partnerId } } })) });
-  const [slug, setSlug] = useState<string | null>(null);
-  const s = useSubmit(async () => {
-    await api('PATCH', `/partners/${partnerId}`, { body: { slug: (slug ?? '').trim() } });
-    setSlug(null);
-    await qc.invalidateQueries({ queryKey: keys.partners.all });
-  });
   return (
     <QueryState query={partner}>
       {() => {
@@ -77,23 +107,7 @@ function PartnerSignInPage({ partnerId }: { partnerId: string }) {
                 <CopyValue label="partner sign-in page" value={partnerLoginLink(p.slug)} />
               </dd>
             </dl>
-            {can('organizations', 'write') && (
-              <form onSubmit={s.submit} aria-label="Partner sign-in address" className="row">
-                <Field
-                  label="Address name (slug)"
-                  required
-                  maxLength={63}
-                  value={slug ?? p.slug}
-                  onChange={(e) => setSlug(e.target.value)}
-                  error={s.fields.slug}
-                  hint="Lowercase letters, digits and inner hyphens: the page is /login/<slug>. The old address stops working."
-                />
-                <Button type="submit" kind="secondary" busy={s.busy} disabled={slug === null || slug.trim() === p.slug}>
-                  Change address
-                </Button>
-                <ErrorAlert error={s.error} />
-              </form>
-            )}
+            {can('organizations', 'write') && <PartnerSlugForm partnerId={partnerId} slug={p.slug} />}
           </>
         );
       }}
