@@ -238,6 +238,15 @@ describe.skipIf(!backendAvailable())('webhooks review', () => {
       expect((await app.api('POST', '/events', { token: w.eventsKey, body: { type: 'alert.resolved', data: {} } })).status).toBe(202);
     });
 
+    it('parallel publishes of one API key: exactly EVENTS_PUBLISH_LIMIT are accepted, the rest 429', async () => {
+      const key = (await app.api('POST', '/api-keys', { token: w.admin, body: { name: 'parallel', permissions: [{ resource: 'events', action: 'publish' }] } })).body.key as string;
+      const answers = await Promise.all(Array.from({ length: 30 }, () => app.api('POST', '/events', { token: key, body: { type: 'alert.resolved', data: {} } })));
+      expect(answers.filter((a) => a.status === 202)).toHaveLength(20);
+      const refused = answers.filter((a) => a.status !== 202);
+      expect(refused).toHaveLength(10);
+      for (const r of refused) expect([r.status, r.body.code, Number(r.headers.get('retry-after')) > 0]).toEqual([429, 'rate_limited', true]);
+    });
+
     it('tests and retries are limited per webhook and per caller: 429 with Retry-After', async () => {
       const { token } = await orgUserWithRole(app, w.orgId, ROLE.orgAdmin);
       const hooks = [];
