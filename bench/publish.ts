@@ -24,7 +24,7 @@ const ONLY = process.env.BENCH_PUBLISH_CASES;
 const HOOKS = 10;
 const ADMIN = { email: 'bench-publish@example.com', password: 'harbour-velvet-compass-93-lilac' };
 
-/** Issue 35: `POST /events` (10 webhooks) accepted at >= this share of the read's rate. */
+/** The publishing goal (bench/README.md "Publishing"): `POST /events` (10 webhooks) accepted at >= this share of the read's rate. */
 export const PUBLISH_RATIO_GOAL = 0.2;
 
 export interface PublishRow {
@@ -120,7 +120,7 @@ export async function benchPublish(backend: BenchBackend): Promise<PublishRow[]>
   return rows;
 }
 
-/** Whether a row is the `POST /events` case (the one issue 35's goal judges). */
+/** Whether a row is the `POST /events` case (the one the publishing goal judges). */
 export const isEventsRow = (r: PublishRow): boolean => r.case.startsWith('POST /events');
 
 export function printPublish(rows: PublishRow[]): void {
