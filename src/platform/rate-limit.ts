@@ -75,8 +75,8 @@ async function spend(limiter: RateLimiterAbstract, key: string, p: number): Prom
 /**
  * One point at a time for a Redis-backed limit, sent as one spend per key and turn of the event loop:
  * the points asked for the same key by requests that arrived together (fifty publishes of one API
- * key) go to Redis as one `consume(key, n)`, one round trip instead of n (each was ~15 % of a
- * publish's CPU on PostgreSQL + Redis: bench/README.md "Publishing"). The count is the same as n
+ * key) go to Redis as one `consume(key, n)`, one round trip instead of n (a publish's main thread
+ * on PostgreSQL + Redis went from ~0.2 to ~0.12 ms: bench/README.md "Publishing"). The count is the same as n
  * calls one by one: Redis adds n either way (a refused call is counted too), and of the n, the first
  * `points - (count after - n)` are allowed and the rest refused, in the order they were asked.
  * Waiting for the turn's end (setImmediate, after the I/O callbacks that carried the requests)

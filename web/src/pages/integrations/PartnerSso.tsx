@@ -6,17 +6,17 @@
 // one; `usePartnerScope` feeds its form the partner's roles, organisations and members.
 import { useState } from 'react';
 import { useQuery, useQueryClient } from '@tanstack/react-query';
-import { Link, useLocation } from 'wouter';
+import { useLocation } from 'wouter';
 import { api, client, dataOf, type Page } from '../../api';
 import { useAuth } from '../../auth';
 import { keys } from '../../api/keys';
-import { Button, Card, ErrorAlert, Field, MfaNote, QueryState, Select, useSubmit, when } from '../../ui';
+import { Button, Card, ErrorAlert, Field, MfaNote, QueryState, Select, useSubmit } from '../../ui';
 import type { Role } from '../admin/common';
 import type { Schema } from '../../api/types';
 import { hasCode } from '../../api/errors';
 import { usePartnerContext } from './PartnerWebhooks';
 import { VerifiedDomains, partnerDomains } from './Domains';
-import { CopyValue, type Provider } from './Sso';
+import { CopyValue, ProviderRow, type Provider } from './Sso';
 
 /** The partner's sign-in page as people open it. */
 export const partnerLoginLink = (slug: string) => `${window.location.origin}/login/${slug}`;
@@ -156,17 +156,7 @@ export function PartnerSsoProviders() {
                 </thead>
                 <tbody>
                   {list.data.data.map((p) => (
-                    <tr key={p.id}>
-                      <td>
-                        <Link href={`/integrations/sso/${p.id}`}>{p.name}</Link>
-                      </td>
-                      <td>{p.type.toUpperCase()}</td>
-                      <td>
-                        <span className={`badge ${p.status === 'active' ? 'badge-ok' : 'badge-warn'}`}>{p.status}</span>
-                      </td>
-                      <td>{p.enforceSSO ? 'turned off (SSO enforced)' : 'allowed'}</td>
-                      <td>{when(p.updatedAt)}</td>
-                    </tr>
+                    <ProviderRow key={p.id} provider={p} />
                   ))}
                 </tbody>
               </table>

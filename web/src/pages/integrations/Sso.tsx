@@ -19,6 +19,24 @@ type SsoStatus = Schema<'SsoProvider'>['status'];
 
 export type Provider = Schema<'SsoProvider'>;
 
+/** A provider in a list (the organisation's, with its preset; the partner's): name linking to its page, protocol, status, password sign-in, last change. */
+export function ProviderRow({ provider: p, preset = false }: { provider: Provider; preset?: boolean }) {
+  return (
+    <tr>
+      <td>
+        <Link href={`/integrations/sso/${p.id}`}>{p.name}</Link>
+      </td>
+      <td>{p.type.toUpperCase()}</td>
+      {preset && <td>{p.preset ?? '—'}</td>}
+      <td>
+        <span className={`badge ${p.status === 'active' ? 'badge-ok' : 'badge-warn'}`}>{p.status}</span>
+      </td>
+      <td>{p.enforceSSO ? 'turned off (SSO enforced)' : 'allowed'}</td>
+      <td>{when(p.updatedAt)}</td>
+    </tr>
+  );
+}
+
 type TestReport = Schema<'SsoProviderTest'>;
 
 const STATUS_TEXT: Record<SsoStatus, string> = {
@@ -103,20 +121,7 @@ function ProviderList() {
           </tr>
         }
         empty={<>No providers yet.</>}
-        row={(p) => (
-          <tr key={p.id}>
-            <td>
-              <Link href={`/integrations/sso/${p.id}`}>{p.name}</Link>
-            </td>
-            <td>{p.type.toUpperCase()}</td>
-            <td>{p.preset ?? '—'}</td>
-            <td>
-              <span className={`badge ${p.status === 'active' ? 'badge-ok' : 'badge-warn'}`}>{p.status}</span>
-            </td>
-            <td>{p.enforceSSO ? 'turned off (SSO enforced)' : 'allowed'}</td>
-            <td>{when(p.updatedAt)}</td>
-          </tr>
-        )}
+        row={(p) => <ProviderRow key={p.id} provider={p} preset />}
         onPage={setPage}
       />
       <VerifiedDomains scope={orgDomains(t.orgId)} />
