@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { createRequire } from 'node:module';
 import { validationError, zodFields } from './errors.js';
-import { strictRequest, unstorableFields } from './validation.js';
+import { declaresQuery, refuseQuery, strictRequest, unstorableFields } from './validation.js';
 import { CachedTrieRouter } from './router.js';
 import { documentedRoute, SECURITY_SCHEMES, withMiddlewareQuery } from './route-docs.js';
 import type { ErrorStatus } from './schemas.js';
@@ -46,7 +46,8 @@ export function createRouter<E extends Env>(opts: { gate?: (method: string) => r
     if (!config.hide) app.openAPIRegistry.registerPath(documentedRoute(config, [400, ...(opts.gate?.(config.method) ?? [])]));
     // An admission gate among the middleware is also asked before the request is read (admission.ts).
     recordAdmission(app, config.method, config.path, config.middleware);
-    return register({ ...config, request: strictRequest(config.request) as typeof config.request, hide: true }, handler, hook);
+    const middleware = declaresQuery(config.request) ? config.middleware : [...[config.middleware ?? []].flat(), refuseQuery];
+    return register({ ...config, middleware, request: strictRequest(config.request) as typeof config.request, hide: true }, handler, hook);
   };
   app.openapi = openapi;
   return app;
