@@ -15,6 +15,7 @@ import { consoleHandler } from './platform/http/console.js';
 import { mountScimProtocol } from './modules/scim/protocol-routes.js';
 import { earlyAdmission } from './platform/http/admission.js';
 import { refusalLogOf } from './platform/http/refusal-log.js';
+import { RefusalHold } from './platform/http/refusal-hold.js';
 
 export const API_BASE = '/api/v1';
 
@@ -48,7 +49,9 @@ export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
   if (activeTracer) app.use('*', traceRequests());
   // The API router is filled below; its admission gates are read on the first request (admission.ts).
   const api = createRouter<AppEnv>({ gate: apiGateStatuses });
-  app.use('*', requestContext(keel.log, trusted, latencyObserver(keel.metrics), { admit: earlyAdmission(api, API_BASE), refusals: refusalLogOf(keel) }));
+  const hold = new RefusalHold(keel.config.REFUSAL_HOLD_AFTER);
+  keel.onClose(() => Promise.resolve(hold.close()));
+  app.use('*', requestContext(keel.log, trusted, latencyObserver(keel.metrics), { admit: earlyAdmission(api, API_BASE), refusals: refusalLogOf(keel), hold }));
   app.onError((err, c) => handleError(err, c, keel.log));
   // A path that exists with other methods is 405 with Allow; anything else 404.
   const allowedOn = methodIndex(() => app.routes);

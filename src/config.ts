@@ -176,6 +176,8 @@ const envSchema = z.object({
   HASH_THREAD_NICE: int(10, 0, 19),
   /** Connections one client address may hold open at once (TRUST_PROXY addresses excepted); past it a new one is closed unread. 0: no limit. */
   MAX_CONNECTIONS_PER_SOURCE: int(512, 0, 1_000_000),
+  /** Refusals (503 overloaded) of one client address in one second answered at once; past it they are answered when the second is over. 0: all at once. */
+  REFUSAL_HOLD_AFTER: int(20, 0, 1_000_000),
   // Verified domains: the DNS server asked for TXT records (an IP address, with an optional port: `127.0.0.1:5353`, `[::1]:53`); unset: the system's resolvers.
   DNS_RESOLVER: optionalString.refine((v) => v === undefined || /^(\d{1,3}(\.\d{1,3}){3}(:\d{1,5})?|\[[0-9a-fA-F:]+\](:\d{1,5})?|[0-9a-fA-F:]+)$/.test(v), { message: 'must be an IP address with an optional port (127.0.0.1:5353)' }),
   // Verified domains: verification attempts (DNS lookups) per organisation or partner per minute.

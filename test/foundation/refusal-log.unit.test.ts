@@ -8,6 +8,7 @@ import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { REFUSAL_LOG_SOURCES, RefusalLog } from '../../src/platform/http/refusal-log.js';
 import { clock } from '../../src/platform/clock.js';
+import { RefusalHold } from '../../src/platform/http/refusal-hold.js';
 
 function capture(): { log: pino.Logger; lines: Record<string, unknown>[] } {
   const lines: Record<string, unknown>[] = [];
@@ -29,7 +30,9 @@ describe('refusal log', () => {
     clock.freeze((Math.floor(Date.now() / 1000) + 10) * 1000);
     const extra = 7;
     for (let i = 0; i < REFUSAL_LOG_SOURCES + extra; i++) {
-      for (let k = 0; k < 3; k++) refusals.refused(`192.0.2.${i}`, 'POST /api/v1/auth/login', 503, 'overloaded');
+      // Each source's own count in the second, whether it has a line of its own or shares `other` (refusal-hold.ts paces by it).
+      const counts = [0, 1, 2].map(() => refusals.refused(`192.0.2.${i}`, 'POST /api/v1/auth/login', 503, 'overloaded'));
+      expect(counts).toEqual([1, 2, 3]);
     }
     refusals.refused('192.0.2.0', 'connection', undefined, 'connection_budget');
     refusals.close();
@@ -44,5 +47,25 @@ describe('refusal log', () => {
       expect.objectContaining({ code: 'connection_budget', sources: 1, refused: 1, routes: { connection: 1 } }),
     ]);
     expect(others[1]).not.toHaveProperty('status');
+  });
+});
+
+describe('refusal hold', () => {
+  afterEach(() => clock.reset());
+
+  it('answers a source\'s refusals within the allowance at once, holds the rest up to its bound, and sends the held ones when closed', async () => {
+    clock.freeze();
+    const hold = new RefusalHold(2, 3);
+    const answers = [1, 2, 3, 4, 5, 6].map((n) => hold.answer(n, () => n));
+    expect(answers.slice(0, 2)).toEqual([1, 2]);
+    expect(answers.slice(2, 5).every((a) => a instanceof Promise)).toBe(true);
+    // Past the bound (3 held) a refusal is answered at once.
+    expect(answers[5]).toBe(6);
+    expect(hold.held).toBe(3);
+    hold.close();
+    expect(await Promise.all(answers.slice(2, 5) as Promise<number>[])).toEqual([3, 4, 5]);
+    expect(hold.held).toBe(0);
+    // Off (0): everything at once.
+    expect(new RefusalHold(0).answer(1000, () => 'now')).toBe('now');
   });
 });

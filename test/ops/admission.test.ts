@@ -69,7 +69,8 @@ describe.skipIf(!backendAvailable())(`admission before the request is read (${ba
   let hold: { release: () => Promise<void> } | null = null;
 
   beforeAll(async () => {
-    app = await startTestApp({ log, env: { HASH_QUEUE_MAX: String(HASH_THREADS), BODY_LIMIT_BYTES: String(BODY_LIMIT), LOGIN_IP_LIMIT: '100000', LOGIN_LIMIT: '1000' } });
+    // Every refusal answered at once (REFUSAL_HOLD_AFTER=0): these tests count refusals; their pacing has a test of its own below.
+    app = await startTestApp({ log, env: { HASH_QUEUE_MAX: String(HASH_THREADS), BODY_LIMIT_BYTES: String(BODY_LIMIT), LOGIN_IP_LIMIT: '100000', LOGIN_LIMIT: '1000', REFUSAL_HOLD_AFTER: '0' } });
     reader = await login(app, await createUser(app));
   }, 60_000);
   afterEach(async () => {
@@ -153,6 +154,53 @@ describe.skipIf(!backendAvailable())(`admission before the request is read (${ba
     const late = await waitUntil('the line of the next second', () => ofSecond(start + 1000), (l) => l.length > 0, { timeoutMs: 5000 });
     expect(late).toEqual([expect.objectContaining({ refused: 1, routes: { 'POST /api/v1/auth/login': 1 } })]);
     expect(ofSecond(start)).toHaveLength(1);
+  });
+});
+
+describe.skipIf(!backendAvailable())(`a source's refusals past its allowance wait for the second to end (${backend})`, () => {
+  const ALLOWANCE = 5;
+  let app: TestApp;
+  let reader: { accessToken: string };
+  let hold: { release: () => Promise<void> } | null = null;
+  beforeAll(async () => {
+    app = await startTestApp({ env: { HASH_QUEUE_MAX: String(HASH_THREADS), LOGIN_IP_LIMIT: '100000', LOGIN_LIMIT: '1000', REFUSAL_HOLD_AFTER: String(ALLOWANCE) } });
+    reader = await login(app, await createUser(app));
+  }, 60_000);
+  afterEach(async () => {
+    clock.reset();
+    await hold?.release();
+    hold = null;
+  });
+  afterAll(async () => app?.close());
+
+  it('answers the first REFUSAL_HOLD_AFTER refusals of a second at once and the rest, still 503 overloaded with Retry-After, when the second is over', async () => {
+    hold = holdHashWorkers();
+    // The clock stopped: only the test moves the second on.
+    clock.freeze();
+    const FLOOD = ALLOWANCE + 4;
+    const settled: { status: number; body: any; headers: Headers }[] = [];
+    const pending = Array.from({ length: FLOOD }, (_, i) =>
+      app.api('POST', '/auth/login', { body: { email: `held-${i}@example.com`, password: 'correct horse battery staple' } }).then((r) => {
+        settled.push(r);
+        return r;
+      }),
+    );
+    await waitUntil('the refusals within the allowance', () => settled.length, (n) => n >= ALLOWANCE, { everyMs: 10 });
+    // The others wait while the second lasts (the hold's timer ticks every 100 ms: several ticks pass).
+    await new Promise((r) => setTimeout(r, 500));
+    expect(settled).toHaveLength(ALLOWANCE);
+    // Held refusals hold nothing else: a read of the same source answers meanwhile.
+    expect((await app.api('GET', '/users/me', { token: reader.accessToken })).status).toBe(200);
+    clock.advance(1000);
+    const all = await Promise.all(pending);
+    expect(all).toHaveLength(FLOOD);
+    for (const r of all) {
+      expect(r.status).toBe(503);
+      expect(r.body).toEqual({ error: expect.any(String), code: 'overloaded', retryAfter: 1 });
+      expect(r.headers.get('retry-after')).toBe('1');
+    }
+    // A new second: its first refusals are answered at once again.
+    expect((await app.api('POST', '/auth/login', { body: { email: 'next-second@example.com', password: 'correct horse battery staple' } })).status).toBe(503);
   });
 });
 

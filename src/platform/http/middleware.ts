@@ -10,6 +10,7 @@ import { unstorableInUrl } from './validation.js';
 import { validTraceparent } from '../request-scope.js';
 import type { Admission } from './admission.js';
 import type { RefusalLog } from './refusal-log.js';
+import type { RefusalHold } from './refusal-hold.js';
 
 export interface PlatformVariables {
   requestId: string;
@@ -148,6 +149,8 @@ export const CLIENT_CLOSED = 499;
 export interface EarlyAdmission {
   admit: Admission;
   refusals: RefusalLog;
+  /** Past its allowance a source's refusals are answered when their second is over (refusal-hold.ts). */
+  hold: RefusalHold;
 }
 
 /**
@@ -186,7 +189,7 @@ export function requestContext(log: Logger, trustedProxies: Set<string>, onAnswe
     const method = c.req.method;
     if (early) {
       const refusal = early.admit(method, () => c.req.path)?.();
-      if (refusal) return Promise.resolve(refuse(c, refusal, requestId, traceparent, early.refusals));
+      if (refusal) return Promise.resolve(refuse(c, refusal, requestId, traceparent, early));
     }
     const started = performance.now();
     const outgoing = nodeResponse(c);
@@ -222,7 +225,7 @@ export function requestContext(log: Logger, trustedProxies: Set<string>, onAnswe
 }
 
 /** The answer of a request refused by its admission gate; see requestContext. */
-function refuse(c: Context, refusal: AppError, requestId: string, traceparent: string | undefined, refusals: RefusalLog): Response {
+function refuse(c: Context, refusal: AppError, requestId: string, traceparent: string | undefined, early: EarlyAdmission): Response | Promise<Response> {
   const headers: (readonly [string, string])[] = [['X-Request-Id', requestId], ...SECURITY_HEADERS];
   if (traceparent) headers.push(['traceparent', traceparent]);
   const outgoing = nodeResponse(c);
@@ -233,8 +236,8 @@ function refuse(c: Context, refusal: AppError, requestId: string, traceparent: s
   const request = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming;
   // The unread body is dropped before the connection closes or serves the next request (closeAfterBody).
   if (request && outgoing && !request.readableEnded) keepReadingBody(request, outgoing);
-  refusals.refused((c.get('ip') as string) || 'unknown', `${c.req.method} ${c.req.path}`, refusal.status, refusal.code);
-  return errorResponse(c, refusal);
+  const count = early.refusals.refused((c.get('ip') as string) || 'unknown', `${c.req.method} ${c.req.path}`, refusal.status, refusal.code);
+  return early.hold.answer(count, () => errorResponse(c, refusal));
 }
 
 const SECURITY_HEADERS = [

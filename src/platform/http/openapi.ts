@@ -1,10 +1,10 @@
-import { OpenAPIHono } from '@hono/zod-openapi';
-import type { Env } from 'hono';
+import { OpenAPIHono, z } from '@hono/zod-openapi';
+import type { Env, MiddlewareHandler } from 'hono';
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { createRequire } from 'node:module';
 import { validationError, zodFields } from './errors.js';
-import { declaresQuery, refuseQuery, strictRequest, unstorableFields } from './validation.js';
+import { declaresQuery, strictRequest, strictSchema, unstorableFields } from './validation.js';
 import { CachedTrieRouter } from './router.js';
 import { documentedRoute, SECURITY_SCHEMES, withMiddlewareQuery } from './route-docs.js';
 import type { ErrorStatus } from './schemas.js';
@@ -52,6 +52,25 @@ export function createRouter<E extends Env>(opts: { gate?: (method: string) => r
   app.openapi = openapi;
   return app;
 }
+
+const NO_QUERY = strictSchema(z.object({}), false);
+
+/**
+ * The query rule of a route that declares no query: any parameter is a 400 naming it, as the strict
+ * empty object's validation answers, and a URL without one costs a character search (measured: a zod
+ * validation of every request's empty query cost ~2 µs of a 37 µs cached read and 3-5 µs of a heartbeat,
+ * bench/ab.ts). Runs where the query validator would: after the route's own middleware, before the body's.
+ */
+export const refuseQuery: MiddlewareHandler = async (c, next) => {
+  const url = c.req.url;
+  const at = url.indexOf('?');
+  if (at !== -1 && at < url.length - 1) {
+    const parsed = NO_QUERY.safeParse(c.req.query());
+    if (!parsed.success) throw validationError(zodFields(parsed.error, 'query'));
+  }
+  c.req.addValidatedData('query', {});
+  await next();
+};
 
 // Only the package's folder is needed: resolving package.json, rather than requiring the package,
 // keeps its 1.5 MB bundle out of start-up (it is read from disk when the docs page asks for it).

@@ -31,8 +31,8 @@ interface Entry {
   status: number | undefined;
   code: string;
   routes: Map<string, number>;
-  /** On an `other` line: the sources it sums (emptied every second, so bounded by a second's refusals). */
-  others: Set<string> | null;
+  /** On an `other` line: the sources it sums with their counts (emptied every second, so bounded by a second's refusals). */
+  others: Map<string, number> | null;
 }
 
 export class RefusalLog {
@@ -47,9 +47,10 @@ export class RefusalLog {
 
   /**
    * Counts one refusal from `source` in the current second (clock.ts): `route` is `METHOD path` or
-   * `connection`; `status` is undefined when no answer was sent.
+   * `connection`; `status` is undefined when no answer was sent. Answers how many refusals with this
+   * code `source` has had in this second, this one included (what refusal-hold.ts paces by).
    */
-  refused(source: string, route: string, status: number | undefined, code: string): void {
+  refused(source: string, route: string, status: number | undefined, code: string): number {
     const second = clock.nowSeconds();
     if (second !== this.#second) {
       this.flush();
@@ -61,14 +62,17 @@ export class RefusalLog {
       const key = `${other ? 'other' : source} ${code}`;
       entry = this.#bySource.get(key);
       if (!entry) {
-        entry = { source: other ? 'other' : source, refused: 0, status, code, routes: new Map(), others: other ? new Set() : null };
+        entry = { source: other ? 'other' : source, refused: 0, status, code, routes: new Map(), others: other ? new Map() : null };
         this.#bySource.set(key, entry);
       }
-      entry.others?.add(source);
     }
     entry.refused++;
     entry.routes.set(route, (entry.routes.get(route) ?? 0) + 1);
     this.#arm();
+    if (!entry.others) return entry.refused;
+    const count = (entry.others.get(source) ?? 0) + 1;
+    entry.others.set(source, count);
+    return count;
   }
 
   /** Writes the lines of the second counted so far (nothing when nothing was refused). */
