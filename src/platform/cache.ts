@@ -18,6 +18,8 @@ export interface CacheOptions<V> {
  *   platform/invalidation.ts); `listen` subscribes a cache to a topic.
  * - A load that overlapped a drop is answered but not stored (a generation counter), so a value read
  *   before a change never lands after it.
+ * - Misses of one key that arrive while its load runs share that load (of the same generation): after a
+ *   drop, fifty requests in flight cost one statement, not fifty.
  * - After the bus reconnects (messages may have been missed) a listening cache is emptied.
  */
 export class InvalidatedCache<V> {
@@ -26,6 +28,8 @@ export class InvalidatedCache<V> {
   readonly #keep: (value: V) => boolean;
   #generation = 0;
   #resyncing = false;
+  /** Loads in flight by key, each with the generation it started in (a later generation starts its own). */
+  readonly #loading = new Map<string, { generation: number; value: Promise<V> }>();
 
   constructor(opts: CacheOptions<V> = {}) {
     this.#max = opts.max ?? 100_000;
@@ -36,12 +40,24 @@ export class InvalidatedCache<V> {
   async get(key: string, load: () => Promise<V>): Promise<V> {
     if (this.#entries.has(key)) return this.#entries.get(key) as V;
     const generation = this.#generation;
-    const value = await load();
-    if (generation === this.#generation && this.#keep(value)) {
-      if (this.#entries.size >= this.#max) this.#entries.clear();
-      this.#entries.set(key, value);
-    }
+    const running = this.#loading.get(key);
+    if (running?.generation === generation) return running.value;
+    const value = this.#load(key, generation, load);
+    this.#loading.set(key, { generation, value });
     return value;
+  }
+
+  async #load(key: string, generation: number, load: () => Promise<V>): Promise<V> {
+    try {
+      const value = await load();
+      if (generation === this.#generation && this.#keep(value)) {
+        if (this.#entries.size >= this.#max) this.#entries.clear();
+        this.#entries.set(key, value);
+      }
+      return value;
+    } finally {
+      if (this.#loading.get(key)?.generation === generation) this.#loading.delete(key);
+    }
   }
 
   /** The cached value of `key`, without loading it: undefined when none is cached. */

@@ -20,7 +20,7 @@ export type InvalidationHandler = (key: string) => void;
  */
 export class Invalidation {
   readonly #handlers = new Map<string, Set<InvalidationHandler>>();
-  readonly #resync = new Set<() => void>();
+  readonly #resync = new Set<() => void | Promise<void>>();
   readonly #origin = Math.random().toString(36).slice(2);
   #stop: (() => Promise<void>) | null = null;
 
@@ -45,11 +45,12 @@ export class Invalidation {
   }
 
   /**
-   * `drop` empties a whole cache. It runs when messages may have been missed: the Redis subscription
+   * `drop` empties a whole cache (or, where reading it back costs less than refilling it entry by entry,
+   * keeps only what the database still says: agents/state.ts). It runs when messages may have been missed: the Redis subscription
    * or the PostgreSQL LISTEN connection came back after a loss (a server restart). Every cache that
    * listens to a topic registers one, so a revocation sent while this process was deaf still applies.
    */
-  onResync(drop: () => void): void {
+  onResync(drop: () => void | Promise<void>): void {
     this.#resync.add(drop);
   }
 
@@ -110,7 +111,7 @@ export class Invalidation {
     if (this.transport.database.kind === 'postgres') stops.push(await this.transport.database.listen(CHANNEL, receive, () => this.#lost('PostgreSQL')));
     // PGlite is one process: local dispatch is all there is.
     if (this.opts.maxStalenessMs) {
-      this.#refresh = setInterval(() => this.refreshAll(), this.opts.maxStalenessMs);
+      this.#refresh = setInterval(() => void this.refreshAll(), this.opts.maxStalenessMs);
       this.#refresh.unref();
     }
     this.#stop = async () => {
@@ -141,14 +142,17 @@ export class Invalidation {
     this.#stop = null;
   }
 
-  /** Empties every listening cache (what the staleness bound does on its timer). */
-  refreshAll(): void {
-    for (const drop of this.#resync) drop();
+  /**
+   * Empties (or revalidates: agents/state.ts) every listening cache, what the staleness bound does on
+   * its timer; resolves when every cache is done. A cache that fails logs its own failure.
+   */
+  async refreshAll(): Promise<void> {
+    await Promise.allSettled([...this.#resync].map(async (drop) => drop()));
   }
 
   #lost(via: string): void {
     this.log.warn({ via }, 'invalidation: the connection came back; every cache is dropped (messages may have been missed)');
-    for (const drop of this.#resync) drop();
+    void this.refreshAll();
   }
 
   #dispatch(topic: string, key: string): void {

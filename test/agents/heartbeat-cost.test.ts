@@ -67,6 +67,43 @@ describe.skipIf(!backendAvailable()).each(['false', 'true'])(`heartbeat cost (${
     }
   });
 
+  // The staleness bound (CACHE_MAX_STALENESS_SECONDS, every process on PostgreSQL; refreshAll by hand
+  // here) used to drop every cached device, and each then cost its next heartbeat a read of its own:
+  // at 10,000 devices, 10,000 statements every 30 s. Now one statement reads them all back and only
+  // a device whose row changed without a message is read again.
+  it.skipIf(metrics === 'true')('the staleness bound reads the cached devices back in one statement; only a device changed without a message is read again', async () => {
+    const key = await enrollmentKey(app, w.tokens.orgAdmin, w.orgId);
+    const devices = await Promise.all(Array.from({ length: 20 }, () => enroll(app, key)));
+    for (const d of devices) expect((await heartbeat(app, d)).status).toBe(200); // online: cached
+    const keel = app.server.keel;
+    await keel.modules.stop({ graceful: true });
+    await agentsOf(keel).state.flushLastSeen();
+    for (const a of await Promise.all(devices.map((d) => heartbeat(app, d)))) expect(a.body).toMatchObject({ autoUpdate: true, update: null }); // every cache warm
+    // Written behind the caches' back (a process that died before announcing it): one device's
+    // auto-update turned off, another decommissioned.
+    const [changed, gone] = [devices[0]!, devices[1]!];
+    await rawQuery(keel.db, 'update devices set auto_update = false where id = $1', [changed.deviceId]);
+    await rawQuery(keel.db, 'update devices set decommissioned_at = now() where id = $1', [gone.deviceId]);
+    expect((await heartbeat(app, changed)).body.autoUpdate).toBe(true); // no message: still the cached state
+    const calls = countDriverCalls();
+    try {
+      await keel.invalidation.refreshAll();
+      // One statement: two calls at the driver (node-postgres's Pool.query takes a connection for it;
+      // PGlite parses a named statement in a call of its own the first time).
+      expect(calls.count()).toBeLessThanOrEqual(2);
+      const before = calls.count();
+      const answers = await Promise.all(devices.map((d) => heartbeat(app, d)));
+      expect(answers[0]!.body).toMatchObject({ autoUpdate: false });
+      expect(answers[1]!.status).toBe(401);
+      for (const a of answers.slice(2)) expect(a.body).toMatchObject({ autoUpdate: true, update: null });
+      // The two devices read again, and what the resync dropped for everyone: targets, the platform's
+      // builds, the organisation's and partner's settings, the placement pins (one statement each).
+      expect(calls.count() - before).toBeLessThanOrEqual((backend === 'postgres' ? 2 : 1) * 7);
+    } finally {
+      calls.stop();
+    }
+  });
+
   it.skipIf(metrics === 'true')('pins at every level cost an unchanged heartbeat nothing; a pin change costs the next heartbeat one read of every placement pin', async () => {
     const admin = w.tokens.orgAdmin;
     const site = (await app.api('POST', `/orgs/${w.orgId}/sites`, { token: admin, body: { name: 'Pinned site' } })).body.id as string;

@@ -57,6 +57,42 @@ describe('InvalidatedCache', () => {
     expect(await cache.get('k', () => Promise.resolve('after the change'))).toBe('after the change');
   });
 
+  it('misses of one key while its load runs share that load; after a drop, the next miss loads anew', async () => {
+    const cache = new InvalidatedCache<number>();
+    const releases: ((v: number) => void)[] = [];
+    let loads = 0;
+    const load = () => {
+      loads++;
+      return new Promise<number>((resolve) => releases.push(resolve));
+    };
+    const first = [cache.get('k', load), cache.get('k', load), cache.get('k', load)];
+    const other = cache.get('other', () => Promise.resolve(7));
+    expect(loads).toBe(1);
+    cache.drop('*'); // a change meanwhile: a miss now must not be answered by the load that began before it
+    const after = cache.get('k', load);
+    expect(loads).toBe(2);
+    releases[0]!(1);
+    releases[1]!(2);
+    expect(await Promise.all(first)).toEqual([1, 1, 1]);
+    expect(await after).toBe(2);
+    expect(await other).toBe(7);
+    expect(await cache.get('k', load)).toBe(2); // the later load was stored, the earlier one not
+    expect(loads).toBe(2);
+  });
+
+  it('a shared load that fails fails every caller that shared it, and the next miss tries again', async () => {
+    const cache = new InvalidatedCache<number>();
+    let loads = 0;
+    const failing = () => {
+      loads++;
+      return Promise.reject(new Error('database gone'));
+    };
+    const results = await Promise.allSettled([cache.get('k', failing), cache.get('k', failing)]);
+    expect(results.map((r) => r.status)).toEqual(['rejected', 'rejected']);
+    expect(loads).toBe(1);
+    expect(await cache.get('k', () => Promise.resolve(3))).toBe(3);
+  });
+
   it('starts over past max entries', async () => {
     const cache = new InvalidatedCache<number>({ max: 2 });
     for (let i = 0; i < 3; i++) await cache.get(`k${i}`, () => Promise.resolve(i));

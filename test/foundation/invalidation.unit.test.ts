@@ -11,7 +11,9 @@ describe('Invalidation: the staleness bound', () => {
     vi.useFakeTimers();
     const bus = new Invalidation(transport, pino({ level: 'silent' }), { maxStalenessMs: 30_000 });
     let drops = 0;
-    bus.onResync(() => drops++);
+    bus.onResync(() => {
+      drops++;
+    });
     await bus.start();
     vi.advanceTimersByTime(29_999);
     expect(drops).toBe(0);
@@ -24,11 +26,28 @@ describe('Invalidation: the staleness bound', () => {
     expect(drops).toBe(3);
   });
 
+  it('refreshAll runs every cache\'s resync, waits for those that read back, and one that fails stops no other', async () => {
+    const bus = new Invalidation(transport, pino({ level: 'silent' }));
+    const done: string[] = [];
+    bus.onResync(async () => {
+      await new Promise((r) => setTimeout(r, 5));
+      done.push('read back');
+    });
+    bus.onResync(() => Promise.reject(new Error('database gone')));
+    bus.onResync(() => {
+      done.push('dropped');
+    });
+    await bus.refreshAll();
+    expect(done.sort()).toEqual(['dropped', 'read back']);
+  });
+
   it('never drops on a timer without a bound (one process: PGlite)', async () => {
     vi.useFakeTimers();
     const bus = new Invalidation(transport, pino({ level: 'silent' }));
     let drops = 0;
-    bus.onResync(() => drops++);
+    bus.onResync(() => {
+      drops++;
+    });
     await bus.start();
     vi.advanceTimersByTime(3_600_000);
     expect(drops).toBe(0);

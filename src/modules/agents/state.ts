@@ -4,9 +4,10 @@ import type { Keel } from '../../keel.js';
 import type { Db } from '../../platform/db/client.js';
 import { clock } from '../../platform/clock.js';
 import { prepared, rawQuery } from '../../platform/db/raw.js';
+import { InvalidatedCache } from '../../platform/cache.js';
 import { organizations } from '../tenancy/schema.js';
 import { agentReleases, agentRolloutRings, agentTargets, agentUpdateSettings, devices, type ComponentVersions, type MaintenanceWindow, type PinnedVersions } from './schema.js';
-import type { BuildInfo, Component, PinChain, TargetInfo } from './decision.js';
+import { COMPONENTS, type BuildInfo, type Component, type PinChain, type TargetInfo } from './decision.js';
 import { releaseKeysOf } from './release-keys.js';
 
 /**
@@ -64,14 +65,26 @@ export interface UpdateSettings {
   pinnedVersions: PinnedVersions | null;
 }
 
-const deviceByHash = prepared(
-  'agents_device_by_hash',
-  `select d.id, d.org_id, o.partner_id, d.site_id, d.device_group_id, d.hostname, d.os, d.arch, d.status, d.components,
+/** The columns of a device's cached state (`stateOf`), for one token hash or, to revalidate the cache, many ids. */
+const DEVICE_COLUMNS = `d.id, d.token_hash, d.org_id, o.partner_id, d.site_id, d.device_group_id, d.hostname, d.os, d.arch, d.status, d.components,
      d.auto_update, d.logged_in_user, d.update_now, d.update_started_at, d.update_component, d.update_to_version, d.last_seen_at,
      d.logged_in_user_told, d.logged_in_user_event_at,
-     (select coalesce(jsonb_agg(b.component || '@' || b.version), '[]'::jsonb) from agent_offers b where b.device_id = d.id and b.blocked) as blocked
+     (select coalesce(jsonb_agg(b.component || '@' || b.version), '[]'::jsonb) from agent_offers b where b.device_id = d.id and b.blocked) as blocked`;
+
+const deviceByHash = prepared(
+  'agents_device_by_hash',
+  `select ${DEVICE_COLUMNS}
    from devices d join organizations o on o.id = d.org_id where d.token_hash = $1 and d.decommissioned_at is null`,
 );
+
+const devicesByIds = prepared(
+  'agents_devices_by_ids',
+  `select ${DEVICE_COLUMNS}
+   from devices d join organizations o on o.id = d.org_id where d.id = any($1::uuid[]) and d.decommissioned_at is null`,
+);
+
+/** Devices read back per statement when the cache is revalidated (`revalidateDevices`). */
+const REVALIDATE_CHUNK = 2_000;
 
 /**
  * The batched last-seen write. It sets no indexed column of devices (migration 0006), so each row is
@@ -92,11 +105,13 @@ export class AgentState {
   readonly #byHash = new Map<string, DeviceState>();
   readonly #hashOf = new Map<string, string>();
   #deviceGeneration = 0;
-  #targets: Map<string, TargetInfo> | null = null;
-  readonly #builds = new Map<string, BuildInfo | null>();
-  readonly #settings = new Map<string, UpdateSettings | null>();
-  #placementPins: Map<string, PinnedVersions> | null = null;
-  #configGeneration = 0;
+  /**
+   * The configuration a decision reads (all dropped together by `agents.config`): `targets`, the builds
+   * of a platform (`builds:<os>/<arch>`), update settings (`settings:<org|partner>:<id>`) and the
+   * placement pins (`pins`). Misses in flight share one load, so a drop costs one statement per entry
+   * however many heartbeats arrive meanwhile.
+   */
+  readonly #config = new InvalidatedCache<unknown>();
   /** Devices whose last-seen stamp waits for the next flush (a flag on the state, not a map write per heartbeat). */
   #seenQueue: DeviceState[] = [];
   /** A queued device's state was dropped from the cache: the queue may hold two states of one device. */
@@ -109,9 +124,9 @@ export class AgentState {
   ) {
     keel.invalidation.on(DEVICE_TOPIC, (key) => this.dropDevice(key));
     keel.invalidation.on(CONFIG_TOPIC, () => this.dropConfig());
-    keel.invalidation.onResync(() => {
-      this.dropDevice('*');
+    keel.invalidation.onResync(async () => {
       this.dropConfig();
+      await this.revalidateDevices();
     });
   }
 
@@ -126,30 +141,7 @@ export class AgentState {
     const generation = this.#deviceGeneration;
     const [r] = await rawQuery(this.db, deviceByHash, [tokenHash]);
     if (!r) return null;
-    const state: DeviceState = {
-      id: r.id as string,
-      orgId: r.org_id as string,
-      partnerId: (r.partner_id as string | null) ?? null,
-      siteId: (r.site_id as string | null) ?? null,
-      deviceGroupId: (r.device_group_id as string | null) ?? null,
-      hostname: r.hostname as string,
-      os: (r.os as string | null) ?? null,
-      arch: (r.arch as string | null) ?? null,
-      status: r.status as string,
-      components: (typeof r.components === 'string' ? JSON.parse(r.components) : r.components) as ComponentVersions,
-      autoUpdate: Boolean(r.auto_update),
-      loggedInUser: (r.logged_in_user as string | null) ?? null,
-      updateNow: Boolean(r.update_now),
-      updateStartedAt: ms(r.update_started_at),
-      updateComponent: (r.update_component as string | null) ?? null,
-      updateToVersion: (r.update_to_version as string | null) ?? null,
-      lastSeenMs: ms(r.last_seen_at),
-      seenQueued: false,
-      userTold: (r.logged_in_user_told as string | null) ?? null,
-      userEventMs: ms(r.logged_in_user_event_at),
-      offered: null,
-      blocked: new Set((typeof r.blocked === 'string' ? JSON.parse(r.blocked) : (r.blocked ?? [])) as string[]),
-    };
+    const state = stateOf(r);
     if (generation === this.#deviceGeneration) this.remember(tokenHash, state);
     return state;
   }
@@ -180,32 +172,61 @@ export class AgentState {
     this.#hashOf.delete(id);
   }
 
+  /**
+   * The cache's second line (a message missed, a writer that died before announcing its change; run by
+   * the invalidation bus every CACHE_MAX_STALENESS_SECONDS and after a reconnect): every cached device
+   * is read back, REVALIDATE_CHUNK per statement, and dropped only where the row differs from what is
+   * cached (changed, decommissioned, another token), so it is read again at its next heartbeat. It used
+   * to drop every device, and each was then read back alone by its next heartbeat: 10,000 statements
+   * every 30 s at 10,000 devices. A state changed here while its chunk was being read differs and is
+   * dropped too (read again: never kept stale). Should the statement fail, everything is dropped.
+   */
+  async revalidateDevices(): Promise<void> {
+    const cached = [...this.#byHash];
+    try {
+      for (let i = 0; i < cached.length; i += REVALIDATE_CHUNK) {
+        const chunk = cached.slice(i, i + REVALIDATE_CHUNK);
+        const rows = await rawQuery(this.db, devicesByIds, [chunk.map(([, d]) => d.id)]);
+        const current = new Map(rows.map((r) => [r.id as string, r]));
+        for (const [hash, d] of chunk) {
+          const r = current.get(d.id);
+          if (r && r.token_hash === hash && sameState(stateOf(r), d)) continue;
+          if (this.#byHash.get(hash) === d) this.dropDevice(d.id);
+        }
+      }
+    } catch (err) {
+      this.keel.log.warn({ error: loggableError(err) }, 'agents: device cache revalidation failed; every device is read again');
+      this.dropDevice('*');
+    }
+  }
+
   dropConfig(): void {
-    this.#configGeneration++;
-    this.#targets = null;
-    this.#builds.clear();
-    this.#settings.clear();
-    this.#placementPins = null;
+    this.#config.drop('*');
+  }
+
+  /** `key`'s cached configuration, else `load()`'s (the cached value is read first: the hot path allocates nothing). */
+  async #configured<T>(key: string, load: () => Promise<T>): Promise<T> {
+    const hit = this.#config.peek(key);
+    return (hit !== undefined ? hit : await this.#config.get(key, load)) as T;
   }
 
   /** Every fleet target, keyed `component/os/arch`, with the rings of its promotion (agents.config drops them). */
-  async targets(): Promise<Map<string, TargetInfo>> {
-    if (this.#targets) return this.#targets;
-    const generation = this.#configGeneration;
-    // One statement: the targets with their promotion's rings.
-    const rows = await this.db
-      .select({ t: agentTargets, rings: agentRolloutRings.rings, opened: agentRolloutRings.opened })
-      .from(agentTargets)
-      .leftJoin(agentRolloutRings, and(eq(agentRolloutRings.component, agentTargets.component), eq(agentRolloutRings.version, agentTargets.version)));
-    const map = new Map<string, TargetInfo>();
-    for (const { t: r, rings, opened } of rows) {
-      map.set(`${r.component}/${r.os}/${r.arch}`, {
-        version: r.version, rolloutPercent: r.rolloutPercent, rolloutStatus: r.rolloutStatus === 'halted' ? 'halted' : 'active',
-        rings: rings && opened !== null ? { groups: rings.map((g) => g.deviceGroupId), open: opened } : undefined,
-      });
-    }
-    if (generation === this.#configGeneration) this.#targets = map;
-    return map;
+  targets(): Promise<Map<string, TargetInfo>> {
+    return this.#configured('targets', async () => {
+      // One statement: the targets with their promotion's rings.
+      const rows = await this.db
+        .select({ t: agentTargets, rings: agentRolloutRings.rings, opened: agentRolloutRings.opened })
+        .from(agentTargets)
+        .leftJoin(agentRolloutRings, and(eq(agentRolloutRings.component, agentTargets.component), eq(agentRolloutRings.version, agentTargets.version)));
+      const map = new Map<string, TargetInfo>();
+      for (const { t: r, rings, opened } of rows) {
+        map.set(`${r.component}/${r.os}/${r.arch}`, {
+          version: r.version, rolloutPercent: r.rolloutPercent, rolloutStatus: r.rolloutStatus === 'halted' ? 'halted' : 'active',
+          rings: rings && opened !== null ? { groups: rings.map((g) => g.deviceGroupId), open: opened } : undefined,
+        });
+      }
+      return map;
+    });
   }
 
   /**
@@ -214,44 +235,35 @@ export class AgentState {
    * what it read (as `targets()` does): it used to find an empty cache and offer nothing.
    */
   async builds(os: string, arch: string): Promise<(version: string, component: Component) => BuildInfo | undefined> {
-    const marker = `platform:${os}/${arch}`;
-    const cached = (version: string, component: Component) => this.#builds.get(`${version}/${component}/${os}/${arch}`) ?? undefined;
-    if (this.#builds.has(marker)) return cached;
-    const generation = this.#configGeneration;
-    const rows = await this.db
-      .select()
-      .from(agentReleases)
-      .where(and(eq(agentReleases.os, os), eq(agentReleases.arch, arch)));
-    const loaded = new Map<string, BuildInfo>();
-    // With release keys configured only builds signed by one of them are offered: an unsigned build
-    // registered before the keys, or one signed by a key since retired, is left out (agents would refuse it).
-    const { keys } = releaseKeysOf(this.keel.config);
-    const trusted = new Set(keys.map((k) => k.id));
-    for (const r of rows) {
-      if (keys.length > 0 && (r.keyId === null || !trusted.has(r.keyId))) continue;
-      const url = r.url ?? `${this.publicBase()}/api/v1/agent-versions/${encodeURIComponent(r.version)}/download/${r.component}/${encodeURIComponent(r.os)}/${encodeURIComponent(r.arch)}`;
-      loaded.set(`${r.version}/${r.component}/${r.os}/${r.arch}`, { url, sha256: r.sha256, size: r.size, signature: r.signature ?? null, keyId: r.keyId ?? null });
-    }
-    if (generation === this.#configGeneration) {
-      for (const [key, build] of loaded) this.#builds.set(key, build);
-      this.#builds.set(marker, null);
-      return cached;
-    }
-    return (version, component) => loaded.get(`${version}/${component}/${os}/${arch}`);
+    const loaded = await this.#configured(`builds:${os}/${arch}`, async () => {
+      const rows = await this.db
+        .select()
+        .from(agentReleases)
+        .where(and(eq(agentReleases.os, os), eq(agentReleases.arch, arch)));
+      const map = new Map<string, BuildInfo>();
+      // With release keys configured only builds signed by one of them are offered: an unsigned build
+      // registered before the keys, or one signed by a key since retired, is left out (agents would refuse it).
+      const { keys } = releaseKeysOf(this.keel.config);
+      const trusted = new Set(keys.map((k) => k.id));
+      for (const r of rows) {
+        if (keys.length > 0 && (r.keyId === null || !trusted.has(r.keyId))) continue;
+        const url = r.url ?? `${this.publicBase()}/api/v1/agent-versions/${encodeURIComponent(r.version)}/download/${r.component}/${encodeURIComponent(r.os)}/${encodeURIComponent(r.arch)}`;
+        map.set(`${r.version}/${r.component}`, { url, sha256: r.sha256, size: r.size, signature: r.signature ?? null, keyId: r.keyId ?? null });
+      }
+      return map;
+    });
+    return (version, component) => loaded.get(`${version}/${component}`);
   }
 
   /** Update settings of `org:<id>` or `partner:<id>` (null: none set). */
-  async settings(ownerType: 'org' | 'partner', ownerId: string): Promise<UpdateSettings | null> {
-    const key = `${ownerType}:${ownerId}`;
-    if (this.#settings.has(key)) return this.#settings.get(key) ?? null;
-    const generation = this.#configGeneration;
-    const [row] = await this.db
-      .select()
-      .from(agentUpdateSettings)
-      .where(and(eq(agentUpdateSettings.ownerType, ownerType), eq(agentUpdateSettings.ownerId, ownerId)));
-    const value = row ? { maintenanceWindow: row.maintenanceWindow ?? null, pinnedVersions: row.pinnedVersions ?? null } : null;
-    if (generation === this.#configGeneration) this.#settings.set(key, value);
-    return value;
+  settings(ownerType: 'org' | 'partner', ownerId: string): Promise<UpdateSettings | null> {
+    return this.#configured(`settings:${ownerType}:${ownerId}`, async () => {
+      const [row] = await this.db
+        .select()
+        .from(agentUpdateSettings)
+        .where(and(eq(agentUpdateSettings.ownerType, ownerType), eq(agentUpdateSettings.ownerId, ownerId)));
+      return row ? { maintenanceWindow: row.maintenanceWindow ?? null, pinnedVersions: row.pinnedVersions ?? null } : null;
+    });
   }
 
   /**
@@ -259,17 +271,16 @@ export class AgentState {
    * one in one statement per configuration generation: a device's first heartbeat after a change costs
    * this one read, not one per level, and an unchanged heartbeat none.
    */
-  async placementPins(): Promise<Map<string, PinnedVersions>> {
-    if (this.#placementPins) return this.#placementPins;
-    const generation = this.#configGeneration;
-    const rows = await this.db
-      .select({ ownerType: agentUpdateSettings.ownerType, ownerId: agentUpdateSettings.ownerId, pins: agentUpdateSettings.pinnedVersions })
-      .from(agentUpdateSettings)
-      .where(and(inArray(agentUpdateSettings.ownerType, ['device', 'group', 'site']), isNotNull(agentUpdateSettings.pinnedVersions)));
-    const map = new Map<string, PinnedVersions>();
-    for (const r of rows) if (r.pins) map.set(`${r.ownerType}:${r.ownerId}`, r.pins);
-    if (generation === this.#configGeneration) this.#placementPins = map;
-    return map;
+  placementPins(): Promise<Map<string, PinnedVersions>> {
+    return this.#configured('pins', async () => {
+      const rows = await this.db
+        .select({ ownerType: agentUpdateSettings.ownerType, ownerId: agentUpdateSettings.ownerId, pins: agentUpdateSettings.pinnedVersions })
+        .from(agentUpdateSettings)
+        .where(and(inArray(agentUpdateSettings.ownerType, ['device', 'group', 'site']), isNotNull(agentUpdateSettings.pinnedVersions)));
+      const map = new Map<string, PinnedVersions>();
+      for (const r of rows) if (r.pins) map.set(`${r.ownerType}:${r.ownerId}`, r.pins);
+      return map;
+    });
   }
 
   /** What a device's decision needs beyond itself: the pins of each level and the effective window (organisation over partner). */
@@ -348,3 +359,48 @@ export const liveDevice = () => isNotNull(devices.tokenHash);
 
 /** `now` in ms (the controllable clock). */
 export const nowMs = () => clock.nowMs();
+
+/** A device's cached state from its row (`DEVICE_COLUMNS`). */
+function stateOf(r: Record<string, unknown>): DeviceState {
+  return {
+    id: r.id as string,
+    orgId: r.org_id as string,
+    partnerId: (r.partner_id as string | null) ?? null,
+    siteId: (r.site_id as string | null) ?? null,
+    deviceGroupId: (r.device_group_id as string | null) ?? null,
+    hostname: r.hostname as string,
+    os: (r.os as string | null) ?? null,
+    arch: (r.arch as string | null) ?? null,
+    status: r.status as string,
+    components: (typeof r.components === 'string' ? JSON.parse(r.components) : r.components) as ComponentVersions,
+    autoUpdate: Boolean(r.auto_update),
+    loggedInUser: (r.logged_in_user as string | null) ?? null,
+    updateNow: Boolean(r.update_now),
+    updateStartedAt: ms(r.update_started_at),
+    updateComponent: (r.update_component as string | null) ?? null,
+    updateToVersion: (r.update_to_version as string | null) ?? null,
+    lastSeenMs: ms(r.last_seen_at),
+    seenQueued: false,
+    userTold: (r.logged_in_user_told as string | null) ?? null,
+    userEventMs: ms(r.logged_in_user_event_at),
+    offered: null,
+    blocked: new Set((typeof r.blocked === 'string' ? JSON.parse(r.blocked) : (r.blocked ?? [])) as string[]),
+  };
+}
+
+/**
+ * Whether a cached state still says what its row says, field by field (every field a heartbeat
+ * decides with). Not compared: the last-seen stamp (this process's own is newer than the row's until
+ * the flush), the flush flag and `offered` (this process's own memory of its offers).
+ */
+function sameState(row: DeviceState, cached: DeviceState): boolean {
+  return (
+    row.orgId === cached.orgId && row.partnerId === cached.partnerId && row.siteId === cached.siteId && row.deviceGroupId === cached.deviceGroupId &&
+    row.hostname === cached.hostname && row.os === cached.os && row.arch === cached.arch && row.status === cached.status &&
+    COMPONENTS.every((c) => row.components[c] === cached.components[c]) &&
+    row.autoUpdate === cached.autoUpdate && row.loggedInUser === cached.loggedInUser && row.updateNow === cached.updateNow &&
+    row.updateStartedAt === cached.updateStartedAt && row.updateComponent === cached.updateComponent && row.updateToVersion === cached.updateToVersion &&
+    row.userTold === cached.userTold && row.userEventMs === cached.userEventMs &&
+    row.blocked.size === cached.blocked.size && [...row.blocked].every((b) => cached.blocked.has(b))
+  );
+}
