@@ -42,22 +42,23 @@ export class InvalidatedCache<V> {
     const generation = this.#generation;
     const running = this.#loading.get(key);
     if (running?.generation === generation) return running.value;
-    const value = this.#load(key, generation, load);
-    this.#loading.set(key, { generation, value });
-    return value;
+    const entry = { generation, value: this.#load(key, generation, load) };
+    this.#loading.set(key, entry);
+    // Settled (even a load that threw before its first await): the next miss loads anew.
+    const settled = () => {
+      if (this.#loading.get(key) === entry) this.#loading.delete(key);
+    };
+    entry.value.then(settled, settled);
+    return entry.value;
   }
 
   async #load(key: string, generation: number, load: () => Promise<V>): Promise<V> {
-    try {
-      const value = await load();
-      if (generation === this.#generation && this.#keep(value)) {
-        if (this.#entries.size >= this.#max) this.#entries.clear();
-        this.#entries.set(key, value);
-      }
-      return value;
-    } finally {
-      if (this.#loading.get(key)?.generation === generation) this.#loading.delete(key);
+    const value = await load();
+    if (generation === this.#generation && this.#keep(value)) {
+      if (this.#entries.size >= this.#max) this.#entries.clear();
+      this.#entries.set(key, value);
     }
+    return value;
   }
 
   /** The cached value of `key`, without loading it: undefined when none is cached. */

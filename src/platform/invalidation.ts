@@ -151,7 +151,7 @@ export class Invalidation {
   }
 
   #lost(via: string): void {
-    this.log.warn({ via }, 'invalidation: the connection came back; every cache is dropped (messages may have been missed)');
+    this.log.warn({ via }, 'invalidation: the connection came back; every cache is dropped or read back (messages may have been missed)');
     void this.refreshAll();
   }
 

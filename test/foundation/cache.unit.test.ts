@@ -91,6 +91,12 @@ describe('InvalidatedCache', () => {
     expect(results.map((r) => r.status)).toEqual(['rejected', 'rejected']);
     expect(loads).toBe(1);
     expect(await cache.get('k', () => Promise.resolve(3))).toBe(3);
+    // A load that throws before it returns a promise is settled alike: it does not stay in flight.
+    const throwing = (): Promise<number> => {
+      throw new Error('bad key');
+    };
+    await expect(cache.get('t', throwing)).rejects.toThrow('bad key');
+    expect(await cache.get('t', () => Promise.resolve(4))).toBe(4);
   });
 
   it('starts over past max entries', async () => {
