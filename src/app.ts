@@ -51,7 +51,7 @@ export function buildApp(keel: Keel): OpenAPIHono<AppEnv> {
   const api = createRouter<AppEnv>({ gate: apiGateStatuses });
   const hold = new RefusalHold(keel.config.REFUSAL_HOLD_AFTER);
   keel.onClose(() => Promise.resolve(hold.close()));
-  app.use('*', requestContext(keel.log, trusted, latencyObserver(keel.metrics), { admit: earlyAdmission(api, API_BASE), refusals: refusalLogOf(keel), hold }));
+  app.use('*', requestContext(keel.log, trusted, latencyObserver(keel.metrics), { admit: earlyAdmission(api, API_BASE), refusals: refusalLogOf(keel), hold }, keel.requests));
   app.onError((err, c) => handleError(err, c, keel.log));
   // A path that exists with other methods is 405 with Allow; anything else 404.
   const allowedOn = methodIndex(() => app.routes);

@@ -14,6 +14,7 @@ import type { OutboundPolicy } from './platform/outbound.js';
 import { setHashQueueMax, setHashThreadNice } from './platform/argon2-pool.js';
 import { createMetrics, type Metrics } from './platform/metrics.js';
 import { ModuleRegistry } from './platform/module.js';
+import { RequestLoad } from './platform/http/load.js';
 
 /** Everything a module needs, built once per process and handed to each module's routes and services. */
 export interface Keel {
@@ -34,6 +35,8 @@ export interface Keel {
   outbound: OutboundPolicy;
   /** Counters, gauges and histograms (platform/metrics.ts): no-ops unless METRICS_ENABLED. */
   metrics: Metrics;
+  /** The requests this process is answering now (platform/http/load.ts): background work yields while it is busy. */
+  requests: RequestLoad;
   /**
    * The installed modules' handles and background jobs (platform/module.ts), filled by the composition
    * root (src/compose.ts); a process starts the jobs of its roles (`keel.modules.start`).
@@ -110,6 +113,7 @@ export async function createKeel(opts: KeelOptions = {}): Promise<Keel> {
     singleUse: new SingleUseStore(secrets.sealer),
     outbound: { allowInsecure: config.ALLOW_INSECURE_TARGETS },
     metrics,
+    requests: new RequestLoad(),
     modules: new ModuleRegistry(),
     onClose(stop) {
       closers.push(stop);

@@ -4,7 +4,8 @@ import { prepared, rawQuery } from '../../platform/db/raw.js';
 import { DELIVERY_LIST, DeliveryEngine, LIST_CAP } from './engine.js';
 import { RETENTION_SWEEP_MS, sweepDeliveries } from './retention.js';
 import { advanceReplays, REPLAY_TICK_MS } from './replay.js';
-import { createRouter, routeEvent, type Router } from './routing.js';
+import { routeEvent } from './routing.js';
+import { createRouter, type Router } from './inbox.js';
 import { defineWebhookLimits, webhooksRuntime, type RuntimeHooks, type WebhookLimits } from './service.js';
 import { intervalJob, type KeelModule } from '../../platform/module.js';
 
@@ -19,10 +20,10 @@ export interface Webhooks {
   engine: DeliveryEngine;
   /** What the service and the router reach the engine through (wake-ups, claims for routed rows). */
   runtime: RuntimeHooks;
-  /** The event router's batch and counters. */
+  /** The inbox of published events, its router and their counters (inbox.ts). */
   router: Router;
   limits: WebhookLimits;
-  /** Starts the delivery engine in this process (the `webhooks.delivery` job of the worker role). */
+  /** Starts the delivery engine in this process, and the inbox's sweep (the `webhooks.delivery` job of the worker role). */
   startWorker(): Promise<void>;
   /** Stops it: graceful lets attempts in flight finish; otherwise they are cancelled and released. */
   stopWorker(opts?: { graceful: boolean }): Promise<void>;
@@ -77,21 +78,27 @@ export function installWebhooks(keel: Keel): KeelModule<Webhooks> {
       else if (keel.database.kind === 'postgres') keel.database.notify(NOTIFY_CHANNEL, '').catch(() => undefined);
     },
   };
+  const router = createRouter(keel);
   const webhooks: Webhooks = {
     engine,
     runtime,
-    router: createRouter(keel),
+    router,
     limits: defineWebhookLimits(keel),
     async startWorker() {
       if (engine.running) return;
       await engine.start();
       await listenForWakeUps(keel, engine, hints);
+      // The inbox's sweep (events of a process that stopped between storing and routing them, or
+      // left at start-up); after the engine, so its first pass claims for it (inbox.ts).
+      router.router.start();
     },
     async stopWorker(opts = { graceful: true }) {
+      await router.router.stop();
       await engine.stop(opts);
     },
   };
   keel.onClose(() => webhooks.stopWorker({ graceful: false }));
+  keel.onClose(() => router.router.stop());
   return {
     handle: webhooks,
     jobs: [

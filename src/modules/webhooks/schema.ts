@@ -102,6 +102,21 @@ export const webhookPayloads = pgTable(
 );
 
 /**
+ * Events accepted by `POST /events` and not yet routed (routing.ts, inbox.ts): the publisher's 202 waits
+ * for this row only; a router takes rows oldest first (the id is a UUIDv7) and, in one statement,
+ * deletes them and writes their payloads (under the same id) and deliveries.
+ */
+export const webhookInbox = pgTable('webhook_inbox', {
+  id: uuid('id').primaryKey(),
+  orgId: uuid('org_id').notNull(),
+  eventType: varchar('event_type', { length: 100 }).notNull(),
+  eventId: varchar('event_id', { length: 100 }).notNull(),
+  body: json('body').notNull(),
+  traceparent: text('traceparent'),
+  createdAt: ts('created_at').notNull(),
+});
+
+/**
  * One event for one webhook (docs/specification.md "Webhooks: deliveries"), and the queue itself (docs/architecture.md "Processes and where state lives"): a
  * row is due when `status` is pending/retrying and `next_retry_at` has passed; a worker claims it by
  * setting `claim_id` and `lease_expires_at` (FOR UPDATE SKIP LOCKED), and records the attempt's result

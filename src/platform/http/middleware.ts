@@ -11,6 +11,7 @@ import { validTraceparent } from '../request-scope.js';
 import type { Admission } from './admission.js';
 import type { RefusalLog } from './refusal-log.js';
 import type { RefusalHold } from './refusal-hold.js';
+import type { RequestLoad } from './load.js';
 
 export interface PlatformVariables {
   requestId: string;
@@ -164,7 +165,13 @@ export interface EarlyAdmission {
  * is answered here, before anything reads its body or checks its size and type, and is counted in the
  * aggregated refusal line of its source (platform/http/refusal-log.ts) instead of an access line.
  */
-export function requestContext(log: Logger, trustedProxies: Set<string>, onAnswered?: OnAnswered, early?: EarlyAdmission): MiddlewareHandler<{ Variables: PlatformVariables }> {
+export function requestContext(
+  log: Logger,
+  trustedProxies: Set<string>,
+  onAnswered?: OnAnswered,
+  early?: EarlyAdmission,
+  load?: RequestLoad,
+): MiddlewareHandler<{ Variables: PlatformVariables }> {
   // The access-log line: every request at info, and at error whatever the level when the answer is a 5xx.
   const logAccess = accessLogger(log);
   return (c, next) => {
@@ -196,7 +203,10 @@ export function requestContext(log: Logger, trustedProxies: Set<string>, onAnswe
     if (!outgoing) {
       c.header('X-Request-Id', requestId);
       if (traceparent) c.header('traceparent', traceparent);
-      return next().then(() => {
+      load?.started();
+      return next().finally(() => {
+        load?.ended();
+      }).then(() => {
         ensurePrepared(c, traceparent ? [['X-Request-Id', requestId], ['traceparent', traceparent]] : [['X-Request-Id', requestId]]);
         const ms = performance.now() - started;
         onAnswered?.(c, c.res.status, ms);
@@ -209,9 +219,11 @@ export function requestContext(log: Logger, trustedProxies: Set<string>, onAnswe
     }
     const request = (c.env as { incoming?: IncomingMessage }).incoming;
     if (request && method !== 'GET' && method !== 'HEAD' && !request.readableEnded) keepReadingBody(request, outgoing);
-    if (onAnswered || log.isLevelEnabled('error')) {
+    load?.started();
+    if (onAnswered || load || log.isLevelEnabled('error')) {
       // The response is used once: `on` spares the wrapper `once` makes.
       outgoing.on('close', () => {
+        load?.ended();
         const ms = performance.now() - started;
         // A connection that closed before the answer was all sent (the client left, or a stop cut it)
         // is logged and counted as 499 (client closed request), never as the 200 Node presets.
