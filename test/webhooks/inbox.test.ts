@@ -54,6 +54,16 @@ function saturate(): () => void {
   };
 }
 
+const SCRAPE_TOKEN = 'scrape-token-0123456789abcdef';
+
+/** The inbox gauge as a scraper reads it. */
+async function inboxGauge(app: TestApp): Promise<number> {
+  const res = await app.request<string>('GET', '/metrics', { headers: { authorization: `Bearer ${SCRAPE_TOKEN}` } });
+  expect(res.status).toBe(200);
+  const line = res.body.split('\n').find((l) => l.startsWith('keel_webhook_inbox_depth '));
+  return Number(line?.split(' ')[1]);
+}
+
 async function inboxCount(keel: Keel): Promise<number> {
   const [row] = await keel.database.query<{ n: number }>('select count(*)::int as n from webhook_inbox');
   return row?.n ?? 0;
@@ -72,7 +82,7 @@ describe.skipIf(!backendAvailable())('publishing under load', () => {
   let unsaturate = (): void => undefined;
 
   beforeAll(async () => {
-    app = await startTestApp();
+    app = await startTestApp({ env: { METRICS_ENABLED: 'true', METRICS_TOKEN: SCRAPE_TOKEN } });
     w = await createWebhookWorld(app);
     rx = await startReceiver();
   });
@@ -104,6 +114,7 @@ describe.skipIf(!backendAvailable())('publishing under load', () => {
     const events = await Promise.all(Array.from({ length: n }, (_, i) => publish(app, w.eventsKey, 'script.completed', { seq: i })));
     const ids = events.map((e) => e.id as string);
     expect(await inboxCount(keel)).toBe(n);
+    expect(await inboxGauge(app)).toBe(n);
     expect(await deliveryCount(keel, ids)).toBe(0);
     expect(stats.inboxStatements).toBeGreaterThan(before.inboxStatements);
     expect(stats.batchedEvents - before.batchedEvents).toBe(n);
@@ -129,6 +140,7 @@ describe.skipIf(!backendAvailable())('publishing under load', () => {
     held = [];
     await expect.poll(() => keel.requests.active).toBe(0);
     await expect.poll(() => inboxCount(keel)).toBe(0);
+    expect(await inboxGauge(app)).toBe(0);
     expect(await deliveryCount(keel, ids)).toBe(ids.length * hooks.length);
     clock.reset();
     const got = await rx.waitFor(ids.length * hooks.length, (x) => ids.includes(x.headers['x-service-event-id'] as string));

@@ -12,6 +12,9 @@ import { intervalJob, type KeelModule } from '../../platform/module.js';
 /** The gauge of deliveries waiting (README "Operating"). */
 export const QUEUE_DEPTH_METRIC = 'keel_webhook_queue_depth';
 const QUEUE_DEPTH = prepared('webhooks_queue_depth', "select count(*)::int as n from webhook_deliveries where status in ('pending', 'retrying')");
+/** The gauge of published events stored and not yet routed (inbox.ts; README "Operating"). */
+export const INBOX_DEPTH_METRIC = 'keel_webhook_inbox_depth';
+const INBOX_DEPTH = prepared('webhooks_inbox_depth', 'select count(*)::int as n from webhook_inbox');
 
 /** PostgreSQL without Redis: workers of other processes are woken by NOTIFY on this channel. */
 export const NOTIFY_CHANNEL = 'keel_webhooks';
@@ -57,6 +60,11 @@ export function installWebhooks(keel: Keel): KeelModule<Webhooks> {
   // Deliveries waiting (pending or retrying, due or not): one COUNT over the partial due index, on each scrape.
   keel.metrics.gauge(QUEUE_DEPTH_METRIC, 'Webhook deliveries waiting to be attempted (pending or retrying), across every process', [], async (g) => {
     const [row] = await rawQuery<{ n: number }>(keel.db, QUEUE_DEPTH, []);
+    g.set({}, row?.n ?? 0);
+  });
+  // Events a saturated API stored for the router: near zero except during and just after a burst.
+  keel.metrics.gauge(INBOX_DEPTH_METRIC, 'Published webhook events stored and not yet routed to their webhooks, across every process', [], async (g) => {
+    const [row] = await rawQuery<{ n: number }>(keel.db, INBOX_DEPTH, []);
     g.set({}, row?.n ?? 0);
   });
   const hints = keel.redis ? redisHints(keel, keel.redis, engine) : null;
