@@ -158,6 +158,21 @@ describe.skipIf(!backendAvailable())('publishing under load', () => {
     for (const hook of hooks) expect((await app.api('DELETE', `/webhooks/${hook.id}`, { token: w.admin })).status).toBe(204);
   });
 
+  it('a busy event loop with few requests waiting is not saturation: a publish is still routed before its 202', async () => {
+    const keel = app.server.keel;
+    const hook = await createHook(app, w.admin, { url: rx.url, events: ['script.completed'] });
+    // The steady trickle beside background work (200 events/s to ten webhooks runs the loop 70-85 % busy).
+    await expect.poll(() => keel.requests.busy, { timeout: 20_000 }).toBe(false);
+    held = await holdRequests(app, RequestLoad.BUSY_AT - 2, w.eventsKey);
+    unsaturate = saturate();
+    await expect.poll(() => keel.requests.utilization(), { timeout: 20_000 }).toBeGreaterThanOrEqual(RequestLoad.SATURATED_AT);
+    expect(keel.requests.saturated).toBe(false);
+    const event = await publish(app, w.eventsKey, 'script.completed', { seq: 'trickle' });
+    expect(await deliveryCount(keel, [event.id as string])).toBe(1);
+    unsaturate();
+    expect((await app.api('DELETE', `/webhooks/${hook.id}`, { token: w.admin })).status).toBe(204);
+  });
+
   it('counts every request until its answer is sent or its connection closes, refused and unknown ones too', async () => {
     const keel = app.server.keel;
     await expect.poll(() => keel.requests.active).toBe(0);

@@ -35,10 +35,10 @@ const insertStatement = prepared(
 );
 
 /** The most events one inbox insert carries, and the most body bytes (a single larger event still goes, alone). */
-export const INBOX_BATCH_EVENTS = 256;
+const INBOX_BATCH_EVENTS = 256;
 const INBOX_BATCH_BYTES = 1 << 20;
 /** The most events one routing statement takes while the API is quiet. */
-export const ROUTE_BATCH_EVENTS = 256;
+const ROUTE_BATCH_EVENTS = 256;
 /** While the API is saturated: at most this many events per routing statement, one statement per BUSY_ROUTE_INTERVAL_MS (80 events a second). */
 export const BUSY_ROUTE_EVENTS = 8;
 export const BUSY_ROUTE_INTERVAL_MS = 100;
@@ -182,11 +182,6 @@ export class InboxRouter {
           this.wake();
         }
       });
-  }
-
-  /** Resolves once the inbox has been routed as far as it can now (tests). */
-  async settled(): Promise<void> {
-    while (this.#drain) await this.#drain;
   }
 
   async #run(): Promise<void> {

@@ -235,7 +235,7 @@ export interface RouterStats {
   statements: number;
   /** Inbox inserts (inbox.ts). */
   inboxStatements: number;
-  /** Events stored through the inbox (publishers outside a transaction). */
+  /** Events of publishers outside a transaction (`PublishBatch`): routed at once or stored in the inbox. */
   batchedEvents: number;
 }
 
