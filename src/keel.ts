@@ -11,7 +11,7 @@ import { Invalidation } from './platform/invalidation.js';
 import { EventBus } from './events.js';
 import { SingleUseStore } from './platform/single-use.js';
 import type { OutboundPolicy } from './platform/outbound.js';
-import { setHashQueueMax, setHashThreadNice } from './platform/argon2-pool.js';
+import { hashesYieldTo, setHashQueueMax, setHashThreadNice } from './platform/argon2-pool.js';
 import { createMetrics, type Metrics } from './platform/metrics.js';
 import { ModuleRegistry } from './platform/module.js';
 import { RequestLoad } from './platform/http/load.js';
@@ -128,5 +128,11 @@ export async function createKeel(opts: KeelOptions = {}): Promise<Keel> {
       if (ownsDatabase) await database.close();
     },
   };
+  // Hashing yields while this process's API is saturated (argon2-pool.ts): a login flood does not take the cores from reads.
+  const stopYielding = hashesYieldTo(() => keel.requests.saturated);
+  keel.onClose(() => {
+    stopYielding();
+    return Promise.resolve();
+  });
   return keel;
 }

@@ -1,5 +1,6 @@
 import { Worker } from 'node:worker_threads';
 import { availableParallelism } from 'node:os';
+import { performance } from 'node:perf_hooks';
 import { createRequire } from 'node:module';
 import { AppError, platformError } from './http/errors.js';
 import { activeTracer, childSpan, endWhenSettled } from './tracing/index.js';
@@ -12,12 +13,18 @@ import { activeTracer, childSpan, endWhenSettled } from './tracing/index.js';
  * cores than that, four 19 MiB hashes take turns on the cores and evict each other's memory: on 2
  * cores, verifies/s rose from ~130 to ~145 with one hashing thread per core. And every other user of
  * libuv's pool (DNS lookups for webhooks and SMTP, file system, WebCrypto) waited behind a queue of
- * hashes during a wave of logins. Here each worker runs the library's synchronous functions; jobs are
- * posted at once to the least busy worker, whose own message queue holds the backlog, so a worker
- * starts its next hash without waiting for the main thread.
+ * hashes during a wave of logins. Here each worker runs the library's synchronous functions. The
+ * backlog waits here, in order; each worker holds up to WORKER_JOBS (one hashing, the next ready), so
+ * a worker starts its next hash without waiting for the main thread.
+ *
+ * While the API is saturated (`hashesYieldTo`), hashing yields to it: one hash at a time, each
+ * followed by a pause (YIELD_PAUSE_PER_HASH) (docs/decisions.md "Speed: embedded backend and floods",
+ * Hashing yields to a saturated API).
  */
 
 interface Job {
+  id: number;
+  request: Request;
   resolve: (value: unknown) => void;
   reject: (err: Error) => void;
 }
@@ -48,10 +55,12 @@ parentPort.on('message', ({ id, op, hash, password, gate }) => {
     parentPort.postMessage({ id, value: true });
     return;
   }
+  const started = performance.now();
   try {
-    parentPort.postMessage({ id, value: op === 'hash' ? hashSync(password) : verifySync(hash, password) });
+    const value = op === 'hash' ? hashSync(password) : verifySync(hash, password);
+    parentPort.postMessage({ id, value, ms: performance.now() - started });
   } catch (err) {
-    parentPort.postMessage({ id, error: String((err && err.message) || err) });
+    parentPort.postMessage({ id, error: String((err && err.message) || err), ms: performance.now() - started });
   }
 });
 `;
@@ -152,6 +161,44 @@ export function hashAdmission(): AppError | null {
 let argon2Path: string | undefined;
 let nextId = 0;
 
+/** Jobs one worker holds at once while the API is not saturated: one hashing, the next ready. */
+export const WORKER_JOBS = 2;
+
+/**
+ * While yielding, each hash is followed by a pause this many times as long as it took: hashing takes at
+ * most a quarter of one core. Measured (bench/README "Hashing yields to a saturated API"): reads beside
+ * a flood of logins kept 0.47-0.66 of their rate at a pause of 1, 0.53-0.58 at 2, 0.69-0.88 at 3.
+ */
+export const YIELD_PAUSE_PER_HASH = 3;
+
+/** Hashes admitted and not yet given to a worker, oldest first. */
+const waiting: Job[] = [];
+/** Asked before each hash starts: any true means the API is saturated and hashing yields to it. */
+const yieldsTo = new Set<() => boolean>();
+/** While yielding, the next hash starts no earlier than this (`performance.now()`). */
+let nextStartAt = 0;
+let paced: NodeJS.Timeout | undefined;
+
+/**
+ * Hashing yields while `saturated()` answers true (a Keel passes its `requests.saturated`): one hash
+ * at a time, then a pause three times as long as that hash took, so hashing takes at most a quarter
+ * of one core and the event loop (with the clients beside it) keeps the rest. Otherwise every thread hashes at full speed. A flood of logins then
+ * costs the API's reads and heartbeats a bounded share, and the logins still admitted are answered
+ * (more slowly). Returns the function that ends it (the Keel's close).
+ */
+export function hashesYieldTo(saturated: () => boolean): () => void {
+  yieldsTo.add(saturated);
+  return () => {
+    yieldsTo.delete(saturated);
+    dispatch();
+  };
+}
+
+function yielding(): boolean {
+  for (const saturated of yieldsTo) if (saturated()) return true;
+  return false;
+}
+
 function start(): PoolWorker {
   // Resolved with the first hash, not at import (start-up).
   argon2Path ??= createRequire(import.meta.url).resolve('@node-rs/argon2');
@@ -159,22 +206,57 @@ function start(): PoolWorker {
   const entry: PoolWorker = { worker, pending: new Map(), fail: () => undefined };
   // The pool never keeps a process alive on its own.
   worker.unref();
-  worker.on('message', (msg: { id: number; value?: unknown; error?: string }) => {
+  worker.on('message', (msg: { id: number; value?: unknown; error?: string; ms?: number }) => {
     const job = entry.pending.get(msg.id);
     if (!job) return;
     entry.pending.delete(msg.id);
+    if (msg.ms !== undefined) nextStartAt = performance.now() + msg.ms * YIELD_PAUSE_PER_HASH;
     if (msg.error !== undefined) job.reject(new Error(msg.error));
     else job.resolve(msg.value);
+    dispatch();
   });
   entry.fail = (err: Error) => {
     const at = workers.indexOf(entry);
     if (at >= 0) workers.splice(at, 1);
     for (const job of entry.pending.values()) job.reject(err);
     entry.pending.clear();
+    // What waits here is not lost with the worker: new workers take it.
+    if (waiting.length > 0) queueMicrotask(dispatch);
   };
   worker.on('error', (err) => entry.fail(new HashWorkerLost(err.message)));
   worker.on('exit', (code) => entry.fail(new HashWorkerLost(`exited with code ${code}`)));
   return entry;
+}
+
+function leastBusy(): PoolWorker {
+  while (workers.length < HASH_THREADS) workers.push(start());
+  let target = workers[0] as PoolWorker;
+  for (const w of workers) if (w.pending.size < target.pending.size) target = w;
+  return target;
+}
+
+function post(target: PoolWorker, job: Job): void {
+  target.pending.set(job.id, job);
+  target.worker.postMessage({ id: job.id, ...job.request });
+}
+
+/** Gives waiting hashes to workers: up to WORKER_JOBS each, or one at a time, paced, while yielding. */
+function dispatch(): void {
+  while (waiting.length > 0) {
+    const target = leastBusy();
+    if (yielding()) {
+      if (workers.some((w) => w.pending.size > 0)) return; // its answer dispatches again
+      const wait = nextStartAt - performance.now();
+      if (wait > 0) {
+        paced ??= setTimeout(() => {
+          paced = undefined;
+          dispatch();
+        }, Math.ceil(wait)).unref();
+        return;
+      }
+    } else if (target.pending.size >= WORKER_JOBS) return;
+    post(target, waiting.shift() as Job);
+  }
 }
 
 function run(request: Request): Promise<unknown> {
@@ -182,11 +264,6 @@ function run(request: Request): Promise<unknown> {
     refused++;
     return Promise.reject(new HashQueueFull());
   }
-  while (workers.length < HASH_THREADS) workers.push(start());
-  let target: PoolWorker | undefined;
-  for (const w of workers) if (!target || w.pending.size < target.pending.size) target = w;
-  if (!target) return Promise.reject(new Error('no argon2 worker'));
-  const id = nextId++;
   inHand++;
   return new Promise((resolve, reject) => {
     let settled = false;
@@ -196,11 +273,8 @@ function run(request: Request): Promise<unknown> {
       inHand--;
       return true;
     };
-    target.pending.set(id, {
-      resolve: (value) => done() && resolve(value),
-      reject: (err) => done() && reject(err),
-    });
-    target.worker.postMessage({ id, ...request });
+    waiting.push({ id: nextId++, request, resolve: (value) => done() && resolve(value), reject: (err) => done() && reject(err) });
+    dispatch();
   });
 }
 
@@ -231,7 +305,27 @@ export function hashPoolLoad(): number[] {
  */
 export function holdHashWorkers(count = HASH_THREADS): { release: () => Promise<void> } {
   const gate = new SharedArrayBuffer(4);
-  const held = Array.from({ length: count }, () => run({ op: 'hold', gate }));
+  // Given to the workers at once (least busy first), whatever the API's load: a hold stands for a hash already running.
+  const held = Array.from({ length: count }, () => {
+    inHand++;
+    return new Promise<unknown>((resolve, reject) => {
+      const settle = (): void => {
+        inHand--;
+      };
+      post(leastBusy(), {
+        id: nextId++,
+        request: { op: 'hold', gate },
+        resolve: (value) => {
+          settle();
+          resolve(value);
+        },
+        reject: (err) => {
+          settle();
+          reject(err);
+        },
+      });
+    });
+  });
   return {
     release: async () => {
       const flag = new Int32Array(gate);
