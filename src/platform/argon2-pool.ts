@@ -167,7 +167,7 @@ export const WORKER_JOBS = 2;
 /**
  * While yielding, each hash is followed by a pause this many times as long as it took: hashing takes at
  * most a quarter of one core. Measured (bench/README "Hashing yields to a saturated API"): reads beside
- * a flood of logins kept 0.47-0.66 of their rate at a pause of 1, 0.53-0.58 at 2, 0.69-0.88 at 3.
+ * a flood of logins kept 0.47-0.70 of their rate at a pause of 1, 0.53-0.58 at 2, 0.69-0.88 at 3.
  */
 export const YIELD_PAUSE_PER_HASH = 3;
 
