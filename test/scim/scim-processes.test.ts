@@ -2,7 +2,10 @@
  * A directory's deactivation reaches every process (docs/decisions.md "SCIM provisioning"): two
  * `keel serve` on one PostgreSQL and one Redis; the SCIM PATCH goes to one, the person's live session
  * was in use on the other and answers 401 right after; a SCIM token revoked on one is refused by the
- * other at once, though both had it in their token caches.
+ * other, though both had it in their token caches. "Right after" is the bus's promise (docs/decisions.md
+ * "Caches": everywhere within a second): the other process's next request normally, but on a loaded
+ * machine its request can be read before the Redis message that arrived first, so each check may
+ * retry for up to a second. Without the message the caches would answer 200 for 30 s.
  */
 import { afterAll, describe, expect, it } from 'vitest';
 import { randomBytes } from 'node:crypto';
@@ -19,6 +22,9 @@ import { scimTokens } from '../../src/modules/scim/schema.js';
 import { sha256Hex } from '../../src/platform/crypto.js';
 import { generate } from 'otplib';
 
+/** What the invalidation bus promises: every process drops the entry within a second. */
+const WITHIN_A_SECOND = { timeout: 1000, interval: 50 };
+
 describe.skipIf(!backendAvailable() || backend !== 'postgres')('SCIM deactivation across processes (postgres)', () => {
   let topology: Topology | null = null;
   let database: Database | null = null;
@@ -27,7 +33,7 @@ describe.skipIf(!backendAvailable() || backend !== 'postgres')('SCIM deactivatio
     await topology?.close();
   });
 
-  it('a deactivation sent to one server ends the session in use on the other at once', { timeout: 180_000 }, async () => {
+  it('a deactivation sent to one server ends the session in use on the other right after', { timeout: 180_000 }, async () => {
     topology = await startTopology({ apis: 2, workers: 0 });
     const [a, b] = topology.apis;
     database = await openDatabase({ url: topology.databaseUrl, poolSize: 2 });
@@ -51,7 +57,7 @@ describe.skipIf(!backendAvailable() || backend !== 'postgres')('SCIM deactivatio
     for (const api of [a!, b!]) expect((await call(api.url, 'GET', '/users/me', { token: session.accessToken })).status).toBe(200);
     const off = await scim('PATCH', `/Users/${member!.id}`, { schemas: ['urn:ietf:params:scim:api:messages:2.0:PatchOp'], Operations: [{ op: 'replace', path: 'active', value: false }] });
     expect(off.status).toBe(200);
-    for (const api of [a!, b!]) expect((await call(api.url, 'GET', '/users/me', { token: session.accessToken })).status).toBe(401);
+    for (const api of [a!, b!]) await expect.poll(async () => (await call(api.url, 'GET', '/users/me', { token: session.accessToken })).status, WITHIN_A_SECOND).toBe(401);
 
     // A token revoked on one server stops at once on the other, though both hold it in their token caches.
     const adminEmail = `scim-admin-${randomBytes(4).toString('hex')}@example.com`;
@@ -68,6 +74,6 @@ describe.skipIf(!backendAvailable() || backend !== 'postgres')('SCIM deactivatio
     const list = (url: string) => fetch(`${url}/scim/v2/Users`, { headers: { authorization: `Bearer ${cached.token}` } }).then((r) => r.status);
     for (const api of [a!, b!]) expect(await list(api.url)).toBe(200);
     expect((await call(a!.url, 'DELETE', `/orgs/${org.id}/scim-tokens/${cached.id}`, { token: adminToken })).status).toBe(204);
-    for (const api of [a!, b!]) expect(await list(api.url)).toBe(401);
+    for (const api of [a!, b!]) await expect.poll(() => list(api.url), WITHIN_A_SECOND).toBe(401);
   });
 });
