@@ -130,9 +130,6 @@ export async function createKeel(opts: KeelOptions = {}): Promise<Keel> {
   };
   // Hashing yields while this process's API is saturated (argon2-pool.ts): a login flood does not take the cores from reads.
   const stopYielding = hashesYieldTo(() => keel.requests.saturated);
-  keel.onClose(() => {
-    stopYielding();
-    return Promise.resolve();
-  });
+  keel.onClose(() => Promise.resolve(stopYielding()));
   return keel;
 }

@@ -181,10 +181,11 @@ let paced: NodeJS.Timeout | undefined;
 
 /**
  * Hashing yields while `saturated()` answers true (a Keel passes its `requests.saturated`): one hash
- * at a time, then a pause three times as long as that hash took, so hashing takes at most a quarter
- * of one core and the event loop (with the clients beside it) keeps the rest. Otherwise every thread hashes at full speed. A flood of logins then
- * costs the API's reads and heartbeats a bounded share, and the logins still admitted are answered
- * (more slowly). Returns the function that ends it (the Keel's close).
+ * at a time, then a pause YIELD_PAUSE_PER_HASH times as long as that hash took, so hashing takes at
+ * most a quarter of one core and the event loop (with the clients beside it) keeps the rest.
+ * Otherwise every thread hashes at full speed. A flood of logins then costs the API's reads and
+ * heartbeats a bounded share, and the logins still admitted are answered (more slowly). Returns the
+ * function that ends it (the Keel's close).
  */
 export function hashesYieldTo(saturated: () => boolean): () => void {
   yieldsTo.add(saturated);
@@ -259,7 +260,11 @@ function dispatch(): void {
   }
 }
 
-function run(request: Request): Promise<unknown> {
+/**
+ * Admits a job (or refuses it: the queue bound) and queues it in order; `now` gives it to the least
+ * busy worker at once, whatever the load (a test's hold stands for a hash already running).
+ */
+function run(request: Request, now = false): Promise<unknown> {
   if (inHand >= queueMax) {
     refused++;
     return Promise.reject(new HashQueueFull());
@@ -273,8 +278,12 @@ function run(request: Request): Promise<unknown> {
       inHand--;
       return true;
     };
-    waiting.push({ id: nextId++, request, resolve: (value) => done() && resolve(value), reject: (err) => done() && reject(err) });
-    dispatch();
+    const job: Job = { id: nextId++, request, resolve: (value) => done() && resolve(value), reject: (err) => done() && reject(err) };
+    if (now) post(leastBusy(), job);
+    else {
+      waiting.push(job);
+      dispatch();
+    }
   });
 }
 
@@ -293,7 +302,7 @@ export function argon2Verify(hash: string, password: string): Promise<boolean> {
   return span ? endWhenSettled(span, work) : work;
 }
 
-/** How many hashes each worker has queued or running (tests). */
+/** How many hashes each worker holds now, running or next (tests); the rest wait in order here. */
 export function hashPoolLoad(): number[] {
   return workers.map((w) => w.pending.size);
 }
@@ -305,27 +314,7 @@ export function hashPoolLoad(): number[] {
  */
 export function holdHashWorkers(count = HASH_THREADS): { release: () => Promise<void> } {
   const gate = new SharedArrayBuffer(4);
-  // Given to the workers at once (least busy first), whatever the API's load: a hold stands for a hash already running.
-  const held = Array.from({ length: count }, () => {
-    inHand++;
-    return new Promise<unknown>((resolve, reject) => {
-      const settle = (): void => {
-        inHand--;
-      };
-      post(leastBusy(), {
-        id: nextId++,
-        request: { op: 'hold', gate },
-        resolve: (value) => {
-          settle();
-          resolve(value);
-        },
-        reject: (err) => {
-          settle();
-          reject(err);
-        },
-      });
-    });
-  });
+  const held = Array.from({ length: count }, () => run({ op: 'hold', gate }, true));
   return {
     release: async () => {
       const flag = new Int32Array(gate);

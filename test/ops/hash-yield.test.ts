@@ -4,49 +4,14 @@
  * a pause after each), so a flood of logins does not take the cores from reads and heartbeats. The
  * logins admitted meanwhile are still answered; once the load ends, every hashing thread works again.
  */
-import { connect, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { createUser, type TestUser } from '../helpers/fixtures.js';
-import { API_BASE } from '../../src/app.js';
+import { holdRequests, saturate } from '../helpers/load.js';
 import { RequestLoad } from '../../src/platform/http/load.js';
 import { HASH_THREADS, hashPoolLoad } from '../../src/platform/argon2-pool.js';
 
 const LOGINS = 6;
-
-/** Login requests that stay in flight: their bodies never finish arriving. */
-async function holdLogins(app: TestApp, n: number): Promise<Socket[]> {
-  const { hostname, port } = new URL(app.url);
-  const sockets = await Promise.all(
-    Array.from(
-      { length: n },
-      () =>
-        new Promise<Socket>((resolve, reject) => {
-          const s = connect(Number(port), hostname, () => {
-            s.write(`POST ${API_BASE}/auth/login HTTP/1.1\r\nHost: ${hostname}\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n{"email":`);
-            resolve(s);
-          });
-          s.on('error', reject);
-        }),
-    ),
-  );
-  await expect.poll(() => app.server.keel.requests.active).toBeGreaterThanOrEqual(n);
-  return sockets;
-}
-
-/** Keeps the event loop saturated (it still turns between slices of 5 ms), as a flood does; returns the stop. */
-function saturate(): () => void {
-  let on = true;
-  const spin = () => {
-    const end = performance.now() + 5;
-    while (performance.now() < end);
-    if (on) setImmediate(spin);
-  };
-  setImmediate(spin);
-  return () => {
-    on = false;
-  };
-}
 
 /** The most hashes given to the hashing threads at once while `work` runs. */
 async function mostAtOnce<T>(work: Promise<T>): Promise<{ result: T; most: number }> {
@@ -78,7 +43,8 @@ describe.skipIf(!backendAvailable())(`hashing yields to a saturated API (${backe
   const logins = () => Promise.all(users.map((u) => app.api('POST', '/auth/login', { body: { email: u.email, password: u.password } })));
 
   it('hashes one login at a time while the API is saturated, answers every login, then uses every thread again', async () => {
-    const held = await holdLogins(app, RequestLoad.BUSY_AT);
+    // Login requests whose bodies never finish: in flight, not yet hashing.
+    const held = await holdRequests(app, RequestLoad.BUSY_AT, '/auth/login');
     const stop = saturate();
     try {
       await expect.poll(() => app.server.keel.requests.saturated, { timeout: 5_000 }).toBe(true);

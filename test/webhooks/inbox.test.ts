@@ -5,54 +5,20 @@
  * routes the inbox a few events at a time until it is not; each event is routed once, whichever
  * process takes it.
  */
-import { connect, type Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { backend, backendAvailable, startTestApp, type TestApp } from '../helpers/app.js';
 import { raceTest } from '../helpers/race.js';
+import { holdRequests, saturate } from '../helpers/load.js';
 import type { Keel } from '../../src/keel.js';
 import { openKeel } from '../../src/compose.js';
 import { clock } from '../../src/platform/clock.js';
 import { RequestLoad } from '../../src/platform/http/load.js';
-import { API_BASE } from '../../src/app.js';
 import { BUSY_ROUTE_EVENTS, BUSY_ROUTE_INTERVAL_MS } from '../../src/modules/webhooks/inbox.js';
 import { routeInbox, routerStats } from '../../src/modules/webhooks/routing.js';
 import { webhooksOf } from '../../src/modules/webhooks/runtime.js';
 import { startReceiver, type Receiver } from './receiver.js';
 import { createHook, createWebhookWorld, publish, type WebhookWorld } from './setup.js';
-
-/** Requests that stay in flight: a POST whose body never finishes arriving. */
-async function holdRequests(app: TestApp, n: number, token: string): Promise<Socket[]> {
-  const { hostname, port } = new URL(app.url);
-  const sockets = await Promise.all(
-    Array.from(
-      { length: n },
-      () =>
-        new Promise<Socket>((resolve, reject) => {
-          const s = connect(Number(port), hostname, () => {
-            s.write(`POST ${API_BASE}/events HTTP/1.1\r\nHost: ${hostname}\r\nAuthorization: Bearer ${token}\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n{"type":`);
-            resolve(s);
-          });
-          s.on('error', reject);
-        }),
-    ),
-  );
-  await expect.poll(() => app.server.keel.requests.active).toBeGreaterThanOrEqual(n);
-  return sockets;
-}
-
-/** Keeps this process's event loop saturated (it still reads its sockets between slices of 5 ms), as a flood does; returns the stop. */
-function saturate(): () => void {
-  let on = true;
-  const spin = () => {
-    const end = performance.now() + 5;
-    while (performance.now() < end);
-    if (on) setImmediate(spin);
-  };
-  setImmediate(spin);
-  return () => {
-    on = false;
-  };
-}
 
 const SCRAPE_TOKEN = 'scrape-token-0123456789abcdef';
 
@@ -104,7 +70,7 @@ describe.skipIf(!backendAvailable())('publishing under load', () => {
     const stats = routerStats(keel);
     const before = { ...stats };
     clock.freeze();
-    held = await holdRequests(app, RequestLoad.BUSY_AT, w.eventsKey);
+    held = await holdRequests(app, RequestLoad.BUSY_AT, '/events', { Authorization: `Bearer ${w.eventsKey}` });
     unsaturate = saturate();
     await expect.poll(() => keel.requests.saturated, { timeout: 20_000 }).toBe(true);
 
@@ -163,7 +129,7 @@ describe.skipIf(!backendAvailable())('publishing under load', () => {
     const hook = await createHook(app, w.admin, { url: rx.url, events: ['script.completed'] });
     // The steady trickle beside background work (200 events/s to ten webhooks runs the loop 70-85 % busy).
     await expect.poll(() => keel.requests.busy, { timeout: 20_000 }).toBe(false);
-    held = await holdRequests(app, RequestLoad.BUSY_AT - 2, w.eventsKey);
+    held = await holdRequests(app, RequestLoad.BUSY_AT - 2, '/events', { Authorization: `Bearer ${w.eventsKey}` });
     unsaturate = saturate();
     await expect.poll(() => keel.requests.utilization(), { timeout: 20_000 }).toBeGreaterThanOrEqual(RequestLoad.SATURATED_AT);
     expect(keel.requests.saturated).toBe(false);
@@ -183,7 +149,7 @@ describe.skipIf(!backendAvailable())('publishing under load', () => {
       app.api('GET', '/users/me'),
     ]);
     expect(answers.map((a) => a.status)).toEqual([200, 404, 400, 401]);
-    held = await holdRequests(app, 2, w.eventsKey);
+    held = await holdRequests(app, 2, '/events', { Authorization: `Bearer ${w.eventsKey}` });
     for (const s of held) s.destroy();
     held = [];
     await expect.poll(() => keel.requests.active).toBe(0);
@@ -215,7 +181,7 @@ describe.skipIf(!backendAvailable() || backend !== 'postgres')('race: routing th
     await webhooksOf(keel).router.router.stop();
     await webhooksOf(second).router.router.stop();
     const n = 300;
-    held = await holdRequests(app, RequestLoad.BUSY_AT, w.eventsKey);
+    held = await holdRequests(app, RequestLoad.BUSY_AT, '/events', { Authorization: `Bearer ${w.eventsKey}` });
     const unsaturate = saturate();
     await expect.poll(() => keel.requests.saturated, { timeout: 20_000 }).toBe(true);
     const events = await Promise.all(Array.from({ length: n }, (_, i) => publish(app, w.eventsKey, 'device.online', { deviceId: `d-${i}`, hostname: `h-${i}` })));
