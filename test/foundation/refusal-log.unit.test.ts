@@ -5,7 +5,7 @@
  */
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { REFUSAL_LOG_SOURCES, RefusalLog } from '../../src/platform/http/refusal-log.js';
 import { clock } from '../../src/platform/clock.js';
 import { RefusalHold } from '../../src/platform/http/refusal-hold.js';
@@ -67,5 +67,28 @@ describe('refusal hold', () => {
     expect(hold.held).toBe(0);
     // Off (0): everything at once.
     expect(new RefusalHold(0).answer(1000, () => 'now')).toBe('now');
+  });
+
+  it('sends a second\'s held answers over the next second, a tenth on each 100-ms tick, not in one burst', () => {
+    vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval'] });
+    try {
+      clock.freeze();
+      const hold = new RefusalHold(1);
+      const sent: number[] = [];
+      for (let n = 1; n <= 41; n++) void hold.answer(n, () => sent.push(n));
+      expect(sent).toEqual([1]);
+      vi.advanceTimersByTime(300); // the second lasts: nothing is sent
+      expect(sent).toHaveLength(1);
+      clock.advance(1000);
+      vi.advanceTimersByTime(100);
+      expect(sent).toHaveLength(1 + 4);
+      vi.advanceTimersByTime(500);
+      expect(sent).toHaveLength(1 + 24);
+      vi.advanceTimersByTime(400);
+      expect(sent).toEqual(Array.from({ length: 41 }, (_, i) => i + 1));
+      expect(hold.held).toBe(0);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });
