@@ -61,6 +61,16 @@ export class InvalidatedCache<V> {
     return value;
   }
 
+  /**
+   * Keeps `value` for `key` now: only for a value its caller has just written itself, after its own
+   * drop was published (a later drop removes it as it removes any entry).
+   */
+  store(key: string, value: V): void {
+    if (!this.#keep(value)) return;
+    if (this.#entries.size >= this.#max) this.#entries.clear();
+    this.#entries.set(key, value);
+  }
+
   /** The cached value of `key`, without loading it: undefined when none is cached. */
   peek(key: string): V | undefined {
     return this.#entries.get(key);

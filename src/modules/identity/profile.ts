@@ -97,6 +97,24 @@ export function cachedSelfProfile(keel: Keel, userId: string): Promise<SelfProfi
   return profileCache(keel).get(userId, () => selfProfile(keel, userId));
 }
 
+/**
+ * A sign-in stamped the user's `lastLoginAt`, the only field of the profile a sign-in changes: every
+ * other process drops its copy (the `profile` topic), and this process keeps its copy with the new
+ * time instead of reading the user again. So the user's next read here (the console's, right after
+ * signing in; the reads of an account signing in often) waits for no statement. The copy is as current
+ * as before: any other change drops it, here at once and elsewhere when the message arrives.
+ */
+export async function lastLoginStamped(keel: Keel, userId: string, at: Date): Promise<void> {
+  const cache = profileCache(keel);
+  const cached = cache.peek(userId);
+  // publish() drops this process's copy before its first await (platform/invalidation.ts), so the copy
+  // kept below is stored after the drop, not removed by it.
+  const published = keel.modules.get('identity').sessions.profileChanged(userId);
+  const stamp = at.toISOString();
+  if (cached && (cached.lastLoginAt === null || cached.lastLoginAt <= stamp)) cache.store(userId, { ...cached, lastLoginAt: stamp });
+  await published;
+}
+
 /** The cached self-profile of `userId`, without a load (no promise): undefined when none is cached. */
 export function cachedSelfProfileNow(keel: Keel, userId: string): SelfProfile | undefined {
   return profileCache(keel).peek(userId);

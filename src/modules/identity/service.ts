@@ -16,7 +16,7 @@ import { assertStrongPassword, hashPassword } from './passwords.js';
 import { assertHashCapacity, HashQueueFull } from '../../platform/argon2-pool.js';
 import { countAuthOutcome } from '../../platform/metrics.js';
 import { checkPasswordUnderLockout, releaseReservation, verifyReenteredPassword } from './lockout.js';
-import { profileOf, selfProfile, type SelfProfile } from './profile.js';
+import { lastLoginStamped, profileOf, selfProfile, type SelfProfile } from './profile.js';
 import { auditSignInRefusal, passwordFailureReason } from './sign-in-audit.js';
 import { sessions, users } from './schema.js';
 import { ACCESS_TOKEN_SECONDS } from './tokens.js';
@@ -153,7 +153,7 @@ export async function signIn(
       },
     );
     // lastLoginAt changed: only the cached profile is stale (sessions and membership stay cached).
-    tx.afterCommit(() => identity.sessions.profileChanged(user.id));
+    tx.afterCommit(() => lastLoginStamped(keel, user.id, loggedInAt));
     await keel.events.publish(tx, 'user.login', access.orgId, {
       userId: user.id,
       email: user.email,
