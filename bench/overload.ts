@@ -10,7 +10,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Options, Result } from 'autocannon';
-import { BENCH_SECONDS, fmt, isMain, loadInChild, okPerSecond, pool, postJson, printTable, withBackends, type BenchBackend } from './lib.js';
+import { BENCH_SECONDS, fmt, isMain, loadInChild, okPerSecond, pool, postJson, printTable, sleep, withBackends, type BenchBackend } from './lib.js';
 import { cpuMeter } from './cpu.js';
 
 export const OVERLOAD_READ_P99_GOAL_MS = 50;
@@ -61,6 +61,22 @@ export interface OverloadResult {
   closedOk: number;
   closedReadRate: number;
   closedReadP99: number;
+}
+
+/**
+ * The reads' connections are open before the flood's: the reads stand for clients already signed in,
+ * on keep-alive connections. Started together, the reads' generator sometimes connected after the
+ * flood's 256 connections, and its connections waited behind them in the listen queue: Node's libuv
+ * accepts one connection per event-loop iteration (libuv 1.45, "unix: don't accept() connections in a
+ * loop"), and an iteration under the flood's onset takes 1-5 ms, so the reads' first requests waited
+ * 300-700 ms (strace of Keel on PostgreSQL: one accept4 per epoll_pwait, 157 connections queued). The
+ * flood starts 300 ms after the reads' generator, once its connections are up (a process starts in ~150 ms).
+ */
+const FLOOD_AFTER_READS_MS = 300;
+
+async function readsThenFlood(reads: Promise<Result>, flood: () => Promise<Result>): Promise<[Result, Result]> {
+  await sleep(FLOOD_AFTER_READS_MS);
+  return Promise.all([reads, flood()]);
 }
 
 const count = (r: Result, status: number): number => r.statusCodeStats?.[String(status)]?.count ?? 0;
@@ -122,13 +138,13 @@ export async function benchOverload(backend: BenchBackend, env: Record<string, s
     // not take a core from Keel or from the reads' generator, whose clock measures the latency.
     const floodOpts = logins({ connections: FLOOD_CONNECTIONS, overallRate: offered, duration: BENCH_SECONDS });
     const floodMeter = cpuMeter(pid);
-    const [flood, during] = await Promise.all([loadInChild(floodOpts, { bodies, nice: 10 }), reads(BENCH_SECONDS)]);
+    const [during, flood] = await readsThenFlood(reads(BENCH_SECONDS), () => loadInChild(floodOpts, { bodies, nice: 10 }));
     const floodMainMs = floodMeter.stop(1).mainMs;
     process.stderr.write(`[overload/${backend.name}] the same flood with reads as fast as Keel answers them...\n`);
-    const [, fastDuring] = await Promise.all([loadInChild(floodOpts, { bodies, nice: 10 }), readsMax(BENCH_SECONDS)]);
+    const [fastDuring] = await readsThenFlood(readsMax(BENCH_SECONDS), () => loadInChild(floodOpts, { bodies, nice: 10 }));
     process.stderr.write(`[overload/${backend.name}] ${CLOSED_FLOOD_CONNECTIONS} connections sending logins as fast as answered, with reads as fast as Keel answers them...\n`);
     const closedOpts = logins({ connections: CLOSED_FLOOD_CONNECTIONS, duration: BENCH_SECONDS });
-    const [closed, closedReads] = await Promise.all([loadInChild(closedOpts, { bodies, nice: 10 }), readsMax(BENCH_SECONDS)]);
+    const [closedReads, closed] = await readsThenFlood(readsMax(BENCH_SECONDS), () => loadInChild(closedOpts, { bodies, nice: 10 }));
     process.stderr.write(`[overload/${backend.name}${label ? ` ${label}` : ''}] flood answers by status: ${JSON.stringify(flood.statusCodeStats ?? {})}, errors ${flood.errors}, timeouts ${flood.timeouts}\n`);
     const ok = count(flood, 200);
     const refused = count(flood, 503);
