@@ -54,16 +54,13 @@ export class InvalidatedCache<V> {
 
   async #load(key: string, generation: number, load: () => Promise<V>): Promise<V> {
     const value = await load();
-    if (generation === this.#generation && this.#keep(value)) {
-      if (this.#entries.size >= this.#max) this.#entries.clear();
-      this.#entries.set(key, value);
-    }
+    if (generation === this.#generation) this.store(key, value);
     return value;
   }
 
   /**
-   * Keeps `value` for `key` now: only for a value its caller has just written itself, after its own
-   * drop was published (a later drop removes it as it removes any entry).
+   * Keeps `value` for `key` now (unless `keep` refuses it): a load that no drop overlapped, or a value
+   * its caller has just written itself after publishing its own drop (a later drop removes it as any).
    */
   store(key: string, value: V): void {
     if (!this.#keep(value)) return;

@@ -63,11 +63,11 @@ describe.skipIf(!backendAvailable())('account writes through identity', () => {
     });
     afterAll(async () => second?.close());
 
-    /** Resolves once the second process has heard `count` invalidations of the user (never heard: test timeout). */
-    const heard = (userId: string, count = 1) =>
+    /** Resolves once the second process has heard `count` invalidations of the user on `topic` (never heard: test timeout). */
+    const heard = (userId: string, count = 1, topic = USER_TOPIC) =>
       new Promise<void>((resolve) => {
         let left = count;
-        second.keel.invalidation.on(USER_TOPIC, (key) => {
+        second.keel.invalidation.on(topic, (key) => {
           if (key === userId && --left === 0) resolve();
         });
       });
@@ -88,7 +88,7 @@ describe.skipIf(!backendAvailable())('account writes through identity', () => {
       const user = await createUser(app, { org: { orgId: tenant.orgId, roleId: SYSTEM_ROLES.orgTechnician.id } });
       const { accessToken } = await login(app, user);
       const before = (await (await meOnSecond(accessToken)).json()) as { lastLoginAt: string };
-      const dropped = new Promise<void>((resolve) => second.keel.invalidation.on(PROFILE_TOPIC, (key) => key === user.id && resolve()));
+      const dropped = heard(user.id, 1, PROFILE_TOPIC);
       clock.advance(60_000);
       await login(app, user);
       await dropped;

@@ -8,8 +8,9 @@ import { clock } from '../clock.js';
  * parse and the answer's write (~50 µs of the main thread), thousands a second. So past
  * `REFUSAL_HOLD_AFTER` refusals of one source in one second (the refusal log's count), a refusal's
  * answer is held until that second is over, then sent as it would have been (503 `overloaded`,
- * `Retry-After: 1`), spread over the next second (a tenth of them per 100-ms tick). A client that honours Retry-After never gets there; a flood gets at most one
- * answer per connection and second past the allowance, so its connections wait instead of costing.
+ * `Retry-After: 1`), spread over the next second (a tenth of them per 100-ms tick). A client that
+ * honours Retry-After never gets there; a flood gets at most one answer per connection and second
+ * past the allowance, so its connections wait instead of costing.
  *
  * Bounded: at most `max` answers are held at once (past it a refusal is answered at once), and the
  * held answers are sent when the process stops. The second is the controllable clock's (clock.ts);
