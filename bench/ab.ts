@@ -12,7 +12,8 @@
  * (e.g. a `git worktree` of the commit before a change); `KEEL_NODE` runs it on another `node` binary (e.g. the
  * machine's own, to compare runtimes on the same bundle). Each Keel runs on a fresh DATA_DIR (PGlite),
  * or with `AB_BACKEND=postgres` on a database of its own on the benchmarks' PostgreSQL server with
- * its Redis (Keel's production setup), with a registered user whose bearer token every request
+ * its Redis (Keel's production setup); a variant's `BACKEND` (`pglite` or `postgres`) sets its own,
+ * so both backends are measured in the same alternating rounds; with a registered user whose bearer token every request
  * carries. `AB_MODE=heartbeat` measures `POST /agents/heartbeat` instead, round-robin over
  * `AB_DEVICES` (2,000) devices enrolled and online in each Keel (fleet.ts `setUpFleet`); `AB_MODE=login`
  * measures `POST /auth/login` of that user at concurrency 8. Linux only.
@@ -24,13 +25,12 @@ import { fleetEnv, heartbeatLoad, setUpFleet } from './fleet.js';
 
 const variants = (process.env.AB_VARIANTS ?? 'default:{}').split(';').filter(Boolean).map((s) => {
   const i = s.indexOf(':');
-  const { KEEL_DIR, KEEL_NODE, ...env } = JSON.parse(s.slice(i + 1)) as Record<string, string>;
-  return { name: s.slice(0, i), env, dir: KEEL_DIR ?? ROOT, node: KEEL_NODE };
+  const { KEEL_DIR, KEEL_NODE, BACKEND, ...env } = JSON.parse(s.slice(i + 1)) as Record<string, string>;
+  return { name: s.slice(0, i), env, dir: KEEL_DIR ?? ROOT, node: KEEL_NODE, backend: BACKEND ?? process.env.AB_BACKEND ?? 'pglite' };
 });
 const path = process.env.AB_PATH ?? '/api/v1/users/me';
 const seconds = Number(process.env.AB_SECONDS ?? '4');
 const rounds = Number(process.env.AB_ROUNDS ?? '3');
-const backend = process.env.AB_BACKEND ?? 'pglite';
 /**
  * `read` (default): GET AB_PATH with a user's bearer token; `heartbeat`: POST /agents/heartbeat
  * round-robin over AB_DEVICES enrolled devices; `login`: POST /auth/login of the registered user at
@@ -40,7 +40,7 @@ const mode = process.env.AB_MODE ?? 'read';
 if (mode !== 'read' && mode !== 'heartbeat' && mode !== 'login') throw new Error(`AB_MODE must be read, heartbeat or login, not ${mode}`);
 const devices = Number(process.env.AB_DEVICES ?? '2000');
 const admin = { email: 'ab-admin@example.com', password: 'correct-horse-battery-admin-staple' };
-if (backend !== 'pglite' && backend !== 'postgres') throw new Error(`AB_BACKEND must be pglite or postgres, not ${backend}`);
+for (const v of variants) if (v.backend !== 'pglite' && v.backend !== 'postgres') throw new Error(`a variant's backend (BACKEND, or AB_BACKEND) must be pglite or postgres, not ${v.backend}`);
 
 /** CPU clock ticks (user, system; all threads) of a process so far. */
 function cpuTicks(pid: number): { user: number; system: number } {
@@ -52,13 +52,13 @@ const servers: { name: string; keel: RunningKeel; run: (seconds: number) => Prom
 const databases: { drop(): Promise<void> }[] = [];
 let postgres: BenchPostgres | null = null;
 try {
-  if (backend === 'postgres') {
+  if (variants.some((v) => v.backend === 'postgres')) {
     postgres = await startPostgres();
     if (!postgres) throw new Error('AB_BACKEND=postgres: no PostgreSQL binaries in /usr/lib/postgresql/*/bin');
   }
   for (const v of variants) {
     let env = v.env;
-    if (postgres) {
+    if (postgres && v.backend === 'postgres') {
       const db = await postgres.createDatabase();
       databases.push(db);
       env = { DATABASE_URL: db.url, ...(postgres.redisUrl ? { REDIS_URL: postgres.redisUrl } : {}), ...env };
