@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { openDatabase, pgliteDirFor } from '../../src/platform/db/client.js';
+import { openDatabase, pgliteDirFor, PGLITE_SHARED_BUFFERS } from '../../src/platform/db/client.js';
 import { freePort } from '../helpers/app.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -135,6 +135,9 @@ describe.skipIf(process.env.KEEL_TEST_DB !== 'pglite')('data survives a restart 
       expect(rows).toEqual([{ email: 'persist-admin@example.com', is_platform_admin: true }]);
       const sessions = await database.query<{ n: number }>('select count(*)::int as n from sessions');
       expect(sessions[0]!.n).toBeGreaterThanOrEqual(2);
+      // Opened with Keel's buffer pool, over the 128 MB initdb wrote into the directory's postgresql.conf.
+      const pool = await database.query<{ sb: string }>("select current_setting('shared_buffers') as sb");
+      expect(pool).toEqual([{ sb: PGLITE_SHARED_BUFFERS }]);
     } finally {
       await database.close();
     }

@@ -57,6 +57,16 @@ export function pgliteLockFor(pgliteDir: string): string {
   return `${resolve(pgliteDir)}.lock`;
 }
 
+/*
+ * PGlite's buffer pool (docs/decisions.md "Speed: embedded backend and floods", **The embedded buffer
+ * pool**). initdb writes PostgreSQL's default, 128 MB, into the data directory's postgresql.conf, and
+ * PGlite's WebAssembly build touches all of it on every open (about 4 ms per MB here): 0.5-1 s of
+ * each start and of every test's in-memory database. With 32 MB an open takes 0.2-0.4 s; a block
+ * outside the pool is read from the data directory's files (the operating system's cache). Given on
+ * the command line, so it holds for data directories made by any earlier version.
+ */
+export const PGLITE_SHARED_BUFFERS = '32MB';
+
 async function openPglite(dir: string, load?: Blob, command?: string): Promise<Database> {
   let lock: DataDirLock | null = null;
   if (!dir.startsWith('memory://')) {
@@ -69,7 +79,11 @@ async function openPglite(dir: string, load?: Blob, command?: string): Promise<D
       import('drizzle-orm/pglite'),
       import('./pglite-statements.js'),
     ]);
-    const client = await PGlite.create({ dataDir: dir, ...(load ? { loadDataDir: load } : {}) });
+    const client = await PGlite.create({
+      dataDir: dir,
+      startParams: [...PGlite.defaultStartParams, '-c', `shared_buffers=${PGLITE_SHARED_BUFFERS}`],
+      ...(load ? { loadDataDir: load } : {}),
+    });
     const runner = pglitePreparedRunner(client);
     // Tracing on (docs/deploy.md "Tracing"): a span per statement; off, the driver is untouched.
     if (activeTracer) tracePglite(client);
