@@ -5,7 +5,7 @@
  * when src/ changed), so this test is also the bundle's end-to-end check.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -136,6 +136,7 @@ describe.skipIf(process.env.KEEL_TEST_DB !== 'pglite')('data survives a restart 
       const sessions = await database.query<{ n: number }>('select count(*)::int as n from sessions');
       expect(sessions[0]!.n).toBeGreaterThanOrEqual(2);
       // Opened with Keel's buffer pool, over the 128 MB initdb wrote into the directory's postgresql.conf.
+      expect(readFileSync(join(pgliteDirFor(dataDir), 'postgresql.conf'), 'utf8')).toMatch(/^shared_buffers = 128MB/m);
       const pool = await database.query<{ sb: string }>("select current_setting('shared_buffers') as sb");
       expect(pool).toEqual([{ sb: PGLITE_SHARED_BUFFERS }]);
     } finally {
