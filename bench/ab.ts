@@ -13,8 +13,8 @@
  * machine's own, to compare runtimes on the same bundle). Each Keel runs on a fresh DATA_DIR (PGlite),
  * or with `AB_BACKEND=postgres` on a database of its own on the benchmarks' PostgreSQL server with
  * its Redis (Keel's production setup); a variant's `BACKEND` (`pglite` or `postgres`) sets its own,
- * so both backends are measured in the same alternating rounds; with a registered user whose bearer token every request
- * carries. `AB_MODE=heartbeat` measures `POST /agents/heartbeat` instead, round-robin over
+ * so both backends are measured in the same alternating rounds. Each has a registered user whose
+ * bearer token every request carries. `AB_MODE=heartbeat` measures `POST /agents/heartbeat` instead, round-robin over
  * `AB_DEVICES` (2,000) devices enrolled and online in each Keel (fleet.ts `setUpFleet`); `AB_MODE=login`
  * measures `POST /auth/login` of that user at concurrency 8. Linux only.
  */
@@ -54,7 +54,7 @@ let postgres: BenchPostgres | null = null;
 try {
   if (variants.some((v) => v.backend === 'postgres')) {
     postgres = await startPostgres();
-    if (!postgres) throw new Error('AB_BACKEND=postgres: no PostgreSQL binaries in /usr/lib/postgresql/*/bin');
+    if (!postgres) throw new Error('a PostgreSQL variant: no PostgreSQL binaries in /usr/lib/postgresql/*/bin');
   }
   for (const v of variants) {
     let env = v.env;
