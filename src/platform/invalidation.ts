@@ -4,6 +4,17 @@ import { connectRedis } from './redis.js';
 import type { Logger } from './logger.js';
 
 const CHANNEL = 'keel_invalidate';
+
+/**
+ * The Redis channel of a deployment on logical database `db`. Redis pub/sub ignores the logical
+ * database, so deployments sharing a Redis server on different databases (as docs/deploy.md allows)
+ * would each hear the others' drops: harmless to correctness, but every foreign drop empties caches
+ * and costs reads. Database 0 keeps the name every earlier version used, so a rolling upgrade of a
+ * deployment on database 0 loses no message (docs/decisions.md "Caches").
+ */
+export function invalidationChannel(db: number): string {
+  return db ? `${CHANNEL}:${db}` : CHANNEL;
+}
 /** How long a starting process waits for its Redis subscription before it starts without it. */
 const REDIS_START_WAIT_MS = 3000;
 
@@ -25,6 +36,8 @@ export class Invalidation {
   #stop: (() => Promise<void>) | null = null;
 
   #refresh: NodeJS.Timeout | null = null;
+  /** The Redis channel (per logical database); NOTIFY uses CHANNEL, which PostgreSQL scopes to the database already. */
+  readonly #channel: string;
 
   constructor(
     private readonly transport: { database: Database; redisUrl: string | undefined; redis: Redis | null },
@@ -36,7 +49,9 @@ export class Invalidation {
      * one process).
      */
     private readonly opts: { maxStalenessMs?: number } = {},
-  ) {}
+  ) {
+    this.#channel = invalidationChannel(transport.redis?.options.db ?? 0);
+  }
 
   on(topic: string, handler: InvalidationHandler): void {
     const set = this.#handlers.get(topic) ?? new Set();
@@ -76,7 +91,7 @@ export class Invalidation {
       let firstSubscribed: ((ok: boolean) => void) | null = null;
       const first = new Promise<boolean>((resolve) => (firstSubscribed = resolve));
       const subscribe = (): void => {
-        sub.subscribe(CHANNEL).then(
+        sub.subscribe(this.#channel).then(
           () => {
             firstSubscribed?.(true);
             if (subscribed) return;
@@ -127,7 +142,7 @@ export class Invalidation {
     const { redis, database } = this.transport;
     if (redis && redis.status === 'ready') {
       try {
-        await redis.publish(CHANNEL, message);
+        await redis.publish(this.#channel, message);
         return;
       } catch (err) {
         if (database.kind !== 'postgres') throw err;

@@ -9,6 +9,11 @@ import { insertRole, ROLE } from './helpers.js';
 import { API_KEY_TOPIC } from '../../src/modules/access/api-keys.js';
 import { USER_TOPIC } from '../../src/modules/identity/sessions.js';
 import { ORGS_TOPIC } from '../../src/modules/access/org-cache.js';
+import { randomUUID } from 'node:crypto';
+import { Invalidation, invalidationChannel } from '../../src/platform/invalidation.js';
+import { connectRedis, type Redis } from '../../src/platform/redis.js';
+import { REDIS_DATABASES } from '../setup/provided.js';
+import { waitUntil } from '../helpers/wait.js';
 
 /**
  * Two Keel processes (two servers with their own pools, caches and invalidation listeners) on one
@@ -179,5 +184,54 @@ describe.skipIf(backend !== 'postgres' || !backendAvailable())('concurrent role 
     } else {
       expect(del.value.status).toBe(204);
     }
+  });
+});
+
+/**
+ * Redis pub/sub ignores the logical database: two deployments sharing one Redis server on different
+ * databases used to hear each other's drops (each foreign drop emptying caches and costing reads; in
+ * this suite, test files on other workers dropped the caches a statement count relies on). Each
+ * database has its own channel now. Shown by order, not by waiting: Redis runs commands one at a time
+ * and writes to a subscriber in that order, so a bus on the same channel as the first message would
+ * have received it before the second.
+ */
+describe.skipIf(backend !== 'postgres' || !backendAvailable())('invalidation across Redis databases', () => {
+  let app: TestApp;
+  const buses: Invalidation[] = [];
+  const clients: Redis[] = [];
+  beforeAll(async () => {
+    app = await startTestApp();
+  });
+  afterAll(async () => {
+    for (const bus of buses) await bus.stop();
+    for (const c of clients) c.disconnect();
+    await app?.close();
+  });
+
+  it('a deployment on another Redis database does not hear this one\'s drops; one on the same database does', async () => {
+    const url = app.server.keel.config.REDIS_URL ?? '';
+    const db = Number(new URL(url).pathname.slice(1));
+    const other = (db % (REDIS_DATABASES - 1)) + 1;
+    const topic = `isolation.${randomUUID()}`;
+    const busOn = async (database: number) => {
+      // A process's two connections, as keel.ts makes them: one publishes, the bus subscribes with its own.
+      const redisUrl = `${url.slice(0, url.lastIndexOf('/'))}/${database}`;
+      const redis = await connectRedis(redisUrl);
+      clients.push(redis);
+      const bus = new Invalidation({ database: app.server.keel.database, redisUrl, redis }, createLogger('silent'));
+      await bus.start();
+      buses.push(bus);
+      const heard: string[] = [];
+      bus.on(topic, (key) => heard.push(key));
+      return { bus, heard };
+    };
+    const [here, hereToo, there, thereToo] = [await busOn(db), await busOn(db), await busOn(other), await busOn(other)];
+    await there.bus.publish(topic, 'from the other database');
+    await waitUntil('the other database\'s second bus to hear its message', () => thereToo.heard.length, (n) => n === 1);
+    await here.bus.publish(topic, 'from this database');
+    await waitUntil('this database\'s second bus to hear its message', () => hereToo.heard.length, (n) => n >= 1);
+    expect(hereToo.heard).toEqual(['from this database']);
+    expect(thereToo.heard).toEqual(['from the other database']);
+    expect(invalidationChannel(0)).toBe('keel_invalidate'); // the name earlier versions used: a rolling upgrade on database 0 loses nothing
   });
 });
