@@ -10,11 +10,11 @@
  * A variant is a name and the settings it adds to the benchmarks' defaults (`benchEnv`: Keel's own
  * defaults, access log on, written to a file); `KEEL_DIR` runs another checkout's `bin/keel.js serve`
  * (e.g. a `git worktree` of the commit before a change); `KEEL_NODE` runs it on another `node` binary (e.g. the
- * machine's own, to compare runtimes on the same bundle). Each Keel runs on a fresh DATA_DIR (PGlite),
+ * machine's own, to compare runtimes on the same bundle). Each Keel runs on a DATA_DIR of its own (PGlite),
  * or with `AB_BACKEND=postgres` on a database of its own on the benchmarks' PostgreSQL server with
  * its Redis (Keel's production setup); a variant's `BACKEND` (`pglite` or `postgres`) sets its own,
  * so both backends are measured in the same alternating rounds. Each has a registered user whose
- * bearer token every request carries. `AB_MODE=heartbeat` measures `POST /agents/heartbeat` instead, round-robin over
+ * bearer token every request carries. Each Keel is measured after a restart (`startKeel`). `AB_MODE=heartbeat` measures `POST /agents/heartbeat` instead, round-robin over
  * `AB_DEVICES` (2,000) devices enrolled and online in each Keel (fleet.ts `setUpFleet`); `AB_MODE=login`
  * measures `POST /auth/login` of that user at concurrency 8. Linux only.
  */

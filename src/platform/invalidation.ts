@@ -15,6 +15,7 @@ const CHANNEL = 'keel_invalidate';
 export function invalidationChannel(db: number): string {
   return db ? `${CHANNEL}:${db}` : CHANNEL;
 }
+
 /** How long a starting process waits for its Redis subscription before it starts without it. */
 const REDIS_START_WAIT_MS = 3000;
 

@@ -21,8 +21,9 @@ describe.skipIf(!backendAvailable()).each(['false', 'true'])(`heartbeat cost (${
   beforeAll(async () => {
     // The staleness pass (every CACHE_MAX_STALENESS_SECONDS on PostgreSQL, run by the invalidation bus,
     // which outlives the modules the counts stop) reads every cache back: the one timer still running
-    // during the count, and the likely source of the 12 calls seen once in a full suite run. The test
-    // that needs the pass runs it by hand.
+    // during the count. The test that needs the pass runs it by hand. (The stray calls once seen in
+    // full runs, 10 per drop, were other test workers' `agents.config` drops heard over a shared Redis
+    // channel, before each Redis database had a channel of its own: platform/invalidation.ts.)
     app = await startTestApp({ env: { LOGIN_LIMIT: '1000', METRICS_ENABLED: metrics, CACHE_MAX_STALENESS_SECONDS: '3600' } });
     w = await createWorld(app);
   });
